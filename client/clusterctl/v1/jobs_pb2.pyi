@@ -1,0 +1,317 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from clusterctl.v1 import cluster_pb2 as _cluster_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class TerminationCause(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TERMINATION_CAUSE_UNSPECIFIED: _ClassVar[TerminationCause]
+    TERMINATION_CAUSE_NODE_FAILURE: _ClassVar[TerminationCause]
+    TERMINATION_CAUSE_PREEMPTED: _ClassVar[TerminationCause]
+    TERMINATION_CAUSE_TIME_LIMIT: _ClassVar[TerminationCause]
+    TERMINATION_CAUSE_EXIT_CODE: _ClassVar[TerminationCause]
+    TERMINATION_CAUSE_OUT_OF_MEMORY: _ClassVar[TerminationCause]
+    TERMINATION_CAUSE_CANCELLED: _ClassVar[TerminationCause]
+    TERMINATION_CAUSE_COMPLETED: _ClassVar[TerminationCause]
+    TERMINATION_CAUSE_MANUAL_REQUEUE: _ClassVar[TerminationCause]
+    TERMINATION_CAUSE_NO_PROGRESS: _ClassVar[TerminationCause]
+    TERMINATION_CAUSE_RESTARTS_EXHAUSTED: _ClassVar[TerminationCause]
+
+class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_STATE_UNSPECIFIED: _ClassVar[JobState]
+    JOB_STATE_PENDING: _ClassVar[JobState]
+    JOB_STATE_RUNNING: _ClassVar[JobState]
+    JOB_STATE_SUSPENDED: _ClassVar[JobState]
+    JOB_STATE_COMPLETING: _ClassVar[JobState]
+    JOB_STATE_COMPLETED: _ClassVar[JobState]
+    JOB_STATE_FAILED: _ClassVar[JobState]
+    JOB_STATE_CANCELLED: _ClassVar[JobState]
+    JOB_STATE_TIMEOUT: _ClassVar[JobState]
+    JOB_STATE_NODE_FAIL: _ClassVar[JobState]
+    JOB_STATE_PREEMPTED: _ClassVar[JobState]
+    JOB_STATE_OUT_OF_MEMORY: _ClassVar[JobState]
+    JOB_STATE_REQUEUED: _ClassVar[JobState]
+    JOB_STATE_BOOT_FAIL: _ClassVar[JobState]
+    JOB_STATE_DEADLINE: _ClassVar[JobState]
+    JOB_STATE_UNKNOWN: _ClassVar[JobState]
+
+class JobEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_EVENT_TYPE_UNSPECIFIED: _ClassVar[JobEventType]
+    JOB_EVENT_TYPE_SNAPSHOT: _ClassVar[JobEventType]
+    JOB_EVENT_TYPE_SUBMITTED: _ClassVar[JobEventType]
+    JOB_EVENT_TYPE_STATE_CHANGED: _ClassVar[JobEventType]
+    JOB_EVENT_TYPE_RESTARTED: _ClassVar[JobEventType]
+    JOB_EVENT_TYPE_FINISHED: _ClassVar[JobEventType]
+    JOB_EVENT_TYPE_CHECKPOINT: _ClassVar[JobEventType]
+TERMINATION_CAUSE_UNSPECIFIED: TerminationCause
+TERMINATION_CAUSE_NODE_FAILURE: TerminationCause
+TERMINATION_CAUSE_PREEMPTED: TerminationCause
+TERMINATION_CAUSE_TIME_LIMIT: TerminationCause
+TERMINATION_CAUSE_EXIT_CODE: TerminationCause
+TERMINATION_CAUSE_OUT_OF_MEMORY: TerminationCause
+TERMINATION_CAUSE_CANCELLED: TerminationCause
+TERMINATION_CAUSE_COMPLETED: TerminationCause
+TERMINATION_CAUSE_MANUAL_REQUEUE: TerminationCause
+TERMINATION_CAUSE_NO_PROGRESS: TerminationCause
+TERMINATION_CAUSE_RESTARTS_EXHAUSTED: TerminationCause
+JOB_STATE_UNSPECIFIED: JobState
+JOB_STATE_PENDING: JobState
+JOB_STATE_RUNNING: JobState
+JOB_STATE_SUSPENDED: JobState
+JOB_STATE_COMPLETING: JobState
+JOB_STATE_COMPLETED: JobState
+JOB_STATE_FAILED: JobState
+JOB_STATE_CANCELLED: JobState
+JOB_STATE_TIMEOUT: JobState
+JOB_STATE_NODE_FAIL: JobState
+JOB_STATE_PREEMPTED: JobState
+JOB_STATE_OUT_OF_MEMORY: JobState
+JOB_STATE_REQUEUED: JobState
+JOB_STATE_BOOT_FAIL: JobState
+JOB_STATE_DEADLINE: JobState
+JOB_STATE_UNKNOWN: JobState
+JOB_EVENT_TYPE_UNSPECIFIED: JobEventType
+JOB_EVENT_TYPE_SNAPSHOT: JobEventType
+JOB_EVENT_TYPE_SUBMITTED: JobEventType
+JOB_EVENT_TYPE_STATE_CHANGED: JobEventType
+JOB_EVENT_TYPE_RESTARTED: JobEventType
+JOB_EVENT_TYPE_FINISHED: JobEventType
+JOB_EVENT_TYPE_CHECKPOINT: JobEventType
+
+class RestartPolicy(_message.Message):
+    __slots__ = ("max_restarts", "on_node_failure", "on_preemption", "on_time_limit", "retryable_exit_codes", "fatal_exit_codes", "backoff", "exclude_failed_nodes", "no_progress_limit", "signal_before_timeout_seconds")
+    MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    ON_NODE_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    ON_PREEMPTION_FIELD_NUMBER: _ClassVar[int]
+    ON_TIME_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_EXIT_CODES_FIELD_NUMBER: _ClassVar[int]
+    FATAL_EXIT_CODES_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_FAILED_NODES_FIELD_NUMBER: _ClassVar[int]
+    NO_PROGRESS_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_BEFORE_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    max_restarts: int
+    on_node_failure: bool
+    on_preemption: bool
+    on_time_limit: bool
+    retryable_exit_codes: _containers.RepeatedScalarFieldContainer[int]
+    fatal_exit_codes: _containers.RepeatedScalarFieldContainer[int]
+    backoff: _duration_pb2.Duration
+    exclude_failed_nodes: bool
+    no_progress_limit: int
+    signal_before_timeout_seconds: int
+    def __init__(self, max_restarts: _Optional[int] = ..., on_node_failure: _Optional[bool] = ..., on_preemption: _Optional[bool] = ..., on_time_limit: _Optional[bool] = ..., retryable_exit_codes: _Optional[_Iterable[int]] = ..., fatal_exit_codes: _Optional[_Iterable[int]] = ..., backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., exclude_failed_nodes: _Optional[bool] = ..., no_progress_limit: _Optional[int] = ..., signal_before_timeout_seconds: _Optional[int] = ...) -> None: ...
+
+class JobSpec(_message.Message):
+    __slots__ = ("name", "script", "command", "nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "memory_mb_per_node", "time_limit", "partition", "account", "qos", "environment", "working_directory", "stdout_path", "stderr_path", "checkpoint_uri", "restart_policy", "placement", "request_id")
+    class EnvironmentEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SCRIPT_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    TASKS_PER_NODE_FIELD_NUMBER: _ClassVar[int]
+    GPUS_PER_NODE_FIELD_NUMBER: _ClassVar[int]
+    CPUS_PER_TASK_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MB_PER_NODE_FIELD_NUMBER: _ClassVar[int]
+    TIME_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    QOS_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
+    WORKING_DIRECTORY_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_PATH_FIELD_NUMBER: _ClassVar[int]
+    STDERR_PATH_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_URI_FIELD_NUMBER: _ClassVar[int]
+    RESTART_POLICY_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    script: str
+    command: _containers.RepeatedScalarFieldContainer[str]
+    nodes: int
+    tasks_per_node: int
+    gpus_per_node: int
+    cpus_per_task: int
+    memory_mb_per_node: int
+    time_limit: str
+    partition: str
+    account: str
+    qos: str
+    environment: _containers.ScalarMap[str, str]
+    working_directory: str
+    stdout_path: str
+    stderr_path: str
+    checkpoint_uri: str
+    restart_policy: RestartPolicy
+    placement: _cluster_pb2.PlacementPreference
+    request_id: str
+    def __init__(self, name: _Optional[str] = ..., script: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., nodes: _Optional[int] = ..., tasks_per_node: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., cpus_per_task: _Optional[int] = ..., memory_mb_per_node: _Optional[int] = ..., time_limit: _Optional[str] = ..., partition: _Optional[str] = ..., account: _Optional[str] = ..., qos: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., working_directory: _Optional[str] = ..., stdout_path: _Optional[str] = ..., stderr_path: _Optional[str] = ..., checkpoint_uri: _Optional[str] = ..., restart_policy: _Optional[_Union[RestartPolicy, _Mapping]] = ..., placement: _Optional[_Union[_cluster_pb2.PlacementPreference, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class RestartRecord(_message.Message):
+    __slots__ = ("cause", "failed_nodes", "time", "checkpoint_step", "exit_code", "detail")
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    FAILED_NODES_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_STEP_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    cause: TerminationCause
+    failed_nodes: _containers.RepeatedScalarFieldContainer[str]
+    time: _timestamp_pb2.Timestamp
+    checkpoint_step: int
+    exit_code: int
+    detail: str
+    def __init__(self, cause: _Optional[_Union[TerminationCause, str]] = ..., failed_nodes: _Optional[_Iterable[str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., checkpoint_step: _Optional[int] = ..., exit_code: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class JobStatus(_message.Message):
+    __slots__ = ("job_id", "name", "user", "state", "reason", "nodes", "restart_count", "exit_code", "exit_signal", "submit_time", "start_time", "end_time", "placement_explanation", "restarts", "partition", "request_id", "terminal", "final_reason", "checkpoint_step", "excluded_nodes", "spec")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    RESTART_COUNT_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    SUBMIT_TIME_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_EXPLANATION_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TERMINAL_FIELD_NUMBER: _ClassVar[int]
+    FINAL_REASON_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_STEP_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDED_NODES_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    name: str
+    user: str
+    state: JobState
+    reason: str
+    nodes: _containers.RepeatedScalarFieldContainer[str]
+    restart_count: int
+    exit_code: int
+    exit_signal: int
+    submit_time: _timestamp_pb2.Timestamp
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    placement_explanation: str
+    restarts: _containers.RepeatedCompositeFieldContainer[RestartRecord]
+    partition: str
+    request_id: str
+    terminal: bool
+    final_reason: str
+    checkpoint_step: int
+    excluded_nodes: _containers.RepeatedScalarFieldContainer[str]
+    spec: JobSpec
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., restart_count: _Optional[int] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., placement_explanation: _Optional[str] = ..., restarts: _Optional[_Iterable[_Union[RestartRecord, _Mapping]]] = ..., partition: _Optional[str] = ..., request_id: _Optional[str] = ..., terminal: _Optional[bool] = ..., final_reason: _Optional[str] = ..., checkpoint_step: _Optional[int] = ..., excluded_nodes: _Optional[_Iterable[str]] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ...) -> None: ...
+
+class SubmitJobRequest(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: JobSpec
+    def __init__(self, spec: _Optional[_Union[JobSpec, _Mapping]] = ...) -> None: ...
+
+class SubmitJobResponse(_message.Message):
+    __slots__ = ("job", "duplicate")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    job: JobStatus
+    duplicate: bool
+    def __init__(self, job: _Optional[_Union[JobStatus, _Mapping]] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class GetJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: JobStatus
+    def __init__(self, job: _Optional[_Union[JobStatus, _Mapping]] = ...) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ("states", "user", "limit", "include_finished")
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    states: _containers.RepeatedScalarFieldContainer[JobState]
+    user: str
+    limit: int
+    include_finished: bool
+    def __init__(self, states: _Optional[_Iterable[_Union[JobState, str]]] = ..., user: _Optional[str] = ..., limit: _Optional[int] = ..., include_finished: _Optional[bool] = ...) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobStatus]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ...) -> None: ...
+
+class CancelJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class CancelJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: JobStatus
+    def __init__(self, job: _Optional[_Union[JobStatus, _Mapping]] = ...) -> None: ...
+
+class RequeueJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class RequeueJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: JobStatus
+    def __init__(self, job: _Optional[_Union[JobStatus, _Mapping]] = ...) -> None: ...
+
+class WatchJobsRequest(_message.Message):
+    __slots__ = ("job_ids", "include_initial")
+    JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_INITIAL_FIELD_NUMBER: _ClassVar[int]
+    job_ids: _containers.RepeatedScalarFieldContainer[str]
+    include_initial: bool
+    def __init__(self, job_ids: _Optional[_Iterable[str]] = ..., include_initial: _Optional[bool] = ...) -> None: ...
+
+class JobEvent(_message.Message):
+    __slots__ = ("type", "job", "time", "previous_state", "message")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_STATE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    type: JobEventType
+    job: JobStatus
+    time: _timestamp_pb2.Timestamp
+    previous_state: JobState
+    message: str
+    def __init__(self, type: _Optional[_Union[JobEventType, str]] = ..., job: _Optional[_Union[JobStatus, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., previous_state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ...) -> None: ...
