@@ -1,0 +1,1 @@
+"""Slurm seam: the backend interface (base), its data types (types) and concrete backends."""

@@ -1,0 +1,130 @@
+"""Plain data that crosses the Slurm seam.
+
+Slurm's strings (``"RUNNING"``, ``"IDLE+DRAIN"``...) become these enums inside the parsers and
+nowhere else, so the rest of the service never compares Slurm strings.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class JobState(enum.Enum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    PREEMPTED = "PREEMPTED"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    REQUEUED = "REQUEUED"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL_JOB_STATES
+
+
+_TERMINAL_JOB_STATES = frozenset(
+    {
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.CANCELLED,
+        JobState.TIMEOUT,
+        JobState.NODE_FAIL,
+        JobState.PREEMPTED,
+        JobState.OUT_OF_MEMORY,
+        JobState.BOOT_FAIL,
+        JobState.DEADLINE,
+    }
+)
+
+
+class NodeState(enum.Enum):
+    IDLE = "IDLE"
+    MIXED = "MIXED"
+    ALLOCATED = "ALLOCATED"
+    DOWN = "DOWN"
+    DRAINING = "DRAINING"
+    DRAINED = "DRAINED"
+    RESERVED = "RESERVED"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def usable(self) -> bool:
+        """Whether the scheduler may place new work here."""
+        return self in (NodeState.IDLE, NodeState.MIXED, NodeState.ALLOCATED)
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    name: str
+    state: NodeState
+    cpus_total: int = 0
+    cpus_allocated: int = 0
+    gpus_total: int = 0
+    gpus_allocated: int = 0
+    memory_mb_total: int = 0
+    memory_mb_allocated: int = 0
+    partitions: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+    reason: str = ""
+    flags: tuple[str, ...] = ()  # raw extra state flags, e.g. ("DRAIN", "NOT_RESPONDING")
+
+    @property
+    def cpus_free(self) -> int:
+        return max(self.cpus_total - self.cpus_allocated, 0)
+
+    @property
+    def gpus_free(self) -> int:
+        return max(self.gpus_total - self.gpus_allocated, 0)
+
+
+@dataclass(frozen=True)
+class SlurmSwitch:
+    """One line of ``scontrol show topology``: a switch with direct nodes or child switches."""
+
+    name: str
+    level: int
+    nodes: tuple[str, ...] = ()
+    switches: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One job as the queue poll sees it."""
+
+    job_id: str
+    name: str
+    user: str
+    state: JobState
+    reason: str = ""
+    nodes: tuple[str, ...] = ()
+    partition: str = ""
+    exit_code: int = 0
+    exit_signal: int = 0
+    submit_time: float | None = None  # unix seconds
+    start_time: float | None = None
+    end_time: float | None = None
+    restart_count: int = 0
+    excluded_nodes: tuple[str, ...] = ()
+    requeue: bool = False
+
+
+@dataclass(frozen=True)
+class SubmitArgs:
+    """Everything the backend needs to run ``sbatch``: argv options plus the script body."""
+
+    options: tuple[str, ...]
+    script: str
+    environment: dict[str, str] = field(default_factory=dict)
+    uid: int | None = None
+    gid: int | None = None
+    working_directory: str | None = None
