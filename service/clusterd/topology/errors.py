@@ -1,0 +1,23 @@
+"""Errors of the topology package: one root so callers can catch the package as a whole.
+
+A well-formed placement request never raises: what does not fit becomes an infeasible
+:class:`~clusterd.topology.planner.Plan` with an explanation. Only malformed input raises.
+"""
+
+from __future__ import annotations
+
+
+class TopologyError(Exception):
+    """Root of the topology package's errors."""
+
+
+class HostlistError(TopologyError, ValueError):
+    """A Slurm hostlist expression that cannot be expanded (unbalanced brackets, bad range)."""
+
+
+class TopologyParseError(TopologyError, ValueError):
+    """``scontrol show topology`` output that does not describe a tree."""
+
+
+class InvalidPlacementRequest(TopologyError, ValueError):
+    """A request that is malformed (not merely infeasible): zero nodes, unknown policy..."""
