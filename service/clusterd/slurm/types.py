@@ -116,6 +116,8 @@ class SlurmJob:
     restart_count: int = 0
     excluded_nodes: tuple[str, ...] = ()
     requeue: bool = False
+    comment: str = ""  # carries the service's record tag, to re-adopt jobs after a crash
+    batch_host: str = ""
 
 
 @dataclass(frozen=True)

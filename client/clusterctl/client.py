@@ -1,0 +1,133 @@
+"""Synchronous gRPC client for clusterd: address from CLUSTERCTL_ADDR, token from CLUSTERCTL_TOKEN.
+
+Every call carries the bearer token and a deadline; gRPC errors become :class:`ServiceError` with
+the status code's name and the server's message, so callers never see grpc internals.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any, TypeVar
+
+import grpc
+
+from clusterctl.errors import ServiceError, UsageError
+from clusterctl.v1 import cluster_pb2, cluster_pb2_grpc, jobs_pb2, jobs_pb2_grpc
+
+DEFAULT_ADDR = "127.0.0.1:50051"
+DEFAULT_TIMEOUT = 30.0
+
+T = TypeVar("T")
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+class ClusterClient:
+    def __init__(
+        self,
+        addr: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        channel: grpc.Channel | None = None,
+    ) -> None:
+        self.addr = addr or os.environ.get("CLUSTERCTL_ADDR") or DEFAULT_ADDR
+        self.token = token if token is not None else os.environ.get("CLUSTERCTL_TOKEN", "")
+        self.timeout = timeout
+        self._channel = channel or grpc.insecure_channel(self.addr)
+        self.jobs = jobs_pb2_grpc.JobServiceStub(self._channel)
+        self.cluster = cluster_pb2_grpc.ClusterServiceStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> ClusterClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _metadata(self) -> list[tuple[str, str]]:
+        return [("authorization", f"Bearer {self.token}")] if self.token else []
+
+    def _call(self, method: Any, request: Any) -> Any:
+        try:
+            return method(request, timeout=self.timeout, metadata=self._metadata())
+        except grpc.RpcError as exc:
+            raise _service_error(exc) from None
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def submit(self, spec: jobs_pb2.JobSpec) -> jobs_pb2.SubmitJobResponse:
+        """Submit; a request_id is generated when missing so that the retry below is idempotent."""
+        if not spec.request_id:
+            spec.request_id = new_request_id()
+        request = jobs_pb2.SubmitJobRequest(spec=spec)
+        try:
+            return self._call(self.jobs.SubmitJob, request)
+        except ServiceError as exc:
+            if exc.code_name != "UNAVAILABLE":
+                raise
+            return self._call(self.jobs.SubmitJob, request)
+
+    def get(self, job_id: str) -> jobs_pb2.JobStatus:
+        return self._call(self.jobs.GetJob, jobs_pb2.GetJobRequest(job_id=job_id)).job
+
+    def list_jobs(
+        self,
+        *,
+        states: list[jobs_pb2.JobState] | None = None,
+        user: str = "",
+        include_finished: bool = False,
+        limit: int = 0,
+    ) -> list[jobs_pb2.JobStatus]:
+        request = jobs_pb2.ListJobsRequest(
+            states=states or [], user=user, include_finished=include_finished, limit=limit
+        )
+        return list(self._call(self.jobs.ListJobs, request).jobs)
+
+    def cancel(self, job_id: str) -> jobs_pb2.JobStatus:
+        return self._call(self.jobs.CancelJob, jobs_pb2.CancelJobRequest(job_id=job_id)).job
+
+    def requeue(self, job_id: str) -> jobs_pb2.JobStatus:
+        return self._call(self.jobs.RequeueJob, jobs_pb2.RequeueJobRequest(job_id=job_id)).job
+
+    def watch(self, job_ids: list[str] | None = None, *, include_initial: bool = True) -> Iterator[jobs_pb2.JobEvent]:
+        """Stream job events until the server ends the stream or the caller stops iterating."""
+        request = jobs_pb2.WatchJobsRequest(job_ids=job_ids or [], include_initial=include_initial)
+        stream = self.jobs.WatchJobs(request, metadata=self._metadata())
+        try:
+            yield from stream
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise _service_error(exc) from None
+        finally:
+            stream.cancel()
+
+    # -- cluster -----------------------------------------------------------------------------
+
+    def topology(self) -> cluster_pb2.Topology:
+        return self._call(self.cluster.GetTopology, cluster_pb2.GetTopologyRequest()).topology
+
+    def nodes(self, *, partition: str = "") -> list[cluster_pb2.Node]:
+        return list(self._call(self.cluster.ListNodes, cluster_pb2.ListNodesRequest(partition=partition)).nodes)
+
+    def plan(self, request: cluster_pb2.PlanPlacementRequest) -> cluster_pb2.Placement:
+        return self._call(self.cluster.PlanPlacement, request).placement
+
+
+def _service_error(exc: grpc.RpcError) -> ServiceError:
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    name = code.name if code is not None else "UNKNOWN"
+    if name == "UNAVAILABLE" and "failed to connect" in (details or "").lower():
+        details = f"cannot reach clusterd: {details}"
+    return ServiceError(name, details or "")
+
+
+__all__ = ["ClusterClient", "ServiceError", "UsageError", "new_request_id"]

@@ -1,0 +1,24 @@
+"""Client-side errors: one root, so callers and the CLI catch exactly what this package raises."""
+
+from __future__ import annotations
+
+
+class ClusterctlError(Exception):
+    """Root of every error raised by the clusterctl client library."""
+
+
+class UsageError(ClusterctlError):
+    """Bad input from the caller (CLI exit code 2)."""
+
+
+class ServiceError(ClusterctlError):
+    """The service answered with an error status (CLI exit code 1, or 2 for INVALID_ARGUMENT)."""
+
+    def __init__(self, code_name: str, message: str) -> None:
+        super().__init__(f"{code_name}: {message}")
+        self.code_name = code_name
+        self.message = message
+
+    @property
+    def is_bad_input(self) -> bool:
+        return self.code_name in ("INVALID_ARGUMENT", "OUT_OF_RANGE")

@@ -1,0 +1,1 @@
+"""gRPC surface: thin servicers, proto conversion, the auth/error interceptor."""

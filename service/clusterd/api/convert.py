@@ -1,0 +1,100 @@
+"""Domain objects -> protobuf messages (the only place that knows both)."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from clusterctl.v1 import cluster_pb2, jobs_pb2
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from clusterd.slurm.types import JobState, NodeState, SlurmNode
+from clusterd.store.records import JobRecord
+from clusterd.supervisor.events import JobEvent
+
+
+def _ts(value: float | None) -> Timestamp | None:
+    if not value:
+        return None
+    ts = Timestamp()
+    ts.FromNanoseconds(int(value * 1e9))
+    return ts
+
+
+def job_state(state: JobState) -> jobs_pb2.JobState:
+    return cast(jobs_pb2.JobState, jobs_pb2.JobState.Value(f"JOB_STATE_{state.value}"))
+
+
+def node_state(state: NodeState) -> cluster_pb2.NodeState:
+    return cast(cluster_pb2.NodeState, cluster_pb2.NodeState.Value(f"NODE_STATE_{state.value}"))
+
+
+def job_status(rec: JobRecord, *, with_spec: bool = False) -> jobs_pb2.JobStatus:
+    msg = jobs_pb2.JobStatus(
+        job_id=rec.job_id,
+        name=rec.spec.name or (rec.spec.command[0] if rec.spec.command else ""),
+        user=rec.user,
+        state=job_state(rec.state),
+        reason=rec.reason,
+        nodes=list(rec.nodes),
+        restart_count=rec.restart_count,
+        exit_code=rec.exit_code,
+        exit_signal=rec.exit_signal,
+        placement_explanation=rec.placement_explanation,
+        partition=rec.partition,
+        request_id=rec.request_id,
+        terminal=rec.terminal,
+        final_reason=rec.final_reason,
+        checkpoint_step=rec.checkpoint_step,
+        excluded_nodes=list(rec.excluded_nodes),
+    )
+    for name, value in (("submit_time", rec.submit_time), ("start_time", rec.start_time),
+                        ("end_time", rec.end_time)):  # fmt: skip
+        ts = _ts(value)
+        if ts is not None:
+            getattr(msg, name).CopyFrom(ts)
+    for entry in rec.restarts:
+        r = msg.restarts.add(
+            cause=f"TERMINATION_CAUSE_{entry.cause}",
+            failed_nodes=list(entry.failed_nodes),
+            checkpoint_step=entry.checkpoint_step,
+            exit_code=entry.exit_code,
+            detail=entry.detail,
+        )
+        ts = _ts(entry.time)
+        if ts is not None:
+            r.time.CopyFrom(ts)
+    if with_spec:
+        msg.spec.CopyFrom(rec.spec)
+    return msg
+
+
+def job_event(event: JobEvent) -> jobs_pb2.JobEvent:
+    msg = jobs_pb2.JobEvent(
+        type=f"JOB_EVENT_TYPE_{event.type.value}",
+        job=job_status(event.record),
+        message=event.message,
+    )
+    if event.previous_state is not None:
+        msg.previous_state = job_state(event.previous_state)
+    ts = _ts(event.time)
+    if ts is not None:
+        msg.time.CopyFrom(ts)
+    return msg
+
+
+def node(n: SlurmNode, switch: str) -> cluster_pb2.Node:
+    return cluster_pb2.Node(
+        name=n.name,
+        state=node_state(n.state),
+        switch=switch,
+        cpus_total=n.cpus_total,
+        cpus_allocated=n.cpus_allocated,
+        gpus_total=n.gpus_total,
+        gpus_allocated=n.gpus_allocated,
+        memory_mb_total=n.memory_mb_total,
+        memory_mb_allocated=n.memory_mb_allocated,
+        partitions=list(n.partitions),
+        features=list(n.features),
+        reason=n.reason,
+        flags=list(n.flags),
+    )

@@ -1,0 +1,86 @@
+"""JobService: validate the request shape, call JobManager, map to protos. Nothing else."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
+
+from clusterd.api import convert
+from clusterd.auth.identity import Identity, current_identity
+from clusterd.errors import InvalidArgument
+from clusterd.jobs.manager import JobManager
+from clusterd.store.records import JobRecord
+from clusterd.supervisor.events import EventBus, EventType, JobEvent
+
+
+def _job_id(value: str, field: str = "job_id") -> str:
+    if not value:
+        raise InvalidArgument(field, "is required")
+    if not value.isdigit() or len(value) > 20:
+        raise InvalidArgument(field, f"{value[:40]!r} is not a Slurm job id")
+    return value
+
+
+def _visible(ident: Identity, rec: JobRecord, job_ids: frozenset[str]) -> bool:
+    if not ident.admin and rec.user != ident.user:
+        return False
+    return not job_ids or rec.job_id in job_ids
+
+
+class JobServicer(jobs_pb2_grpc.JobServiceServicer):
+    def __init__(self, manager: JobManager, bus: EventBus) -> None:
+        self._manager = manager
+        self._bus = bus
+
+    async def SubmitJob(
+        self, request: jobs_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext
+    ) -> jobs_pb2.SubmitJobResponse:
+        rec, duplicate = await self._manager.submit(current_identity(), request.spec)
+        return jobs_pb2.SubmitJobResponse(job=convert.job_status(rec), duplicate=duplicate)
+
+    async def GetJob(
+        self, request: jobs_pb2.GetJobRequest, context: grpc.aio.ServicerContext
+    ) -> jobs_pb2.GetJobResponse:
+        rec = await self._manager.get(current_identity(), _job_id(request.job_id))
+        return jobs_pb2.GetJobResponse(job=convert.job_status(rec, with_spec=True))
+
+    async def ListJobs(
+        self, request: jobs_pb2.ListJobsRequest, context: grpc.aio.ServicerContext
+    ) -> jobs_pb2.ListJobsResponse:
+        records = await self._manager.list(
+            current_identity(), user=request.user, include_finished=request.include_finished, limit=request.limit
+        )
+        wanted = set(request.states)
+        jobs = [convert.job_status(r) for r in records]
+        return jobs_pb2.ListJobsResponse(jobs=[j for j in jobs if not wanted or j.state in wanted])
+
+    async def CancelJob(
+        self, request: jobs_pb2.CancelJobRequest, context: grpc.aio.ServicerContext
+    ) -> jobs_pb2.CancelJobResponse:
+        rec = await self._manager.cancel(current_identity(), _job_id(request.job_id))
+        return jobs_pb2.CancelJobResponse(job=convert.job_status(rec))
+
+    async def RequeueJob(
+        self, request: jobs_pb2.RequeueJobRequest, context: grpc.aio.ServicerContext
+    ) -> jobs_pb2.RequeueJobResponse:
+        rec = await self._manager.requeue(current_identity(), _job_id(request.job_id))
+        return jobs_pb2.RequeueJobResponse(job=convert.job_status(rec))
+
+    async def WatchJobs(
+        self, request: jobs_pb2.WatchJobsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[jobs_pb2.JobEvent]:
+        ident = current_identity()
+        job_ids = frozenset(_job_id(j, "job_ids") for j in request.job_ids)
+        # Subscribe before the snapshot so no event between the two is lost.
+        sub = self._bus.subscribe(lambda ev: _visible(ident, ev.record, job_ids))
+        if request.include_initial:
+            if job_ids:
+                initial = [await self._manager.get(ident, j) for j in sorted(job_ids)]
+            else:
+                initial = await self._manager.list(ident, user="", include_finished=False, limit=0)
+            for rec in initial:
+                yield convert.job_event(JobEvent(EventType.SNAPSHOT, rec))
+        async for event in sub:
+            yield convert.job_event(event)

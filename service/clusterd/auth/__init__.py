@@ -1,0 +1,1 @@
+"""Who is calling: bearer tokens, identities, and the interceptor that enforces them."""

@@ -1,0 +1,157 @@
+"""clusterd configuration: a TOML file, overridden by CLUSTERD_* environment variables, then flags.
+
+One dataclass tree sizes every bound in the service (STYLE 9), so limits are found in one place.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """The configuration file or an override is wrong; the message says which key."""
+
+
+@dataclass(frozen=True)
+class SlurmConfig:
+    backend: str = "commands"
+    slurm_conf: str = ""  # exported as SLURM_CONF to every Slurm command when set
+    bin_dir: str = ""  # where sbatch & co live; empty = PATH
+    default_partition: str = ""
+    job_root: str = "/var/lib/clusterd/jobs"  # per-user working dirs: <job_root>/<user>
+    command_timeout_seconds: float = 30.0
+    signal_before_timeout_seconds: int = 120
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    max_script_bytes: int = 1 << 20
+    max_message_bytes: int = 4 << 20
+    max_env_vars: int = 256
+    max_env_value_bytes: int = 32 << 10
+    max_nodes: int = 4096
+    max_watchers: int = 1000
+    watch_queue_size: int = 1000
+    list_default_limit: int = 1000
+
+
+@dataclass(frozen=True)
+class RestartDefaults:
+    max_restarts: int = 3
+    on_node_failure: bool = True
+    on_preemption: bool = True
+    on_time_limit: bool = True
+    retryable_exit_codes: tuple[int, ...] = ()
+    fatal_exit_codes: tuple[int, ...] = (86,)  # 86: the documented "do not requeue me" code
+    backoff_seconds: float = 0.0
+    exclude_failed_nodes: bool = True
+    no_progress_limit: int = 3
+
+
+@dataclass(frozen=True)
+class Config:
+    listen: str = "127.0.0.1:50051"
+    state_dir: str = "/var/lib/clusterd"
+    tokens_file: str = "/etc/clusterd/tokens.toml"
+    poll_interval_seconds: float = 2.0
+    shutdown_grace_seconds: float = 5.0
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    restart: RestartDefaults = field(default_factory=RestartDefaults)
+
+    @property
+    def db_path(self) -> Path:
+        return Path(self.state_dir) / "clusterd.sqlite3"
+
+
+def _build(cls: type[Any], data: dict[str, Any], where: str) -> Any:
+    """Construct dataclass ``cls`` from a TOML table, rejecting unknown keys by name."""
+    known = {f.name: f for f in fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in known:
+            raise ConfigError(f"unknown config key {where}{key!r}")
+        default = getattr(cls(), key)
+        if is_dataclass(default):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}{key} must be a table")
+            kwargs[key] = _build(type(default), value, f"{where}{key}.")
+        else:
+            kwargs[key] = _coerce(value, default, f"{where}{key}")
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, default: Any, name: str) -> Any:
+    if isinstance(default, bool):
+        if isinstance(value, str):
+            if value.lower() in ("1", "true", "yes", "on"):
+                return True
+            if value.lower() in ("0", "false", "no", "off"):
+                return False
+        if isinstance(value, bool):
+            return value
+    elif isinstance(default, int):
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            pass
+    elif isinstance(default, float):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            pass
+    elif isinstance(default, str):
+        if isinstance(value, str):
+            return value
+    elif isinstance(default, tuple):
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v.strip()]
+        if isinstance(value, list):
+            try:
+                return tuple(int(v) for v in value)
+            except (TypeError, ValueError):
+                pass
+    raise ConfigError(f"{name}: expected {type(default).__name__}, got {value!r}")
+
+
+def _set_path(cfg: Any, dotted: str, raw: Any) -> Any:
+    head, _, rest = dotted.partition(".")
+    if not any(f.name == head for f in fields(cfg)):
+        raise ConfigError(f"unknown config key {dotted!r}")
+    current = getattr(cfg, head)
+    if rest:
+        if not is_dataclass(current):
+            raise ConfigError(f"{head} is not a table")
+        return replace(cfg, **{head: _set_path(current, rest, raw)})
+    return replace(cfg, **{head: _coerce(raw, current, head)})
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    environ: dict[str, str] | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Config:
+    """File, then ``CLUSTERD_<SECTION>__<KEY>`` variables (``CLUSTERD_LISTEN``), then ``overrides``."""
+    cfg = Config()
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {path}: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config {path} is not valid TOML: {exc}") from exc
+        cfg = _build(Config, data, "")
+    env = os.environ if environ is None else environ
+    for name, value in sorted(env.items()):
+        if name.startswith("CLUSTERD_") and name not in ("CLUSTERD_CONFIG",):
+            dotted = name[len("CLUSTERD_") :].lower().replace("__", ".")
+            cfg = _set_path(cfg, dotted, value)
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            cfg = _set_path(cfg, dotted, value)
+    return cfg

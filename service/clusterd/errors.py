@@ -1,0 +1,52 @@
+"""The service's error hierarchy; api/errors.py maps each class to one gRPC status code."""
+
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    """Root of every error the service raises on purpose."""
+
+
+class InvalidArgument(ServiceError):
+    """A request field is malformed; ``field`` names it (dotted path, e.g. ``spec.nodes``)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class Unauthenticated(ServiceError):
+    pass
+
+
+class PermissionDenied(ServiceError):
+    pass
+
+
+class NotFound(ServiceError):
+    pass
+
+
+class FailedPrecondition(ServiceError):
+    pass
+
+
+class ResourceExhausted(ServiceError):
+    pass
+
+
+class SlurmError(ServiceError):
+    """A Slurm command failed; ``stderr`` carries Slurm's own words for the caller."""
+
+    def __init__(self, command: str, returncode: int | None, stderr: str) -> None:
+        detail = stderr.strip().splitlines()[-1] if stderr.strip() else "no output"
+        rc = "timed out" if returncode is None else f"exit {returncode}"
+        super().__init__(f"{command} failed ({rc}): {detail}")
+        self.command = command
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+class SlurmUnavailable(SlurmError):
+    """slurmctld did not answer (timeouts, connection refused): retryable by the caller."""

@@ -1,0 +1,59 @@
+"""``clusterd`` command: ``serve`` runs the service; more operator commands hang here."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from clusterd.auth.tokens import TokenFileError
+from clusterd.config import ConfigError, load_config
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from clusterd.server import ClusterDaemon
+
+    overrides = {"listen": args.listen, "state_dir": args.state_dir, "tokens_file": args.tokens_file}
+    try:
+        config = load_config(args.config, overrides=overrides)
+        daemon = ClusterDaemon(config)
+    except (ConfigError, TokenFileError) as exc:
+        print(f"clusterd: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(daemon.run())
+    except OSError as exc:
+        print(f"clusterd: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="clusterd", description="gRPC job service in front of Slurm")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the service")
+    serve.add_argument("--config", help="TOML config file (env: CLUSTERD_CONFIG)")
+    serve.add_argument("--listen", help="host:port to listen on")
+    serve.add_argument("--state-dir", help="where the SQLite store lives")
+    serve.add_argument("--tokens-file", help="TOML file of bearer tokens")
+    serve.set_defaults(func=_serve)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "config", None) is None:
+        import os
+
+        args.config = os.environ.get("CLUSTERD_CONFIG")
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""The clusterd service object: owns the gRPC server, the poller, health and shutdown (STYLE 12)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+import grpc
+from clusterctl.v1 import cluster_pb2, cluster_pb2_grpc, jobs_pb2, jobs_pb2_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from clusterd.api.cluster_servicer import ClusterServicer
+from clusterd.api.interceptor import AuthInterceptor
+from clusterd.api.jobs_servicer import JobServicer
+from clusterd.auth.tokens import TokenStore
+from clusterd.config import Config
+from clusterd.jobs.manager import JobManager
+from clusterd.placement import TopologyPlacer
+from clusterd.slurm.base import SlurmBackend
+from clusterd.slurm.factory import make_backend
+from clusterd.store.sqlite import JobStore
+from clusterd.supervisor.events import EventBus
+from clusterd.supervisor.poller import QueuePoller
+
+log = logging.getLogger(__name__)
+
+_SERVICES = (
+    jobs_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
+    cluster_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name,
+)
+
+
+class ClusterDaemon:
+    def __init__(self, config: Config, backend: SlurmBackend | None = None) -> None:
+        self.config = config
+        self.backend = backend or make_backend(config.slurm)
+        self.store = JobStore(config.db_path)
+        self.bus = EventBus(queue_size=config.limits.watch_queue_size, max_subscribers=config.limits.max_watchers)
+        self.poller = QueuePoller(
+            self.backend,
+            self.store,
+            self.bus,
+            interval=config.poll_interval_seconds,
+            default_partition=config.slurm.default_partition,
+        )
+        self.placer = TopologyPlacer(self.poller)
+        self.manager = JobManager(config, self.backend, self.store, self.poller, self.bus, self.placer)
+        self.tokens = TokenStore(config.tokens_file)
+        self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
+        self._stop = asyncio.Event()
+        self._server: grpc.aio.Server | None = None
+        self.port: int = 0
+        self._health_task: asyncio.Future[None] | None = None
+
+    async def start(self) -> None:
+        limit = self.config.limits.max_message_bytes
+        server = grpc.aio.server(
+            interceptors=[AuthInterceptor(self.tokens)],
+            options=[
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", limit),
+            ],
+        )
+        jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(self.manager, self.bus), server)
+        cluster_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(self.poller, self.placer), server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection((*_SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+        self.port = server.add_insecure_port(self.config.listen)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {self.config.listen}")
+        await self._set_health(False)
+        self.poller.on_health = self._health_changed
+        # First poll before serving, so validation knows the partitions and nodes.
+        with contextlib.suppress(Exception):
+            await self.poller.poll_once()
+            await self._set_health(True)
+            self.poller.healthy = True
+        await server.start()
+        self._server = server
+        log.info("clusterd listening on %s", self.config.listen)
+
+    def _health_changed(self, ok: bool) -> None:
+        self._health_task = asyncio.ensure_future(self._set_health(ok))
+
+    async def _set_health(self, ok: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ("", *_SERVICES):
+            result = self.health.set(name, status)
+            if asyncio.iscoroutine(result):
+                await result
+
+    async def run(self) -> None:
+        """Serve until SIGTERM/SIGINT, then stop accepting calls and drain within the grace period."""
+        await self.start()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self._stop.set)
+        poll_task = asyncio.create_task(self.poller.run(self._stop))
+        try:
+            await self._stop.wait()
+        finally:
+            await self.stop()
+            await poll_task
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        self.bus.close_all()
+        if self._server is not None:
+            await self._server.stop(self.config.shutdown_grace_seconds)
+            self._server = None
+        self.store.close()

@@ -1,0 +1,50 @@
+"""The seam between clusterd and Slurm.
+
+Every backend (Slurm's own commands, slurmrestd, pyslurm, the in-memory fake for unit tests)
+implements :class:`SlurmBackend`. Callers never see Slurm's strings or JSON shapes, only the types
+in :mod:`clusterd.slurm.types`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch, SubmitArgs
+
+
+@runtime_checkable
+class SlurmBackend(Protocol):
+    async def submit(self, args: SubmitArgs) -> str:
+        """Submit one batch job and return its Slurm job id.
+
+        Raises:
+            SlurmError: sbatch refused the job (its message is passed on).
+            SlurmUnavailable: slurmctld did not answer in time.
+        """
+        ...
+
+    async def cancel(self, job_id: str) -> None: ...
+
+    async def requeue(self, job_id: str) -> None:
+        """Put a running or finished job back to PENDING under the same job id."""
+        ...
+
+    async def update_job(
+        self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_now: bool = False
+    ) -> None:
+        """Change a pending job: its excluded nodes, and/or clear a BeginTime hold."""
+        ...
+
+    async def list_jobs(self) -> list[SlurmJob]:
+        """The whole queue in ONE query (the poller is the only caller)."""
+        ...
+
+    async def list_nodes(self) -> list[SlurmNode]: ...
+
+    async def topology(self) -> list[SlurmSwitch]:
+        """The switch tree; empty when no topology plugin is configured."""
+        ...
+
+    async def partitions(self) -> list[str]: ...
+
+    async def version(self) -> str: ...

@@ -1,0 +1,90 @@
+"""The one place that runs Slurm commands: exec (never a shell), a deadline, captured output."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from clusterd.errors import SlurmError, SlurmUnavailable
+
+log = logging.getLogger(__name__)
+
+# Words in Slurm's stderr that mean "slurmctld did not answer" rather than "your job is wrong".
+_UNAVAILABLE_MARKERS = (
+    "Unable to contact slurm controller",
+    "Socket timed out",
+    "Connection refused",
+    "Slurm backup controller in standby mode",
+    "Zero Bytes were transmitted",
+)
+
+
+@dataclass
+class CommandResult:
+    stdout: str
+    stderr: str
+    returncode: int
+
+
+@dataclass
+class CommandRunner:
+    """Runs Slurm binaries with a clean environment and counts calls per command (for metrics/tests)."""
+
+    bin_dir: str = ""
+    slurm_conf: str = ""
+    timeout: float = 30.0
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+        if self.slurm_conf:
+            env["SLURM_CONF"] = self.slurm_conf
+        if extra:
+            env.update(extra)
+        return env
+
+    async def run(
+        self,
+        argv: list[str],
+        *,
+        stdin: str | None = None,
+        env: dict[str, str] | None = None,
+        check: bool = True,
+    ) -> CommandResult:
+        """Run ``argv``; raise SlurmUnavailable on timeout/controller errors, SlurmError on failure."""
+        prog = argv[0]
+        exe = os.path.join(self.bin_dir, prog) if self.bin_dir else prog
+        self.counts[prog] += 1
+        started = time.monotonic()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                exe,
+                *argv[1:],
+                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self._env(env),
+            )
+        except FileNotFoundError as exc:
+            raise SlurmUnavailable(prog, None, f"{exe}: not found") from exc
+        try:
+            out, err = await asyncio.wait_for(
+                proc.communicate(stdin.encode() if stdin is not None else None), self.timeout
+            )
+        except TimeoutError as exc:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise SlurmUnavailable(prog, None, f"no answer within {self.timeout:.0f}s") from exc
+        result = CommandResult(out.decode(errors="replace"), err.decode(errors="replace"), proc.returncode or 0)
+        log.debug("slurm %s rc=%s %.3fs", prog, result.returncode, time.monotonic() - started)
+        if check and result.returncode != 0:
+            if any(marker in result.stderr for marker in _UNAVAILABLE_MARKERS):
+                raise SlurmUnavailable(prog, result.returncode, result.stderr)
+            raise SlurmError(prog, result.returncode, result.stderr)
+        return result

@@ -1,0 +1,1 @@
+"""Persistent records of submitted jobs (SQLite in WAL mode)."""

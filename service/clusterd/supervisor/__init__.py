@@ -1,0 +1,1 @@
+"""The supervision loop: one queue poll for everyone, job events, restart policy."""
