@@ -167,8 +167,7 @@ def feasible(
         parts.extend(_others(best, free, count))
     elif not required_now:
         parts.append(
-            f"nodelist nodes are busy now ({compress_hostlist(busy_required)}); "
-            "the job queues until they free"
+            f"nodelist nodes are busy now ({compress_hostlist(busy_required)}); the job queues until they free"
         )
     elif best is None:
         total = sum(len(v) for v in free.values())
@@ -176,9 +175,7 @@ def feasible(
     else:  # a placement exists now, but on more leaves than the policy allows
         largest = min(free, key=lambda x: (-len(free[x]), natural_key(x)), default="")
         within = "no leaf switch has" if (limit or 1) == 1 else f"no {limit} leaf switches together have"
-        parts.append(
-            f"{within} {count} free nodes now (largest: {largest} with {len(free.get(largest, ()))})"
-        )
+        parts.append(f"{within} {count} free nodes now (largest: {largest} with {len(free.get(largest, ()))})")
         parts.append(
             f"Slurm holds the job up to {wait} for {plural(limit or 1, 'switch')}, then places it "
             f"anyway; now that would be {_where(best)}"
@@ -186,8 +183,7 @@ def feasible(
     if count > 1 and limit is not None:
         if request.policy == "pack" and min_switches > 1:
             parts.append(
-                f"pack: no leaf holds {count} nodes even when empty, so --switches asks for the "
-                f"minimum, {min_switches}"
+                f"pack: no leaf holds {count} nodes even when empty, so --switches asks for the minimum, {min_switches}"
             )
         parts.append(f"--switches={limit}@{wait}")
     if best is not None and available and not request.nodelist:

@@ -359,6 +359,4 @@ class TopologyModel:
 
     def free_nodes(self, switch: str, *, gpus_per_node: int = 0, cpus_per_node: int = 0) -> int:
         """Nodes below ``switch`` that can take a per-node share of this size right now."""
-        return sum(
-            1 for n in self.nodes_under(switch) if fits(self._nodes[n], gpus_per_node, cpus_per_node)
-        )
+        return sum(1 for n in self.nodes_under(switch) if fits(self._nodes[n], gpus_per_node, cpus_per_node))

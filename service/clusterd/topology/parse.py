@@ -95,6 +95,5 @@ def parse_topology(text: str) -> list[SlurmSwitch]:
 
     levels = _derive_levels(raw)
     return [
-        SlurmSwitch(name=name, level=levels[name], nodes=nodes, switches=switches)
-        for name, _, nodes, switches in raw
+        SlurmSwitch(name=name, level=levels[name], nodes=nodes, switches=switches) for name, _, nodes, switches in raw
     ]

@@ -130,10 +130,7 @@ def _preference(node: SlurmNode) -> tuple[object, ...]:
 
 
 def _min_leaves(model: TopologyModel, capable: set[str], count: int, required: list[str]) -> int | None:
-    free = {
-        leaf: [n for n in model.leaf_nodes(leaf) if n in capable and n not in required]
-        for leaf in model.leaves
-    }
+    free = {leaf: [n for n in model.leaf_nodes(leaf) if n in capable and n not in required] for leaf in model.leaves}
     sel = select(model, free, count, required=required)
     return None if sel is None else len(sel.leaves)
 

@@ -54,16 +54,12 @@ def _best_fit_swap(chosen: list[str], pool: list[str], cap: Mapping[str, int], n
     return chosen
 
 
-def _leaves_for(
-    leaves: Sequence[str], forced: Sequence[str], cap: Mapping[str, int], need: int
-) -> list[str] | None:
+def _leaves_for(leaves: Sequence[str], forced: Sequence[str], cap: Mapping[str, int], need: int) -> list[str] | None:
     """Fewest leaves (forced ones included) from ``leaves`` covering ``need`` more nodes."""
     have = sum(cap[x] for x in forced)
     if have >= need:
         return list(forced)
-    others = sorted(
-        (x for x in leaves if x not in forced and cap[x] > 0), key=lambda x: (-cap[x], natural_key(x))
-    )
+    others = sorted((x for x in leaves if x not in forced and cap[x] > 0), key=lambda x: (-cap[x], natural_key(x)))
     picked: list[str] = []
     for leaf in others:
         if have >= need:
