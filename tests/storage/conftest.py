@@ -1,0 +1,44 @@
+"""Fixtures for storage tests: one backend of each kind behind the same Protocol."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from s3server import SeaweedS3, get_server  # noqa: E402
+
+from clusterctl.storage import MemoryStorage, PosixOptions, PosixStorage, S3Options, Storage  # noqa: E402
+from clusterctl.storage.s3 import S3Storage  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> SeaweedS3:
+    return get_server()
+
+
+def s3_options(server: SeaweedS3, **kw: object) -> S3Options:
+    base: dict[str, object] = dict(
+        endpoint_url=server.endpoint, access_key_id=server.access_key, secret_access_key=server.secret_key,
+        region=server.region, part_size=5 << 20, max_concurrency=4, connect_timeout=2, read_timeout=10,
+        max_attempts=3, backoff_initial=0.05, backoff_max=0.5,
+    )
+    base.update(kw)
+    return S3Options(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture(params=["memory", "posix", pytest.param("s3", marks=pytest.mark.s3)])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
+    if request.param == "memory":
+        st: Storage = MemoryStorage()
+    elif request.param == "posix":
+        st = PosixStorage(str(tmp_path / "root"), PosixOptions(part_size=1 << 20, max_concurrency=3))
+    else:
+        server = request.getfixturevalue("s3_server")
+        st = S3Storage(server.bucket, f"storage-tests/{uuid.uuid4().hex}", s3_options(server))
+    yield st
+    st.close()
