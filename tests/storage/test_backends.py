@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from clusterctl.storage import (
     InvalidKeyError,
     ObjectExistsError,
@@ -80,7 +79,9 @@ def test_get_max_size(storage: Storage) -> None:
     assert storage.get("m", max_size=100) == b"x" * 100
 
 
-@pytest.mark.parametrize("key", ["../escape", "a/../../b", "/abs", "a//b", "a\\b", "a/\x00b", "a/\nb", "", ".", "a/./b"])
+@pytest.mark.parametrize(
+    "key", ["../escape", "a/../../b", "/abs", "a//b", "a\\b", "a/\x00b", "a/\nb", "", ".", "a/./b"]
+)
 def test_unsafe_keys_refused(storage: Storage, key: str) -> None:
     with pytest.raises(InvalidKeyError):
         storage.put(key, b"x")
