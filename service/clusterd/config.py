@@ -74,7 +74,7 @@ def _build(cls: type[Any], data: dict[str, Any], where: str) -> Any:
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if key not in known:
-            raise ConfigError(f"unknown config key {where}{key!r}")
+            raise ConfigError(f"unknown config key '{where}{key}'")
         default = getattr(cls(), key)
         if is_dataclass(default):
             if not isinstance(value, dict):

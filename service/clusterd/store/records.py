@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from clusterctl.v1 import jobs_pb2
 
@@ -55,6 +55,10 @@ class JobRecord:
     error: str = ""  # why the submission failed (phase FAILED)
     user_cancelled: bool = False  # a user's cancel is final: never requeued
     restarts: list[RestartEntry] = field(default_factory=list)
+
+    def snapshot(self) -> JobRecord:
+        """A copy that later updates of this record cannot change (events carry these)."""
+        return replace(self, restarts=list(self.restarts))
 
     @property
     def comment_tag(self) -> str:

@@ -11,7 +11,7 @@ import contextlib
 import enum
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from clusterd.errors import ResourceExhausted
 from clusterd.slurm.types import JobState
@@ -96,6 +96,7 @@ class EventBus:
         self._subs.discard(sub)
 
     def publish(self, event: JobEvent) -> None:
+        event = replace(event, record=event.record.snapshot())
         for sub in list(self._subs):
             sub.offer(event)
 

@@ -1,0 +1,98 @@
+"""In-memory Slurm for fast unit tests of the service's logic (never for feature claims).
+
+It implements :class:`~clusterd.slurm.base.SlurmBackend` and counts every call, so tests can prove
+that a rejected request never reached Slurm and that N watchers cost one queue query per poll.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+from clusterd.errors import SlurmError
+from clusterd.slurm.types import JobState, NodeState, SlurmJob, SlurmNode, SlurmSwitch, SubmitArgs
+
+
+@dataclass
+class FakeSlurm:
+    nodes: list[SlurmNode] = field(default_factory=list)
+    switches: list[SlurmSwitch] = field(default_factory=list)
+    jobs: dict[str, SlurmJob] = field(default_factory=dict)
+    submitted: list[SubmitArgs] = field(default_factory=list)
+    calls: Counter[str] = field(default_factory=Counter)
+    fail_submit: str = ""  # when set, sbatch "refuses" with this message
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
+
+    @classmethod
+    def cluster(cls, leaves: int = 2, per_leaf: int = 3, gpus: int = 4, cpus: int = 4) -> FakeSlurm:
+        nodes, switches = [], []
+        n = 0
+        for leaf in range(1, leaves + 1):
+            names = []
+            for _ in range(per_leaf):
+                n += 1
+                names.append(f"node{n}")
+                nodes.append(SlurmNode(f"node{n}", NodeState.IDLE, cpus_total=cpus, gpus_total=gpus,
+                                       memory_mb_total=2048, partitions=("debug", "batch")))  # fmt: skip
+            switches.append(SlurmSwitch(f"leaf{leaf}", 0, nodes=tuple(names)))
+        switches.append(SlurmSwitch("spine", 1, switches=tuple(s.name for s in switches)))
+        return cls(nodes=nodes, switches=switches)
+
+    async def submit(self, args: SubmitArgs) -> str:
+        self.calls["submit"] += 1
+        if self.fail_submit:
+            raise SlurmError("sbatch", 1, f"sbatch: error: {self.fail_submit}")
+        job_id = str(next(self._ids))
+        self.submitted.append(args)
+        opts = dict(o.removeprefix("--").partition("=")[::2] for o in args.options)
+        self.jobs[job_id] = SlurmJob(
+            job_id=job_id,
+            name=opts.get("job-name", "job"),
+            user=str(args.uid),
+            state=JobState.PENDING,
+            partition=opts.get("partition", "debug"),
+            submit_time=time.time(),
+            comment=opts.get("comment", ""),
+            requeue="requeue" in opts,
+        )
+        return job_id
+
+    def set_state(self, job_id: str, state: JobState, **changes: object) -> None:
+        self.jobs[job_id] = replace(self.jobs[job_id], state=state, **changes)  # type: ignore[arg-type]
+
+    async def cancel(self, job_id: str) -> None:
+        self.calls["cancel"] += 1
+        if job_id in self.jobs:
+            self.set_state(job_id, JobState.CANCELLED)
+
+    async def requeue(self, job_id: str) -> None:
+        self.calls["requeue"] += 1
+        job = self.jobs[job_id]
+        self.jobs[job_id] = replace(job, state=JobState.PENDING, restart_count=job.restart_count + 1)
+
+    async def update_job(
+        self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_now: bool = False
+    ) -> None:
+        self.calls["update_job"] += 1
+        if exclude_nodes is not None:
+            self.jobs[job_id] = replace(self.jobs[job_id], excluded_nodes=exclude_nodes)
+
+    async def list_jobs(self) -> list[SlurmJob]:
+        self.calls["list_jobs"] += 1
+        return list(self.jobs.values())
+
+    async def list_nodes(self) -> list[SlurmNode]:
+        self.calls["list_nodes"] += 1
+        return list(self.nodes)
+
+    async def topology(self) -> list[SlurmSwitch]:
+        self.calls["topology"] += 1
+        return list(self.switches)
+
+    async def partitions(self) -> list[str]:
+        return sorted({p for n in self.nodes for p in n.partitions})
+
+    async def version(self) -> str:
+        return "22.05.8"

@@ -1,0 +1,151 @@
+"""Table-driven validation: every bad field is rejected with its name, before anything runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from clusterctl.v1 import cluster_pb2, jobs_pb2
+from clusterd.config import LimitsConfig
+from clusterd.errors import InvalidArgument
+from clusterd.jobs.validate import ClusterFacts, parse_time_limit, validate_spec
+from google.protobuf.duration_pb2 import Duration
+
+FACTS = ClusterFacts(
+    partitions=frozenset({"debug", "batch"}),
+    nodes=frozenset(f"node{i}" for i in range(1, 7)),
+    default_partition="debug",
+)
+LIMITS = LimitsConfig(max_script_bytes=4096)
+SCRIPT = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gres=gpu:2\n#SBATCH -t 10:00\necho hi\n"
+
+
+def spec(**fields: Any) -> jobs_pb2.JobSpec:
+    base: dict[str, Any] = {"command": ["python", "train.py"]}
+    base.update(fields)
+    if "script" in fields:
+        base.pop("command")
+    return jobs_pb2.JobSpec(**base)
+
+
+BAD: list[tuple[str, jobs_pb2.JobSpec, str]] = [
+    ("no script or command", jobs_pb2.JobSpec(), "spec.script"),
+    ("both script and command", jobs_pb2.JobSpec(script=SCRIPT, command=["x"]), "spec.command"),
+    ("empty program", spec(command=[""]), "spec.command[0]"),
+    ("NUL in command", spec(command=["echo", "a\x00b"]), "spec.command[1]"),
+    ("script without shebang", spec(script="echo hi\n"), "spec.script"),
+    ("oversized script", spec(script="#!/bin/bash\n" + "x" * 5000), "spec.script"),
+    ("NUL in script", spec(script="#!/bin/bash\necho \x00\n"), "spec.script"),
+    ("#SBATCH --uid in script", spec(script="#!/bin/bash\n#SBATCH --uid=0\necho\n"), "spec.script"),
+    ("#SBATCH --export in script", spec(script="#!/bin/bash\n#SBATCH --export=LD_PRELOAD=x\n"), "spec.script"),
+    ("#SBATCH bad quoting", spec(script="#!/bin/bash\n#SBATCH --job-name='x\n"), "spec.script"),
+    ("#SBATCH nodes zero", spec(script="#!/bin/bash\n#SBATCH -N 0\n"), "spec.script"),
+    ("#SBATCH bad time", spec(script="#!/bin/bash\n#SBATCH --time=soon\n"), "spec.script"),
+    ("#SBATCH unknown partition", spec(script="#!/bin/bash\n#SBATCH -p gpu\n"), "spec.script"),
+    ("#SBATCH bad gres count", spec(script="#!/bin/bash\n#SBATCH --gres=gpu:many\n"), "spec.script"),
+    ("name with newline", spec(name="a\nb"), "spec.name"),
+    ("name with escape", spec(name="a\x1b[31m"), "spec.name"),
+    ("name too long", spec(name="n" * 201), "spec.name"),
+    ("too many nodes", spec(nodes=100_000), "spec.nodes"),
+    ("too many tasks", spec(tasks_per_node=5000), "spec.tasks_per_node"),
+    ("too many gpus", spec(gpus_per_node=1000), "spec.gpus_per_node"),
+    ("too many cpus", spec(cpus_per_task=100_000), "spec.cpus_per_task"),
+    ("absurd memory", spec(memory_mb_per_node=1 << 40), "spec.memory_mb_per_node"),
+    ("time words", spec(time_limit="ten minutes"), "spec.time_limit"),
+    ("time negative", spec(time_limit="-5"), "spec.time_limit"),
+    ("time zero", spec(time_limit="0"), "spec.time_limit"),
+    ("time too many colons", spec(time_limit="1:2:3:4"), "spec.time_limit"),
+    ("time injection", spec(time_limit="10; rm -rf /"), "spec.time_limit"),
+    ("unknown partition", spec(partition="gpu"), "spec.partition"),
+    ("partition metachar", spec(partition="debug;id"), "spec.partition"),
+    ("account metachar", spec(account="acct$(id)"), "spec.account"),
+    ("qos with space", spec(qos="high prio"), "spec.qos"),
+    ("env bad name", spec(environment={"1X": "v"}), "spec.environment"),
+    ("env name with =", spec(environment={"A=B": "v"}), "spec.environment"),
+    ("env name with space", spec(environment={"A B": "v"}), "spec.environment"),
+    ("env reserved SLURM_", spec(environment={"SLURM_CONF": "/tmp/x"}), "spec.environment"),
+    ("env reserved SBATCH_", spec(environment={"SBATCH_UID": "0"}), "spec.environment"),
+    ("env reserved CLUSTERCTL_", spec(environment={"CLUSTERCTL_RESTART_COUNT": "9"}), "spec.environment"),
+    ("env NUL value", spec(environment={"A": "x\x00y"}), "spec.environment"),
+    ("env huge value", spec(environment={"A": "x" * 40000}), "spec.environment"),
+    ("relative workdir", spec(working_directory="tmp/x"), "spec.working_directory"),
+    ("workdir traversal", spec(working_directory="/home/a/../../etc"), "spec.working_directory"),
+    ("workdir newline", spec(working_directory="/tmp/a\nb"), "spec.working_directory"),
+    ("stdout traversal", spec(stdout_path="../../etc/passwd"), "spec.stdout_path"),
+    ("stderr control", spec(stderr_path="/tmp/\x07"), "spec.stderr_path"),
+    ("checkpoint bad scheme", spec(checkpoint_uri="http://x/y"), "spec.checkpoint_uri"),
+    ("checkpoint relative", spec(checkpoint_uri="ckpt/run1"), "spec.checkpoint_uri"),
+    ("checkpoint traversal", spec(checkpoint_uri="s3://bucket/a/../b"), "spec.checkpoint_uri"),
+    ("checkpoint bad bucket", spec(checkpoint_uri="s3://Bad_Bucket/x"), "spec.checkpoint_uri"),
+    ("checkpoint file relative", spec(checkpoint_uri="file://relative/x"), "spec.checkpoint_uri"),
+    ("request id spaces", spec(request_id="a b"), "spec.request_id"),
+    ("request id too long", spec(request_id="r" * 129), "spec.request_id"),
+    ("restart exit code 0", spec(restart_policy=jobs_pb2.RestartPolicy(retryable_exit_codes=[0])),
+     "spec.restart_policy.retryable_exit_codes"),
+    ("restart exit code 300", spec(restart_policy=jobs_pb2.RestartPolicy(fatal_exit_codes=[300])),
+     "spec.restart_policy.fatal_exit_codes"),
+    ("retryable and fatal", spec(restart_policy=jobs_pb2.RestartPolicy(retryable_exit_codes=[3], fatal_exit_codes=[3])),
+     "spec.restart_policy.fatal_exit_codes"),
+    ("huge max restarts", spec(restart_policy=jobs_pb2.RestartPolicy(max_restarts=100_000)),
+     "spec.restart_policy.max_restarts"),
+    ("negative backoff", spec(restart_policy=jobs_pb2.RestartPolicy(backoff=Duration(seconds=-1))),
+     "spec.restart_policy.backoff"),
+    ("exact without count", spec(placement=cluster_pb2.PlacementPreference(policy=cluster_pb2.PLACEMENT_POLICY_EXACT)),
+     "spec.placement.switch_count"),
+    ("more switches than nodes", spec(nodes=2, placement=cluster_pb2.PlacementPreference(
+        policy=cluster_pb2.PLACEMENT_POLICY_EXACT, switch_count=3)), "spec.placement.switch_count"),
+    ("unknown excluded node", spec(placement=cluster_pb2.PlacementPreference(exclude_nodes=["node99"])),
+     "spec.placement.exclude_nodes[0]"),
+    ("excluded node metachar", spec(placement=cluster_pb2.PlacementPreference(exclude_nodes=["node1,node2"])),
+     "spec.placement.exclude_nodes[0]"),
+    ("nodelist count mismatch", spec(nodes=2, placement=cluster_pb2.PlacementPreference(nodelist=["node1"])),
+     "spec.placement.nodelist"),
+    ("nodelist and exclude overlap", spec(nodes=1, placement=cluster_pb2.PlacementPreference(
+        nodelist=["node1"], exclude_nodes=["node1"])), "spec.placement.nodelist"),
+    ("max wait too long", spec(placement=cluster_pb2.PlacementPreference(max_wait_seconds=10**8)),
+     "spec.placement.max_wait_seconds"),
+    ("constraint metachar", spec(placement=cluster_pb2.PlacementPreference(constraints=["a|b"])),
+     "spec.placement.constraints[0]"),
+    ("unknown policy value", spec(placement=cluster_pb2.PlacementPreference(policy=42)),  # type: ignore[arg-type]
+     "spec.placement.policy"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "bad", "field"), BAD, ids=[c[0] for c in BAD])
+def test_bad_field_is_named(case: str, bad: jobs_pb2.JobSpec, field: str) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        validate_spec(bad, FACTS, LIMITS)
+    assert info.value.field.startswith(field), str(info.value)
+    assert str(info.value).startswith(field)
+
+
+def test_script_directives_resolve() -> None:
+    job = validate_spec(spec(script=SCRIPT), FACTS, LIMITS)
+    assert (job.nodes, job.gpus_per_node, job.time_limit_seconds, job.partition) == (2, 2, 600, "debug")
+
+
+def test_spec_fields_override_directives() -> None:
+    job = validate_spec(spec(script=SCRIPT, nodes=3, gpus_per_node=4, partition="batch"), FACTS, LIMITS)
+    assert (job.nodes, job.gpus_per_node, job.partition) == (3, 4, "batch")
+
+
+def test_command_gets_generated_script_and_name() -> None:
+    job = validate_spec(spec(command=["/usr/bin/python3", "-c", "print('a b')"]), FACTS, LIMITS)
+    assert job.name == "python3"
+    assert "srun" in job.script and "'print('\"'\"'a b'\"'\"')'" in job.script
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30", 1800), ("30:15", 1815), ("1:00:00", 3600), ("2-0", 172800), ("1-2:03", 93780),
+     ("1-2:03:04", 93784), ("UNLIMITED", None), ("infinite", None)],
+)  # fmt: skip
+def test_time_limits(text: str, seconds: int | None) -> None:
+    assert parse_time_limit(text) == seconds
+
+
+def test_shell_metacharacters_in_free_text_are_data_not_code() -> None:
+    """Names, env values and args may hold any printable text: they never pass through a shell."""
+    hostile = "$(touch /tmp/pwned); `id` | rm -rf / && echo 'x\" ;"
+    job = validate_spec(spec(name=hostile, command=["echo", hostile], environment={"X": hostile}), FACTS, LIMITS)
+    assert job.name == hostile
