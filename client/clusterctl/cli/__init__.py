@@ -1,0 +1,1 @@
+"""The ``clusterctl`` command line: thin commands over :class:`clusterctl.client.ClusterClient`."""

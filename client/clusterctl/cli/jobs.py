@@ -1,0 +1,218 @@
+"""Job commands: ``status``, ``list``, ``watch``, ``cancel``, ``requeue``.
+
+Each parses its flags, makes one or a few client calls and renders; the watch loop
+(:func:`follow`) is shared with ``submit --wait``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from rich.live import Live
+
+from clusterctl.cli import render
+from clusterctl.cli.options import ArgumentError, add_json_option, command_parent, describe_service_error
+from clusterctl.cli.values import argtype, positive_int, split_list
+from clusterctl.errors import ServiceError
+from clusterctl.v1 import jobs_pb2
+
+_RECONNECTS = 5  # the service restarting under a long watch should not end it
+
+
+def register(subparsers: Any) -> None:
+    """Add the job commands to the top-level parser."""
+    parent = command_parent()
+
+    p = subparsers.add_parser("status", parents=[parent], help="show one job in detail")
+    p.add_argument("job_id", metavar="JOB_ID")
+    add_json_option(p)
+    p.set_defaults(func=status)
+
+    p = subparsers.add_parser("list", parents=[parent], help="list jobs in a table")
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--all-users", "-a", action="store_true", help="everyone's jobs (admins only)")
+    who.add_argument("--user", "-u", metavar="USER", default="", help="another user's jobs (admins only)")
+    p.add_argument("--finished", action="store_true", help="include jobs that have finished")
+    p.add_argument(
+        "--state",
+        "-s",
+        metavar="STATE",
+        action="append",
+        default=[],
+        help="only jobs in this state (repeatable or comma-separated: running,pending)",
+    )
+    p.add_argument("--limit", metavar="N", type=argtype(positive_int), default=0, help="at most N jobs")
+    add_json_option(p)
+    p.set_defaults(func=list_jobs)
+
+    p = subparsers.add_parser("watch", parents=[parent], help="follow jobs live (Ctrl-C to stop)")
+    p.add_argument("job_ids", metavar="JOB_ID", nargs="*", help="jobs to follow (default: all of yours)")
+    p.add_argument(
+        "--until-done",
+        action="store_true",
+        help="exit when every watched job is terminal: 0 if all COMPLETED, else 1",
+    )
+    add_json_option(p)
+    p.set_defaults(func=watch)
+
+    for name, verb in (("cancel", "cancel"), ("requeue", "requeue")):
+        p = subparsers.add_parser(name, parents=[parent], help=f"{verb} jobs")
+        p.add_argument("job_ids", metavar="JOB_ID", nargs="+")
+        add_json_option(p)
+        p.set_defaults(func=cancel if name == "cancel" else requeue)
+
+
+# -- status / list -----------------------------------------------------------------------------
+
+
+def status(args: argparse.Namespace) -> int:
+    job = args.make_client().get(args.job_id)
+    if args.json:
+        render.print_json(render.to_dict(job))
+    else:
+        render.console().print(render.job_detail(job))
+    return 0
+
+
+def list_jobs(args: argparse.Namespace) -> int:
+    try:
+        states = [render.parse_job_state(s) for item in args.state for s in split_list(item)]
+    except ValueError as exc:
+        raise ArgumentError(f"argument --state: {exc}") from None
+    jobs = args.make_client().list_jobs(
+        states=states,
+        user="*" if args.all_users else args.user,
+        include_finished=args.finished,
+        limit=args.limit,
+    )
+    if args.json:
+        render.print_json({"jobs": [render.to_dict(j) for j in jobs]})
+    elif not jobs:
+        render.console().print("No jobs." + ("" if args.finished else " (--finished shows finished ones)"))
+    else:
+        render.console().print(render.jobs_table(jobs))
+    return 0
+
+
+# -- watch -------------------------------------------------------------------------------------
+
+
+def follow(client: Any, job_ids: list[str], *, until_done: bool) -> Iterator[jobs_pb2.JobEvent]:
+    """Yield WatchJobs events, reconnecting when the stream drops, until every job is terminal.
+
+    With ``until_done`` the generator returns once each of ``job_ids`` has been seen terminal;
+    otherwise it runs until the caller stops (Ctrl-C). A dropped stream (service restart,
+    UNAVAILABLE) is re-opened a few times with a snapshot so no final state is missed.
+    """
+    pending = set(job_ids)
+    failures = 0
+    while True:
+        try:
+            for event in client.watch(job_ids or None, include_initial=True):
+                failures = 0
+                yield event
+                if event.job.terminal:
+                    pending.discard(event.job.job_id)
+                if until_done and not pending:
+                    return
+        except ServiceError as exc:
+            if exc.code_name != "UNAVAILABLE" or failures >= _RECONNECTS:
+                raise
+        else:
+            if failures >= _RECONNECTS:
+                raise ServiceError("UNAVAILABLE", "the watch stream keeps ending; giving up")
+        failures += 1
+        time.sleep(min(2.0**failures / 4, 5.0))
+
+
+def _job_key(job_id: str) -> tuple[int, str]:
+    return (int(job_id), "") if job_id.isdigit() else (sys.maxsize, job_id)
+
+
+def watch(args: argparse.Namespace) -> int:
+    """Live table on a terminal, one line per event when piped, JSON lines with --json."""
+    client = args.make_client()
+    job_ids: list[str] = list(dict.fromkeys(args.job_ids))
+    if args.until_done and not job_ids:
+        # Without ids "done" needs a fixed set: the caller's jobs that are not finished yet.
+        job_ids = [j.job_id for j in client.list_jobs() if not j.terminal]
+        if not job_ids:
+            return 0
+    latest: dict[str, jobs_pb2.JobStatus] = {}
+    con = render.console()
+
+    def table() -> Any:
+        return render.jobs_table((latest[k] for k in sorted(latest, key=_job_key)), title="clusterctl watch")
+
+    def show(event: jobs_pb2.JobEvent) -> None:
+        if args.json:
+            render.print_json(render.to_dict(event))
+        elif not con.is_terminal:
+            con.print(render.event_line(event))
+
+    try:
+        if args.json or not con.is_terminal:
+            for event in follow(client, job_ids, until_done=args.until_done):
+                latest[event.job.job_id] = event.job
+                show(event)
+        else:
+            with Live(table(), console=con, refresh_per_second=4) as live:
+                for event in follow(client, job_ids, until_done=args.until_done):
+                    latest[event.job.job_id] = event.job
+                    live.update(table())
+    except KeyboardInterrupt:
+        return 0
+    if not args.until_done:
+        return 0
+    ok = all(latest[j].state == jobs_pb2.JOB_STATE_COMPLETED for j in job_ids if j in latest)
+    return 0 if ok and all(j in latest for j in job_ids) else 1
+
+
+def wait_for(client: Any, job_id: str, *, as_json: bool) -> int:
+    """``submit --wait``: print each state change until the job is terminal; 0 iff COMPLETED."""
+    con = render.console()
+    last: tuple[int, int] | None = None
+    final: jobs_pb2.JobStatus | None = None
+    for event in follow(client, [job_id], until_done=True):
+        final = event.job
+        key = (event.job.state, event.job.restart_count)
+        if as_json:
+            render.print_json(render.to_dict(event))
+        elif key != last or event.type == jobs_pb2.JOB_EVENT_TYPE_RESTARTED:
+            con.print(render.event_line(event))
+        last = key
+    return 0 if final is not None and final.state == jobs_pb2.JOB_STATE_COMPLETED else 1
+
+
+# -- cancel / requeue --------------------------------------------------------------------------
+
+
+def _each(args: argparse.Namespace, call: Callable[[Any, str], jobs_pb2.JobStatus], verb: str) -> int:
+    """Act on every id even when one fails; the exit code reports the worst failure."""
+    client = args.make_client()
+    server_failure = bad_input = False
+    for job_id in args.job_ids:
+        try:
+            job = call(client, job_id)
+        except ServiceError as exc:
+            server_failure |= not exc.is_bad_input
+            bad_input |= exc.is_bad_input
+            print(f"clusterctl: error: job {job_id}: {describe_service_error(exc, args)}", file=sys.stderr)
+            continue
+        if args.json:
+            render.print_json(render.to_dict(job))
+        else:
+            render.console().print(f"{verb} job {job.job_id or job_id}: {render.job_state(job.state)}")
+    return 1 if server_failure else 2 if bad_input else 0
+
+
+def cancel(args: argparse.Namespace) -> int:
+    return _each(args, lambda c, j: c.cancel(j), "Cancelled")
+
+
+def requeue(args: argparse.Namespace) -> int:
+    return _each(args, lambda c, j: c.requeue(j), "Requeued")

@@ -1,0 +1,209 @@
+"""Pure parsers for the values people type on the command line: counts, memory, times, hostlists.
+
+They raise ``ValueError`` with a message fit for the user; :func:`argtype` turns them into
+argparse ``type=`` callables so a bad value becomes a one-line usage error (exit code 2) before
+anything is sent. Only the shape is checked here; the server stays the authority on limits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MEM = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)B?$", re.IGNORECASE)
+_MEM_FACTOR_MB = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}
+# Slurm's own time syntax: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
+_SLURM_TIME = re.compile(r"^(\d+|\d+:\d+|\d+:\d+:\d+|\d+-\d+|\d+-\d+:\d+|\d+-\d+:\d+:\d+)$")
+# A friendlier form, converted to Slurm syntax: 1d12h, 90m, 2h30m, 45s.
+_HUMAN_TIME = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$", re.IGNORECASE)
+_DURATION = re.compile(r"^(\d+)\s*([smhd]?)$", re.IGNORECASE)
+_DURATION_FACTOR = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_MAX_HOSTS = 100_000  # a typo like node[1-99999999] must fail, not fill the request
+
+
+def argtype(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """Wrap a ``ValueError``-raising parser so argparse reports its message verbatim."""
+
+    def convert(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def positive_int(text: str) -> int:
+    """A count that must be at least 1 (nodes, GPUs, tasks): 0 and negatives are typos."""
+    value = _int(text)
+    if value < 1:
+        raise ValueError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """A count where 0 means something (max restarts 0 = never restart)."""
+    value = _int(text)
+    if value < 0:
+        raise ValueError(f"must be a non-negative integer, got {text!r}")
+    return value
+
+
+def exit_code(text: str) -> int:
+    """A process exit code, 0..255."""
+    value = _int(text)
+    if not 0 <= value <= 255:
+        raise ValueError(f"exit codes are 0..255, got {text!r}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text.strip(), 10)
+    except ValueError:
+        raise ValueError(f"not an integer: {text!r}") from None
+
+
+def memory_mb(text: str) -> int:
+    """``4G`` -> 4096, ``512M`` -> 512, ``1024`` -> 1024 (plain numbers are MB, as in sbatch).
+
+    Kilobytes round up to whole MB so a small request never becomes 0 (which Slurm reads as
+    "all the memory of the node").
+    """
+    m = _MEM.match(text.strip())
+    if not m:
+        raise ValueError(f"bad memory size {text!r}: use a number with an optional K, M, G or T suffix")
+    value = float(m.group(1)) * _MEM_FACTOR_MB[m.group(2).upper()]
+    mb = math.ceil(value - 1e-9)
+    if mb < 1:
+        raise ValueError(f"memory must be positive, got {text!r}")
+    return mb
+
+
+def time_limit(text: str) -> str:
+    """Slurm time syntax passes through unchanged; ``2h30m``/``1d``/``90m`` become Slurm syntax.
+
+    ``UNLIMITED``/``INFINITE`` pass through too; the server decides whether they are allowed.
+    """
+    value = text.strip()
+    if value.upper() in ("UNLIMITED", "INFINITE") or _SLURM_TIME.match(value):
+        return value
+    m = _HUMAN_TIME.match(value)
+    if not value or not m or not any(m.groups()):
+        raise ValueError(f"bad time limit {text!r}: use MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]], or e.g. 90m, 2h30m, 1d")
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
+    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{days}-{hours:02d}:{minutes:02d}:{seconds:02d}" if days else f"{hours:02d}:{minutes:02d}:{seconds:02d}"
+
+
+def duration_seconds(text: str) -> int:
+    """``600``, ``600s``, ``10m``, ``2h``, ``1d`` -> seconds (for --max-wait, --backoff, --signal-before)."""
+    m = _DURATION.match(text.strip())
+    if not m:
+        raise ValueError(f"bad duration {text!r}: use seconds or a number with s, m, h or d")
+    return int(m.group(1)) * _DURATION_FACTOR[m.group(2).lower()]
+
+
+def env_assignment(text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` -> (NAME, VALUE); the value may be empty or contain '='."""
+    name, sep, value = text.partition("=")
+    if not sep:
+        raise ValueError(f"bad --env {text!r}: use NAME=VALUE")
+    return env_name(name), value
+
+
+def env_name(text: str) -> str:
+    """A POSIX environment variable name (letters, digits, underscore; not starting with a digit)."""
+    if not _ENV_NAME.match(text):
+        raise ValueError(f"bad environment variable name {text!r}")
+    return text
+
+
+def gres_gpus(text: str) -> int:
+    """``gpu:4`` or ``gpu:a100:4`` (sbatch --gres syntax) -> 4; ``gpu`` alone means 1."""
+    parts = text.strip().split(":")
+    if parts[0] != "gpu" or len(parts) > 3:
+        raise ValueError(f"bad --gres {text!r}: only gpu[:TYPE]:COUNT is supported")
+    return 1 if len(parts) == 1 else positive_int(parts[-1])
+
+
+def hostlist(text: str) -> list[str]:
+    """Expand a Slurm hostlist (``node[1-3,7],gpu[01-02]``) into names, in the order written.
+
+    Zero padding is kept (``gpu[01-02]`` -> gpu01, gpu02) because Slurm treats it as part of the
+    name. Several bracket groups in one name multiply out.
+    """
+    names: list[str] = []
+    for part in _split_commas(text):
+        names.extend(_expand_one(part, text))
+        if len(names) > _MAX_HOSTS:
+            raise ValueError(f"hostlist {text!r} expands to too many names")
+    if not names:
+        raise ValueError(f"empty hostlist {text!r}")
+    return names
+
+
+def _split_commas(expr: str) -> list[str]:
+    parts: list[str] = []
+    depth, start = 0, 0
+    for i, ch in enumerate(expr):
+        if ch == "[":
+            depth += 1
+            if depth > 1:
+                raise ValueError(f"nested brackets in hostlist {expr!r}")
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced ']' in hostlist {expr!r}")
+        elif ch == "," and depth == 0:
+            parts.append(expr[start:i])
+            start = i + 1
+    if depth:
+        raise ValueError(f"unbalanced '[' in hostlist {expr!r}")
+    parts.append(expr[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _expand_one(name: str, expr: str) -> list[str]:
+    results = [""]
+    for literal, body in re.findall(r"([^\[]*)(?:\[([^\]]*)\])?", name):
+        results = [r + literal for r in results]
+        if body:
+            numbers = _expand_ranges(body, expr)
+            if len(results) * len(numbers) > _MAX_HOSTS:
+                raise ValueError(f"hostlist {expr!r} expands to too many names")
+            results = [r + n for r in results for n in numbers]
+    return results
+
+
+def _expand_ranges(body: str, expr: str) -> list[str]:
+    out: list[str] = []
+    for item in body.split(","):
+        lo, sep, hi = item.strip().partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError(f"bad range {item!r} in hostlist {expr!r}")
+        if not sep:
+            out.append(lo)
+            continue
+        start, end = int(lo), int(hi)
+        if end < start:
+            raise ValueError(f"descending range {item!r} in hostlist {expr!r}")
+        if end - start >= _MAX_HOSTS:
+            raise ValueError(f"range {item!r} in hostlist {expr!r} is too large")
+        out.extend(str(n).zfill(len(lo)) for n in range(start, end + 1))
+    return out
+
+
+def split_list(text: str) -> list[str]:
+    """``a,b , c`` -> [a, b, c] for repeatable-and-comma-separated options like --state."""
+    return [p.strip() for p in text.split(",") if p.strip()]
