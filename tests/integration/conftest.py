@@ -1,0 +1,161 @@
+"""Fixtures for tests on the real local stack (deploy/local/stack.sh up).
+
+Each test module gets its own clusterd process (own port, own state dir) in front of the stack's
+Slurm, so that tests can kill and restart it without disturbing the stack's demo service.
+Without a stack these tests skip, unless CLUSTERCTL_REQUIRE_STACK=1 (set by .ci/run), where a
+missing stack is a failure: a skipped integration test proves nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+from clusterctl.client import ClusterClient
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+STACK_DIR = Path(os.environ.get("CLUSTERCTL_STACK_DIR", "/var/lib/clusterctl-stack"))
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"^export ([A-Z_][A-Z0-9_]*)=(.*)$", line.strip())
+        if m:
+            env[m.group(1)] = shlex.split(m.group(2))[0] if m.group(2) else ""
+    return env
+
+
+@dataclass
+class Stack:
+    dir: Path
+    env: dict[str, str]
+
+    @property
+    def tokens(self) -> dict[str, str]:
+        return {"alice": self.env["CLUSTERCTL_TOKEN"], "bob": self.env["CLUSTERCTL_TOKEN_BOB"],
+                "root": self.env["CLUSTERCTL_TOKEN_ADMIN"]}  # fmt: skip
+
+    def slurm_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if "SLURM_CONF" in self.env:
+            env["SLURM_CONF"] = self.env["SLURM_CONF"]
+        return env
+
+    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(argv), capture_output=True, text=True, check=check, env=self.slurm_env(),
+                              timeout=60)  # fmt: skip
+
+    def stack_sh(self, *args: str) -> subprocess.CompletedProcess[str]:
+        script = Path(__file__).resolve().parents[2] / "deploy" / "local" / "stack.sh"
+        return subprocess.run(["bash", str(script), *args], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "CLUSTERCTL_STACK_DIR": str(self.dir)})  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def stack() -> Stack:
+    env_file = STACK_DIR / "env"
+    if not env_file.exists():
+        if os.environ.get("CLUSTERCTL_REQUIRE_STACK") == "1":
+            pytest.fail(f"the local stack is not up ({env_file} missing): run deploy/local/stack.sh up")
+        pytest.skip("the local stack is not up: deploy/local/stack.sh up")
+    return Stack(STACK_DIR, read_env_file(env_file))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Daemon:
+    stack: Stack
+    state_dir: Path
+    poll_interval: float = 1.0
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.log_path = self.state_dir / "clusterd.log"
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        env = {**self.stack.slurm_env(), "CLUSTERD_POLL_INTERVAL_SECONDS": str(self.poll_interval)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "clusterd.main", "serve", "--config", str(self.stack.dir / "clusterd.toml"),
+             "--listen", self.addr, "--state-dir", str(self.state_dir)],
+            stdout=log, stderr=log, env=env,
+        )  # fmt: skip
+        self.wait_serving()
+
+    def wait_serving(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        with grpc.insecure_channel(self.addr) as ch:
+            stub = health_pb2_grpc.HealthStub(ch)
+            while time.monotonic() < deadline:
+                assert self.proc is not None and self.proc.poll() is None, self.tail()
+                try:
+                    if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
+                        return
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.2)
+        raise AssertionError(f"clusterd did not become healthy:\n{self.tail()}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def restart(self, sig: int = signal.SIGKILL) -> None:
+        self.stop(sig)
+        self.start()
+
+    def tail(self) -> str:
+        return self.log_path.read_text()[-3000:] if self.log_path and self.log_path.exists() else ""
+
+    def client(self, user: str = "alice") -> ClusterClient:
+        return ClusterClient(self.addr, self.stack.tokens[user])
+
+    def cli_env(self, user: str = "alice") -> dict[str, str]:
+        return {**os.environ, "CLUSTERCTL_ADDR": self.addr, "CLUSTERCTL_TOKEN": self.stack.tokens[user]}
+
+
+@pytest.fixture(scope="module")
+def daemon(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    d = Daemon(stack, tmp_path_factory.mktemp("clusterd"))
+    d.start()
+    yield d
+    d.stop()
+
+
+def wait_for(predicate, timeout: float = 60.0, interval: float = 0.5, what: str = "condition"):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
