@@ -142,7 +142,7 @@ def jobs_table(jobs: Iterable[jobs_pb2.JobStatus], *, title: str | None = None) 
     """The ``list`` and ``watch`` table: one row per job, newest information wins."""
     table = Table(title=title, show_edge=False, header_style="bold")
     for column in ("JOBID", "NAME", "USER", "STATE", "NODES", "RESTARTS", "REASON"):
-        table.add_column(column, no_wrap=column in ("JOBID", "STATE"))
+        table.add_column(column, no_wrap=column not in ("NAME", "NODES", "REASON"))
     for job in jobs:
         state = job_state(job.state)
         reason = job.final_reason if job.terminal and job.final_reason else job.reason
@@ -191,7 +191,7 @@ def job_detail(job: jobs_pb2.JobStatus) -> RenderableType:
         grid.add_row(label, value if isinstance(value, Text) else Text(value))
     if not job.restarts:
         return grid
-    restarts = Table(title="Restarts", title_justify="left", show_edge=False, header_style="bold")
+    restarts = Table(title="Restart history", title_justify="left", show_edge=False, header_style="bold")
     for column in ("#", "TIME", "CAUSE", "NODES", "EXIT", "CKPT STEP", "DETAIL"):
         restarts.add_column(column)
     for i, rec in enumerate(job.restarts, 1):
@@ -263,8 +263,8 @@ def _node_state_text(node: cluster_pb2.Node) -> Text:
 def nodes_table(nodes: Iterable[cluster_pb2.Node]) -> Table:
     """``nodes``: state, switch, free/total resources and Slurm's reason per node."""
     table = Table(show_edge=False, header_style="bold")
-    for column in ("NODE", "STATE", "SWITCH", "GPUS FREE", "CPUS FREE", "MEM FREE (MB)", "PARTITIONS", "REASON"):
-        table.add_column(column, no_wrap=column in ("NODE", "STATE"))
+    for column in ("NODE", "STATE", "SWITCH", "GPUS FREE", "CPUS FREE", "MEM FREE", "PARTITIONS", "REASON"):
+        table.add_column(column, no_wrap=column != "REASON", overflow="fold")
     for node in nodes:
         table.add_row(
             Text(node.name),
@@ -272,11 +272,16 @@ def nodes_table(nodes: Iterable[cluster_pb2.Node]) -> Table:
             Text(node.switch or "-"),
             f"{_gpus_free(node)}/{node.gpus_total}",
             f"{_cpus_free(node)}/{node.cpus_total}",
-            f"{max(node.memory_mb_total - node.memory_mb_allocated, 0)}/{node.memory_mb_total}",
+            f"{_mem(max(node.memory_mb_total - node.memory_mb_allocated, 0))}/{_mem(node.memory_mb_total)}",
             Text(",".join(node.partitions) or "-"),
             Text(node.reason or "-"),
         )
     return table
+
+
+def _mem(mb: int) -> str:
+    """MB as people read node memory: 512M, 15.6G, 1024G."""
+    return f"{mb}M" if mb < 1024 else f"{mb / 1024:.3g}G" if mb < 100 * 1024 else f"{mb // 1024}G"
 
 
 def _switch_label(name: str, level: int | None, gpus: tuple[int, int], nodes: tuple[int, int]) -> Text:

@@ -1,0 +1,176 @@
+"""``main``: option plumbing, error -> exit code mapping, one-line errors, the checkpoints hook."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import types
+from typing import Any
+
+import pytest
+from clusterctl.cli.main import main
+from clusterctl.cli.options import default_client_factory
+from clusterctl.client import ClusterClient
+from clusterctl.errors import ServiceError
+
+from .conftest import Runner
+from .fakes import FakeClient
+
+
+def one_line_error(err: str) -> bool:
+    return err.startswith("clusterctl: error: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "the following arguments are required: COMMAND"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["status"], "the following arguments are required: JOB_ID"),
+        (["cancel"], "the following arguments are required: JOB_ID"),
+        (["plan", "-N", "0"], "must be a positive integer"),
+        (["list", "--timeout", "-3"], "must be a positive number of seconds"),
+        (["status", "1", "--", "x"], "unrecognized arguments: x"),
+        (["--token", "submit", "list", "--", "x"], "'-- COMMAND' is only accepted by submit"),
+    ],
+)
+def test_usage_errors_exit_2(cli: Runner, argv: list[str], message: str) -> None:
+    r = cli(*argv)
+    assert r.code == 2
+    assert one_line_error(r.err), r.err
+    assert message in r.err
+
+
+def test_help_exits_0(cli: Runner) -> None:
+    r = cli("--help")
+    assert r.code == 0 and "submit" in r.out and "topology" in r.out
+    r = cli("submit", "--help")
+    assert r.code == 0 and "--gpus-per-node" in r.out and "--checkpoint-uri" in r.out
+
+
+@pytest.mark.parametrize(
+    ("code_name", "exit_code"),
+    [
+        ("INVALID_ARGUMENT", 2),
+        ("OUT_OF_RANGE", 2),
+        ("NOT_FOUND", 1),
+        ("PERMISSION_DENIED", 1),
+        ("UNAVAILABLE", 1),
+        ("INTERNAL", 1),
+        ("DEADLINE_EXCEEDED", 1),
+        ("ALREADY_EXISTS", 1),
+    ],
+)
+def test_service_errors_map_to_exit_codes(cli: Runner, fake: FakeClient, code_name: str, exit_code: int) -> None:
+    fake.fail = ServiceError(code_name, "spec.nodes: must be positive")
+    r = cli("submit", "--", "true")
+    assert r.code == exit_code
+    assert one_line_error(r.err)
+    assert "spec.nodes: must be positive" in r.err
+
+
+def test_unauthenticated_hints_at_the_token(cli: Runner, fake: FakeClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CLUSTERCTL_TOKEN", raising=False)
+    fake.fail = ServiceError("UNAUTHENTICATED", "missing bearer token")
+    r = cli("list")
+    assert r.code == 1 and one_line_error(r.err)
+    assert "no token given: set CLUSTERCTL_TOKEN" in r.err
+    monkeypatch.setenv("CLUSTERCTL_TOKEN", "wrong")
+    assert "token was rejected: check CLUSTERCTL_TOKEN" in cli("list").err
+    monkeypatch.delenv("CLUSTERCTL_TOKEN")
+    assert "token was rejected" in cli("list", "--token", "wrong").err
+
+
+def test_unavailable_names_the_address(cli: Runner, fake: FakeClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLUSTERCTL_ADDR", "10.0.0.9:50051")
+    fake.fail = ServiceError("UNAVAILABLE", "Connection refused")
+    r = cli("topology")
+    assert r.code == 1
+    assert r.err == (
+        "clusterctl: error: cannot reach clusterd at 10.0.0.9:50051: Connection refused"
+        " (check CLUSTERCTL_ADDR or --addr)\n"
+    )
+
+
+def test_ctrl_c_exits_130(cli: Runner, fake: FakeClient) -> None:
+    fake.fail = KeyboardInterrupt()
+    assert cli("list").code == 130
+
+
+def test_unexpected_exception_is_one_line(cli: Runner, fake: FakeClient) -> None:
+    fake.fail = RuntimeError("boom")
+    r = cli("status", "1")
+    assert r.code == 1 and one_line_error(r.err) and "RuntimeError: boom" in r.err
+
+
+def test_connection_options_before_or_after_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CLUSTERCTL_ADDR", raising=False)
+    seen: list[argparse.Namespace] = []
+
+    def factory(args: argparse.Namespace) -> FakeClient:
+        seen.append(args)
+        return FakeClient()
+
+    assert main(["--addr", "a:1", "--token", "t", "list"], client_factory=factory) == 0
+    assert main(["list", "--addr", "b:2", "--timeout", "5"], client_factory=factory) == 0
+    assert main(["--addr", "a:1", "list", "--addr", "c:3"], client_factory=factory) == 0
+    assert main(["list"], client_factory=factory) == 0
+    assert [(a.addr, a.token, a.timeout) for a in seen] == [
+        ("a:1", "t", 30.0),
+        ("b:2", None, 5.0),
+        ("c:3", None, 30.0),
+        (None, None, 30.0),
+    ]
+
+
+def test_default_factory_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLUSTERCTL_ADDR", "envhost:1")
+    monkeypatch.setenv("CLUSTERCTL_TOKEN", "envtoken")
+    client = default_client_factory(argparse.Namespace(addr=None, token=None, timeout=7.0))
+    assert isinstance(client, ClusterClient)
+    assert (client.addr, client.token, client.timeout) == ("envhost:1", "envtoken", 7.0)
+    client.close()
+    client = default_client_factory(argparse.Namespace(addr="x:2", token="t", timeout=1.0))
+    assert (client.addr, client.token) == ("x:2", "t")
+    client.close()
+
+
+def test_real_client_without_a_server(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["list", "--addr", "127.0.0.1:1", "--timeout", "3", "--token", "x"])
+    err = capsys.readouterr().err
+    assert code == 1 and one_line_error(err)
+    assert "127.0.0.1:1" in err
+
+
+def test_console_script_exit_code_and_no_traceback() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "clusterctl.cli", "submit", "--nodes", "0", "--", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == "clusterctl: error: argument -N/--nodes: must be a positive integer, got '0'\n"
+
+
+def test_checkpoints_command_is_wired_in_when_present(cli: Runner, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[Any] = []
+
+    def register(subparsers: Any) -> None:
+        p = subparsers.add_parser("checkpoints")
+        p.add_argument("uri")
+        p.set_defaults(func=lambda args: calls.append(args.uri) or 0)
+
+    module = types.ModuleType("clusterctl.cli.checkpoints")
+    module.register = register  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "clusterctl.cli.checkpoints", module)
+    r = cli("checkpoints", "s3://b/p")
+    assert r.code == 0 and calls == ["s3://b/p"]
+
+
+def test_cli_works_without_the_checkpoints_module(cli: Runner, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "clusterctl.cli.checkpoints", None)  # import raises ModuleNotFoundError
+    assert cli("list").code == 0
+    r = cli("checkpoints")
+    assert r.code == 2 and "invalid choice: 'checkpoints'" in r.err

@@ -1,0 +1,216 @@
+"""``submit``: flags -> JobSpec mapping (golden), script handling, --wait exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clusterctl.v1 import jobs_pb2
+from google.protobuf import json_format
+
+from .conftest import Runner
+from .fakes import FakeClient, event, job
+
+SCRIPT = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gres=gpu:4\nsrun python train.py\n"
+
+
+def sent_spec(fake: FakeClient) -> dict[str, Any]:
+    specs = [arg for name, arg in fake.calls if name == "submit"]
+    assert len(specs) == 1
+    return json_format.MessageToDict(specs[0], preserving_proto_field_name=True)
+
+
+def test_all_flags_map_onto_the_job_spec(cli: Runner, fake: FakeClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_API_KEY", "secret")
+    r = cli(
+        "submit", "-J", "llm", "-N", "4", "--ntasks-per-node", "4", "--gpus-per-node", "4", "-c", "8",
+        "--mem", "64G", "-t", "2h", "-p", "gpu", "-A", "ml", "-q", "high",
+        "--env", "LR=0.1", "--env", "EMPTY=", "--export-env", "WANDB_API_KEY",
+        "-D", "/home/alice/run", "-o", "/home/alice/%j.out", "-e", "/home/alice/%j.err",
+        "--checkpoint-uri", "s3://ckpt/llm", "--max-restarts", "5", "--no-requeue-on-node-failure",
+        "--requeue-on-preemption", "--exclude-failed-nodes", "--retry-exit-code", "3", "--retry-exit-code", "4",
+        "--fatal-exit-code", "2", "--no-progress-limit", "2", "--signal-before", "5m", "--backoff", "30",
+        "--placement", "pack", "--max-wait", "10m", "--exclude", "node[1-2],node7", "-C", "a100&ib",
+        "--request-id", "req-1",
+        "--", "python", "train.py", "--lr", "0.1", "-N", "99",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    assert sent_spec(fake) == {
+        "name": "llm",
+        "command": ["python", "train.py", "--lr", "0.1", "-N", "99"],
+        "nodes": 4,
+        "tasks_per_node": 4,
+        "gpus_per_node": 4,
+        "cpus_per_task": 8,
+        "memory_mb_per_node": "65536",
+        "time_limit": "02:00:00",
+        "partition": "gpu",
+        "account": "ml",
+        "qos": "high",
+        "environment": {"LR": "0.1", "EMPTY": "", "WANDB_API_KEY": "secret"},
+        "working_directory": "/home/alice/run",
+        "stdout_path": "/home/alice/%j.out",
+        "stderr_path": "/home/alice/%j.err",
+        "checkpoint_uri": "s3://ckpt/llm",
+        "restart_policy": {
+            "max_restarts": 5,
+            "on_node_failure": False,
+            "on_preemption": True,
+            "exclude_failed_nodes": True,
+            "retryable_exit_codes": [3, 4],
+            "fatal_exit_codes": [2],
+            "backoff": "30s",
+            "no_progress_limit": 2,
+            "signal_before_timeout_seconds": 300,
+        },
+        "placement": {
+            "policy": "PLACEMENT_POLICY_PACK",
+            "max_wait_seconds": 600,
+            "exclude_nodes": ["node1", "node2", "node7"],
+            "constraints": ["a100", "ib"],
+        },
+        "request_id": "req-1",
+    }
+    assert "Submitted job 100" in r.out
+    assert "packed on leaf1" in r.out
+
+
+def test_script_is_sent_unchanged_and_unset_flags_stay_unset(cli: Runner, fake: FakeClient, tmp_path: Path) -> None:
+    script = tmp_path / "job.sbatch"
+    script.write_bytes(SCRIPT.encode())
+    r = cli("submit", str(script))
+    assert r.code == 0, r.err
+    spec = sent_spec(fake)
+    assert spec["script"] == SCRIPT
+    request_id = spec.pop("request_id")
+    assert len(request_id) == 32  # a fresh uuid, so the client's retry is idempotent
+    assert spec == {"script": SCRIPT}  # nothing overrides the #SBATCH lines
+
+
+def test_gres_switches_and_nodelist(cli: Runner, fake: FakeClient) -> None:
+    r = cli("submit", "--gres=gpu:a100:2", "--switches", "2", "--nodelist", "gpu[01-02]", "--", "hostname")
+    assert r.code == 0, r.err
+    spec = sent_spec(fake)
+    assert spec["gpus_per_node"] == 2
+    assert spec["placement"] == {
+        "policy": "PLACEMENT_POLICY_EXACT",
+        "switch_count": 2,
+        "nodelist": ["gpu01", "gpu02"],
+    }
+
+
+def test_fresh_request_id_each_run(cli: Runner, fake: FakeClient) -> None:
+    cli("submit", "--", "true")
+    cli("submit", "--", "true")
+    ids = {arg.request_id for name, arg in fake.calls if name == "submit"}
+    assert len(ids) == 2
+
+
+def test_script_from_stdin(cli: Runner, fake: FakeClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(SCRIPT.encode())))
+    r = cli("submit", "-")
+    assert r.code == 0, r.err
+    assert sent_spec(fake)["script"] == SCRIPT
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["submit", "/nonexistent/x.sh"], "cannot read script '/nonexistent/x.sh': No such file"),
+        (["submit"], "nothing to run"),
+        (["submit", "-N", "0", "--", "true"], "argument -N/--nodes: must be a positive integer, got '0'"),
+        (["submit", "-N", "-1", "--", "true"], "argument -N/--nodes"),
+        (["submit", "--mem", "5X", "--", "true"], "bad memory size '5X'"),
+        (["submit", "--env", "NOVALUE", "--", "true"], "bad --env 'NOVALUE'"),
+        (["submit", "--env", "1BAD=x", "--", "true"], "bad environment variable name '1BAD'"),
+        (["submit", "-t", "soon", "--", "true"], "bad time limit 'soon'"),
+        (["submit", "--exclude", "node[1-", "--", "true"], "unbalanced '['"),
+        (["submit", "--placement", "spread", "--", "true"], "invalid choice: 'spread'"),
+        (["submit", "--gres", "gpu:2", "--gpus-per-node", "4", "--", "true"], "--gres and --gpus-per-node disagree"),
+        (["submit", "--export-env", "CLUSTERCTL_SURELY_UNSET", "--", "true"], "not set in this environment"),
+        (["submit", "--retry-exit-code", "300", "--", "true"], "exit codes are 0..255"),
+        (["submit", "--bogus", "--", "true"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(cli: Runner, fake: FakeClient, argv: list[str], message: str) -> None:
+    r = cli(*argv)
+    assert r.code == 2
+    assert r.out == ""
+    assert r.err.startswith("clusterctl: error: ")
+    assert message in r.err
+    assert r.err.count("\n") == 1 and "Traceback" not in r.err
+    assert not [c for c in fake.calls if c[0] == "submit"]  # nothing was sent
+
+
+def test_script_and_command_together(cli: Runner, tmp_path: Path) -> None:
+    script = tmp_path / "s.sh"
+    script.write_text(SCRIPT)
+    r = cli("submit", str(script), "--", "true")
+    assert r.code == 2 and "not both" in r.err
+
+
+def test_oversized_script(cli: Runner, tmp_path: Path) -> None:
+    script = tmp_path / "big.sh"
+    script.write_bytes(b"#" * ((1 << 20) + 1))
+    r = cli("submit", str(script))
+    assert r.code == 2
+    assert "larger than 1048576 bytes" in r.err
+
+
+def test_binary_script(cli: Runner, tmp_path: Path) -> None:
+    script = tmp_path / "bin.sh"
+    script.write_bytes(b"\xff\xfe\x00")
+    r = cli("submit", str(script))
+    assert r.code == 2 and "not UTF-8" in r.err
+
+
+def test_json_output(cli: Runner) -> None:
+    r = cli("submit", "--json", "--", "true")
+    assert r.code == 0
+    data = json.loads(r.out)
+    assert data["job"]["job_id"] == "100"
+    assert data["job"]["state"] == "JOB_STATE_PENDING"
+    assert data["duplicate"] is False
+
+
+@pytest.mark.parametrize(("final", "code"), [(jobs_pb2.JOB_STATE_COMPLETED, 0), (jobs_pb2.JOB_STATE_FAILED, 1)])
+def test_wait_follows_until_terminal(cli: Runner, fake: FakeClient, final: int, code: int) -> None:
+    fake.events = [
+        [
+            event(job("100", jobs_pb2.JOB_STATE_PENDING, reason="Priority"), jobs_pb2.JOB_EVENT_TYPE_SNAPSHOT),
+            event(job("100", jobs_pb2.JOB_STATE_RUNNING, nodes=["node1"])),
+            event(job("100", jobs_pb2.JOB_STATE_RUNNING, nodes=["node1"])),  # no change: not printed
+            event(job("100", final), jobs_pb2.JOB_EVENT_TYPE_FINISHED),
+            event(job("100", jobs_pb2.JOB_STATE_RUNNING)),  # never read: the job was terminal
+        ]
+    ]
+    r = cli("submit", "--wait", "--", "true")
+    assert r.code == code, r.err
+    lines = r.out.splitlines()
+    assert lines[0] == "Submitted job 100"
+    assert [line.split()[4] for line in lines[3:]] == ["PENDING", "RUNNING", jobs_pb2.JobState.Name(final)[10:]]
+
+
+def test_wait_reconnects_when_the_stream_ends(cli: Runner, fake: FakeClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("clusterctl.cli.jobs.time.sleep", lambda _s: None)
+    fake.events = [
+        [event(job("100", jobs_pb2.JOB_STATE_RUNNING))],
+        [event(job("100", jobs_pb2.JOB_STATE_COMPLETED), jobs_pb2.JOB_EVENT_TYPE_SNAPSHOT)],
+    ]
+    r = cli("submit", "--wait", "--json", "--", "true")
+    assert r.code == 0, r.err
+    rows = [json.loads(line) for line in r.out.splitlines()]
+    assert rows[0]["job"]["job_id"] == "100"  # the submit response first, then one line per event
+    assert [row["job"]["state"] for row in rows[1:]] == ["JOB_STATE_RUNNING", "JOB_STATE_COMPLETED"]
+
+
+def test_wait_interrupted_exits_130(cli: Runner, fake: FakeClient) -> None:
+    fake.events = [[event(job("100", jobs_pb2.JOB_STATE_RUNNING)), KeyboardInterrupt()]]  # type: ignore[list-item]
+    r = cli("submit", "--wait", "--", "true")
+    assert r.code == 130
+    assert "job 100 keeps going" in r.err

@@ -1,0 +1,115 @@
+"""Value parsers: what people type for memory, time, hostlists, env and counts."""
+
+from __future__ import annotations
+
+import pytest
+from clusterctl.cli import values
+
+
+@pytest.mark.parametrize(
+    ("text", "mb"),
+    [
+        ("1024", 1024),
+        ("4G", 4096),
+        ("4g", 4096),
+        ("512M", 512),
+        ("512MB", 512),
+        ("1T", 1048576),
+        ("1.5G", 1536),
+        ("2048K", 2),
+        ("1K", 1),
+        ("0.5G", 512),
+    ],
+)
+def test_memory_mb(text: str, mb: int) -> None:
+    assert values.memory_mb(text) == mb
+
+
+@pytest.mark.parametrize("text", ["5X", "", "G", "-1G", "0", "0M", "4 GiB", "1e3"])
+def test_memory_mb_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        values.memory_mb(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "slurm"),
+    [
+        ("30", "30"),
+        ("30:00", "30:00"),
+        ("1:00:00", "1:00:00"),
+        ("2-00", "2-00"),
+        ("1-12:30", "1-12:30"),
+        ("1-00:00:01", "1-00:00:01"),
+        ("UNLIMITED", "UNLIMITED"),
+        ("infinite", "infinite"),
+        ("90m", "01:30:00"),
+        ("2h", "02:00:00"),
+        ("2h30m", "02:30:00"),
+        ("1d", "1-00:00:00"),
+        ("1d12h", "1-12:00:00"),
+        ("45s", "00:00:45"),
+        ("36h", "1-12:00:00"),
+    ],
+)
+def test_time_limit(text: str, slurm: str) -> None:
+    assert values.time_limit(text) == slurm
+
+
+@pytest.mark.parametrize("text", ["", "1h-2", "abc", "1:2:3:4", "-5", "1.5h", "h"])
+def test_time_limit_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="bad time limit"):
+        values.time_limit(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("node1", ["node1"]),
+        ("node[1-3]", ["node1", "node2", "node3"]),
+        ("node[1-2,7],gpu5", ["node1", "node2", "node7", "gpu5"]),
+        ("gpu[08-10]", ["gpu08", "gpu09", "gpu10"]),
+        ("r[1-2]n[1-2]", ["r1n1", "r1n2", "r2n1", "r2n2"]),
+        ("a, b ,c", ["a", "b", "c"]),
+    ],
+)
+def test_hostlist(text: str, names: list[str]) -> None:
+    assert values.hostlist(text) == names
+
+
+@pytest.mark.parametrize(
+    "text", ["node[1-3", "node1-3]", "node[3-1]", "node[a-b]", "node[[1]]", "", ",", "n[1-9999999]"]
+)
+def test_hostlist_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        values.hostlist(text)
+
+
+def test_counts() -> None:
+    assert values.positive_int("3") == 3
+    assert values.non_negative_int("0") == 0
+    for bad in ("0", "-1", "x", "1.5", ""):
+        with pytest.raises(ValueError):
+            values.positive_int(bad)
+    with pytest.raises(ValueError):
+        values.non_negative_int("-1")
+    with pytest.raises(ValueError):
+        values.exit_code("256")
+
+
+def test_env_and_gres_and_duration() -> None:
+    assert values.env_assignment("A=b=c") == ("A", "b=c")
+    assert values.env_assignment("EMPTY=") == ("EMPTY", "")
+    for bad in ("NOVALUE", "1A=x", "A-B=x", "=x", "A B=x"):
+        with pytest.raises(ValueError):
+            values.env_assignment(bad)
+    assert values.gres_gpus("gpu:4") == 4
+    assert values.gres_gpus("gpu:a100:2") == 2
+    assert values.gres_gpus("gpu") == 1
+    for bad in ("mps:2", "gpu:0", "gpu:x"):
+        with pytest.raises(ValueError):
+            values.gres_gpus(bad)
+    assert values.duration_seconds("600") == 600
+    assert values.duration_seconds("10m") == 600
+    assert values.duration_seconds("2h") == 7200
+    with pytest.raises(ValueError):
+        values.duration_seconds("10 minutes")
