@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 from itertools import product
 
 from clusterd.topology.errors import HostlistError
@@ -110,6 +111,7 @@ def expand_hostlist(expr: str) -> list[str]:
     return names
 
 
+@lru_cache(maxsize=65536)
 def natural_key(name: str) -> tuple[object, ...]:
     """Sort key that orders ``node2`` before ``node10`` (digit runs compare as numbers)."""
     key: list[object] = []

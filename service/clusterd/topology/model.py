@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from clusterd.slurm.types import SlurmNode, SlurmSwitch
+from clusterd.slurm.types import NodeState, SlurmNode, SlurmSwitch
 from clusterd.topology.hostlist import natural_key
 
 IMPLICIT_LEAF = "(unswitched)"
@@ -50,11 +50,14 @@ UNSCHEDULABLE_FLAGS = frozenset(
 )
 
 
+_USABLE_STATES = frozenset(s for s in NodeState if s.usable)
+
+
 def schedulable(node: SlurmNode) -> bool:
     """Whether Slurm may start new work on ``node`` (not down, draining, drained, failing)."""
-    if not node.state.usable:
+    if node.state not in _USABLE_STATES:
         return False
-    return not any(flag.upper() in UNSCHEDULABLE_FLAGS for flag in node.flags)
+    return not node.flags or not any(flag.upper() in UNSCHEDULABLE_FLAGS for flag in node.flags)
 
 
 def fits(node: SlurmNode, gpus_per_node: int, cpus_per_node: int) -> bool:
@@ -337,10 +340,19 @@ class TopologyModel:
     def _stats(self) -> dict[str, SwitchStats]:
         out: dict[str, SwitchStats] = {}
         for leaf in self.leaves:
-            total = SwitchStats()
-            for n in self.leaf_nodes(leaf):
-                total = total + SwitchStats.of_node(self._nodes[n])
-            out[leaf] = total
+            # Plain integer sums: this runs once per model generation over every node.
+            nt = nu = ni = gt = gf = ct = cf = 0
+            for name in self.leaf_nodes(leaf):
+                n = self._nodes[name]
+                nt += 1
+                gt += n.gpus_total
+                ct += n.cpus_total
+                if schedulable(n):
+                    nu += 1
+                    gf += n.gpus_free
+                    cf += n.cpus_free
+                    ni += n.gpus_allocated == 0 and n.cpus_allocated == 0
+            out[leaf] = SwitchStats(nt, nu, ni, gt, gf, ct, cf)
         for name in self._tree.switches:
             if name in out:
                 continue

@@ -44,9 +44,9 @@ from typing import Literal, get_args
 from clusterd.slurm.types import SlurmNode
 from clusterd.topology import explain
 from clusterd.topology.errors import HostlistError, InvalidPlacementRequest
-from clusterd.topology.hostlist import compress_hostlist, expand_hostlist, natural_key
+from clusterd.topology.hostlist import compress_hostlist, expand_hostlist
 from clusterd.topology.model import TopologyModel, could_fit, fits, schedulable
-from clusterd.topology.select import Selection, select
+from clusterd.topology.select import Selection, min_leaf_count, select
 
 Policy = Literal["pack", "any", "exact"]
 POLICIES: tuple[str, ...] = get_args(Policy)
@@ -124,12 +124,16 @@ def validate(request: PlacementRequest) -> None:
         raise InvalidPlacementRequest("policy 'exact' needs switch_count >= 1")
 
 
-def _preference(node: SlurmNode) -> tuple[object, ...]:
-    """Partly used nodes first (best fit at node level), then by name: deterministic."""
-    return (node.gpus_free, node.cpus_free, natural_key(node.name))
+def _preference(node: SlurmNode) -> tuple[int, int]:
+    """Partly used nodes first (best fit at node level); a stable sort keeps name order after."""
+    return (node.gpus_free, node.cpus_free)
 
 
 def _min_leaves(model: TopologyModel, capable: set[str], count: int, required: list[str]) -> int | None:
+    """Fewest leaves the job could use if every capable node were free."""
+    if not required:
+        cap = {leaf: sum(1 for n in model.leaf_nodes(leaf) if n in capable) for leaf in model.leaves}
+        return min_leaf_count(model, cap, count)
     free = {leaf: [n for n in model.leaf_nodes(leaf) if n in capable and n not in required] for leaf in model.leaves}
     sel = select(model, free, count, required=required)
     return None if sel is None else len(sel.leaves)
@@ -206,17 +210,12 @@ def plan(model: TopologyModel, request: PlacementRequest) -> Plan:
         args.append(f"--nodelist={compress_hostlist(wanted)}")
 
     required_now = all(fits(model.node(n), g, c) for n in wanted)
-    free = {
-        leaf: sorted(
-            (
-                model.node(n)
-                for n in model.leaf_nodes(leaf)
-                if n in capable and n not in wanted and fits(model.node(n), g, c)
-            ),
-            key=_preference,
-        )
-        for leaf in model.leaves
-    }
+    # ``capable`` already holds only schedulable, non-excluded partition nodes.
+    wanted_set = set(wanted)
+    free: dict[str, list[SlurmNode]] = {}
+    for leaf in model.leaves:
+        candidates = [model.node(n) for n in model.leaf_nodes(leaf) if n in capable and n not in wanted_set]
+        free[leaf] = sorted((x for x in candidates if x.gpus_free >= g and x.cpus_free >= c), key=_preference)
     free_names = {leaf: [n.name for n in nodes] for leaf, nodes in free.items()}
     best: Selection | None = select(model, free_names, count, required=wanted) if required_now else None
     available = best is not None and (limit is None or count == 1 or len(best.leaves) <= limit)

@@ -72,6 +72,24 @@ def _leaves_for(leaves: Sequence[str], forced: Sequence[str], cap: Mapping[str, 
     return list(forced) + _best_fit_swap(picked, others, cap, free_need)
 
 
+def min_leaf_count(model: TopologyModel, cap: Mapping[str, int], count: int) -> int | None:
+    """Fewest leaves under any one switch whose capacities add up to ``count`` (None: none do).
+
+    Greedy largest-first is exact for "fewest bins reaching a sum", so no search is needed.
+    """
+    best: int | None = None
+    for top in model.switch_names:
+        have = 0
+        for k, c in enumerate(sorted((cap.get(x, 0) for x in model.leaves_under(top)), reverse=True), 1):
+            if best is not None and k >= best:
+                break
+            have += c
+            if have >= count:
+                best = k
+                break
+    return best
+
+
 def select(
     model: TopologyModel,
     free: Mapping[str, Sequence[str]],
@@ -112,8 +130,7 @@ def select(
         if levels is None:
             continue
         spare = sum(cap[x] for x in chosen) - need
-        gpus_free = sum(model.stats(x).gpus_free for x in chosen)
-        key = (len(chosen), levels, spare, gpus_free, sorted(natural_key(x) for x in chosen))
+        key = (len(chosen), levels, spare, sorted(natural_key(x) for x in chosen))
         if best is None or key < best[0]:
             best = (key, chosen)
     if best is None:
