@@ -11,6 +11,7 @@ from clusterctl.v1 import cluster_pb2
 from clusterd.errors import InvalidArgument
 from clusterd.jobs.validate import ResolvedJob
 from clusterd.supervisor.poller import QueuePoller
+from clusterd.topology.errors import InvalidPlacementRequest
 from clusterd.topology.model import TopologyModel
 from clusterd.topology.planner import PlacementRequest, Plan, plan
 
@@ -52,8 +53,11 @@ class TopologyPlacer:
         snap = self._poller.snapshot
         return TopologyModel.build(list(snap.switches), list(snap.nodes))
 
-    def dry_run(self, request: PlacementRequest) -> Plan:
-        return plan(self.model(), request)
+    def dry_run(self, request: PlacementRequest, *, field: str = "placement") -> Plan:
+        try:
+            return plan(self.model(), request)
+        except InvalidPlacementRequest as exc:
+            raise InvalidArgument(field, str(exc)) from exc
 
     def __call__(self, job: ResolvedJob, pref: cluster_pb2.PlacementPreference) -> tuple[list[str], str]:
         if not self._poller.snapshot.nodes:
@@ -65,9 +69,9 @@ class TopologyPlacer:
             partition=job.partition,
             pref=pref,
         )
-        result = self.dry_run(request)
+        result = self.dry_run(request, field="spec.placement")
         if not result.feasible:
-            raise InvalidArgument(self._blame(job, pref), f"cannot be placed: {result.explanation}")
+            raise InvalidArgument(self._blame(job, pref), result.explanation)
         return list(result.sbatch_args), result.explanation
 
     def _blame(self, job: ResolvedJob, pref: cluster_pb2.PlacementPreference) -> str:

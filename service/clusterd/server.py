@@ -24,6 +24,7 @@ from clusterd.slurm.factory import make_backend
 from clusterd.store.sqlite import JobStore
 from clusterd.supervisor.events import EventBus
 from clusterd.supervisor.poller import QueuePoller
+from clusterd.supervisor.restarts import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ class ClusterDaemon:
             interval=config.poll_interval_seconds,
             default_partition=config.slurm.default_partition,
         )
+        self.supervisor = Supervisor(self.backend, self.store, self.bus, self.poller, config.restart)
         self.placer = TopologyPlacer(self.poller)
         self.manager = JobManager(config, self.backend, self.store, self.poller, self.bus, self.placer)
         self.tokens = TokenStore(config.tokens_file)

@@ -169,28 +169,34 @@ class JobManager:
 
     async def cancel(self, ident: Identity, job_id: str) -> JobRecord:
         rec = await self.get(ident, job_id)
-        if rec.terminal:
-            return rec
-        rec.user_cancelled = True
-        await self._store.save(rec)  # before scancel: the supervisor must never requeue it
-        await self._backend.cancel(job_id)
+        async with self._store.record_lock(rec.record_id):
+            rec = await self.get(ident, job_id)
+            if rec.terminal:
+                return rec
+            rec.user_cancelled = True
+            await self._store.save(rec)  # before scancel: the supervisor must never requeue it
+            await self._backend.cancel(job_id)
         self._poller.kick()
         return rec
 
     async def requeue(self, ident: Identity, job_id: str) -> JobRecord:
         rec = await self.get(ident, job_id)
-        if rec.user_cancelled:
-            raise FailedPrecondition(f"job {job_id} was cancelled by its user; submit it again instead")
-        try:
-            await self._backend.requeue(job_id)
-        except SlurmError as exc:
-            raise FailedPrecondition(f"Slurm cannot requeue job {job_id}: {_slurm_words(exc)}") from exc
-        entry = RestartEntry("MANUAL_REQUEUE", rec.nodes, time.time(), rec.checkpoint_step, rec.exit_code,
-                             f"requested by {ident.user}")  # fmt: skip
-        await self._store.add_restart(rec, entry)
-        rec.terminal = False
-        rec.final_reason = ""
-        await self._store.save(rec)
+        async with self._store.record_lock(rec.record_id):
+            rec = await self.get(ident, job_id)
+            if rec.user_cancelled:
+                raise FailedPrecondition(f"job {job_id} was cancelled by its user; submit it again instead")
+            try:
+                await self._backend.requeue(job_id)
+            except SlurmError as exc:
+                raise FailedPrecondition(f"Slurm cannot requeue job {job_id}: {_slurm_words(exc)}") from exc
+            entry = RestartEntry("MANUAL_REQUEUE", rec.nodes, time.time(), rec.checkpoint_step, rec.exit_code,
+                                 f"requested by {ident.user}")  # fmt: skip
+            await self._store.add_restart(rec, entry)
+            rec.acked_restarts = rec.restart_count + 1
+            rec.needs_release = True
+            rec.terminal = False
+            rec.final_reason = ""
+            await self._store.save(rec)
         self._bus.publish(JobEvent(EventType.RESTARTED, rec, message=entry.detail))
         self._poller.kick()
         return rec

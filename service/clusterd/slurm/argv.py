@@ -38,12 +38,13 @@ def requeue_argv(job_id: str) -> list[str]:
     return ["scontrol", "requeue", job_id]
 
 
-def update_job_argv(job_id: str, *, exclude_nodes: tuple[str, ...] | None, start_now: bool) -> list[str]:
+def update_job_argv(job_id: str, *, exclude_nodes: tuple[str, ...] | None, start_after: int | None) -> list[str]:
+    """``scontrol update``: StartTime=now clears the ~120 s BeginTime hold Slurm puts on requeued jobs."""
     argv = ["scontrol", "update", f"jobid={job_id}"]
     if exclude_nodes is not None:
         argv.append(f"ExcNodeList={','.join(exclude_nodes)}")
-    if start_now:
-        argv.append("StartTime=now")
+    if start_after is not None:
+        argv.append("StartTime=now" if start_after <= 0 else f"StartTime=now+{int(start_after)}")
     return argv
 
 

@@ -30,9 +30,9 @@ class SlurmBackend(Protocol):
         ...
 
     async def update_job(
-        self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_now: bool = False
+        self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_after: int | None = None
     ) -> None:
-        """Change a pending job: its excluded nodes, and/or clear a BeginTime hold."""
+        """Change a pending job: its excluded nodes, and/or its BeginTime (0 = now, N = in N seconds)."""
         ...
 
     async def list_jobs(self) -> list[SlurmJob]:

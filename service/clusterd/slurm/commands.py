@@ -30,9 +30,9 @@ class CommandsBackend:
         await self.runner.run(argv.requeue_argv(job_id))
 
     async def update_job(
-        self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_now: bool = False
+        self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_after: int | None = None
     ) -> None:
-        await self.runner.run(argv.update_job_argv(job_id, exclude_nodes=exclude_nodes, start_now=start_now))
+        await self.runner.run(argv.update_job_argv(job_id, exclude_nodes=exclude_nodes, start_after=start_after))
 
     async def list_jobs(self) -> list[SlurmJob]:
         result = await self.runner.run(argv.SQUEUE_ARGV)

@@ -73,7 +73,7 @@ class FakeSlurm:
         self.jobs[job_id] = replace(job, state=JobState.PENDING, restart_count=job.restart_count + 1)
 
     async def update_job(
-        self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_now: bool = False
+        self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_after: int | None = None
     ) -> None:
         self.calls["update_job"] += 1
         if exclude_nodes is not None:

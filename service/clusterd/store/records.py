@@ -54,6 +54,10 @@ class JobRecord:
     placement_explanation: str = ""
     error: str = ""  # why the submission failed (phase FAILED)
     user_cancelled: bool = False  # a user's cancel is final: never requeued
+    acked_restarts: int = 0  # the Slurm restart count the supervisor has accounted for
+    final_cause: str = ""  # TerminationCause name once terminal
+    needs_release: bool = False  # requeued, waiting for exclusions + StartTime=now to be applied
+    backoff_seconds: float = 0.0
     restarts: list[RestartEntry] = field(default_factory=list)
 
     def snapshot(self) -> JobRecord:

@@ -12,6 +12,7 @@ import json
 import sqlite3
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,8 @@ CREATE TABLE IF NOT EXISTS restarts (
 _OBSERVED = (
     "state", "reason", "nodes", "partition", "exit_code", "exit_signal", "submit_time", "start_time",
     "end_time", "restart_count", "final_reason", "checkpoint_step", "excluded_nodes",
-    "placement_explanation", "error", "user_cancelled",
+    "placement_explanation", "error", "user_cancelled", "acked_restarts", "final_cause",
+    "needs_release", "backoff_seconds",
 )  # fmt: skip
 
 
@@ -76,6 +78,7 @@ class JobStore:
         self._path = Path(path)
         self._path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._record_locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
         self._db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         with self._lock:
@@ -166,6 +169,14 @@ class JobStore:
             return [self._row_to_record(r) for r in self._db.execute(sql, params).fetchall()]
 
     # -- async API ---------------------------------------------------------------------------
+
+    def record_lock(self, record_id: int) -> asyncio.Lock:
+        """Serializes read-modify-write of one record between the poller and RPC handlers."""
+        lock = self._record_locks.get(record_id)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._record_locks[record_id] = lock
+        return lock
 
     async def reserve(self, user: str, request_id: str, spec: jobs_pb2.JobSpec) -> tuple[JobRecord, bool]:
         """Create a SUBMITTING record, or return the live one holding ``(user, request_id)``.

@@ -28,8 +28,8 @@ log = logging.getLogger(__name__)
 _MISSING_POLLS = 3
 _TOPOLOGY_EVERY = 30  # polls between topology refreshes: the switch tree rarely changes
 
-# Called after a record's observed state was updated from Slurm; may requeue (issue 4's policy).
-TransitionHook = Callable[[JobRecord, JobState, SlurmJob], Awaitable[None]]
+# Called after every observation of a live job, with the nodes it had before; may requeue it.
+TransitionHook = Callable[[JobRecord, tuple[str, ...], SlurmJob], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -120,24 +120,29 @@ class QueuePoller:
 
     async def _reconcile(self) -> None:
         snap = self.snapshot
-        for rec in await self._store.live():
-            if rec.phase is Phase.SUBMITTING:
-                await self._adopt_or_fail(rec)
-                continue
-            sj = snap.jobs.get(rec.job_id)
-            if sj is None:
-                await self._handle_missing(rec)
-                continue
-            self._missing.pop(rec.job_id, None)
-            previous = rec.state
-            changed = observe(rec, sj)
-            if changed:
-                await self._store.save(rec)
-                self._bus.publish(JobEvent(EventType.STATE_CHANGED, rec, previous_state=previous))
-            if self.on_transition is not None and (changed or sj.state.terminal):
-                await self.on_transition(rec, previous, sj)
-            elif sj.state.terminal and not rec.terminal:
-                await self.finish(rec, f"{sj.state.value.lower()}")
+        for listed in await self._store.live():
+            async with self._store.record_lock(listed.record_id):
+                rec = await self._store.get_by_record(listed.record_id)  # fresh: an RPC may have changed it
+                if rec is not None and not rec.terminal:
+                    await self._reconcile_one(rec, snap)
+
+    async def _reconcile_one(self, rec: JobRecord, snap: ClusterSnapshot) -> None:
+        if rec.phase is Phase.SUBMITTING:
+            await self._adopt_or_fail(rec)
+            return
+        sj = snap.jobs.get(rec.job_id)
+        if sj is None:
+            await self._handle_missing(rec)
+            return
+        self._missing.pop(rec.job_id, None)
+        previous, before_nodes = rec.state, rec.nodes
+        if observe(rec, sj):
+            await self._store.save(rec)
+            self._bus.publish(JobEvent(EventType.STATE_CHANGED, rec, previous_state=previous))
+        if self.on_transition is not None:
+            await self.on_transition(rec, before_nodes, sj)
+        elif sj.state.terminal:
+            await self.finish(rec, sj.state.value.lower())
 
     async def finish(self, rec: JobRecord, reason: str) -> None:
         """Mark a record terminal: supervision of it ends here."""

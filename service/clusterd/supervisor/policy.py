@@ -1,0 +1,165 @@
+"""Restart policy: classify how a job ended and decide whether to bring it back (pure functions).
+
+Kept free of I/O so every rule is unit-tested against records and Slurm states; restarts.py acts
+on the decision.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from clusterctl.v1 import jobs_pb2
+
+from clusterd.config import RestartDefaults
+from clusterd.slurm.types import JobState, SlurmJob
+from clusterd.store.records import JobRecord, RestartEntry
+
+# Exit codes shared with the client library (clusterctl.slurm_env): 85 = "checkpointed, requeue me",
+# 86 = "do not requeue me" (fatal by default, see RestartDefaults.fatal_exit_codes).
+REQUEUE_EXIT_CODE = 85
+
+
+class Cause(enum.Enum):
+    NODE_FAILURE = "NODE_FAILURE"
+    PREEMPTED = "PREEMPTED"
+    TIME_LIMIT = "TIME_LIMIT"
+    EXIT_CODE = "EXIT_CODE"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    CANCELLED = "CANCELLED"
+    COMPLETED = "COMPLETED"
+    NO_PROGRESS = "NO_PROGRESS"
+    RESTARTS_EXHAUSTED = "RESTARTS_EXHAUSTED"
+
+
+@dataclass(frozen=True)
+class Policy:
+    max_restarts: int
+    on_node_failure: bool
+    on_preemption: bool
+    on_time_limit: bool
+    retryable_exit_codes: frozenset[int]
+    fatal_exit_codes: frozenset[int]
+    backoff_seconds: float
+    exclude_failed_nodes: bool
+    no_progress_limit: int
+
+
+def effective_policy(spec: jobs_pb2.RestartPolicy, defaults: RestartDefaults) -> Policy:
+    """Job-level fields over the service's defaults; unset optional fields keep the default."""
+
+    def pick(name: str) -> object:
+        return getattr(spec, name) if spec.HasField(name) else getattr(defaults, name)
+
+    backoff = defaults.backoff_seconds
+    if spec.HasField("backoff"):
+        backoff = spec.backoff.seconds + spec.backoff.nanos / 1e9
+    return Policy(
+        max_restarts=int(pick("max_restarts")),  # type: ignore[call-overload]
+        on_node_failure=bool(pick("on_node_failure")),
+        on_preemption=bool(pick("on_preemption")),
+        on_time_limit=bool(pick("on_time_limit")),
+        retryable_exit_codes=frozenset(spec.retryable_exit_codes or defaults.retryable_exit_codes),
+        fatal_exit_codes=frozenset(spec.fatal_exit_codes) | frozenset(defaults.fatal_exit_codes),
+        backoff_seconds=backoff,
+        exclude_failed_nodes=bool(pick("exclude_failed_nodes")),
+        no_progress_limit=int(pick("no_progress_limit")),  # type: ignore[call-overload]
+    )
+
+
+@dataclass(frozen=True)
+class Termination:
+    cause: Cause
+    failed_nodes: tuple[str, ...] = ()
+    exit_code: int = 0
+    detail: str = ""
+    slurm_requeued: bool = False  # Slurm already put the job back to PENDING by itself
+
+
+def classify(rec: JobRecord, before_nodes: tuple[str, ...], sj: SlurmJob, down: frozenset[str]) -> Termination | None:
+    """How the job's last run ended, or None while it has not ended.
+
+    ``rec.acked_restarts`` is the Slurm restart count the service has already accounted for: a
+    higher count on a live job means Slurm requeued it on its own (node failure, preemption).
+    """
+    failed = tuple(n for n in before_nodes if n in down)
+    if not sj.state.terminal:
+        if sj.restart_count > rec.acked_restarts:
+            if failed or not before_nodes:
+                return Termination(Cause.NODE_FAILURE, failed, detail=_nodes_text(failed), slurm_requeued=True)
+            return Termination(Cause.PREEMPTED, detail="requeued by Slurm", slurm_requeued=True)
+        return None
+    if sj.restart_count < rec.acked_restarts:
+        return None  # our own requeue has not shown up in Slurm yet
+    state = sj.state
+    if state == JobState.COMPLETED:
+        return Termination(Cause.COMPLETED)
+    if state == JobState.CANCELLED:
+        return Termination(Cause.CANCELLED, detail="cancelled")
+    if state in (JobState.NODE_FAIL, JobState.BOOT_FAIL):
+        return Termination(Cause.NODE_FAILURE, failed, detail=_nodes_text(failed))
+    if state == JobState.PREEMPTED:
+        return Termination(Cause.PREEMPTED, detail="preempted")
+    if state in (JobState.TIMEOUT, JobState.DEADLINE):
+        return Termination(Cause.TIME_LIMIT, detail="time limit reached")
+    if state == JobState.OUT_OF_MEMORY:
+        return Termination(Cause.OUT_OF_MEMORY, detail="out of memory")
+    if failed:
+        return Termination(Cause.NODE_FAILURE, failed, sj.exit_code, detail=_nodes_text(failed))
+    if sj.exit_code == REQUEUE_EXIT_CODE:
+        return Termination(Cause.TIME_LIMIT, exit_code=sj.exit_code,
+                           detail=f"exit {REQUEUE_EXIT_CODE}: checkpointed and asked to be requeued")  # fmt: skip
+    detail = f"signal {sj.exit_signal}" if sj.exit_signal else f"exit code {sj.exit_code}"
+    return Termination(Cause.EXIT_CODE, exit_code=sj.exit_code, detail=detail)
+
+
+def _nodes_text(nodes: tuple[str, ...]) -> str:
+    return f"node failure on {', '.join(nodes)}" if nodes else "node failure"
+
+
+@dataclass(frozen=True)
+class Decision:
+    requeue: bool
+    reason: str  # the final reason when not requeued; the restart's detail otherwise
+    final_cause: Cause | None = None
+
+
+def stalled_restarts(restarts: list[RestartEntry], current_step: int) -> int:
+    """How many of the latest automatic restarts produced no newer committed step than now."""
+    count = 0
+    for entry in reversed(restarts):
+        if entry.cause == "MANUAL_REQUEUE":
+            continue
+        if entry.checkpoint_step < current_step:
+            break
+        count += 1
+    return count
+
+
+def decide(term: Termination, policy: Policy, rec: JobRecord, current_step: int) -> Decision:
+    """Requeue or stop, with a reason a user can act on."""
+    if rec.user_cancelled or term.cause == Cause.CANCELLED:
+        return Decision(False, "cancelled by the user", Cause.CANCELLED)
+    if term.cause == Cause.COMPLETED:
+        return Decision(False, "completed", Cause.COMPLETED)
+    if term.cause == Cause.OUT_OF_MEMORY:
+        return Decision(False, "out of memory: not requeued (raise --mem)", Cause.OUT_OF_MEMORY)
+    if term.exit_code in policy.fatal_exit_codes:
+        return Decision(False, f"exit code {term.exit_code} is fatal: not requeued", Cause.EXIT_CODE)
+    allowed = {
+        Cause.NODE_FAILURE: policy.on_node_failure,
+        Cause.PREEMPTED: policy.on_preemption,
+        Cause.TIME_LIMIT: policy.on_time_limit,
+        Cause.EXIT_CODE: term.exit_code in policy.retryable_exit_codes,
+    }.get(term.cause, False)
+    if not allowed:
+        return Decision(False, f"{term.detail or term.cause.value.lower()}: not requeued by policy", term.cause)
+    automatic = [r for r in rec.restarts if r.cause != "MANUAL_REQUEUE"]
+    if len(automatic) >= policy.max_restarts:
+        return Decision(False, f"{term.detail}; restart budget spent ({policy.max_restarts} restarts)",
+                        Cause.RESTARTS_EXHAUSTED)  # fmt: skip
+    if policy.no_progress_limit and stalled_restarts(rec.restarts, current_step) >= policy.no_progress_limit:
+        step = "no checkpoint" if current_step < 0 else f"step {current_step}"
+        return Decision(False, f"{term.detail}; {policy.no_progress_limit} restarts made no checkpoint progress "
+                        f"(still at {step})", Cause.NO_PROGRESS)  # fmt: skip
+    return Decision(True, term.detail or term.cause.value.lower())
