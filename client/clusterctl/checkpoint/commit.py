@@ -1,0 +1,134 @@
+"""The commit protocol: when a step becomes visible (STYLE 6; Orbax's commit-file variant).
+
+A step is committed by exactly one small marker, ``commits/<step>.json``, written by rank 0 with
+a create-only put *after* every rank's shard manifest of that attempt is readable. Rank 0 learns
+that the manifests exist by listing the attempt's prefix with backoff, bounded by
+``commit_timeout`` (and, when torch.distributed is up, every rank has already agreed on success).
+The marker records each manifest's size and xxh3 digest, so a reader can tell a committed
+manifest from one that was replaced later. Other ranks wait (bounded) for the marker so that
+``result()`` means "committed" on every rank.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+
+from ..storage import ObjectExistsError, ObjectNotFoundError, Storage
+from . import checksum, layout
+from .errors import CommitTimeoutError, SaveError
+from .manifest import MAX_MANIFEST_BYTES, MAX_MARKER_BYTES, CommitMarker, ShardEntry, load_manifest, load_marker
+
+
+class Poller:
+    """Exponential backoff between ``initial`` and ``maximum`` until ``timeout`` seconds pass."""
+
+    def __init__(self, timeout: float, initial: float, maximum: float,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.deadline = time.monotonic() + timeout
+        self.delay = initial
+        self.maximum = maximum
+        self._sleep = sleep
+
+    def wait(self) -> bool:
+        """Sleep before the next poll; False when the deadline has passed."""
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        self._sleep(min(self.delay, remaining))
+        self.delay = min(self.delay * 2, self.maximum)
+        return True
+
+
+def wait_for_manifests(storage: Storage, *, step: int, attempt: str, world_size: int, timeout: float,
+                       poll: tuple[float, float]) -> None:
+    """Rank 0: block until every rank's manifest of this attempt is listed.
+
+    Raises:
+        CommitTimeoutError: some manifests did not appear within ``timeout`` (names the ranks).
+    """
+    expected = {layout.manifest_key(step, attempt, r, world_size): r for r in range(world_size)}
+    poller = Poller(timeout, *poll)
+    prefix = layout.attempt_prefix(step, attempt)
+    while True:
+        listed = {o.key for o in storage.list_objects(prefix)}
+        missing = sorted(r for k, r in expected.items() if k not in listed)
+        if not missing:
+            return
+        if not poller.wait():
+            shown = ", ".join(map(str, missing[:20])) + (", ..." if len(missing) > 20 else "")
+            raise CommitTimeoutError(
+                f"rank 0: step {step} not committed: no shard manifest from rank(s) [{shown}] after {timeout:.0f}s "
+                f"(a rank died or is still uploading); expected under {storage.uri}/{prefix}",
+                rank=0, step=step, key=prefix)
+
+
+def build_marker(storage: Storage, *, step: int, attempt: str, world_size: int,
+                 executor: Executor | None) -> CommitMarker:
+    """Read and check every manifest of the attempt and describe them in a commit marker."""
+
+    def entry(rank: int) -> ShardEntry:
+        key = layout.manifest_key(step, attempt, rank, world_size)
+        data = storage.get(key, max_size=MAX_MANIFEST_BYTES)
+        try:
+            m = load_manifest(data)
+        except ValueError as exc:
+            raise SaveError(f"rank 0: manifest {key} of rank {rank} is invalid: {exc}", rank=0, step=step,
+                            key=key) from None
+        if (m.step, m.rank, m.world_size, m.attempt) != (step, rank, world_size, attempt):
+            raise SaveError(f"rank 0: manifest {key} describes step {m.step} rank {m.rank}/{m.world_size} "
+                            f"attempt {m.attempt}, not what its name says", rank=0, step=step, key=key)
+        return ShardEntry(rank, key, len(data), checksum.digest(data), m.shard_size)
+
+    ranks = range(world_size)
+    entries = list(executor.map(entry, ranks)) if executor is not None and world_size > 1 else [entry(r) for r in ranks]
+    return CommitMarker(step, world_size, attempt, time.time(), entries)
+
+
+def write_marker(storage: Storage, marker: CommitMarker) -> None:
+    """Create the marker (create-only). An existing marker of the same attempt counts as success.
+
+    Raises:
+        SaveError: the step is already committed by another attempt.
+    """
+    key = layout.commit_key(marker.step)
+    try:
+        storage.put(key, marker.to_json(), if_absent=True)
+    except ObjectExistsError:
+        existing = read_marker_or_none(storage, marker.step)
+        if existing is None or existing.attempt != marker.attempt:
+            other = existing.attempt if existing else "unknown"
+            raise SaveError(f"rank 0: step {marker.step} is already committed (attempt {other}); "
+                            "committed steps are never overwritten", rank=0, step=marker.step, key=key) from None
+
+
+def read_marker_or_none(storage: Storage, step: int) -> CommitMarker | None:
+    try:
+        return load_marker(storage.get(layout.commit_key(step), max_size=MAX_MARKER_BYTES))
+    except ObjectNotFoundError:
+        return None
+    except ValueError:
+        return None
+
+
+def wait_for_commit(storage: Storage, *, rank: int, step: int, attempt: str, timeout: float,
+                    poll: tuple[float, float]) -> None:
+    """Ranks other than 0: block until rank 0 committed this attempt of the step.
+
+    Raises:
+        CommitTimeoutError: no marker within ``timeout``.
+        SaveError: the step was committed by a different attempt.
+    """
+    key = layout.commit_key(step)
+    poller = Poller(timeout, *poll)
+    while True:
+        marker = read_marker_or_none(storage, step)
+        if marker is not None:
+            if marker.attempt != attempt:
+                raise SaveError(f"rank {rank}: step {step} was committed by attempt {marker.attempt}, "
+                                f"not this one ({attempt})", rank=rank, step=step, key=key)
+            return
+        if not poller.wait():
+            raise CommitTimeoutError(f"rank {rank}: step {step} was not committed by rank 0 within {timeout:.0f}s "
+                                     f"(no {storage.uri}/{key})", rank=rank, step=step, key=key)

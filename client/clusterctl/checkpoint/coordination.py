@@ -1,0 +1,54 @@
+"""How ranks agree without a shared process group, and with one when torch.distributed is up.
+
+Without torch.distributed, ranks coordinate only through storage (rank 0 polls for manifests,
+the others poll for the commit marker). When torch.distributed is initialised the manager makes
+its own gloo group at construction (collectively, on every rank), and the background save thread
+of every rank takes part in one ``all_reduce(MIN)`` per save, so a failure on any rank is known to
+all at once instead of after ``commit_timeout``. The private group keeps these collectives off
+the training's default group, whose ordering belongs to the caller's thread.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+
+class Coordinator(Protocol):
+    def agree(self, ok: bool, *, timeout: float) -> bool:
+        """True iff every rank passed ``ok=True``. Every rank must call it the same number of times."""
+        ...
+
+
+class TorchCoordinator:
+    """all_reduce(MIN) of a success flag over a private gloo group."""
+
+    def __init__(self, torch: Any, group: Any) -> None:
+        self._torch = torch
+        self._group = group
+
+    @classmethod
+    def create(cls, torch: Any) -> TorchCoordinator:
+        return cls(torch, torch.distributed.new_group(backend="gloo"))
+
+    def agree(self, ok: bool, *, timeout: float) -> bool:
+        dist = self._torch.distributed
+        flag = self._torch.tensor([1 if ok else 0], dtype=self._torch.int32)
+        try:
+            work = dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self._group, async_op=True)
+            work.wait(timeout=datetime.timedelta(seconds=timeout))
+        except Exception as exc:  # a peer died or timed out: treat as failure
+            log.warning("checkpoint agreement failed: %s", exc)
+            return False
+        return bool(flag.item() == 1)
+
+    def broadcast_token(self) -> str:
+        """A random hex token chosen by rank 0 and known to every rank (collective)."""
+        import os
+
+        data = self._torch.tensor(list(os.urandom(6)), dtype=self._torch.int32)
+        self._torch.distributed.broadcast(data, src=0, group=self._group)
+        return "".join(f"{int(b):02x}" for b in data.tolist())

@@ -1,0 +1,351 @@
+"""CheckpointManager: the public face of the data plane (contract in DESIGN.md).
+
+Blocking phase, then background commit, returning a handle (STYLE 7): ``save()`` snapshots the
+state into bounded staging memory and returns a :class:`SaveHandle`; one background thread per
+in-flight slot checksums and uploads the shard, writes the manifest and runs the commit protocol.
+A background failure is stored and raised by ``result()``, ``wait()`` or the next ``save()``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any
+
+from .. import slurm_env
+from ..storage import ObjectNotFoundError, Storage, StorageError, open_storage
+from . import commit, layout, torchcompat
+from .config import CheckpointConfig
+from .coordination import Coordinator, TorchCoordinator
+from .errors import CheckpointError, InvalidStateError, SaveError, SaveInProgressError
+from .gc import GarbageReport, apply_retention, collect_garbage, list_committed
+from .restore import VerifyReport, restore_state, verify_step
+from .staging import StagingPool
+from .writer import Snapshot, take_snapshot, upload_snapshot
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    """Outcome of one save on this rank."""
+
+    step: int
+    committed: bool
+    skipped: bool = False
+    bytes: int = 0
+    snapshot_seconds: float = 0.0
+    total_seconds: float = 0.0
+
+
+class SaveHandle:
+    """Returned by :meth:`CheckpointManager.save` once the state is snapshotted."""
+
+    def __init__(self, step: int, future: Future[SaveResult] | None, *, skipped: bool = False) -> None:
+        self.step = step
+        self.skipped = skipped
+        self._future = future
+        self.observed = False
+
+    def done(self) -> bool:
+        return self._future is None or self._future.done()
+
+    def result(self, timeout: float | None = None) -> SaveResult:
+        """Block until the step is committed (on every rank) and return the outcome.
+
+        Raises:
+            SaveError: the save failed; the message names rank, step, object and cause.
+            TimeoutError: ``timeout`` passed first (the save keeps running).
+        """
+        if self._future is None:
+            return SaveResult(self.step, committed=False, skipped=True)
+        try:
+            return self._future.result(timeout)
+        except FutureTimeout:
+            raise TimeoutError(f"save of step {self.step} still running after {timeout}s") from None
+        except BaseException:
+            self.observed = True
+            raise
+
+    def _wait_quietly(self) -> None:
+        if self._future is not None:
+            self._future.exception()
+
+
+def _resolve_run_id(config: CheckpointConfig, world_size: int, coordinator: TorchCoordinator | None) -> str:
+    explicit = config.run_id or os.environ.get("CLUSTERCTL_RUN_ID")
+    if explicit:
+        return layout.check_attempt(explicit)
+    from_slurm = slurm_env.slurm_run_id()
+    if from_slurm:
+        return from_slurm
+    if coordinator is not None:
+        return f"dist-{coordinator.broadcast_token()}"
+    if world_size == 1:
+        return f"run-{uuid.uuid4().hex[:12]}"
+    log.warning("no run id for a %d-rank job (no Slurm, no torch.distributed, no CLUSTERCTL_RUN_ID): "
+                "using 'run'; a retried save of a failed step may then mix attempts", world_size)
+    return "run"
+
+
+class CheckpointManager:
+    """Async sharded checkpoints of a nested state to S3 or a filesystem.
+
+    Args:
+        uri: ``s3://bucket/prefix``, ``file:///dir`` or a path. S3 settings come from the AWS_*
+            variables (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION).
+        rank, world_size: default to SLURM_PROCID/SLURM_NTASKS, then torch.distributed, then 0/1.
+        keep: committed steps to keep (older ones are deleted after each commit); 0 keeps all.
+        config: every other knob (policy, staging memory, part size, deadlines).
+        storage: a ready :class:`~clusterctl.storage.Storage` to use instead of opening ``uri``.
+
+    Raises:
+        InvalidURIError (a ValueError): the URI is malformed.
+        ValueError: rank/world_size out of range.
+    """
+
+    def __init__(self, uri: str, rank: int | None = None, world_size: int | None = None, keep: int = 3, *,
+                 config: CheckpointConfig | None = None, storage: Storage | None = None) -> None:
+        self.config = config = config or CheckpointConfig()
+        self.storage: Storage = storage or open_storage(uri, s3=config.s3_options(), posix=config.posix_options())
+        self.uri = uri
+        env_rank, env_world = slurm_env.rank_and_world_size()
+        self.rank = env_rank if rank is None else rank
+        self.world_size = env_world if world_size is None else world_size
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} is not in [0, world_size={self.world_size})")
+        if keep < 0:
+            raise ValueError(f"keep must be >= 0, got {keep}")
+        self.keep = keep
+        torch = torchcompat.loaded_torch()
+        self._coordinator: TorchCoordinator | None = None
+        if (torch is not None and self.world_size > 1 and torch.distributed.is_available()
+                and torch.distributed.is_initialized()):
+            self._coordinator = TorchCoordinator.create(torch)
+        self.run_id = _resolve_run_id(config, self.world_size, self._coordinator)
+        self._pool = StagingPool(config.staging_bytes, config.max_in_flight,
+                                 pinned_allocator=torchcompat.pinned_empty if torchcompat.cuda_available() else None)
+        self._bg = ThreadPoolExecutor(max_workers=config.max_in_flight, thread_name_prefix="ckpt-save")
+        self._io = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ckpt-hash")
+        self._lock = threading.Lock()
+        self._inflight: list[tuple[SaveHandle, int, str]] = []
+        self._pending: BaseException | None = None
+        self._attempts: Counter[int] = Counter()
+        self._closed = False
+        self.last_restored_step: int | None = None
+
+    # --- saving ---------------------------------------------------------------------------
+    def save(self, step: int, state: Mapping[str, Any]) -> SaveHandle:
+        """Snapshot ``state`` and upload it in the background; returns once the snapshot is taken.
+
+        Raises:
+            SaveError: an earlier background save failed (raised once, here or by wait()).
+            SaveInProgressError: ``policy="raise"`` and a save is in flight.
+            InvalidStateError: bad step, unsafe key or unsupported leaf.
+            StagingLimitError: the snapshot does not fit the staging memory.
+        """
+        self._check_open()
+        try:
+            layout.check_step(step)
+        except ValueError as exc:
+            raise InvalidStateError(str(exc)) from None
+        self._raise_pending()
+        running = self._running()
+        if len(running) >= self.config.max_in_flight:
+            if self.config.policy == "skip":
+                log.info("checkpoint step %d skipped: step %d still uploading", step, running[0][0].step)
+                return SaveHandle(step, None, skipped=True)
+            if self.config.policy == "raise":
+                raise SaveInProgressError(f"cannot save step {step}: the save of step {running[0][0].step} is "
+                                          "still in flight (policy='raise')")
+            while len(running) >= self.config.max_in_flight:
+                running[0][0]._wait_quietly()
+                running = self._running()
+            self._raise_pending()
+        self._attempts[step] += 1
+        n = self._attempts[step]
+        attempt = self.run_id if n == 1 else f"{self.run_id}-{n - 1}"
+        snap = take_snapshot(state, step=step, attempt=attempt, rank=self.rank, world_size=self.world_size,
+                             pool=self._pool)
+        future = self._bg.submit(self._run, snap, time.perf_counter() - snap.seconds)
+        handle = SaveHandle(step, future)
+        with self._lock:
+            self._inflight.append((handle, step, attempt))
+        future.add_done_callback(functools.partial(self._on_done, handle))
+        return handle
+
+    def _running(self) -> list[tuple[SaveHandle, int, str]]:
+        with self._lock:
+            self._inflight = [x for x in self._inflight if not x[0].done()]
+            return list(self._inflight)
+
+    def _on_done(self, handle: SaveHandle, future: Future[SaveResult]) -> None:
+        exc = future.exception()
+        if exc is not None:
+            with self._lock:
+                if self._pending is None:
+                    self._pending = exc
+                self._pending_handle = handle
+
+    def _raise_pending(self) -> None:
+        with self._lock:
+            exc, self._pending = self._pending, None
+            handle = getattr(self, "_pending_handle", None)
+        if exc is not None and not (handle is not None and handle.observed):
+            raise exc
+
+    def _wrap(self, exc: BaseException, step: int, key: str | None) -> SaveError:
+        if isinstance(exc, SaveError):
+            return exc
+        where = getattr(exc, "key", None) or key
+        target = f"{self.storage.uri}/{where}" if where else self.storage.uri
+        err = SaveError(f"rank {self.rank}: saving step {step} failed at {target}: {exc}",
+                        rank=self.rank, step=step, key=where)
+        err.__cause__ = exc
+        return err
+
+    def _run(self, snap: Snapshot, t0: float) -> SaveResult:
+        step, attempt = snap.step, snap.attempt
+        progress: dict[str, str | None] = {"key": layout.commit_key(step)}
+        error: BaseException | None = None
+        nbytes = snap.nbytes
+        try:
+            try:
+                self.storage.stat(layout.commit_key(step))
+                raise SaveError(f"rank {self.rank}: step {step} is already committed under {self.storage.uri}; "
+                                "committed steps are never overwritten", rank=self.rank, step=step,
+                                key=layout.commit_key(step))
+            except ObjectNotFoundError:
+                pass
+            upload_snapshot(snap, self.storage, chunk_size=self.config.part_size, executor=self._io,
+                            progress=progress)
+        except Exception as exc:
+            error = exc
+        finally:
+            snap.staging.release()
+        coord: Coordinator | None = self._coordinator
+        all_ok = coord.agree(error is None, timeout=self.config.commit_timeout) if coord is not None else True
+        if error is not None:
+            raise self._wrap(error, step, progress["key"])
+        if not all_ok:
+            raise SaveError(f"rank {self.rank}: step {step} not committed: another rank failed to write its shard",
+                            rank=self.rank, step=step)
+        poll = (self.config.poll_initial, self.config.poll_max)
+        try:
+            if self.rank == 0:
+                progress["key"] = layout.attempt_prefix(step, attempt)
+                commit.wait_for_manifests(self.storage, step=step, attempt=attempt, world_size=self.world_size,
+                                          timeout=self.config.commit_timeout, poll=poll)
+                marker = commit.build_marker(self.storage, step=step, attempt=attempt, world_size=self.world_size,
+                                             executor=self._io)
+                progress["key"] = layout.commit_key(step)
+                commit.write_marker(self.storage, marker)
+                self._after_commit(step)
+            else:
+                commit.wait_for_commit(self.storage, rank=self.rank, step=step, attempt=attempt,
+                                       timeout=self.config.commit_timeout, poll=poll)
+        except Exception as exc:
+            raise self._wrap(exc, step, progress["key"]) from exc
+        total = time.perf_counter() - t0
+        return SaveResult(step, committed=True, bytes=nbytes, snapshot_seconds=snap.seconds, total_seconds=total)
+
+    def _after_commit(self, step: int) -> None:
+        """Retention and GC on rank 0; failures here are logged, the step is already committed."""
+        try:
+            protect = {s for _, s, _ in self._running()} | {step}
+            apply_retention(self.storage, self.keep, protect=protect)
+            if self.config.gc_on_commit:
+                collect_garbage(self.storage, grace=self.config.gc_grace, in_flight=self._in_flight_attempts())
+        except (StorageError, CheckpointError) as exc:
+            log.warning("checkpoint retention/GC after step %d failed: %s", step, exc)
+
+    def _in_flight_attempts(self) -> set[tuple[int, str]]:
+        with self._lock:
+            return {(s, a) for _, s, a in self._inflight}
+
+    def wait(self) -> None:
+        """Block until every in-flight save finished; raise the first unobserved failure."""
+        for handle, _, _ in self._running():
+            handle._wait_quietly()
+        self._raise_pending()
+
+    # --- discovery and restore -----------------------------------------------------------
+    def steps(self) -> list[int]:
+        """Committed steps, ascending (one LIST)."""
+        return list_committed(self.storage)
+
+    def latest_step(self) -> int | None:
+        steps = self.steps()
+        return steps[-1] if steps else None
+
+    def restore(self, step: int | None = None, *, rank: int | None = None) -> Any:
+        """The state of ``step`` (default: the newest valid step) for this rank, or None if none.
+
+        A committed step whose objects are missing, truncated or corrupt is skipped with a
+        :class:`CheckpointFallbackWarning` (and a logged warning) when ``step`` is None, and
+        raises :class:`CorruptCheckpointError` when ``step`` was asked for. ``rank`` reads another
+        rank's shard (no world-size check). Arrays come back as numpy arrays, tensors as CPU torch
+        tensors when torch is installed. Nothing is unpickled.
+
+        Raises:
+            WorldSizeMismatchError, RestoreError, CorruptCheckpointError, StorageError.
+        """
+        self._check_open()
+        if step is not None:
+            layout.check_step(step)
+        explicit = rank is not None
+        result = restore_state(
+            self.storage, step=step, rank=self.rank if rank is None else rank,
+            world_size=None if explicit else self.world_size, executor=self._io,
+            coordinator=None if explicit else self._coordinator, agree_timeout=self.config.commit_timeout)
+        if result is None:
+            return None
+        self.last_restored_step = result[0]
+        return result[1]
+
+    def verify(self, step: int) -> VerifyReport:
+        """Verify every rank's shard of a committed step (reads everything; bounded memory)."""
+        return verify_step(self.storage, step, executor=self._io)
+
+    def gc(self, *, grace: float | None = None, dry_run: bool = False) -> GarbageReport:
+        """Collect uncommitted objects and multipart uploads older than ``grace`` (default config)."""
+        return collect_garbage(self.storage, grace=self.config.gc_grace if grace is None else grace,
+                                  in_flight=self._in_flight_attempts(), dry_run=dry_run)
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise CheckpointError("CheckpointManager is closed")
+
+    def close(self) -> None:
+        """Wait for in-flight saves, release threads, staging memory and connections.
+
+        Raises the first unobserved background failure (after cleaning up).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            for handle, _, _ in self._running():
+                handle._wait_quietly()
+        finally:
+            self._bg.shutdown(wait=True)
+            self._io.shutdown(wait=True)
+            self._pool.clear()
+            self.storage.close()
+        self._raise_pending()
+
+    def __enter__(self) -> CheckpointManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,138 @@
+"""What a training process learns from Slurm: its rank, the world size, a run id, and preemption.
+
+Rank and world size come from ``SLURM_PROCID``/``SLURM_NTASKS`` (set by ``srun`` for every task),
+then from an initialised ``torch.distributed``, else ``0``/``1``.
+
+Preemption: Slurm sends a signal before the time limit when the job was submitted with
+``--signal=B:USR1@<seconds>`` (clusterd does this; ``B:`` sends it to the batch shell, which
+forwards it to the tasks; without ``B:`` it goes to every task), and SIGTERM on preemption or
+``scancel``. :class:`RequeueOnSignal` turns either into a flag the training loop polls, and
+:meth:`RequeueOnSignal.checkpoint_and_exit` finishes the in-flight checkpoint (or takes one),
+then exits with :data:`REQUEUE_EXIT_CODE`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import threading
+from collections.abc import Iterable, Mapping
+from types import FrameType
+from typing import Any, NoReturn
+
+REQUEUE_EXIT_CODE = 85
+"""Exit status that means "requeue me": the job stopped on purpose (time limit approaching,
+preemption) after a committed checkpoint and wants to continue from it. clusterd's restart
+policy treats it as retryable without counting it as a failure; 85 is outside the ranges used by
+shells (126-165 = signals/exec errors), Slurm and Python (1, 2)."""
+
+
+def _env_int(env: Mapping[str, str], name: str) -> int | None:
+    value = env.get(name)
+    if value is None or not value.strip().isdigit():
+        return None
+    return int(value)
+
+
+def rank_and_world_size(env: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """(rank, world_size): SLURM_PROCID/SLURM_NTASKS, then torch.distributed, then (0, 1)."""
+    env = os.environ if env is None else env
+    rank, world = _env_int(env, "SLURM_PROCID"), _env_int(env, "SLURM_NTASKS")
+    if rank is not None and world is not None and 0 <= rank < world:
+        return rank, world
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        dist = getattr(torch, "distributed", None)
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank()), int(dist.get_world_size())
+    return 0, 1
+
+
+def slurm_run_id(env: Mapping[str, str] | None = None) -> str | None:
+    """An id shared by every task of one incarnation of a Slurm job step, or None outside Slurm.
+
+    ``<job>.<step>-r<restart count>``: a requeued job keeps its job id but gets a new restart count.
+    """
+    env = os.environ if env is None else env
+    job = env.get("SLURM_ARRAY_JOB_ID") and f"{env['SLURM_ARRAY_JOB_ID']}_{env.get('SLURM_ARRAY_TASK_ID', '')}"
+    job = job or env.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    raw = f"slurm-{job}.{env.get('SLURM_STEP_ID', 'x')}-r{env.get('SLURM_RESTART_COUNT', '0')}"
+    return re.sub(r"[^A-Za-z0-9._-]", "_", raw)[:80]
+
+
+class RequeueOnSignal:
+    """Turn SIGUSR1/SIGTERM into a flag; checkpoint and exit with REQUEUE_EXIT_CODE when it is set.
+
+    Use from the main thread (Python runs signal handlers there)::
+
+        with RequeueOnSignal() as stop:
+            for step in range(start, total):
+                train_step()
+                if step % 1000 == 0:
+                    ckpt.save(step, state)
+                if stop.requested:
+                    stop.checkpoint_and_exit(ckpt, step, state)
+
+    The handler itself only sets the flag (safe at any point); the expensive work happens at the
+    next poll, between training steps, where the state is consistent.
+    """
+
+    def __init__(self, signals: Iterable[int] = (signal.SIGUSR1, signal.SIGTERM), *,
+                 exit_code: int = REQUEUE_EXIT_CODE) -> None:
+        self.signals = tuple(signals)
+        self.exit_code = exit_code
+        self._event = threading.Event()
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def requested(self) -> bool:
+        """True once one of the signals arrived."""
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._event.wait(timeout)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.signum = signum
+        self._event.set()
+
+    def install(self) -> RequeueOnSignal:
+        for sig in self.signals:
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def uninstall(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def __enter__(self) -> RequeueOnSignal:
+        return self.install()
+
+    def __exit__(self, *exc: object) -> None:
+        self.uninstall()
+
+    def checkpoint_and_exit(self, ckpt: Any, step: int | None = None, state: Any = None, *,
+                            timeout: float | None = None) -> NoReturn:
+        """Finish in-flight saves, save ``state`` at ``step`` if given, wait for the commit, exit.
+
+        Exits with :data:`REQUEUE_EXIT_CODE` when everything committed. If the checkpoint fails
+        the error propagates (the process exits non-zero with a traceback, and the job is not
+        marked as a clean requeue: its last committed step is older than it believes).
+        """
+        ckpt.wait()
+        if step is not None and ckpt.latest_step() != step:
+            ckpt.save(step, state).result(timeout=timeout)
+        ckpt.close()
+        self.exit()
+
+    def exit(self) -> NoReturn:
+        """Exit with the requeue code (flushing stdio first)."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        raise SystemExit(self.exit_code)
