@@ -74,6 +74,6 @@ def test_sbatch_argv_is_single_tokens() -> None:
                       working_directory="/home/a")  # fmt: skip
     assert sbatch_argv(args) == ["sbatch", "--parsable", "--uid=1000", "--gid=1000", "--chdir=/home/a",
                                  "--job-name=a --uid=0"]  # fmt: skip
-    assert update_job_argv("5", exclude_nodes=("node1", "node2"), start_now=True) == [
+    assert update_job_argv("5", exclude_nodes=("node1", "node2"), start_after=0) == [
         "scontrol", "update", "jobid=5", "ExcNodeList=node1,node2", "StartTime=now"
     ]  # fmt: skip
