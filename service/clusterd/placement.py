@@ -7,7 +7,6 @@ turns an infeasible plan into a clear INVALID_ARGUMENT instead of a job that wou
 from __future__ import annotations
 
 from clusterctl.v1 import cluster_pb2
-
 from clusterd.errors import InvalidArgument
 from clusterd.jobs.validate import ResolvedJob
 from clusterd.supervisor.poller import QueuePoller

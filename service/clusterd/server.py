@@ -8,10 +8,10 @@ import logging
 import signal
 
 import grpc
-from clusterctl.v1 import cluster_pb2, cluster_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from clusterctl.v1 import cluster_pb2, cluster_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 from clusterd.api.cluster_servicer import ClusterServicer
 from clusterd.api.interceptor import AuthInterceptor
 from clusterd.api.jobs_servicer import JobServicer

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from clusterctl.client import ClusterClient
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from clusterctl.client import ClusterClient
 
 STACK_DIR = Path(os.environ.get("CLUSTERCTL_STACK_DIR", "/var/lib/clusterctl-stack"))
 

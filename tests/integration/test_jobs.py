@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from clusterctl.errors import ServiceError
 from clusterctl.v1 import jobs_pb2
 

@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+
 from clusterctl.v1 import jobs_pb2
 
 from .conftest import Daemon, Stack

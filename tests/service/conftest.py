@@ -8,6 +8,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+
 from clusterctl.v1 import cluster_pb2_grpc, jobs_pb2_grpc
 from clusterd.config import Config, LimitsConfig, SlurmConfig
 from clusterd.server import ClusterDaemon

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.types import JobState
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from .conftest import ADMIN, USER_A, USER_B, Harness, auth, make_config
 from .test_validate import BAD

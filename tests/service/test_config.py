@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from clusterd.auth.tokens import TokenFileError, parse_tokens
 from clusterd.config import ConfigError, load_config
 

@@ -6,6 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import grpc
+
 from clusterctl.v1 import jobs_pb2
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from google.protobuf.duration_pb2 import Duration
+
 from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.errors import InvalidArgument
 from clusterd.jobs.validate import ClusterFacts, parse_time_limit, validate_spec
-from google.protobuf.duration_pb2 import Duration
 
 FACTS = ClusterFacts(
     partitions=frozenset({"debug", "batch"}),

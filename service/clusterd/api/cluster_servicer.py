@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import grpc
-from clusterctl.v1 import cluster_pb2, cluster_pb2_grpc
 
+from clusterctl.v1 import cluster_pb2, cluster_pb2_grpc
 from clusterd.api import convert
 from clusterd.errors import InvalidArgument
 from clusterd.placement import TopologyPlacer, placement_request

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import cast
 
-from clusterctl.v1 import cluster_pb2, jobs_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.slurm.types import JobState, NodeState, SlurmNode
 from clusterd.store.records import JobRecord
 from clusterd.supervisor.events import JobEvent

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import grpc
-from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
 
+from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
 from clusterd.api import convert
 from clusterd.auth.identity import Identity, current_identity
 from clusterd.errors import InvalidArgument

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 
 from clusterctl.v1 import cluster_pb2, jobs_pb2
-
 from clusterd.auth.identity import Identity
 from clusterd.config import Config
 from clusterd.errors import FailedPrecondition, NotFound, PermissionDenied, SlurmError, SlurmUnavailable

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from clusterctl.v1 import jobs_pb2
-
 from clusterd.jobs.validate import ResolvedJob
 
 

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from posixpath import normpath
 
 from clusterctl.v1 import cluster_pb2, jobs_pb2
-
 from clusterd.config import LimitsConfig
 from clusterd.errors import InvalidArgument
 from clusterd.jobs.script import FORBIDDEN_DIRECTIVES, ScriptError, command_script, parse_directives

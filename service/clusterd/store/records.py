@@ -6,7 +6,6 @@ import enum
 from dataclasses import dataclass, field, replace
 
 from clusterctl.v1 import jobs_pb2
-
 from clusterd.slurm.types import JobState
 
 

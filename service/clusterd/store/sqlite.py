@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from clusterctl.v1 import jobs_pb2
-
 from clusterd.slurm.types import JobState
 from clusterd.store.records import JobRecord, Phase, RestartEntry
 

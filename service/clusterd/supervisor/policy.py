@@ -10,7 +10,6 @@ import enum
 from dataclasses import dataclass
 
 from clusterctl.v1 import jobs_pb2
-
 from clusterd.config import RestartDefaults
 from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store.records import JobRecord, RestartEntry

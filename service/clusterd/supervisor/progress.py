@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 
-from clusterctl.checkpoint.layout import COMMITS, parse_commit_key
+from clusterctl.checkpoint.gc import list_committed
 from clusterctl.storage import StorageError, open_storage
 
 log = logging.getLogger(__name__)
@@ -19,10 +19,10 @@ log = logging.getLogger(__name__)
 def _latest_step(uri: str) -> int:
     storage = open_storage(uri)
     try:
-        steps = [parse_commit_key(o.key) for o in storage.list_objects(COMMITS)]
+        steps = list_committed(storage)
     finally:
         storage.close()
-    return max((s for s in steps if s is not None), default=-1)
+    return steps[-1] if steps else -1
 
 
 class ProgressTracker:

@@ -1,0 +1,112 @@
+"""A small numpy MLP trained with checkpoints: the job the demo and the end-to-end tests run.
+
+Run under Slurm (``srun python examples/train.py``) or alone. It resumes from the newest valid
+checkpoint in ``--ckpt`` (default: $CLUSTERCTL_CHECKPOINT_URI), saves every ``--every`` steps in the
+background, and on SIGUSR1/SIGTERM (Slurm's warning before the time limit, or preemption)
+checkpoints and exits with the "requeue me" code so that clusterd brings it back.
+
+Every step prints ``STEP <n> rank <r> loss <x>``; the tests read these lines to prove that a
+restart resumed where the last committed checkpoint left off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import sys
+import time
+
+import numpy as np
+
+from clusterctl.checkpoint import CheckpointManager
+from clusterctl.slurm_env import RequeueOnSignal, rank_and_world_size
+
+
+def init_params(rng: np.random.Generator, sizes: list[int]) -> dict[str, np.ndarray]:
+    params = {}
+    for i, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
+        params[f"w{i}"] = (rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in)).astype(np.float32)
+        params[f"b{i}"] = np.zeros(fan_out, np.float32)
+    return params
+
+
+def batch(step: int, rank: int, size: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Deterministic data per (step, rank): a resumed run sees exactly the batches it would have."""
+    rng = np.random.default_rng([step, rank])
+    x = rng.standard_normal((size, dim)).astype(np.float32)
+    y = np.sin(x.sum(axis=1, keepdims=True)).astype(np.float32)
+    return x, y
+
+
+def train_step(params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, lr: float) -> float:
+    """One SGD step of a tanh MLP on mean squared error (manual backprop)."""
+    layers = len(params) // 2
+    acts = [x]
+    for i in range(layers):
+        z = acts[-1] @ params[f"w{i}"] + params[f"b{i}"]
+        acts.append(np.tanh(z) if i < layers - 1 else z)
+    err = acts[-1] - y
+    loss = float(np.mean(err**2))
+    grad = 2 * err / len(x)
+    for i in reversed(range(layers)):
+        gw = acts[i].T @ grad
+        gb = grad.sum(axis=0)
+        if i > 0:
+            grad = (grad @ params[f"w{i}"].T) * (1 - acts[i] ** 2)
+        params[f"w{i}"] -= lr * gw
+        params[f"b{i}"] -= lr * gb
+    return loss
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--ckpt", default=os.environ.get("CLUSTERCTL_CHECKPOINT_URI", ""))
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--every", type=int, default=10, help="checkpoint interval in steps")
+    parser.add_argument("--step-seconds", type=float, default=0.0, help="extra time per step (simulated work)")
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--fail-at", type=int, default=-1, help="exit 1 at this step (crash-loop tests)")
+    parser.add_argument("--exit-code", type=int, default=1)
+    args = parser.parse_args(argv)
+    if not args.ckpt:
+        parser.error("--ckpt or CLUSTERCTL_CHECKPOINT_URI is required")
+
+    rank, world = rank_and_world_size()
+    ckpt = CheckpointManager(args.ckpt, keep=3)
+    dim = 16
+    state = ckpt.restore()
+    if state is None:
+        params = init_params(np.random.default_rng(0), [dim, args.hidden, args.hidden, 1])
+        start = 0
+        print(f"START fresh rank {rank}/{world}", flush=True)
+    else:
+        params = {k: np.array(v) for k, v in state["params"].items()}
+        start = int(state["step"]) + 1
+        print(f"RESUMED from step {state['step']} rank {rank}/{world} "
+              f"restart {os.environ.get('SLURM_RESTART_COUNT', '0')}", flush=True)  # fmt: skip
+
+    with RequeueOnSignal() as stop:
+        for step in range(start, args.steps):
+            if step == args.fail_at:
+                print(f"FAIL at step {step}", flush=True)
+                return args.exit_code
+            x, y = batch(step, rank, 64, dim)
+            loss = train_step(params, x, y, lr=0.05)
+            print(f"STEP {step} rank {rank} loss {loss:.5f}", flush=True)
+            if args.step_seconds:
+                time.sleep(args.step_seconds)
+            snapshot = {"params": params, "step": step, "meta": {"world": world, "loss": loss}}
+            if (step + 1) % args.every == 0:
+                ckpt.save(step, snapshot)
+            if stop.requested:
+                print(f"SIGNAL at step {step}: checkpointing and asking to be requeued", flush=True)
+                stop.checkpoint_and_exit(ckpt, step, snapshot)
+    ckpt.wait()
+    ckpt.close()
+    print(f"DONE rank {rank} at step {args.steps - 1}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
