@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Install what the project needs to run and test: a virtualenv in .venv with clusterctl, clusterd
+# and the dev tools (pip, from PyPI). Idempotent; prints the venv's path. Debian packages (Slurm,
+# munge, python3-venv) are installed by deploy/local/stack.sh, which needs them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if ! "$PY" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    echo "bootstrap: installing python3-venv (apt)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+fi
+if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+fi
+stamp=.venv/.clusterctl-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+    .venv/bin/python -m pip install -q -e '.[dev]'
+    touch "$stamp"
+fi
+echo "$PWD/.venv"
