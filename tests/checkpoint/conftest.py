@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from clusterctl.checkpoint import CheckpointConfig
 from s3server import SeaweedS3, get_server
+
+from clusterctl.checkpoint import CheckpointConfig
 
 # Small parts so that multi-part paths run on small states; short deadlines so faults fail fast.
 FAST = dict(part_size=5 << 20, max_concurrency=4, commit_timeout=20.0, poll_initial=0.02, poll_max=0.2,

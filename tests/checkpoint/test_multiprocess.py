@@ -20,8 +20,11 @@ from clusterctl.storage import open_storage
 WORKER = str(Path(__file__).with_name("rank_worker.py"))
 
 
+Outcome = list[tuple[int, list[dict[str, Any]]]]
+
+
 def run_ranks(uri: str, world: int, spec: dict[str, Any], env: dict[str, str],
-              per_rank: dict[int, dict[str, Any]] | None = None, timeout: float = 120) -> list[tuple[int, list[dict[str, Any]]]]:
+              per_rank: dict[int, dict[str, Any]] | None = None, timeout: float = 120) -> Outcome:
     job = uuid.uuid4().hex[:8]
     procs = []
     for rank in range(world):
