@@ -8,7 +8,6 @@ A background failure is stored and raised by ``result()``, ``wait()`` or the nex
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import threading
@@ -138,7 +137,7 @@ class CheckpointManager:
         self._io = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ckpt-hash")
         self._lock = threading.Lock()
         self._inflight: list[tuple[SaveHandle, int, str]] = []
-        self._pending: BaseException | None = None
+        self._finished: list[SaveHandle] = []
         self._attempts: Counter[int] = Counter()
         self._closed = False
         self.last_restored_step: int | None = None
@@ -180,28 +179,28 @@ class CheckpointManager:
         handle = SaveHandle(step, future)
         with self._lock:
             self._inflight.append((handle, step, attempt))
-        future.add_done_callback(functools.partial(self._on_done, handle))
         return handle
 
     def _running(self) -> list[tuple[SaveHandle, int, str]]:
         with self._lock:
+            for entry in self._inflight:
+                if entry[0].done():
+                    self._finished.append(entry[0])
             self._inflight = [x for x in self._inflight if not x[0].done()]
             return list(self._inflight)
 
-    def _on_done(self, handle: SaveHandle, future: Future[SaveResult]) -> None:
-        exc = future.exception()
-        if exc is not None:
-            with self._lock:
-                if self._pending is None:
-                    self._pending = exc
-                self._pending_handle = handle
-
     def _raise_pending(self) -> None:
+        """Raise the oldest background failure nobody has seen through ``result()`` yet (once)."""
+        self._running()
         with self._lock:
-            exc, self._pending = self._pending, None
-            handle = getattr(self, "_pending_handle", None)
-        if exc is not None and not (handle is not None and handle.observed):
-            raise exc
+            finished, self._finished = self._finished, []
+        for i, handle in enumerate(finished):
+            exc = handle._future.exception() if handle._future is not None else None
+            if exc is not None and not handle.observed:
+                handle.observed = True
+                with self._lock:  # keep later failures for the next call
+                    self._finished = finished[i + 1:] + self._finished
+                raise exc
 
     def _wrap(self, exc: BaseException, step: int, key: str | None) -> SaveError:
         if isinstance(exc, SaveError):

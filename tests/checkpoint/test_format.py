@@ -1,0 +1,115 @@
+"""The shard and manifest parsers against hostile input (bounds checks, no pickle, no traversal)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clusterctl.checkpoint import layout
+from clusterctl.checkpoint.manifest import load_manifest, load_marker
+from clusterctl.checkpoint.shard import parse_shard, plan_shard
+from clusterctl.checkpoint.tree import flatten, np_dtype_from_spec, unflatten
+
+
+def shard_bytes(header: dict[str, object], data: bytes = b"") -> bytes:
+    body = json.dumps(header).encode()
+    return struct.pack("<Q", len(body)) + body + data
+
+
+@pytest.mark.parametrize(
+    ("blob", "needle"),
+    [
+        (b"", "shorter than"),
+        (struct.pack("<Q", 10**12) + b"{}", "exceeds"),
+        (struct.pack("<Q", 5) + b"{}", "exceeds"),
+        (struct.pack("<Q", 2) + b"[]", "not a JSON object"),
+        (struct.pack("<Q", 3) + b"{x}", "not valid JSON"),
+        (shard_bytes({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, b"1234"), "outside"),
+        (shard_bytes({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, b"12345678"), "do not match"),
+        (shard_bytes({"a": {"dtype": "PICKLE", "shape": [1], "data_offsets": [0, 1]}}, b"1"), "unknown dtype"),
+        (shard_bytes({"a": {"dtype": "U8", "shape": [-1], "data_offsets": [0, 1]}}, b"1"), "bad shape"),
+        (shard_bytes({"a": {"dtype": "U8", "shape": [1], "data_offsets": [1, 0]}}, b"1"), "outside"),
+        (shard_bytes({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]},
+                      "b": {"dtype": "U8", "shape": [2], "data_offsets": [1, 3]}}, b"123"), "overlap"),
+        (shard_bytes({"__metadata__": {"k": 1}}), "__metadata__"),
+    ],
+)
+def test_hostile_shards_refused(blob: bytes, needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        parse_shard(blob)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_random_bytes_never_crash_the_parser(blob: bytes) -> None:
+    with contextlib.suppress(ValueError):
+        parse_shard(blob)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(min_size=1, max_size=64), st.integers(min_value=0, max_value=10_000))
+def test_mutated_shard_header_is_refused_or_bounded(noise: bytes, pos: int) -> None:
+    _, leaves = flatten({"a": np.arange(10, dtype=np.float32), "b": np.ones(3, dtype=np.int8)})
+    plan = plan_shard(leaves, {"x": "y"})
+    blob = bytearray(plan.header + b"\0" * (plan.total_size - len(plan.header)))
+    pos %= len(blob)
+    blob[pos:pos + len(noise)] = noise
+    try:
+        parsed = parse_shard(bytes(blob))
+    except ValueError:
+        return
+    for _, _, start, end in parsed.tensors.values():
+        assert 0 <= start <= end <= len(blob)
+
+
+def test_object_dtypes_refused_on_restore() -> None:
+    for spec in ("O", "|O", [["a", "O"]], [["a", "<i4"], ["b", "|O"]]):
+        with pytest.raises(ValueError):
+            np_dtype_from_spec(spec)
+    tree = {"t": "ndarray", "name": "x", "dtype": "|O", "shape": [1]}
+    with pytest.raises(ValueError):
+        unflatten(tree, lambda n: np.zeros(8, dtype=np.uint8), torch=None)
+
+
+def test_unknown_tree_node_refused() -> None:
+    with pytest.raises(ValueError):
+        unflatten({"t": "pickle", "name": "x"}, lambda n: np.zeros(1, dtype=np.uint8), torch=None)
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        b"", b"[]", b'{"format": "other"}',
+        b'{"format": "clusterctl.checkpoint.commit", "version": 1, "step": 1, "world_size": 2, "attempt": "a",'
+        b' "shards": [{"rank": 0, "manifest_key": "k", "manifest_size": 1, "manifest_xxh3_64": "0",'
+        b' "shard_size": 1}]}',
+        b'{"format": "clusterctl.checkpoint.commit", "version": 1, "step": -1, "world_size": 1, "attempt": "a",'
+        b' "shards": []}',
+    ],
+)
+def test_bad_markers_refused(doc: bytes) -> None:
+    with pytest.raises(ValueError):
+        load_marker(doc)
+
+
+def test_bad_manifest_refused() -> None:
+    with pytest.raises(ValueError):
+        load_manifest(b'{"format": "clusterctl.checkpoint.shard-manifest", "version": 1}')
+
+
+def test_layout_names() -> None:
+    assert layout.commit_key(42) == "commits/000000000042.json"
+    assert layout.parse_commit_key("commits/000000000042.json") == 42
+    assert layout.parse_commit_key("commits/42.json") is None
+    key = layout.shard_key(7, "run-1", 3, 16)
+    assert key == "steps/000000000007/run-1/rank-00003-of-00016.safetensors"
+    assert layout.parse_step_key(key) == (7, "run-1")
+    for bad in ("..", "a/b", "", "-x", "a b"):
+        with pytest.raises(ValueError):
+            layout.check_attempt(bad)
