@@ -1,0 +1,233 @@
+"""``clusterctl checkpoints list|verify|gc URI``: inspect, verify and clean a checkpoint location.
+
+Thin: parse flags, call the checkpoint library, render. Results go to stdout (a rich table, or
+JSON with ``--json``); progress bars and errors go to stderr. Exit codes: 0 success, 1 storage
+error, 2 bad input (bad URI, unknown step), 3 ``verify`` found a corrupt step. Errors are one
+line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+from rich.table import Table
+
+EXIT_OK, EXIT_STORAGE, EXIT_USAGE, EXIT_CORRUPT = 0, 1, 2, 3
+DEFAULT_GRACE = 6 * 3600.0
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``checkpoints`` command (``list``, ``verify``, ``gc``) to a CLI's subparsers."""
+    parser = subparsers.add_parser(
+        "checkpoints", help="list, verify and garbage-collect checkpoints",
+        description="Inspect a checkpoint location (s3://bucket/prefix, file:///dir or a path). "
+                    "S3 settings come from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION.",
+        epilog="exit codes: 0 ok, 1 storage error, 2 bad input, 3 verification found corruption")
+    sub = parser.add_subparsers(dest="checkpoints_command", metavar="{list,verify,gc}", required=True)
+
+    p = sub.add_parser("list", help="committed steps with world size, size and time")
+    p.add_argument("uri")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_guard(cmd_list))
+
+    p = sub.add_parser("verify", help="read every shard and check every checksum")
+    p.add_argument("uri")
+    p.add_argument("--step", type=int, default=None, help="verify only this step (default: every committed step)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_guard(cmd_verify))
+
+    p = sub.add_parser("gc", help="delete uncommitted objects and orphaned multipart uploads")
+    p.add_argument("uri")
+    p.add_argument("--grace", type=float, default=DEFAULT_GRACE, metavar="SECONDS",
+                   help=f"keep anything younger than this (default {DEFAULT_GRACE:.0f}); must exceed the longest save")
+    p.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_guard(cmd_gc))
+
+
+def _err(message: str) -> None:
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {message}", markup=True)
+
+
+def _guard(handler: Handler) -> Handler:
+    """Map library errors to one-line messages and exit codes."""
+    from ..checkpoint import CheckpointError
+    from ..storage import InvalidKeyError, InvalidURIError, StorageError
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except (InvalidURIError, InvalidKeyError, ValueError) as exc:
+            _err(str(exc))
+            return EXIT_USAGE
+        except (StorageError, CheckpointError) as exc:
+            _err(str(exc))
+            return EXIT_STORAGE
+        except KeyboardInterrupt:
+            _err("interrupted")
+            return 130
+        except Exception as exc:  # never a traceback at the terminal
+            _err(f"unexpected {type(exc).__name__}: {exc}")
+            return EXIT_STORAGE
+
+    run.__name__ = handler.__name__
+    run.__doc__ = handler.__doc__
+    return run
+
+
+def _open(uri: str) -> Any:
+    from ..checkpoint.config import CheckpointConfig
+    from ..storage import open_storage
+
+    config = CheckpointConfig()
+    return open_storage(uri, s3=config.s3_options(), posix=config.posix_options())
+
+
+@contextlib.contextmanager
+def _progress(total: int, label: str) -> Iterator[Callable[[int], None]]:
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  TimeRemainingColumn(), console=console, transient=True,
+                  disable=not console.is_terminal) as progress:
+        task = progress.add_task(label, total=total)
+        yield lambda n: progress.advance(task, n)
+
+
+def _when(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ") if ts else "-"
+
+
+def _size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(n)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """Print the committed steps (one LIST, plus one small GET per step for its marker)."""
+    from ..checkpoint.commit import read_marker_or_none
+    from ..checkpoint.gc import list_committed
+
+    storage = _open(args.uri)
+    try:
+        rows: list[dict[str, Any]] = []
+        for step in list_committed(storage):
+            marker = read_marker_or_none(storage, step)
+            rows.append({"step": step, "valid_marker": marker is not None,
+                         "world_size": marker.world_size if marker else None,
+                         "bytes": marker.total_bytes if marker else None,
+                         "created": marker.created if marker else None,
+                         "attempt": marker.attempt if marker else None})
+    finally:
+        storage.close()
+    if args.json:
+        print(json.dumps({"uri": args.uri, "steps": rows}, indent=2))
+        return EXIT_OK
+    if not rows:
+        print(f"no committed checkpoints under {args.uri}")
+        return EXIT_OK
+    table = Table(title=f"committed checkpoints under {args.uri}")
+    for col in ("step", "ranks", "size", "committed at (UTC)", "attempt"):
+        table.add_column(col, justify="right" if col in ("step", "ranks", "size") else "left")
+    for r in rows:
+        if not r["valid_marker"]:
+            table.add_row(str(r["step"]), "-", "-", "[red]invalid marker[/]", "-")
+        else:
+            table.add_row(str(r["step"]), str(r["world_size"]), _size(r["bytes"]), _when(r["created"]), r["attempt"])
+    Console().print(table)
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Verify one or every committed step; exit 3 if any is corrupt."""
+    from ..checkpoint.commit import read_marker_or_none
+    from ..checkpoint.gc import list_committed
+    from ..checkpoint.restore import verify_step
+
+    storage = _open(args.uri)
+    try:
+        committed = list_committed(storage)
+        if args.step is not None and args.step not in committed:
+            _err(f"step {args.step} is not committed under {args.uri} (committed: {committed[-10:]})")
+            return EXIT_USAGE
+        steps = [args.step] if args.step is not None else committed[::-1]
+        markers = {s: read_marker_or_none(storage, s) for s in steps}
+        total = sum(m.total_bytes for m in markers.values() if m is not None)
+        reports = []
+        with _progress(total, "verifying") as advance:
+            for step in steps:
+                reports.append(verify_step(storage, step, progress=advance))
+    finally:
+        storage.close()
+    bad = [r for r in reports if not r.ok]
+    if args.json:
+        print(json.dumps({"uri": args.uri, "steps": [
+            {"step": r.step, "ok": r.ok, "world_size": r.world_size, "bytes": r.bytes, "problems": r.problems}
+            for r in reports]}, indent=2))
+    else:
+        if not reports:
+            print(f"no committed checkpoints under {args.uri}")
+        for r in reports:
+            if r.ok:
+                print(f"step {r.step}: ok ({r.world_size} shard(s), {_size(r.bytes)})")
+            else:
+                print(f"step {r.step}: CORRUPT: " + "; ".join(r.problems))
+    return EXIT_CORRUPT if bad else EXIT_OK
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    """Delete garbage older than --grace (or list it with --dry-run)."""
+    from ..checkpoint.gc import collect_garbage, find_garbage
+
+    if args.grace < 0:
+        raise ValueError(f"--grace must be >= 0, got {args.grace}")
+    storage = _open(args.uri)
+    try:
+        if args.dry_run:
+            report = find_garbage(storage, grace=args.grace)
+        else:
+            found = find_garbage(storage, grace=args.grace)
+            with _progress(len(found.objects) + len(found.uploads), "collecting") as advance:
+                done = [0]
+
+                def tick(n: int, _total: int) -> None:
+                    advance(n - done[0])
+                    done[0] = n
+
+                report = collect_garbage(storage, grace=args.grace, progress=tick)
+    finally:
+        storage.close()
+    verb = "would remove" if args.dry_run else "removed"
+    if args.json:
+        print(json.dumps({"uri": args.uri, "dry_run": args.dry_run, "objects": [o.key for o in report.objects],
+                          "bytes": report.bytes, "incomplete_uploads": [u.key for u in report.uploads],
+                          "kept_young": report.young}, indent=2))
+    else:
+        if args.dry_run:
+            for o in report.objects:
+                print(f"{o.key}\t{_size(o.size)}")
+            for u in report.uploads:
+                print(f"{u.key}\t(incomplete upload)")
+        print(f"{verb} {len(report.objects)} object(s) ({_size(report.bytes)}) and {len(report.uploads)} "
+              f"incomplete upload(s); kept {report.young} younger than {args.grace:.0f}s")
+    return EXIT_OK
+
+
+if __name__ == "__main__":  # ``python -m clusterctl.cli.checkpoints ...`` before the main CLI exists
+    _parser = argparse.ArgumentParser(prog="clusterctl")
+    register(_parser.add_subparsers(dest="command", required=True))
+    _args = _parser.parse_args()
+    sys.exit(_args.func(_args))

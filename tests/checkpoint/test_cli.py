@@ -1,0 +1,124 @@
+"""``clusterctl checkpoints list|verify|gc`` through argparse, as the main CLI wires it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import fast_config
+
+from clusterctl.checkpoint import CheckpointManager, layout
+from clusterctl.cli.checkpoints import register
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="clusterctl")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+def make_steps(uri: str, steps: list[int]) -> CheckpointManager:
+    ckpt = CheckpointManager(uri, rank=0, world_size=1, keep=0, config=fast_config())
+    for s in steps:
+        ckpt.save(s, {"w": np.full(1000, s, dtype=np.float32)}).result()
+    return ckpt
+
+
+def test_list_json_and_table(any_uri: str, capsys: pytest.CaptureFixture[str]) -> None:
+    make_steps(any_uri, [3, 7]).close()
+    assert run(["checkpoints", "list", any_uri, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["step"] for r in out["steps"]] == [3, 7]
+    assert out["steps"][0]["world_size"] == 1 and out["steps"][0]["bytes"] > 4000
+    assert run(["checkpoints", "list", any_uri]) == 0
+    table = capsys.readouterr().out
+    assert "3" in table and "7" in table
+
+
+def test_list_empty(posix_uri: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["checkpoints", "list", posix_uri]) == 0
+    assert "no committed checkpoints" in capsys.readouterr().out
+
+
+def test_verify_ok_and_corrupt(any_uri: str, capsys: pytest.CaptureFixture[str]) -> None:
+    ckpt = make_steps(any_uri, [1, 2])
+    assert run(["checkpoints", "verify", any_uri, "--json"]) == 0
+    assert all(r["ok"] for r in json.loads(capsys.readouterr().out)["steps"])
+    [shard] = [o.key for o in ckpt.storage.list_objects(layout.step_prefix(2)) if o.key.endswith(".safetensors")]
+    data = bytearray(ckpt.storage.get(shard))
+    data[-5] ^= 1
+    ckpt.storage.put(shard, bytes(data))
+    assert run(["checkpoints", "verify", any_uri]) == 3
+    out = capsys.readouterr().out
+    assert "step 2: CORRUPT" in out and "step 1: ok" in out
+    assert run(["checkpoints", "verify", any_uri, "--step", "1"]) == 0
+    capsys.readouterr()
+    assert run(["checkpoints", "verify", any_uri, "--step", "9"]) == 2
+    assert "step 9 is not committed" in capsys.readouterr().err
+    ckpt.close()
+
+
+def test_gc_dry_run_then_real(posix_uri: str, capsys: pytest.CaptureFixture[str]) -> None:
+    ckpt = make_steps(posix_uri, [1])
+    debris = "steps/000000000005/deadrun/rank-00000-of-00001.safetensors"
+    ckpt.storage.put(debris, b"x" * 100)
+    old = time.time() - 7200
+    os.utime(os.path.join(posix_uri, debris), (old, old))
+    ckpt.close()
+    assert run(["checkpoints", "gc", posix_uri, "--dry-run"]) == 0
+    assert "would remove 0 object(s)" in capsys.readouterr().out  # default grace is 6 h
+    assert run(["checkpoints", "gc", posix_uri, "--grace", "3600", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert debris in out and "would remove 1 object(s)" in out
+    assert os.path.exists(os.path.join(posix_uri, debris))
+    assert run(["checkpoints", "gc", posix_uri, "--grace", "3600", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["objects"] == [debris]
+    assert not os.path.exists(os.path.join(posix_uri, debris))
+    with CheckpointManager(posix_uri, rank=0, world_size=1) as again:
+        assert again.restore()["w"][0] == 1
+
+
+@pytest.mark.parametrize("uri", ["gs://b/x", "s3://", "s3://bucket/../x", "file://remote/x"])
+def test_bad_uri_is_one_line_exit_2(uri: str, capsys: pytest.CaptureFixture[str]) -> None:
+    for cmd in (["list", uri], ["verify", uri], ["gc", uri]):
+        assert run(["checkpoints", *cmd]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error:") and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_negative_grace_is_bad_input(posix_uri: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["checkpoints", "gc", posix_uri, "--grace", "-1"]) == 2
+
+
+@pytest.mark.s3
+def test_storage_error_exit_1(s3_env: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret")
+    assert run(["checkpoints", "list", f"s3://{s3_env.bucket}/x"]) == 1
+    err = capsys.readouterr().err
+    assert "access denied" in err.lower() and "Traceback" not in err
+
+
+@pytest.mark.s3
+def test_missing_bucket_exit_1(s3_env: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["checkpoints", "list", "s3://no-such-bucket-here/x"]) == 1
+    assert "bucket does not exist" in capsys.readouterr().err
+
+
+def test_module_entry_point(posix_uri: str, tmp_path: Path) -> None:
+    make_steps(posix_uri, [4]).close()
+    proc = subprocess.run([sys.executable, "-m", "clusterctl.cli.checkpoints", "checkpoints", "list", posix_uri,
+                           "--json"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["steps"][0]["step"] == 4
+    proc = subprocess.run([sys.executable, "-m", "clusterctl.cli.checkpoints", "checkpoints"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
