@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from s3server import SeaweedS3, get_server
+
 from clusterctl.storage import MemoryStorage, PosixOptions, PosixStorage, S3Options, Storage
 from clusterctl.storage.s3 import S3Storage
-from s3server import SeaweedS3, get_server
 
 
 @pytest.fixture(scope="session")

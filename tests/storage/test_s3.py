@@ -1,0 +1,157 @@
+"""S3 specifics: conditional put on the real server, retry classification, deadlines, multipart cleanup."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError
+from conftest import s3_options
+
+from clusterctl.storage import (
+    AccessDeniedError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    S3Options,
+    StorageUnavailableError,
+)
+from clusterctl.storage.s3 import S3Storage, is_transient
+
+
+@pytest.mark.s3
+def test_seaweedfs_enforces_if_none_match(s3_server: Any) -> None:
+    """The commit protocol relies on this: a second create-only PUT must fail with 412."""
+    client = s3_server.client()
+    key = f"inm/{uuid.uuid4().hex}"
+    client.put_object(Bucket=s3_server.bucket, Key=key, Body=b"first", IfNoneMatch="*")
+    with pytest.raises(ClientError) as info:
+        client.put_object(Bucket=s3_server.bucket, Key=key, Body=b"second", IfNoneMatch="*")
+    assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 412
+    assert client.get_object(Bucket=s3_server.bucket, Key=key)["Body"].read() == b"first"
+
+
+@pytest.mark.s3
+def test_missing_bucket_is_permanent(s3_server: Any) -> None:
+    st = S3Storage("no-such-bucket-xyz", "p", s3_options(s3_server, max_attempts=5, backoff_initial=1.0))
+    t0 = time.monotonic()
+    with pytest.raises(ObjectNotFoundError, match="bucket does not exist"):
+        st.list_objects("")  # (SeaweedFS creates a missing bucket on PUT for admins; LIST is refused)
+    assert time.monotonic() - t0 < 1.0  # not retried
+    st.close()
+
+
+@pytest.mark.s3
+def test_bad_credentials_are_permanent(s3_server: Any) -> None:
+    st = S3Storage(s3_server.bucket, "p", s3_options(s3_server, secret_access_key="nope", max_attempts=5,
+                                                    backoff_initial=1.0))
+    t0 = time.monotonic()
+    with pytest.raises(AccessDeniedError):
+        st.list_objects("")
+    assert time.monotonic() - t0 < 1.0
+    st.close()
+
+
+def test_unreachable_endpoint_retries_then_fails_fast() -> None:
+    opts = S3Options(endpoint_url="http://127.0.0.1:9", access_key_id="a", secret_access_key="b",
+                     connect_timeout=0.5, read_timeout=0.5, max_attempts=3, backoff_initial=0.01, backoff_max=0.02)
+    st = S3Storage("bucket", "p", opts)
+    t0 = time.monotonic()
+    with pytest.raises(StorageUnavailableError, match="gave up after retries") as info:
+        st.get("k")
+    assert info.value.retryable and info.value.key == "k"
+    assert time.monotonic() - t0 < 10
+    st.close()
+
+
+def client_error(code: str, status: int) -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
+                       "PutObject")
+
+
+@pytest.mark.parametrize(
+    ("exc", "transient"),
+    [
+        (client_error("SlowDown", 503), True),
+        (client_error("InternalError", 500), True),
+        (client_error("RequestTimeout", 400), True),
+        (client_error("Whatever", 502), True),
+        (client_error("TooManyRequests", 429), True),
+        (EndpointConnectionError(endpoint_url="http://x"), True),
+        (client_error("AccessDenied", 403), False),
+        (client_error("NoSuchBucket", 404), False),
+        (client_error("InvalidArgument", 400), False),
+        (client_error("PreconditionFailed", 412), False),
+    ],
+)
+def test_transient_classification(exc: Exception, transient: bool) -> None:
+    assert is_transient(exc) is transient
+
+
+class FlakyClient:
+    """put_object fails with SlowDown twice, then succeeds; counts calls."""
+
+    def __init__(self, failures: list[Exception]) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    def put_object(self, **kw: Any) -> dict[str, Any]:
+        self.calls += 1
+        if self.failures:
+            raise self.failures.pop(0)
+        return {}
+
+
+def test_transient_errors_are_retried() -> None:
+    client = FlakyClient([client_error("SlowDown", 503), client_error("InternalError", 500)])
+    st = S3Storage("b", "", S3Options(max_attempts=5, backoff_initial=0.001, backoff_max=0.002), client=client)
+    st.put("k", b"x")
+    assert client.calls == 3
+    st.close()
+
+
+def test_permanent_errors_are_not_retried() -> None:
+    client = FlakyClient([client_error("AccessDenied", 403)])
+    st = S3Storage("b", "", S3Options(max_attempts=5, backoff_initial=0.001), client=client)
+    with pytest.raises(AccessDeniedError):
+        st.put("k", b"x")
+    assert client.calls == 1
+    client = FlakyClient([client_error("PreconditionFailed", 412)])
+    st = S3Storage("b", "", S3Options(max_attempts=5, backoff_initial=0.001), client=client)
+    with pytest.raises(ObjectExistsError):
+        st.put("k", b"x", if_absent=True)
+    st.close()
+
+
+@pytest.mark.s3
+def test_failed_multipart_upload_is_aborted(s3_server: Any) -> None:
+    """A part that fails for good aborts the upload where it was born (no orphan left)."""
+    st = S3Storage(s3_server.bucket, f"mp/{uuid.uuid4().hex}", s3_options(s3_server, max_attempts=1))
+    calls = [0]
+
+    def boom(**kw: Any) -> None:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise client_error("InvalidArgument", 400)
+
+    st.client.meta.events.register("before-call.s3.UploadPart", boom)
+    with pytest.raises(Exception, match="InvalidArgument"):
+        st.put("big", b"x" * (12 << 20))
+    st.client.meta.events.unregister("before-call.s3.UploadPart", boom)
+    assert st.list_incomplete("") == []
+    with pytest.raises(ObjectNotFoundError):
+        st.stat("big")
+    st.close()
+
+
+@pytest.mark.s3
+def test_list_and_abort_orphaned_uploads(s3_server: Any) -> None:
+    prefix = f"orphans/{uuid.uuid4().hex}"
+    st = S3Storage(s3_server.bucket, prefix, s3_options(s3_server))
+    st.client.create_multipart_upload(Bucket=s3_server.bucket, Key=f"{prefix}/steps/x")
+    [upload] = st.list_incomplete("steps/")
+    assert upload.key == "steps/x" and upload.started > time.time() - 600
+    st.abort_incomplete(upload)
+    assert st.list_incomplete("steps/") == []
+    st.close()
