@@ -23,6 +23,7 @@ class SlurmConfig:
     bin_dir: str = ""  # where sbatch & co live; empty = PATH
     default_partition: str = ""
     job_root: str = "/var/lib/clusterd/jobs"  # per-user working dirs: <job_root>/<user>
+    job_path: str = ""  # PATH jobs start with; empty = the service's own PATH
     command_timeout_seconds: float = 30.0
     signal_before_timeout_seconds: int = 120
 

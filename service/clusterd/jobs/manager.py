@@ -101,7 +101,7 @@ class JobManager:
         args = SubmitArgs(
             options=tuple(options),
             script=script,
-            environment={"HOME": unix_user.home, "USER": unix_user.name, "LOGNAME": unix_user.name},
+            environment=_submit_environment(unix_user, slurm_cfg.job_path),
             uid=unix_user.uid,
             gid=unix_user.gid,
             working_directory=spec.working_directory or out_dir,
@@ -199,6 +199,14 @@ class JobManager:
         self._bus.publish(JobEvent(EventType.RESTARTED, rec, message=entry.detail))
         self._poller.kick()
         return rec
+
+
+def _submit_environment(user: UnixUser, job_path: str) -> dict[str, str]:
+    """sbatch's own environment, which ``--export=ALL`` hands to the job: identity and PATH only."""
+    env = {"HOME": user.home, "USER": user.name, "LOGNAME": user.name}
+    if job_path:
+        env["PATH"] = job_path
+    return env
 
 
 def _slurm_words(exc: SlurmError) -> str:

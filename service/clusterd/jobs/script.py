@@ -77,18 +77,29 @@ def parse_directives(script: str) -> dict[str, str]:
     return options
 
 
+# Values only known when the job (re)starts: Slurm's restart count, and the newest committed
+# checkpoint step, read from storage by the job's own clusterctl (-1 when none or unreadable).
+_RUNTIME_ENV = [
+    'export CLUSTERCTL_RESTART_COUNT="${SLURM_RESTART_COUNT:-0}"',
+    'CLUSTERCTL_RESUME_STEP=-1',
+    'if [ -n "${CLUSTERCTL_CHECKPOINT_URI:-}" ] && command -v clusterctl >/dev/null 2>&1; then',
+    '    CLUSTERCTL_RESUME_STEP="$(clusterctl checkpoints latest "$CLUSTERCTL_CHECKPOINT_URI" 2>/dev/null || echo -1)"',
+    'fi',
+    "export CLUSTERCTL_RESUME_STEP",
+]
+
+
 def inject_environment(script: str, env: dict[str, str]) -> str:
     """Insert ``export NAME=value`` lines right after the ``#SBATCH`` header.
 
     Values travel inside the script (quoted), never in sbatch's own environment: sbatch runs as root
     and reads SLURM_*/SBATCH_*/LD_* variables itself.
     """
-    if not env:
-        return script
     lines = script.splitlines()
     _, end = _header_lines(script)
     exports = ["# --- environment added by clusterd ---"]
     exports += [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
+    exports += _RUNTIME_ENV
     exports.append("# --- end of clusterd environment ---")
     body = lines[:end] + exports + lines[end:]
     return "\n".join(body) + "\n"

@@ -1,0 +1,33 @@
+# shellcheck shell=bash
+# The Python that jobs use. Jobs run as alice/bob inside the node namespaces, so they need an
+# interpreter and a copy of clusterctl they can read: Debian's /usr/bin/python3 in a venv under
+# $STATE, with this repository installed (not editable: the checkout may live where job users
+# cannot read, e.g. under /root), plus a copy of examples/.
+
+JOBENV="$STATE/jobenv"
+JOB_EXAMPLES="$STATE/examples"
+REPO_ROOT="$(cd "$STACK_HOME/../.." && pwd)"
+
+jobenv_up() {
+    local stamp want
+    if ! /usr/bin/python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+        log "installing python3-venv for the job environment"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    fi
+    want="$(cd "$REPO_ROOT" && find pyproject.toml client service -name '*.py' -o -name 'pyproject.toml' \
+        | sort | xargs cat | sha256sum | cut -c1-16)"
+    stamp="$JOBENV/.clusterctl-source"
+    if [[ ! -x "$JOBENV/bin/python" ]]; then
+        log "creating the job Python environment in $JOBENV"
+        /usr/bin/python3 -m venv "$JOBENV"
+    fi
+    if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
+        log "installing clusterctl into the job environment (pip)"
+        "$JOBENV/bin/python" -m pip install -q --disable-pip-version-check "$REPO_ROOT" \
+            || die "pip install into $JOBENV failed"
+        echo "$want" >"$stamp"
+    fi
+    mkdir -p "$JOB_EXAMPLES"
+    cp "$REPO_ROOT"/examples/*.py "$JOB_EXAMPLES/"
+    chmod -R a+rX "$JOBENV" "$JOB_EXAMPLES"
+}
