@@ -13,10 +13,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import fast_config
 
 from clusterctl.checkpoint import CheckpointManager, layout
 from clusterctl.cli.checkpoints import register
+
+from .helpers import fast_config
 
 
 def run(argv: list[str]) -> int:

@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import fast_config
 
 from clusterctl.checkpoint import (
     CheckpointFallbackWarning,
@@ -22,6 +21,8 @@ from clusterctl.checkpoint import (
     layout,
 )
 from clusterctl.storage import MemoryStorage, Storage
+
+from .helpers import fast_config
 
 
 def state_for(step: int) -> dict[str, Any]:

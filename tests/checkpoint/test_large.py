@@ -6,9 +6,10 @@ import time
 
 import numpy as np
 import pytest
-from conftest import fast_config
 
 from clusterctl.checkpoint import CheckpointManager
+
+from .helpers import fast_config
 
 
 @pytest.mark.slow

@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from rank_worker import rank_state
 
 from clusterctl.checkpoint import CheckpointManager, WorldSizeMismatchError
 from clusterctl.storage import open_storage
+
+from .rank_worker import rank_state
 
 WORKER = str(Path(__file__).with_name("rank_worker.py"))
 

@@ -7,7 +7,6 @@ import time
 
 import numpy as np
 import pytest
-from conftest import fast_config
 
 from clusterctl.checkpoint import (
     CheckpointManager,
@@ -17,6 +16,8 @@ from clusterctl.checkpoint import (
 )
 from clusterctl.checkpoint.staging import StagingPool
 from clusterctl.storage import AccessDeniedError, MemoryStorage
+
+from .helpers import fast_config
 
 
 class GatedStorage(MemoryStorage):

@@ -10,10 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 import safetensors.numpy
-from conftest import fast_config
 
 from clusterctl.checkpoint import CheckpointManager, InvalidStateError
 from clusterctl.storage import InvalidURIError
+
+from .helpers import fast_config
 
 ALL_DTYPES = [
     "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32",

@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import safetensors.numpy
-from conftest import fast_config
 
 from clusterctl.checkpoint import CheckpointManager
+
+from .helpers import fast_config
 
 torch = pytest.importorskip("torch")
 

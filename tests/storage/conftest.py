@@ -12,23 +12,15 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from s3server import SeaweedS3, get_server
 
-from clusterctl.storage import MemoryStorage, PosixOptions, PosixStorage, S3Options, Storage
+from clusterctl.storage import MemoryStorage, PosixOptions, PosixStorage, Storage
 from clusterctl.storage.s3 import S3Storage
+
+from .helpers import s3_options
 
 
 @pytest.fixture(scope="session")
 def s3_server() -> SeaweedS3:
     return get_server()
-
-
-def s3_options(server: SeaweedS3, **kw: object) -> S3Options:
-    base: dict[str, object] = dict(
-        endpoint_url=server.endpoint, access_key_id=server.access_key, secret_access_key=server.secret_key,
-        region=server.region, part_size=5 << 20, max_concurrency=4, connect_timeout=2, read_timeout=10,
-        max_attempts=3, backoff_initial=0.05, backoff_max=0.5,
-    )
-    base.update(kw)
-    return S3Options(**base)  # type: ignore[arg-type]
 
 
 @pytest.fixture(params=["memory", "posix", pytest.param("s3", marks=pytest.mark.s3)])

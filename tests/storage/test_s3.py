@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
-from conftest import s3_options
 
 from clusterctl.storage import (
     AccessDeniedError,
@@ -18,6 +17,8 @@ from clusterctl.storage import (
     StorageUnavailableError,
 )
 from clusterctl.storage.s3 import S3Storage, is_transient
+
+from .helpers import s3_options
 
 
 @pytest.mark.s3
