@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
+
 from clusterctl.cli.main import main
 
 from .fakes import FakeClient

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from google.protobuf.timestamp_pb2 import Timestamp
+
 from clusterctl.errors import ServiceError
 from clusterctl.v1 import cluster_pb2, jobs_pb2
-from google.protobuf.timestamp_pb2 import Timestamp
 
 T0 = 1_700_000_000  # a fixed time so rendered timestamps are stable (local time zone applies)
 

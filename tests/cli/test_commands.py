@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from clusterctl.errors import ServiceError
 from clusterctl.v1 import cluster_pb2, jobs_pb2
 

@@ -9,6 +9,7 @@ import types
 from typing import Any
 
 import pytest
+
 from clusterctl.cli.main import main
 from clusterctl.cli.options import default_client_factory
 from clusterctl.client import ClusterClient

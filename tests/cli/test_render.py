@@ -8,10 +8,11 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from clusterctl.cli import render
-from clusterctl.v1 import cluster_pb2, jobs_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 from rich.console import Console, RenderableType
+
+from clusterctl.cli import render
+from clusterctl.v1 import cluster_pb2, jobs_pb2
 
 from .fakes import T0, job, topology
 

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clusterctl.v1 import jobs_pb2
 from google.protobuf import json_format
+
+from clusterctl.v1 import jobs_pb2
 
 from .conftest import Runner
 from .fakes import FakeClient, event, job
