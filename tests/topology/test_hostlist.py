@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from clusterd.topology import HostlistError, compress_hostlist, expand_hostlist
-from clusterd.topology.hostlist import natural_key
 from hypothesis import given
 from hypothesis import strategies as st
+
+from clusterd.topology import HostlistError, compress_hostlist, expand_hostlist
+from clusterd.topology.hostlist import natural_key
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pathlib
 
 import pytest
+
 from clusterd.slurm.types import SlurmSwitch
 from clusterd.topology import TopologyParseError, parse_topology
 

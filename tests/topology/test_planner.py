@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
 from clusterd.slurm.types import NodeState
 from clusterd.topology import IMPLICIT_LEAF, InvalidPlacementRequest, PlacementRequest, TopologyModel, plan
 from clusterd.topology.planner import slurm_time

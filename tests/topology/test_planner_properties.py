@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from clusterd.topology import PlacementRequest, TopologyModel, plan
 from clusterd.topology.model import fits
 from clusterd.topology.synth import BusyMix, synthetic_cluster
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 clusters = st.builds(
     lambda leaves, per, spines, seed, full, partial, bad: TopologyModel.build(

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from rich.console import Console
+
 from clusterd.slurm.types import NodeState
 from clusterd.topology.render import render_tree
-from rich.console import Console
 
 from .helpers import tree
 
