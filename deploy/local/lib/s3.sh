@@ -1,0 +1,101 @@
+# shellcheck shell=bash
+# SeaweedFS (`weed server -s3`) bound to the bridge address, so both the root namespace and
+# jobs inside node namespaces reach it at http://$BRIDGE_ADDR:$S3_PORT.
+
+S3_CONFIG="$STATE/s3.json"
+S3_CREDS="$STATE/s3-credentials"
+
+load_s3_credentials() {
+    if [[ ! -s "$S3_CREDS" ]]; then
+        (
+            umask 077
+            printf 'S3_ACCESS_KEY=%s\nS3_SECRET_KEY=%s\n' "cc$(random_hex 8)" "$(random_hex 20)" >"$S3_CREDS"
+        )
+    fi
+    # shellcheck disable=SC1090
+    source "$S3_CREDS"
+}
+
+write_s3_config() {
+    load_s3_credentials
+    (
+        umask 077
+        render "$STACK_HOME/templates/s3.json" "$S3_CONFIG" \
+            "ACCESS_KEY=$S3_ACCESS_KEY" "SECRET_KEY=$S3_SECRET_KEY"
+    )
+}
+
+weed_running() { pid_alive "$RUN/weed.pid"; }
+
+s3_endpoint() { echo "http://$BRIDGE_ADDR:$S3_PORT"; }
+
+# s3_ready -> 0 once the S3 gateway answers an authenticated ListBuckets.
+s3_ready() {
+    "$PYTHON" - "$(s3_endpoint)" "$S3_ACCESS_KEY" "$S3_SECRET_KEY" <<'EOF'
+import sys
+import boto3
+from botocore.config import Config
+url, key, secret = sys.argv[1:4]
+s3 = boto3.client("s3", endpoint_url=url, aws_access_key_id=key, aws_secret_access_key=secret,
+                  region_name="us-east-1",
+                  config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
+                                connect_timeout=2, read_timeout=5))
+s3.list_buckets()
+EOF
+}
+
+s3_create_bucket() {
+    "$PYTHON" - "$(s3_endpoint)" "$S3_ACCESS_KEY" "$S3_SECRET_KEY" "$BUCKET" <<'EOF'
+import sys
+import boto3
+from botocore.config import Config
+url, key, secret, bucket = sys.argv[1:5]
+s3 = boto3.client("s3", endpoint_url=url, aws_access_key_id=key, aws_secret_access_key=secret,
+                  region_name="us-east-1", config=Config(s3={"addressing_style": "path"}))
+names = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
+if bucket not in names:
+    s3.create_bucket(Bucket=bucket)
+# A put/get/delete round trip proves the volume servers accept writes, not only the gateway.
+s3.put_object(Bucket=bucket, Key=".stack-probe", Body=b"ok")
+assert s3.get_object(Bucket=bucket, Key=".stack-probe")["Body"].read() == b"ok"
+s3.delete_object(Bucket=bucket, Key=".stack-probe")
+EOF
+}
+
+weed_up() {
+    write_s3_config
+    PYTHON="$(python_bin)" || die "no python with boto3 found"
+    if ! weed_running; then
+        log "starting SeaweedFS (S3 on $(s3_endpoint))"
+        mkdir -p "$STATE/seaweed"
+        # Ports are explicit so nothing lands on a default another test might use; every
+        # optional listener we do not need is off; telemetry off (no outside traffic).
+        setsid weed server \
+            -ip="$BRIDGE_ADDR" -ip.bind="$BRIDGE_ADDR" \
+            -dir="$STATE/seaweed" \
+            -master.port="$WEED_MASTER_PORT" -master.port.grpc=$((WEED_MASTER_PORT + 10000)) \
+            -master.volumeSizeLimitMB=256 -master.telemetry=false \
+            -volume.port="$WEED_VOLUME_PORT" -volume.port.grpc=$((WEED_VOLUME_PORT + 10000)) \
+            -volume.max=64 -volume.preStopSeconds=0 \
+            -filer -filer.port="$WEED_FILER_PORT" -filer.port.grpc=$((WEED_FILER_PORT + 10000)) \
+            -s3 -s3.port="$S3_PORT" -s3.port.grpc=$((S3_PORT + 10000)) -s3.config="$S3_CONFIG" \
+            -s3.port.iceberg=0 -s3.port.lance=0 \
+            </dev/null >>"$LOGS/weed.log" 2>&1 9>&- &
+        echo $! >"$RUN/weed.pid"
+    fi
+    wait_for "S3 on $(s3_endpoint)" "$STACK_TIMEOUT" s3_ready || {
+        show_tail "$LOGS/weed.log"
+        die "SeaweedFS S3 gateway did not answer"
+    }
+    local deadline=$((SECONDS + STACK_TIMEOUT))
+    # The first write can fail while the master grows its first volumes: retry.
+    until s3_create_bucket >>"$LOGS/weed-bucket.log" 2>&1; do
+        if ((SECONDS >= deadline)); then
+            show_tail "$LOGS/weed-bucket.log" "$LOGS/weed.log"
+            die "could not create/write bucket $BUCKET"
+        fi
+        sleep 1
+    done
+}
+
+weed_down() { stop_pidfile weed "$RUN/weed.pid" 15; }

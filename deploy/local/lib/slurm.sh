@@ -1,0 +1,209 @@
+# shellcheck shell=bash
+# munge, Slurm configuration, slurmctld (root namespace) and one slurmd per node namespace.
+
+MUNGE_KEY=/etc/munge/munge.key
+MUNGE_SOCKET_DIR=/run/munge
+NODE_CPUS="${CLUSTERCTL_NODE_CPUS:-4}"
+NODE_MEMORY_MB="${CLUSTERCTL_NODE_MEMORY_MB:-2048}"
+
+# ---------------------------------------------------------------- munge
+munge_works() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
+
+munge_up() {
+    if [[ ! -s "$MUNGE_KEY" ]]; then
+        log "creating munge key $MUNGE_KEY"
+        mkdir -p /etc/munge
+        if command -v mungekey >/dev/null 2>&1; then
+            mungekey --create --keyfile="$MUNGE_KEY" --force
+        else
+            dd if=/dev/urandom of="$MUNGE_KEY" bs=1 count=1024 status=none
+        fi
+    fi
+    chown munge:munge /etc/munge "$MUNGE_KEY"
+    chmod 700 /etc/munge
+    chmod 400 "$MUNGE_KEY"
+    if munge_works; then
+        return 0 # ours (pid file) or a system munged: either way usable
+    fi
+    mkdir -p "$MUNGE_SOCKET_DIR" /var/lib/munge /var/log/munge
+    chown munge:munge "$MUNGE_SOCKET_DIR" /var/lib/munge /var/log/munge
+    chmod 755 "$MUNGE_SOCKET_DIR"
+    log "starting munged"
+    # The socket is a path on the shared filesystem, so it is reachable from every namespace.
+    rm -f "$MUNGE_SOCKET_DIR/munged.pid"
+    runuser -u munge -- /usr/sbin/munged --force 9>&- 2>>"$LOGS/munged.log" ||
+        {
+            show_tail "$LOGS/munged.log" /var/log/munge/munged.log
+            die "munged failed to start"
+        }
+    wait_for "munged" 20 munge_works || {
+        show_tail /var/log/munge/munged.log
+        die "munge does not answer"
+    }
+    # Record the pid in our run dir: `down` stops only a munged that `up` started.
+    if [[ -s "$MUNGE_SOCKET_DIR/munged.pid" ]]; then
+        cp -f "$MUNGE_SOCKET_DIR/munged.pid" "$RUN/munged.pid"
+    fi
+}
+
+munge_down() {
+    # Only a munged we started has our pid file; a system munged is left alone.
+    stop_pidfile munged "$RUN/munged.pid" 10
+}
+
+# ---------------------------------------------------------------- configuration
+node_lines() {
+    local n
+    for n in "${NODES[@]}"; do
+        printf 'NodeName=%s NodeAddr=%s CPUs=%s Boards=1 SocketsPerBoard=1 CoresPerSocket=%s ThreadsPerCore=1 RealMemory=%s Gres=gpu:4 State=UNKNOWN\n' \
+            "$n" "$(node_addr "$n")" "$NODE_CPUS" "$NODE_CPUS" "$NODE_MEMORY_MB"
+    done
+}
+
+# write_slurm_config -> sets SLURM_CONFIG_CHANGED=1 when any file changed.
+write_slurm_config() {
+    local tpl="$STACK_HOME/templates" tmp f
+    mkdir -p "$SLURM_ETC"
+    if [[ -s "$SLURM_CONF_PATH" ]] && ! head -n1 "$SLURM_CONF_PATH" | grep -qF "$SLURM_MARKER"; then
+        local backup
+        backup="$SLURM_CONF_PATH.before-clusterctl.$(date +%s)"
+        warn "$SLURM_CONF_PATH was not written by this stack; moving it to $backup"
+        mv "$SLURM_CONF_PATH" "$backup"
+    fi
+    tmp="$(mktemp -d)"
+    render "$tpl/slurm.conf" "$tmp/slurm.conf" \
+        "CTLD_HOST=$(hostname -s)" "BRIDGE_ADDR=$BRIDGE_ADDR" "STATE=$STATE" \
+        "SLURMD_TIMEOUT=$SLURMD_TIMEOUT" "NODE_LINES=$(node_lines)"
+    cp "$tpl/topology.conf" "$tmp/topology.conf"
+    cp "$tpl/gres.conf" "$tmp/gres.conf"
+    cp "$tpl/cgroup.conf" "$tmp/cgroup.conf"
+    SLURM_CONFIG_CHANGED=0
+    for f in slurm.conf topology.conf gres.conf cgroup.conf; do
+        if ! cmp -s "$tmp/$f" "$SLURM_ETC/$f"; then
+            SLURM_CONFIG_CHANGED=1
+            install -m 644 "$tmp/$f" "$SLURM_ETC/$f"
+        fi
+    done
+    rm -rf "$tmp"
+    # A copy for people reading the state dir.
+    mkdir -p "$STATE/etc"
+    cp "$SLURM_ETC"/{slurm,topology,gres,cgroup}.conf "$STATE/etc/"
+}
+
+remove_slurm_config() {
+    local f
+    if [[ -s "$SLURM_CONF_PATH" ]] && head -n1 "$SLURM_CONF_PATH" | grep -qF "$SLURM_MARKER"; then
+        for f in slurm.conf topology.conf gres.conf cgroup.conf; do
+            rm -f "$SLURM_ETC/$f"
+        done
+    fi
+}
+
+# ---------------------------------------------------------------- slurmctld
+slurmctld_running() { pid_alive "$RUN/slurmctld.pid"; }
+
+slurmctld_up() {
+    if slurmctld_running; then
+        if ((SLURM_CONFIG_CHANGED)); then
+            log "slurm config changed: restarting slurmctld"
+            stop_pidfile slurmctld "$RUN/slurmctld.pid" 20
+        else
+            return 0
+        fi
+    fi
+    log "starting slurmctld on $BRIDGE_ADDR:6817"
+    /usr/sbin/slurmctld -f "$SLURM_CONF_PATH" 9>&- 2>>"$LOGS/slurmctld.stderr" ||
+        {
+            show_tail "$LOGS/slurmctld.stderr" "$LOGS/slurmctld.log"
+            die "slurmctld failed to start"
+        }
+    wait_for "slurmctld to answer" "$STACK_TIMEOUT" scontrol ping || {
+        show_tail "$LOGS/slurmctld.stderr" "$LOGS/slurmctld.log"
+        die "slurmctld does not answer 'scontrol ping'"
+    }
+}
+
+slurmctld_down() { stop_pidfile slurmctld "$RUN/slurmctld.pid" 20; }
+
+# ---------------------------------------------------------------- slurmd
+slurmd_pidfile() { echo "$RUN/slurmd-$1.pid"; }
+slurmd_running() { pid_alive "$(slurmd_pidfile "$1")"; }
+
+slurmd_start() {
+    local n="$1"
+    if slurmd_running "$n"; then
+        if ((${SLURM_CONFIG_CHANGED:-0})); then
+            stop_pidfile "slurmd $n" "$(slurmd_pidfile "$n")" 10
+        else
+            return 0
+        fi
+    fi
+    mkdir -p "$STATE/slurm/spool/$n"
+    ip netns exec "$n" /usr/sbin/slurmd -N "$n" -f "$SLURM_CONF_PATH" 9>&- 2>>"$LOGS/slurmd-$n.stderr" ||
+        {
+            show_tail "$LOGS/slurmd-$n.stderr" "$LOGS/slurmd-$n.log"
+            die "slurmd $n failed to start"
+        }
+    wait_for "slurmd $n pid file" 20 slurmd_running "$n" || {
+        show_tail "$LOGS/slurmd-$n.stderr" "$LOGS/slurmd-$n.log"
+        die "slurmd $n did not stay up"
+    }
+}
+
+# kill -9 a node: its slurmd and everything else in its namespace (job steps).
+slurmd_kill() {
+    local n="$1"
+    netns_kill_all "$n"
+    rm -f "$(slurmd_pidfile "$n")"
+}
+
+slurmd_down() {
+    local n="$1"
+    stop_pidfile "slurmd $n" "$(slurmd_pidfile "$n")" 10
+    netns_kill_all "$n"
+}
+
+# ---------------------------------------------------------------- node states
+# node_state N -> Slurm's long state string in lower case, e.g. "idle", "down*", "mixed".
+node_state() { sinfo -h -N -n "$1" -o '%T' 2>/dev/null | head -n1; }
+
+node_usable() {
+    local s
+    s="$(node_state "$1")"
+    case "$s" in
+    idle | mixed | allocated | completing) return 0 ;;
+    *) return 1 ;;
+    esac
+}
+
+# wait_nodes_usable TIMEOUT NODE...: resume DOWN/INVAL/DRAIN nodes until all are usable.
+wait_nodes_usable() {
+    local timeout="$1" deadline n s pending
+    shift
+    deadline=$((SECONDS + timeout))
+    while :; do
+        pending=()
+        for n in "$@"; do
+            node_usable "$n" && continue
+            pending+=("$n")
+            s="$(node_state "$n")"
+            case "$s" in
+            down* | drain* | inval* | fail* | *drain*)
+                scontrol update nodename="$n" state=resume >/dev/null 2>&1 || true
+                ;;
+            esac
+        done
+        ((${#pending[@]} == 0)) && return 0
+        if ((SECONDS >= deadline)); then
+            warn "nodes not usable after ${timeout}s: ${pending[*]}"
+            sinfo -N -l >&2 || true
+            for n in "${pending[@]}"; do
+                scontrol show node "$n" >&2 || true
+                show_tail "$LOGS/slurmd-$n.log"
+            done
+            show_tail "$LOGS/slurmctld.log"
+            return 1
+        fi
+        sleep 1
+    done
+}

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# Single-machine clusterctl test stack: Slurm (6 nodes in network namespaces), munge,
+# SeaweedFS S3, and clusterd. See deploy/local/README.md.
+#
+#   stack.sh up                  start everything (idempotent), print the env file path
+#   stack.sh down [--purge]      stop everything we started, remove namespaces + bridge
+#   stack.sh status              one line per component + sinfo; exit 0 iff all up
+#   stack.sh kill-node NODE      kill -9 the node's slurmd and everything in its namespace
+#   stack.sh revive-node NODE    restart the node's slurmd and resume it until usable
+#   stack.sh env                 print the path of the env file
+set -euo pipefail
+
+STACK_HOME="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=lib/common.sh
+source "$STACK_HOME/lib/common.sh"
+# shellcheck source=lib/net.sh
+source "$STACK_HOME/lib/net.sh"
+# shellcheck source=lib/host.sh
+source "$STACK_HOME/lib/host.sh"
+# shellcheck source=lib/slurm.sh
+source "$STACK_HOME/lib/slurm.sh"
+# shellcheck source=lib/s3.sh
+source "$STACK_HOME/lib/s3.sh"
+# shellcheck source=lib/clusterd.sh
+source "$STACK_HOME/lib/clusterd.sh"
+
+usage() {
+    sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+
+require_root() { ((EUID == 0)) || die "must run as root (network namespaces, slurmd, mknod)"; }
+
+# One stack operation at a time on this machine. Daemons are started with 9>&- so that
+# they do not inherit (and hold) the lock.
+take_lock() {
+    mkdir -p /run/lock
+    exec 9>/run/lock/clusterctl-stack.lock
+    flock -w 300 9 || die "another stack.sh is still running (lock /run/lock/clusterctl-stack.lock)"
+}
+
+check_node() {
+    local n
+    for n in "${NODES[@]}"; do [[ "$n" == "$1" ]] && return 0; done
+    die "unknown node '$1' (nodes: ${NODES[*]})"
+}
+
+cmd_up() {
+    local t0=$SECONDS n
+    install_packages
+    ensure_users
+    ensure_fake_gpus
+    ensure_state_dirs
+    ensure_tokens
+    net_up
+    log "bridge $BRIDGE $BRIDGE_ADDR/24; nodes ${NODES[*]} at $(node_addr node1)..$(node_addr "${NODES[-1]}")"
+    munge_up
+    write_slurm_config
+    slurmctld_up
+    for n in "${NODES[@]}"; do slurmd_start "$n"; done
+    SLURM_CONFIG_CHANGED=0
+    wait_nodes_usable "$STACK_TIMEOUT" "${NODES[@]}" || die "Slurm nodes did not become IDLE (logs under $LOGS)"
+    log "slurm: ${#NODES[@]} nodes up"
+    weed_up
+    write_env_file
+    clusterd_up
+    log "stack up in $((SECONDS - t0))s"
+    echo "$ENV_FILE"
+}
+
+cmd_down() {
+    local purge=0 n
+    [[ "${1:-}" == "--purge" ]] && purge=1
+    load_subnet
+    clusterd_down
+    weed_down
+    for n in "${NODES[@]}"; do slurmd_down "$n"; done
+    slurmctld_down
+    munge_down
+    net_down
+    if ((purge)); then
+        log "purging $STATE and the generated Slurm config"
+        remove_slurm_config
+        rm -rf --one-file-system "$STATE"
+    fi
+    log "stack down"
+}
+
+cmd_status() {
+    local ok=0 n line
+    load_subnet
+    status_line() { # NAME UP? DETAIL
+        if (($2)); then
+            printf '%-16s running  %s\n' "$1" "$3"
+        else
+            printf '%-16s STOPPED  %s\n' "$1" "$3"
+            ok=1
+        fi
+    }
+    munge_works && status_line munge 1 "" || status_line munge 0 ""
+    slurmctld_running && status_line slurmctld 1 "pid $(pid_of "$RUN/slurmctld.pid") on $BRIDGE_ADDR:6817" ||
+        status_line slurmctld 0 ""
+    for n in "${NODES[@]}"; do
+        if slurmd_running "$n"; then
+            status_line "slurmd $n" 1 "pid $(pid_of "$(slurmd_pidfile "$n")") netns $n $(node_addr "$n")"
+        else
+            status_line "slurmd $n" 0 "netns $n"
+        fi
+    done
+    weed_running && status_line weed 1 "pid $(pid_of "$RUN/weed.pid") s3 http://$BRIDGE_ADDR:$S3_PORT" ||
+        status_line weed 0 ""
+    if clusterd_installed; then
+        clusterd_running && status_line clusterd 1 "pid $(pid_of "$CLUSTERD_PID") on $CLUSTERD_LISTEN" ||
+            status_line clusterd 0 ""
+    else
+        printf '%-16s skipped  (not installed)\n' clusterd
+    fi
+    if slurmctld_running; then
+        echo
+        sinfo || ok=1
+    fi
+    return "$ok"
+}
+
+cmd_kill_node() {
+    local n="$1"
+    check_node "$n"
+    netns_exists "$n" || die "namespace $n does not exist (is the stack up?)"
+    log "killing node $n (slurmd + every process in netns $n)"
+    slurmd_kill "$n"
+}
+
+cmd_revive_node() {
+    local n="$1"
+    check_node "$n"
+    load_subnet
+    netns_exists "$n" || die "namespace $n does not exist (is the stack up?)"
+    SLURM_CONFIG_CHANGED=0
+    slurmd_start "$n"
+    wait_nodes_usable "$STACK_TIMEOUT" "$n" || die "node $n did not come back"
+    log "node $n is $(node_state "$n")"
+}
+
+main() {
+    local cmd="${1:-}"
+    [[ -n "$cmd" ]] || usage
+    shift
+    case "$cmd" in
+    up) require_root; take_lock; cmd_up "$@" ;;
+    down) require_root; take_lock; cmd_down "$@" ;;
+    status) cmd_status ;;
+    kill-node) [[ $# -eq 1 ]] || usage; require_root; cmd_kill_node "$1" ;;
+    revive-node) [[ $# -eq 1 ]] || usage; require_root; cmd_revive_node "$1" ;;
+    env)
+        [[ -s "$ENV_FILE" ]] || die "no env file yet: run '$0 up' first"
+        echo "$ENV_FILE"
+        ;;
+    -h | --help | help) usage ;;
+    *) usage ;;
+    esac
+}
+
+main "$@"
