@@ -110,3 +110,16 @@ def test_with_allocation_round_trip() -> None:
     assert back.node("n1") == m.node("n1")
     assert back.stats("core") == m.stats("core")
     assert m.node("n1").state is NodeState.IDLE  # the original is untouched
+
+
+def test_upper_switch_listing_all_nodes_is_not_a_leaf() -> None:
+    """``scontrol show topology`` on 22.05 prints ``SwitchName=spine Nodes=node[1-6] Switches=leaf[1-2]``."""
+    switches = parse_topology(
+        "SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=node[1-3]\n"
+        "SwitchName=leaf2 Level=0 LinkSpeed=1 Nodes=node[4-6]\n"
+        "SwitchName=spine Level=1 LinkSpeed=1 Nodes=node[1-6] Switches=leaf[1-2]\n"
+    )
+    nodes = [SlurmNode(f"node{i}", NodeState.IDLE, cpus_total=4, gpus_total=4) for i in range(1, 7)]
+    model = TopologyModel.build(switches, nodes)
+    assert model.leaves == ("leaf1", "leaf2")
+    assert model.stats("spine").gpus_total == 24 and model.stats("spine").nodes_total == 6

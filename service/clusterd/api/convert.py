@@ -31,7 +31,7 @@ def node_state(state: NodeState) -> cluster_pb2.NodeState:
 def job_status(rec: JobRecord, *, with_spec: bool = False) -> jobs_pb2.JobStatus:
     msg = jobs_pb2.JobStatus(
         job_id=rec.job_id,
-        name=rec.spec.name or (rec.spec.command[0] if rec.spec.command else ""),
+        name=rec.name or rec.spec.name,
         user=rec.user,
         state=job_state(rec.state),
         reason=rec.reason,

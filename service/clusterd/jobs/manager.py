@@ -116,6 +116,7 @@ class JobManager:
             await self._fail(rec, str(exc))
             raise FailedPrecondition(f"Slurm refused the job: {_slurm_words(exc)}") from exc
         rec.job_id = job_id
+        rec.name = resolved.name
         rec.phase = Phase.SUBMITTED
         rec.state = JobState.PENDING
         rec.partition = resolved.partition

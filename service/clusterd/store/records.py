@@ -36,6 +36,7 @@ class JobRecord:
     phase: Phase
     created: float
     job_id: str = ""
+    name: str = ""
     state: JobState = JobState.PENDING
     reason: str = ""
     nodes: tuple[str, ...] = ()

@@ -51,7 +51,7 @@ CREATE TABLE IF NOT EXISTS restarts (
 
 # Observed fields kept as one JSON column: they change together on every poll.
 _OBSERVED = (
-    "state", "reason", "nodes", "partition", "exit_code", "exit_signal", "submit_time", "start_time",
+    "name", "state", "reason", "nodes", "partition", "exit_code", "exit_signal", "submit_time", "start_time",
     "end_time", "restart_count", "final_reason", "checkpoint_step", "excluded_nodes",
     "placement_explanation", "error", "user_cancelled", "acked_restarts", "final_cause",
     "needs_release", "backoff_seconds",

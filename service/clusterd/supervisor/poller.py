@@ -49,6 +49,7 @@ class ClusterSnapshot:
 def observe(rec: JobRecord, sj: SlurmJob) -> bool:
     """Copy what Slurm says into the record; True when anything a client can see changed."""
     before = (rec.state, rec.reason, rec.nodes, rec.exit_code, rec.restart_count, rec.start_time, rec.end_time)
+    rec.name = sj.name or rec.name
     rec.state = sj.state
     rec.reason = sj.reason
     if sj.nodes or sj.state != JobState.PENDING:

@@ -138,7 +138,9 @@ def _build_tree(switches: list[SlurmSwitch], node_names: Iterable[str]) -> _Tree
     leaf_of: dict[str, str] = {}
     leaf_nodes: dict[str, list[str]] = {}
     for s in switches:
-        if not s.nodes:
+        # Slurm lists every node below an upper switch too ("Nodes=node[1-6] Switches=leaf[1-2]"):
+        # only a switch without child switches is a leaf.
+        if not s.nodes or children[s.name]:
             continue
         members = leaf_nodes.setdefault(s.name, [])
         for n in s.nodes:
