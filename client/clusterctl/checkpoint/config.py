@@ -27,6 +27,8 @@ class CheckpointConfig:
         commit_timeout: seconds rank 0 waits for all shard manifests (and other ranks wait for
             the commit marker) before the save fails.
         poll_initial, poll_max: backoff bounds while polling storage for manifests / the marker.
+        background_nice: nice increment of the background save/upload threads, so a save competes
+            less with the training loop for CPU (0 = same priority).
         gc_grace: uncommitted objects and multipart uploads younger than this are never collected.
         gc_on_commit: rank 0 collects garbage older than ``gc_grace`` after each commit.
         run_id: names this job incarnation's save attempts; None = from Slurm / torch.distributed.
@@ -42,6 +44,7 @@ class CheckpointConfig:
     commit_timeout: float = 600.0
     poll_initial: float = 0.05
     poll_max: float = 2.0
+    background_nice: int = 10
     gc_grace: float = 6 * 3600.0
     gc_on_commit: bool = True
     run_id: str | None = None
@@ -62,7 +65,9 @@ class CheckpointConfig:
     def s3_options(self) -> S3Options:
         return self.s3 or S3Options(
             part_size=max(self.part_size, 5 << 20), max_concurrency=self.max_concurrency,
-            connect_timeout=self.connect_timeout, read_timeout=self.read_timeout, max_attempts=self.max_attempts)
+            connect_timeout=self.connect_timeout, read_timeout=self.read_timeout, max_attempts=self.max_attempts,
+            thread_nice=self.background_nice)
 
     def posix_options(self) -> PosixOptions:
-        return self.posix or PosixOptions(part_size=self.part_size, max_concurrency=min(self.max_concurrency, 8))
+        return self.posix or PosixOptions(part_size=self.part_size, max_concurrency=min(self.max_concurrency, 8),
+                                          thread_nice=self.background_nice)

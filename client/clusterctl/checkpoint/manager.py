@@ -22,6 +22,7 @@ from typing import Any
 
 from .. import slurm_env
 from ..storage import ObjectNotFoundError, Storage, StorageError, open_storage
+from ..storage.threads import nice_initializer
 from . import commit, layout, torchcompat
 from .config import CheckpointConfig
 from .coordination import Coordinator, TorchCoordinator
@@ -133,8 +134,11 @@ class CheckpointManager:
         self.run_id = _resolve_run_id(config, self.world_size, self._coordinator)
         self._pool = StagingPool(config.staging_bytes, config.max_in_flight,
                                  pinned_allocator=torchcompat.pinned_empty if torchcompat.cuda_available() else None)
-        self._bg = ThreadPoolExecutor(max_workers=config.max_in_flight, thread_name_prefix="ckpt-save")
-        self._io = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ckpt-hash")
+        nice = nice_initializer(config.background_nice)
+        self._bg = ThreadPoolExecutor(max_workers=config.max_in_flight, thread_name_prefix="ckpt-save",
+                                      initializer=nice)
+        self._io = ThreadPoolExecutor(max_workers=max(2, config.max_concurrency), thread_name_prefix="ckpt-io",
+                                      initializer=nice)
         self._lock = threading.Lock()
         self._inflight: list[tuple[SaveHandle, int, str]] = []
         self._finished: list[SaveHandle] = []

@@ -104,11 +104,21 @@ def read_shard(storage: Storage, m: ShardManifest, executor: Executor | None) ->
         raise CorruptCheckpointError(f"step {step}: shard {key} is {size} bytes, the manifest says {m.shard_size} "
                                      "(truncated or replaced)", step=step, key=key)
     buf = np.empty(size, dtype=np.uint8)
+    view = buf.data
+
+    def fetch(i: int) -> bool:
+        """Read chunk i (one ranged GET / pread) and check it while other chunks are in flight."""
+        lo = i * m.chunk_size
+        part = view[lo:min(size, lo + m.chunk_size)]
+        storage.read_into(key, part, offset=lo)
+        return checksum.digest(part) == m.chunks[i]
+
     try:
-        storage.read_into(key, buf.data)
+        n = len(m.chunks)
+        good = list(executor.map(fetch, range(n))) if executor is not None and n > 1 else [fetch(i) for i in range(n)]
     except ObjectNotFoundError:
         raise CorruptCheckpointError(f"step {step}: shard {key} is missing", step=step, key=key) from None
-    bad = checksum.first_mismatch(buf.data, m.chunk_size, m.chunks, executor)
+    bad = next((i for i, ok in enumerate(good) if not ok), None)
     if bad is not None:
         lo, hi = bad * m.chunk_size, min(size, (bad + 1) * m.chunk_size)
         raise CorruptCheckpointError(f"step {step}: shard {key} bytes [{lo}, {hi}) fail their xxh3 checksum",

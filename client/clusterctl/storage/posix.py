@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from .base import Buffer, IncompleteUpload, ObjectInfo, validate_key
 from .errors import AccessDeniedError, ObjectExistsError, ObjectNotFoundError, StorageError
+from .threads import nice_initializer
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ class PosixOptions:
         fsync: fsync files and directories (turn off only for throwaway tests).
         stripe_count: Lustre stripe count for step directories (-1 = all OSTs); None = inherit.
         stripe_size: Lustre stripe size in bytes; None = inherit.
+        thread_nice: nice increment of the I/O worker threads (0 = same priority as the caller).
     """
 
     part_size: int = 64 << 20
@@ -48,6 +50,7 @@ class PosixOptions:
     fsync: bool = True
     stripe_count: int | None = -1
     stripe_size: int | None = 16 << 20
+    thread_nice: int = 0
 
 
 def _oserror(exc: OSError, key: str) -> StorageError:
@@ -65,7 +68,8 @@ class PosixStorage:
         self.root = os.path.abspath(root)
         self.options = options or PosixOptions()
         self._pool = ThreadPoolExecutor(max_workers=max(1, self.options.max_concurrency),
-                                        thread_name_prefix="posix-io")
+                                        thread_name_prefix="posix-io",
+                                        initializer=nice_initializer(self.options.thread_nice))
         self._lfs = shutil.which("lfs")
 
     @property

@@ -43,6 +43,7 @@ from .errors import (
     StorageError,
     StorageUnavailableError,
 )
+from .threads import nice_initializer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -71,6 +72,7 @@ class S3Options:
         connect_timeout, read_timeout: per-request deadlines in seconds.
         max_attempts: tries per request, including the first, for transient errors.
         backoff_initial, backoff_max: exponential backoff bounds in seconds (with jitter).
+        thread_nice: nice increment of the I/O worker threads (0 = same priority as the caller).
     """
 
     endpoint_url: str | None = None
@@ -86,6 +88,7 @@ class S3Options:
     max_attempts: int = 5
     backoff_initial: float = 0.25
     backoff_max: float = 8.0
+    thread_nice: int = 0
 
 
 def _error_code(exc: ClientError) -> str:
@@ -204,7 +207,8 @@ class S3Storage:
             )
             client = session.client("s3", endpoint_url=endpoint or None, config=config)
         self.client = client
-        self._pool = ThreadPoolExecutor(max_workers=max(1, opts.max_concurrency), thread_name_prefix="s3-io")
+        self._pool = ThreadPoolExecutor(max_workers=max(1, opts.max_concurrency), thread_name_prefix="s3-io",
+                                        initializer=nice_initializer(opts.thread_nice))
 
     @property
     def uri(self) -> str:

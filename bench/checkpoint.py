@@ -1,0 +1,337 @@
+"""Checkpoint benchmark: one run, the same float32 state, N ranks as processes, ratios vs anchors.
+
+    python bench/checkpoint.py                 # 1 GiB total, 2 ranks, private SeaweedFS, tmp dir
+    python bench/checkpoint.py --size-gib 0.25 --repeats 2
+
+S3: the AWS_* variables when AWS_ENDPOINT_URL is set (plus --bucket), else a private SeaweedFS
+started from tests/s3server.py on 127.0.0.1. Anchors, measured in the same run on the same data:
+np.copyto into a warm buffer (the snapshot floor), np.savez + boto3 upload (the naive way),
+s5cmd cp up and down (if on PATH), torch.distributed.checkpoint.async_save (if torch is
+installed). Absolute numbers on a shared 2-core machine are noise; the ratios are the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import multiprocessing as mp
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE
+
+
+class RssPeak:
+    """Samples RSS every 5 ms in a thread; ``peak`` is the highest value seen."""
+
+    def __init__(self) -> None:
+        self.peak = rss()
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss())
+            time.sleep(0.005)
+
+    def __enter__(self) -> RssPeak:
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._t.join()
+        self.peak = max(self.peak, rss())
+
+
+def cpu_loop(seconds: float, until: threading.Event | None = None) -> float:
+    """Steps/s of a small CPU-bound numpy loop (a stand-in for a training step)."""
+    a = np.random.default_rng(0).standard_normal((160, 160)).astype(np.float32)
+    n, t0 = 0, time.perf_counter()
+    while True:
+        for _ in range(10):
+            a = np.tanh(a @ a.T * 0.01)
+        n += 10
+        elapsed = time.perf_counter() - t0
+        if (until is not None and until.is_set()) or (until is None and elapsed >= seconds):
+            return n / elapsed
+
+
+def make_state(rank: int, nbytes: int, arrays: int = 8) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(rank)
+    per = nbytes // 4 // arrays
+    return {f"layer{i:02d}": rng.standard_normal(per, dtype=np.float32) for i in range(arrays)}
+
+
+def worker(rank: int, world: int, args: dict[str, Any], barrier: Any, out: Any) -> None:
+    os.environ.update(args["env"])
+    os.environ.update({"SLURM_PROCID": str(rank), "SLURM_NTASKS": str(world), "SLURM_JOB_ID": args["job"],
+                       "SLURM_STEP_ID": "0", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
+    import boto3
+    from botocore.config import Config
+
+    from clusterctl.checkpoint import CheckpointConfig, CheckpointManager
+
+    res: dict[str, Any] = {"rank": rank}
+    state = make_state(rank, args["bytes_per_rank"])
+    nbytes = sum(a.nbytes for a in state.values())
+    res["bytes"] = nbytes
+    reps = args["repeats"]
+
+    # --- floor: np.copyto into a warm preallocated buffer -----------------------------------
+    dst = {k: np.empty_like(v) for k, v in state.items()}
+    for k, v in state.items():
+        np.copyto(dst[k], v)
+    times = []
+    for _ in range(reps):
+        barrier.wait()
+        t0 = time.perf_counter()
+        for k, v in state.items():
+            np.copyto(dst[k], v)
+        times.append(time.perf_counter() - t0)
+    res["copyto_s"] = statistics.median(times)
+    del dst
+
+    # --- ours to S3 -------------------------------------------------------------------------
+    cfg = CheckpointConfig(part_size=args["part_mib"] << 20, max_concurrency=args["concurrency"], gc_on_commit=False)
+    ckpt = CheckpointManager(f"s3://{args['bucket']}/{args['prefix']}/ours", keep=2, config=cfg)
+    barrier.wait()
+    base = rss()
+    with RssPeak() as peak:
+        t0 = time.perf_counter()
+        h = ckpt.save(0, state)
+        res["ours_cold_block_s"] = time.perf_counter() - t0
+        h.result()
+        res["ours_cold_e2e_s"] = time.perf_counter() - t0
+    res["rss_extra_cold"] = peak.peak - base
+    res["rss_total_cold"] = peak.peak
+    blocks, e2es, extra = [], [], []
+    for step in range(1, reps + 1):
+        barrier.wait()
+        base = rss()
+        with RssPeak() as peak:
+            t0 = time.perf_counter()
+            h = ckpt.save(step, state)
+            blocks.append(time.perf_counter() - t0)
+            h.result()
+            e2es.append(time.perf_counter() - t0)
+        extra.append(peak.peak - base)
+    res["ours_block_s"], res["ours_e2e_s"] = statistics.median(blocks), statistics.median(e2es)
+    res["rss_extra_steady"] = max(extra)
+    res["rss_total_steady"] = rss()
+
+    # --- training loop while an upload runs, vs idle ---------------------------------------
+    barrier.wait()
+    res["loop_idle"] = cpu_loop(2.0)
+    barrier.wait()
+    h = ckpt.save(reps + 1, state)
+    done = threading.Event()
+    threading.Thread(target=lambda: (h.result(), done.set()), daemon=True).start()
+    res["loop_busy"] = cpu_loop(0, until=done)
+
+    # --- restore with verification ------------------------------------------------------------
+    times = []
+    for _ in range(reps):
+        barrier.wait()
+        t0 = time.perf_counter()
+        restored = ckpt.restore()
+        times.append(time.perf_counter() - t0)
+        assert np.array_equal(restored["layer00"], state["layer00"])
+        del restored
+    res["ours_restore_s"] = statistics.median(times)
+    ckpt.close()
+
+    # --- naive: np.savez + boto3 upload, synchronous ------------------------------------------
+    client = boto3.client("s3", config=Config(s3={"addressing_style": "path"}))
+    times = []
+    for i in range(reps):
+        barrier.wait()
+        t0 = time.perf_counter()
+        buf = io.BytesIO()
+        np.savez(buf, **state)
+        buf.seek(0)
+        client.upload_fileobj(buf, args["bucket"], f"{args['prefix']}/naive/{i}/rank{rank}.npz")
+        times.append(time.perf_counter() - t0)
+        del buf
+    res["naive_block_s"] = statistics.median(times)
+
+    # --- s5cmd up/down of the same bytes --------------------------------------------------------
+    s5 = shutil.which("s5cmd")
+    if s5:
+        shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+        local = shm / f"bench-{args['job']}-rank{rank}.bin"
+        with open(local, "wb") as f:
+            for v in state.values():
+                f.write(v.data)
+        up, down = [], []
+        s5env = {**os.environ}
+        for i in range(reps):
+            key = f"s3://{args['bucket']}/{args['prefix']}/s5cmd/{i}/rank{rank}.bin"
+            barrier.wait()
+            t0 = time.perf_counter()
+            subprocess.run([s5, "--endpoint-url", os.environ["AWS_ENDPOINT_URL"], "cp", str(local), key],
+                           check=True, capture_output=True, env=s5env)
+            up.append(time.perf_counter() - t0)
+            barrier.wait()
+            t0 = time.perf_counter()
+            subprocess.run([s5, "--endpoint-url", os.environ["AWS_ENDPOINT_URL"], "cp", key, f"{local}.down"],
+                           check=True, capture_output=True, env=s5env)
+            down.append(time.perf_counter() - t0)
+            os.unlink(f"{local}.down")
+        os.unlink(local)
+        res["s5cmd_up_s"], res["s5cmd_down_s"] = statistics.median(up), statistics.median(down)
+
+    # --- torch.distributed.checkpoint async_save vs ours, same local directory ------------------
+    try:
+        import torch
+        import torch.distributed as dist
+        import torch.distributed.checkpoint as dcp
+    except ImportError:
+        torch = None  # type: ignore[assignment]
+    if torch is not None:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args['port']}", rank=rank, world_size=world)
+        tstate = {f"rank{rank}.{k}": torch.from_numpy(v) for k, v in state.items()}
+        local_dir = Path(args["local_dir"])
+        blocks, e2es = [], []
+        for i in range(reps + 1):  # first one warms DCP's staging
+            barrier.wait()
+            t0 = time.perf_counter()
+            fut = dcp.async_save(tstate, checkpoint_id=str(local_dir / "dcp" / str(i)))
+            blocks.append(time.perf_counter() - t0)
+            (fut.result() if hasattr(fut, "result") else fut.upload_completion.result())
+            e2es.append(time.perf_counter() - t0)
+        res["dcp_block_s"], res["dcp_e2e_s"] = statistics.median(blocks[1:]), statistics.median(e2es[1:])
+        ckpt = CheckpointManager(str(local_dir / "ours"), keep=2, config=cfg)
+        ckpt.save(0, state).result()  # warm staging
+        blocks, e2es = [], []
+        for i in range(1, reps + 1):
+            barrier.wait()
+            t0 = time.perf_counter()
+            h = ckpt.save(i, state)
+            blocks.append(time.perf_counter() - t0)
+            h.result()
+            e2es.append(time.perf_counter() - t0)
+        res["local_block_s"], res["local_e2e_s"] = statistics.median(blocks), statistics.median(e2es)
+        ckpt.close()
+        dist.destroy_process_group()
+    out.put(res)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size-gib", type=float, default=1.0, help="total state size over all ranks")
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--part-mib", type=int, default=64)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--bucket", default=None, help="bucket to use with AWS_ENDPOINT_URL")
+    ap.add_argument("--json", action="store_true", help="print raw per-rank results too")
+    opts = ap.parse_args()
+
+    server = None
+    if os.environ.get("AWS_ENDPOINT_URL"):
+        env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+        bucket = opts.bucket or "clusterctl"
+    else:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from s3server import get_server
+
+        server = get_server()
+        env, bucket = server.env(), server.bucket
+    local_dir = Path(tempfile.mkdtemp(prefix="ckpt-bench-"))
+    args = {"env": env, "bucket": bucket, "prefix": f"bench/{uuid.uuid4().hex[:8]}", "job": uuid.uuid4().hex[:8],
+            "bytes_per_rank": int(opts.size_gib * (1 << 30)) // opts.ranks, "repeats": opts.repeats,
+            "part_mib": opts.part_mib, "concurrency": opts.concurrency, "port": free_port(),
+            "local_dir": str(local_dir)}
+    ctx = mp.get_context("spawn")
+    barrier, out = ctx.Barrier(opts.ranks), ctx.Queue()
+    procs = [ctx.Process(target=worker, args=(r, opts.ranks, args, barrier, out)) for r in range(opts.ranks)]
+    for p in procs:
+        p.start()
+    results = sorted((out.get(timeout=3600) for _ in procs), key=lambda r: r["rank"])
+    for p in procs:
+        p.join()
+    shutil.rmtree(local_dir, ignore_errors=True)
+    report(results, opts)
+    if opts.json:
+        print(json.dumps(results, indent=2))
+
+
+def report(rs: list[dict[str, Any]], opts: argparse.Namespace) -> None:
+    total = sum(r["bytes"] for r in rs)
+    gib = total / (1 << 30)
+
+    def worst(key: str) -> float:
+        return max(r[key] for r in rs)
+
+    def gbps(seconds: float) -> float:
+        return total / seconds / 1e9
+
+    rows: list[tuple[str, str, str, str, str]] = []
+
+    def row(metric: str, ours: str, anchor: str, ratio: float, target: str) -> None:
+        rows.append((metric, ours, anchor, f"{ratio:.2f}x", target))
+
+    row("save() blocking vs np.copyto floor (steady)", f"{worst('ours_block_s'):.3f} s",
+        f"{worst('copyto_s'):.3f} s", worst("ours_block_s") / worst("copyto_s"), "<= 1.5x")
+    row("save() blocking, first save (page faults)", f"{worst('ours_cold_block_s'):.3f} s",
+        f"{worst('copyto_s'):.3f} s", worst("ours_cold_block_s") / worst("copyto_s"), "(info)")
+    row("naive np.savez+boto3 blocking / ours", f"{worst('ours_block_s'):.3f} s", f"{worst('naive_block_s'):.3f} s",
+        worst("naive_block_s") / worst("ours_block_s"), ">= 20x")
+    if "s5cmd_up_s" in rs[0]:
+        row("upload throughput vs s5cmd cp (GB/s)", f"{gbps(worst('ours_e2e_s')):.2f}",
+            f"{gbps(worst('s5cmd_up_s')):.2f}", worst("s5cmd_up_s") / worst("ours_e2e_s"), ">= 0.9x")
+        row("verified restore vs s5cmd download (GB/s)", f"{gbps(worst('ours_restore_s')):.2f}",
+            f"{gbps(worst('s5cmd_down_s')):.2f}", worst("s5cmd_down_s") / worst("ours_restore_s"), ">= 0.8x")
+    per_rank = total / len(rs)
+    row("peak extra RSS during save / state (steady)", f"{worst('rss_extra_steady') / (1 << 20):.0f} MiB",
+        f"{per_rank / (1 << 20):.0f} MiB", worst("rss_extra_steady") / per_rank, "<= 1.3x")
+    row("peak extra RSS during first save / state", f"{worst('rss_extra_cold') / (1 << 20):.0f} MiB",
+        f"{per_rank / (1 << 20):.0f} MiB", worst("rss_extra_cold") / per_rank, "(info)")
+    slow = min(rs, key=lambda r: r["loop_busy"] / r["loop_idle"])
+    row("loop steps/s during upload vs idle (worst rank)", f"{slow['loop_busy']:.0f}", f"{slow['loop_idle']:.0f}",
+        slow["loop_busy"] / slow["loop_idle"], "(info)")
+    if "dcp_block_s" in rs[0]:
+        row("DCP async_save blocking / ours (local dir)", f"{worst('local_block_s'):.3f} s",
+            f"{worst('dcp_block_s'):.3f} s", worst("dcp_block_s") / worst("local_block_s"), "(higher = ours faster)")
+        row("local dir throughput ours vs DCP (GB/s)", f"{gbps(worst('local_e2e_s')):.2f}",
+            f"{gbps(worst('dcp_e2e_s')):.2f}", worst("dcp_e2e_s") / worst("local_e2e_s"), "(higher = ours faster)")
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"checkpoint bench: {gib:.2f} GiB float32, {len(rs)} ranks, {opts.repeats} repeats "
+                        f"(medians; worst rank)")
+    for col in ("metric", "ours", "anchor", "ratio", "target"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for r in rows:
+        table.add_row(*r)
+    Console(width=140).print(table)
+
+
+if __name__ == "__main__":
+    main()
