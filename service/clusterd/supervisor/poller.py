@@ -61,7 +61,7 @@ def observe(rec: JobRecord, sj: SlurmJob) -> bool:
     rec.exit_signal = sj.exit_signal
     rec.submit_time = sj.submit_time or rec.submit_time
     rec.start_time = sj.start_time
-    rec.end_time = sj.end_time
+    rec.end_time = sj.end_time if sj.state.terminal else None  # Slurm reports the projected end
     rec.restart_count = max(rec.restart_count, sj.restart_count)
     if sj.excluded_nodes:
         rec.excluded_nodes = sj.excluded_nodes
