@@ -54,6 +54,7 @@ cmd_up() {
     ensure_tokens
     net_up
     log "bridge $BRIDGE $BRIDGE_ADDR/24; nodes ${NODES[*]} at $(node_addr node1)..$(node_addr "${NODES[-1]}")"
+    weed_start # SeaweedFS boots while Slurm starts; weed_wait_ready below
     munge_up
     write_slurm_config
     slurmctld_up
@@ -61,7 +62,8 @@ cmd_up() {
     SLURM_CONFIG_CHANGED=0
     wait_nodes_usable "$STACK_TIMEOUT" "${NODES[@]}" || die "Slurm nodes did not become IDLE (logs under $LOGS)"
     log "slurm: ${#NODES[@]} nodes up"
-    weed_up
+    weed_wait_ready
+    log "s3: bucket $BUCKET ready at $(s3_endpoint)"
     write_env_file
     clusterd_up
     log "stack up in $((SECONDS - t0))s"
@@ -74,7 +76,7 @@ cmd_down() {
     load_subnet
     clusterd_down
     weed_down
-    for n in "${NODES[@]}"; do slurmd_down "$n"; done
+    slurmd_down "${NODES[@]}"
     slurmctld_down
     munge_down
     net_down
@@ -87,9 +89,9 @@ cmd_down() {
 }
 
 cmd_status() {
-    local ok=0 n line
+    local ok=0 n
     load_subnet
-    status_line() { # NAME UP? DETAIL
+    status_line() { # NAME RUNNING(0|1) DETAIL
         if (($2)); then
             printf '%-16s running  %s\n' "$1" "$3"
         else
@@ -97,23 +99,18 @@ cmd_status() {
             ok=1
         fi
     }
-    munge_works && status_line munge 1 "" || status_line munge 0 ""
-    slurmctld_running && status_line slurmctld 1 "pid $(pid_of "$RUN/slurmctld.pid") on $BRIDGE_ADDR:6817" ||
-        status_line slurmctld 0 ""
+    up_if() { if "$@" >/dev/null 2>&1; then echo 1; else echo 0; fi; }
+    status_line munge "$(up_if munge_works)" ""
+    status_line slurmctld "$(up_if slurmctld_running)" "pid $(pid_of "$RUN/slurmctld.pid") on $BRIDGE_ADDR:6817"
     for n in "${NODES[@]}"; do
-        if slurmd_running "$n"; then
-            status_line "slurmd $n" 1 "pid $(pid_of "$(slurmd_pidfile "$n")") netns $n $(node_addr "$n")"
-        else
-            status_line "slurmd $n" 0 "netns $n"
-        fi
+        status_line "slurmd $n" "$(up_if slurmd_running "$n")" \
+            "pid $(pid_of "$(slurmd_pidfile "$n")") netns $n $(node_addr "$n")"
     done
-    weed_running && status_line weed 1 "pid $(pid_of "$RUN/weed.pid") s3 http://$BRIDGE_ADDR:$S3_PORT" ||
-        status_line weed 0 ""
+    status_line weed "$(up_if weed_running)" "pid $(pid_of "$RUN/weed.pid") s3 http://$BRIDGE_ADDR:$S3_PORT"
     if clusterd_installed; then
-        clusterd_running && status_line clusterd 1 "pid $(pid_of "$CLUSTERD_PID") on $CLUSTERD_LISTEN" ||
-            status_line clusterd 0 ""
+        status_line clusterd "$(up_if clusterd_running)" "pid $(pid_of "$CLUSTERD_PID") on $CLUSTERD_LISTEN"
     else
-        printf '%-16s skipped  (not installed)\n' clusterd
+        printf '%-16s skipped  (not installed, or CLUSTERCTL_STACK_NO_CLUSTERD=1)\n' clusterd
     fi
     if slurmctld_running; then
         echo

@@ -82,10 +82,13 @@ clusterd_up() {
     fi
     if ! clusterd_running; then
         log "starting clusterd on $CLUSTERD_LISTEN"
+        local clusterd_bin
+        clusterd_bin="$(resolve_bin clusterd)"
         (
             # shellcheck disable=SC1090
             source "$ENV_FILE"
-            setsid clusterd serve --config "$CLUSTERD_CONFIG" </dev/null >>"$STATE/clusterd.log" 2>&1 9>&- &
+            cd "$STATE" || exit 1
+            setsid "$clusterd_bin" serve --config "$CLUSTERD_CONFIG" </dev/null >>"$STATE/clusterd.log" 2>&1 9>&- &
             echo $! >"$CLUSTERD_PID"
         )
     fi
@@ -101,6 +104,12 @@ clusterd_up() {
         fi
         sleep 0.5
     done
+    sleep 0.5
+    # Something else on the port would also accept: make sure ours is still the listener.
+    clusterd_running || {
+        show_tail "$STATE/clusterd.log"
+        die "clusterd exited right after startup (is $CLUSTERD_LISTEN taken by another process?)"
+    }
 }
 
 clusterd_down() {

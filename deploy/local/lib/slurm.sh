@@ -139,7 +139,11 @@ slurmd_start() {
         fi
     fi
     mkdir -p "$STATE/slurm/spool/$n"
-    ip netns exec "$n" /usr/sbin/slurmd -N "$n" -f "$SLURM_CONF_PATH" 9>&- 2>>"$LOGS/slurmd-$n.stderr" ||
+    # Own UTS namespace: `hostname` in a job prints the node name, which resolves (through
+    # /etc/netns/$n/hosts, bind-mounted by `ip netns exec`) to the node's address.
+    # shellcheck disable=SC2016  # $1/$2 expand in the inner shell
+    ip netns exec "$n" unshare --uts /bin/sh -c 'hostname "$1" && exec /usr/sbin/slurmd -N "$1" -f "$2"' \
+        slurmd-launch "$n" "$SLURM_CONF_PATH" 9>&- 2>>"$LOGS/slurmd-$n.stderr" ||
         {
             show_tail "$LOGS/slurmd-$n.stderr" "$LOGS/slurmd-$n.log"
             die "slurmd $n failed to start"
@@ -157,10 +161,12 @@ slurmd_kill() {
     rm -f "$(slurmd_pidfile "$n")"
 }
 
+# slurmd_down NODE...: stop the slurmds together, then whatever is left in their namespaces.
 slurmd_down() {
-    local n="$1"
-    stop_pidfile "slurmd $n" "$(slurmd_pidfile "$n")" 10
-    netns_kill_all "$n"
+    local n specs=()
+    for n in "$@"; do specs+=("slurmd $n=$(slurmd_pidfile "$n")"); done
+    stop_pidfiles 10 "${specs[@]}"
+    for n in "$@"; do netns_kill_all "$n"; done
 }
 
 # ---------------------------------------------------------------- node states
