@@ -47,6 +47,7 @@ check_node() {
 
 cmd_up() {
     local t0=$SECONDS n
+    mkdir -p "$LOGS"
     install_packages
     ensure_users
     ensure_fake_gpus

@@ -26,6 +26,12 @@ CLUSTERD_LISTEN="127.0.0.1:50051"
 
 RUN="$STATE/run"
 LOGS="$STATE/log"
+# Fallback install location for weed/boto3 when pip may not touch the system Python.
+TOOLS="$STATE/tools"
+if [[ -d "$TOOLS" ]]; then
+    PATH="$TOOLS/bin:$PATH"
+    export PYTHONPATH="$TOOLS${PYTHONPATH:+:$PYTHONPATH}"
+fi
 
 log() { printf "[stack %3ds] %s\n" "$SECONDS" "$*" >&2; }
 warn() { printf '[stack] WARNING: %s\n' "$*" >&2; }

