@@ -101,15 +101,18 @@ cmd_status() {
         fi
     }
     up_if() { if "$@" >/dev/null 2>&1; then echo 1; else echo 0; fi; }
+    pid_text() { # PIDFILE -> "pid N " for a live recorded process, else nothing
+        if pid_alive "$1"; then printf 'pid %s ' "$(pid_of "$1")"; fi
+    }
     status_line munge "$(up_if munge_works)" ""
-    status_line slurmctld "$(up_if slurmctld_running)" "pid $(pid_of "$RUN/slurmctld.pid") on $BRIDGE_ADDR:6817"
+    status_line slurmctld "$(up_if slurmctld_running)" "$(pid_text "$RUN/slurmctld.pid")on $BRIDGE_ADDR:6817"
     for n in "${NODES[@]}"; do
         status_line "slurmd $n" "$(up_if slurmd_running "$n")" \
-            "pid $(pid_of "$(slurmd_pidfile "$n")") netns $n $(node_addr "$n")"
+            "$(pid_text "$(slurmd_pidfile "$n")")netns $n $(node_addr "$n")"
     done
-    status_line weed "$(up_if weed_running)" "pid $(pid_of "$RUN/weed.pid") s3 http://$BRIDGE_ADDR:$S3_PORT"
+    status_line weed "$(up_if weed_running)" "$(pid_text "$RUN/weed.pid")s3 http://$BRIDGE_ADDR:$S3_PORT"
     if clusterd_installed; then
-        status_line clusterd "$(up_if clusterd_running)" "pid $(pid_of "$CLUSTERD_PID") on $CLUSTERD_LISTEN"
+        status_line clusterd "$(up_if clusterd_running)" "$(pid_text "$CLUSTERD_PID")on $CLUSTERD_LISTEN"
     else
         printf '%-16s skipped  (not installed, or CLUSTERCTL_STACK_NO_CLUSTERD=1)\n' clusterd
     fi

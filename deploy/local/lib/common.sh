@@ -65,7 +65,7 @@ resolve_bin() {
     fi
 }
 
-pid_of() { tr -dc '0-9' <"$1" 2>/dev/null || true; }
+pid_of() { { tr -dc '0-9' <"$1"; } 2>/dev/null || true; }
 
 # stop_pidfile NAME PIDFILE [GRACE]: TERM, wait, KILL. Only touches the recorded pid.
 stop_pidfile() {
