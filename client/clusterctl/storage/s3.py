@@ -175,6 +175,34 @@ class _ViewReader(io.RawIOBase):
         return len(self._view)
 
 
+def _read_body_into(resp: dict[str, Any], view: memoryview) -> int:
+    """Read a GET response body into ``view``; returns the number of bytes read.
+
+    Fast path: ``readinto`` on the underlying ``http.client`` response, straight from the socket
+    into the caller's buffer (about 1.5-3x faster than botocore's ``StreamingBody.readinto``,
+    which copies through urllib3). Only for identity-encoded bodies; the caller checks the
+    length and the checkpoint layer checks every byte against its xxh3 digests.
+    """
+    body: Any = resp["Body"]
+    raw: Any = getattr(body, "_raw_stream", None)
+    fp: Any = getattr(raw, "_fp", None)
+    fast = resp.get("ContentEncoding") in (None, "", "identity") and hasattr(fp, "readinto")
+    reader: Any = fp if fast else body
+    got = 0
+    try:
+        while got < len(view):
+            n = reader.readinto(view[got:])
+            if not n:
+                break
+            got += n
+    finally:
+        if fast and got == len(view) and hasattr(raw, "release_conn"):
+            raw.release_conn()
+        else:
+            body.close()
+    return got
+
+
 class S3Storage:
     """Objects under ``s3://bucket/prefix``."""
 
@@ -305,16 +333,7 @@ class S3Storage:
 
             def once() -> None:
                 resp = self.client.get_object(Bucket=self.bucket, Key=full, Range=f"bytes={first}-{last}")
-                body = resp["Body"]
-                got = 0
-                try:
-                    while got < len(view):
-                        n = body.readinto(view[got:])
-                        if not n:
-                            break
-                        got += n
-                finally:
-                    body.close()
+                got = _read_body_into(resp, view)
                 if got != len(view):
                     raise StorageError(f"{key}: short read, got {got} of {len(view)} bytes at {first}", key=key)
 
