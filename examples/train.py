@@ -73,18 +73,20 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--ckpt or CLUSTERCTL_CHECKPOINT_URI is required")
 
     rank, world = rank_and_world_size()
+    node = os.environ.get("SLURMD_NODENAME", "-")
     ckpt = CheckpointManager(args.ckpt, keep=3)
     dim = 16
     state = ckpt.restore()
     if state is None:
         params = init_params(np.random.default_rng(0), [dim, args.hidden, args.hidden, 1])
         start = 0
-        print(f"START fresh rank {rank}/{world}", flush=True)
+        print(f"START fresh rank {rank}/{world} node {node}", flush=True)
     else:
         params = {k: np.array(v) for k, v in state["params"].items()}
         start = int(state["step"]) + 1
-        print(f"RESUMED from step {state['step']} rank {rank}/{world} "
-              f"restart {os.environ.get('SLURM_RESTART_COUNT', '0')}", flush=True)  # fmt: skip
+        print(f"RESUMED from step {state['step']} rank {rank}/{world} node {node} "
+              f"restart {os.environ.get('SLURM_RESTART_COUNT', '0')} "
+              f"resume_step {os.environ.get('CLUSTERCTL_RESUME_STEP', '?')}", flush=True)  # fmt: skip
 
     with RequeueOnSignal() as stop:
         for step in range(start, args.steps):

@@ -21,6 +21,8 @@ source "$STACK_HOME/lib/host.sh"
 source "$STACK_HOME/lib/slurm.sh"
 # shellcheck source=lib/s3.sh
 source "$STACK_HOME/lib/s3.sh"
+# shellcheck source=lib/jobenv.sh
+source "$STACK_HOME/lib/jobenv.sh"
 # shellcheck source=lib/clusterd.sh
 source "$STACK_HOME/lib/clusterd.sh"
 
@@ -65,6 +67,7 @@ cmd_up() {
     log "slurm: ${#NODES[@]} nodes up"
     weed_wait_ready
     log "s3: bucket $BUCKET ready at $(s3_endpoint)"
+    jobenv_up
     write_env_file
     clusterd_up
     log "stack up in $((SECONDS - t0))s"

@@ -97,7 +97,8 @@ class Daemon:
         self.log_path = self.state_dir / "clusterd.log"
         self.state_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
-        env = {**self.stack.slurm_env(), "CLUSTERD_POLL_INTERVAL_SECONDS": str(self.poll_interval)}
+        aws = {k: v for k, v in self.stack.env.items() if k.startswith("AWS_")}  # progress reads markers
+        env = {**self.stack.slurm_env(), **aws, "CLUSTERD_POLL_INTERVAL_SECONDS": str(self.poll_interval)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "clusterd.main", "serve", "--config", str(self.stack.dir / "clusterd.toml"),
              "--listen", self.addr, "--state-dir", str(self.state_dir)],

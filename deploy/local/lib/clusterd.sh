@@ -38,7 +38,7 @@ token_of() {
 
 write_clusterd_config() {
     render "$STACK_HOME/templates/clusterd.toml" "$CLUSTERD_CONFIG" \
-        "LISTEN=$CLUSTERD_LISTEN" "STATE=$STATE" "SLURM_CONF=$SLURM_CONF_PATH"
+        "LISTEN=$CLUSTERD_LISTEN" "STATE=$STATE" "SLURM_CONF=$SLURM_CONF_PATH" "JOB_PATH=$(job_path)"
     chmod 644 "$CLUSTERD_CONFIG"
 }
 
@@ -62,6 +62,8 @@ export AWS_SECRET_ACCESS_KEY=$S3_SECRET_KEY
 export AWS_REGION=us-east-1
 export AWS_DEFAULT_REGION=us-east-1
 export SLURM_CONF=$SLURM_CONF_PATH
+export CLUSTERCTL_JOB_PYTHON=$JOBENV/bin/python
+export CLUSTERCTL_EXAMPLES=$JOB_EXAMPLES
 EOF
         mv -f "$ENV_FILE.tmp" "$ENV_FILE"
     )
@@ -69,7 +71,15 @@ EOF
 
 # CLUSTERCTL_STACK_NO_CLUSTERD=1 runs the stack without clusterd (e.g. to debug clusterd by hand).
 clusterd_installed() {
-    [[ "${CLUSTERCTL_STACK_NO_CLUSTERD:-0}" != 1 ]] && command -v clusterd >/dev/null 2>&1
+    [[ "${CLUSTERCTL_STACK_NO_CLUSTERD:-0}" != 1 ]] && clusterd_bin >/dev/null
+}
+# The repository's own .venv (scripts/bootstrap.sh) first, then whatever is on PATH.
+clusterd_bin() {
+    if [[ -x "$REPO_ROOT/.venv/bin/clusterd" ]]; then
+        echo "$REPO_ROOT/.venv/bin/clusterd"
+    else
+        resolve_bin clusterd
+    fi
 }
 CLUSTERD_PID="$STATE/clusterd.pid"
 clusterd_running() { pid_alive "$CLUSTERD_PID"; }
@@ -83,7 +93,7 @@ clusterd_up() {
     if ! clusterd_running; then
         log "starting clusterd on $CLUSTERD_LISTEN"
         local clusterd_bin
-        clusterd_bin="$(resolve_bin clusterd)"
+        clusterd_bin="$(clusterd_bin)"
         (
             # shellcheck disable=SC1090
             source "$ENV_FILE"

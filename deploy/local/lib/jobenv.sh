@@ -23,11 +23,15 @@ jobenv_up() {
     fi
     if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
         log "installing clusterctl into the job environment (pip)"
-        "$JOBENV/bin/python" -m pip install -q --disable-pip-version-check "$REPO_ROOT" \
-            || die "pip install into $JOBENV failed"
+        "$JOBENV/bin/python" -m pip install -q --disable-pip-version-check "$REPO_ROOT" >"$LOGS/jobenv-pip.log" 2>&1 \
+            || { show_tail "$LOGS/jobenv-pip.log"; die "pip install into $JOBENV failed"; }
         echo "$want" >"$stamp"
     fi
     mkdir -p "$JOB_EXAMPLES"
     cp "$REPO_ROOT"/examples/*.py "$JOB_EXAMPLES/"
     chmod -R a+rX "$JOBENV" "$JOB_EXAMPLES"
 }
+
+# PATH for jobs (clusterd's slurm.job_path): the job environment first, so `python3` and
+# `clusterctl` in a job are the ones that can import clusterctl.
+job_path() { echo "$JOBENV/bin:/usr/local/bin:/usr/bin:/bin"; }
