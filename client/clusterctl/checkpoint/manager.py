@@ -116,8 +116,6 @@ class CheckpointManager:
     def __init__(self, uri: str, rank: int | None = None, world_size: int | None = None, keep: int = 3, *,
                  config: CheckpointConfig | None = None, storage: Storage | None = None) -> None:
         self.config = config = config or CheckpointConfig()
-        self.storage: Storage = storage or open_storage(uri, s3=config.s3_options(), posix=config.posix_options())
-        self.uri = uri
         env_rank, env_world = slurm_env.rank_and_world_size()
         self.rank = env_rank if rank is None else rank
         self.world_size = env_world if world_size is None else world_size
@@ -125,6 +123,8 @@ class CheckpointManager:
             raise ValueError(f"rank {self.rank} is not in [0, world_size={self.world_size})")
         if keep < 0:
             raise ValueError(f"keep must be >= 0, got {keep}")
+        self.storage: Storage = storage or open_storage(uri, s3=config.s3_options(), posix=config.posix_options())
+        self.uri = uri
         self.keep = keep
         torch = torchcompat.loaded_torch()
         self._coordinator: TorchCoordinator | None = None
