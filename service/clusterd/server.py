@@ -56,6 +56,7 @@ class ClusterDaemon:
         self._server: grpc.aio.Server | None = None
         self.port: int = 0
         self._health_task: asyncio.Future[None] | None = None
+        self._poll_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         limit = self.config.limits.max_message_bytes
@@ -101,20 +102,23 @@ class ClusterDaemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self._stop.set)
-        poll_task = asyncio.create_task(self.poller.run(self._stop))
+        self._poll_task = asyncio.create_task(self.poller.run(self._stop))
         try:
             await self._stop.wait()
         finally:
             await self.stop()
-            await poll_task
 
     def request_stop(self) -> None:
         self._stop.set()
 
     async def stop(self) -> None:
+        """Stop accepting calls, let the poller finish its round, then close the store."""
         self._stop.set()
         self.bus.close_all()
         if self._server is not None:
             await self._server.stop(self.config.shutdown_grace_seconds)
             self._server = None
+        if self._poll_task is not None:
+            await self._poll_task
+            self._poll_task = None
         self.store.close()

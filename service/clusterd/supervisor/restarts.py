@@ -24,6 +24,7 @@ from clusterd.supervisor.progress import ProgressTracker
 log = logging.getLogger(__name__)
 
 _REISSUE_AFTER_SECONDS = 15.0  # a decided requeue that Slurm has not shown by then is sent again
+_RELEASE_EVERY_SECONDS = 3.0  # how often a held (BeginTime) requeued job is released again
 
 
 class Supervisor:
@@ -42,13 +43,14 @@ class Supervisor:
         self._poller = poller
         self._defaults = defaults
         self._progress = progress or ProgressTracker()
+        self._released_at: dict[str, float] = {}
         poller.on_transition = self.on_transition
 
     async def on_transition(self, rec: JobRecord, before_nodes: tuple[str, ...], sj: SlurmJob) -> None:
         if sj.state == JobState.RUNNING and rec.spec.checkpoint_uri:
             await self._report_progress(rec)
-        if rec.needs_release and sj.state == JobState.PENDING:
-            await self._release(rec, exclude=None)
+        if rec.needs_release:
+            await self._keep_released(rec, sj)
         if sj.state.terminal and sj.restart_count < rec.acked_restarts:
             await self._reissue_requeue(rec)
             return
@@ -101,17 +103,34 @@ class Supervisor:
         self._bus.publish(JobEvent(EventType.RESTARTED, rec, message=decision.reason))
         self._poller.kick()
 
+    async def _keep_released(self, rec: JobRecord, sj: SlurmJob) -> None:
+        """Re-apply the release while Slurm still holds the job.
+
+        After a node failure Slurm requeues in two steps: the job turns PENDING at once, and again
+        when the surviving nodes finish cleaning up, which sets a fresh ~120 s BeginTime. So the
+        release is repeated (at most every few seconds) until the job runs or waits for anything
+        but its begin time.
+        """
+        if sj.state == JobState.PENDING and sj.reason == "BeginTime":
+            if time.monotonic() - self._released_at.get(rec.job_id, 0.0) >= _RELEASE_EVERY_SECONDS:
+                await self._release(rec, exclude=None)
+            return
+        if sj.state != JobState.PENDING or sj.reason not in ("", "None"):
+            rec.needs_release = False
+            self._released_at.pop(rec.job_id, None)
+            await self._store.save(rec)
+
     async def _release(self, rec: JobRecord, exclude: tuple[str, ...] | None) -> None:
-        """Exclude failed nodes and start the pending job now (or after its backoff)."""
+        """Exclude failed nodes and start the pending job now (or when its backoff ends)."""
         if exclude is None and rec.excluded_nodes:
             exclude = rec.excluded_nodes
+        last = rec.restarts[-1].time if rec.restarts else time.time()
+        remaining = max(0, int(last + rec.backoff_seconds - time.time()))
+        self._released_at[rec.job_id] = time.monotonic()
         try:
-            await self._backend.update_job(rec.job_id, exclude_nodes=exclude, start_after=int(rec.backoff_seconds))
+            await self._backend.update_job(rec.job_id, exclude_nodes=exclude, start_after=remaining)
         except SlurmError as exc:
             log.info("job %s: not released yet (%s); retrying on the next poll", rec.job_id, exc)
-            return
-        rec.needs_release = False
-        await self._store.save(rec)
 
     async def _reissue_requeue(self, rec: JobRecord) -> None:
         last = rec.restarts[-1].time if rec.restarts else 0.0
