@@ -107,15 +107,14 @@ class Supervisor:
         """Re-apply the release while Slurm still holds the job.
 
         After a node failure Slurm requeues in two steps: the job turns PENDING at once, and again
-        when the surviving nodes finish cleaning up, which sets a fresh ~120 s BeginTime. So the
-        release is repeated (at most every few seconds) until the job runs or waits for anything
-        but its begin time.
+        when the surviving nodes have finished cleaning up (it may show COMPLETING in between),
+        which sets a fresh ~120 s BeginTime. So the release is repeated, at most every few
+        seconds, whenever the job is held on its begin time, until it runs.
         """
         if sj.state == JobState.PENDING and sj.reason == "BeginTime":
             if time.monotonic() - self._released_at.get(rec.job_id, 0.0) >= _RELEASE_EVERY_SECONDS:
                 await self._release(rec, exclude=None)
-            return
-        if sj.state != JobState.PENDING or sj.reason not in ("", "None"):
+        elif sj.state == JobState.RUNNING or sj.state.terminal:
             rec.needs_release = False
             self._released_at.pop(rec.job_id, None)
             await self._store.save(rec)
