@@ -45,6 +45,14 @@ def test_list_json_and_table(any_uri: str, capsys: pytest.CaptureFixture[str]) -
     assert "3" in table and "7" in table
 
 
+def test_latest_prints_newest_step_or_minus_one(posix_uri: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["checkpoints", "latest", posix_uri]) == 0
+    assert capsys.readouterr().out.strip() == "-1"
+    make_steps(posix_uri, [3, 7]).close()
+    assert run(["checkpoints", "latest", posix_uri]) == 0
+    assert capsys.readouterr().out.strip() == "7"
+
+
 def test_list_empty(posix_uri: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["checkpoints", "list", posix_uri]) == 0
     assert "no committed checkpoints" in capsys.readouterr().out

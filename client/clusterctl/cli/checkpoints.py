@@ -33,12 +33,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Inspect a checkpoint location (s3://bucket/prefix, file:///dir or a path). "
                     "S3 settings come from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION.",
         epilog="exit codes: 0 ok, 1 storage error, 2 bad input, 3 verification found corruption")
-    sub = parser.add_subparsers(dest="checkpoints_command", metavar="{list,verify,gc}", required=True)
+    sub = parser.add_subparsers(dest="checkpoints_command", metavar="{list,latest,verify,gc}", required=True)
 
     p = sub.add_parser("list", help="committed steps with world size, size and time")
     p.add_argument("uri")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_guard(cmd_list))
+
+    p = sub.add_parser("latest", help="print the newest committed step (-1 when none): one LIST, for scripts")
+    p.add_argument("uri")
+    p.set_defaults(func=_guard(cmd_latest))
 
     p = sub.add_parser("verify", help="read every shard and check every checksum")
     p.add_argument("uri")
@@ -148,6 +152,19 @@ def cmd_list(args: argparse.Namespace) -> int:
         else:
             table.add_row(str(r["step"]), str(r["world_size"]), _size(r["bytes"]), _when(r["created"]), r["attempt"])
     Console().print(table)
+    return EXIT_OK
+
+
+def cmd_latest(args: argparse.Namespace) -> int:
+    """Print the newest committed step; job scripts export it as CLUSTERCTL_RESUME_STEP."""
+    from ..checkpoint.gc import list_committed
+
+    storage = _open(args.uri)
+    try:
+        steps = list_committed(storage)
+    finally:
+        storage.close()
+    print(steps[-1] if steps else -1)
     return EXIT_OK
 
 
