@@ -15,8 +15,12 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.clusterctl-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q -e '.[dev]'
+    if ! { .venv/bin/python -m pip install -q --upgrade pip && .venv/bin/python -m pip install -q -e '.[dev]'; } \
+            >.venv/pip.log 2>&1; then
+        tail -n 30 .venv/pip.log >&2
+        echo "bootstrap: pip install failed (full log: .venv/pip.log)" >&2
+        exit 1
+    fi
     touch "$stamp"
 fi
 echo "$PWD/.venv"

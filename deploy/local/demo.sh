@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# README's first command: install everything, bring up the local stack (Slurm + S3 + clusterd),
+# and run the demo: a 2-node training job that checkpoints to S3, watched until it completes,
+# then its checkpoints listed. Leaves the stack running; `deploy/local/stack.sh down` stops it.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bash scripts/bootstrap.sh >/dev/null
+export PATH="$PWD/.venv/bin:$PATH"
+env_file="$(bash deploy/local/stack.sh up | tail -n 1)"
+# shellcheck disable=SC1090
+source "$env_file"
+
+run="demo-$(date +%Y%m%d-%H%M%S)"
+uri="s3://$CLUSTERCTL_BUCKET/$run"
+echo
+echo "== submitting a 2-node training job as alice (checkpoints to $uri)"
+clusterctl submit --job-name "$run" -N 2 --gpus-per-node 1 -t 10 --checkpoint-uri "$uri" \
+    --export-env AWS_ENDPOINT_URL --export-env AWS_ACCESS_KEY_ID --export-env AWS_SECRET_ACCESS_KEY \
+    --export-env AWS_REGION --wait \
+    -- python3 "$CLUSTERCTL_EXAMPLES/train.py" --steps 200 --every 20 --step-seconds 0.02
+echo
+echo "== checkpoints"
+clusterctl checkpoints list "$uri"
+echo
+echo "== the job's log: $CLUSTERCTL_STACK_DIR/jobs/alice/$run-*.out"
+tail -n 3 "$CLUSTERCTL_STACK_DIR"/jobs/alice/"$run"-*.out
+echo
+echo "The stack is still up. Try: . $env_file; clusterctl topology; clusterctl list --finished"
+echo "Stop it with: bash deploy/local/stack.sh down"
