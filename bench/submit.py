@@ -1,0 +1,644 @@
+"""Submission and watch fan-out: clusterd against raw Slurm on the local stack, side by side.
+
+What is measured, and why (issue 2, "Benchmark"):
+
+1. Submit latency p50/p95: ``ClusterClient.submit`` of a tiny ``command=["true"]`` job through gRPC
+   vs ``sbatch --parsable --uid=alice --wrap true`` run directly as root, interleaved one by one so
+   that both see the same machine. Ours includes auth, validation, placement, the SQLite record
+   and the sbatch the service runs itself, so the ratio is the price of the service per submit.
+2. Throughput with 16 concurrent clients (threads, each its own ClusterClient) vs 16 concurrent
+   raw sbatch processes, the same number of jobs each (two halves, in ABBA order).
+3. slurmctld's load from watchers: ``sdiag`` RPC counts (JOB_INFO, NODE_INFO, PARTITION_INFO, total)
+   with 1 and with 100 WatchJobs streams open on our own clusterd (poll interval fixed), minus an
+   idle window with no clusterd of ours (the stack's own clusterd and other users of slurmctld are
+   that background). Next to it the naive way: clients each polling ``squeue --json`` every
+   interval, measured with 10 pollers and scaled to 1 and 100. The window is split into rounds in
+   ABBA order so that the background's drift spreads over every condition. Because that background
+   is large and noisy on a shared stack, the watching side's read-only queries (our clusterd's
+   squeue/sinfo/scontrol show, through a wrapped ``bin_dir``, and the naive pollers) run as
+   ``nobody``: sdiag's per-user count of ``nobody`` is an exact figure that nothing else can skew,
+   and the wrappers also count the commands our clusterd ran.
+
+Our clusterd runs with its own config, tokens file and job root under a temp dir, so that a restart
+of the stack (which may regenerate its tokens) does not break the run; a window during which
+slurmctld restarted is measured again. Every job is named ``ccbench-<pid>`` and cancelled by that
+name (as root) after each phase and at the end. Needs root and the local stack (deploy/local/stack.sh
+up). Defaults take ~5 minutes; ``--quick`` ~1 minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import pwd
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from clusterctl.client import ClusterClient
+from clusterctl.v1 import jobs_pb2
+
+STACK_DIR = Path(os.environ.get("CLUSTERCTL_STACK_DIR", "/var/lib/clusterctl-stack"))
+SLURM_COMMANDS = ("sbatch", "scancel", "scontrol", "squeue", "sinfo")
+RPC_TYPES = ("REQUEST_JOB_INFO", "REQUEST_NODE_INFO", "REQUEST_PARTITION_INFO")
+# The watching side's read-only queries (clusterd's polls, the naive pollers) run as this otherwise
+# idle user, so that sdiag's per-user count attributes them exactly, whatever else hits slurmctld.
+PROBE_USER = "nobody"
+
+
+# -- the stack ---------------------------------------------------------------------------------
+
+
+def slurm_env() -> dict[str, str]:
+    """This environment plus the stack's SLURM_CONF (from its env file when there is one)."""
+    env = dict(os.environ)
+    env_file = STACK_DIR / "env"
+    if "SLURM_CONF" not in env and env_file.exists():
+        m = re.search(r"^export SLURM_CONF=(.*)$", env_file.read_text(), re.M)
+        if m:
+            env["SLURM_CONF"] = shlex.split(m.group(1))[0]
+    env.setdefault("SLURM_CONF", "/etc/slurm/slurm.conf")
+    return env
+
+
+def write_config(directory: Path, slurm_conf: str, user: str) -> tuple[Path, str]:
+    """A clusterd config of our own: own tokens file and job root, so a restart of the stack (which
+    may regenerate its tokens or remove its state dir) does not pull the ground from under us."""
+    token = secrets.token_hex(16)
+    tokens = directory / "tokens.toml"
+    tokens.write_text(f'[[token]]\nuser = "{user}"\ntoken = "{token}"\nadmin = false\n')
+    tokens.chmod(0o600)
+    config = directory / "clusterd.toml"
+    config.write_text(
+        f'tokens_file = "{tokens}"\n\n[slurm]\nbackend = "commands"\nslurm_conf = "{slurm_conf}"\n'
+        f'default_partition = "debug"\njob_root = "{directory / "jobs"}"\n'
+    )
+    return config, token
+
+
+def wait_for_slurm(env: dict[str, str], timeout: float = 300.0) -> None:
+    """The stack may be restarted by someone else: wait until slurmctld answers again."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ok = subprocess.run(["sinfo", "-h"], capture_output=True, env=env, timeout=30).returncode == 0
+        if ok:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit("slurmctld does not answer (sinfo fails); is the stack up?")
+        print("  (sinfo fails; waiting for the stack)", file=sys.stderr)
+        time.sleep(5)
+
+
+def cancel_by_name(name: str, env: dict[str, str]) -> None:
+    subprocess.run(["scancel", f"--name={name}"], capture_output=True, env=env, timeout=60)
+
+
+def wait_queue_clear(name: str, env: dict[str, str], timeout: float = 30.0) -> None:
+    """Until no job of ours is pending or running, so that the next phase starts on a quiet queue."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = subprocess.run(["squeue", "-h", f"--name={name}", "-t", "PD,R,CG", "-o", "%i"],
+                             capture_output=True, text=True, env=env, timeout=30).stdout  # fmt: skip
+        if not out.strip():
+            return
+        time.sleep(1)
+
+
+# -- our own clusterd --------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Daemon:
+    """One clusterd process on a free port with its own state dir, in front of the stack's Slurm."""
+
+    env: dict[str, str]
+    config: Path
+    state_dir: Path
+    poll_interval: float
+    bin_dir: str = ""
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.state_dir / "clusterd.log"
+
+    def start(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        env = {**self.env, "CLUSTERD_POLL_INTERVAL_SECONDS": str(self.poll_interval)}
+        if self.bin_dir:
+            env["CLUSTERD_SLURM__BIN_DIR"] = self.bin_dir
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "clusterd.main", "serve", "--config", str(self.config),
+                 "--listen", self.addr, "--state-dir", str(self.state_dir)],
+                stdout=log, stderr=log, env=env,
+            )  # fmt: skip
+        deadline = time.monotonic() + 60
+        with grpc.insecure_channel(self.addr) as ch:
+            stub = health_pb2_grpc.HealthStub(ch)
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise SystemExit(f"clusterd exited:\n{self.log_path.read_text()[-3000:]}")
+                with contextlib.suppress(grpc.RpcError):
+                    if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
+                        return
+                time.sleep(0.2)
+        raise SystemExit(f"clusterd did not become healthy:\n{self.log_path.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+@contextlib.contextmanager
+def running(daemon: Daemon) -> Iterator[Daemon]:
+    daemon.start()
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
+
+
+def make_wrappers(directory: Path, log: Path, user: pwd.struct_passwd) -> None:
+    """Slurm commands that append their name to ``log`` and exec the real binary; the read-only
+    ones (squeue, sinfo, scontrol show) as ``user``, so that sdiag counts them under that user."""
+    directory.mkdir(parents=True, exist_ok=True)
+    as_user = f"setpriv --reuid={user.pw_uid} --regid={user.pw_gid} --clear-groups"
+    for prog in SLURM_COMMANDS:
+        real = shutil.which(prog)
+        if real is None:
+            raise SystemExit(f"{prog} not found on PATH")
+        if prog in ("squeue", "sinfo"):
+            run = f'exec {as_user} {shlex.quote(real)} "$@"'
+        elif prog == "scontrol":
+            run = f'[ "$1" = show ] && exec {as_user} {shlex.quote(real)} "$@"\nexec {shlex.quote(real)} "$@"'
+        else:
+            run = f'exec {shlex.quote(real)} "$@"'
+        path = directory / prog
+        path.write_text(f"#!/bin/sh\necho {prog} >> {shlex.quote(str(log))}\n{run}\n")
+        path.chmod(0o755)
+
+
+def command_counts(log: Path) -> Counter[str]:
+    return Counter(log.read_text().split()) if log.exists() else Counter()
+
+
+# -- measurements ------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+@dataclass
+class Submitter:
+    """Both ways of submitting the same tiny job."""
+
+    addr: str
+    token: str
+    name: str
+    env: dict[str, str]
+    uid: int
+    gid: int
+
+    def spec(self) -> jobs_pb2.JobSpec:
+        return jobs_pb2.JobSpec(name=self.name, command=["true"])
+
+    def ours(self, client: ClusterClient) -> float:
+        t0 = time.perf_counter()
+        client.submit(self.spec())
+        return time.perf_counter() - t0
+
+    def raw(self) -> float:
+        argv = ["sbatch", "--parsable", f"--uid={self.uid}", f"--gid={self.gid}", f"--job-name={self.name}",
+                "--chdir=/tmp", "--output=/dev/null", "--wrap", "true"]  # fmt: skip
+        t0 = time.perf_counter()
+        out = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=60)
+        elapsed = time.perf_counter() - t0
+        if out.returncode != 0 or not out.stdout.strip().split(";")[0].isdigit():
+            raise RuntimeError(f"sbatch failed: {out.stderr.strip()}")
+        return elapsed
+
+
+def sequential(sub: Submitter, count: int) -> tuple[list[float], list[float]]:
+    """``count`` submissions each way, interleaved (ours, raw, ours, ...), after 3 warm-ups each."""
+    ours: list[float] = []
+    raw: list[float] = []
+    with ClusterClient(sub.addr, sub.token) as client:
+        for _ in range(3):
+            sub.ours(client)
+            sub.raw()
+        for _ in range(count):
+            ours.append(sub.ours(client))
+            raw.append(sub.raw())
+    return ours, raw
+
+
+def concurrent(work: Callable[[int], None], clients: int, total: int) -> float:
+    """Seconds for ``total`` submissions spread over ``clients`` threads started together."""
+    per = [total // clients + (1 if i < total % clients else 0) for i in range(clients)]
+    barrier = threading.Barrier(clients + 1)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            work(per[i])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(f"{len(errors)} of {clients} clients failed: {errors[0]!r}")
+    return elapsed
+
+
+@dataclass
+class Sdiag:
+    since: str
+    counts: dict[str, int]  # by message type
+    users: dict[str, int]  # by user
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def sdiag(env: dict[str, str]) -> Sdiag:
+    """The "Remote Procedure Call statistics by message type" and "by user" blocks of ``sdiag``."""
+    text = subprocess.run(["sdiag"], capture_output=True, text=True, env=env, timeout=30, check=True).stdout
+    since = next((line for line in text.splitlines() if line.startswith("Data since")), "")
+
+    def block(title: str) -> dict[str, int]:
+        body = text.split(title, 1)[1].split("\n\n", 1)[0] if title in text else ""
+        return {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s*(\S+)\s+\(\s*\d+\)\s+count:(\d+)", body, re.M)}
+
+    return Sdiag(
+        since,
+        block("Remote Procedure Call statistics by message type"),
+        block("Remote Procedure Call statistics by user"),
+    )
+
+
+Probe = Callable[[], Counter[str]]
+
+
+def rpc_window(
+    env: dict[str, str], seconds: float, label: str, probe: Probe | None = None
+) -> tuple[Counter[str], Counter[str]]:
+    """sdiag deltas over ``seconds`` (plus "total"), and the delta of ``probe`` over the same span.
+
+    Measured again when slurmctld restarted meanwhile (someone else may restart the stack).
+    """
+    for _ in range(5):
+        wait_for_slurm(env)
+        before, p0 = sdiag(env), probe() if probe else Counter()
+        time.sleep(seconds)
+        p1 = probe() if probe else Counter()
+        try:
+            after = sdiag(env)
+        except subprocess.CalledProcessError:
+            after = Sdiag("", {}, {})
+        delta = Counter({k: after.counts.get(k, 0) - v for k, v in before.counts.items()})  # by type
+        delta.update({k: v for k, v in after.counts.items() if k not in before.counts})
+        delta.update({f"user:{k}": after.users.get(k, 0) - before.users.get(k, 0) for k in after.users})
+        if after.since == before.since and all(v >= 0 for v in delta.values()):
+            delta["total"] = after.total - before.total
+            p1.subtract(p0)
+            return delta, p1
+        print(f"  ({label}: slurmctld restarted during the window; measuring it again)", file=sys.stderr)
+    raise SystemExit(f"{label}: slurmctld restarted during five windows in a row")
+
+
+@dataclass
+class Watchers:
+    """``n`` WatchJobs streams, each on its own ClusterClient (its own channel), counting events."""
+
+    addr: str
+    token: str
+    n: int
+    events: list[int] = field(default_factory=list)
+    clients: list[ClusterClient] = field(default_factory=list)
+    threads: list[threading.Thread] = field(default_factory=list)
+    errors: list[BaseException] = field(default_factory=list)
+
+    def start(self) -> None:
+        self.events = [0] * self.n
+        self.clients = [ClusterClient(self.addr, self.token) for _ in range(self.n)]
+        for i in range(self.n):
+            t = threading.Thread(target=self._watch, args=(i,), daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def _watch(self, i: int) -> None:
+        try:
+            for _ in self.clients[i].watch():
+                self.events[i] += 1
+        except Exception as exc:
+            self.errors.append(exc)
+
+    def alive(self) -> int:
+        return sum(t.is_alive() for t in self.threads)
+
+    def stop(self) -> None:
+        for c in self.clients:
+            c.close()  # cancels the stream: watch() returns on CANCELLED
+        for t in self.threads:
+            t.join(10)
+
+
+def watch_window(daemon: Daemon, token: str, sub: Submitter, n: int, seconds: float, tick: float,
+                 log: Path) -> tuple[Counter[str], Counter[str]]:  # fmt: skip
+    """sdiag deltas over one window with ``n`` watchers; and clusterd's own Slurm commands, the
+    events each stream received ("stream<i>") and the streams still open ("open") in that window.
+
+    One tiny job is submitted every ``tick`` seconds (the same in every window) so that the
+    watchers have events to fan out, not just an idle stream.
+    """
+    watchers = Watchers(daemon.addr, token, n)
+    watchers.start()
+    time.sleep(2.0)  # streams open and their initial events delivered
+    stop = threading.Event()
+
+    def ticker() -> None:
+        with ClusterClient(daemon.addr, token) as client:
+            while not stop.wait(tick):
+                with contextlib.suppress(Exception):
+                    sub.ours(client)
+
+    def probe() -> Counter[str]:
+        c = command_counts(log)
+        c.update({f"stream{i}": e for i, e in enumerate(watchers.events)})
+        return c
+
+    t = threading.Thread(target=ticker, daemon=True)
+    t.start()
+    try:
+        rpcs, seen = rpc_window(sub.env, seconds, f"{n} watcher(s)", probe)
+    finally:
+        stop.set()
+        t.join(30)
+    seen["open"] = watchers.alive()
+    watchers.stop()
+    if watchers.errors:
+        raise RuntimeError(f"{len(watchers.errors)} watch stream(s) failed: {watchers.errors[0]!r}")
+    return rpcs, seen
+
+
+def naive_window(
+    env: dict[str, str], pollers: int, interval: float, seconds: float, user: pwd.struct_passwd
+) -> tuple[Counter[str], int]:
+    """``pollers`` threads each running ``squeue --all --json`` as ``user`` every ``interval`` s
+    (staggered); sdiag deltas and the number of squeue runs in the window."""
+    stop = threading.Event()
+    runs = [0] * pollers
+    argv = [
+        "setpriv",
+        f"--reuid={user.pw_uid}",
+        f"--regid={user.pw_gid}",
+        "--clear-groups",
+        "squeue",
+        "--all",
+        "--json",
+    ]
+
+    def poll(i: int) -> None:
+        if stop.wait(interval * i / pollers):
+            return
+        nxt = time.monotonic()
+        while not stop.is_set():
+            subprocess.run(argv, capture_output=True, env=env, timeout=60)
+            runs[i] += 1
+            nxt += interval
+            stop.wait(max(0.0, nxt - time.monotonic()))
+
+    threads = [threading.Thread(target=poll, args=(i,), daemon=True) for i in range(pollers)]
+    for t in threads:
+        t.start()
+    time.sleep(interval)  # every poller under way before the window opens
+    try:
+        rpcs, seen = rpc_window(env, seconds, "naive pollers", lambda: Counter(runs=sum(runs)))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    return rpcs, seen["runs"]
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+
+def net(window: Counter[str], idle: Counter[str], key: str) -> int:
+    return window.get(key, 0) - idle.get(key, 0)
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "-"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="~1 minute: 10 s windows, fewer submissions")
+    p.add_argument("--window", type=float, help="seconds per sdiag window (default 60; 10 with --quick)")
+    p.add_argument("--sequential", type=int, help="sequential submissions each way (default 50; 10 quick)")
+    p.add_argument("--concurrent-jobs", type=int, help="jobs each way in the concurrent phase (default 160; 48)")
+    p.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
+    p.add_argument("--watchers", type=int, default=100, help="watch streams in the fan-out window (default 100)")
+    p.add_argument("--poll-interval", type=float, default=2.0, help="clusterd's poll interval and the naive "
+                   "pollers' interval, seconds (default 2)")  # fmt: skip
+    p.add_argument("--naive-pollers", type=int, default=10, help="squeue --json pollers measured (default 10)")
+    p.add_argument("--tick", type=float, default=10.0, help="one job submitted every TICK s in the watch windows")
+    p.add_argument("--rounds", type=int, help="interleaved rounds the window is split into (default 3; 1 quick)")
+    p.add_argument("--user", default="alice", help="the token's user (default alice)")
+    args = p.parse_args()
+    window = args.window or (10.0 if args.quick else 60.0)
+    n_seq = args.sequential or (10 if args.quick else 50)
+    n_conc = args.concurrent_jobs or (48 if args.quick else 160)
+    rounds = args.rounds or (1 if args.quick else 3)
+
+    if os.geteuid() != 0:
+        raise SystemExit("run as root: raw sbatch uses --uid, and clusterd runs jobs as the token's user")
+    env = slurm_env()
+    user = pwd.getpwnam(args.user)
+    prober = pwd.getpwnam(PROBE_USER)
+    name = f"ccbench-{os.getpid()}"
+    tmp = Path(tempfile.mkdtemp(prefix="ccbench-"))
+    tmp.chmod(0o755)  # the job root is under it: the user's jobs write their output there
+    config, token = write_config(tmp, env["SLURM_CONF"], args.user)
+    sub = Submitter("", token, name, env, user.pw_uid, user.pw_gid)
+    started = time.monotonic()
+    print(f"submit bench: job name {name}, state under {tmp}, window {window:g} s, poll interval "
+          f"{args.poll_interval:g} s", file=sys.stderr)  # fmt: skip
+
+    try:
+        wait_for_slurm(env)
+        # 2. submissions, on a clusterd that runs the real binaries directly
+        with running(Daemon(env, config, tmp / "submit", args.poll_interval)) as d:
+            sub.addr = d.addr
+            print(f"[sequential: {n_seq} each way]", file=sys.stderr)
+            seq_ours, seq_raw = sequential(sub, n_seq)
+            cancel_by_name(name, env)
+            wait_queue_clear(name, env)
+
+            def ours_work(k: int) -> None:
+                with ClusterClient(sub.addr, token) as client:
+                    for _ in range(k):
+                        sub.ours(client)
+
+            def raw_work(k: int) -> None:
+                for _ in range(k):
+                    sub.raw()
+
+            print(f"[concurrent: {n_conc} each way, {args.clients} clients, 2 halves in ABBA order]", file=sys.stderr)
+            spent = {"ours": 0.0, "raw": 0.0}
+            halves = {"ours": [n_conc // 2, n_conc - n_conc // 2], "raw": [n_conc // 2, n_conc - n_conc // 2]}
+            for way in ("ours", "raw", "raw", "ours"):
+                spent[way] += concurrent(ours_work if way == "ours" else raw_work, args.clients, halves[way].pop())
+                cancel_by_name(name, env)
+                wait_queue_clear(name, env)
+            conc_ours, conc_raw = n_conc / spent["ours"], n_conc / spent["raw"]
+
+        # 3. slurmctld's load, in interleaved rounds (ABBA order) so that the background's drift (the
+        # stack's own clusterd, other users) spreads over every condition: idle and the naive pollers
+        # with no clusterd of ours running; 1 and N watchers on a clusterd whose commands are counted.
+        cmd_log = tmp / "commands.log"
+        make_wrappers(tmp / "bin", cmd_log, prober)
+        wd = Daemon(env, config, tmp / "watch", args.poll_interval, bin_dir=str(tmp / "bin"))
+        sub_window = window / rounds
+        idle, naive, w1, wn, c1, cn = (Counter[str]() for _ in range(6))
+        naive_runs = 0
+
+        def watched() -> None:
+            with running(wd):
+                sub.addr = wd.addr
+                time.sleep(args.poll_interval * 2)  # start-up polls (topology, partitions) out of the windows
+                for n in (1, args.watchers) if r % 2 == 0 else (args.watchers, 1):
+                    rpcs, seen = watch_window(wd, token, sub, n, sub_window, args.tick, cmd_log)
+                    (w1 if n == 1 else wn).update(rpcs)
+                    (c1 if n == 1 else cn).update(seen)
+            cancel_by_name(name, env)
+
+        def unwatched() -> None:
+            nonlocal naive_runs
+            for step in ("idle", "naive") if r % 2 == 0 else ("naive", "idle"):
+                if step == "idle":
+                    idle.update(rpc_window(env, sub_window, "idle")[0])
+                else:
+                    rpcs, runs = naive_window(env, args.naive_pollers, args.poll_interval, sub_window, prober)
+                    naive.update(rpcs)
+                    naive_runs += runs
+
+        for r in range(rounds):
+            print(f"[round {r + 1}/{rounds}: idle, {args.naive_pollers} naive pollers, 1 and {args.watchers} "
+                  f"watchers, {sub_window:g} s each]", file=sys.stderr)  # fmt: skip
+            for part in (unwatched, watched) if r % 2 == 0 else (watched, unwatched):
+                part()
+    finally:
+        cancel_by_name(name, env)
+    shutil.rmtree(tmp, ignore_errors=True)  # kept (with clusterd.log) when the run failed
+    elapsed = time.monotonic() - started
+
+    # -- the table --
+    ms = 1000.0
+    rows: list[tuple[str, str, str, str]] = []
+    o50, r50 = statistics.median(seq_ours) * ms, statistics.median(seq_raw) * ms
+    o95, r95 = percentile(seq_ours, 95) * ms, percentile(seq_raw, 95) * ms
+    rows.append((f"submit latency p50 (ms, n={n_seq})", f"{o50:.1f}", f"{r50:.1f}", ratio(o50, r50)))
+    rows.append((f"submit latency p95 (ms, n={n_seq})", f"{o95:.1f}", f"{r95:.1f}", ratio(o95, r95)))
+    rows.append((f"submissions/s, {args.clients} clients ({n_conc} jobs)", f"{conc_ours:.1f}", f"{conc_raw:.1f}",
+                 ratio(conc_ours, conc_raw)))  # fmt: skip
+
+    print()
+    print(f"submit bench on the local stack: {name}, {elapsed:.0f} s")
+    print(f"{'':44} {'clusterd':>10} {'raw sbatch':>11} {'ours/raw':>9}")
+    for label, a, b, c in rows:
+        print(f"{label:44} {a:>10} {b:>11} {c:>9}")
+
+    scale = args.watchers / args.naive_pollers
+    nw, npl = args.watchers, args.naive_pollers
+    print()
+    print(f"slurmctld RPCs (sdiag) per {window:g} s ({rounds} x {window / rounds:g} s, interleaved), poll interval "
+          f"{args.poll_interval:g} s: measured, then net of idle (naive scaled from {npl} pollers)")  # fmt: skip
+    print(f"{'':24} {'idle':>6} {'1w':>6} {f'{nw}w':>6} {f'{npl} naive':>9} | {'ours 1w':>8} {f'ours {nw}w':>9} "
+          f"{f'{nw}w/1w':>7} {'naive 1':>8} {f'naive {nw}':>9} {'naive/ours':>10}")  # fmt: skip
+    exact = f"user:{PROBE_USER}"
+    for key in (*RPC_TYPES, "REQUEST_SUBMIT_BATCH_JOB", "total", exact):
+        o1, on = net(w1, idle, key), net(wn, idle, key)
+        nv = net(naive, idle, key)
+        n1, nn = f"{nv / npl:.0f}", f"{nv * scale:.0f}"
+        last = ratio(nv * scale, on)
+        if key == "REQUEST_SUBMIT_BATCH_JOB":  # the ticker's jobs; the pollers submit nothing
+            n1 = nn = last = "-"
+        label = f"all, as {PROBE_USER} (exact)" if key == exact else key
+        print(f"{label:24} {idle.get(key, 0):>6} {w1.get(key, 0):>6} {wn.get(key, 0):>6} {naive.get(key, 0):>9} | "
+              f"{o1:>8} {on:>9} {ratio(on, o1):>7} {n1:>8} {nn:>9} {last:>10}")  # fmt: skip
+    print()
+    cmd = " ".join(f"{k} {c1.get(k, 0)}/{cn.get(k, 0)}" for k in SLURM_COMMANDS if c1.get(k, 0) or cn.get(k, 0))
+    print(f"clusterd's own Slurm commands, 1w/{args.watchers}w (wrapped bin_dir): {cmd}")
+    e1 = [v for k, v in c1.items() if k.startswith("stream")]
+    en = [v for k, v in cn.items() if k.startswith("stream")]
+    print(
+        f"watch streams open at the end of their windows: {c1['open']}/{rounds} and {cn['open']}/"
+        f"{rounds * args.watchers}; events per stream over the windows (min/median): {min(e1)}/"
+        f"{statistics.median(e1):g} with 1 watcher, {min(en)}/{statistics.median(en):g} with {args.watchers}"
+    )
+    print(
+        f"'as {PROBE_USER}': sdiag's per-user count of the watching side alone (clusterd's squeue/sinfo/scontrol "
+        f"show and the naive pollers run as {PROBE_USER}), immune to other users of slurmctld"
+    )
+    print(
+        f"naive: {args.naive_pollers} pollers ran squeue --json {naive_runs} times in {window:g} s; "
+        f"'naive 1' and 'naive {args.watchers}' are that net count /{args.naive_pollers} and x{scale:g}"
+    )
+    print(
+        f"background (idle window, no clusterd of ours): {idle.get('total', 0)} RPCs; "
+        f"per type: {', '.join([f'{k} {v}' for k, v in idle.most_common() if k != 'total' and ':' not in k][:6])}"
+    )
+
+
+if __name__ == "__main__":
+    main()
