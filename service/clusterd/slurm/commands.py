@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+from typing import TypeVar
+
 from clusterd.config import SlurmConfig
 from clusterd.errors import SlurmError
 from clusterd.slurm import argv, parse
 from clusterd.slurm.runner import CommandRunner
 from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch, SubmitArgs
 from clusterd.topology.parse import parse_topology
+
+T = TypeVar("T")
 
 
 class CommandsBackend:
@@ -36,11 +42,11 @@ class CommandsBackend:
 
     async def list_jobs(self) -> list[SlurmJob]:
         result = await self.runner.run(argv.SQUEUE_ARGV)
-        return _parsed("squeue", parse.parse_squeue, result.stdout)
+        return await _parsed("squeue", parse.parse_squeue, result.stdout)
 
     async def list_nodes(self) -> list[SlurmNode]:
         result = await self.runner.run(argv.SINFO_ARGV)
-        return _parsed("sinfo", parse.parse_sinfo, result.stdout)
+        return await _parsed("sinfo", parse.parse_sinfo, result.stdout)
 
     async def topology(self) -> list[SlurmSwitch]:
         result = await self.runner.run(argv.TOPOLOGY_ARGV, check=False)
@@ -57,8 +63,9 @@ class CommandsBackend:
         return parse.parse_version(result.stdout)
 
 
-def _parsed(command: str, parser, text: str):  # type: ignore[no-untyped-def]
+async def _parsed(command: str, parser: Callable[[str], list[T]], text: str) -> list[T]:
+    """Parse in a worker thread: a big queue's JSON takes tens of ms that the event loop needs."""
     try:
-        return parser(text)
+        return await asyncio.to_thread(parser, text)
     except ValueError as exc:
         raise SlurmError(command, 0, str(exc)) from exc

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 # A live job missing from this many consecutive polls has left Slurm's memory (MinJobAge).
 _MISSING_POLLS = 3
 _TOPOLOGY_EVERY = 30  # polls between topology refreshes: the switch tree rarely changes
+_MIN_POLL_GAP = 0.5  # seconds between poll starts, however often the poller is kicked
 
 # Called after every observation of a live job, with the nodes it had before; may requeue it.
 TransitionHook = Callable[[JobRecord, tuple[str, ...], SlurmJob], Awaitable[None]]
@@ -186,6 +187,7 @@ class QueuePoller:
         delay = self._interval
         while not stop.is_set():
             self._wake.clear()
+            started = time.monotonic()
             try:
                 await self.poll_once()
                 delay = self._interval
@@ -203,6 +205,10 @@ class QueuePoller:
             _, pending = await asyncio.wait(waiters, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
             for fut in pending:
                 fut.cancel()
+            # Kicks (after submits, cancels) coalesce: a burst of submissions costs a few polls, not one each.
+            gap = min(self._interval, _MIN_POLL_GAP) - (time.monotonic() - started)
+            if gap > 0 and not stop.is_set():
+                await asyncio.sleep(gap)
 
     def _set_health(self, ok: bool) -> None:
         if ok != self.healthy:
