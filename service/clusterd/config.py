@@ -38,6 +38,24 @@ class LimitsConfig:
     max_watchers: int = 1000
     watch_queue_size: int = 1000
     list_default_limit: int = 1000
+    max_jobs_per_user: int = 1000  # queued + running jobs one user may hold; 0 = unlimited
+    requests_per_second: float = 50.0  # per-user token bucket refill; 0 = unlimited
+    burst: int = 200  # per-user token bucket size (calls allowed at once after idling)
+
+
+@dataclass(frozen=True)
+class TLSConfig:
+    """TLS on the gRPC port; empty ``cert_file`` = plaintext (loopback only unless allow_insecure).
+
+    ``client_ca_file`` turns on mTLS: every client must present a certificate signed by it.
+    ``cn_user_map`` is ``"CN=user,CN2=user2:admin"``: a client whose verified certificate CN is
+    listed authenticates as that user without a bearer token.
+    """
+
+    cert_file: str = ""
+    key_file: str = ""
+    client_ca_file: str = ""
+    cn_user_map: str = ""
 
 
 @dataclass(frozen=True)
@@ -60,6 +78,9 @@ class Config:
     tokens_file: str = "/etc/clusterd/tokens.toml"
     poll_interval_seconds: float = 2.0
     shutdown_grace_seconds: float = 5.0
+    allow_insecure: bool = False  # plaintext gRPC on a non-loopback address
+    audit_log: str = ""  # JSON lines of every mutating call; empty = <state_dir>/audit.log
+    tls: TLSConfig = field(default_factory=TLSConfig)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     restart: RestartDefaults = field(default_factory=RestartDefaults)
@@ -67,6 +88,10 @@ class Config:
     @property
     def db_path(self) -> Path:
         return Path(self.state_dir) / "clusterd.sqlite3"
+
+    @property
+    def audit_path(self) -> Path:
+        return Path(self.audit_log) if self.audit_log else Path(self.state_dir) / "audit.log"
 
 
 def _build(cls: type[Any], data: dict[str, Any], where: str) -> Any:

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import sys
 
+from clusterd.auth.cli import add_token_commands
 from clusterd.auth.tokens import TokenFileError
 from clusterd.config import ConfigError, load_config
 
@@ -14,11 +15,15 @@ from clusterd.config import ConfigError, load_config
 def _serve(args: argparse.Namespace) -> int:
     from clusterd.server import ClusterDaemon
 
-    overrides = {"listen": args.listen, "state_dir": args.state_dir, "tokens_file": args.tokens_file}
+    overrides = {"listen": args.listen, "state_dir": args.state_dir, "tokens_file": args.tokens_file,
+                 "allow_insecure": args.allow_insecure}
     try:
         config = load_config(args.config, overrides=overrides)
         daemon = ClusterDaemon(config)
     except (ConfigError, TokenFileError) as exc:
+        print(f"clusterd: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # state dir / audit log not writable
         print(f"clusterd: {exc}", file=sys.stderr)
         return 2
     try:
@@ -38,7 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--listen", help="host:port to listen on")
     serve.add_argument("--state-dir", help="where the SQLite store lives")
     serve.add_argument("--tokens-file", help="TOML file of bearer tokens")
+    serve.add_argument("--allow-insecure", action="store_true", default=None,
+                       help="allow plaintext gRPC on a non-loopback address (tokens cross the network in clear)")
     serve.set_defaults(func=_serve)
+    add_token_commands(sub)
     return parser
 
 
