@@ -1,5 +1,10 @@
 """Synchronous gRPC client for clusterd: address from CLUSTERCTL_ADDR, token from CLUSTERCTL_TOKEN.
 
+TLS: with a CA (``ca=`` or CLUSTERCTL_CA, a PEM file) the channel is TLS and the server certificate
+must chain to that CA and name the host in the address; add ``cert=``/``key=`` (CLUSTERCTL_CERT,
+CLUSTERCTL_KEY) for mTLS. Without a CA the channel is plaintext, which clusterd accepts only on
+loopback unless its operator allowed otherwise.
+
 Every call carries the bearer token and a deadline; gRPC errors become :class:`ServiceError` with
 the status code's name and the server's message, so callers never see grpc internals.
 """
@@ -26,6 +31,37 @@ def new_request_id() -> str:
     return uuid.uuid4().hex
 
 
+def _read_pem(path: str, what: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
+
+
+def open_channel(addr: str, *, ca: str | None = None, cert: str | None = None, key: str | None = None) -> grpc.Channel:
+    """A TLS channel when a CA (or a client certificate) is configured, else plaintext.
+
+    Arguments win over CLUSTERCTL_CA / CLUSTERCTL_CERT / CLUSTERCTL_KEY.
+
+    Raises:
+        UsageError: a file cannot be read, or only one of cert/key is given.
+    """
+    ca = ca or os.environ.get("CLUSTERCTL_CA") or None
+    cert = cert or os.environ.get("CLUSTERCTL_CERT") or None
+    key = key or os.environ.get("CLUSTERCTL_KEY") or None
+    if bool(cert) != bool(key):
+        raise UsageError("a client certificate needs its key: give both --cert and --key (CLUSTERCTL_CERT/_KEY)")
+    if not ca and not cert:
+        return grpc.insecure_channel(addr)
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=_read_pem(ca, "CA file") if ca else None,
+        private_key=_read_pem(key, "client key") if key else None,
+        certificate_chain=_read_pem(cert, "client certificate") if cert else None,
+    )
+    return grpc.secure_channel(addr, creds)
+
+
 class ClusterClient:
     def __init__(
         self,
@@ -34,11 +70,14 @@ class ClusterClient:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         channel: grpc.Channel | None = None,
+        ca: str | None = None,
+        cert: str | None = None,
+        key: str | None = None,
     ) -> None:
         self.addr = addr or os.environ.get("CLUSTERCTL_ADDR") or DEFAULT_ADDR
         self.token = token if token is not None else os.environ.get("CLUSTERCTL_TOKEN", "")
         self.timeout = timeout
-        self._channel = channel or grpc.insecure_channel(self.addr)
+        self._channel = channel or open_channel(self.addr, ca=ca, cert=cert, key=key)
         self.jobs = jobs_pb2_grpc.JobServiceStub(self._channel)
         self.cluster = cluster_pb2_grpc.ClusterServiceStub(self._channel)
 
@@ -130,4 +169,4 @@ def _service_error(exc: grpc.RpcError) -> ServiceError:
     return ServiceError(name, details or "")
 
 
-__all__ = ["ClusterClient", "ServiceError", "UsageError", "new_request_id"]
+__all__ = ["ClusterClient", "ServiceError", "UsageError", "new_request_id", "open_channel"]

@@ -19,6 +19,9 @@ from clusterd.auth.tokens import TokenStore
 from clusterd.config import Config
 from clusterd.jobs.manager import JobManager
 from clusterd.placement import TopologyPlacer
+from clusterd.security.audit import AuditLog
+from clusterd.security.limits import JobQuota, RateLimiter
+from clusterd.security.transport import check_transport, parse_cn_map, server_credentials
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.factory import make_backend
 from clusterd.store.sqlite import JobStore
@@ -36,6 +39,9 @@ _SERVICES = (
 
 class ClusterDaemon:
     def __init__(self, config: Config, backend: SlurmBackend | None = None) -> None:
+        """Raises ConfigError (unsafe transport, unreadable certificates), TokenFileError."""
+        check_transport(config)
+        self._credentials = server_credentials(config.tls)
         self.config = config
         self.backend = backend or make_backend(config.slurm)
         self.store = JobStore(config.db_path)
@@ -51,6 +57,9 @@ class ClusterDaemon:
         self.placer = TopologyPlacer(self.poller)
         self.manager = JobManager(config, self.backend, self.store, self.poller, self.bus, self.placer)
         self.tokens = TokenStore(config.tokens_file)
+        self.limiter = RateLimiter(config.limits.requests_per_second, config.limits.burst)
+        self.quota = JobQuota(self.store, config.limits.max_jobs_per_user)
+        self.audit = AuditLog(config.audit_path)
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
         self._stop = asyncio.Event()
         self._server: grpc.aio.Server | None = None
@@ -61,7 +70,15 @@ class ClusterDaemon:
     async def start(self) -> None:
         limit = self.config.limits.max_message_bytes
         server = grpc.aio.server(
-            interceptors=[AuthInterceptor(self.tokens)],
+            interceptors=[
+                AuthInterceptor(
+                    self.tokens,
+                    cn_users=parse_cn_map(self.config.tls.cn_user_map),
+                    limiter=self.limiter,
+                    quota=self.quota,
+                    audit=self.audit,
+                )
+            ],
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", limit),
@@ -71,7 +88,10 @@ class ClusterDaemon:
         cluster_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(self.poller, self.placer), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection((*_SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-        self.port = server.add_insecure_port(self.config.listen)
+        if self._credentials is not None:
+            self.port = server.add_secure_port(self.config.listen, self._credentials)
+        else:
+            self.port = server.add_insecure_port(self.config.listen)
         if self.port == 0:
             raise OSError(f"cannot listen on {self.config.listen}")
         await self._set_health(False)
@@ -83,7 +103,8 @@ class ClusterDaemon:
             self.poller.healthy = True
         await server.start()
         self._server = server
-        log.info("clusterd listening on %s", self.config.listen)
+        mode = "plaintext" if self._credentials is None else ("mTLS" if self.config.tls.client_ca_file else "TLS")
+        log.info("clusterd listening on %s (%s)", self.config.listen, mode)
 
     def _health_changed(self, ok: bool) -> None:
         self._health_task = asyncio.ensure_future(self._set_health(ok))
@@ -122,3 +143,4 @@ class ClusterDaemon:
             await self._poll_task
             self._poll_task = None
         self.store.close()
+        self.audit.close()

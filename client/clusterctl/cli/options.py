@@ -1,4 +1,4 @@
-"""Options every command shares (--addr, --token, --timeout, --json) and the client seam.
+"""Options every command shares (--addr, --token, --ca/--cert/--key, --timeout, --json) and the client seam.
 
 The connection options are accepted both before and after the command name
 (``clusterctl --addr X list`` and ``clusterctl list --addr X``): the top-level copies carry the
@@ -61,6 +61,10 @@ def add_connection_options(parser: argparse.ArgumentParser, *, top_level: bool) 
         help="bearer token (default: $CLUSTERCTL_TOKEN)",
         **({"default": None} | suppress),
     )
+    for flag, env, what in (("--ca", "CLUSTERCTL_CA", "CA certificate (PEM) that signed clusterd's: turns on TLS"),
+                            ("--cert", "CLUSTERCTL_CERT", "client certificate (PEM) for mTLS"),
+                            ("--key", "CLUSTERCTL_KEY", "client private key (PEM) for mTLS")):
+        group.add_argument(flag, metavar="FILE", help=f"{what} (default: ${env})", **({"default": None} | suppress))
     group.add_argument(
         "--timeout",
         metavar="SECONDS",
@@ -84,7 +88,8 @@ def command_parent() -> argparse.ArgumentParser:
 
 def default_client_factory(args: argparse.Namespace) -> ClusterClient:
     """The real gRPC client, configured from the options or the CLUSTERCTL_* environment."""
-    return ClusterClient(addr=args.addr, token=args.token, timeout=args.timeout)
+    return ClusterClient(addr=args.addr, token=args.token, timeout=args.timeout, ca=getattr(args, "ca", None),
+                         cert=getattr(args, "cert", None), key=getattr(args, "key", None))
 
 
 def token_given(args: argparse.Namespace) -> bool:

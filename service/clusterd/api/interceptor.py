@@ -1,12 +1,20 @@
-"""One interceptor for every RPC, unary and streaming alike: authenticate, then map errors.
+"""One interceptor for every RPC, unary and streaming alike: authenticate, limit, audit, map errors.
 
 It wraps each method handler so that the caller's identity is set in a context variable inside
 the handler's own task, and so that a :class:`ServiceError` raised anywhere below becomes exactly
-one gRPC status (the table below is the only place that mapping lives).
+one gRPC status (the table below is the only place that mapping lives). Because it alone sees the
+method, the caller, the peer and the final status, it also applies the per-user rate limit and
+job quota (before the servicer runs, so a refused call costs no Slurm or store work) and writes
+the audit line of every mutating call, refused ones included.
+
+A caller is identified by its bearer token; without one, an mTLS client whose verified
+certificate CN is in ``cn_users`` is that user. A token that is present but wrong is refused even
+when the certificate would map: an explicit credential that fails is never silently replaced.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -26,6 +34,9 @@ from clusterd.errors import (
     SlurmUnavailable,
     Unauthenticated,
 )
+from clusterd.security.audit import AUDITED_METHODS, AuditLog
+from clusterd.security.limits import JobQuota, RateLimiter
+from clusterd.security.transport import peer_common_name
 
 log = logging.getLogger(__name__)
 
@@ -61,18 +72,38 @@ def _bearer(metadata: Any) -> str | None:
     return None
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, tokens: TokenStore) -> None:
-        self._tokens = tokens
+_JOB_SERVICE = "/clusterctl.v1.JobService/"
 
-    def _identify(self, context: grpc.aio.ServicerContext) -> Identity:
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(
+        self,
+        tokens: TokenStore,
+        *,
+        cn_users: dict[str, Identity] | None = None,
+        limiter: RateLimiter | None = None,
+        quota: JobQuota | None = None,
+        audit: AuditLog | None = None,
+    ) -> None:
+        self._tokens = tokens
+        self._cn_users = cn_users or {}
+        self._limiter = limiter
+        self._quota = quota
+        self._audit = audit
+
+    def _identify(self, context: grpc.aio.ServicerContext) -> tuple[Identity, str]:
+        """(identity, how): ``how`` is "token" or "mtls", for the audit log."""
         token = _bearer(context.invocation_metadata())
-        if token is None:
-            raise Unauthenticated("missing 'authorization: Bearer <token>' metadata")
-        ident = self._tokens.authenticate(token)
-        if ident is None:
-            raise Unauthenticated("unknown token")
-        return ident
+        if token is not None:
+            ident = self._tokens.authenticate(token)
+            if ident is None:
+                raise Unauthenticated("unknown token")
+            return ident, "token"
+        if self._cn_users:
+            cn = peer_common_name(context.auth_context())
+            if cn is not None and cn in self._cn_users:
+                return self._cn_users[cn], "mtls"
+        raise Unauthenticated("missing 'authorization: Bearer <token>' metadata")
 
     async def intercept_service(
         self,
@@ -97,23 +128,83 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             )
         return handler  # the API has no client-streaming methods
 
+    def _admit(self, ident: Identity) -> None:
+        if self._limiter is not None:
+            self._limiter.check(ident.user)
+
     def _wrap_unary(self, behavior: Callable[..., Any], method: str) -> Callable[..., Any]:
+        name = method.rsplit("/", 1)[-1]
+        audited = self._audit is not None and method.startswith(_JOB_SERVICE) and name in AUDITED_METHODS
+        quota = self._quota if name == "SubmitJob" and method.startswith(_JOB_SERVICE) else None
+
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            ident: Identity | None = None
+            how = ""
+            code = grpc.StatusCode.UNKNOWN
+            detail = ""
+            response: Any = None
             try:
-                token = set_identity(self._identify(context))
+                ident, how = self._identify(context)
+                self._admit(ident)
+                if quota is not None:
+                    await quota.acquire(ident, request.spec)
+                token = set_identity(ident)
                 try:
-                    return await behavior(request, context)
+                    response = await behavior(request, context)
                 finally:
                     reset_identity(token)
+                    if quota is not None:
+                        quota.release(ident)
+                code = grpc.StatusCode.OK
+                return response
             except ServiceError as exc:
+                code, detail = status_code(exc), str(exc)
                 await _abort(context, method, exc)
+            except BaseException as exc:
+                code = _code_of(context, exc)
+                raise
+            finally:
+                if audited:
+                    self._write_audit(name, request, response, context, ident, how, code, detail)
 
         return wrapper
+
+    def _write_audit(
+        self,
+        name: str,
+        request: Any,
+        response: Any,
+        context: grpc.aio.ServicerContext,
+        ident: Identity | None,
+        how: str,
+        code: grpc.StatusCode,
+        detail: str,
+    ) -> None:
+        assert self._audit is not None
+        job_id = getattr(request, "job_id", "")
+        request_id = ""
+        if name == "SubmitJob":
+            request_id = request.spec.request_id
+            if response is not None:
+                job_id = response.job.job_id
+        self._audit.record(
+            user=ident.user if ident else None,
+            admin=ident.admin if ident else False,
+            auth=how or None,
+            method=name,
+            job_id=job_id,
+            request_id=request_id,
+            result=code.name,
+            error=detail,
+            peer=context.peer(),
+        )
 
     def _wrap_stream(self, behavior: Callable[..., Any], method: str) -> Callable[..., Any]:
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             try:
-                token = set_identity(self._identify(context))
+                ident, _ = self._identify(context)
+                self._admit(ident)
+                token = set_identity(ident)
                 try:
                     async for item in behavior(request, context):
                         yield item
@@ -123,6 +214,14 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 await _abort(context, method, exc)
 
         return wrapper
+
+
+def _code_of(context: grpc.aio.ServicerContext, exc: BaseException) -> grpc.StatusCode:
+    """The status an unexpected exit ends with: a servicer's own abort, a disconnect, or a crash."""
+    if isinstance(exc, asyncio.CancelledError):
+        return grpc.StatusCode.CANCELLED
+    code = context.code() if hasattr(context, "code") else None
+    return code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
 
 
 async def _abort(context: grpc.aio.ServicerContext, method: str, exc: ServiceError) -> None:

@@ -1,0 +1,1 @@
+"""Transport security, per-user limits and the audit log: what the interceptor enforces per call."""

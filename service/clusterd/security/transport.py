@@ -1,0 +1,92 @@
+"""TLS / mTLS on the gRPC port, and the rule that plaintext is for loopback only.
+
+Bearer tokens travel in metadata, so on a plaintext socket anyone on the path reads them. The
+service therefore refuses to listen in plaintext on anything but a loopback address (or a unix
+socket) unless the operator says ``allow_insecure = true``: a deliberate, visible choice.
+Certificates are read once at start; rotating them needs a restart.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import grpc
+
+from clusterd.auth.identity import Identity
+from clusterd.config import Config, ConfigError, TLSConfig
+
+
+def listen_host(listen: str) -> str:
+    """The host part of a gRPC listen address (``[::1]:50051`` -> ``::1``; ``:50051`` -> ``""``)."""
+    if listen.startswith("unix:"):
+        return "unix"
+    host = listen.rsplit(":", 1)[0] if ":" in listen else listen
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+def is_loopback(listen: str) -> bool:
+    """True for 127.0.0.0/8, ::1, ``localhost`` and unix sockets; False for wildcards and the rest."""
+    host = listen_host(listen)
+    if host in ("unix", "localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve anywhere
+
+
+def parse_cn_map(text: str) -> dict[str, Identity]:
+    """``"cn=user,cn2=user2:admin"`` -> {cn: Identity}. Raises ConfigError on a malformed item."""
+    out: dict[str, Identity] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        cn, eq, user = item.partition("=")
+        user, _, flag = user.partition(":")
+        if not eq or not cn.strip() or not user.strip() or flag not in ("", "admin"):
+            raise ConfigError(f"tls.cn_user_map: bad item {item!r} (want CN=user or CN=user:admin)")
+        out[cn.strip()] = Identity(user=user.strip(), admin=flag == "admin")
+    return out
+
+
+def check_transport(config: Config) -> None:
+    """Refuse configurations that would expose tokens or half-configure TLS (ConfigError says why)."""
+    tls = config.tls
+    if bool(tls.cert_file) != bool(tls.key_file):
+        raise ConfigError("tls.cert_file and tls.key_file must be given together")
+    if not tls.cert_file:
+        if tls.client_ca_file or tls.cn_user_map:
+            raise ConfigError("tls.client_ca_file / tls.cn_user_map need tls.cert_file and tls.key_file")
+        if not is_loopback(config.listen) and not config.allow_insecure:
+            raise ConfigError(
+                f"refusing plaintext gRPC on non-loopback address {config.listen!r}: bearer tokens would cross "
+                "the network unencrypted. Configure [tls] cert_file/key_file, listen on 127.0.0.1, "
+                "or set allow_insecure = true"
+            )
+    if tls.cn_user_map and not tls.client_ca_file:
+        raise ConfigError("tls.cn_user_map needs tls.client_ca_file (only verified certificates may map to users)")
+    parse_cn_map(tls.cn_user_map)
+
+
+def _read(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror}") from exc
+
+
+def server_credentials(tls: TLSConfig) -> grpc.ServerCredentials | None:
+    """Credentials for ``add_secure_port``; None when TLS is off. mTLS is required when a CA is set."""
+    if not tls.cert_file:
+        return None
+    pair = [(_read(tls.key_file, "tls.key_file"), _read(tls.cert_file, "tls.cert_file"))]
+    if tls.client_ca_file:
+        ca = _read(tls.client_ca_file, "tls.client_ca_file")
+        return grpc.ssl_server_credentials(pair, root_certificates=ca, require_client_auth=True)
+    return grpc.ssl_server_credentials(pair)
+
+
+def peer_common_name(auth_context: Mapping[str, Iterable[bytes]]) -> str | None:
+    """The verified client certificate's CN (gRPC fills it only after the chain was verified)."""
+    names = list(auth_context.get("x509_common_name") or [])
+    return names[0].decode("utf-8", "replace") if names else None

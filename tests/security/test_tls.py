@@ -1,0 +1,151 @@
+"""TLS and mTLS on the gRPC port, the CN -> user map, and the loopback-only plaintext rule."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from pathlib import Path
+
+import grpc
+import pytest
+
+from clusterctl.client import ClusterClient
+from clusterctl.errors import ServiceError, UsageError
+from clusterctl.v1 import jobs_pb2
+from clusterd.config import Config, ConfigError, TLSConfig
+from clusterd.main import main
+from clusterd.security.transport import check_transport, is_loopback, parse_cn_map
+from clusterd.server import ClusterDaemon
+
+from .conftest import USER_A, auth, base_config, code_of, command_request, running, stub
+from .pki import CA, Pair
+
+TOKEN_A = auth(USER_A)[0][1].removeprefix("Bearer ")
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> tuple[CA, Pair]:
+    ca = CA(tmp_path)
+    return ca, ca.issue("localhost", server=True)
+
+
+def tls_config(tmp_path: Path, server: Pair, **tls: str) -> Config:
+    return replace(base_config(tmp_path), tls=TLSConfig(cert_file=str(server.cert), key_file=str(server.key), **tls))
+
+
+async def call_list(addr: str, **client: str) -> list[jobs_pb2.JobStatus]:
+    """The synchronous client in a thread: the server shares this event loop."""
+    def go() -> list[jobs_pb2.JobStatus]:
+        with ClusterClient(addr, client.pop("token", TOKEN_A), timeout=5, **client) as c:
+            return c.list_jobs()
+    return await asyncio.to_thread(go)
+
+
+async def test_tls_works_and_plaintext_to_a_tls_port_fails(tmp_path: Path, pki: tuple[CA, Pair]) -> None:
+    ca, server = pki
+    async with running(tls_config(tmp_path, server)) as daemon:
+        assert await call_list(f"localhost:{daemon.port}", ca=str(ca.pem)) == []
+        assert await call_list(f"127.0.0.1:{daemon.port}", ca=str(ca.pem)) == []
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as ch:
+            code = await code_of(stub(ch).ListJobs(jobs_pb2.ListJobsRequest(), metadata=auth(USER_A), timeout=5))
+        assert code == grpc.StatusCode.UNAVAILABLE
+        other = CA(tmp_path, "other-ca")
+        with pytest.raises(ServiceError) as info:
+            await call_list(f"localhost:{daemon.port}", ca=str(other.pem))  # a server we do not trust
+        assert info.value.code_name == "UNAVAILABLE"
+
+
+async def test_client_reads_tls_settings_from_the_environment(tmp_path: Path, pki: tuple[CA, Pair],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    ca, server = pki
+    monkeypatch.setenv("CLUSTERCTL_CA", str(ca.pem))
+    async with running(tls_config(tmp_path, server)) as daemon:
+        assert await call_list(f"localhost:{daemon.port}") == []
+    monkeypatch.setenv("CLUSTERCTL_CERT", str(server.cert))
+    with pytest.raises(UsageError, match="needs its key"):
+        ClusterClient("localhost:1")
+
+
+async def test_mtls_requires_a_client_certificate(tmp_path: Path, pki: tuple[CA, Pair]) -> None:
+    ca, server = pki
+    alice = ca.issue("alice-laptop")
+    stranger_ca = CA(tmp_path, "stranger-ca")
+    stranger = stranger_ca.issue("alice-laptop")
+    cfg = tls_config(tmp_path, server, client_ca_file=str(ca.pem))
+    async with running(cfg) as daemon:
+        addr = f"localhost:{daemon.port}"
+        with pytest.raises(ServiceError) as info:
+            await call_list(addr, ca=str(ca.pem))  # no client certificate: the handshake fails
+        assert info.value.code_name == "UNAVAILABLE"
+        with pytest.raises(ServiceError) as info:
+            await call_list(addr, ca=str(ca.pem), cert=str(stranger.cert), key=str(stranger.key))
+        assert info.value.code_name == "UNAVAILABLE"
+        # A certificate from our CA and a token: fine. The certificate alone is not an identity here.
+        assert await call_list(addr, ca=str(ca.pem), cert=str(alice.cert), key=str(alice.key)) == []
+        with pytest.raises(ServiceError) as info:
+            await call_list(addr, ca=str(ca.pem), cert=str(alice.cert), key=str(alice.key), token="")
+        assert info.value.code_name == "UNAUTHENTICATED"
+
+
+async def test_cn_map_authenticates_without_a_token(tmp_path: Path, pki: tuple[CA, Pair]) -> None:
+    ca, server = pki
+    laptop, unmapped = ca.issue("nobody-laptop"), ca.issue("someone-else")
+    cfg = tls_config(tmp_path, server, client_ca_file=str(ca.pem), cn_user_map="nobody-laptop=nobody")
+    async with running(cfg) as daemon:
+        addr = f"localhost:{daemon.port}"
+
+        def submit(pair: Pair, token: str = "") -> str:
+            with ClusterClient(addr, token, timeout=5, ca=str(ca.pem), cert=str(pair.cert), key=str(pair.key)) as c:
+                return c.submit(command_request().spec).job.user
+
+        assert await asyncio.to_thread(submit, laptop) == "nobody"
+        with pytest.raises(ServiceError) as info:
+            await asyncio.to_thread(submit, unmapped)
+        assert info.value.code_name == "UNAUTHENTICATED"
+        with pytest.raises(ServiceError) as info:  # a wrong token is not replaced by the certificate
+            await asyncio.to_thread(submit, laptop, "wrong-token-wrong-token")
+        assert info.value.code_name == "UNAUTHENTICATED"
+        lines = daemon.audit.path.read_text().splitlines()
+        assert '"auth":"mtls"' in lines[0] and '"user":"nobody"' in lines[0]
+
+
+@pytest.mark.parametrize(("listen", "loop"), [
+    ("127.0.0.1:50051", True), ("127.1.2.3:1", True), ("localhost:5", True), ("[::1]:5", True),
+    ("unix:/run/clusterd.sock", True), ("0.0.0.0:50051", False), ("[::]:50051", False), (":50051", False),
+    ("10.0.0.1:50051", False), ("login1.example.org:50051", False),
+])  # fmt: skip
+def test_loopback_detection(listen: str, loop: bool) -> None:
+    assert is_loopback(listen) is loop
+
+
+def test_non_loopback_plaintext_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = replace(base_config(tmp_path), listen="0.0.0.0:0")
+    with pytest.raises(ConfigError, match="refusing plaintext"):
+        ClusterDaemon(cfg)
+    check_transport(replace(cfg, allow_insecure=True))
+    tokens = cfg.tokens_file
+    rc = main(["serve", "--listen", "0.0.0.0:0", "--tokens-file", tokens, "--state-dir", str(tmp_path / "s")])
+    assert rc == 2
+    assert "refusing plaintext gRPC on non-loopback address" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tls", [
+    TLSConfig(cert_file="/x.crt"), TLSConfig(client_ca_file="/ca.pem"),
+    TLSConfig(cert_file="/x", key_file="/y", cn_user_map="a=b"),
+    TLSConfig(cert_file="/x", key_file="/y", client_ca_file="/c", cn_user_map="novalue"),
+])  # fmt: skip
+def test_half_configured_tls_is_refused(tmp_path: Path, tls: TLSConfig) -> None:
+    with pytest.raises(ConfigError):
+        check_transport(replace(base_config(tmp_path), tls=tls))
+
+
+def test_unreadable_certificate_is_a_config_error(tmp_path: Path) -> None:
+    cfg = replace(base_config(tmp_path), tls=TLSConfig(cert_file=str(tmp_path / "no.crt"), key_file="/nope"))
+    with pytest.raises(ConfigError, match="cannot read"):
+        ClusterDaemon(cfg)
+
+
+def test_cn_map_syntax() -> None:
+    m = parse_cn_map("ci-runner=ci, ops-box = root:admin")
+    assert m["ci-runner"].user == "ci" and not m["ci-runner"].admin
+    assert m["ops-box"].user == "root" and m["ops-box"].admin
