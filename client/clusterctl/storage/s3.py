@@ -234,7 +234,8 @@ class S3Storage:
                 response_checksum_validation="when_required",
             )
             client = session.client("s3", endpoint_url=endpoint or None, config=config)
-        self.client = client
+        # Any: the calls below pass optional headers as **kwargs, which the typed stubs cannot follow.
+        self.client: Any = client
         self._pool = ThreadPoolExecutor(max_workers=max(1, opts.max_concurrency), thread_name_prefix="s3-io",
                                         initializer=nice_initializer(opts.thread_nice))
 
