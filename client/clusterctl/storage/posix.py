@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from .base import Buffer, IncompleteUpload, ObjectInfo, validate_key
 from .errors import AccessDeniedError, ObjectExistsError, ObjectNotFoundError, StorageError
-from .threads import nice_initializer
+from .threads import nice_initializer, run_all
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +106,7 @@ class PosixStorage:
                 write_range(start)
             return
         os.ftruncate(fd, n)
-        for fut in [self._pool.submit(write_range, s) for s in range(0, n, part)]:
-            fut.result()
+        run_all(self._pool, write_range, [(s,) for s in range(0, n, part)])
 
     def put(self, key: str, data: Buffer, *, if_absent: bool = False) -> None:
         path = self._path(key)
@@ -175,8 +174,7 @@ class PosixStorage:
                 for s in starts:
                     read_range(fd, s)
             else:
-                for fut in [self._pool.submit(read_range, fd, s) for s in starts]:
-                    fut.result()
+                run_all(self._pool, read_range, [(fd, s) for s in starts])
         except OSError as exc:
             raise _oserror(exc, key) from exc
         finally:

@@ -43,7 +43,7 @@ from .errors import (
     StorageError,
     StorageUnavailableError,
 )
-from .threads import nice_initializer
+from .threads import nice_initializer, run_all
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -294,12 +294,7 @@ class S3Storage:
 
                 return {"PartNumber": number, "ETag": self._call(f"UploadPart {number}", key, once)}
 
-            futures = [self._pool.submit(send, i + 1, s) for i, s in enumerate(starts)]
-            try:
-                parts = [f.result() for f in futures]
-            finally:
-                for f in futures:
-                    f.cancel()
+            parts = run_all(self._pool, send, [(i + 1, s) for i, s in enumerate(starts)])
             self._call("CompleteMultipartUpload", key, lambda: self.client.complete_multipart_upload(
                 Bucket=self.bucket, Key=full, UploadId=upload_id, MultipartUpload={"Parts": parts}, **extra))
         except BaseException:
@@ -347,13 +342,7 @@ class S3Storage:
         if len(starts) == 1:
             fetch(0)
             return
-        futures = [self._pool.submit(fetch, s) for s in starts]
-        try:
-            for f in futures:
-                f.result()
-        finally:
-            for f in futures:
-                f.cancel()
+        run_all(self._pool, fetch, [(s,) for s in starts])
 
     def stat(self, key: str) -> ObjectInfo:
         full = self._full(key)

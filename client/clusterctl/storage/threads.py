@@ -1,11 +1,16 @@
-"""Worker-thread priority: checkpoint I/O should yield the CPU to the training it runs beside."""
+"""Worker threads for storage I/O: lower priority (checkpoint I/O yields the CPU to the training it
+runs beside), and running the parts of one object in parallel without outliving an error."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_EXCEPTION, Executor, wait
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def lower_priority(increment: int) -> None:
@@ -24,3 +29,22 @@ def lower_priority(increment: int) -> None:
 def nice_initializer(increment: int) -> Callable[[], None]:
     """A ThreadPoolExecutor initializer that lowers each worker's priority."""
     return lambda: lower_priority(increment)
+
+
+def run_all(pool: Executor, fn: Callable[..., T], calls: Iterable[tuple[Any, ...]]) -> list[T]:
+    """Run ``fn(*args)`` for every args tuple on ``pool``; return results in order.
+
+    Waits for EVERY call to finish before raising the first error: a caller that closes a file
+    descriptor or hands its buffer back after an error must not do so while sibling parts still
+    read or write it. Calls not yet started are cancelled at the first failure.
+    """
+    futures = [pool.submit(fn, *args) for args in calls]
+    done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+    if any(f.exception() is not None for f in done if not f.cancelled()):
+        for f in futures:
+            f.cancel()
+    wait(futures)
+    for f in futures:
+        if not f.cancelled() and f.exception() is not None:
+            raise f.exception()  # type: ignore[misc]
+    return [f.result() for f in futures]
