@@ -58,8 +58,8 @@ def test_sbatch_options_golden() -> None:
     opts = sbatch_options(spec, job, comment="clusterctl-record:7", signal_before_timeout=120,
                           placement_args=["--switches=1@5:00"], output_dir="/jobs/alice")  # fmt: skip
     assert opts == [
-        "--job-name=train", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=1", "--requeue",
-        "--open-mode=append", "--export=ALL", "--comment=clusterctl-record:7", "--gres=gpu:4", "--mem=1024M",
+        "--job-name=train", "--nodes=2", "--gres=gpu:4", "--requeue",
+        "--open-mode=append", "--export=ALL", "--comment=clusterctl-record:7", "--mem=1024M",
         "--time=1:00:00", "--signal=B:USR1@120", "--partition=debug", "--account=ml", "--constraint=a100&ib",
         "--output=/jobs/alice/%x-%j.out", "--switches=1@5:00",
     ]  # fmt: skip
@@ -77,3 +77,16 @@ def test_sbatch_argv_is_single_tokens() -> None:
     assert update_job_argv("5", exclude_nodes=("node1", "node2"), start_after=0) == [
         "scontrol", "update", "jobid=5", "ExcNodeList=node1,node2", "StartTime=now"
     ]  # fmt: skip
+
+
+def test_script_resources_reach_sbatch_unchanged() -> None:
+    """Only what the request itself sets goes on the command line; the script's lines stay in charge."""
+    script = "#!/bin/bash\n#SBATCH -J mine\n#SBATCH --ntasks=8\n#SBATCH --nodes=2-4\n#SBATCH --gres=gpu:a100:4\n" \
+             "#SBATCH -p batch\nsrun hostname\n"
+    spec = jobs_pb2.JobSpec(script=script)
+    facts = ClusterFacts(frozenset({"debug", "batch"}), frozenset(), "debug")
+    job = validate_spec(spec, facts, LimitsConfig())
+    opts = sbatch_options(spec, job, comment="c", signal_before_timeout=0, placement_args=[], output_dir="/o")
+    assert not [o for o in opts if o.startswith(("--job-name", "--nodes", "--ntasks", "--gres", "--partition",
+                                                 "--cpus-per-task"))]  # fmt: skip
+    assert (job.nodes, job.gpus_per_node, job.partition, job.name) == (2, 4, "batch", "mine")

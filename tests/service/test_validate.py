@@ -39,6 +39,8 @@ BAD: list[tuple[str, jobs_pb2.JobSpec, str]] = [
     ("NUL in script", spec(script="#!/bin/bash\necho \x00\n"), "spec.script"),
     ("#SBATCH --uid in script", spec(script="#!/bin/bash\n#SBATCH --uid=0\necho\n"), "spec.script"),
     ("#SBATCH --export in script", spec(script="#!/bin/bash\n#SBATCH --export=LD_PRELOAD=x\n"), "spec.script"),
+    ("#SBATCH abbreviated --get-user-env", spec(script="#!/bin/bash\n#SBATCH --get-user\n"), "spec.script"),
+    ("#SBATCH abbreviated --wrap", spec(script="#!/bin/bash\n#SBATCH --wra=id\n"), "spec.script"),
     ("#SBATCH bad quoting", spec(script="#!/bin/bash\n#SBATCH --job-name='x\n"), "spec.script"),
     ("#SBATCH nodes zero", spec(script="#!/bin/bash\n#SBATCH -N 0\n"), "spec.script"),
     ("#SBATCH bad time", spec(script="#!/bin/bash\n#SBATCH --time=soon\n"), "spec.script"),

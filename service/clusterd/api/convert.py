@@ -24,6 +24,15 @@ def job_state(state: JobState) -> jobs_pb2.JobState:
     return cast(jobs_pb2.JobState, jobs_pb2.JobState.Value(f"JOB_STATE_{state.value}"))
 
 
+def job_state_from_proto(value: int) -> JobState:
+    """Proto enum -> domain enum; unknown or unspecified values become UNKNOWN."""
+    name = jobs_pb2.JobState.Name(value) if value in jobs_pb2.JobState.values() else "JOB_STATE_UNKNOWN"
+    try:
+        return JobState(name.removeprefix("JOB_STATE_"))
+    except ValueError:
+        return JobState.UNKNOWN
+
+
 def node_state(state: NodeState) -> cluster_pb2.NodeState:
     return cast(cluster_pb2.NodeState, cluster_pb2.NodeState.Value(f"NODE_STATE_{state.value}"))
 

@@ -49,12 +49,12 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     async def ListJobs(
         self, request: jobs_pb2.ListJobsRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.ListJobsResponse:
+        states = frozenset(convert.job_state_from_proto(s) for s in request.states)
         records = await self._manager.list(
-            current_identity(), user=request.user, include_finished=request.include_finished, limit=request.limit
-        )
-        wanted = set(request.states)
-        jobs = [convert.job_status(r) for r in records]
-        return jobs_pb2.ListJobsResponse(jobs=[j for j in jobs if not wanted or j.state in wanted])
+            current_identity(), user=request.user, include_finished=request.include_finished or bool(states),
+            limit=request.limit, states=states,
+        )  # fmt: skip
+        return jobs_pb2.ListJobsResponse(jobs=[convert.job_status(r) for r in records])
 
     async def CancelJob(
         self, request: jobs_pb2.CancelJobRequest, context: grpc.aio.ServicerContext
@@ -73,14 +73,18 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     ) -> AsyncIterator[jobs_pb2.JobEvent]:
         ident = current_identity()
         job_ids = frozenset(_job_id(j, "job_ids") for j in request.job_ids)
-        # Subscribe before the snapshot so no event between the two is lost.
+        # Subscribe before the snapshot so no event between the two is lost; unsubscribe on every
+        # exit, including a snapshot that fails (unknown or foreign job id).
         sub = self._bus.subscribe(lambda ev: _visible(ident, ev.record, job_ids))
-        if request.include_initial:
-            if job_ids:
-                initial = [await self._manager.get(ident, j) for j in sorted(job_ids)]
-            else:
-                initial = await self._manager.list(ident, user="", include_finished=False, limit=0)
-            for rec in initial:
-                yield convert.job_event(JobEvent(EventType.SNAPSHOT, rec))
-        async for event in sub:
-            yield convert.job_event(event)
+        try:
+            if request.include_initial:
+                if job_ids:
+                    initial = [await self._manager.get(ident, j) for j in sorted(job_ids)]
+                else:
+                    initial = await self._manager.list(ident, user="", include_finished=False, limit=0)
+                for rec in initial:
+                    yield convert.job_event(JobEvent(EventType.SNAPSHOT, rec))
+            async for event in sub:
+                yield convert.job_event(event)
+        finally:
+            self._bus.unsubscribe(sub)

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.auth.identity import Identity
@@ -64,8 +65,14 @@ class JobManager:
         rec, created = await self._store.reserve(ident.user, spec.request_id, spec)
         if not created:
             return await self._await_existing(rec), True
-        work = self._submit_reserved(rec, spec, resolved, placement_args, explanation, unix_user)
+        work = self._submit_locked(rec, spec, resolved, placement_args, explanation, unix_user)
         return await asyncio.shield(work), False
+
+    async def _submit_locked(self, rec: JobRecord, *args: Any) -> JobRecord:
+        # Holding the record's lock tells the poller this submission is alive: it must not
+        # settle the record as crashed while sbatch is still running.
+        async with self._store.record_lock(rec.record_id):
+            return await self._submit_reserved(rec, *args)
 
     async def _submit_reserved(
         self,
@@ -104,7 +111,7 @@ class JobManager:
             environment=_submit_environment(unix_user, slurm_cfg.job_path),
             uid=unix_user.uid,
             gid=unix_user.gid,
-            working_directory=spec.working_directory or out_dir,
+            working_directory=spec.working_directory or (None if "chdir" in resolved.directives else out_dir),
         )
         try:
             job_id = await self._backend.submit(args)
@@ -158,12 +165,15 @@ class JobManager:
         ident.check_owner(rec.user, f"job {job_id}")
         return rec
 
-    async def list(self, ident: Identity, *, user: str, include_finished: bool, limit: int) -> list[JobRecord]:
+    async def list(
+        self, ident: Identity, *, user: str, include_finished: bool, limit: int,
+        states: frozenset[JobState] = frozenset(),
+    ) -> list[JobRecord]:
         if user and user != ident.user and not ident.admin:
             raise PermissionDenied("only admins may list other users' jobs")
         who: str | None = ident.user if not user else (None if user == "*" else user)
         limit = min(limit or self._config.limits.list_default_limit, self._config.limits.list_default_limit)
-        return await self._store.list(user=who, include_finished=include_finished, limit=limit)
+        return await self._store.list(user=who, include_finished=include_finished, limit=limit, states=states)
 
     # -- mutate -----------------------------------------------------------------------------
 
@@ -175,7 +185,12 @@ class JobManager:
                 return rec
             rec.user_cancelled = True
             await self._store.save(rec)  # before scancel: the supervisor must never requeue it
-            await self._backend.cancel(job_id)
+            try:
+                await self._backend.cancel(job_id)
+            except SlurmError as exc:
+                rec.user_cancelled = False
+                await self._store.save(rec)
+                raise FailedPrecondition(f"Slurm cannot cancel job {job_id}: {_slurm_words(exc)}") from exc
         self._poller.kick()
         return rec
 
@@ -191,12 +206,11 @@ class JobManager:
                 raise FailedPrecondition(f"Slurm cannot requeue job {job_id}: {_slurm_words(exc)}") from exc
             entry = RestartEntry("MANUAL_REQUEUE", rec.nodes, time.time(), rec.checkpoint_step, rec.exit_code,
                                  f"requested by {ident.user}")  # fmt: skip
-            await self._store.add_restart(rec, entry)
             rec.acked_restarts = rec.restart_count + 1
             rec.needs_release = True
             rec.terminal = False
             rec.final_reason = ""
-            await self._store.save(rec)
+            await self._store.record_restart(rec, entry)
         self._bus.publish(JobEvent(EventType.RESTARTED, rec, message=entry.detail))
         self._poller.kick()
         return rec

@@ -20,25 +20,28 @@ def sbatch_options(
     ``--requeue`` and ``--open-mode=append`` let the supervisor bring the job back under the same id
     without truncating its log; ``--signal=B:USR1@T`` gives the batch shell time to checkpoint.
     """
-    opts = [
-        f"--job-name={job.name}",
-        f"--nodes={job.nodes}",
-        f"--ntasks-per-node={job.tasks_per_node}",
-        f"--cpus-per-task={job.cpus_per_task}",
-        "--requeue",
-        "--open-mode=append",
-        "--export=ALL",
-        f"--comment={comment}",
-    ]
-    if job.gpus_per_node:
-        opts.append(f"--gres=gpu:{job.gpus_per_node}")
+    script_sets = job.directives.keys()
+    opts = []
+    if spec.name or "job-name" not in script_sets:
+        opts.append(f"--job-name={job.name}")
+    # Resource options only when the request set them: a script's own #SBATCH lines (--ntasks,
+    # --nodes=2-4, --gres=gpu:a100:4, ...) must reach sbatch unchanged.
+    if spec.nodes:
+        opts.append(f"--nodes={spec.nodes}")
+    if spec.tasks_per_node:
+        opts.append(f"--ntasks-per-node={spec.tasks_per_node}")
+    if spec.cpus_per_task:
+        opts.append(f"--cpus-per-task={spec.cpus_per_task}")
+    if spec.gpus_per_node:
+        opts.append(f"--gres=gpu:{spec.gpus_per_node}")
+    opts += ["--requeue", "--open-mode=append", "--export=ALL", f"--comment={comment}"]
     if spec.memory_mb_per_node:
         opts.append(f"--mem={spec.memory_mb_per_node}M")
     if spec.time_limit:
         opts.append(f"--time={spec.time_limit}")
     if signal_before_timeout > 0:
         opts.append(f"--signal=B:USR1@{signal_before_timeout}")
-    if job.partition:
+    if job.partition and (spec.partition or "partition" not in script_sets):
         opts.append(f"--partition={job.partition}")
     if spec.account:
         opts.append(f"--account={spec.account}")

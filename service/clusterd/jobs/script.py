@@ -20,6 +20,17 @@ _SHORT = {
 FORBIDDEN_DIRECTIVES = frozenset({"uid", "gid", "export", "export-file", "get-user-env", "parsable", "wrap"})
 
 
+def forbidden_directive(name: str) -> str | None:
+    """The forbidden option ``name`` means, if any.
+
+    sbatch (getopt_long) accepts any unambiguous prefix of a long option (``--get-user``, ``--wra``),
+    so a name that abbreviates a forbidden option is refused too.
+    """
+    if not name:
+        return None
+    return next((f for f in sorted(FORBIDDEN_DIRECTIVES) if f == name or f.startswith(name)), None)
+
+
 class ScriptError(ValueError):
     """The script's header cannot be read; the message names the line."""
 

@@ -14,7 +14,7 @@ from posixpath import normpath
 from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.errors import InvalidArgument
-from clusterd.jobs.script import FORBIDDEN_DIRECTIVES, ScriptError, command_script, parse_directives
+from clusterd.jobs.script import ScriptError, command_script, forbidden_directive, parse_directives
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")  # partitions, accounts, qos, node names, features
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -158,9 +158,11 @@ def _validate_script(spec: jobs_pb2.JobSpec, limits: LimitsConfig) -> tuple[str,
         directives = parse_directives(script)
     except ScriptError as exc:
         raise InvalidArgument("spec.script", str(exc)) from exc
-    bad = sorted(FORBIDDEN_DIRECTIVES & directives.keys())
-    if bad:
-        raise InvalidArgument("spec.script", f"#SBATCH --{bad[0]} is set by the service and not allowed")
+    for name in directives:
+        forbidden = forbidden_directive(name)
+        if forbidden is not None:
+            message = f"#SBATCH --{name} (--{forbidden}) is set by the service and not allowed"
+            raise InvalidArgument("spec.script", message)
     return script, directives
 
 

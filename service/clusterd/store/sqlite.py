@@ -144,24 +144,33 @@ class JobStore:
                 raise
             return self._row_to_record(row), True
 
+    def _update(self, rec: JobRecord) -> None:
+        self._db.execute(
+            "UPDATE jobs SET job_id=?, phase=?, observed=?, terminal=?, updated=? WHERE record_id=?",
+            (rec.job_id or None, rec.phase.value, _observed_json(rec), int(rec.terminal), time.time(), rec.record_id),
+        )
+
     def _save(self, rec: JobRecord) -> None:
         with self._lock:
-            self._db.execute(
-                "UPDATE jobs SET job_id=?, phase=?, observed=?, terminal=?, updated=? WHERE record_id=?",
-                (rec.job_id or None, rec.phase.value, _observed_json(rec), int(rec.terminal), time.time(),
-                 rec.record_id),
-            )  # fmt: skip
+            self._update(rec)
 
-    def _add_restart(self, record_id: int, entry: RestartEntry) -> None:
+    def _record_restart(self, rec: JobRecord, entry: RestartEntry) -> None:
+        """The restart row and the record's new state in ONE transaction: a crash keeps both or neither."""
         with self._lock:
-            (seq,) = self._db.execute(
-                "SELECT COUNT(*) FROM restarts WHERE record_id=?", (record_id,)
-            ).fetchone()
-            self._db.execute(
-                "INSERT INTO restarts VALUES (?,?,?,?,?,?,?,?)",
-                (record_id, seq, entry.cause, json.dumps(list(entry.failed_nodes)), entry.time,
-                 entry.checkpoint_step, entry.exit_code, entry.detail),
-            )  # fmt: skip
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                query = "SELECT COUNT(*) FROM restarts WHERE record_id=?"
+                (seq,) = self._db.execute(query, (rec.record_id,)).fetchone()
+                self._db.execute(
+                    "INSERT INTO restarts VALUES (?,?,?,?,?,?,?,?)",
+                    (rec.record_id, seq, entry.cause, json.dumps(list(entry.failed_nodes)), entry.time,
+                     entry.checkpoint_step, entry.exit_code, entry.detail),
+                )  # fmt: skip
+                self._update(rec)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[JobRecord]:
         with self._lock:
@@ -187,8 +196,9 @@ class JobStore:
     async def save(self, rec: JobRecord) -> None:
         await asyncio.to_thread(self._save, rec)
 
-    async def add_restart(self, rec: JobRecord, entry: RestartEntry) -> None:
-        await asyncio.to_thread(self._add_restart, rec.record_id, entry)
+    async def record_restart(self, rec: JobRecord, entry: RestartEntry) -> None:
+        """Append a restart and save the record with it, atomically."""
+        await asyncio.to_thread(self._record_restart, rec, entry)
         rec.restarts.append(entry)
 
     async def get_by_record(self, record_id: int) -> JobRecord | None:
@@ -205,9 +215,14 @@ class JobStore:
             self._query, "SELECT * FROM jobs WHERE terminal=0 AND phase!=? ORDER BY record_id", (Phase.FAILED.value,)
         )
 
-    async def list(self, *, user: str | None, include_finished: bool, limit: int) -> list[JobRecord]:
+    async def list(
+        self, *, user: str | None, include_finished: bool, limit: int, states: frozenset[JobState] = frozenset()
+    ) -> list[JobRecord]:
         clauses = ["phase=?"]
         params: list[Any] = [Phase.SUBMITTED.value]
+        if states:
+            clauses.append(f"json_extract(observed, '$.state') IN ({','.join('?' * len(states))})")
+            params.extend(sorted(s.value for s in states))
         if user is not None:
             clauses.append("user=?")
             params.append(user)

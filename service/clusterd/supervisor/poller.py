@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 # A live job missing from this many consecutive polls has left Slurm's memory (MinJobAge).
 _MISSING_POLLS = 3
 _TOPOLOGY_EVERY = 30  # polls between topology refreshes: the switch tree rarely changes
+_ADOPT_GRACE_SECONDS = 5.0
 _MIN_POLL_GAP = 0.5  # seconds between poll starts, however often the poller is kicked
 
 # Called after every observation of a live job, with the nodes it had before; may requeue it.
@@ -92,6 +93,7 @@ class QueuePoller:
         self.healthy = False
         self.on_transition: TransitionHook | None = None
         self.on_health: Callable[[bool], None] | None = None
+        self.on_finish: Callable[[JobRecord], None] | None = None
         self.last_error = ""
 
     @property
@@ -123,7 +125,10 @@ class QueuePoller:
     async def _reconcile(self) -> None:
         snap = self.snapshot
         for listed in await self._store.live():
-            async with self._store.record_lock(listed.record_id):
+            lock = self._store.record_lock(listed.record_id)
+            if listed.phase is Phase.SUBMITTING and lock.locked():
+                continue  # its submit handler is still running sbatch
+            async with lock:
                 rec = await self._store.get_by_record(listed.record_id)  # fresh: an RPC may have changed it
                 if rec is not None and not rec.terminal:
                     await self._reconcile_one(rec, snap)
@@ -148,6 +153,9 @@ class QueuePoller:
 
     async def finish(self, rec: JobRecord, reason: str) -> None:
         """Mark a record terminal: supervision of it ends here."""
+        self._missing.pop(rec.job_id, None)
+        if self.on_finish is not None:
+            self.on_finish(rec)
         rec.terminal = True
         rec.final_reason = reason
         await self._store.save(rec)
@@ -167,8 +175,8 @@ class QueuePoller:
 
     async def _adopt_or_fail(self, rec: JobRecord) -> None:
         """A submission that was in flight when the service stopped: find it in Slurm by its tag."""
-        if time.time() - rec.created < 2 * max(self._interval, 5.0):
-            return  # probably still being submitted by a live request handler
+        if time.time() - rec.created < _ADOPT_GRACE_SECONDS:
+            return  # reserved an instant ago: its handler may not hold the record lock yet
         match = next((j for j in self.snapshot.jobs.values() if j.comment == rec.comment_tag), None)
         if match is not None:
             rec.job_id = match.job_id
@@ -198,9 +206,11 @@ class QueuePoller:
                 log.warning("queue poll failed: %s", exc)
                 delay = min(delay * 2, 30.0)
                 self._set_health(False)
-            except Exception:
+            except Exception as exc:
                 log.exception("queue poll crashed")
+                self.last_error = f"{type(exc).__name__}: {exc}"
                 delay = min(delay * 2, 30.0)
+                self._set_health(False)
             waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())]
             _, pending = await asyncio.wait(waiters, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
             for fut in pending:

@@ -45,6 +45,7 @@ class Supervisor:
         self._progress = progress or ProgressTracker()
         self._released_at: dict[str, float] = {}
         poller.on_transition = self.on_transition
+        poller.on_finish = self._forget
 
     async def on_transition(self, rec: JobRecord, before_nodes: tuple[str, ...], sj: SlurmJob) -> None:
         if sj.state == JobState.RUNNING and rec.spec.checkpoint_uri:
@@ -70,6 +71,9 @@ class Supervisor:
         else:
             await self._stop(rec, term, decision)
 
+    def _forget(self, rec: JobRecord) -> None:
+        self._released_at.pop(rec.job_id, None)
+
     async def _report_progress(self, rec: JobRecord) -> None:
         step = await self._progress.latest_step(rec.spec.checkpoint_uri)
         if step is not None and step > rec.checkpoint_step:
@@ -90,8 +94,7 @@ class Supervisor:
         rec.terminal = False
         rec.needs_release = True
         rec.backoff_seconds = policy.backoff_seconds
-        await self._store.add_restart(rec, entry)
-        await self._store.save(rec)
+        await self._store.record_restart(rec, entry)
         log.info("job %s: restart %d (%s), excluding %s", rec.job_id, len(rec.restarts), decision.reason,
                  ",".join(excluded) or "nothing")  # fmt: skip
         if not term.slurm_requeued:
@@ -99,7 +102,7 @@ class Supervisor:
                 await self._backend.requeue(rec.job_id)
             except SlurmError as exc:
                 log.warning("job %s: scontrol requeue failed (%s); will retry", rec.job_id, exc)
-        await self._release(rec, exclude=excluded if excluded != () else None)
+        await self._release(rec, exclude=excluded or None)
         self._bus.publish(JobEvent(EventType.RESTARTED, rec, message=decision.reason))
         self._poller.kick()
 
@@ -149,7 +152,6 @@ class Supervisor:
     async def _stop(self, rec: JobRecord, term: Termination, decision: Decision) -> None:
         if term.slurm_requeued:
             # Slurm requeued it on its own but the policy says stop: take it out of the queue.
-            rec.user_cancelled = False
             try:
                 await self._backend.cancel(rec.job_id)
             except SlurmError as exc:
