@@ -3,12 +3,22 @@
 Both are untrusted input at restore time (anyone with write access to the bucket can put
 anything there), so :func:`load_manifest` and :func:`load_marker` check types and ranges and
 raise ``ValueError`` with the reason; keys they contain are never used as object names (the
-reader recomputes names from the layout and compares).
+reader recomputes names from the layout and compares). Counts that size an allocation (world
+size, chunk count) are checked against the document itself before anything is built from them.
+
+Optional authentication: when ``CLUSTERCTL_CHECKPOINT_HMAC_KEY`` is set (the same value in every
+rank's environment), both documents carry ``hmac_sha256``, an HMAC-SHA256 over their canonical
+JSON (sorted keys, ASCII, without that field), and loading refuses a document whose HMAC is missing
+or wrong, so whoever can write to the bucket but does not hold the key cannot make a restore accept
+altered manifests or markers. Shard bytes are covered through the manifest's chunk digests.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -17,6 +27,48 @@ MANIFEST_FORMAT = "clusterctl.checkpoint.shard-manifest"
 MARKER_FORMAT = "clusterctl.checkpoint.commit"
 MAX_MANIFEST_BYTES = 64 << 20
 MAX_MARKER_BYTES = 64 << 20
+MAX_WORLD_SIZE = 1 << 20
+MAX_OBJECT_BYTES = 1 << 50  # 1 PiB: any declared size above this is a lie, not a checkpoint
+HMAC_ENV = "CLUSTERCTL_CHECKPOINT_HMAC_KEY"
+HMAC_FIELD = "hmac_sha256"
+
+
+class SignatureError(ValueError):
+    """An HMAC key is configured and the document's ``hmac_sha256`` is missing or does not match."""
+
+
+def hmac_key() -> bytes | None:
+    """The configured HMAC key (from the environment, so every rank and restore sees the same)."""
+    value = os.environ.get(HMAC_ENV, "")
+    return value.encode("utf-8") if value else None
+
+
+def _canonical(doc: dict[str, Any]) -> bytes:
+    body = {k: v for k, v in doc.items() if k != HMAC_FIELD}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+def _signature(doc: dict[str, Any], key: bytes) -> str:
+    return hmac.new(key, _canonical(doc), hashlib.sha256).hexdigest()
+
+
+def _seal(doc: dict[str, Any], key: bytes | None, *, ensure_ascii: bool) -> bytes:
+    key = key if key is not None else hmac_key()
+    if key:
+        doc[HMAC_FIELD] = _signature(doc, key)
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=ensure_ascii).encode("utf-8")
+
+
+def _check_signature(doc: dict[str, Any], key: bytes | None, fmt: str) -> None:
+    key = key if key is not None else hmac_key()
+    if not key:
+        return
+    got = doc.get(HMAC_FIELD)
+    if not isinstance(got, str):
+        raise SignatureError(f"{HMAC_ENV} is set but this {fmt} document carries no HMAC "
+                             "(written without the key, or tampered)")
+    if not hmac.compare_digest(got.encode("ascii", "replace"), _signature(doc, key).encode("ascii")):
+        raise SignatureError(f"HMAC of this {fmt} document does not match: tampered, or written with another key")
 
 
 @dataclass
@@ -35,8 +87,9 @@ class ShardManifest:
     host: str
     algorithm: str = "xxh3_64"
 
-    def to_json(self) -> bytes:
-        doc = {
+    def to_json(self, key: bytes | None = None) -> bytes:
+        """The stored bytes; signed with ``key`` (default: the configured HMAC key, if any)."""
+        doc: dict[str, Any] = {
             "format": MANIFEST_FORMAT, "version": FORMAT_VERSION, "step": self.step, "rank": self.rank,
             "world_size": self.world_size, "attempt": self.attempt, "created": self.created, "host": self.host,
             "shard": {"key": self.shard_key, "size": self.shard_size,
@@ -44,7 +97,7 @@ class ShardManifest:
                                    "chunks": self.chunks}},
             "tensor_count": self.tensor_count, "tree": self.tree,
         }
-        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        return _seal(doc, key, ensure_ascii=False)
 
 
 @dataclass
@@ -68,20 +121,31 @@ class CommitMarker:
     def total_bytes(self) -> int:
         return sum(s.shard_size for s in self.shards)
 
-    def to_json(self) -> bytes:
-        doc = {
+    def to_json(self, key: bytes | None = None) -> bytes:
+        """The stored bytes; signed with ``key`` (default: the configured HMAC key, if any)."""
+        doc: dict[str, Any] = {
             "format": MARKER_FORMAT, "version": FORMAT_VERSION, "step": self.step, "world_size": self.world_size,
             "attempt": self.attempt, "created": self.created, "total_bytes": self.total_bytes,
             "shards": [asdict(s) for s in self.shards],
         }
-        return json.dumps(doc, separators=(",", ":")).encode("utf-8")
+        return _seal(doc, key, ensure_ascii=True)
 
 
-def _int(doc: dict[str, Any], name: str, lo: int = 0) -> int:
+def _int(doc: dict[str, Any], name: str, lo: int = 0, hi: int = MAX_OBJECT_BYTES) -> int:
     v = doc.get(name)
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise ValueError(f"field {name!r} must be an int >= {lo}, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise ValueError(f"field {name!r} must be an int in [{lo}, {hi}], got {str(v)[:40]}")
     return v
+
+
+def _created(doc: dict[str, Any]) -> float:
+    v = doc.get("created", 0.0)
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return 0.0
+    try:
+        return float(v)
+    except OverflowError:
+        return 0.0
 
 
 def _str(doc: dict[str, Any], name: str) -> str:
@@ -91,7 +155,7 @@ def _str(doc: dict[str, Any], name: str) -> str:
     return v
 
 
-def _doc(data: bytes, fmt: str) -> dict[str, Any]:
+def _doc(data: bytes, fmt: str, key: bytes | None = None) -> dict[str, Any]:
     try:
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -100,12 +164,15 @@ def _doc(data: bytes, fmt: str) -> dict[str, Any]:
         raise ValueError(f"not a {fmt} document")
     version = doc.get("version")
     if version != FORMAT_VERSION:
-        raise ValueError(f"format version {version!r} is not supported (this clusterctl reads {FORMAT_VERSION})")
+        raise ValueError(f"format version {str(version)[:20]} is not supported (this clusterctl reads "
+                         f"{FORMAT_VERSION})")
+    _check_signature(doc, key, fmt)
     return doc
 
 
-def load_manifest(data: bytes) -> ShardManifest:
-    doc = _doc(data, MANIFEST_FORMAT)
+def load_manifest(data: bytes, *, key: bytes | None = None) -> ShardManifest:
+    """Parse and check a shard manifest (and its HMAC when a key is configured). Raises ValueError."""
+    doc = _doc(data, MANIFEST_FORMAT, key)
     shard = doc.get("shard")
     if not isinstance(shard, dict) or not isinstance(shard.get("checksum"), dict):
         raise ValueError("field 'shard' is malformed")
@@ -118,20 +185,21 @@ def load_manifest(data: bytes) -> ShardManifest:
     tree = doc.get("tree")
     if not isinstance(tree, dict):
         raise ValueError("field 'tree' must be an object")
-    created = doc.get("created", 0.0)
     m = ShardManifest(
-        step=_int(doc, "step"), rank=_int(doc, "rank"), world_size=_int(doc, "world_size", 1),
+        step=_int(doc, "step"), rank=_int(doc, "rank", 0, MAX_WORLD_SIZE),
+        world_size=_int(doc, "world_size", 1, MAX_WORLD_SIZE),
         attempt=_str(doc, "attempt"), shard_key=_str(shard, "key"), shard_size=_int(shard, "size"),
         chunk_size=_int(ck, "chunk_size", 1), chunks=chunks, tree=tree, tensor_count=_int(doc, "tensor_count"),
-        created=float(created) if isinstance(created, int | float) else 0.0, host=str(doc.get("host", "")),
+        created=_created(doc), host=str(doc.get("host", ""))[:256],
     )
     if len(chunks) != -(-m.shard_size // m.chunk_size):
         raise ValueError(f"{len(chunks)} chunk checksums do not cover {m.shard_size} bytes")
     return m
 
 
-def load_marker(data: bytes) -> CommitMarker:
-    doc = _doc(data, MARKER_FORMAT)
+def load_marker(data: bytes, *, key: bytes | None = None) -> CommitMarker:
+    """Parse and check a commit marker (and its HMAC when a key is configured). Raises ValueError."""
+    doc = _doc(data, MARKER_FORMAT, key)
     shards = doc.get("shards")
     if not isinstance(shards, list):
         raise ValueError("field 'shards' must be a list")
@@ -139,11 +207,13 @@ def load_marker(data: bytes) -> CommitMarker:
     for s in shards:
         if not isinstance(s, dict):
             raise ValueError("shard entry is not an object")
-        entries.append(ShardEntry(_int(s, "rank"), _str(s, "manifest_key"), _int(s, "manifest_size"),
-                                  _str(s, "manifest_xxh3_64"), _int(s, "shard_size")))
-    created = doc.get("created", 0.0)
-    m = CommitMarker(_int(doc, "step"), _int(doc, "world_size", 1), _str(doc, "attempt"),
-                     float(created) if isinstance(created, int | float) else 0.0, entries)
+        entries.append(ShardEntry(_int(s, "rank", 0, MAX_WORLD_SIZE), _str(s, "manifest_key"),
+                                  _int(s, "manifest_size", 0, MAX_MANIFEST_BYTES), _str(s, "manifest_xxh3_64"),
+                                  _int(s, "shard_size")))
+    m = CommitMarker(_int(doc, "step"), _int(doc, "world_size", 1, MAX_WORLD_SIZE), _str(doc, "attempt"),
+                     _created(doc), entries)
+    if len(entries) != m.world_size:  # before building range(world_size) from a declared number
+        raise ValueError(f"marker lists {len(entries)} shard(s) for world size {m.world_size}")
     if sorted(e.rank for e in entries) != list(range(m.world_size)):
         raise ValueError(f"marker lists ranks {[e.rank for e in entries]}, expected 0..{m.world_size - 1}")
     return m

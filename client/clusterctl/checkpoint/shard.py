@@ -23,6 +23,7 @@ import numpy as np
 from .tree import ST_ITEMSIZE, TensorLeaf
 
 MAX_HEADER = 100 << 20  # the safetensors library's own limit
+MAX_NDIM = 64  # numpy's own limit; also keeps math.prod over declared dims cheap
 
 
 @dataclass
@@ -85,11 +86,11 @@ def parse_shard(buf: memoryview | bytes) -> ParsedShard:
         if not isinstance(info, dict):
             raise ValueError(f"tensor {name!r}: entry is not an object")
         dtype, shape, offs = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-        if dtype not in ST_ITEMSIZE:
-            raise ValueError(f"tensor {name!r}: unknown dtype {dtype!r}")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
-                                                  for d in shape):
-            raise ValueError(f"tensor {name!r}: bad shape {shape!r}")
+        if not isinstance(dtype, str) or dtype not in ST_ITEMSIZE:
+            raise ValueError(f"tensor {name[:80]!r}: unknown dtype {str(dtype)[:40]}")
+        if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise ValueError(f"tensor {name[:80]!r}: bad shape {str(shape)[:80]}")
         if (not isinstance(offs, list) or len(offs) != 2
                 or not all(isinstance(o, int) and not isinstance(o, bool) for o in offs)):
             raise ValueError(f"tensor {name!r}: bad data_offsets {offs!r}")
