@@ -188,8 +188,7 @@ def test_marker_naming_a_manifest_outside_the_step_is_refused(tmp_path: Path) ->
     assert os.stat(secret).st_atime_ns == before
 
 
-@pytest.mark.xfail(strict=True, reason="storage/posix.py opens keys with open()/os.open without O_NOFOLLOW: a "
-                   "symlink placed inside the checkpoint directory is followed for reads (posix.py is not ours)")
+# Both symlink tests fail on storage/posix.py before its _path() refused links (owners' fix).
 def test_posix_read_does_not_follow_a_symlink_out_of_the_root(tmp_path: Path) -> None:
     outside = tmp_path / "outside.txt"
     outside.write_text("root-only secret")
@@ -197,12 +196,10 @@ def test_posix_read_does_not_follow_a_symlink_out_of_the_root(tmp_path: Path) ->
     (root / "commits").mkdir(parents=True)
     (root / "commits" / "000000000001.json").symlink_to(outside)
     storage = PosixStorage(str(root))
-    with pytest.raises(Exception):  # noqa: B017 - any refusal will do; reading the file is the bug
+    with pytest.raises(InvalidKeyError):
         storage.get("commits/000000000001.json")
 
 
-@pytest.mark.xfail(strict=True, reason="storage/posix.py follows a symlinked directory inside the checkpoint root "
-                   "when writing: objects land outside it (posix.py is not ours)")
 def test_posix_write_does_not_follow_a_symlinked_directory(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()

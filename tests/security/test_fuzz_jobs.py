@@ -175,9 +175,8 @@ async def test_shell_metacharacters_in_every_string_field_reach_sbatch_as_data(t
     assert accepted > 20  # the test is not vacuous: many hostile values are legal data
 
 
-# sbatch accepts any unambiguous prefix of a long option (getopt_long), also in #SBATCH lines.
-@pytest.mark.xfail(strict=True, reason="jobs/script.py FORBIDDEN_DIRECTIVES matches full option names only: "
-                   "'#SBATCH --export-fi=FILE' / '--get-user' abbreviations pass validation (jobs/ is not ours)")
+# sbatch accepts any unambiguous prefix of a long option (getopt_long), also in #SBATCH lines
+# (refused since 35f6a4e; before it, these abbreviations passed validation).
 @pytest.mark.parametrize("directive", ["--export-fi=/etc/shadow", "--get-user", "--ui=0"])
 def test_abbreviated_forbidden_directives_are_refused(directive: str) -> None:
     spec = jobs_pb2.JobSpec(script=f"#!/bin/bash\n#SBATCH {directive}\nid\n")
@@ -185,9 +184,8 @@ def test_abbreviated_forbidden_directives_are_refused(directive: str) -> None:
         validate_spec(spec, FACTS, LIMITS)
 
 
-@pytest.mark.xfail(strict=True, reason="jobs/script.py inject_environment rebuilds the script with str.splitlines(), "
-                   "which also splits on \\x0c, \\x1c-\\x1e, \\x85, \\u2028/\\u2029: the user's script bytes change "
-                   "(jobs/ is not ours)")
+# Fails on jobs/script.py versions that rebuilt the script with str.splitlines(), which also splits on
+# \x0c, \x1c-\x1e, \x85, \u2028/\u2029 and so changed the user's script bytes.
 def test_injection_keeps_the_user_script_byte_for_byte() -> None:
     body = 'echo "a\u2028b\x0cc"\n'
     script = inject_environment("#!/bin/bash\n" + body, {"X": "1"})
