@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .base import Buffer, IncompleteUpload, ObjectInfo, validate_key
-from .errors import AccessDeniedError, ObjectExistsError, ObjectNotFoundError, StorageError
+from .errors import AccessDeniedError, InvalidKeyError, ObjectExistsError, ObjectNotFoundError, StorageError
 from .threads import nice_initializer, run_all
 
 log = logging.getLogger(__name__)
@@ -77,8 +77,18 @@ class PosixStorage:
         return self.root
 
     def _path(self, key: str, *, allow_empty: bool = False) -> str:
+        """The file for ``key``, refusing symbolic links below the root.
+
+        A link planted inside a checkpoint directory must not let a read or write reach outside it.
+        """
         validate_key(key, allow_empty=allow_empty)
-        return os.path.join(self.root, *[s for s in key.split("/") if s])
+        path = self.root
+        for part in (s for s in key.split("/") if s):
+            path = os.path.join(path, part)
+            if os.path.islink(path):
+                raise InvalidKeyError(f"{key}: {path} is a symbolic link; checkpoint paths never follow links",
+                                      key=key)  # fmt: skip
+        return path
 
     def _fsync_dir(self, path: str) -> None:
         if not self.options.fsync:

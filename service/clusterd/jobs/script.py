@@ -37,7 +37,7 @@ class ScriptError(ValueError):
 
 def _header_lines(script: str) -> tuple[list[str], int]:
     """Lines of the leading comment block (sbatch stops at the first command), and its end index."""
-    lines = script.splitlines()
+    lines = script.split("\n")
     end = 0
     for i, line in enumerate(lines):
         stripped = line.strip()
@@ -106,14 +106,13 @@ def inject_environment(script: str, env: dict[str, str]) -> str:
     Values travel inside the script (quoted), never in sbatch's own environment: sbatch runs as root
     and reads SLURM_*/SBATCH_*/LD_* variables itself.
     """
-    lines = script.splitlines()
+    lines = script.split("\n")  # only newlines: str.splitlines() would also split on \x0c, \u2028, ...
     _, end = _header_lines(script)
     exports = ["# --- environment added by clusterd ---"]
     exports += [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
     exports += _RUNTIME_ENV
     exports.append("# --- end of clusterd environment ---")
-    body = lines[:end] + exports + lines[end:]
-    return "\n".join(body) + "\n"
+    return "\n".join(lines[:end] + exports + lines[end:])
 
 
 def command_script(command: list[str]) -> str:
