@@ -1,5 +1,8 @@
 """Slurm hostlist expressions: ``node[1-3,7],gpu-a[01-02]`` <-> a list of names.
 
+Shared by the CLI (``--exclude node[1-3]``) and the service (Slurm's output), so both read the
+syntax the same way.
+
 Slurm prints every node and switch set in this syntax (``scontrol show topology``, ``squeue``,
 ``sinfo``) and accepts it in ``--nodelist``/``--exclude``, so both directions must agree with
 Slurm exactly: zero padding is part of a name (``gpu-a01`` is not ``gpu-a1``), a range takes the
@@ -14,7 +17,10 @@ from collections.abc import Iterable
 from functools import lru_cache
 from itertools import product
 
-from clusterd.topology.errors import HostlistError
+
+class HostlistError(ValueError):
+    """A hostlist expression is malformed or expands to too many names."""
+
 
 _MAX_EXPANDED = 1_000_000  # a typo like node[1-99999999] must fail, not eat the memory
 _LAST_DIGITS = re.compile(r"^(.*?)(\d+)(\D*)$")

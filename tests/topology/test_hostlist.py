@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from clusterctl.hostlist import natural_key
 from clusterd.topology import HostlistError, compress_hostlist, expand_hostlist
-from clusterd.topology.hostlist import natural_key
 
 
 @pytest.mark.parametrize(

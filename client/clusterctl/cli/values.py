@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable
 from typing import TypeVar
 
+from clusterctl.hostlist import expand_hostlist
+
 T = TypeVar("T")
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -24,7 +26,6 @@ _SLURM_TIME = re.compile(r"^(\d+|\d+:\d+|\d+:\d+:\d+|\d+-\d+|\d+-\d+:\d+|\d+-\d+
 _HUMAN_TIME = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$", re.IGNORECASE)
 _DURATION = re.compile(r"^(\d+)\s*([smhd]?)$", re.IGNORECASE)
 _DURATION_FACTOR = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_MAX_HOSTS = 100_000  # a typo like node[1-99999999] must fail, not fill the request
 
 
 def argtype(parse: Callable[[str], T]) -> Callable[[str], T]:
@@ -138,70 +139,11 @@ def gres_gpus(text: str) -> int:
 
 
 def hostlist(text: str) -> list[str]:
-    """Expand a Slurm hostlist (``node[1-3,7],gpu[01-02]``) into names, in the order written.
-
-    Zero padding is kept (``gpu[01-02]`` -> gpu01, gpu02) because Slurm treats it as part of the
-    name. Several bracket groups in one name multiply out.
-    """
-    names: list[str] = []
-    for part in _split_commas(text):
-        names.extend(_expand_one(part, text))
-        if len(names) > _MAX_HOSTS:
-            raise ValueError(f"hostlist {text!r} expands to too many names")
+    """Expand a Slurm hostlist (``node[1-3,7],gpu[01-02]``) into names, in the order written."""
+    names = expand_hostlist(text)
     if not names:
         raise ValueError(f"empty hostlist {text!r}")
     return names
-
-
-def _split_commas(expr: str) -> list[str]:
-    parts: list[str] = []
-    depth, start = 0, 0
-    for i, ch in enumerate(expr):
-        if ch == "[":
-            depth += 1
-            if depth > 1:
-                raise ValueError(f"nested brackets in hostlist {expr!r}")
-        elif ch == "]":
-            depth -= 1
-            if depth < 0:
-                raise ValueError(f"unbalanced ']' in hostlist {expr!r}")
-        elif ch == "," and depth == 0:
-            parts.append(expr[start:i])
-            start = i + 1
-    if depth:
-        raise ValueError(f"unbalanced '[' in hostlist {expr!r}")
-    parts.append(expr[start:])
-    return [p.strip() for p in parts if p.strip()]
-
-
-def _expand_one(name: str, expr: str) -> list[str]:
-    results = [""]
-    for literal, body in re.findall(r"([^\[]*)(?:\[([^\]]*)\])?", name):
-        results = [r + literal for r in results]
-        if body:
-            numbers = _expand_ranges(body, expr)
-            if len(results) * len(numbers) > _MAX_HOSTS:
-                raise ValueError(f"hostlist {expr!r} expands to too many names")
-            results = [r + n for r in results for n in numbers]
-    return results
-
-
-def _expand_ranges(body: str, expr: str) -> list[str]:
-    out: list[str] = []
-    for item in body.split(","):
-        lo, sep, hi = item.strip().partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise ValueError(f"bad range {item!r} in hostlist {expr!r}")
-        if not sep:
-            out.append(lo)
-            continue
-        start, end = int(lo), int(hi)
-        if end < start:
-            raise ValueError(f"descending range {item!r} in hostlist {expr!r}")
-        if end - start >= _MAX_HOSTS:
-            raise ValueError(f"range {item!r} in hostlist {expr!r} is too large")
-        out.extend(str(n).zfill(len(lo)) for n in range(start, end + 1))
-    return out
 
 
 def split_list(text: str) -> list[str]:

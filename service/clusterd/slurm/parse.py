@@ -10,8 +10,8 @@ import json
 import re
 from typing import Any
 
+from clusterctl.hostlist import expand_hostlist
 from clusterd.slurm.types import JobState, NodeState, SlurmJob, SlurmNode
-from clusterd.topology.hostlist import expand_hostlist
 
 _JOB_STATES = {s.value: s for s in JobState}
 _GRES_GPU_RE = re.compile(r"(?:^|,)gpu(?::[^:,()]+)?:(\d+)")

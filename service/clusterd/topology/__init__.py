@@ -4,13 +4,13 @@ Pure logic: nothing here calls Slurm or gRPC. Inputs are the seam types of
 :mod:`clusterd.slurm.types`; outputs are plain dataclasses the servicer maps to protos.
 """
 
+from clusterctl.hostlist import compress_hostlist, expand_hostlist
 from clusterd.topology.errors import (
     HostlistError,
     InvalidPlacementRequest,
     TopologyError,
     TopologyParseError,
 )
-from clusterd.topology.hostlist import compress_hostlist, expand_hostlist
 from clusterd.topology.model import IMPLICIT_LEAF, SwitchStats, TopologyModel
 from clusterd.topology.parse import parse_topology
 from clusterd.topology.planner import PlacementRequest, Plan, Policy, plan

@@ -6,13 +6,11 @@ A well-formed placement request never raises: what does not fit becomes an infea
 
 from __future__ import annotations
 
+from clusterctl.hostlist import HostlistError  # noqa: F401 - re-exported: the topology API raises it
+
 
 class TopologyError(Exception):
     """Root of the topology package's errors."""
-
-
-class HostlistError(TopologyError, ValueError):
-    """A Slurm hostlist expression that cannot be expanded (unbalanced brackets, bad range)."""
 
 
 class TopologyParseError(TopologyError, ValueError):

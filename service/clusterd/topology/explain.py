@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from clusterctl.hostlist import compress_hostlist, natural_key
 from clusterd.slurm.types import SlurmNode
-from clusterd.topology.hostlist import compress_hostlist, natural_key
 from clusterd.topology.model import TopologyModel, could_fit, schedulable
 
 if TYPE_CHECKING:  # planner imports this module; only the type is needed here

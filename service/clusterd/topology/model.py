@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from clusterctl.hostlist import natural_key
 from clusterd.slurm.types import NodeState, SlurmNode, SlurmSwitch
-from clusterd.topology.hostlist import natural_key
 
 IMPLICIT_LEAF = "(unswitched)"
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import shlex
 
+from clusterctl.hostlist import compress_hostlist, expand_hostlist
 from clusterd.slurm.types import SlurmSwitch
 from clusterd.topology.errors import HostlistError, TopologyParseError
-from clusterd.topology.hostlist import compress_hostlist, expand_hostlist
 
 __all__ = ["compress_hostlist", "expand_hostlist", "parse_topology"]
 

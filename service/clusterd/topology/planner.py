@@ -41,10 +41,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from clusterctl.hostlist import compress_hostlist, expand_hostlist
 from clusterd.slurm.types import SlurmNode
 from clusterd.topology import explain
 from clusterd.topology.errors import HostlistError, InvalidPlacementRequest
-from clusterd.topology.hostlist import compress_hostlist, expand_hostlist
 from clusterd.topology.model import TopologyModel, could_fit, fits, schedulable
 from clusterd.topology.select import Selection, min_leaf_count, select
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from clusterd.topology.hostlist import natural_key
+from clusterctl.hostlist import natural_key
 from clusterd.topology.model import TopologyModel
 
 
