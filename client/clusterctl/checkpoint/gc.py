@@ -33,6 +33,12 @@ def list_committed(storage: Storage) -> list[int]:
     return sorted(steps)
 
 
+def latest_committed(storage: Storage) -> int | None:
+    """The newest committed step, or None: what a resuming job (or its supervisor) asks first."""
+    steps = list_committed(storage)
+    return steps[-1] if steps else None
+
+
 def apply_retention(storage: Storage, keep: int, *, protect: Collection[int] = ()) -> list[int]:
     """Delete all but the newest ``keep`` committed steps (``keep <= 0`` keeps everything).
 

@@ -27,7 +27,7 @@ from . import commit, layout, torchcompat
 from .config import CheckpointConfig
 from .coordination import Coordinator, TorchCoordinator
 from .errors import CheckpointError, InvalidStateError, SaveError, SaveInProgressError
-from .gc import GarbageReport, apply_retention, collect_garbage, list_committed
+from .gc import GarbageReport, apply_retention, collect_garbage, latest_committed, list_committed
 from .restore import VerifyReport, restore_state, verify_step
 from .staging import StagingPool
 from .writer import Snapshot, take_snapshot, upload_snapshot
@@ -287,8 +287,8 @@ class CheckpointManager:
         return list_committed(self.storage)
 
     def latest_step(self) -> int | None:
-        steps = self.steps()
-        return steps[-1] if steps else None
+        """Newest committed step, or None (one LIST)."""
+        return latest_committed(self.storage)
 
     def restore(self, step: int | None = None, *, rank: int | None = None) -> Any:
         """The state of ``step`` (default: the newest valid step) for this rank, or None if none.

@@ -157,14 +157,14 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_latest(args: argparse.Namespace) -> int:
     """Print the newest committed step; job scripts export it as CLUSTERCTL_RESUME_STEP."""
-    from ..checkpoint.gc import list_committed
+    from ..checkpoint.gc import latest_committed
 
     storage = _open(args.uri)
     try:
-        steps = list_committed(storage)
+        step = latest_committed(storage)
     finally:
         storage.close()
-    print(steps[-1] if steps else -1)
+    print(-1 if step is None else step)
     return EXIT_OK
 
 

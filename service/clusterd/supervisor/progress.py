@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 
-from clusterctl.checkpoint.gc import list_committed
+from clusterctl.checkpoint.gc import latest_committed
 from clusterctl.storage import StorageError, open_storage
 
 log = logging.getLogger(__name__)
@@ -19,10 +19,10 @@ log = logging.getLogger(__name__)
 def _latest_step(uri: str) -> int:
     storage = open_storage(uri)
     try:
-        steps = list_committed(storage)
+        step = latest_committed(storage)
     finally:
         storage.close()
-    return steps[-1] if steps else -1
+    return -1 if step is None else step
 
 
 class ProgressTracker:
