@@ -21,6 +21,13 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
         echo "bootstrap: pip install failed (full log: .venv/pip.log)" >&2
         exit 1
     fi
+    # torch is optional for users; the tests exercise it (bfloat16, tensors, torch.distributed) when a
+    # CPU wheel is on this machine kind's local wheel shelf, never pulling a multi-GB CUDA build.
+    cpu_torch=$(ls /opt/wheels/torch-*+cpu-*.whl 2>/dev/null | head -n 1 || true)
+    if [ -n "$cpu_torch" ] && ! .venv/bin/python -c 'import torch' >/dev/null 2>&1; then
+        .venv/bin/python -m pip install -q "$cpu_torch" >>.venv/pip.log 2>&1 \
+            || echo "bootstrap: torch CPU wheel did not install; torch tests will skip" >&2
+    fi
     touch "$stamp"
 fi
 echo "$PWD/.venv"
