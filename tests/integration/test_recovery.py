@@ -100,15 +100,24 @@ def check_resume(stack: Stack, name: str, job: jobs_pb2.JobStatus, victim: str, 
     assert job.restarts[0].checkpoint_step == resumed
 
 
-def test_node_death_requeues_on_healthy_nodes_and_resumes(daemon: Daemon, stack: Stack,
-                                                          killed_nodes: list[str]) -> None:  # fmt: skip
-    name, every, total = f"nodekill-{uuid.uuid4().hex[:6]}", 20, 500
+EVERY, TOTAL = 20, 500  # checkpoint interval and length (steps of 0.1 s) of the node-death runs
+
+
+def training_with_checkpoints(daemon: Daemon, stack: Stack, name: str) -> tuple[jobs_pb2.JobStatus, str]:
+    """A 2-node training job that has committed two checkpoints; returns it and the node to kill."""
     client = daemon.client("alice")
-    job = client.submit(train_spec(stack, name, "--steps", str(total), "--every", str(every),
+    job = client.submit(train_spec(stack, name, "--steps", str(TOTAL), "--every", str(EVERY),
                                    "--step-seconds", "0.1")).job  # fmt: skip
     running = wait_for(lambda: (j := client.get(job.job_id)).state == jobs_pb2.JOB_STATE_RUNNING
-                       and j.checkpoint_step >= every * 2 - 1 and j, timeout=120, what="first checkpoints")  # fmt: skip
-    victim = running.nodes[-1]
+                       and j.checkpoint_step >= EVERY * 2 - 1 and j, timeout=120, what="first checkpoints")  # fmt: skip
+    return job, running.nodes[-1]
+
+
+def test_node_death_requeues_on_healthy_nodes_and_resumes(daemon: Daemon, stack: Stack,
+                                                          killed_nodes: list[str]) -> None:  # fmt: skip
+    name = f"nodekill-{uuid.uuid4().hex[:6]}"
+    client = daemon.client("alice")
+    job, victim = training_with_checkpoints(daemon, stack, name)
     killed_nodes.append(victim)
     stack.stack_sh("kill-node", victim)
     t_kill = time.monotonic()
@@ -121,18 +130,13 @@ def test_node_death_requeues_on_healthy_nodes_and_resumes(daemon: Daemon, stack:
     restart = done.restarts[0]
     assert restart.cause == jobs_pb2.TERMINATION_CAUSE_NODE_FAILURE and victim in restart.failed_nodes
     assert victim in done.excluded_nodes
-    check_resume(stack, name, done, victim, every, total)
+    check_resume(stack, name, done, victim, EVERY, TOTAL)
 
 
 def test_service_restarted_during_recovery_still_brings_the_job_home(daemon: Daemon, stack: Stack,
                                                                      killed_nodes: list[str]) -> None:  # fmt: skip
-    name, every, total = f"svckill-{uuid.uuid4().hex[:6]}", 20, 500
-    client = daemon.client("alice")
-    job = client.submit(train_spec(stack, name, "--steps", str(total), "--every", str(every),
-                                   "--step-seconds", "0.1")).job  # fmt: skip
-    running = wait_for(lambda: (j := client.get(job.job_id)).state == jobs_pb2.JOB_STATE_RUNNING
-                       and j.checkpoint_step >= every * 2 - 1 and j, timeout=120, what="first checkpoints")  # fmt: skip
-    victim = running.nodes[-1]
+    name = f"svckill-{uuid.uuid4().hex[:6]}"
+    job, victim = training_with_checkpoints(daemon, stack, name)
     killed_nodes.append(victim)
     daemon.stop(sig=9)  # the service dies too
     stack.stack_sh("kill-node", victim)
@@ -141,7 +145,7 @@ def test_service_restarted_during_recovery_still_brings_the_job_home(daemon: Dae
     done = finished(daemon, job.job_id)
     assert done.state == jobs_pb2.JOB_STATE_COMPLETED, done
     assert len(done.restarts) == 1 and done.restarts[0].cause == jobs_pb2.TERMINATION_CAUSE_NODE_FAILURE
-    check_resume(stack, name, done, victim, every, total)
+    check_resume(stack, name, done, victim, EVERY, TOTAL)
 
 
 def test_time_limit_checkpoints_on_usr1_and_requeues(daemon: Daemon, stack: Stack) -> None:
