@@ -12,7 +12,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.auth.identity import Identity
@@ -68,11 +67,19 @@ class JobManager:
         work = self._submit_locked(rec, spec, resolved, placement_args, explanation, unix_user)
         return await asyncio.shield(work), False
 
-    async def _submit_locked(self, rec: JobRecord, *args: Any) -> JobRecord:
+    async def _submit_locked(
+        self,
+        rec: JobRecord,
+        spec: jobs_pb2.JobSpec,
+        resolved: ResolvedJob,
+        placement_args: list[str],
+        explanation: str,
+        unix_user: UnixUser,
+    ) -> JobRecord:
         # Holding the record's lock tells the poller this submission is alive: it must not
         # settle the record as crashed while sbatch is still running.
         async with self._store.record_lock(rec.record_id):
-            return await self._submit_reserved(rec, *args)
+            return await self._submit_reserved(rec, spec, resolved, placement_args, explanation, unix_user)
 
     async def _submit_reserved(
         self,
