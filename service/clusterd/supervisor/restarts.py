@@ -8,6 +8,7 @@ acting) makes every decision happen once, also across a service restart in the m
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 from clusterd.config import RestartDefaults
@@ -25,6 +26,9 @@ log = logging.getLogger(__name__)
 
 _REISSUE_AFTER_SECONDS = 15.0  # a decided requeue that Slurm has not shown by then is sent again
 _RELEASE_EVERY_SECONDS = 3.0  # how often a held (BeginTime) requeued job is released again
+# A requeued job launched within the same second its previous run's credential was revoked is
+# killed by slurmd ("Job credential revoked"): start the next run a few seconds after the decision.
+_MIN_RESTART_DELAY_SECONDS = 3.0
 
 
 class Supervisor:
@@ -127,7 +131,8 @@ class Supervisor:
         if exclude is None and rec.excluded_nodes:
             exclude = rec.excluded_nodes
         last = rec.restarts[-1].time if rec.restarts else time.time()
-        remaining = max(0, int(last + rec.backoff_seconds - time.time()))
+        wait = max(rec.backoff_seconds, _MIN_RESTART_DELAY_SECONDS)
+        remaining = max(0, math.ceil(last + wait - time.time()))
         self._released_at[rec.job_id] = time.monotonic()
         try:
             await self._backend.update_job(rec.job_id, exclude_nodes=exclude, start_after=remaining)
