@@ -64,22 +64,14 @@ class JobManager:
         rec, created = await self._store.reserve(ident.user, spec.request_id, spec)
         if not created:
             return await self._await_existing(rec), True
-        work = self._submit_locked(rec, spec, resolved, placement_args, explanation, unix_user)
-        return await asyncio.shield(work), False
 
-    async def _submit_locked(
-        self,
-        rec: JobRecord,
-        spec: jobs_pb2.JobSpec,
-        resolved: ResolvedJob,
-        placement_args: list[str],
-        explanation: str,
-        unix_user: UnixUser,
-    ) -> JobRecord:
-        # Holding the record's lock tells the poller this submission is alive: it must not
-        # settle the record as crashed while sbatch is still running.
-        async with self._store.record_lock(rec.record_id):
-            return await self._submit_reserved(rec, spec, resolved, placement_args, explanation, unix_user)
+        async def submit_locked() -> JobRecord:
+            # Holding the record's lock tells the poller this submission is alive: it must not
+            # settle the record as crashed while sbatch is still running.
+            async with self._store.record_lock(rec.record_id):
+                return await self._submit_reserved(rec, spec, resolved, placement_args, explanation, unix_user)
+
+        return await asyncio.shield(submit_locked()), False
 
     async def _submit_reserved(
         self,
