@@ -45,24 +45,23 @@ class MemoryStorage:
                 raise ObjectExistsError(f"{key} already exists", key=key)
             self._objects[key] = (blob, self.clock())
 
-    def get(self, key: str, *, max_size: int | None = None) -> bytes:
+    def _blob(self, key: str) -> bytes:
+        """The stored bytes of ``key`` (after the ``get`` fault hook), or ObjectNotFoundError."""
         validate_key(key)
         self._hook("get", key)
         with self._lock:
             if key not in self._objects:
                 raise ObjectNotFoundError(f"{key} not found", key=key)
-            blob = self._objects[key][0]
+            return self._objects[key][0]
+
+    def get(self, key: str, *, max_size: int | None = None) -> bytes:
+        blob = self._blob(key)
         if max_size is not None and len(blob) > max_size:
             raise StorageError(f"{key} is {len(blob)} bytes, more than the {max_size} expected", key=key)
         return blob
 
     def read_into(self, key: str, out: memoryview, *, offset: int = 0) -> None:
-        validate_key(key)
-        self._hook("get", key)
-        with self._lock:
-            if key not in self._objects:
-                raise ObjectNotFoundError(f"{key} not found", key=key)
-            blob = self._objects[key][0]
+        blob = self._blob(key)
         end = offset + len(out)
         if end > len(blob):
             raise StorageError(f"{key} is {len(blob)} bytes, cannot read [{offset}, {end})", key=key)
