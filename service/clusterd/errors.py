@@ -40,12 +40,15 @@ class SlurmError(ServiceError):
     """A Slurm command failed; ``stderr`` carries Slurm's own words for the caller."""
 
     def __init__(self, command: str, returncode: int | None, stderr: str) -> None:
-        detail = stderr.strip().splitlines()[-1] if stderr.strip() else "no output"
+        lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
+        detail = lines[-1] if lines else "no output"
         rc = "timed out" if returncode is None else f"exit {returncode}"
         super().__init__(f"{command} failed ({rc}): {detail}")
         self.command = command
         self.returncode = returncode
         self.stderr = stderr
+        # Slurm's last words without the "sbatch: error: " prefix: what a user needs to read.
+        self.detail = detail.removeprefix(f"{command}: error: ")
 
 
 class SlurmUnavailable(SlurmError):

@@ -120,7 +120,7 @@ class JobManager:
             raise
         except SlurmError as exc:
             await self._fail(rec, str(exc))
-            raise FailedPrecondition(f"Slurm refused the job: {_slurm_words(exc)}") from exc
+            raise FailedPrecondition(f"Slurm refused the job: {exc.detail}") from exc
         rec.job_id = job_id
         rec.name = resolved.name
         rec.phase = Phase.SUBMITTED
@@ -189,7 +189,7 @@ class JobManager:
             except SlurmError as exc:
                 rec.user_cancelled = False
                 await self._store.save(rec)
-                raise FailedPrecondition(f"Slurm cannot cancel job {job_id}: {_slurm_words(exc)}") from exc
+                raise FailedPrecondition(f"Slurm cannot cancel job {job_id}: {exc.detail}") from exc
         self._poller.kick()
         return rec
 
@@ -202,7 +202,7 @@ class JobManager:
             try:
                 await self._backend.requeue(job_id)
             except SlurmError as exc:
-                raise FailedPrecondition(f"Slurm cannot requeue job {job_id}: {_slurm_words(exc)}") from exc
+                raise FailedPrecondition(f"Slurm cannot requeue job {job_id}: {exc.detail}") from exc
             entry = RestartEntry("MANUAL_REQUEUE", rec.nodes, time.time(), rec.checkpoint_step, rec.exit_code,
                                  f"requested by {ident.user}")  # fmt: skip
             rec.acked_restarts = rec.restart_count + 1
@@ -221,8 +221,3 @@ def _submit_environment(user: UnixUser, job_path: str) -> dict[str, str]:
     if job_path:
         env["PATH"] = job_path
     return env
-
-
-def _slurm_words(exc: SlurmError) -> str:
-    lines = [ln.strip() for ln in exc.stderr.strip().splitlines() if ln.strip()]
-    return lines[-1].removeprefix("sbatch: error: ") if lines else str(exc)
