@@ -1,0 +1,1 @@
+"""What an operator sees of clusterd: Prometheus metrics and structured logs."""

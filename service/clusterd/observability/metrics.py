@@ -1,0 +1,71 @@
+"""Prometheus metrics, defined once here so every module counts into the same families.
+
+The families live in their own registry (not the process-global default) so two daemons in one test
+process never share counters, and so ``/metrics`` carries only what clusterd promises.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+# Slurm answers in milliseconds (squeue) to tens of seconds (a wedged slurmctld): one bucket ladder.
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+RPCS = Counter(
+    "clusterd_rpcs",
+    "gRPC calls handled, by method and final status code",
+    ["method", "code"],
+    registry=REGISTRY,
+)
+RPC_LATENCY = Histogram(
+    "clusterd_rpc_latency_seconds",
+    "gRPC call latency, by method (streams: time to the end of the stream)",
+    ["method"],
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+JOBS_BY_STATE = Gauge(
+    "clusterd_jobs",
+    "Jobs the service tracks, by state, as of the last queue poll",
+    ["state"],
+    registry=REGISTRY,
+)
+REQUEUES = Counter(
+    "clusterd_requeues",
+    "Automatic requeues the supervisor performed, by cause",
+    ["cause"],
+    registry=REGISTRY,
+)
+POLL_LATENCY = Histogram(
+    "clusterd_queue_poll_latency_seconds",
+    "Time for one queue poll (squeue + sinfo or the backend's equivalent), parse included",
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+SLURM_CALLS = Counter(
+    "clusterd_slurm_calls",
+    "Calls into Slurm, by backend, command (sbatch, squeue, POST job/submit...) and outcome",
+    ["backend", "command", "outcome"],
+    registry=REGISTRY,
+)
+SLURM_CALL_LATENCY = Histogram(
+    "clusterd_slurm_call_latency_seconds",
+    "Latency of calls into Slurm, by backend and command",
+    ["backend", "command"],
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+CHECKPOINT_COMMITS = Counter(
+    "clusterd_checkpoint_commits_seen",
+    "New committed checkpoint steps the supervisor has seen, by job",
+    ["job_id"],
+    registry=REGISTRY,
+)
+
+
+def observe_slurm_call(backend: str, command: str, outcome: str, seconds: float) -> None:
+    """Count one call into Slurm; ``outcome`` is ``ok``, ``error`` (Slurm refused) or ``unavailable``."""
+    SLURM_CALLS.labels(backend=backend, command=command, outcome=outcome).inc()
+    SLURM_CALL_LATENCY.labels(backend=backend, command=command).observe(seconds)
