@@ -18,7 +18,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class SlurmConfig:
-    backend: str = "commands"
+    backend: str = "commands"  # commands | slurmrestd | pyslurm | auto (pyslurm when it matches Slurm)
     slurm_conf: str = ""  # exported as SLURM_CONF to every Slurm command when set
     bin_dir: str = ""  # where sbatch & co live; empty = PATH
     default_partition: str = ""
@@ -26,6 +26,15 @@ class SlurmConfig:
     job_path: str = ""  # PATH jobs start with; empty = the service's own PATH
     command_timeout_seconds: float = 30.0
     signal_before_timeout_seconds: int = 120
+    # slurmrestd backend: base URL (http://host:6820 or unix:///run/slurmrestd.sock), the OpenAPI
+    # version to speak (empty = newest the server offers that we know), and how to authenticate:
+    # the cluster's HS256 JWT key (clusterd signs a short-lived token per user, so jobs run as
+    # that user) or, failing that, a file holding one token (every call then acts as its user).
+    restd_url: str = ""
+    restd_api_version: str = ""
+    jwt_key_file: str = ""
+    jwt_token_file: str = ""
+    jwt_lifetime_seconds: int = 600
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,9 @@ class Config:
     shutdown_grace_seconds: float = 5.0
     allow_insecure: bool = False  # plaintext gRPC on a non-loopback address
     audit_log: str = ""  # JSON lines of every mutating call; empty = <state_dir>/audit.log
+    metrics_listen: str = ""  # host:port of the Prometheus /metrics endpoint; empty = off
+    log_format: str = "json"  # json (one object per line, with request_id) | text
+    log_level: str = "INFO"
     tls: TLSConfig = field(default_factory=TLSConfig)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
