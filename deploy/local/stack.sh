@@ -59,9 +59,11 @@ cmd_up() {
     log "bridge $BRIDGE $BRIDGE_ADDR/24; nodes ${NODES[*]} at $(node_addr node1)..$(node_addr "${NODES[-1]}")"
     weed_start # SeaweedFS boots while Slurm starts; weed_wait_ready below
     munge_up
+    ensure_jwt_key
     write_slurm_config
     slurmctld_up
     for n in "${NODES[@]}"; do slurmd_start "$n"; done
+    slurmrestd_up
     SLURM_CONFIG_CHANGED=0
     wait_nodes_usable "$STACK_TIMEOUT" "${NODES[@]}" || die "Slurm nodes did not become IDLE (logs under $LOGS)"
     log "slurm: ${#NODES[@]} nodes up"
@@ -80,6 +82,7 @@ cmd_down() {
     load_subnet
     clusterd_down
     weed_down
+    slurmrestd_down
     slurmd_down "${NODES[@]}"
     slurmctld_down
     munge_down
@@ -113,6 +116,7 @@ cmd_status() {
         status_line "slurmd $n" "$(up_if slurmd_running "$n")" \
             "$(pid_text "$(slurmd_pidfile "$n")")netns $n $(node_addr "$n")"
     done
+    status_line slurmrestd "$(up_if slurmrestd_running)" "$(pid_text "$RUN/slurmrestd.pid")http://$RESTD_LISTEN (JWT)"
     status_line weed "$(up_if weed_running)" "$(pid_text "$RUN/weed.pid")s3 http://$BRIDGE_ADDR:$S3_PORT"
     if clusterd_installed; then
         status_line clusterd "$(up_if clusterd_running)" "$(pid_text "$CLUSTERD_PID")on $CLUSTERD_LISTEN"

@@ -24,6 +24,11 @@ BUCKET=clusterctl
 
 CLUSTERD_LISTEN="127.0.0.1:50051"
 
+# slurmrestd (loopback only) and the HS256 key that both slurmctld and clusterd sign/verify JWTs with.
+RESTD_LISTEN="127.0.0.1:6820"
+RESTD_USER=slurmrestd
+JWT_KEY_FILE="$STATE/slurm/jwt_hs256.key"
+
 RUN="$STATE/run"
 LOGS="$STATE/log"
 # Fallback install location for weed/boto3 when pip may not touch the system Python.

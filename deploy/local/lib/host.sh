@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Host preparation: packages, users, fake GPU devices, state directories.
 
-APT_PACKAGES=(slurmctld slurmd slurm-client munge iproute2 openssl procps iputils-ping)
+# slurmrestd + slurm-wlm-jwt-plugin: the REST API with JWT auth (clusterd's slurmrestd backend).
+APT_PACKAGES=(slurmctld slurmd slurm-client slurmrestd slurm-wlm-jwt-plugin munge iproute2 openssl procps iputils-ping)
 
 install_packages() {
     local missing=() p
@@ -56,6 +57,11 @@ ensure_users() {
     for u in "${JOB_USERS[@]}"; do
         id "$u" >/dev/null 2>&1 || { log "creating user $u"; useradd -m -s /bin/bash "$u"; }
     done
+    # slurmrestd refuses to run as root or SlurmUser: it gets its own unprivileged system account.
+    id "$RESTD_USER" >/dev/null 2>&1 || {
+        log "creating system user $RESTD_USER"
+        useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$RESTD_USER"
+    }
 }
 
 ensure_fake_gpus() {

@@ -51,6 +51,23 @@ munge_down() {
     stop_pidfile munged "$RUN/munged.pid" 10
 }
 
+# ---------------------------------------------------------------- JWT key
+# One 32-byte HS256 key, generated once and kept across up/down (slurm.conf names it in
+# AuthAltParameters). Owned by root (SlurmUser), 0600: whoever reads it can act as any user.
+ensure_jwt_key() {
+    if [[ ! -s "$JWT_KEY_FILE" ]]; then
+        log "creating JWT key $JWT_KEY_FILE"
+        mkdir -p "$(dirname "$JWT_KEY_FILE")"
+        (
+            umask 077
+            dd if=/dev/urandom of="$JWT_KEY_FILE.tmp" bs=32 count=1 status=none
+        )
+        mv -f "$JWT_KEY_FILE.tmp" "$JWT_KEY_FILE"
+    fi
+    chown root:root "$JWT_KEY_FILE"
+    chmod 600 "$JWT_KEY_FILE"
+}
+
 # ---------------------------------------------------------------- configuration
 node_lines() {
     local n
@@ -73,7 +90,7 @@ write_slurm_config() {
     tmp="$(mktemp -d)"
     render "$tpl/slurm.conf" "$tmp/slurm.conf" \
         "CTLD_HOST=$(hostname -s)" "BRIDGE_ADDR=$BRIDGE_ADDR" "STATE=$STATE" \
-        "SLURMD_TIMEOUT=$SLURMD_TIMEOUT" "NODE_LINES=$(node_lines)"
+        "SLURMD_TIMEOUT=$SLURMD_TIMEOUT" "JWT_KEY=$JWT_KEY_FILE" "NODE_LINES=$(node_lines)"
     cp "$tpl/topology.conf" "$tmp/topology.conf"
     cp "$tpl/gres.conf" "$tmp/gres.conf"
     cp "$tpl/cgroup.conf" "$tmp/cgroup.conf"
@@ -168,6 +185,40 @@ slurmd_down() {
     stop_pidfiles 10 "${specs[@]}"
     for n in "$@"; do netns_kill_all "$n"; done
 }
+
+# ---------------------------------------------------------------- slurmrestd
+# The REST API on loopback, JWT only (rest_auth/jwt): every request carries X-SLURM-USER-NAME and
+# X-SLURM-USER-TOKEN, and slurmctld (AuthAltTypes=auth/jwt) acts as that user. SLURM_JWT=daemon
+# makes slurmrestd pass the caller's token on to slurmctld instead of authenticating with munge.
+# It refuses to run as root/SlurmUser, hence -u/-g $RESTD_USER after opening its socket.
+# Only openapi/v0.0.38 is loaded: the slurmdbd plugins (dbv0.0.x) need an accounting daemon
+# this stack does not run.
+slurmrestd_running() { pid_alive "$RUN/slurmrestd.pid"; }
+
+slurmrestd_up() {
+    if slurmrestd_running; then
+        if ((${SLURM_CONFIG_CHANGED:-0})); then
+            stop_pidfile slurmrestd "$RUN/slurmrestd.pid" 10
+        else
+            return 0
+        fi
+    fi
+    log "starting slurmrestd on $RESTD_LISTEN (JWT)"
+    (
+        export SLURM_JWT=daemon SLURM_CONF="$SLURM_CONF_PATH"
+        setsid /usr/sbin/slurmrestd -f "$SLURM_CONF_PATH" -a rest_auth/jwt -s openapi/v0.0.38 \
+            -u "$RESTD_USER" -g "$RESTD_USER" "$RESTD_LISTEN" \
+            </dev/null >>"$LOGS/slurmrestd.log" 2>&1 9>&- &
+        echo $! >"$RUN/slurmrestd.pid"
+    )
+    local host="${RESTD_LISTEN%:*}" port="${RESTD_LISTEN##*:}"
+    wait_for "slurmrestd on $RESTD_LISTEN" 20 tcp_open "$host" "$port" && slurmrestd_running || {
+        show_tail "$LOGS/slurmrestd.log"
+        die "slurmrestd did not start (log: $LOGS/slurmrestd.log)"
+    }
+}
+
+slurmrestd_down() { stop_pidfile slurmrestd "$RUN/slurmrestd.pid" 10; }
 
 # ---------------------------------------------------------------- node states
 # node_state N -> Slurm's long state string in lower case, e.g. "idle", "down*", "mixed".
