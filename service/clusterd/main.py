@@ -10,6 +10,7 @@ import sys
 from clusterd.auth.cli import add_token_commands
 from clusterd.auth.tokens import TokenFileError
 from clusterd.config import ConfigError, load_config
+from clusterd.observability.logs import configure_logging
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -19,8 +20,9 @@ def _serve(args: argparse.Namespace) -> int:
                  "allow_insecure": args.allow_insecure}
     try:
         config = load_config(args.config, overrides=overrides)
+        configure_logging(config.log_format, args.log_level or config.log_level)
         daemon = ClusterDaemon(config)
-    except (ConfigError, TokenFileError) as exc:
+    except (ConfigError, TokenFileError, ValueError) as exc:
         print(f"clusterd: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # state dir / audit log not writable
@@ -36,7 +38,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="clusterd", description="gRPC job service in front of Slurm")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="overrides the config's log_level (default INFO)")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the service")
     serve.add_argument("--config", help="TOML config file (env: CLUSTERD_CONFIG)")
@@ -57,8 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         import os
 
         args.config = os.environ.get("CLUSTERD_CONFIG")
+    # `serve` reconfigures from its config file (JSON lines by default); the other commands talk to a person.
     logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+        level=args.log_level or "INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     return int(args.func(args))
 

@@ -18,6 +18,7 @@ from clusterd.api.jobs_servicer import JobServicer
 from clusterd.auth.tokens import TokenStore
 from clusterd.config import Config
 from clusterd.jobs.manager import JobManager
+from clusterd.observability.metrics import MetricsServer, start_metrics_server
 from clusterd.placement import TopologyPlacer
 from clusterd.security.audit import AuditLog
 from clusterd.security.limits import JobQuota, RateLimiter
@@ -66,6 +67,11 @@ class ClusterDaemon:
         self.port: int = 0
         self._health_task: asyncio.Future[None] | None = None
         self._poll_task: asyncio.Task[None] | None = None
+        self._metrics: MetricsServer | None = None
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self._metrics.port if self._metrics is not None else None
 
     async def start(self) -> None:
         limit = self.config.limits.max_message_bytes
@@ -101,6 +107,9 @@ class ClusterDaemon:
             await self.poller.poll_once()
             await self._set_health(True)
             self.poller.healthy = True
+        if self.config.metrics_listen:
+            self._metrics = start_metrics_server(self.config.metrics_listen)
+            log.info("metrics on http://%s/metrics", self.config.metrics_listen)
         await server.start()
         self._server = server
         mode = "plaintext" if self._credentials is None else ("mTLS" if self.config.tls.client_ca_file else "TLS")
@@ -142,5 +151,8 @@ class ClusterDaemon:
         if self._poll_task is not None:
             await self._poll_task
             self._poll_task = None
+        if self._metrics is not None:
+            await asyncio.to_thread(self._metrics.stop)
+            self._metrics = None
         self.store.close()
         self.audit.close()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -34,6 +35,8 @@ from clusterd.errors import (
     SlurmUnavailable,
     Unauthenticated,
 )
+from clusterd.observability import context as request_context
+from clusterd.observability.metrics import RPC_LATENCY, RPCS
 from clusterd.security.audit import AUDITED_METHODS, AuditLog
 from clusterd.security.limits import JobQuota, RateLimiter
 from clusterd.security.transport import peer_common_name
@@ -134,6 +137,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
     def _wrap_unary(self, behavior: Callable[..., Any], method: str) -> Callable[..., Any]:
         name = method.rsplit("/", 1)[-1]
+        label = _label(method)
         audited = self._audit is not None and method.startswith(_JOB_SERVICE) and name in AUDITED_METHODS
         quota = self._quota if name == "SubmitJob" and method.startswith(_JOB_SERVICE) else None
 
@@ -143,6 +147,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             code = grpc.StatusCode.UNKNOWN
             detail = ""
             response: Any = None
+            call = _Call(context, label)
             try:
                 ident, how = self._identify(context)
                 self._admit(ident)
@@ -165,7 +170,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 raise
             finally:
                 if audited:
-                    self._write_audit(name, request, response, context, ident, how, code, detail)
+                    self._write_audit(name, request, response, context, ident, how, code, detail, call.request_id)
+                call.end(code, ident)
 
         return wrapper
 
@@ -179,6 +185,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         how: str,
         code: grpc.StatusCode,
         detail: str,
+        call_request_id: str,
     ) -> None:
         assert self._audit is not None
         job_id = getattr(request, "job_id", "")
@@ -197,10 +204,16 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             result=code.name,
             error=detail,
             peer=context.peer(),
+            call_request_id=call_request_id,
         )
 
     def _wrap_stream(self, behavior: Callable[..., Any], method: str) -> Callable[..., Any]:
+        label = _label(method)
+
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            ident: Identity | None = None
+            code = grpc.StatusCode.UNKNOWN
+            call = _Call(context, label)
             try:
                 ident, _ = self._identify(context)
                 self._admit(ident)
@@ -210,10 +223,47 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                         yield item
                 finally:
                     reset_identity(token)
+                code = grpc.StatusCode.OK
             except ServiceError as exc:
+                code = status_code(exc)
                 await _abort(context, method, exc)
+            except BaseException as exc:
+                code = _code_of(context, exc)
+                raise
+            finally:
+                call.end(code, ident)
 
         return wrapper
+
+
+def _label(method: str) -> str:
+    """``/clusterctl.v1.JobService/SubmitJob`` -> ``JobService/SubmitJob``: short, still unambiguous."""
+    service, _, name = method.lstrip("/").rpartition("/")
+    return f"{service.rsplit('.', 1)[-1]}/{name}"
+
+
+class _Call:
+    """One RPC's request id (bound for log lines and sent back to the caller), clock and metrics."""
+
+    def __init__(self, context: grpc.aio.ServicerContext, label: str) -> None:
+        self.label = label
+        self.request_id = request_context.request_id_from(context.invocation_metadata())
+        self._tokens = request_context.bind(self.request_id, label)
+        self._started = time.perf_counter()
+        # Trailing metadata reaches the caller on success and on abort alike.
+        context.set_trailing_metadata(((request_context.REQUEST_ID_HEADER, self.request_id),))
+
+    def end(self, code: grpc.StatusCode, ident: Identity | None) -> None:
+        seconds = time.perf_counter() - self._started
+        RPCS.labels(method=self.label, code=code.name).inc()
+        RPC_LATENCY.labels(method=self.label).observe(seconds)
+        log.info(
+            "rpc %s %s",
+            self.label,
+            code.name,
+            extra={"code": code.name, "duration_ms": round(seconds * 1000, 2), "caller": ident.user if ident else None},
+        )
+        request_context.unbind(self._tokens)
 
 
 def _code_of(context: grpc.aio.ServicerContext, exc: BaseException) -> grpc.StatusCode:

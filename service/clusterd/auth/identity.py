@@ -29,6 +29,11 @@ def current_identity() -> Identity:
     return ident
 
 
+def peek_identity() -> Identity | None:
+    """The caller, or None outside an authenticated call (for log lines, which must not raise)."""
+    return _current.get()
+
+
 def set_identity(ident: Identity | None) -> contextvars.Token[Identity | None]:
     return _current.set(ident)
 

@@ -1,14 +1,31 @@
 """Prometheus metrics, defined once here so every module counts into the same families.
 
-The families live in their own registry (not the process-global default) so two daemons in one test
-process never share counters, and so ``/metrics`` carries only what clusterd promises.
+The families live in their own registry rather than prometheus_client's global default, so
+``/metrics`` carries what clusterd documents (plus process RSS/CPU/fds, for sizing) and nothing a
+library happened to register. They are process-wide: a test comparing counts compares deltas.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import threading
+from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import (
+    GC_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    start_http_server,
+)
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+REGISTRY.register(GC_COLLECTOR)
 
 # Slurm answers in milliseconds (squeue) to tens of seconds (a wedged slurmctld): one bucket ladder.
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -59,7 +76,13 @@ SLURM_CALL_LATENCY = Histogram(
 )
 CHECKPOINT_COMMITS = Counter(
     "clusterd_checkpoint_commits_seen",
-    "New committed checkpoint steps the supervisor has seen, by job",
+    "Times the supervisor saw a running job's newest committed checkpoint step advance, by job",
+    ["job_id"],
+    registry=REGISTRY,
+)
+CHECKPOINT_STEP = Gauge(
+    "clusterd_checkpoint_step",
+    "Newest committed checkpoint step the supervisor has seen, by job",
     ["job_id"],
     registry=REGISTRY,
 )
@@ -69,3 +92,29 @@ def observe_slurm_call(backend: str, command: str, outcome: str, seconds: float)
     """Count one call into Slurm; ``outcome`` is ``ok``, ``error`` (Slurm refused) or ``unavailable``."""
     SLURM_CALLS.labels(backend=backend, command=command, outcome=outcome).inc()
     SLURM_CALL_LATENCY.labels(backend=backend, command=command).observe(seconds)
+
+
+@dataclass
+class MetricsServer:
+    """The ``/metrics`` HTTP endpoint (prometheus_client's WSGI server in a daemon thread)."""
+
+    httpd: WSGIServer
+    thread: threading.Thread
+
+    @property
+    def port(self) -> int:
+        return int(self.httpd.server_port)
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+
+def start_metrics_server(listen: str) -> MetricsServer:
+    """Serve ``/metrics`` on ``host:port`` (port 0 picks a free one). Raises OSError, ValueError."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"metrics_listen must be host:port, got {listen!r}")
+    httpd, thread = start_http_server(int(port), addr=host.strip("[]") or "127.0.0.1", registry=REGISTRY)
+    return MetricsServer(httpd, thread)

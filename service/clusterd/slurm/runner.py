@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from clusterd.errors import SlurmError, SlurmUnavailable
+from clusterd.observability.metrics import observe_slurm_call
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +23,8 @@ _UNAVAILABLE_MARKERS = (
     "Slurm backup controller in standby mode",
     "Zero Bytes were transmitted",
 )
+
+_READS = frozenset({"squeue", "sinfo", "scontrol show"})
 
 
 @dataclass
@@ -60,7 +63,39 @@ class CommandRunner:
         prog = argv[0]
         exe = os.path.join(self.bin_dir, prog) if self.bin_dir else prog
         self.counts[prog] += 1
+        command = command_label(argv)
         started = time.monotonic()
+        outcome = "unavailable"
+        result: CommandResult | None = None
+        try:
+            result = await self._exec(exe, argv, stdin, env)
+            if check and result.returncode != 0:
+                if any(marker in result.stderr for marker in _UNAVAILABLE_MARKERS):
+                    raise SlurmUnavailable(prog, result.returncode, result.stderr)
+                outcome = "error"
+                raise SlurmError(prog, result.returncode, result.stderr)
+            outcome = "ok" if result.returncode == 0 else "error"
+            return result
+        finally:
+            seconds = time.monotonic() - started
+            observe_slurm_call("commands", command, outcome, seconds)
+            # The request id of the RPC that caused this command rides along (see observability.logs).
+            quiet = outcome == "ok" and command in _READS  # the poll's reads every interval: debug only
+            log.log(
+                logging.DEBUG if quiet else logging.INFO,
+                "slurm %s %s",
+                command,
+                outcome,
+                extra={
+                    "argv": argv,
+                    "rc": None if result is None else result.returncode,
+                    "duration_ms": round(seconds * 1000, 2),
+                    "stderr": None if result is None or outcome == "ok" else result.stderr.strip()[:500],
+                },
+            )
+
+    async def _exec(self, exe: str, argv: list[str], stdin: str | None, env: dict[str, str] | None) -> CommandResult:
+        prog = argv[0]
         try:
             proc = await asyncio.create_subprocess_exec(
                 exe,
@@ -81,10 +116,11 @@ class CommandRunner:
                 proc.kill()
             await proc.wait()
             raise SlurmUnavailable(prog, None, f"no answer within {self.timeout:.0f}s") from exc
-        result = CommandResult(out.decode(errors="replace"), err.decode(errors="replace"), proc.returncode or 0)
-        log.debug("slurm %s rc=%s %.3fs", prog, result.returncode, time.monotonic() - started)
-        if check and result.returncode != 0:
-            if any(marker in result.stderr for marker in _UNAVAILABLE_MARKERS):
-                raise SlurmUnavailable(prog, result.returncode, result.stderr)
-            raise SlurmError(prog, result.returncode, result.stderr)
-        return result
+        return CommandResult(out.decode(errors="replace"), err.decode(errors="replace"), proc.returncode or 0)
+
+
+def command_label(argv: list[str]) -> str:
+    """``scontrol update jobid=1 ...`` -> ``scontrol update``: a metric label with few values."""
+    if argv[0] == "scontrol" and len(argv) > 1:
+        return f"scontrol {argv[1]}"
+    return argv[0]

@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from clusterd.errors import SlurmError
 from clusterd.jobs.validate import ClusterFacts
+from clusterd.observability.metrics import JOBS_BY_STATE, POLL_LATENCY
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.types import JobState, SlurmJob, SlurmNode, SlurmSwitch
 from clusterd.store.records import JobRecord, Phase
@@ -113,25 +115,33 @@ class QueuePoller:
         self._wake.set()
 
     async def poll_once(self) -> None:
+        started = time.perf_counter()
         jobs = await self._backend.list_jobs()
         nodes = await self._backend.list_nodes()
         switches = self.snapshot.switches
         if self._polls % _TOPOLOGY_EVERY == 0:
             switches = tuple(await self._backend.topology())
+        POLL_LATENCY.observe(time.perf_counter() - started)
         self.snapshot = ClusterSnapshot({j.job_id: j for j in jobs}, tuple(nodes), switches, time.time())
         self._polls += 1
         await self._reconcile()
 
     async def _reconcile(self) -> None:
         snap = self.snapshot
+        states: Counter[str] = Counter()
         for listed in await self._store.live():
             lock = self._store.record_lock(listed.record_id)
             if listed.phase is Phase.SUBMITTING and lock.locked():
+                states[listed.state.value] += 1
                 continue  # its submit handler is still running sbatch
             async with lock:
                 rec = await self._store.get_by_record(listed.record_id)  # fresh: an RPC may have changed it
                 if rec is not None and not rec.terminal:
                     await self._reconcile_one(rec, snap)
+                if rec is not None and not rec.terminal and rec.phase is not Phase.FAILED:
+                    states[rec.state.value] += 1
+        for state in JobState:  # every state, so a state that emptied reads 0 rather than its last value
+            JOBS_BY_STATE.labels(state=state.value).set(states[state.value])
 
     async def _reconcile_one(self, rec: JobRecord, snap: ClusterSnapshot) -> None:
         if rec.phase is Phase.SUBMITTING:

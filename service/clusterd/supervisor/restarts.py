@@ -7,12 +7,14 @@ acting) makes every decision happen once, also across a service restart in the m
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
 
 from clusterd.config import RestartDefaults
 from clusterd.errors import SlurmError
+from clusterd.observability.metrics import CHECKPOINT_COMMITS, CHECKPOINT_STEP, REQUEUES
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.types import JobState, NodeState, SlurmJob
 from clusterd.store.records import JobRecord, RestartEntry
@@ -77,10 +79,16 @@ class Supervisor:
 
     def _forget(self, rec: JobRecord) -> None:
         self._released_at.pop(rec.job_id, None)
+        # A finished job's series goes too: job ids would otherwise grow /metrics without bound.
+        for family in (CHECKPOINT_COMMITS, CHECKPOINT_STEP):
+            with contextlib.suppress(KeyError):
+                family.remove(rec.job_id)
 
     async def _report_progress(self, rec: JobRecord) -> None:
         step = await self._progress.latest_step(rec.spec.checkpoint_uri)
         if step is not None and step > rec.checkpoint_step:
+            CHECKPOINT_COMMITS.labels(job_id=rec.job_id).inc()
+            CHECKPOINT_STEP.labels(job_id=rec.job_id).set(step)
             rec.checkpoint_step = step
             await self._store.save(rec)
             self._bus.publish(JobEvent(EventType.CHECKPOINT, rec, message=f"checkpoint step {step} committed"))
@@ -99,6 +107,7 @@ class Supervisor:
         rec.needs_release = True
         rec.backoff_seconds = policy.backoff_seconds
         await self._store.record_restart(rec, entry)
+        REQUEUES.labels(cause=term.cause.value).inc()
         log.info("job %s: restart %d (%s), excluding %s", rec.job_id, len(rec.restarts), decision.reason,
                  ",".join(excluded) or "nothing")  # fmt: skip
         if not term.slurm_requeued:
