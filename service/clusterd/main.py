@@ -9,6 +9,7 @@ import sys
 
 from clusterd.auth.cli import add_token_commands
 from clusterd.auth.tokens import TokenFileError
+from clusterd.check import add_check_command
 from clusterd.config import ConfigError, load_config
 from clusterd.observability.logs import configure_logging
 
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="allow plaintext gRPC on a non-loopback address (tokens cross the network in clear)")
     serve.set_defaults(func=_serve)
     add_token_commands(sub)
+    add_check_command(sub)
     return parser
 
 

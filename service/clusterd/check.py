@@ -1,0 +1,241 @@
+"""``clusterd check``: everything an operator must get right before ``serve``, each checked and named.
+
+Every check runs even after another failed (a bad tokens file does not hide an unreachable Slurm),
+and each failure says what to fix. Checks only read: nothing is created, no job is submitted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import pwd
+import stat
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from clusterd.auth.tokens import TokenFileError, parse_tokens
+from clusterd.config import Config, ConfigError, load_config
+from clusterd.errors import SlurmError
+from clusterd.security.transport import check_transport, server_credentials
+from clusterd.slurm.base import SlurmBackend
+from clusterd.slurm.factory import make_backend
+
+OK, WARN, FAIL = "ok", "warn", "FAIL"
+_OLDEST_SLURM = (21, 8)  # the first release whose squeue/sinfo print --json
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    status: str  # ok | warn | FAIL
+    detail: str
+
+
+class Findings(list[Finding]):
+    def add(self, check: str, status: str, detail: str) -> None:
+        self.append(Finding(check, status, detail))
+
+    @property
+    def failed(self) -> bool:
+        return any(f.status == FAIL for f in self)
+
+
+def _address(value: str, key: str, out: Findings) -> None:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        out.add("config", FAIL, f"{key} must be host:port, got {value!r}")
+
+
+def check_config(path: str | None) -> tuple[Config | None, Findings]:
+    out = Findings()
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        out.add("config", FAIL, str(exc))
+        return None, out
+    _address(config.listen, "listen", out)
+    if config.metrics_listen:
+        _address(config.metrics_listen, "metrics_listen", out)
+    if config.log_format not in ("json", "text"):
+        out.add("config", FAIL, f"log_format must be json or text, got {config.log_format!r}")
+    if logging.getLevelName(config.log_level.upper()) not in (10, 20, 30, 40, 50):
+        out.add("config", FAIL, f"log_level must be DEBUG, INFO, WARNING or ERROR, got {config.log_level!r}")
+    if not out:
+        out.add("config", OK, f"{path or '(defaults)'}: listen {config.listen}, state_dir {config.state_dir}")
+    return config, out
+
+
+def check_transport_files(config: Config, out: Findings) -> None:
+    try:
+        check_transport(config)
+        server_credentials(config.tls)
+    except ConfigError as exc:
+        out.add("tls", FAIL, str(exc))
+        return
+    if not config.tls.cert_file:
+        out.add("tls", WARN if config.allow_insecure else OK, f"plaintext gRPC on {config.listen}")
+    else:
+        mode = "mTLS" if config.tls.client_ca_file else "TLS"
+        out.add("tls", OK, f"{mode} with {config.tls.cert_file}")
+
+
+def check_tokens(config: Config, out: Findings) -> None:
+    path = Path(config.tokens_file)
+    try:
+        st = path.stat()
+        entries = parse_tokens(path.read_text(), str(path))
+    except OSError as exc:
+        out.add("tokens", FAIL, f"cannot read tokens file {path}: {exc.strerror}")
+        return
+    except TokenFileError as exc:
+        out.add("tokens", FAIL, str(exc))
+        return
+    if not entries:
+        out.add("tokens", FAIL, f"{path}: no [[token]] entries: nobody can call the service (clusterd token add)")
+        return
+    unknown = sorted({e.user for e in entries if not _unix_user(e.user)})
+    if unknown:
+        out.add("tokens", FAIL, f"{path}: no Unix account for {', '.join(unknown)}: their jobs could not run")
+        return
+    if st.st_mode & 0o077:
+        out.add("tokens", WARN, f"{path} is readable by group/others (mode {stat.S_IMODE(st.st_mode):o}): chmod 600")
+    plain = sorted({e.user for e in entries if e.plaintext})
+    if plain:
+        out.add("tokens", WARN, f"{path}: plaintext tokens for {', '.join(plain)}: re-add with clusterd token add")
+    admins = sum(e.admin for e in entries)
+    out.add("tokens", OK, f"{len(entries)} tokens for {len({e.user for e in entries})} users ({admins} admin)")
+
+
+def _unix_user(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def _writable_dir(path: Path) -> str | None:
+    """Why ``path`` cannot be used as a directory we write into, or None when it can."""
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            return f"{path}: no existing parent"
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable by uid {os.geteuid()}"
+    return None
+
+
+def check_paths(config: Config, out: Findings) -> None:
+    problems = [p for p in (_writable_dir(Path(config.state_dir)), _writable_dir(config.audit_path.parent)) if p]
+    if (root := _writable_dir(Path(config.slurm.job_root))) is not None:
+        problems.append(f"slurm.job_root: {root}")
+    missing = [d for d in config.slurm.job_path.split(":") if d and not Path(d).is_dir()]
+    if missing:
+        problems.append(f"slurm.job_path: {', '.join(missing)} not a directory")
+    if config.slurm.slurm_conf and not Path(config.slurm.slurm_conf).is_file():
+        problems.append(f"slurm.slurm_conf: {config.slurm.slurm_conf} does not exist")
+    if problems:
+        for problem in problems:
+            out.add("paths", FAIL, problem)
+    else:
+        out.add("paths", OK, f"state {config.state_dir}, audit {config.audit_path}, jobs {config.slurm.job_root}")
+
+
+async def check_slurm(config: Config, out: Findings, backend: SlurmBackend | None = None) -> None:
+    try:
+        backend = backend or make_backend(config.slurm)
+    except ConfigError as exc:
+        out.add("slurm", FAIL, str(exc))
+        return
+    try:
+        version = await backend.version()
+        nodes = await backend.list_nodes()
+        partitions = await backend.partitions()
+        switches = await backend.topology()
+    except SlurmError as exc:  # SlurmUnavailable included: the message says which command and why
+        out.add("slurm", FAIL, f"{config.slurm.backend} backend: {exc}")
+        return
+    numbers = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    if len(numbers) == 2 and numbers < _OLDEST_SLURM:
+        out.add("slurm", FAIL, f"Slurm {version} is too old: JSON output needs 21.08 or newer")
+        return
+    if config.slurm.default_partition and config.slurm.default_partition not in partitions:
+        out.add("slurm", FAIL, f"slurm.default_partition {config.slurm.default_partition!r} is not one of "
+                               f"{', '.join(partitions)}")  # fmt: skip
+        return
+    usable = sum(n.state.usable for n in nodes)
+    out.add("slurm", OK, f"Slurm {version} via {config.slurm.backend}: {len(nodes)} nodes ({usable} usable), "
+                         f"partitions {', '.join(partitions)}, {len(switches)} switches")  # fmt: skip
+    if not usable:
+        out.add("slurm", WARN, "no node is usable now: jobs will pend")
+
+
+def check_storage(uris: list[str], out: Findings) -> None:
+    """One LIST per URI with the service's own credentials (the supervisor reads commit markers so)."""
+    from clusterctl.checkpoint.gc import latest_committed
+    from clusterctl.storage import StorageError, open_storage
+
+    if not uris:
+        import boto3
+
+        if boto3.Session().get_credentials() is None:
+            out.add("storage", WARN, "no AWS credentials in the environment: progress of s3:// jobs cannot be "
+                                     "read (restart decisions fall back to restart counts)")  # fmt: skip
+        else:
+            out.add("storage", OK, "AWS credentials found (pass --storage-uri to probe a bucket)")
+        return
+    for uri in uris:
+        try:
+            storage = open_storage(uri)
+            try:
+                step = latest_committed(storage)
+            finally:
+                storage.close()
+        except (StorageError, ValueError, OSError) as exc:
+            out.add("storage", FAIL, f"{uri}: {exc}")
+            continue
+        out.add("storage", OK, f"{uri}: readable, newest committed step {step if step is not None else 'none'}")
+
+
+async def run_checks(path: str | None, storage_uris: list[str], backend: SlurmBackend | None = None) -> Findings:
+    config, out = check_config(path)
+    if config is None:
+        return out
+    check_transport_files(config, out)
+    check_tokens(config, out)
+    check_paths(config, out)
+    await check_slurm(config, out, backend)
+    await asyncio.to_thread(check_storage, storage_uris, out)
+    return out
+
+
+def render(findings: Findings) -> str:
+    width = max(len(f.check) for f in findings)
+    return "\n".join(f"{f.status:<4}  {f.check:<{width}}  {f.detail}" for f in findings)
+
+
+def _main(args: argparse.Namespace) -> int:
+    logging.getLogger().setLevel(logging.ERROR)  # the findings are the output; library chatter is not
+    findings = asyncio.run(run_checks(args.config, args.storage_uri or []))
+    if args.json:
+        print(json.dumps([asdict(f) for f in findings], indent=2))
+    else:
+        print(render(findings))
+        print("\nclusterd check: " + ("FAILED" if findings.failed else "all checks passed"), file=sys.stderr)
+    return 1 if findings.failed else 0
+
+
+def add_check_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("check", help="validate config, tokens, TLS files, Slurm and storage; change nothing")
+    parser.add_argument("--config", help="TOML config file (env: CLUSTERD_CONFIG)")
+    parser.add_argument("--storage-uri", action="append", metavar="URI",
+                        help="a checkpoint URI to probe with the service's credentials (repeatable)")  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print findings as JSON")
+    parser.set_defaults(func=_main)

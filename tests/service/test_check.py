@@ -1,0 +1,99 @@
+"""``clusterd check``: each misconfiguration is reported by name, and nothing stops the other checks."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from clusterd.check import FAIL, OK, WARN, run_checks
+from clusterd.main import main
+from clusterd.slurm.fake import FakeSlurm
+
+from .conftest import write_tokens
+
+
+def write_config(tmp_path: Path, extra: str = "", *, bin_dir: Path | None = None) -> Path:
+    tokens = tmp_path / "tokens.toml"
+    if not tokens.exists():
+        write_tokens(tokens)
+        tokens.chmod(0o600)
+    cfg = tmp_path / "clusterd.toml"
+    cfg.write_text(
+        f'state_dir = "{tmp_path / "state"}"\ntokens_file = "{tokens}"\n{extra}\n'
+        f'[slurm]\njob_root = "{tmp_path / "jobs"}"\nbin_dir = "{bin_dir or tmp_path / "nobin"}"\n'
+    )
+    return cfg
+
+
+def by_check(findings: list) -> dict[str, list[tuple[str, str]]]:  # type: ignore[type-arg]
+    out: dict[str, list[tuple[str, str]]] = {}
+    for f in findings:
+        out.setdefault(f.check, []).append((f.status, f.detail))
+    return out
+
+
+async def test_good_config_passes_with_fake_slurm(tmp_path: Path) -> None:
+    findings = await run_checks(str(write_config(tmp_path)), [], backend=FakeSlurm.cluster())
+    got = by_check(findings)
+    assert not findings.failed, findings
+    assert got["slurm"][0][0] == OK and "partitions" in got["slurm"][0][1]
+    assert got["tokens"] == [(WARN, got["tokens"][0][1]), (OK, "3 tokens for 3 users (1 admin)")]  # plaintext
+    assert not (tmp_path / "state").exists()  # check changes nothing
+
+
+async def test_every_problem_is_named_and_all_checks_still_run(tmp_path: Path) -> None:
+    (tmp_path / "tokens.toml").write_text('[[token]]\nuser = "no-such-user-xyz"\ntoken_sha256 = "' + "0" * 64 + '"\n')
+    extra = 'metrics_listen = "nohost"\n[tls]\ncert_file = "/nonexistent/cert.pem"\nkey_file = "/nonexistent/key.pem"'
+    findings = await run_checks(str(write_config(tmp_path, extra)), [])
+    got = by_check(findings)
+    assert findings.failed
+    assert got["config"] == [(FAIL, "metrics_listen must be host:port, got 'nohost'")]
+    assert got["tls"][0][0] == FAIL and "tls.key_file /nonexistent/key.pem" in got["tls"][0][1]
+    assert got["tokens"][0][0] == FAIL and "no Unix account for no-such-user-xyz" in got["tokens"][0][1]
+    # Slurm binaries missing from bin_dir: unreachable, said so with the command that failed.
+    assert got["slurm"][0][0] == FAIL and "sbatch" in got["slurm"][0][1] and "not found" in got["slurm"][0][1]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("listen = [", "not valid TOML"),
+        ("bogus_key = 1", "unknown config key 'bogus_key'"),
+        ("poll_interval_seconds = 'soon'", "poll_interval_seconds: expected float"),
+        ('log_format = "xml"', "log_format must be json or text"),
+    ],
+)
+def test_cli_reports_config_errors_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
+                                          expected: str) -> None:  # fmt: skip
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text + "\n")
+    assert main(["check", "--config", str(cfg)]) == 1
+    out = capsys.readouterr()
+    assert expected in out.out and "Traceback" not in out.out + out.err
+    assert "FAILED" in out.err
+
+
+def test_cli_json_and_bad_tokens_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "tokens.toml").write_text("[[token]]\nuser = 'x'\n")
+    cfg = write_config(tmp_path)
+    assert main(["check", "--config", str(cfg), "--json"]) == 1
+    findings = json.loads(capsys.readouterr().out)
+    tokens = [f for f in findings if f["check"] == "tokens"]
+    assert tokens == [{"check": "tokens", "status": "FAIL",
+                       "detail": f"{tmp_path / 'tokens.toml'}: token #1: give exactly one of 'token_sha256' "
+                                 "(preferred) or 'token'"}]  # fmt: skip
+
+
+def test_storage_probe_reports_the_uri(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    missing = tmp_path / "missing" / "deeper"
+    os.environ.pop("CLUSTERD_CONFIG", None)
+    cfg = write_config(tmp_path)
+    main(["check", "--config", str(cfg), "--storage-uri", f"file://{ckpt}", "--storage-uri", f"file://{missing}"])
+    out = capsys.readouterr().out
+    assert f"ok    storage  file://{ckpt}: readable, newest committed step none" in out
+    assert f"file://{missing}" in out
