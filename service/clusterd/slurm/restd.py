@@ -1,0 +1,328 @@
+"""slurmrestd backend: Slurm's REST API (OpenAPI v0.0.38, Slurm 22.05) over HTTP or a unix socket.
+
+Authentication is JWT (``rest_auth/jwt``): with the cluster's HS256 key, clusterd signs a
+short-lived token per user (claims ``sun``, ``iat``, ``exp``) so a job submitted for alice runs as
+alice; calls not made on behalf of a user are signed for SlurmUser (root). With a fixed token file
+instead, every call carries that token (a SlurmUser token may act for any user name it sends).
+
+Responses of ``GET jobs``/``GET nodes`` have exactly the shape of ``squeue --json``/``sinfo --json``
+in 22.05, so :mod:`clusterd.slurm.parse` reads both. v0.0.38 has no requeue and no topology
+endpoint: those two calls go to the commands backend (see :meth:`RestdBackend.requeue`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pwd
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import jwt
+
+from clusterd.config import SlurmConfig
+from clusterd.errors import SlurmError, SlurmUnavailable
+from clusterd.observability.metrics import observe_slurm_call
+from clusterd.slurm import parse
+from clusterd.slurm.commands import CommandsBackend
+from clusterd.slurm.restd_submit import job_description
+from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch, SubmitArgs
+
+T = TypeVar("T")
+
+BACKEND = "slurmrestd"
+# API versions this module speaks, oldest first; detection picks the newest one the server offers.
+KNOWN_API_VERSIONS = ("v0.0.38",)
+SLURM_USER = "root"  # SlurmUser of the clusters we run on: signs calls made for no particular user
+_VERSION_PATH_RE = re.compile(r"^/slurm/(v\d+\.\d+\.\d+)/")
+# Slurm's words for "slurmctld did not answer", as slurmrestd passes them on in its errors array.
+_UNAVAILABLE_MARKERS = (
+    "Unable to contact slurm controller",
+    "Socket timed out",
+    "Connection refused",
+    "Zero Bytes were transmitted",
+)
+
+
+def _error_text(data: Any) -> str:
+    """Slurm's errors array as one line: each entry's description (when given) and error."""
+    if not isinstance(data, dict):
+        return ""
+    parts = []
+    for err in data.get("errors") or []:
+        if not isinstance(err, dict):
+            parts.append(str(err))
+            continue
+        desc = str(err.get("description") or "").strip()
+        text = str(err.get("error") or "").strip()
+        parts.append(f"{desc} ({text})" if desc and text and desc != text else desc or text)
+    return "; ".join(p for p in parts if p)
+
+
+def _error(command: str, status: int | None, text: str, *, unavailable: bool = False) -> SlurmError:
+    """SlurmError (or SlurmUnavailable) whose message names the HTTP status, not an exit code."""
+    cls = SlurmUnavailable if unavailable else SlurmError
+    exc = cls(command, status if status is not None else 0, text)
+    where = f"HTTP {status}" if status is not None else ("no answer" if unavailable else "not sent")
+    exc.args = (f"{command} failed ({where}): {exc.detail}",)
+    return exc
+
+
+def _check_job_id(command: str, job_id: str) -> str:
+    """Job ids go into URL paths: digits only, so nothing can reach another endpoint."""
+    if not job_id.isdigit():
+        raise _error(command, None, f"invalid job id {job_id!r}: expected digits")
+    return job_id
+
+
+class RestdBackend:
+    """:class:`~clusterd.slurm.base.SlurmBackend` over slurmrestd (``restd_url`` in the config)."""
+
+    def __init__(
+        self,
+        config: SlurmConfig,
+        *,
+        client: httpx.AsyncClient | None = None,
+        fallback: CommandsBackend | None = None,
+    ) -> None:
+        if not config.restd_url:
+            raise _error(BACKEND, None, "slurm.restd_url is not set")
+        if not (config.jwt_key_file or config.jwt_token_file):
+            raise _error(BACKEND, None, "slurmrestd needs slurm.jwt_key_file or slurm.jwt_token_file")
+        self._config = config
+        self._client = client or _make_client(config.restd_url, config.command_timeout_seconds)
+        self._owns_client = client is None
+        self._fallback = fallback
+        self._api = config.restd_api_version
+        self._api_lock = asyncio.Lock()
+        self._key: bytes | None = None
+        self._tokens: dict[str, tuple[str, float]] = {}  # user -> (token, monotonic refresh time)
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+    # ------------------------------------------------------------------ authentication
+    def _token_for(self, user: str) -> str:
+        """A JWT for ``user``: signed here (reused for half its lifetime) or the configured token."""
+        cfg = self._config
+        if not cfg.jwt_key_file:
+            return Path(cfg.jwt_token_file).read_text().strip()
+        cached = self._tokens.get(user)
+        now = time.monotonic()
+        if cached and now < cached[1]:
+            return cached[0]
+        if self._key is None:
+            self._key = Path(cfg.jwt_key_file).read_bytes()
+        lifetime = max(int(cfg.jwt_lifetime_seconds), 30)
+        issued = int(time.time())
+        token = jwt.encode({"sun": user, "iat": issued, "exp": issued + lifetime}, self._key, algorithm="HS256")
+        self._tokens[user] = (token, now + lifetime / 2)
+        return token
+
+    def _headers(self, user: str) -> dict[str, str]:
+        return {"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": self._token_for(user)}
+
+    # ------------------------------------------------------------------ HTTP
+    async def _send(
+        self, method: str, path: str, command: str, *, user: str = SLURM_USER, body: dict[str, Any] | None = None
+    ) -> httpx.Response:
+        """One request; transport failures are SlurmUnavailable, HTTP errors SlurmError (Slurm's words)."""
+        try:
+            headers = self._headers(user)
+        except (OSError, jwt.PyJWTError) as exc:
+            raise _error(command, None, f"cannot make a JWT for {user!r}: {exc}") from exc
+        try:
+            resp = await self._client.request(method, path, headers=headers, json=body)
+        except httpx.TimeoutException as exc:
+            raise SlurmUnavailable(command, None, f"slurmrestd at {self._config.restd_url}: {exc!r}") from exc
+        except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+            text = f"slurmrestd at {self._config.restd_url}: {exc!r}"
+            raise _error(command, None, text, unavailable=True) from exc
+        if resp.status_code >= 400:
+            try:
+                detail = _error_text(resp.json())
+            except ValueError:
+                detail = ""
+            detail = detail or resp.text.strip()[:300] or resp.reason_phrase
+            unavailable = resp.status_code in (502, 503, 504) or any(m in detail for m in _UNAVAILABLE_MARKERS)
+            raise _error(command, resp.status_code, detail, unavailable=unavailable)
+        return resp
+
+    async def _api_version(self) -> str:
+        """The configured version, or the newest known one the server lists in its OpenAPI spec."""
+        if self._api:
+            if self._api not in KNOWN_API_VERSIONS:
+                raise _error(BACKEND, None, f"restd_api_version {self._api!r} unknown (known: {KNOWN_API_VERSIONS})")
+            return self._api
+        async with self._api_lock:
+            if not self._api:
+                with _observed("GET openapi"):
+                    resp = await self._send("GET", "/openapi/v3", "GET openapi")
+                    paths = _json(resp, "GET openapi").get("paths") or {}
+                    offered = {m.group(1) for p in paths if (m := _VERSION_PATH_RE.match(str(p)))}
+                    usable = [v for v in KNOWN_API_VERSIONS if v in offered]
+                    if not usable:
+                        text = f"slurmrestd offers {sorted(offered)}; known: {list(KNOWN_API_VERSIONS)}"
+                        raise _error("GET openapi", resp.status_code, text)
+                    self._api = usable[-1]
+        return self._api
+
+    async def _path(self, tail: str) -> str:
+        return f"/slurm/{await self._api_version()}/{tail}"
+
+    def _commands(self) -> CommandsBackend:
+        if self._fallback is None:
+            self._fallback = CommandsBackend(self._config)
+        return self._fallback
+
+    # ------------------------------------------------------------------ SlurmBackend
+    async def submit(self, args: SubmitArgs) -> str:
+        """POST job/submit signed for the job's user (from ``uid``, else the USER it runs as)."""
+        command = "POST job/submit"
+        with _observed(command):
+            user = _job_user(args)
+            body = job_description(args, {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"})
+            resp = await self._send("POST", await self._path("job/submit"), command, user=user, body=body)
+            data = _json(resp, command)
+            job_id = data.get("job_id")
+            # A held job comes back with a job id AND an informational "errors" entry.
+            if isinstance(job_id, int) and not isinstance(job_id, bool) and job_id > 0:
+                return str(job_id)
+            text = _error_text(data) or f"no job id in the answer: {resp.text[:200]!r}"
+            raise _error(command, resp.status_code, text, unavailable=any(m in text for m in _UNAVAILABLE_MARKERS))
+
+    async def cancel(self, job_id: str) -> None:
+        command = "DELETE job"
+        with _observed(command):
+            path = await self._path(f"job/{_check_job_id(command, job_id)}")
+            _check_errors(await self._send("DELETE", path, command), command)
+
+    async def requeue(self, job_id: str) -> None:
+        """v0.0.38 has no requeue endpoint: ``scontrol requeue`` through the commands backend."""
+        command = "scontrol requeue"
+        with _observed(command):
+            await self._commands().requeue(_check_job_id(command, job_id))
+
+    async def update_job(
+        self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_after: int | None = None
+    ) -> None:
+        """POST job/{id}: ``exclude_nodes`` ("" clears the list) and ``begin_time`` (now / now+N)."""
+        command = "POST job"
+        body: dict[str, Any] = {}
+        if exclude_nodes is not None:
+            body["exclude_nodes"] = ",".join(exclude_nodes)
+        if start_after is not None:
+            body["begin_time"] = "now" if start_after <= 0 else f"now+{int(start_after)}"
+        if not body:
+            return
+        with _observed(command):
+            path = await self._path(f"job/{_check_job_id(command, job_id)}")
+            _check_errors(await self._send("POST", path, command, body=body), command)
+
+    async def list_jobs(self) -> list[SlurmJob]:
+        command = "GET jobs"
+        with _observed(command):
+            resp = await self._send("GET", await self._path("jobs"), command)
+            return await _parsed(command, parse.parse_squeue, resp.text)
+
+    async def list_nodes(self) -> list[SlurmNode]:
+        command = "GET nodes"
+        with _observed(command):
+            resp = await self._send("GET", await self._path("nodes"), command)
+            return await _parsed(command, parse.parse_sinfo, resp.text)
+
+    async def topology(self) -> list[SlurmSwitch]:
+        """No REST topology endpoint exists: ``scontrol show topology`` through the commands backend."""
+        with _observed("scontrol show topology"):
+            return await self._commands().topology()
+
+    async def partitions(self) -> list[str]:
+        command = "GET partitions"
+        with _observed(command):
+            data = _check_errors(await self._send("GET", await self._path("partitions"), command), command)
+            return [str(p["name"]) for p in data.get("partitions") or [] if isinstance(p, dict) and p.get("name")]
+
+    async def version(self) -> str:
+        """Slurm's release (e.g. ``22.05.8``) from the ``meta`` block of ``GET ping``."""
+        command = "GET ping"
+        with _observed(command):
+            data = _check_errors(await self._send("GET", await self._path("ping"), command), command)
+            slurm = (data.get("meta") or {}).get("Slurm") or {}
+            release = slurm.get("release")
+            if not release:
+                v = slurm.get("version") or {}
+                if "major" not in v:
+                    raise _error(command, 200, "no Slurm version in the answer's meta block")
+                release = f"{v['major']}.{int(v.get('minor', 0)):02d}.{v.get('micro', 0)}"
+            return str(release)
+
+
+def _make_client(url: str, timeout: float) -> httpx.AsyncClient:
+    """``unix:///path`` -> a client over that socket; ``http(s)://host:port`` -> plain TCP."""
+    if url.startswith("unix://"):
+        transport = httpx.AsyncHTTPTransport(uds=url.removeprefix("unix://"))
+        return httpx.AsyncClient(transport=transport, base_url="http://slurmrestd", timeout=timeout)
+    if not url.startswith(("http://", "https://")):
+        raise _error(BACKEND, None, f"slurm.restd_url {url!r}: expected http://host:port or unix:///path")
+    return httpx.AsyncClient(base_url=url.rstrip("/"), timeout=timeout)
+
+
+def _job_user(args: SubmitArgs) -> str:
+    """The user the job runs as: ``uid`` if given, else the USER sbatch would have run as."""
+    if args.uid is not None:
+        try:
+            entry = pwd.getpwuid(args.uid)
+        except KeyError:
+            raise _error("POST job/submit", None, f"uid {args.uid} has no user name on this host") from None
+        if args.gid is not None and args.gid != entry.pw_gid:
+            why = f"jobs run with the user's primary group {entry.pw_gid}"
+            raise _error("POST job/submit", None, f"cannot express --gid={args.gid} through slurmrestd: {why}")
+        return entry.pw_name
+    return args.environment.get("USER") or pwd.getpwuid(os.geteuid()).pw_name
+
+
+def _json(resp: httpx.Response, command: str) -> dict[str, Any]:
+    try:
+        data = resp.json()
+    except ValueError as exc:
+        raise _error(command, resp.status_code, f"not JSON: {resp.text[:200]!r}") from exc
+    if not isinstance(data, dict):
+        raise _error(command, resp.status_code, "expected a JSON object")
+    return data
+
+
+def _check_errors(resp: httpx.Response, command: str) -> dict[str, Any]:
+    data = _json(resp, command)
+    text = _error_text(data)
+    if text:
+        raise _error(command, resp.status_code, text, unavailable=any(m in text for m in _UNAVAILABLE_MARKERS))
+    return data
+
+
+async def _parsed(command: str, parser: Callable[[str], list[T]], text: str) -> list[T]:
+    """Parse in a worker thread (a big queue's JSON takes tens of ms the event loop needs)."""
+    try:
+        return await asyncio.to_thread(parser, text)
+    except ValueError as exc:
+        raise _error(command, 200, str(exc)) from exc
+
+
+@contextlib.contextmanager
+def _observed(command: str) -> Iterator[None]:
+    """Count one call into Slurm: ok, error (Slurm refused) or unavailable (no answer)."""
+    started = time.monotonic()
+    outcome = "error"
+    try:
+        yield
+        outcome = "ok"
+    except SlurmUnavailable:
+        outcome = "unavailable"
+        raise
+    finally:
+        observe_slurm_call(backend=BACKEND, command=command, outcome=outcome, seconds=time.monotonic() - started)
