@@ -1,4 +1,16 @@
-"""Pure parsers of Slurm's JSON output (22.05 shape, API v0.0.38), tested against captured output.
+"""Pure parsers of Slurm's JSON, for every shape Slurm has printed since 22.05.
+
+Two families, told apart by the data itself (never only by a version string):
+
+* Slurm 22.05 (``openapi/v0.0.38``, what Debian 12 ships; captures in tests/fixtures/slurm):
+  plain numbers, ``job_state`` a string, ``exit_code`` the raw wait(2) status, and ``sinfo --json``
+  a flat ``"nodes"`` list with ``state`` + ``state_flags``.
+* Slurm 23.02+ (``data_parser/v0.0.39`` ... ``v0.0.45`` in 26.05): numbers that may be unset or
+  infinite become ``{"set", "infinite", "number"}``, states become lists (``["PENDING",
+  "REQUEUED"]``), ``exit_code`` becomes ``{"status", "return_code", "signal"}``, and ``sinfo --json``
+  prints ``"sinfo"``: one record per partition and node-state group with nested ``nodes``,
+  ``cpus``, ``memory``, ``gres``, ``reason`` objects. slurmrestd's ``/nodes`` and ``scontrol show
+  nodes --json`` keep one flat record per node in the new value types.
 
 Slurm's state strings become enums here and nowhere else (STYLE 5). 22.05 ignores squeue/sinfo
 filters with --json, so callers always get the whole queue and filter client-side.
@@ -8,17 +20,74 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, replace
 from typing import Any
 
 from clusterctl.hostlist import expand_hostlist
 from clusterd.slurm.types import JobState, NodeState, SlurmJob, SlurmNode
+from clusterd.slurm.version import SlurmVersion, SlurmVersionError, data_parser_number
 
 _JOB_STATES = {s.value: s for s in JobState}
+# Base states win over flags when a newer Slurm lists both (["PENDING", "REQUEUED"]).
+_JOB_FLAG_STATES = frozenset({JobState.REQUEUED, JobState.COMPLETING})
+_NODE_BASE_STATES = frozenset(
+    {"IDLE", "MIXED", "ALLOCATED", "DOWN", "ERROR", "FUTURE", "UNKNOWN", "RESERVED", "COMPLETING"}
+)
 _GRES_GPU_RE = re.compile(r"(?:^|,)gpu(?::[^:,()]+)?:(\d+)")
+_FIRST_DATA_PARSER = (0, 0, 39)
 
 
 class SlurmParseError(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class ResponseMeta:
+    """Which Slurm and which JSON plugin produced a response (from its ``meta``, when present)."""
+
+    api: str | None  # "v0.0.38", "v0.0.45", ... as the response names it
+    slurm: SlurmVersion | None
+
+    @property
+    def data_parser(self) -> bool | None:
+        """True for the 23.02+ value types, False for 22.05's, None when ``meta`` does not say."""
+        if self.api:
+            try:
+                return data_parser_number(self.api) >= _FIRST_DATA_PARSER
+            except SlurmVersionError:
+                pass
+        if self.slurm:
+            return self.slurm.uses_data_parser
+        return None
+
+
+def response_meta(data: dict[str, Any]) -> ResponseMeta:
+    """Read ``meta``: 22.05 has ``plugin.type`` + ``Slurm.version`` (ints); 23.02+ ``plugin.data_parser``
+    + ``slurm.version`` (strings)."""
+    meta = data.get("meta")
+    if not isinstance(meta, dict):
+        return ResponseMeta(None, None)
+    plugin = meta.get("plugin")
+    if not isinstance(plugin, dict):
+        plugin = {}
+    api = None
+    for key in ("data_parser", "type"):
+        m = re.search(r"v\d+\.\d+\.\d+", str(plugin.get(key) or ""))
+        if m:
+            api = m.group(0)
+            break
+    slurm_meta = meta.get("slurm") or meta.get("Slurm")
+    version = None
+    if isinstance(slurm_meta, dict):
+        v = slurm_meta.get("version")
+        try:
+            if isinstance(v, dict) and "major" in v:
+                version = SlurmVersion(int(v["major"]), int(v.get("minor", 0)), int(v.get("micro", 0)))
+            elif slurm_meta.get("release"):
+                version = SlurmVersion.parse(str(slurm_meta["release"]))
+        except (TypeError, ValueError):
+            version = None
+    return ResponseMeta(api, version)
 
 
 def _load(text: str, what: str) -> dict[str, Any]:
@@ -28,6 +97,12 @@ def _load(text: str, what: str) -> dict[str, Any]:
         raise SlurmParseError(f"{what}: not JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise SlurmParseError(f"{what}: expected a JSON object")
+    return data
+
+
+def _check(data: Any, what: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise SlurmParseError(f"{what}: expected a JSON object")
     errors = data.get("errors") or []
     if errors:
         raise SlurmParseError(f"{what}: Slurm reported errors: {errors}")
@@ -35,7 +110,11 @@ def _load(text: str, what: str) -> dict[str, Any]:
 
 
 def _number(value: Any) -> int | None:
-    """22.05 gives plain ints; newer APIs give {"set": bool, "infinite": bool, "number": N}."""
+    """22.05 gives plain ints; newer APIs give {"set": bool, "infinite": bool, "number": N}.
+
+    Unset and infinite both come back as None: to this service an infinite end time or an unset
+    restart count carries no number to act on.
+    """
     if isinstance(value, dict):
         if not value.get("set", True) or value.get("infinite"):
             return None
@@ -43,6 +122,8 @@ def _number(value: Any) -> int | None:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int | float):
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         return int(value)
     return None
 
@@ -53,65 +134,92 @@ def _time(value: Any) -> float | None:
 
 
 def _hosts(value: Any) -> tuple[str, ...]:
+    """A hostlist string (``node[2-3]``), a comma list, or a JSON list of names/hostlists."""
     if not value:
         return ()
     if isinstance(value, list):
-        return tuple(str(v) for v in value)
+        out: list[str] = []
+        for item in value:
+            out.extend(expand_hostlist(str(item)))
+        return tuple(out)
     return tuple(expand_hostlist(str(value)))
 
 
+def _csv(value: Any) -> tuple[str, ...]:
+    """22.05 prints features as ``"a,b"``; newer APIs print ``["a", "b"]``."""
+    if not value:
+        return ()
+    items = value if isinstance(value, list) else str(value).split(",")
+    return tuple(s for s in (str(i).strip() for i in items) if s)
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
 def _reason(raw: Any) -> str:
-    text = str(raw or "")
+    text = _text(raw)
     return "" if text == "None" else text
 
 
 def job_state(raw: Any) -> JobState:
-    """``"RUNNING"`` (22.05) or ``["RUNNING", "COMPLETING"]`` (newer) -> enum; first base state wins."""
+    """``"RUNNING"`` (22.05) or ``["PENDING", "REQUEUED"]`` (newer) -> enum; a base state beats a flag."""
     names = raw if isinstance(raw, list) else [raw]
-    for name in names:
-        state = _JOB_STATES.get(str(name).upper())
-        if state is not None:
+    known = [s for s in (_JOB_STATES.get(str(n).upper()) for n in names) if s is not None]
+    for state in known:
+        if state not in _JOB_FLAG_STATES:
             return state
-    return JobState.UNKNOWN
+    return known[0] if known else JobState.UNKNOWN
 
 
 def _exit(raw: Any) -> tuple[int, int]:
-    """22.05 reports the wait(2) status: exit code in the high byte, signal in the low bits."""
-    if isinstance(raw, dict):  # newer: {"status": [...], "return_code": {...}, "signal": {...}}
+    """(exit code, signal). 22.05 reports the wait(2) status: code in the high byte, signal in the low bits."""
+    if isinstance(raw, dict):  # newer: {"status": [...], "return_code": {...}, "signal": {"id": {...}, ...}}
         code = _number(raw.get("return_code")) or 0
-        sig = _number((raw.get("signal") or {}).get("id")) or 0
-        return code, sig
+        signal = raw.get("signal")
+        sig = _number(signal.get("id")) if isinstance(signal, dict) else None
+        return code, sig or 0
     status = _number(raw) or 0
     return (status >> 8) & 0xFF, status & 0x7F
 
 
+def _job(j: dict[str, Any]) -> SlurmJob:
+    code, sig = _exit(j.get("exit_code"))
+    return SlurmJob(
+        job_id=str(_number(j["job_id"]) if isinstance(j["job_id"], dict) else j["job_id"]),
+        name=_text(j.get("name")),
+        user=_text(j.get("user_name")),
+        state=job_state(j.get("job_state")),
+        reason=_reason(j.get("state_reason")),
+        nodes=_hosts(j.get("nodes")),
+        partition=_text(j.get("partition")),
+        exit_code=code,
+        exit_signal=sig,
+        submit_time=_time(j.get("submit_time")),
+        start_time=_time(j.get("start_time")),
+        end_time=_time(j.get("end_time")),
+        restart_count=_number(j.get("restart_cnt")) or 0,
+        excluded_nodes=_hosts(j.get("excluded_nodes")),
+        requeue=bool(j.get("requeue", False)),
+        comment=_text(j.get("comment")),
+        batch_host=_text(j.get("batch_host")),
+    )
+
+
+def parse_squeue_data(data: dict[str, Any]) -> list[SlurmJob]:
+    """Jobs from a decoded ``squeue --json`` / slurmrestd ``GET /jobs`` response, any version."""
+    data = _check(data, "squeue --json")
+    jobs = data.get("jobs") or []
+    if not isinstance(jobs, list):
+        raise SlurmParseError("squeue --json: 'jobs' is not a list")
+    try:
+        return [_job(j) for j in jobs]
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise SlurmParseError(f"squeue --json: malformed job record: {exc!r}") from exc
+
+
 def parse_squeue(text: str) -> list[SlurmJob]:
-    data = _load(text, "squeue --json")
-    jobs: list[SlurmJob] = []
-    for j in data.get("jobs", []):
-        code, sig = _exit(j.get("exit_code"))
-        jobs.append(
-            SlurmJob(
-                job_id=str(j["job_id"]),
-                name=str(j.get("name", "")),
-                user=str(j.get("user_name", "")),
-                state=job_state(j.get("job_state")),
-                reason=_reason(j.get("state_reason")),
-                nodes=_hosts(j.get("nodes")),
-                partition=str(j.get("partition", "")),
-                exit_code=code,
-                exit_signal=sig,
-                submit_time=_time(j.get("submit_time")),
-                start_time=_time(j.get("start_time")),
-                end_time=_time(j.get("end_time")),
-                restart_count=_number(j.get("restart_cnt")) or 0,
-                excluded_nodes=_hosts(j.get("excluded_nodes")),
-                requeue=bool(j.get("requeue", False)),
-                comment=str(j.get("comment", "") or ""),
-                batch_host=str(j.get("batch_host", "") or ""),
-            )
-        )
-    return jobs
+    return parse_squeue_data(_load(text, "squeue --json"))
 
 
 def node_state(base: str, flags: list[str]) -> NodeState:
@@ -130,38 +238,121 @@ def node_state(base: str, flags: list[str]) -> NodeState:
         return NodeState.UNKNOWN
 
 
+def _split_state(raw: Any, extra_flags: Any = None) -> tuple[str, list[str]]:
+    """``"idle"`` + ``["DRAIN"]`` (22.05) or ``["IDLE", "DRAIN"]`` (newer) -> ("IDLE", ["DRAIN"])."""
+    flags = [str(f) for f in (extra_flags or [])]
+    if isinstance(raw, list):
+        names = [str(s) for s in raw]
+        at = next((i for i, s in enumerate(names) if s.upper() in _NODE_BASE_STATES), 0)
+        base = names[at] if names else "UNKNOWN"
+        return base, names[:at] + names[at + 1 :] + flags
+    return str(raw or "unknown"), flags
+
+
 def gres_gpus(gres: str) -> int:
     """GPU count from a GRES string: ``gpu:4``, ``gpu:a100:4(S:0)``, ``gpu:2(IDX:0-1)``."""
     return sum(int(m.group(1)) for m in _GRES_GPU_RE.finditer(gres or ""))
 
 
-def parse_sinfo(text: str) -> list[SlurmNode]:
-    data = _load(text, "sinfo --json")
-    nodes: list[SlurmNode] = []
-    for n in data.get("nodes", []):
-        raw_state = n.get("state", "unknown")
-        flags = [str(f) for f in n.get("state_flags", []) or []]
-        if isinstance(raw_state, list):  # newer API: ["IDLE", "DRAIN"]
-            flags = [str(f) for f in raw_state[1:]] + flags
-            raw_state = raw_state[0] if raw_state else "unknown"
-        features = str(n.get("active_features") or n.get("features") or "")
-        nodes.append(
-            SlurmNode(
-                name=str(n["name"]),
-                state=node_state(str(raw_state), flags),
-                cpus_total=_number(n.get("cpus")) or 0,
-                cpus_allocated=_number(n.get("alloc_cpus")) or 0,
-                gpus_total=gres_gpus(str(n.get("gres", ""))),
-                gpus_allocated=gres_gpus(str(n.get("gres_used", ""))),
-                memory_mb_total=_number(n.get("real_memory")) or 0,
-                memory_mb_allocated=_number(n.get("alloc_memory")) or 0,
-                partitions=tuple(n.get("partitions") or ()),
-                features=tuple(f for f in features.split(",") if f),
-                reason=str(n.get("reason", "") or ""),
-                flags=tuple(flags),
-            )
+def _flat_node(n: dict[str, Any]) -> SlurmNode:
+    """One node record: 22.05 ``sinfo --json``, or slurmrestd ``/nodes`` / ``scontrol show nodes --json``."""
+    base, flags = _split_state(n.get("state"), n.get("state_flags"))
+    return SlurmNode(
+        name=str(n["name"]),
+        state=node_state(base, flags),
+        cpus_total=_number(n.get("cpus")) or 0,
+        cpus_allocated=_number(n.get("alloc_cpus")) or 0,
+        gpus_total=gres_gpus(_text(n.get("gres"))),
+        gpus_allocated=gres_gpus(_text(n.get("gres_used"))),
+        memory_mb_total=_number(n.get("real_memory")) or 0,
+        memory_mb_allocated=_number(n.get("alloc_memory")) or 0,
+        partitions=_csv(n.get("partitions")),
+        features=_csv(n.get("active_features") or n.get("features")),
+        reason=_text(n.get("reason")),
+        flags=tuple(flags),
+    )
+
+
+def _sub(record: dict[str, Any], *path: str) -> Any:
+    value: Any = record
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def _group_nodes(g: dict[str, Any]) -> list[SlurmNode]:
+    """One ``sinfo`` record (23.02+): a partition x state group of nodes with group-wide figures.
+
+    Per-node sizes come from the group's maximum (the minimum equals it when Slurm grouped identical
+    nodes); allocated CPUs and memory are the group's totals, spread evenly over its nodes. That is
+    exact for a one-node group and for identical nodes; slurmrestd's ``/nodes`` is exact always.
+    """
+    names = _hosts(_sub(g, "nodes", "nodes"))
+    if not names:
+        return []
+    count = len(names)
+    base, flags = _split_state(_sub(g, "node", "state"))
+    partition = _sub(g, "partition", "name") if isinstance(g.get("partition"), dict) else g.get("partition")
+    reason = _sub(g, "reason", "description") if isinstance(g.get("reason"), dict) else g.get("reason")
+    features = _sub(g, "features", "active") or _sub(g, "features", "total")
+    per_node_cpus = _number(_sub(g, "cpus", "maximum")) or (_number(_sub(g, "cpus", "total")) or 0) // count
+    per_node_mem = _number(_sub(g, "memory", "maximum")) or 0
+    return [
+        SlurmNode(
+            name=name,
+            state=node_state(base, flags),
+            cpus_total=per_node_cpus,
+            cpus_allocated=(_number(_sub(g, "cpus", "allocated")) or 0) // count,
+            gpus_total=gres_gpus(_text(_sub(g, "gres", "total"))),
+            gpus_allocated=gres_gpus(_text(_sub(g, "gres", "used"))),
+            memory_mb_total=per_node_mem,
+            memory_mb_allocated=(_number(_sub(g, "memory", "allocated")) or 0) // count,
+            partitions=(str(partition).rstrip("*"),) if partition else (),
+            features=_csv(features),
+            reason=_text(reason),
+            flags=tuple(flags),
         )
-    return nodes
+        for name in names
+    ]
+
+
+def _merge(nodes: list[SlurmNode]) -> list[SlurmNode]:
+    """A node listed under several partitions is one node: keep the first record, union partitions."""
+    merged: dict[str, SlurmNode] = {}
+    for node in nodes:
+        seen = merged.get(node.name)
+        if seen is None:
+            merged[node.name] = node
+            continue
+        extra = tuple(p for p in node.partitions if p not in seen.partitions)
+        if extra:
+            merged[node.name] = replace(seen, partitions=seen.partitions + extra)
+    return list(merged.values())
+
+
+def parse_sinfo_data(data: dict[str, Any]) -> list[SlurmNode]:
+    """Nodes from a decoded ``sinfo --json`` (22.05 flat or 23.02+ grouped) or slurmrestd ``/nodes``."""
+    data = _check(data, "sinfo --json")
+    try:
+        if isinstance(data.get("sinfo"), list):
+            grouped: list[SlurmNode] = []
+            for g in data["sinfo"]:
+                if not isinstance(g, dict):
+                    raise SlurmParseError(f"sinfo --json: 'sinfo' record is not an object: {g!r:.80}")
+                grouped.extend(_group_nodes(g))
+            return _merge(grouped)
+        nodes = data.get("nodes") or []
+        if not isinstance(nodes, list):
+            raise SlurmParseError("sinfo --json: 'nodes' is not a list")
+        return _merge([_flat_node(n) for n in nodes])
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise SlurmParseError(f"sinfo --json: malformed node record: {exc!r}") from exc
+
+
+def parse_sinfo(text: str) -> list[SlurmNode]:
+    return parse_sinfo_data(_load(text, "sinfo --json"))
 
 
 def parse_partitions(text: str) -> list[str]:
@@ -175,7 +366,8 @@ def parse_partitions(text: str) -> list[str]:
 
 
 def parse_version(text: str) -> str:
-    m = re.search(r"(\d+\.\d+\.\d+)", text)
-    if not m:
-        raise SlurmParseError(f"cannot read a Slurm version from {text.strip()[:80]!r}")
-    return m.group(1)
+    """``sbatch --version`` -> ``"22.05.8"`` (see :class:`SlurmVersion` for comparisons)."""
+    try:
+        return str(SlurmVersion.parse(text))
+    except SlurmVersionError as exc:
+        raise SlurmParseError(str(exc)) from exc
