@@ -8,6 +8,8 @@ missing stack is a failure: a skipped integration test proves nothing.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shlex
@@ -19,10 +21,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from promtext import scrape
 
 from clusterctl.client import ClusterClient
 
@@ -86,6 +90,7 @@ class Daemon:
     state_dir: Path
     poll_interval: float = 1.0
     port: int = field(default_factory=free_port)
+    metrics_port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
 
@@ -98,7 +103,8 @@ class Daemon:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         aws = {k: v for k, v in self.stack.env.items() if k.startswith("AWS_")}  # progress reads markers
-        env = {**self.stack.slurm_env(), **aws, "CLUSTERD_POLL_INTERVAL_SECONDS": str(self.poll_interval)}
+        env = {**self.stack.slurm_env(), **aws, "CLUSTERD_POLL_INTERVAL_SECONDS": str(self.poll_interval),
+               "CLUSTERD_METRICS_LISTEN": f"127.0.0.1:{self.metrics_port}", "CLUSTERD_LOG_FORMAT": "json"}  # fmt: skip
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "clusterd.main", "serve", "--config", str(self.stack.dir / "clusterd.toml"),
              "--listen", self.addr, "--state-dir", str(self.state_dir)],
@@ -133,6 +139,19 @@ class Daemon:
     def restart(self, sig: int = signal.SIGKILL) -> None:
         self.stop(sig)
         self.start()
+
+    def metrics(self) -> dict[str, float]:
+        return scrape(self.metrics_port)
+
+    def log_records(self) -> list[dict[str, Any]]:
+        """clusterd's JSON log lines (other lines, e.g. from grpc's C core, are skipped)."""
+        assert self.log_path is not None
+        out = []
+        for line in self.log_path.read_text().splitlines():
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    out.append(json.loads(line))
+        return out
 
     def tail(self) -> str:
         return self.log_path.read_text()[-3000:] if self.log_path and self.log_path.exists() else ""

@@ -118,6 +118,10 @@ def test_node_death_requeues_on_healthy_nodes_and_resumes(daemon: Daemon, stack:
     name = f"nodekill-{uuid.uuid4().hex[:6]}"
     client = daemon.client("alice")
     job, victim = training_with_checkpoints(daemon, stack, name)
+    seen = daemon.metrics()  # the supervisor's view of this job's checkpoints, on /metrics
+    assert seen[f'clusterd_checkpoint_commits_seen_total{{job_id="{job.job_id}"}}'] >= 1
+    assert seen[f'clusterd_checkpoint_step{{job_id="{job.job_id}"}}'] >= EVERY * 2 - 1
+    requeues = 'clusterd_requeues_total{cause="NODE_FAILURE"}'
     killed_nodes.append(victim)
     stack.stack_sh("kill-node", victim)
     t_kill = time.monotonic()
@@ -125,6 +129,7 @@ def test_node_death_requeues_on_healthy_nodes_and_resumes(daemon: Daemon, stack:
                      and j.state == jobs_pb2.JOB_STATE_RUNNING and j, timeout=240, what="running again")  # fmt: skip
     print(f"running again {time.monotonic() - t_kill:.0f}s after the node died, on {list(again.nodes)}")
     assert victim not in again.nodes
+    assert daemon.metrics()[requeues] == seen.get(requeues, 0) + 1
     done = finished(daemon, job.job_id)
     assert done.state == jobs_pb2.JOB_STATE_COMPLETED, done
     restart = done.restarts[0]

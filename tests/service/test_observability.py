@@ -6,14 +6,13 @@ import io
 import json
 import logging
 import os
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from promtext import scrape
 
 from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
 from clusterd.observability.context import bind, unbind
@@ -29,18 +28,6 @@ from .conftest import USER_A, auth, make_config
 def sample(name: str, **labels: str) -> float:
     value = REGISTRY.get_sample_value(name, labels)
     return 0.0 if value is None else value
-
-
-def scrape(port: int) -> dict[str, float]:
-    """Every sample on the live endpoint, keyed like ``name{a="x",b="y"}``."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            key = s.name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items())) + "}"
-            out[key] = s.value
-    return out
 
 
 @pytest.fixture

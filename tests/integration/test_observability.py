@@ -1,0 +1,68 @@
+"""Metrics and request-id logs of a real clusterd in front of the real stack."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+
+import grpc
+import pytest
+
+from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
+
+from .conftest import Daemon, Stack, wait_for
+
+pytestmark = pytest.mark.slurm
+
+
+def test_request_id_follows_a_submit_down_to_sbatch_and_scancel(daemon: Daemon) -> None:
+    rid = f"it-{uuid.uuid4().hex[:10]}"
+    before = daemon.metrics()
+    with grpc.insecure_channel(daemon.addr) as channel:
+        stub = jobs_pb2_grpc.JobServiceStub(channel)
+        auth = ("authorization", f"Bearer {daemon.stack.tokens['alice']}")
+        spec = jobs_pb2.JobSpec(name="obs-probe", command=["sleep", "60"])
+        resp, call = stub.SubmitJob.with_call(
+            jobs_pb2.SubmitJobRequest(spec=spec), metadata=[auth, ("x-request-id", rid)]
+        )
+        assert ("x-request-id", rid) in tuple(call.trailing_metadata())
+        job_id = resp.job.job_id
+        stub.CancelJob(jobs_pb2.CancelJobRequest(job_id=job_id), metadata=[auth, ("x-request-id", rid + "-c")])
+
+    records = daemon.log_records()
+    sbatch = [r for r in records if r.get("request_id") == rid and r["message"] == "slurm sbatch ok"]
+    assert len(sbatch) == 1, [r for r in records if r.get("request_id") == rid]
+    argv = sbatch[0]["argv"]
+    assert argv[0] == "sbatch" and f"--uid={__import__('pwd').getpwnam('alice').pw_uid}" in argv
+    assert "--job-name=obs-probe" in argv and sbatch[0]["user"] == "alice"
+    rpc = [r for r in records if r.get("request_id") == rid and r["message"].startswith("rpc ")]
+    assert rpc and rpc[0]["method"] == "JobService/SubmitJob" and rpc[0]["code"] == "OK"
+    assert [r["argv"] for r in records if r.get("request_id") == rid + "-c" and r["message"].startswith("slurm ")] == [
+        ["scancel", job_id]
+    ]
+
+    polls = "clusterd_queue_poll_latency_seconds_count{}"
+    after = wait_for(lambda: (m := daemon.metrics())[polls] > before[polls] and m, timeout=10, what="a later poll")
+    key = 'clusterd_rpcs_total{code="OK",method="JobService/SubmitJob"}'
+    assert after[key] == before.get(key, 0) + 1
+    calls = 'clusterd_slurm_calls_total{backend="commands",command="sbatch",outcome="ok"}'
+    assert after[calls] == before.get(calls, 0) + 1
+    assert after['clusterd_slurm_calls_total{backend="commands",command="squeue",outcome="ok"}'] > 0
+
+
+def test_clusterd_check_on_the_stack(stack: Stack, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cmd = [sys.executable, "-m", "clusterd.main", "check", "--config", str(stack.dir / "clusterd.toml"),
+           "--storage-uri", f"s3://{stack.env['CLUSTERCTL_BUCKET']}/check-probe"]  # fmt: skip
+    env = {**stack.slurm_env(), **{k: v for k, v in stack.env.items() if k.startswith("AWS_")}}
+    ok = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "Slurm 22.05" in ok.stdout and "6 nodes" in ok.stdout
+    # A wrong secret key: the storage line says so, the rest still passes, exit 1.
+    bad = subprocess.run(
+        cmd, capture_output=True, text=True, env={**env, "AWS_SECRET_ACCESS_KEY": "wrong"}, timeout=120
+    )
+    assert bad.returncode == 1
+    failed = [ln for ln in bad.stdout.splitlines() if ln.startswith("FAIL")]
+    assert len(failed) == 1 and failed[0].split()[1] == "storage", bad.stdout
+    assert "Traceback" not in bad.stdout + bad.stderr
