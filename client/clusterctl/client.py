@@ -166,7 +166,9 @@ def _service_error(exc: grpc.RpcError) -> ServiceError:
     name = code.name if code is not None else "UNKNOWN"
     if name == "UNAVAILABLE" and "failed to connect" in (details or "").lower():
         details = f"cannot reach clusterd: {details}"
-    return ServiceError(name, details or "")
+    trailing: Any = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+    request_id = next((str(value) for key, value in trailing or () if key == "x-request-id"), "")
+    return ServiceError(name, details or "", request_id=request_id)
 
 
 __all__ = ["ClusterClient", "ServiceError", "UsageError", "new_request_id", "open_channel"]

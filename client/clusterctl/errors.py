@@ -14,10 +14,11 @@ class UsageError(ClusterctlError):
 class ServiceError(ClusterctlError):
     """The service answered with an error status (CLI exit code 1, or 2 for INVALID_ARGUMENT)."""
 
-    def __init__(self, code_name: str, message: str) -> None:
+    def __init__(self, code_name: str, message: str, *, request_id: str = "") -> None:
         super().__init__(f"{code_name}: {message}")
         self.code_name = code_name
         self.message = message
+        self.request_id = request_id  # clusterd's id for the call: operators find its log lines by it
 
     @property
     def is_bad_input(self) -> bool:

@@ -71,6 +71,15 @@ def test_service_errors_map_to_exit_codes(cli: Runner, fake: FakeClient, code_na
     assert "spec.nodes: must be positive" in r.err
 
 
+def test_server_side_failures_quote_the_request_id(cli: Runner, fake: FakeClient) -> None:
+    """The id an operator greps clusterd's logs for; a user's own bad input needs no operator."""
+    fake.fail = ServiceError("INTERNAL", "sbatch: error: Batch job submission failed", request_id="ab12cd34")
+    r = cli("submit", "--", "true")
+    assert r.code == 1 and r.err.rstrip().endswith("(request id ab12cd34)")
+    fake.fail = ServiceError("INVALID_ARGUMENT", "spec.nodes: must be positive", request_id="ab12cd34")
+    assert "request id" not in cli("submit", "--", "true").err
+
+
 def test_unauthenticated_hints_at_the_token(cli: Runner, fake: FakeClient, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CLUSTERCTL_TOKEN", raising=False)
     fake.fail = ServiceError("UNAUTHENTICATED", "missing bearer token")
