@@ -133,7 +133,7 @@ def _time(value: Any) -> float | None:
     return float(n) if n else None
 
 
-def _hosts(value: Any) -> tuple[str, ...]:
+def expand_nodes(value: Any) -> tuple[str, ...]:
     """A hostlist string (``node[2-3]``), a comma list, or a JSON list of names/hostlists."""
     if not value:
         return ()
@@ -157,7 +157,7 @@ def _text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _reason(raw: Any) -> str:
+def reason_text(raw: Any) -> str:
     text = _text(raw)
     return "" if text == "None" else text
 
@@ -190,8 +190,8 @@ def _job(j: dict[str, Any]) -> SlurmJob:
         name=_text(j.get("name")),
         user=_text(j.get("user_name")),
         state=job_state(j.get("job_state")),
-        reason=_reason(j.get("state_reason")),
-        nodes=_hosts(j.get("nodes")),
+        reason=reason_text(j.get("state_reason")),
+        nodes=expand_nodes(j.get("nodes")),
         partition=_text(j.get("partition")),
         exit_code=code,
         exit_signal=sig,
@@ -199,7 +199,7 @@ def _job(j: dict[str, Any]) -> SlurmJob:
         start_time=_time(j.get("start_time")),
         end_time=_time(j.get("end_time")),
         restart_count=_number(j.get("restart_cnt")) or 0,
-        excluded_nodes=_hosts(j.get("excluded_nodes")),
+        excluded_nodes=expand_nodes(j.get("excluded_nodes")),
         requeue=bool(j.get("requeue", False)),
         comment=_text(j.get("comment")),
         batch_host=_text(j.get("batch_host")),
@@ -289,7 +289,7 @@ def _group_nodes(g: dict[str, Any]) -> list[SlurmNode]:
     nodes); allocated CPUs and memory are the group's totals, spread evenly over its nodes. That is
     exact for a one-node group and for identical nodes; slurmrestd's ``/nodes`` is exact always.
     """
-    names = _hosts(_sub(g, "nodes", "nodes"))
+    names = expand_nodes(_sub(g, "nodes", "nodes"))
     if not names:
         return []
     count = len(names)
