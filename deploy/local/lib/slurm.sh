@@ -212,10 +212,10 @@ slurmrestd_up() {
         echo $! >"$RUN/slurmrestd.pid"
     )
     local host="${RESTD_LISTEN%:*}" port="${RESTD_LISTEN##*:}"
-    wait_for "slurmrestd on $RESTD_LISTEN" 20 tcp_open "$host" "$port" && slurmrestd_running || {
+    if ! wait_for "slurmrestd on $RESTD_LISTEN" 20 tcp_open "$host" "$port" || ! slurmrestd_running; then
         show_tail "$LOGS/slurmrestd.log"
-        die "slurmrestd did not start (log: $LOGS/slurmrestd.log)"
-    }
+        die "slurmrestd did not start (log: $LOGS/slurmrestd.log; is $RESTD_LISTEN taken?)"
+    fi
 }
 
 slurmrestd_down() { stop_pidfile slurmrestd "$RUN/slurmrestd.pid" 10; }
