@@ -15,7 +15,7 @@ from clusterd.config import SlurmConfig
 from clusterd.errors import SlurmError, SlurmUnavailable
 from clusterd.observability.metrics import REGISTRY
 from clusterd.slurm.restd import RestdBackend
-from clusterd.slurm.restd_submit import job_description
+from clusterd.slurm.restd_submit import deferred_switches, job_description
 from clusterd.slurm.types import SubmitArgs
 
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
@@ -80,8 +80,8 @@ def test_script_directives_apply_and_options_override_them() -> None:
 @pytest.mark.parametrize(
     ("options", "script", "named"),
     [
-        (("--switches=1@300",), SCRIPT, "--switches"),
-        (("--signal=B:USR1@120",), SCRIPT, "--signal"),
+        ((), "#!/bin/bash\n#SBATCH --signal=B:USR1@60\necho\n", "--signal"),
+        (("--signal=R:USR1@120",), SCRIPT, "--signal"),
         (("--tres-per-node=gres/gpu:4",), SCRIPT, "--tres-per-node"),
         (("--export=NONE",), SCRIPT, "--export"),
         (("--frobnicate=1",), SCRIPT, "--frobnicate"),
@@ -90,15 +90,27 @@ def test_script_directives_apply_and_options_override_them() -> None:
         (("--ntasks-per-node=four",), SCRIPT, "--ntasks-per-node"),
         (("--open-mode=sideways",), SCRIPT, "--open-mode"),
         (("--requeue=yes",), SCRIPT, "--requeue"),
-        ((), "#!/bin/bash\n#SBATCH --switches=2\necho\n", "--switches"),
+        (("--switches=two",), SCRIPT, "--switches"),
         ((), "#!/bin/bash\n#SBATCH --uid=0\necho\n", "--uid"),
     ],
 )
 def test_unexpressible_options_are_refused_by_name(options: tuple[str, ...], script: str, named: str) -> None:
     with pytest.raises(SlurmError) as info:
         job_description(args(*options, script=script), BASE_ENV)
+        deferred_switches(args(*options, script=script))
     assert named in str(info.value) and named in info.value.detail
     assert "not sent" in str(info.value)
+
+
+def test_service_warning_signal_goes_to_steps_and_switches_are_deferred() -> None:
+    """v0.0.38 refuses B: and disables required_switches: the service's own options are adapted."""
+    script = "#!/bin/bash\n#SBATCH --switches=2@60\necho\n"
+    a = args("--signal=B:USR1@120", "--switches=1@300", script=script)
+    job = job_description(a, BASE_ENV)["job"]
+    assert job["signal"] == "USR1@120" and "switches" not in json.dumps(job)
+    assert deferred_switches(a) == "1@300"  # the service's option wins over the script's line
+    assert deferred_switches(args(script=script)) == "2@60"
+    assert deferred_switches(args()) is None
 
 
 # ---------------------------------------------------------------- the backend over a mock transport

@@ -91,6 +91,7 @@ class Daemon:
     poll_interval: float = 1.0
     port: int = field(default_factory=free_port)
     metrics_port: int = field(default_factory=free_port)
+    extra_env: dict[str, str] = field(default_factory=dict)  # CLUSTERD_* settings of this test's service
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
 
@@ -104,7 +105,8 @@ class Daemon:
         log = self.log_path.open("ab")
         aws = {k: v for k, v in self.stack.env.items() if k.startswith("AWS_")}  # progress reads markers
         env = {**self.stack.slurm_env(), **aws, "CLUSTERD_POLL_INTERVAL_SECONDS": str(self.poll_interval),
-               "CLUSTERD_METRICS_LISTEN": f"127.0.0.1:{self.metrics_port}", "CLUSTERD_LOG_FORMAT": "json"}  # fmt: skip
+               "CLUSTERD_METRICS_LISTEN": f"127.0.0.1:{self.metrics_port}", "CLUSTERD_LOG_FORMAT": "json",
+               **self.extra_env}  # fmt: skip
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "clusterd.main", "serve", "--config", str(self.stack.dir / "clusterd.toml"),
              "--listen", self.addr, "--state-dir", str(self.state_dir)],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,30 @@ def test_auth_on_the_real_service(daemon: Daemon) -> None:
     with pytest.raises(ServiceError) as info:
         ClusterClient(daemon.addr, "x" * 32).list_jobs()
     assert info.value.code_name == "UNAUTHENTICATED"
+
+
+@pytest.fixture(scope="module")
+def restd_daemon(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """A clusterd whose backend is slurmrestd (JWT signed per user) instead of Slurm's commands."""
+    if "CLUSTERCTL_RESTD_URL" not in stack.env:
+        pytest.fail("the stack's env file has no CLUSTERCTL_RESTD_URL: run deploy/local/stack.sh up")
+    d = Daemon(stack, tmp_path_factory.mktemp("clusterd-restd"), extra_env={
+        "CLUSTERD_SLURM__BACKEND": "slurmrestd", "CLUSTERD_SLURM__RESTD_URL": stack.env["CLUSTERCTL_RESTD_URL"],
+        "CLUSTERD_SLURM__JWT_KEY_FILE": stack.env["CLUSTERCTL_JWT_KEY"]})  # fmt: skip
+    d.start()
+    yield d
+    d.stop()
+
+
+def test_slurmrestd_backend_runs_a_job_end_to_end(restd_daemon: Daemon, stack: Stack) -> None:
+    """Same job as the first test, through POST job/submit: user, GPUs, #SBATCH lines, placement."""
+    client = restd_daemon.client("alice")
+    job = client.submit(jobs_pb2.JobSpec(script=GPU_SCRIPT, environment={"MSG": "via rest"})).job
+    done = terminal(client, job.job_id)
+    assert done.state == jobs_pb2.JOB_STATE_COMPLETED, done
+    assert len(done.nodes) == 2 and done.user == "alice"
+    out = Path(stack.dir) / "jobs" / "alice" / f"gpu-probe-{job.job_id}.out"
+    assert "user=alice gpus=0,1,2,3 msg=via rest" in out.read_text()
+    calls = restd_daemon.metrics()
+    assert calls['clusterd_slurm_calls_total{backend="slurmrestd",command="POST job/submit",outcome="ok"}'] == 1
+    assert calls.get('clusterd_slurm_calls_total{backend="commands",command="sbatch",outcome="ok"}', 0) == 0

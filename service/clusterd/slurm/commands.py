@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from clusterd.config import SlurmConfig
-from clusterd.errors import SlurmError
+from clusterd.errors import SlurmError, SlurmUnavailable
 from clusterd.slurm import argv, parse
 from clusterd.slurm.runner import CommandRunner
 from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch, SubmitArgs
@@ -67,5 +67,7 @@ async def _parsed(command: str, parser: Callable[[str], list[T]], text: str) -> 
     """Parse in a worker thread: a big queue's JSON takes tens of ms that the event loop needs."""
     try:
         return await asyncio.to_thread(parser, text)
+    except parse.SlurmReportedErrors as exc:  # e.g. squeue exits 0 but could not reach slurmctld
+        raise SlurmUnavailable(command, 0, str(exc)) from exc
     except ValueError as exc:
         raise SlurmError(command, 0, str(exc)) from exc

@@ -41,6 +41,14 @@ class SlurmParseError(ValueError):
     pass
 
 
+class SlurmReportedErrors(SlurmParseError):
+    """Well-formed output whose ``errors`` list is not empty: Slurm could not load what was asked.
+
+    For a whole-queue read that means the controller did not answer (22.05's squeue exits 0 with
+    ``"Failed while looking for jobs"`` then): the caller treats it as Slurm being unavailable.
+    """
+
+
 @dataclass(frozen=True)
 class ResponseMeta:
     """Which Slurm and which JSON plugin produced a response (from its ``meta``, when present)."""
@@ -105,7 +113,7 @@ def _check(data: Any, what: str) -> dict[str, Any]:
         raise SlurmParseError(f"{what}: expected a JSON object")
     errors = data.get("errors") or []
     if errors:
-        raise SlurmParseError(f"{what}: Slurm reported errors: {errors}")
+        raise SlurmReportedErrors(f"{what}: Slurm reported errors: {errors}")
     return data
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import pwd
 import re
@@ -30,8 +31,10 @@ from clusterd.errors import SlurmError, SlurmUnavailable
 from clusterd.observability.metrics import observe_slurm_call
 from clusterd.slurm import parse
 from clusterd.slurm.commands import CommandsBackend
-from clusterd.slurm.restd_submit import job_description
+from clusterd.slurm.restd_submit import deferred_switches, job_description
 from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch, SubmitArgs
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -187,15 +190,25 @@ class RestdBackend:
         command = "POST job/submit"
         with _observed(command):
             user = _job_user(args)
+            switches = deferred_switches(args)
             body = job_description(args, {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"})
             resp = await self._send("POST", await self._path("job/submit"), command, user=user, body=body)
             data = _json(resp, command)
             job_id = data.get("job_id")
             # A held job comes back with a job id AND an informational "errors" entry.
-            if isinstance(job_id, int) and not isinstance(job_id, bool) and job_id > 0:
-                return str(job_id)
-            text = _error_text(data) or f"no job id in the answer: {resp.text[:200]!r}"
-            raise _error(command, resp.status_code, text, unavailable=any(m in text for m in _UNAVAILABLE_MARKERS))
+            if not (isinstance(job_id, int) and not isinstance(job_id, bool) and job_id > 0):
+                text = _error_text(data) or f"no job id in the answer: {resp.text[:200]!r}"
+                raise _error(command, resp.status_code, text, unavailable=any(m in text for m in _UNAVAILABLE_MARKERS))
+        if switches is not None:
+            await self._set_switches(str(job_id), switches)
+        return str(job_id)
+
+    async def _set_switches(self, job_id: str, switches: str) -> None:
+        """``scontrol update Switches=`` (v0.0.38 disables the field); a job already running keeps its nodes."""
+        try:
+            await self._commands().runner.run(["scontrol", "update", f"jobid={job_id}", f"Switches={switches}"])
+        except SlurmError as exc:
+            log.info("job %s: switch constraint not applied (%s); Slurm's best fit placed it", job_id, exc.detail)
 
     async def cancel(self, job_id: str) -> None:
         command = "DELETE job"

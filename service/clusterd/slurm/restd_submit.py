@@ -10,6 +10,7 @@ a silently dropped option would run a different job than the one asked for.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -67,14 +68,20 @@ def _megabytes(option: str) -> Callable[[str], int]:
 _SIGNAL_RE = re.compile(r"^(?:(?P<flags>[RB]+):)?(?P<sig>(?:SIG)?[A-Z0-9]+)(?:@(?P<time>\d+))?$", re.IGNORECASE)
 
 
-def _signal(value: str) -> str:
-    """``--signal=[R:]SIG[@T]``. v0.0.38 parses the signal without flags: ``B:`` (signal the batch
-    shell) is answered with "Invalid SIGNAL specification", and dropping it would signal only the
-    steps, so a job that checkpoints in its batch shell would never hear it. Refused instead."""
+def _signal(value: str, *, from_service: bool) -> str:
+    """``--signal=[R:]SIG[@T]``. v0.0.38 advertises ``B:`` but its parser answers "Invalid SIGNAL
+    specification", so only ``SIG@T`` (which Slurm sends to the job's steps, not the batch shell)
+    can be sent. The service's own warning signal (``signal_before_timeout``) is sent that way:
+    training run with ``srun`` still gets it, and a job that misses it is still requeued on its time
+    limit from its last checkpoint. A script's own ``#SBATCH --signal=B:...`` is refused instead,
+    because it asks for exactly what cannot be delivered."""
     m = _SIGNAL_RE.match(value)
     if not m:
         raise _refuse("--signal", f"cannot read {value!r}")
-    if m.group("flags"):
+    flags = (m.group("flags") or "").upper()
+    if flags == "B" and from_service:
+        return value.split(":", 1)[1]
+    if flags:
         raise _refuse(
             "--signal",
             f"{value!r}: slurmrestd v0.0.38 cannot carry the {m.group('flags')}: flag "
@@ -122,7 +129,6 @@ _OPTIONS: dict[str, tuple[str, Callable[[str], JSONValue]]] = {
     "mem-per-cpu": ("memory_per_cpu", _megabytes("--mem-per-cpu")),
     "time": ("time_limit", _text),  # Slurm's own time syntax (minutes, [D-]HH:MM:SS, ...)
     "time-min": ("time_minimum", _text),
-    "signal": ("signal", _signal),
     "partition": ("partition", _text),
     "account": ("account", _text),
     "qos": ("qos", _text),
@@ -148,7 +154,6 @@ _OPTIONS: dict[str, tuple[str, Callable[[str], JSONValue]]] = {
 
 # Known sbatch options that v0.0.38 disables or lacks (verified against the live plugin), with why.
 _UNSUPPORTED = {
-    "switches": "slurmrestd v0.0.38 disables required_switches/wait_for_switch ('Disabled key')",
     "tres-per-node": "v0.0.38 has no tres_per_node field (use --gres or --gpus-per-node)",
     "uid": "the job's user is the one the request is signed for, not an option",
     "gid": "the job runs with its user's primary group; v0.0.38 cannot choose another",
@@ -181,9 +186,14 @@ def _option_pairs(options: Iterable[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _apply(job: dict[str, Any], name: str, value: str) -> None:
+def _apply(job: dict[str, Any], name: str, value: str, *, from_service: bool) -> None:
     if name == "export":
         _export(value)
+        return
+    if name == "switches":
+        return  # v0.0.38 disables required_switches ('Disabled key'): set after submit, see deferred_switches
+    if name == "signal":
+        job["signal"] = _signal(value, from_service=from_service)
         return
     if name in _UNSUPPORTED:
         raise _refuse(f"--{name}", _UNSUPPORTED[name])
@@ -192,6 +202,23 @@ def _apply(job: dict[str, Any], name: str, value: str) -> None:
         raise _refuse(f"--{name}", "no v0.0.38 job field for this option")
     key, convert = entry
     job[key] = convert(value)
+
+
+def deferred_switches(args: SubmitArgs) -> str | None:
+    """The ``--switches=N[@wait]`` to apply with ``scontrol update`` right after the submit.
+
+    A job that starts before the update was placed by Slurm's own topology/tree best fit at once,
+    which is what the constraint asks for anyway; a pending one gets the constraint and waits.
+    """
+    value = None
+    with contextlib.suppress(ScriptError):  # job_description refuses such a script
+        value = parse_directives(args.script).get("switches")
+    for name, option_value in _option_pairs(args.options):
+        if name == "switches":
+            value = option_value
+    if value is not None and not re.fullmatch(r"\d+(@[\w:-]+)?", value):
+        raise _refuse("--switches", f"cannot read {value!r}")
+    return value
 
 
 def job_description(args: SubmitArgs, base_environment: Mapping[str, str]) -> dict[str, Any]:
@@ -206,11 +233,11 @@ def job_description(args: SubmitArgs, base_environment: Mapping[str, str]) -> di
         raise refused(f"cannot read the script's #SBATCH lines: {exc}") from exc
     job: dict[str, Any] = {}
     for name, value in directives.items():
-        _apply(job, name, value)
+        _apply(job, name, value, from_service=False)
     if args.working_directory:
         job["current_working_directory"] = args.working_directory
     for name, value in _option_pairs(args.options):
-        _apply(job, name, value)
+        _apply(job, name, value, from_service=True)
     environment = {**base_environment, **args.environment}
     if not environment:
         raise refused("slurmrestd needs a non-empty job environment")
