@@ -149,3 +149,13 @@ def test_broken_file_keeps_previous_tokens(tmp_path: Path) -> None:
     f.write_text("[[token]\nbroken")
     os.utime(f, ns=(f.stat().st_mtime_ns + 10**9, f.stat().st_mtime_ns + 10**9))
     assert store.authenticate(token) is not None
+
+
+def test_token_cli_takes_config_before_or_after_the_action(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tokens = tmp_path / "tokens.toml"
+    cfg = tmp_path / "clusterd.toml"
+    cfg.write_text(f'tokens_file = "{tokens}"\n')
+    assert run_cli(capsys, "token", "add", "alice", "--config", str(cfg))[0] == 0
+    assert run_cli(capsys, "token", "--config", str(cfg), "add", "bob")[0] == 0
+    rc, listing, _ = run_cli(capsys, "token", "list", "--config", str(cfg))
+    assert rc == 0 and "alice" in listing and "bob" in listing

@@ -29,7 +29,8 @@ def add_token_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     revoke.add_argument("user", nargs="?")
     revoke.add_argument("--prefix", metavar="HASHPREFIX", help="digest prefix as shown by 'token list'")
     listing = actions.add_parser("list", help="users, admin flag and digest prefixes (never secrets)")
-    for p in (add, revoke, listing):
+    for p in (add, revoke, listing):  # also accepted after the action: `clusterd token add alice --config F`
+        p.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         p.add_argument("--tokens-file", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     token.set_defaults(func=run_token_command)
 
