@@ -5,6 +5,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh >/dev/null
+# Tools some tests drive when present (tests/deploy): Debian's docker-compose 1.29 validates the
+# compose file offline (`config -q`, no engine needed); logrotate and systemd-analyze check the
+# systemd snippets. About 15 s once; nothing is installed when they are already there.
+test_tools=()
+command -v docker-compose >/dev/null || test_tools+=(docker-compose)
+command -v logrotate >/dev/null || test_tools+=(logrotate)
+command -v systemd-analyze >/dev/null || test_tools+=(systemd)
+if ((${#test_tools[@]})); then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${test_tools[@]}" >/dev/null ||
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${test_tools[@]}" >/dev/null; }
+fi
 export PATH="$PWD/.venv/bin:$PATH"
 export CLUSTERCTL_REQUIRE_STACK=1
 

@@ -38,6 +38,7 @@ STATE = "/var/lib/clusterctl"  # the state dir inside every container (volumes m
 SLURM_CONF = "/etc/slurm/slurm.conf"
 JWT_KEY = f"{STATE}/keys/jwt_hs256.key"  # written by the `keys` init service, volume `keys`
 CLUSTERD_LISTEN = "0.0.0.0:50051"  # published on the host's loopback only (compose.yaml)
+METRICS_LISTEN = "0.0.0.0:9464"  # published on the host's loopback only (compose.yaml)
 VENV = "/opt/clusterd/venv"  # clusterctl + clusterd in the image; world-readable, so jobs use it
 JOB_PATH = f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin"
 
@@ -69,6 +70,7 @@ def values() -> dict[str, dict[str, str]]:
         "cgroup.conf": {},
         "clusterd.toml": {
             "LISTEN": CLUSTERD_LISTEN,
+            "METRICS_LISTEN": METRICS_LISTEN,
             "STATE": STATE,
             "SLURM_CONF": SLURM_CONF,
             "JOB_PATH": JOB_PATH,

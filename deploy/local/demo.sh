@@ -25,5 +25,8 @@ echo
 echo "== the job's log: $CLUSTERCTL_STACK_DIR/jobs/alice/$run-*.out"
 tail -n 3 "$CLUSTERCTL_STACK_DIR"/jobs/alice/"$run"-*.out
 echo
+echo "== clusterd's metrics ($CLUSTERCTL_METRICS)"
+curl -s "$CLUSTERCTL_METRICS" | grep -E '^clusterd_(rpcs_total|slurm_calls_total|queue_poll_latency_seconds_count)' | head -n 8
+echo
 echo "The stack is still up. Try: . $env_file; clusterctl topology; clusterctl list --finished"
 echo "Stop it with: bash deploy/local/stack.sh down"

@@ -119,7 +119,8 @@ cmd_status() {
     status_line slurmrestd "$(up_if slurmrestd_running)" "$(pid_text "$RUN/slurmrestd.pid")http://$RESTD_LISTEN (JWT)"
     status_line weed "$(up_if weed_running)" "$(pid_text "$RUN/weed.pid")s3 http://$BRIDGE_ADDR:$S3_PORT"
     if clusterd_installed; then
-        status_line clusterd "$(up_if clusterd_running)" "$(pid_text "$CLUSTERD_PID")on $CLUSTERD_LISTEN"
+        status_line clusterd "$(up_if clusterd_running)" \
+            "$(pid_text "$CLUSTERD_PID")on $CLUSTERD_LISTEN, metrics http://$CLUSTERD_METRICS_LISTEN/metrics"
     else
         printf '%-16s skipped  (not installed, or CLUSTERCTL_STACK_NO_CLUSTERD=1)\n' clusterd
     fi

@@ -70,7 +70,7 @@ token_of() {
 
 write_clusterd_config() {
     render "$STACK_HOME/templates/clusterd.toml" "$CLUSTERD_CONFIG" \
-        "LISTEN=$CLUSTERD_LISTEN" "STATE=$STATE" "SLURM_CONF=$SLURM_CONF_PATH" "JOB_PATH=$(job_path)"
+        "LISTEN=$CLUSTERD_LISTEN" "METRICS_LISTEN=$CLUSTERD_METRICS_LISTEN" "STATE=$STATE" "SLURM_CONF=$SLURM_CONF_PATH" "JOB_PATH=$(job_path)"
     chmod 644 "$CLUSTERD_CONFIG"
 }
 
@@ -81,6 +81,7 @@ write_env_file() {
         cat >"$ENV_FILE.tmp" <<EOF
 # clusterctl local stack -- source me: . $ENV_FILE
 export CLUSTERCTL_ADDR=$CLUSTERD_LISTEN
+export CLUSTERCTL_METRICS=http://$CLUSTERD_METRICS_LISTEN/metrics
 export CLUSTERCTL_TOKEN=$(token_of alice)
 export CLUSTERCTL_TOKEN_BOB=$(token_of bob)
 export CLUSTERCTL_TOKEN_ADMIN=$(token_of root)

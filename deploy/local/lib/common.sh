@@ -23,6 +23,7 @@ WEED_FILER_PORT=18888
 BUCKET=clusterctl
 
 CLUSTERD_LISTEN="127.0.0.1:50051"
+CLUSTERD_METRICS_LISTEN="127.0.0.1:9464"
 
 # slurmrestd (loopback only) and the HS256 key that both slurmctld and clusterd sign/verify JWTs with.
 RESTD_LISTEN="127.0.0.1:6820"
@@ -143,6 +144,8 @@ show_tail() {
 render() {
     local tpl="$1" out="$2" content kv key val
     shift 2
+    # bash 5.2 would put the matched placeholder where a value has '&': values are literal text.
+    shopt -u patsub_replacement 2>/dev/null || true
     content="$(<"$tpl")"
     for kv in "$@"; do
         key="${kv%%=*}"

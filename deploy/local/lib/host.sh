@@ -2,7 +2,7 @@
 # Host preparation: packages, users, fake GPU devices, state directories.
 
 # slurmrestd + slurm-wlm-jwt-plugin: the REST API with JWT auth (clusterd's slurmrestd backend).
-APT_PACKAGES=(slurmctld slurmd slurm-client slurmrestd slurm-wlm-jwt-plugin munge iproute2 openssl procps iputils-ping)
+APT_PACKAGES=(slurmctld slurmd slurm-client slurmrestd slurm-wlm-jwt-plugin munge iproute2 openssl procps iputils-ping curl)
 
 install_packages() {
     local missing=() p
