@@ -1,13 +1,18 @@
-"""slurmrestd backend: Slurm's REST API (OpenAPI v0.0.38, Slurm 22.05) over HTTP or a unix socket.
+"""slurmrestd backend: Slurm's REST API over HTTP or a unix socket.
+
+API versions: v0.0.38 (Slurm 22.05, verified against the local stack) and the data_parser versions
+v0.0.40 ... v0.0.45 (23.11 ... 26.05, built from Slurm's documented parser tables): the configured
+one, else the newest the server's ``GET /openapi/v3`` lists that we also know
+(:mod:`clusterd.slurm.restd_versions` holds the per-version request shapes).
 
 Authentication is JWT (``rest_auth/jwt``): with the cluster's HS256 key, clusterd signs a
 short-lived token per user (claims ``sun``, ``iat``, ``exp``) so a job submitted for alice runs as
 alice; calls not made on behalf of a user are signed for SlurmUser (root). With a fixed token file
 instead, every call carries that token (a SlurmUser token may act for any user name it sends).
 
-Responses of ``GET jobs``/``GET nodes`` have exactly the shape of ``squeue --json``/``sinfo --json``
-in 22.05, so :mod:`clusterd.slurm.parse` reads both. v0.0.38 has no requeue and no topology
-endpoint: those two calls go to the commands backend (see :meth:`RestdBackend.requeue`).
+Responses of ``GET jobs``/``GET nodes`` have the shapes :mod:`clusterd.slurm.parse` reads for
+every version. No version has a requeue or a topology endpoint: those two calls go to the
+commands backend (see :meth:`RestdBackend.requeue`).
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ from clusterd.errors import SlurmError, SlurmUnavailable
 from clusterd.observability.metrics import observe_slurm_call
 from clusterd.slurm import parse
 from clusterd.slurm.commands import CommandsBackend
-from clusterd.slurm.restd_submit import deferred_switches, job_description
+from clusterd.slurm.restd_submit import deferred_switches
+from clusterd.slurm.restd_versions import KNOWN_API_VERSIONS, RestApi, api_for, choose
 from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch, SubmitArgs
 
 log = logging.getLogger(__name__)
@@ -39,8 +45,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 BACKEND = "slurmrestd"
-# API versions this module speaks, oldest first; detection picks the newest one the server offers.
-KNOWN_API_VERSIONS = ("v0.0.38",)
+__all__ = ["KNOWN_API_VERSIONS", "RestdBackend"]
 SLURM_USER = "root"  # SlurmUser of the clusters we run on: signs calls made for no particular user
 _VERSION_PATH_RE = re.compile(r"^/slurm/(v\d+\.\d+\.\d+)/")
 # Slurm's words for "slurmctld did not answer", as slurmrestd passes them on in its errors array.
@@ -169,12 +174,20 @@ class RestdBackend:
                     resp = await self._send("GET", "/openapi/v3", "GET openapi")
                     paths = _json(resp, "GET openapi").get("paths") or {}
                     offered = {m.group(1) for p in paths if (m := _VERSION_PATH_RE.match(str(p)))}
-                    usable = [v for v in KNOWN_API_VERSIONS if v in offered]
-                    if not usable:
-                        text = f"slurmrestd offers {sorted(offered)}; known: {list(KNOWN_API_VERSIONS)}"
+                    chosen = choose(offered)
+                    if chosen is None:
+                        text = (
+                            f"slurmrestd offers API versions {sorted(offered) or 'none'}; "
+                            f"clusterd speaks {list(KNOWN_API_VERSIONS)}: set slurm.restd_api_version "
+                            "or use the commands backend"
+                        )
                         raise _error("GET openapi", resp.status_code, text)
-                    self._api = usable[-1]
+                    log.info("slurmrestd API %s chosen (server offers %s)", chosen, sorted(offered))
+                    self._api = chosen
         return self._api
+
+    async def _spec(self) -> RestApi:
+        return api_for(await self._api_version())
 
     async def _path(self, tail: str) -> str:
         return f"/slurm/{await self._api_version()}/{tail}"
@@ -190,8 +203,9 @@ class RestdBackend:
         command = "POST job/submit"
         with _observed(command):
             user = _job_user(args)
-            switches = deferred_switches(args)
-            body = job_description(args, {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"})
+            api = await self._spec()
+            switches = deferred_switches(args) if api.defers_switches else None
+            body = api.submit_body(args, {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"})
             resp = await self._send("POST", await self._path("job/submit"), command, user=user, body=body)
             data = _json(resp, command)
             job_id = data.get("job_id")
@@ -217,7 +231,7 @@ class RestdBackend:
             _check_errors(await self._send("DELETE", path, command), command)
 
     async def requeue(self, job_id: str) -> None:
-        """v0.0.38 has no requeue endpoint: ``scontrol requeue`` through the commands backend."""
+        """No slurmrestd version has a requeue endpoint: ``scontrol requeue`` through the commands backend."""
         command = "scontrol requeue"
         with _observed(command):
             await self._commands().requeue(_check_job_id(command, job_id))
@@ -225,17 +239,13 @@ class RestdBackend:
     async def update_job(
         self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_after: int | None = None
     ) -> None:
-        """POST job/{id}: ``exclude_nodes`` ("" clears the list) and ``begin_time`` (now / now+N)."""
+        """POST job/{id}: excluded nodes (() clears the list) and the begin time (now / now+N)."""
         command = "POST job"
-        body: dict[str, Any] = {}
-        if exclude_nodes is not None:
-            body["exclude_nodes"] = ",".join(exclude_nodes)
-        if start_after is not None:
-            body["begin_time"] = "now" if start_after <= 0 else f"now+{int(start_after)}"
-        if not body:
+        if exclude_nodes is None and start_after is None:
             return
         with _observed(command):
             path = await self._path(f"job/{_check_job_id(command, job_id)}")
+            body = (await self._spec()).update_body(exclude_nodes=exclude_nodes, start_after=start_after)
             _check_errors(await self._send("POST", path, command, body=body), command)
 
     async def list_jobs(self) -> list[SlurmJob]:
@@ -262,11 +272,15 @@ class RestdBackend:
             return [str(p["name"]) for p in data.get("partitions") or [] if isinstance(p, dict) and p.get("name")]
 
     async def version(self) -> str:
-        """Slurm's release (e.g. ``22.05.8``) from the ``meta`` block of ``GET ping``."""
+        """Slurm's release (e.g. ``22.05.8``) from the ``meta`` block of ``GET ping``.
+
+        v0.0.38 names the block ``Slurm`` with numbers; data_parser versions ``slurm`` with strings.
+        """
         command = "GET ping"
         with _observed(command):
             data = _check_errors(await self._send("GET", await self._path("ping"), command), command)
-            slurm = (data.get("meta") or {}).get("Slurm") or {}
+            meta = data.get("meta") or {}
+            slurm = meta.get("Slurm") or meta.get("slurm") or {}
             release = slurm.get("release")
             if not release:
                 v = slurm.get("version") or {}
