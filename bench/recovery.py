@@ -85,7 +85,7 @@ class Clusterd:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "clusterd.main", "serve", "--config", str(STACK_DIR / "clusterd.toml"),
              "--listen", self.addr, "--state-dir", str(self.state)],
-            env={**os.environ, **aws, "CLUSTERD_POLL_INTERVAL_SECONDS": "1"},
+            env={**os.environ, **aws, "CLUSTERD_POLL_INTERVAL_SECONDS": "1", "CLUSTERD_METRICS_LISTEN": ""},
             stdout=(self.state / "clusterd.log").open("wb"), stderr=subprocess.STDOUT,
         )  # fmt: skip
         self.client = ClusterClient(self.addr, env["CLUSTERCTL_TOKEN"])

@@ -152,7 +152,7 @@ class Daemon:
 
     def start(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        env = {**self.env, "CLUSTERD_POLL_INTERVAL_SECONDS": str(self.poll_interval)}
+        env = {**self.env, "CLUSTERD_POLL_INTERVAL_SECONDS": str(self.poll_interval), "CLUSTERD_METRICS_LISTEN": ""}
         if self.bin_dir:
             env["CLUSTERD_SLURM__BIN_DIR"] = self.bin_dir
         with self.log_path.open("ab") as log:

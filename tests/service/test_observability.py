@@ -164,3 +164,18 @@ def test_serve_refuses_bad_log_settings(tmp_path: Path) -> None:
     cfg.write_text(f'state_dir = "{tmp_path}"\nlog_format = "xml"\n')
     assert main(["serve", "--config", str(cfg)]) == 2
     assert os.listdir(tmp_path) == ["c.toml"]  # refused before anything was created
+
+
+def test_metrics_port_taken_is_named(tmp_path: Path) -> None:
+    import socket
+
+    from clusterd.observability.metrics import start_metrics_server
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(OSError, match=f"cannot serve metrics on 127.0.0.1:{port} \\(metrics_listen\\)"):
+            start_metrics_server(f"127.0.0.1:{port}")
+    with pytest.raises(ValueError, match="host:port"):
+        start_metrics_server("9464")

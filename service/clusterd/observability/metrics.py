@@ -116,5 +116,8 @@ def start_metrics_server(listen: str) -> MetricsServer:
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit():
         raise ValueError(f"metrics_listen must be host:port, got {listen!r}")
-    httpd, thread = start_http_server(int(port), addr=host.strip("[]") or "127.0.0.1", registry=REGISTRY)
+    try:
+        httpd, thread = start_http_server(int(port), addr=host.strip("[]") or "127.0.0.1", registry=REGISTRY)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot serve metrics on {listen} (metrics_listen): {exc.strerror}") from exc
     return MetricsServer(httpd, thread)
