@@ -72,11 +72,11 @@ class JobQuota:
         user = ident.user
         self._inflight[user] = self._inflight.get(user, 0) + 1
         try:
-            live = await self._store.list(user=user, include_finished=False, limit=self.max_jobs)
-            if spec.request_id and any(r.request_id == spec.request_id for r in live):
+            live, retry = await self._store.live_count(user, request_id=spec.request_id)
+            if retry:
                 return
-            if len(live) + self._inflight[user] - 1 >= self.max_jobs:
-                raise ResourceExhausted(f"{user} already has {len(live)} queued or running job(s); "
+            if live + self._inflight[user] - 1 >= self.max_jobs:
+                raise ResourceExhausted(f"{user} already has {live} queued or running job(s); "
                                         f"the limit is {self.max_jobs} per user")
         except BaseException:
             self.release(ident)

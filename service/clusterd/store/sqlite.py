@@ -209,11 +209,26 @@ class JobStore:
         rows = await asyncio.to_thread(self._query, "SELECT * FROM jobs WHERE job_id=?", (job_id,))
         return rows[0] if rows else None
 
-    async def live(self) -> list[JobRecord]:
-        """Records the poller must still follow: submitted, not terminal, or still submitting."""
-        return await asyncio.to_thread(
-            self._query, "SELECT * FROM jobs WHERE terminal=0 AND phase!=? ORDER BY record_id", (Phase.FAILED.value,)
-        )
+    def _rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return [tuple(r) for r in self._db.execute(sql, params).fetchall()]
+
+    async def live(self) -> list[tuple[int, Phase]]:
+        """(record_id, phase) of the records the poller must still follow: not terminal, not failed.
+
+        Ids only: the poller re-reads each record under its lock anyway, so decoding them all here
+        too would double the per-poll cost, which grows with the number of live jobs.
+        """
+        sql = "SELECT record_id, phase FROM jobs WHERE terminal=0 AND phase!=? ORDER BY record_id"
+        rows = await asyncio.to_thread(self._rows, sql, (Phase.FAILED.value,))
+        return [(int(rid), Phase(phase)) for rid, phase in rows]
+
+    async def live_count(self, user: str, *, request_id: str = "") -> tuple[int, bool]:
+        """(``user``'s submitted unfinished jobs, whether one holds ``request_id``): counted, not decoded."""
+        sql = ("SELECT COUNT(*), COALESCE(SUM(request_id=? AND request_id!=''), 0) FROM jobs "
+               "WHERE user=? AND phase=? AND terminal=0")  # fmt: skip
+        ((count, held),) = await asyncio.to_thread(self._rows, sql, (request_id, user, Phase.SUBMITTED.value))
+        return int(count), bool(held)
 
     async def list(
         self, *, user: str | None, include_finished: bool, limit: int, states: frozenset[JobState] = frozenset()

@@ -129,13 +129,13 @@ class QueuePoller:
     async def _reconcile(self) -> None:
         snap = self.snapshot
         states: Counter[str] = Counter()
-        for listed in await self._store.live():
-            lock = self._store.record_lock(listed.record_id)
-            if listed.phase is Phase.SUBMITTING and lock.locked():
-                states[listed.state.value] += 1
+        for record_id, phase in await self._store.live():
+            lock = self._store.record_lock(record_id)
+            if phase is Phase.SUBMITTING and lock.locked():
+                states[JobState.PENDING.value] += 1
                 continue  # its submit handler is still running sbatch
             async with lock:
-                rec = await self._store.get_by_record(listed.record_id)  # fresh: an RPC may have changed it
+                rec = await self._store.get_by_record(record_id)  # fresh: an RPC may have changed it
                 if rec is not None and not rec.terminal:
                     await self._reconcile_one(rec, snap)
                 if rec is not None and not rec.terminal and rec.phase is not Phase.FAILED:
