@@ -53,3 +53,19 @@ class SlurmError(ServiceError):
 
 class SlurmUnavailable(SlurmError):
     """slurmctld did not answer (timeouts, connection refused): retryable by the caller."""
+
+
+# Slurm's words for "slurmctld did not answer" rather than "your job is wrong", in the stderr of its
+# commands, slurmrestd's errors array and pyslurm's exceptions alike.
+_UNAVAILABLE_MARKERS = (
+    "Unable to contact slurm controller",
+    "Socket timed out",
+    "Connection refused",
+    "Slurm backup controller in standby mode",
+    "Zero Bytes were transmitted",
+)
+
+
+def says_unavailable(text: str) -> bool:
+    """Whether Slurm's message means the controller is unreachable (so: SlurmUnavailable)."""
+    return any(marker in text for marker in _UNAVAILABLE_MARKERS)

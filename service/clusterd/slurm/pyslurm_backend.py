@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 from clusterd.config import SlurmConfig
-from clusterd.errors import SlurmError, SlurmUnavailable
+from clusterd.errors import SlurmError, SlurmUnavailable, says_unavailable
 from clusterd.jobs.script import ScriptError, parse_directives
 from clusterd.slurm import parse
 from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch, SubmitArgs
@@ -90,7 +90,6 @@ _FLAG_OPTIONS: dict[str, tuple[str, Any]] = {
 }
 # Handled from SubmitArgs fields, or harmless for a library call.
 _SKIPPED_OPTIONS = frozenset({"parsable", "uid", "gid"})
-_UNAVAILABLE_MARKERS = ("Unable to contact slurm controller", "Socket timed out", "Connection refused")
 
 
 def _refuse(option: str, why: str) -> SlurmError:
@@ -297,7 +296,7 @@ class PyslurmBackend:
             is_rpc_error = isinstance(rpc_error, type) and isinstance(exc, rpc_error)
             if is_rpc_error or isinstance(exc, ValueError | OSError):
                 message = str(exc) or type(exc).__name__
-                if any(marker in message for marker in _UNAVAILABLE_MARKERS):
+                if says_unavailable(message):
                     raise SlurmUnavailable(f"{BACKEND} {what}", None, message) from exc
                 raise SlurmError(f"{BACKEND} {what}", None, message) from exc
             raise

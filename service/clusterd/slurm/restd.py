@@ -32,7 +32,7 @@ import httpx
 import jwt
 
 from clusterd.config import SlurmConfig
-from clusterd.errors import SlurmError, SlurmUnavailable
+from clusterd.errors import SlurmError, SlurmUnavailable, says_unavailable
 from clusterd.observability.metrics import observe_slurm_call
 from clusterd.slurm import parse
 from clusterd.slurm.commands import CommandsBackend
@@ -48,13 +48,6 @@ BACKEND = "slurmrestd"
 __all__ = ["KNOWN_API_VERSIONS", "RestdBackend"]
 SLURM_USER = "root"  # SlurmUser of the clusters we run on: signs calls made for no particular user
 _VERSION_PATH_RE = re.compile(r"^/slurm/(v\d+\.\d+\.\d+)/")
-# Slurm's words for "slurmctld did not answer", as slurmrestd passes them on in its errors array.
-_UNAVAILABLE_MARKERS = (
-    "Unable to contact slurm controller",
-    "Socket timed out",
-    "Connection refused",
-    "Zero Bytes were transmitted",
-)
 
 
 def _error_text(data: Any) -> str:
@@ -158,7 +151,7 @@ class RestdBackend:
             except ValueError:
                 detail = ""
             detail = detail or resp.text.strip()[:300] or resp.reason_phrase
-            unavailable = resp.status_code in (502, 503, 504) or any(m in detail for m in _UNAVAILABLE_MARKERS)
+            unavailable = resp.status_code in (502, 503, 504) or says_unavailable(detail)
             raise _error(command, resp.status_code, detail, unavailable=unavailable)
         return resp
 
@@ -212,7 +205,7 @@ class RestdBackend:
             # A held job comes back with a job id AND an informational "errors" entry.
             if not (isinstance(job_id, int) and not isinstance(job_id, bool) and job_id > 0):
                 text = _error_text(data) or f"no job id in the answer: {resp.text[:200]!r}"
-                raise _error(command, resp.status_code, text, unavailable=any(m in text for m in _UNAVAILABLE_MARKERS))
+                raise _error(command, resp.status_code, text, unavailable=says_unavailable(text))
         if switches is not None:
             await self._set_switches(str(job_id), switches)
         return str(job_id)
@@ -328,7 +321,7 @@ def _check_errors(resp: httpx.Response, command: str) -> dict[str, Any]:
     data = _json(resp, command)
     text = _error_text(data)
     if text:
-        raise _error(command, resp.status_code, text, unavailable=any(m in text for m in _UNAVAILABLE_MARKERS))
+        raise _error(command, resp.status_code, text, unavailable=says_unavailable(text))
     return data
 
 

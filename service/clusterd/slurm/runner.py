@@ -10,19 +10,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from clusterd.errors import SlurmError, SlurmUnavailable
+from clusterd.errors import SlurmError, SlurmUnavailable, says_unavailable
 from clusterd.observability.metrics import observe_slurm_call
 
 log = logging.getLogger(__name__)
-
-# Words in Slurm's stderr that mean "slurmctld did not answer" rather than "your job is wrong".
-_UNAVAILABLE_MARKERS = (
-    "Unable to contact slurm controller",
-    "Socket timed out",
-    "Connection refused",
-    "Slurm backup controller in standby mode",
-    "Zero Bytes were transmitted",
-)
 
 _READS = frozenset({"squeue", "sinfo", "scontrol show"})
 
@@ -70,7 +61,7 @@ class CommandRunner:
         try:
             result = await self._exec(exe, argv, stdin, env)
             if check and result.returncode != 0:
-                if any(marker in result.stderr for marker in _UNAVAILABLE_MARKERS):
+                if says_unavailable(result.stderr):
                     raise SlurmUnavailable(prog, result.returncode, result.stderr)
                 outcome = "error"
                 raise SlurmError(prog, result.returncode, result.stderr)
