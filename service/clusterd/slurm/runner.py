@@ -7,8 +7,7 @@ import contextlib
 import logging
 import os
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from clusterd.errors import SlurmError, SlurmUnavailable, says_unavailable
 from clusterd.observability.metrics import observe_slurm_call
@@ -27,12 +26,11 @@ class CommandResult:
 
 @dataclass
 class CommandRunner:
-    """Runs Slurm binaries with a clean environment and counts calls per command (for metrics/tests)."""
+    """Runs Slurm binaries with a clean environment; every call is counted in clusterd's metrics."""
 
     bin_dir: str = ""
     slurm_conf: str = ""
     timeout: float = 30.0
-    counts: Counter[str] = field(default_factory=Counter)
 
     def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
@@ -53,7 +51,6 @@ class CommandRunner:
         """Run ``argv``; raise SlurmUnavailable on timeout/controller errors, SlurmError on failure."""
         prog = argv[0]
         exe = os.path.join(self.bin_dir, prog) if self.bin_dir else prog
-        self.counts[prog] += 1
         command = command_label(argv)
         started = time.monotonic()
         outcome = "unavailable"
