@@ -338,11 +338,18 @@ def _observed(command: str) -> Iterator[None]:
     """Count one call into Slurm: ok, error (Slurm refused) or unavailable (no answer)."""
     started = time.monotonic()
     outcome = "error"
+    detail = None
     try:
         yield
         outcome = "ok"
-    except SlurmUnavailable:
-        outcome = "unavailable"
+    except SlurmError as exc:
+        outcome = "unavailable" if isinstance(exc, SlurmUnavailable) else "error"
+        detail = exc.detail[:500]
         raise
     finally:
-        observe_slurm_call(backend=BACKEND, command=command, outcome=outcome, seconds=time.monotonic() - started)
+        seconds = time.monotonic() - started
+        observe_slurm_call(backend=BACKEND, command=command, outcome=outcome, seconds=seconds)
+        # Like the commands runner's line: the calling RPC's request id is added by the log filter.
+        quiet = outcome == "ok" and command.startswith("GET ")
+        log.log(logging.DEBUG if quiet else logging.INFO, "slurm %s %s", command, outcome,
+                extra={"backend": BACKEND, "duration_ms": round(seconds * 1000, 2), "stderr": detail})  # fmt: skip
