@@ -144,3 +144,40 @@ async def test_service_killed_between_decision_and_requeue_requeues_once(tmp_pat
     await daemon.stop()
     assert rec is not None and len(rec.restarts) == 1 and not rec.terminal
     assert slurm.calls["requeue"] == 1 and slurm.jobs[job_id].state == JobState.PENDING
+
+
+async def test_poll_rereads_only_records_that_changed(harness: Harness, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A poll's cost follows the jobs that changed: settled records are not re-read from the store."""
+    store = harness.daemon.store
+    reads: list[int] = []
+    real = store.get_by_record
+
+    async def counting(record_id: int):  # type: ignore[no-untyped-def]
+        reads.append(record_id)
+        return await real(record_id)
+
+    monkeypatch.setattr(store, "get_by_record", counting)
+    quiet = [await submit(harness) for _ in range(5)]
+    ckpt_spec = jobs_pb2.JobSpec(command=["train"], checkpoint_uri="file:///nonexistent/ckpt")
+    ckpt = (await harness.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=ckpt_spec), metadata=auth(USER_A))).job.job_id
+    harness.slurm.set_state(ckpt, JobState.RUNNING, nodes=("node1",))
+    await harness.poll()
+    await harness.poll()  # the first look after a save re-reads once more, then the record settles
+    reads.clear()
+    await harness.poll()
+    ckpt_rec = (await store.get_by_job_id(ckpt)).record_id  # type: ignore[union-attr]
+    assert reads == [ckpt_rec]  # only the running job whose checkpoint progress is followed
+
+    harness.slurm.set_state(quiet[2], JobState.RUNNING, nodes=("node2",))
+    reads.clear()
+    await harness.poll()
+    changed = (await store.get_by_job_id(quiet[2])).record_id  # type: ignore[union-attr]
+    assert changed in reads and len(reads) == 2
+    assert (await status(harness, quiet[2])).state == jobs_pb2.JOB_STATE_RUNNING
+
+    # An RPC that saves a record (here: cancel) makes the next poll read it again.
+    await harness.jobs.CancelJob(jobs_pb2.CancelJobRequest(job_id=quiet[0]), metadata=auth(USER_A))
+    reads.clear()
+    await harness.poll()
+    assert (await store.get_by_job_id(quiet[0])).record_id in reads  # type: ignore[union-attr]
+    assert (await status(harness, quiet[0])).terminal

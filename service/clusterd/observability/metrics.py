@@ -57,7 +57,7 @@ REQUEUES = Counter(
 )
 POLL_LATENCY = Histogram(
     "clusterd_queue_poll_latency_seconds",
-    "Time for one queue poll (squeue + sinfo or the backend's equivalent), parse included",
+    "Time for one queue poll: the queue and node queries, their parsing, and reconciling the live jobs",
     buckets=_LATENCY_BUCKETS,
     registry=REGISTRY,
 )

@@ -13,6 +13,7 @@ import sqlite3
 import threading
 import time
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,14 @@ def _observed_json(rec: JobRecord) -> str:
             value = list(value)
         data[name] = value
     return json.dumps(data, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class LiveRow:
+    record_id: int
+    phase: Phase
+    job_id: str
+    updated: float
 
 
 class JobStore:
@@ -213,15 +222,15 @@ class JobStore:
         with self._lock:
             return [tuple(r) for r in self._db.execute(sql, params).fetchall()]
 
-    async def live(self) -> list[tuple[int, Phase]]:
-        """(record_id, phase) of the records the poller must still follow: not terminal, not failed.
+    async def live(self) -> list[LiveRow]:
+        """The records the poller must still follow (not terminal, not failed), without decoding them.
 
-        Ids only: the poller re-reads each record under its lock anyway, so decoding them all here
-        too would double the per-poll cost, which grows with the number of live jobs.
+        ``updated`` changes with every save, so the poller can tell a record nobody touched since
+        its last look from one an RPC changed; decoding is left to the few it must re-read.
         """
-        sql = "SELECT record_id, phase FROM jobs WHERE terminal=0 AND phase!=? ORDER BY record_id"
+        sql = "SELECT record_id, phase, job_id, updated FROM jobs WHERE terminal=0 AND phase!=? ORDER BY record_id"
         rows = await asyncio.to_thread(self._rows, sql, (Phase.FAILED.value,))
-        return [(int(rid), Phase(phase)) for rid, phase in rows]
+        return [LiveRow(int(rid), Phase(phase), job_id or "", float(updated)) for rid, phase, job_id, updated in rows]
 
     async def live_count(self, user: str, *, request_id: str = "") -> tuple[int, bool]:
         """(``user``'s submitted unfinished jobs, whether one holds ``request_id``): counted, not decoded."""

@@ -73,6 +73,17 @@ def observe(rec: JobRecord, sj: SlurmJob) -> bool:
     return before != after
 
 
+def _quiet(rec: JobRecord, sj: SlurmJob) -> bool:
+    """Whether a poll may skip this record until Slurm's view of it or the record itself changes.
+
+    Not when time alone calls for action: a held requeue is re-released, a running checkpointed
+    job's progress is read, a decided requeue Slurm has not shown yet is re-sent.
+    """
+    if rec.phase is not Phase.SUBMITTED or sj.state.terminal or rec.needs_release:
+        return False
+    return not (sj.state == JobState.RUNNING and rec.spec.checkpoint_uri)
+
+
 class QueuePoller:
     def __init__(
         self,
@@ -97,6 +108,10 @@ class QueuePoller:
         self.on_health: Callable[[bool], None] | None = None
         self.on_finish: Callable[[JobRecord], None] | None = None
         self.last_error = ""
+        # Records whose last reconcile changed nothing and that need no periodic action, with the
+        # Slurm view and store stamp they had: a poll skips them while both stay the same, so its
+        # cost follows the jobs that changed, not the number of jobs in the queue.
+        self._settled: dict[int, tuple[SlurmJob, float]] = {}
 
     @property
     def polls(self) -> int:
@@ -121,25 +136,35 @@ class QueuePoller:
         switches = self.snapshot.switches
         if self._polls % _TOPOLOGY_EVERY == 0:
             switches = tuple(await self._backend.topology())
-        POLL_LATENCY.observe(time.perf_counter() - started)
         self.snapshot = ClusterSnapshot({j.job_id: j for j in jobs}, tuple(nodes), switches, time.time())
         self._polls += 1
         await self._reconcile()
+        POLL_LATENCY.observe(time.perf_counter() - started)
 
     async def _reconcile(self) -> None:
         snap = self.snapshot
         states: Counter[str] = Counter()
-        for record_id, phase in await self._store.live():
-            lock = self._store.record_lock(record_id)
-            if phase is Phase.SUBMITTING and lock.locked():
+        settled: dict[int, tuple[SlurmJob, float]] = {}
+        for row in await self._store.live():
+            sj = snap.jobs.get(row.job_id) if row.job_id else None
+            if sj is not None and self._settled.get(row.record_id) == (sj, row.updated):
+                # Slurm shows what it showed last time and nobody saved the record since: nothing to do.
+                settled[row.record_id] = (sj, row.updated)
+                states[sj.state.value] += 1
+                continue
+            lock = self._store.record_lock(row.record_id)
+            if row.phase is Phase.SUBMITTING and lock.locked():
                 states[JobState.PENDING.value] += 1
                 continue  # its submit handler is still running sbatch
             async with lock:
-                rec = await self._store.get_by_record(record_id)  # fresh: an RPC may have changed it
+                rec = await self._store.get_by_record(row.record_id)  # fresh: an RPC may have changed it
                 if rec is not None and not rec.terminal:
                     await self._reconcile_one(rec, snap)
                 if rec is not None and not rec.terminal and rec.phase is not Phase.FAILED:
                     states[rec.state.value] += 1
+                    if sj is not None and _quiet(rec, sj):
+                        settled[row.record_id] = (sj, row.updated)
+        self._settled = settled
         for state in JobState:  # every state, so a state that emptied reads 0 rather than its last value
             JOBS_BY_STATE.labels(state=state.value).set(states[state.value])
 
