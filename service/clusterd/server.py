@@ -17,8 +17,9 @@ from clusterd.api.interceptor import AuthInterceptor
 from clusterd.api.jobs_servicer import JobServicer
 from clusterd.auth.tokens import TokenStore
 from clusterd.config import Config
+from clusterd.errors import SlurmError
 from clusterd.jobs.manager import JobManager
-from clusterd.observability.metrics import MetricsServer, start_metrics_server
+from clusterd.observability.metrics import SLURM_INFO, MetricsServer, start_metrics_server
 from clusterd.placement import TopologyPlacer
 from clusterd.security.audit import AuditLog
 from clusterd.security.limits import JobQuota, RateLimiter
@@ -107,6 +108,11 @@ class ClusterDaemon:
             await self.poller.poll_once()
             await self._set_health(True)
             self.poller.healthy = True
+        with contextlib.suppress(SlurmError):
+            version = await self.backend.version()
+            kind = type(self.backend).__name__.removesuffix("Backend").lower()  # what "auto" chose, too
+            SLURM_INFO.labels(version=version, backend=kind).set(1)
+            log.info("Slurm %s via the %s backend", version, kind)
         if self.config.metrics_listen:
             self._metrics = start_metrics_server(self.config.metrics_listen)
             log.info("metrics on http://%s/metrics", self.config.metrics_listen)

@@ -74,6 +74,12 @@ SLURM_CALL_LATENCY = Histogram(
     buckets=_LATENCY_BUCKETS,
     registry=REGISTRY,
 )
+SLURM_INFO = Gauge(
+    "clusterd_slurm_info",
+    "The Slurm release clusterd found at start and the backend that talks to it (value 1)",
+    ["version", "backend"],
+    registry=REGISTRY,
+)
 CHECKPOINT_COMMITS = Counter(
     "clusterd_checkpoint_commits_seen",
     "Times the supervisor saw a running job's newest committed checkpoint step advance, by job",
