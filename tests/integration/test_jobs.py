@@ -75,7 +75,7 @@ def test_command_job_cancel_and_list(daemon: Daemon) -> None:
 
 def test_watch_streams_state_changes(daemon: Daemon) -> None:
     client = daemon.client("alice")
-    job = client.submit(jobs_pb2.JobSpec(name="short", command=["sleep", "2"])).job
+    job = client.submit(jobs_pb2.JobSpec(name="short", command=["sleep", "6"])).job  # RUNNING spans several polls
     states = []
     for event in daemon.client("alice").watch([job.job_id], include_initial=True):
         states.append(event.job.state)
