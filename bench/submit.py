@@ -139,6 +139,7 @@ class Daemon:
     state_dir: Path
     poll_interval: float
     bin_dir: str = ""
+    metrics_listen: str = ""  # host:port of /metrics; empty = off
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
 
@@ -152,7 +153,8 @@ class Daemon:
 
     def start(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        env = {**self.env, "CLUSTERD_POLL_INTERVAL_SECONDS": str(self.poll_interval), "CLUSTERD_METRICS_LISTEN": ""}
+        env = {**self.env, "CLUSTERD_POLL_INTERVAL_SECONDS": str(self.poll_interval),
+               "CLUSTERD_METRICS_LISTEN": self.metrics_listen}  # fmt: skip
         if self.bin_dir:
             env["CLUSTERD_SLURM__BIN_DIR"] = self.bin_dir
         with self.log_path.open("ab") as log:
