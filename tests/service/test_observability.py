@@ -142,6 +142,7 @@ async def test_runner_logs_the_command_with_the_calls_request_id(tmp_path: Path,
 def test_command_labels_stay_few() -> None:
     assert command_label(["scontrol", "update", "jobid=1", "StartTime=now"]) == "scontrol update"
     assert command_label(["squeue", "--all", "--json"]) == "squeue"
+    assert command_label(["sbatch", "--version"]) == "sbatch --version"
 
 
 def test_text_format_and_bad_format(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from clusterd.observability.metrics import observe_slurm_call
 
 log = logging.getLogger(__name__)
 
-_READS = frozenset({"squeue", "sinfo", "scontrol show"})
+_READS = frozenset({"squeue", "sinfo", "scontrol show", "sbatch --version"})
 
 
 @dataclass
@@ -108,7 +108,12 @@ class CommandRunner:
 
 
 def command_label(argv: list[str]) -> str:
-    """``scontrol update jobid=1 ...`` -> ``scontrol update``: a metric label with few values."""
+    """``scontrol update jobid=1 ...`` -> ``scontrol update``: a metric label with few values.
+
+    ``--version`` is kept apart so that ``sbatch`` counts submissions only.
+    """
     if argv[0] == "scontrol" and len(argv) > 1:
         return f"scontrol {argv[1]}"
+    if "--version" in argv[1:]:
+        return f"{argv[0]} --version"
     return argv[0]
