@@ -23,6 +23,7 @@ from clusterd.errors import SlurmError
 from clusterd.security.transport import check_transport, server_credentials
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.factory import make_backend
+from clusterd.slurm.version import SlurmVersion, SlurmVersionError
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 _OLDEST_SLURM = (21, 8)  # the first release whose squeue/sinfo print --json
@@ -162,8 +163,11 @@ async def check_slurm(config: Config, out: Findings, backend: SlurmBackend | Non
     except SlurmError as exc:  # SlurmUnavailable included: the message says which command and why
         out.add("slurm", FAIL, f"{config.slurm.backend} backend: {exc}")
         return
-    numbers = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
-    if len(numbers) == 2 and numbers < _OLDEST_SLURM:
+    try:
+        too_old = SlurmVersion.parse(version).release < _OLDEST_SLURM
+    except SlurmVersionError:
+        too_old = False  # an unfamiliar version string is not a reason to refuse
+    if too_old:
         out.add("slurm", FAIL, f"Slurm {version} is too old: JSON output needs 21.08 or newer")
         return
     if config.slurm.default_partition and config.slurm.default_partition not in partitions:
