@@ -221,11 +221,17 @@ def deferred_switches(args: SubmitArgs) -> str | None:
     return value
 
 
-def job_description(args: SubmitArgs, base_environment: Mapping[str, str]) -> dict[str, Any]:
-    """The ``POST /slurm/v0.0.38/job/submit`` body for ``args``.
+# (job, option name, value, whether the option is the service's rather than the script's)
+Apply = Callable[[dict[str, Any], str, str, bool], None]
 
-    ``base_environment`` is what sbatch's own environment would add (PATH, locale); the request's
-    variables win over it. Raises SlurmError naming the first option v0.0.38 cannot express.
+
+def collect_job(
+    args: SubmitArgs, base_environment: Mapping[str, str], apply: Apply
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """What every REST body is built from: ``apply`` the script's ``#SBATCH`` lines, the working
+    directory, then the service's options on top (as sbatch's command line overrides the script),
+    and the job's environment: ``base_environment`` (what sbatch's own environment would add: PATH,
+    locale) overridden by the request's variables.
     """
     try:
         directives = parse_directives(args.script)
@@ -233,13 +239,24 @@ def job_description(args: SubmitArgs, base_environment: Mapping[str, str]) -> di
         raise refused(f"cannot read the script's #SBATCH lines: {exc}") from exc
     job: dict[str, Any] = {}
     for name, value in directives.items():
-        _apply(job, name, value, from_service=False)
+        apply(job, name, value, False)
     if args.working_directory:
         job["current_working_directory"] = args.working_directory
     for name, value in _option_pairs(args.options):
-        _apply(job, name, value, from_service=True)
+        apply(job, name, value, True)
     environment = {**base_environment, **args.environment}
     if not environment:
         raise refused("slurmrestd needs a non-empty job environment")
+    return job, environment
+
+
+def job_description(args: SubmitArgs, base_environment: Mapping[str, str]) -> dict[str, Any]:
+    """The ``POST /slurm/v0.0.38/job/submit`` body for ``args``.
+
+    Raises SlurmError naming the first option v0.0.38 cannot express.
+    """
+    job, environment = collect_job(
+        args, base_environment, lambda job, name, value, ours: _apply(job, name, value, from_service=ours)
+    )
     job["environment"] = environment
     return {"script": args.script, "job": job}

@@ -30,9 +30,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from clusterd.jobs.script import ScriptError, parse_directives
+from clusterd.jobs.validate import parse_time_limit
 from clusterd.slurm import restd_submit
-from clusterd.slurm.restd_submit import _option_pairs, _refuse, refused
+from clusterd.slurm.restd_submit import _refuse
 from clusterd.slurm.types import SubmitArgs
 
 Body = dict[str, Any]
@@ -110,27 +110,20 @@ def number(value: int) -> dict[str, Any]:
 
 INFINITE = {"set": True, "infinite": True, "number": 0}
 
-_TIME_WORDS = ("INFINITE", "UNLIMITED", "-1")
-_TIME_RE = re.compile(
-    r"^(?:(?P<d>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?"  # D-H[:M[:S]]
-    r"|(?P<a>\d+)(?::(?P<b>\d+)(?::(?P<c>\d+))?)?)$"  # M | M:S | H:M:S
-)
-
 
 def slurm_seconds(option: str, value: str) -> int | None:
-    """Slurm's time syntax (``M``, ``M:S``, ``H:M:S``, ``D-H[:M[:S]]``) in seconds; None = infinite."""
+    """Slurm's time syntax (``M``, ``M:S``, ``H:M:S``, ``D-H[:M[:S]]``) in seconds; None = infinite.
+
+    The service's own parser (:func:`clusterd.jobs.validate.parse_time_limit`), plus ``-1``, which
+    Slurm also reads as infinite; what it cannot read is refused by option name.
+    """
     text = value.strip()
-    if text.upper() in _TIME_WORDS:
+    if text == "-1":
         return None
-    m = _TIME_RE.match(text)
-    if not m:
-        raise _refuse(option, f"cannot read time {value!r}")
-    g = {k: int(v) for k, v in m.groupdict().items() if v is not None}
-    if "d" in g:
-        return ((g["d"] * 24 + g["dh"]) * 60 + g.get("dm", 0)) * 60 + g.get("ds", 0)
-    if "c" in g:
-        return (g["a"] * 60 + g["b"]) * 60 + g["c"]
-    return g["a"] * 60 + g.get("b", 0)
+    try:
+        return parse_time_limit(text)
+    except ValueError:
+        raise _refuse(option, f"cannot read time {value!r}") from None
 
 
 def _minutes(option: str) -> Callable[[str], Any]:
@@ -307,20 +300,9 @@ def _dp_switches(value: str) -> Body:
 
 def _data_parser_submit(api: RestApi, args: SubmitArgs, base_environment: Mapping[str, str], now: float) -> Body:
     """``POST /slurm/v0.0.4x/job/submit`` body: the script's #SBATCH lines, then the options on top."""
-    try:
-        directives = parse_directives(args.script)
-    except ScriptError as exc:
-        raise refused(f"cannot read the script's #SBATCH lines: {exc}") from exc
-    job: Body = {}
-    for name, value in directives.items():
-        _dp_apply(api, job, name, value, now)
-    if args.working_directory:
-        job["current_working_directory"] = args.working_directory
-    for name, value in _option_pairs(args.options):
-        _dp_apply(api, job, name, value, now)
-    environment = {**base_environment, **args.environment}
-    if not environment:
-        raise refused("slurmrestd needs a non-empty job environment")
+    job, environment = restd_submit.collect_job(
+        args, base_environment, lambda job, name, value, _ours: _dp_apply(api, job, name, value, now)
+    )
     job["environment"] = [f"{k}={v}" for k, v in environment.items()]
     job["script"] = args.script
     # The top-level script is what 23.11's handler checks; newer ones also read job.script.
