@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from integration.conftest import Daemon, Stack, stack  # noqa: F401  (the stack fixture, for test_load)
 from service.conftest import USER_A, auth, make_config  # tests/ is on sys.path (tests/conftest.py)
 
 from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
@@ -16,7 +17,7 @@ from clusterd.config import Config, LimitsConfig
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
 
-__all__ = ["USER_A", "auth", "base_config", "code_of", "command_request", "running"]
+__all__ = ["USER_A", "Daemon", "Stack", "auth", "base_config", "code_of", "command_request", "running"]
 
 
 def base_config(tmp_path: Path, **limits: Any) -> Config:

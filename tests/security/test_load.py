@@ -11,26 +11,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
-import shlex
-import signal
-import socket
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from clusterd.slurm.fake import FakeSlurm
 
-from .conftest import auth, base_config, running
+from .conftest import Daemon, Stack, auth, base_config, running
 from .load import rss_kib, run_load
-
-STACK_DIR = Path(os.environ.get("CLUSTERCTL_STACK_DIR", "/var/lib/clusterctl-stack"))
 
 
 async def test_load_fake(tmp_path: Path) -> None:
@@ -50,52 +40,24 @@ async def test_load_fake(tmp_path: Path) -> None:
     assert report.calls["SubmitJob:OK"] > 50
 
 
-def _stack_env() -> dict[str, str]:
-    env_file = STACK_DIR / "env"
-    env: dict[str, str] = {}
-    if env_file.exists():
-        for line in env_file.read_text().splitlines():
-            m = re.match(r"^export ([A-Z_][A-Z0-9_]*)=(.*)$", line.strip())
-            if m:
-                env[m.group(1)] = shlex.split(m.group(2))[0] if m.group(2) else ""
-    return env
-
-
-def _skip_or_fail(why: str) -> None:
-    if os.environ.get("CLUSTERCTL_REQUIRE_STACK") == "1":
-        pytest.fail(why)
-    pytest.skip(why)
-
-
 @pytest.mark.slurm
 @pytest.mark.slow
-def test_load_real_stack(tmp_path: Path) -> None:
-    stack = _stack_env()
-    if not stack:
-        _skip_or_fail("the local stack is not up: deploy/local/stack.sh up")
-    slurm_env = {**os.environ, **({"SLURM_CONF": stack["SLURM_CONF"]} if "SLURM_CONF" in stack else {})}
-    if subprocess.run(["squeue", "-h"], env=slurm_env, capture_output=True, timeout=30).returncode != 0:
-        _skip_or_fail("slurmctld does not answer (stack stopped?)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    addr = f"127.0.0.1:{port}"
-    log = (tmp_path / "clusterd.log").open("ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "clusterd.main", "serve", "--config", str(STACK_DIR / "clusterd.toml"),
-         "--listen", addr, "--state-dir", str(tmp_path / "state")],
-        stdout=log, stderr=log, env={**slurm_env, "CLUSTERD_POLL_INTERVAL_SECONDS": "1", "CLUSTERD_METRICS_LISTEN": ""},
-    )  # fmt: skip
+def test_load_real_stack(stack: Stack, tmp_path: Path) -> None:
+    if stack.run("squeue", "-h", check=False).returncode != 0:
+        if os.environ.get("CLUSTERCTL_REQUIRE_STACK") == "1":
+            pytest.fail("slurmctld does not answer (stack stopped?)")
+        pytest.skip("slurmctld does not answer (stack stopped?)")
+    daemon = Daemon(stack, tmp_path / "state")
+    daemon.start()
+    assert daemon.proc is not None
     try:
-        _wait_serving(addr, proc)
-        before = rss_kib(proc.pid)
-        report = run_load(addr, [stack["CLUSTERCTL_TOKEN"], stack["CLUSTERCTL_TOKEN_BOB"]], clients=50, seconds=60)
+        before = rss_kib(daemon.proc.pid)
+        report = run_load(daemon.addr, [stack.tokens["alice"], stack.tokens["bob"]], clients=50, seconds=60)
         time.sleep(3)
-        after = rss_kib(proc.pid)
-        out = subprocess.run(["squeue", "--json"], env=slurm_env, capture_output=True, text=True, timeout=60).stdout
+        after = rss_kib(daemon.proc.pid)
+        out = stack.run("squeue", "--json").stdout
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
+        daemon.stop()
     import sqlite3
 
     db = sqlite3.connect(tmp_path / "state" / "clusterd.sqlite3")
@@ -113,17 +75,3 @@ def test_load_real_stack(tmp_path: Path) -> None:
     assert all(n == 1 for n in tags.values()), "one record submitted twice"
     assert after < before * 2 + 50_000, f"clusterd RSS grew from {before} to {after} KiB"
 
-
-def _wait_serving(addr: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(addr) as ch:
-        stub = health_pb2_grpc.HealthStub(ch)
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, "clusterd exited during startup"
-            try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.2)
-    raise AssertionError("clusterd did not become healthy")
