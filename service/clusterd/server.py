@@ -110,7 +110,7 @@ class ClusterDaemon:
             self.poller.healthy = True
         with contextlib.suppress(SlurmError):
             version = await self.backend.version()
-            kind = type(self.backend).__name__.removesuffix("Backend").lower()  # what "auto" chose, too
+            kind = getattr(self.backend, "name", type(self.backend).__name__)  # what "auto" chose, too
             SLURM_INFO.labels(version=version, backend=kind).set(1)
             log.info("Slurm %s via the %s backend", version, kind)
         if self.config.metrics_listen:

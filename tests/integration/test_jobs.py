@@ -188,5 +188,6 @@ def test_slurmrestd_backend_runs_a_job_end_to_end(restd_daemon: Daemon, stack: S
     calls = restd_daemon.metrics()
     assert calls['clusterd_slurm_calls_total{backend="slurmrestd",command="POST job/submit",outcome="ok"}'] == 1
     assert calls.get('clusterd_slurm_calls_total{backend="commands",command="sbatch",outcome="ok"}', 0) == 0
+    assert calls['clusterd_slurm_info{backend="slurmrestd",version="22.05.8"}'] == 1
     posted = [r for r in restd_daemon.log_records() if r["message"] == "slurm POST job/submit ok"]
     assert len(posted) == 1 and posted[0]["user"] == "alice" and posted[0]["request_id"]

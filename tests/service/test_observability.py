@@ -85,7 +85,7 @@ async def test_rpcs_counted_by_method_and_code_on_the_endpoint(served, json_logs
     assert got['clusterd_jobs{state="PENDING"}'] + got['clusterd_jobs{state="RUNNING"}'] >= 1
     assert got["clusterd_queue_poll_latency_seconds_count{}"] >= 1
     assert got["process_resident_memory_bytes{}"] > 0  # for sizing
-    assert any(k.startswith("clusterd_slurm_info{") for k in got)
+    assert got['clusterd_slurm_info{backend="fake",version="22.05.8"}'] == 1
 
 
 async def test_request_id_returned_honoured_and_sanitised(served, json_logs) -> None:  # type: ignore[no-untyped-def]

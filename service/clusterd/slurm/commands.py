@@ -17,6 +17,8 @@ T = TypeVar("T")
 
 
 class CommandsBackend:
+    name = "commands"  # the backend label on metrics and log lines
+
     def __init__(self, config: SlurmConfig, runner: CommandRunner | None = None) -> None:
         self.runner = runner or CommandRunner(
             bin_dir=config.bin_dir, slurm_conf=config.slurm_conf, timeout=config.command_timeout_seconds

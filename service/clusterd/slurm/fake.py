@@ -17,6 +17,7 @@ from clusterd.slurm.types import JobState, NodeState, SlurmJob, SlurmNode, Slurm
 
 @dataclass
 class FakeSlurm:
+    name = "fake"  # a class attribute (no annotation): not a dataclass field
     nodes: list[SlurmNode] = field(default_factory=list)
     switches: list[SlurmSwitch] = field(default_factory=list)
     jobs: dict[str, SlurmJob] = field(default_factory=dict)

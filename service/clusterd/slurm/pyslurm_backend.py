@@ -282,6 +282,8 @@ def unavailable_reason(slurm_version: str | None = None, config: SlurmConfig | N
 class PyslurmBackend:
     """SlurmBackend over pyslurm; build it only where :func:`unavailable_reason` is None."""
 
+    name = BACKEND
+
     def __init__(self, config: SlurmConfig, module: ModuleType | None = None) -> None:
         self._config = config
         self._pyslurm = module or importlib.import_module("pyslurm")

@@ -84,6 +84,8 @@ def _check_job_id(command: str, job_id: str) -> str:
 class RestdBackend:
     """:class:`~clusterd.slurm.base.SlurmBackend` over slurmrestd (``restd_url`` in the config)."""
 
+    name = BACKEND
+
     def __init__(
         self,
         config: SlurmConfig,
