@@ -164,10 +164,10 @@ async def check_slurm(config: Config, out: Findings, backend: SlurmBackend | Non
         out.add("slurm", FAIL, f"{config.slurm.backend} backend: {exc}")
         return
     try:
-        too_old = SlurmVersion.parse(version).release < _OLDEST_SLURM
+        release = SlurmVersion.parse(version)
     except SlurmVersionError:
-        too_old = False  # an unfamiliar version string is not a reason to refuse
-    if too_old:
+        release = None  # an unfamiliar version string is not a reason to refuse
+    if release is not None and release.release < _OLDEST_SLURM:
         out.add("slurm", FAIL, f"Slurm {version} is too old: JSON output needs 21.08 or newer")
         return
     if config.slurm.default_partition and config.slurm.default_partition not in partitions:
@@ -175,7 +175,8 @@ async def check_slurm(config: Config, out: Findings, backend: SlurmBackend | Non
                                f"{', '.join(partitions)}")  # fmt: skip
         return
     usable = sum(n.state.usable for n in nodes)
-    out.add("slurm", OK, f"Slurm {version} via {config.slurm.backend}: {len(nodes)} nodes ({usable} usable), "
+    api = f" (JSON/REST {release.data_parser})" if release is not None else ""
+    out.add("slurm", OK, f"Slurm {version}{api} via {config.slurm.backend}: {len(nodes)} nodes ({usable} usable), "
                          f"partitions {', '.join(partitions)}, {len(switches)} switches")  # fmt: skip
     if not usable:
         out.add("slurm", WARN, "no node is usable now: jobs will pend")

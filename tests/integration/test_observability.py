@@ -57,7 +57,7 @@ def test_clusterd_check_on_the_stack(stack: Stack, tmp_path) -> None:  # type: i
     env = {**stack.slurm_env(), **{k: v for k, v in stack.env.items() if k.startswith("AWS_")}}
     ok = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "Slurm 22.05" in ok.stdout and "6 nodes" in ok.stdout
+    assert "Slurm 22.05.8 (JSON/REST v0.0.38)" in ok.stdout and "6 nodes" in ok.stdout
     # A wrong secret key: the storage line says so, the rest still passes, exit 1.
     bad = subprocess.run(
         cmd, capture_output=True, text=True, env={**env, "AWS_SECRET_ACCESS_KEY": "wrong"}, timeout=120

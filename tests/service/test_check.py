@@ -40,6 +40,7 @@ async def test_good_config_passes_with_fake_slurm(tmp_path: Path) -> None:
     got = by_check(findings)
     assert not findings.failed, findings
     assert got["slurm"][0][0] == OK and "partitions" in got["slurm"][0][1]
+    assert got["slurm"][0][1].startswith("Slurm 22.05.8 (JSON/REST v0.0.38) via commands")
     assert got["tokens"] == [(WARN, got["tokens"][0][1]), (OK, "3 tokens for 3 users (1 admin)")]  # plaintext
     assert not (tmp_path / "state").exists()  # check changes nothing
 

@@ -3,7 +3,6 @@ documented data_parser/v0.0.45 schemas (see tests/fixtures/slurm/README.md; no 2
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -15,10 +14,8 @@ from clusterd.slurm.parse import (
     parse_sinfo_data,
     parse_squeue,
     parse_squeue_data,
-    response_meta,
 )
 from clusterd.slurm.types import JobState, NodeState
-from clusterd.slurm.version import SlurmVersion
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 
@@ -95,14 +92,6 @@ def test_infinite_and_unset_numbers() -> None:
     (job,) = parse_squeue_data(data)
     assert (job.end_time, job.start_time, job.submit_time) == (None, None, None)
     assert (job.restart_count, job.exit_code, job.exit_signal) == (0, 0, 0)
-
-
-def test_response_meta_reads_both_families() -> None:
-    old = response_meta(json.loads(text("sinfo_mixed.json")))
-    new = response_meta(json.loads(text("squeue_26.05_documented_jobs.json")))
-    assert (old.api, old.slurm, old.data_parser) == ("v0.0.38", SlurmVersion(22, 5, 8), False)
-    assert (new.api, new.slurm, new.data_parser) == ("v0.0.45", SlurmVersion(26, 5, 0), True)
-    assert response_meta({}).data_parser is None
 
 
 def test_flat_new_node_record_with_list_features() -> None:

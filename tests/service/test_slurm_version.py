@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterd.slurm.version import DATA_PARSER_BY_RELEASE, SlurmVersion, SlurmVersionError, data_parser_number
+from clusterd.slurm.version import DATA_PARSER_BY_RELEASE, SlurmVersion, SlurmVersionError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 
@@ -41,7 +41,6 @@ def test_capture_and_ordering() -> None:
 )  # fmt: skip
 def test_data_parser_table(release: tuple[int, int], api: str) -> None:
     assert SlurmVersion(*release).data_parser == api
-    assert SlurmVersion(*release).uses_data_parser == (release >= (23, 2))
 
 
 def test_unknown_releases() -> None:
@@ -49,5 +48,4 @@ def test_unknown_releases() -> None:
     assert SlurmVersion(23, 5, 0).data_parser == "v0.0.39"  # between releases: the older one's
     with pytest.raises(SlurmVersionError):
         _ = SlurmVersion(19, 5, 0).data_parser
-    assert data_parser_number("data_parser/v0.0.45") > data_parser_number("openapi/v0.0.38")
     assert len(set(DATA_PARSER_BY_RELEASE.values())) == len(DATA_PARSER_BY_RELEASE)

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from clusterctl.hostlist import expand_hostlist
 from clusterd.slurm.types import JobState, NodeState, SlurmJob, SlurmNode
-from clusterd.slurm.version import SlurmVersion, SlurmVersionError, data_parser_number
+from clusterd.slurm.version import SlurmVersion, SlurmVersionError
 
 _JOB_STATES = {s.value: s for s in JobState}
 # Base states win over flags when a newer Slurm lists both (["PENDING", "REQUEUED"]).
@@ -34,7 +34,6 @@ _NODE_BASE_STATES = frozenset(
     {"IDLE", "MIXED", "ALLOCATED", "DOWN", "ERROR", "FUTURE", "UNKNOWN", "RESERVED", "COMPLETING"}
 )
 _GRES_GPU_RE = re.compile(r"(?:^|,)gpu(?::[^:,()]+)?:(\d+)")
-_FIRST_DATA_PARSER = (0, 0, 39)
 
 
 class SlurmParseError(ValueError):
@@ -47,55 +46,6 @@ class SlurmReportedErrors(SlurmParseError):
     For a whole-queue read that means the controller did not answer (22.05's squeue exits 0 with
     ``"Failed while looking for jobs"`` then): the caller treats it as Slurm being unavailable.
     """
-
-
-@dataclass(frozen=True)
-class ResponseMeta:
-    """Which Slurm and which JSON plugin produced a response (from its ``meta``, when present)."""
-
-    api: str | None  # "v0.0.38", "v0.0.45", ... as the response names it
-    slurm: SlurmVersion | None
-
-    @property
-    def data_parser(self) -> bool | None:
-        """True for the 23.02+ value types, False for 22.05's, None when ``meta`` does not say."""
-        if self.api:
-            try:
-                return data_parser_number(self.api) >= _FIRST_DATA_PARSER
-            except SlurmVersionError:
-                pass
-        if self.slurm:
-            return self.slurm.uses_data_parser
-        return None
-
-
-def response_meta(data: dict[str, Any]) -> ResponseMeta:
-    """Read ``meta``: 22.05 has ``plugin.type`` + ``Slurm.version`` (ints); 23.02+ ``plugin.data_parser``
-    + ``slurm.version`` (strings)."""
-    meta = data.get("meta")
-    if not isinstance(meta, dict):
-        return ResponseMeta(None, None)
-    plugin = meta.get("plugin")
-    if not isinstance(plugin, dict):
-        plugin = {}
-    api = None
-    for key in ("data_parser", "type"):
-        m = re.search(r"v\d+\.\d+\.\d+", str(plugin.get(key) or ""))
-        if m:
-            api = m.group(0)
-            break
-    slurm_meta = meta.get("slurm") or meta.get("Slurm")
-    version = None
-    if isinstance(slurm_meta, dict):
-        v = slurm_meta.get("version")
-        try:
-            if isinstance(v, dict) and "major" in v:
-                version = SlurmVersion(int(v["major"]), int(v.get("minor", 0)), int(v.get("micro", 0)))
-            elif slurm_meta.get("release"):
-                version = SlurmVersion.parse(str(slurm_meta["release"]))
-        except (TypeError, ValueError):
-            version = None
-    return ResponseMeta(api, version)
 
 
 def _load(text: str, what: str) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Slurm release numbers and the OpenAPI/data_parser version each release speaks.
 
-Backends need this to pick a slurmrestd URL prefix (``/slurm/v0.0.4x/``) and to refuse a pyslurm
-built for another release. The table is the NEWEST data_parser a release ships (each release also
+The pyslurm backend needs this to refuse a pyslurm built for another release, and ``clusterd
+check`` names the JSON/REST version the running release speaks (what ``slurm.restd_api_version``
+would be set to). The table is the NEWEST data_parser a release ships (each release also
 keeps the two or three before it). Sources: SchedMD's rest_release_notes (25.11.1 lists
 data_parser/v0.0.44), the 25.05.0rc1 changelog (deprecations "in v0.0.43"), the 24.05.3 changelog
 (fixes to v0.0.40 and v0.0.41), the 26.05.0rc1 changelog (data_parser/v0.0.45 fixes) and the
@@ -75,21 +76,9 @@ class SlurmVersion:
             raise SlurmVersionError(f"Slurm {self} predates JSON output (20.11)")
         return DATA_PARSER_BY_RELEASE[older[-1]]
 
-    @property
-    def uses_data_parser(self) -> bool:
-        """True from 23.02 on: numbers as {set, infinite, number}, states as lists, ``sinfo`` groups."""
-        return self.release >= (23, 2)
-
     def same_release(self, other: SlurmVersion) -> bool:
         return self.release == other.release
 
     def __str__(self) -> str:
         return f"{self.major}.{self.minor:02d}.{self.micro}"
 
-
-def data_parser_number(name: str) -> tuple[int, int, int]:
-    """``"v0.0.45"``/``"data_parser/v0.0.45"``/``"openapi/v0.0.38"`` -> (0, 0, 45), for comparisons."""
-    m = re.search(r"v(\d+)\.(\d+)\.(\d+)", name)
-    if not m:
-        raise SlurmVersionError(f"not a data_parser version: {name!r}")
-    return (int(m.group(1)), int(m.group(2)), int(m.group(3)))
