@@ -195,12 +195,20 @@ async def test_backend_actions_call_pyslurm(pyslurm: types.ModuleType) -> None:
 
 
 async def test_pyslurm_errors_become_slurm_errors(pyslurm: types.ModuleType) -> None:
+    from clusterd.observability.metrics import REGISTRY
+
+    def count(command: str, outcome: str) -> float:
+        labels = {"backend": "pyslurm", "command": command, "outcome": outcome}
+        return REGISTRY.get_sample_value("clusterd_slurm_calls_total", labels) or 0.0
+
+    before = (count("submit", "error"), count("cancel", "unavailable"))
     backend = PyslurmBackend(SlurmConfig(backend="pyslurm"))
     with pytest.raises(SlurmError, match="Invalid partition") as err:
         await backend.submit(SubmitArgs(options=("--partition=nosuch",), script="#!/bin/sh\ntrue\n"))
     assert not isinstance(err.value, SlurmUnavailable)
     with pytest.raises(SlurmUnavailable):
         await backend.cancel("999")
+    assert (count("submit", "error"), count("cancel", "unavailable")) == (before[0] + 1, before[1] + 1)
 
 
 def test_unavailable_reason_version_mismatch_and_match(pyslurm: types.ModuleType) -> None:

@@ -7,7 +7,11 @@ library happened to register. They are process-wide: a test comparing counts com
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
@@ -21,6 +25,10 @@ from prometheus_client import (
     ProcessCollector,
     start_http_server,
 )
+
+from clusterd.errors import SlurmError, SlurmUnavailable
+
+log = logging.getLogger(__name__)
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 ProcessCollector(registry=REGISTRY)
@@ -98,6 +106,32 @@ def observe_slurm_call(backend: str, command: str, outcome: str, seconds: float)
     """Count one call into Slurm; ``outcome`` is ``ok``, ``error`` (Slurm refused) or ``unavailable``."""
     SLURM_CALLS.labels(backend=backend, command=command, outcome=outcome).inc()
     SLURM_CALL_LATENCY.labels(backend=backend, command=command).observe(seconds)
+
+
+@contextlib.contextmanager
+def observed_slurm_call(backend: str, command: str, *, read: bool) -> Iterator[None]:
+    """Count and log one call into Slurm made inside the block, by the SlurmError it raises (if any).
+
+    The log line matches the commands runner's (``slurm <command> <outcome>``); the calling RPC's
+    request id is added by the log filter. Successful reads (``read``) are debug-level: the poll
+    makes them every interval.
+    """
+    started = time.monotonic()
+    outcome = "error"
+    detail = None
+    try:
+        yield
+        outcome = "ok"
+    except SlurmError as exc:
+        outcome = "unavailable" if isinstance(exc, SlurmUnavailable) else "error"
+        detail = exc.detail[:500]
+        raise
+    finally:
+        seconds = time.monotonic() - started
+        observe_slurm_call(backend, command, outcome, seconds)
+        level = logging.DEBUG if read and outcome == "ok" else logging.INFO
+        log.log(level, "slurm %s %s", command, outcome,
+                extra={"backend": backend, "duration_ms": round(seconds * 1000, 2), "stderr": detail})  # fmt: skip
 
 
 @dataclass

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from clusterd.config import SlurmConfig
 from clusterd.errors import SlurmError, SlurmUnavailable, says_unavailable
 from clusterd.jobs.script import ScriptError, parse_directives
+from clusterd.observability.metrics import observed_slurm_call
 from clusterd.slurm import parse
 from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch, SubmitArgs
 from clusterd.slurm.version import SlurmVersion, SlurmVersionError
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 BACKEND = "pyslurm"
+_READS = frozenset({"list jobs", "list nodes", "partitions", "version"})
 
 # sbatch long option -> pyslurm.JobSubmitDescription attribute (names from pyslurm's #SBATCH table).
 _VALUE_OPTIONS: dict[str, str] = {
@@ -289,19 +291,21 @@ class PyslurmBackend:
         self._pyslurm = module or importlib.import_module("pyslurm")
 
     async def _call(self, what: str, fn: Callable[[], T]) -> T:
-        try:
-            return await asyncio.to_thread(fn)
-        except SlurmError:
-            raise
-        except Exception as exc:
-            rpc_error = getattr(self._pyslurm, "RPCError", None)
-            is_rpc_error = isinstance(rpc_error, type) and isinstance(exc, rpc_error)
-            if is_rpc_error or isinstance(exc, ValueError | OSError):
-                message = str(exc) or type(exc).__name__
-                if says_unavailable(message):
-                    raise SlurmUnavailable(f"{BACKEND} {what}", None, message) from exc
-                raise SlurmError(f"{BACKEND} {what}", None, message) from exc
-            raise
+        """Run a blocking pyslurm call in a thread; counted and logged like every call into Slurm."""
+        with observed_slurm_call(BACKEND, what, read=what in _READS):
+            try:
+                return await asyncio.to_thread(fn)
+            except SlurmError:
+                raise
+            except Exception as exc:
+                rpc_error = getattr(self._pyslurm, "RPCError", None)
+                is_rpc_error = isinstance(rpc_error, type) and isinstance(exc, rpc_error)
+                if is_rpc_error or isinstance(exc, ValueError | OSError):
+                    message = str(exc) or type(exc).__name__
+                    if says_unavailable(message):
+                        raise SlurmUnavailable(f"{BACKEND} {what}", None, message) from exc
+                    raise SlurmError(f"{BACKEND} {what}", None, message) from exc
+                raise
 
     async def submit(self, args: SubmitArgs) -> str:
         attrs = submit_attributes(args)

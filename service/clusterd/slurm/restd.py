@@ -24,7 +24,7 @@ import os
 import pwd
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,7 +33,7 @@ import jwt
 
 from clusterd.config import SlurmConfig
 from clusterd.errors import SlurmError, SlurmUnavailable, says_unavailable
-from clusterd.observability.metrics import observe_slurm_call
+from clusterd.observability.metrics import observed_slurm_call
 from clusterd.slurm import parse
 from clusterd.slurm.commands import CommandsBackend
 from clusterd.slurm.restd_submit import deferred_switches
@@ -335,23 +335,5 @@ async def _parsed(command: str, parser: Callable[[str], list[T]], text: str) -> 
         raise _error(command, 200, str(exc)) from exc
 
 
-@contextlib.contextmanager
-def _observed(command: str) -> Iterator[None]:
-    """Count one call into Slurm: ok, error (Slurm refused) or unavailable (no answer)."""
-    started = time.monotonic()
-    outcome = "error"
-    detail = None
-    try:
-        yield
-        outcome = "ok"
-    except SlurmError as exc:
-        outcome = "unavailable" if isinstance(exc, SlurmUnavailable) else "error"
-        detail = exc.detail[:500]
-        raise
-    finally:
-        seconds = time.monotonic() - started
-        observe_slurm_call(backend=BACKEND, command=command, outcome=outcome, seconds=seconds)
-        # Like the commands runner's line: the calling RPC's request id is added by the log filter.
-        quiet = outcome == "ok" and command.startswith("GET ")
-        log.log(logging.DEBUG if quiet else logging.INFO, "slurm %s %s", command, outcome,
-                extra={"backend": BACKEND, "duration_ms": round(seconds * 1000, 2), "stderr": detail})  # fmt: skip
+def _observed(command: str) -> contextlib.AbstractContextManager[None]:
+    return observed_slurm_call(BACKEND, command, read=command.startswith("GET "))
