@@ -114,7 +114,7 @@ class RestartPolicy(_message.Message):
     def __init__(self, max_restarts: _Optional[int] = ..., on_node_failure: _Optional[bool] = ..., on_preemption: _Optional[bool] = ..., on_time_limit: _Optional[bool] = ..., retryable_exit_codes: _Optional[_Iterable[int]] = ..., fatal_exit_codes: _Optional[_Iterable[int]] = ..., backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., exclude_failed_nodes: _Optional[bool] = ..., no_progress_limit: _Optional[int] = ..., signal_before_timeout_seconds: _Optional[int] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "script", "command", "nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "memory_mb_per_node", "time_limit", "partition", "account", "qos", "environment", "working_directory", "stdout_path", "stderr_path", "checkpoint_uri", "restart_policy", "placement", "request_id")
+    __slots__ = ("name", "script", "command", "nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "memory_mb_per_node", "time_limit", "partition", "account", "qos", "environment", "working_directory", "stdout_path", "stderr_path", "checkpoint_uri", "restart_policy", "placement", "request_id", "ntasks", "max_nodes", "gpus", "gpu_type", "memory_mb_per_cpu", "array", "dependency", "exclusive", "begin", "hold", "mail_type", "mail_user", "constraint", "reservation", "export", "submit_directory", "script_name", "nice")
     class EnvironmentEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -142,6 +142,24 @@ class JobSpec(_message.Message):
     RESTART_POLICY_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    NTASKS_FIELD_NUMBER: _ClassVar[int]
+    MAX_NODES_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MB_PER_CPU_FIELD_NUMBER: _ClassVar[int]
+    ARRAY_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCY_FIELD_NUMBER: _ClassVar[int]
+    EXCLUSIVE_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_FIELD_NUMBER: _ClassVar[int]
+    HOLD_FIELD_NUMBER: _ClassVar[int]
+    MAIL_TYPE_FIELD_NUMBER: _ClassVar[int]
+    MAIL_USER_FIELD_NUMBER: _ClassVar[int]
+    CONSTRAINT_FIELD_NUMBER: _ClassVar[int]
+    RESERVATION_FIELD_NUMBER: _ClassVar[int]
+    EXPORT_FIELD_NUMBER: _ClassVar[int]
+    SUBMIT_DIRECTORY_FIELD_NUMBER: _ClassVar[int]
+    SCRIPT_NAME_FIELD_NUMBER: _ClassVar[int]
+    NICE_FIELD_NUMBER: _ClassVar[int]
     name: str
     script: str
     command: _containers.RepeatedScalarFieldContainer[str]
@@ -162,7 +180,25 @@ class JobSpec(_message.Message):
     restart_policy: RestartPolicy
     placement: _cluster_pb2.PlacementPreference
     request_id: str
-    def __init__(self, name: _Optional[str] = ..., script: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., nodes: _Optional[int] = ..., tasks_per_node: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., cpus_per_task: _Optional[int] = ..., memory_mb_per_node: _Optional[int] = ..., time_limit: _Optional[str] = ..., partition: _Optional[str] = ..., account: _Optional[str] = ..., qos: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., working_directory: _Optional[str] = ..., stdout_path: _Optional[str] = ..., stderr_path: _Optional[str] = ..., checkpoint_uri: _Optional[str] = ..., restart_policy: _Optional[_Union[RestartPolicy, _Mapping]] = ..., placement: _Optional[_Union[_cluster_pb2.PlacementPreference, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    ntasks: int
+    max_nodes: int
+    gpus: int
+    gpu_type: str
+    memory_mb_per_cpu: int
+    array: str
+    dependency: str
+    exclusive: bool
+    begin: str
+    hold: bool
+    mail_type: str
+    mail_user: str
+    constraint: str
+    reservation: str
+    export: str
+    submit_directory: str
+    script_name: str
+    nice: int
+    def __init__(self, name: _Optional[str] = ..., script: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., nodes: _Optional[int] = ..., tasks_per_node: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., cpus_per_task: _Optional[int] = ..., memory_mb_per_node: _Optional[int] = ..., time_limit: _Optional[str] = ..., partition: _Optional[str] = ..., account: _Optional[str] = ..., qos: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., working_directory: _Optional[str] = ..., stdout_path: _Optional[str] = ..., stderr_path: _Optional[str] = ..., checkpoint_uri: _Optional[str] = ..., restart_policy: _Optional[_Union[RestartPolicy, _Mapping]] = ..., placement: _Optional[_Union[_cluster_pb2.PlacementPreference, _Mapping]] = ..., request_id: _Optional[str] = ..., ntasks: _Optional[int] = ..., max_nodes: _Optional[int] = ..., gpus: _Optional[int] = ..., gpu_type: _Optional[str] = ..., memory_mb_per_cpu: _Optional[int] = ..., array: _Optional[str] = ..., dependency: _Optional[str] = ..., exclusive: _Optional[bool] = ..., begin: _Optional[str] = ..., hold: _Optional[bool] = ..., mail_type: _Optional[str] = ..., mail_user: _Optional[str] = ..., constraint: _Optional[str] = ..., reservation: _Optional[str] = ..., export: _Optional[str] = ..., submit_directory: _Optional[str] = ..., script_name: _Optional[str] = ..., nice: _Optional[int] = ...) -> None: ...
 
 class RestartRecord(_message.Message):
     __slots__ = ("cause", "failed_nodes", "time", "checkpoint_step", "exit_code", "detail")
@@ -181,7 +217,7 @@ class RestartRecord(_message.Message):
     def __init__(self, cause: _Optional[_Union[TerminationCause, str]] = ..., failed_nodes: _Optional[_Iterable[str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., checkpoint_step: _Optional[int] = ..., exit_code: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "name", "user", "state", "reason", "nodes", "restart_count", "exit_code", "exit_signal", "submit_time", "start_time", "end_time", "placement_explanation", "restarts", "partition", "request_id", "terminal", "final_reason", "checkpoint_step", "excluded_nodes", "spec")
+    __slots__ = ("job_id", "name", "user", "state", "reason", "nodes", "restart_count", "exit_code", "exit_signal", "submit_time", "start_time", "end_time", "placement_explanation", "restarts", "partition", "request_id", "terminal", "final_reason", "checkpoint_step", "excluded_nodes", "spec", "original_submit_time", "time_limit", "working_directory", "stdout_path", "stderr_path", "has_exit_code")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
@@ -203,6 +239,12 @@ class JobStatus(_message.Message):
     CHECKPOINT_STEP_FIELD_NUMBER: _ClassVar[int]
     EXCLUDED_NODES_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
+    ORIGINAL_SUBMIT_TIME_FIELD_NUMBER: _ClassVar[int]
+    TIME_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    WORKING_DIRECTORY_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_PATH_FIELD_NUMBER: _ClassVar[int]
+    STDERR_PATH_FIELD_NUMBER: _ClassVar[int]
+    HAS_EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     user: str
@@ -224,7 +266,13 @@ class JobStatus(_message.Message):
     checkpoint_step: int
     excluded_nodes: _containers.RepeatedScalarFieldContainer[str]
     spec: JobSpec
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., restart_count: _Optional[int] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., placement_explanation: _Optional[str] = ..., restarts: _Optional[_Iterable[_Union[RestartRecord, _Mapping]]] = ..., partition: _Optional[str] = ..., request_id: _Optional[str] = ..., terminal: _Optional[bool] = ..., final_reason: _Optional[str] = ..., checkpoint_step: _Optional[int] = ..., excluded_nodes: _Optional[_Iterable[str]] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ...) -> None: ...
+    original_submit_time: _timestamp_pb2.Timestamp
+    time_limit: _duration_pb2.Duration
+    working_directory: str
+    stdout_path: str
+    stderr_path: str
+    has_exit_code: bool
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., restart_count: _Optional[int] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., placement_explanation: _Optional[str] = ..., restarts: _Optional[_Iterable[_Union[RestartRecord, _Mapping]]] = ..., partition: _Optional[str] = ..., request_id: _Optional[str] = ..., terminal: _Optional[bool] = ..., final_reason: _Optional[str] = ..., checkpoint_step: _Optional[int] = ..., excluded_nodes: _Optional[_Iterable[str]] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., original_submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., time_limit: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., working_directory: _Optional[str] = ..., stdout_path: _Optional[str] = ..., stderr_path: _Optional[str] = ..., has_exit_code: _Optional[bool] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("spec",)
