@@ -97,7 +97,23 @@ def test_cli_default_is_export_all(cli: Runner, fake: FakeClient) -> None:
 @pytest.mark.usefixtures("shell")
 def test_cli_export_none_with_explicit_variables(cli: Runner, fake: FakeClient) -> None:
     assert cli("submit", "--export=NONE", "--export-env", "HOME", "--env", "LR=0.1", "--", "env").code == 0
-    assert sent_env(fake) == ("NONE", {"HOME": "/home/alice", "LR": "0.1"})
+    # The explicit ones are named in export, so they reach the job under NONE's meaning too.
+    assert sent_env(fake) == ("HOME,LR", {"HOME": "/home/alice", "LR": "0.1"})
+
+
+@pytest.mark.parametrize(
+    ("export", "names", "result"),
+    [
+        (None, ["LR"], None),
+        ("ALL", ["LR"], "ALL"),
+        ("ALL,A=1", ["LR"], "ALL,A=1"),
+        ("NONE", [], "NONE"),
+        ("NONE", ["LR", "LR"], "LR"),
+        ("A=1,B", ["B", "A", "C"], "A=1,B,C"),
+    ],
+)
+def test_explicit_variables_join_a_name_list(export: str | None, names: list[str], result: str | None) -> None:
+    assert environment.with_names(export, names) == result
 
 
 @pytest.mark.usefixtures("shell")

@@ -9,6 +9,8 @@ the caller's variables in ``spec.environment`` and the export mode in ``spec.exp
 - ``NONE``: nothing from this shell.
 - ``NAME[=value],...``: only those; a bare NAME takes its value from this shell (and is skipped,
   as sbatch skips it, when unset there); ``NAME=value`` items travel inside ``spec.export``.
+- ``--env NAME=VALUE`` / ``--export-env NAME`` always reach the job: they go in
+  ``spec.environment`` and, under NONE or a NAME list, their names join ``spec.export``.
 
 Never sent: names the service reserves (``SLURM_*``, ``SBATCH_*``, ``SALLOC_*``, ``SRUN_*``,
 ``CLUSTERCTL_*``: the token stays here), exported shell functions (``BASH_FUNC_*``), names that
@@ -61,6 +63,21 @@ def parse_export(text: str) -> tuple[bool, list[str]]:
         if "=" not in item:
             names.append(name)
     return everything, names
+
+
+def with_names(export: str | None, names: list[str]) -> str | None:
+    """``export`` extended so that ``names`` (set by --env / --export-env) reach the job too.
+
+    Under ALL (or unset) every variable sent travels anyway; under NONE or a NAME list the
+    explicit ones are added as bare NAMEs (their values are in ``spec.environment``), so
+    ``--export=NONE --env LR=0.1`` gives the job LR and nothing else from this shell.
+    """
+    if export is None or not names or parse_export(export)[0]:
+        return export
+    items = [item.strip() for item in export.split(",") if item.strip() != "NONE"]
+    present = {item.partition("=")[0] for item in items}
+    items += [name for name in dict.fromkeys(names) if name not in present]
+    return ",".join(items) or "NONE"
 
 
 def export_value(text: str) -> str:

@@ -129,8 +129,12 @@ def follow(client: Any, job_ids: list[str], *, until_done: bool) -> Iterator[job
         time.sleep(min(2.0**failures / 4, 5.0))
 
 
-def _job_key(job_id: str) -> tuple[int, str]:
-    return (int(job_id), "") if job_id.isdigit() else (sys.maxsize, job_id)
+def _job_key(job_id: str) -> tuple[int, int, str]:
+    """Numeric order for ``42`` and array tasks ``42_3`` (after ``42``), other ids last."""
+    head, _, task = job_id.partition("_")
+    if head.isdigit() and (not task or task.isdigit()):
+        return int(head), int(task) + 1 if task else 0, ""
+    return sys.maxsize, 0, job_id
 
 
 def watch(args: argparse.Namespace) -> int:

@@ -20,7 +20,14 @@ from typing import Any
 from google.protobuf.duration_pb2 import Duration
 
 from clusterctl.cli import render
-from clusterctl.cli.environment import MAX_TOTAL_BYTES, MAX_VALUE_BYTES, MAX_VARS, collect, export_value
+from clusterctl.cli.environment import (
+    MAX_TOTAL_BYTES,
+    MAX_VALUE_BYTES,
+    MAX_VARS,
+    collect,
+    export_value,
+    with_names,
+)
 from clusterctl.cli.jobs import wait_for
 from clusterctl.cli.options import (
     ArgumentError,
@@ -229,8 +236,6 @@ def _cwd() -> str:
 def _set_environment(args: argparse.Namespace, spec: jobs_pb2.JobSpec, environ: Mapping[str, str]) -> None:
     """--export (ALL by default), then --export-env, then --env: later ones win."""
     exported = collect(args.export, environ)
-    if exported.export is not None:
-        spec.export = exported.export
     spec.environment.update(exported.environment)
     if exported.left_out:
         shown = ", ".join(exported.left_out[:10]) + (", ..." if len(exported.left_out) > 10 else "")
@@ -246,6 +251,9 @@ def _set_environment(args: argparse.Namespace, spec: jobs_pb2.JobSpec, environ: 
         spec.environment[name] = environ[name]
     for name, value in args.env:
         spec.environment[name] = value
+    export = with_names(exported.export, [*args.export_env, *(name for name, _value in args.env)])
+    if export is not None:
+        spec.export = export
 
 
 def _set_if(spec: jobs_pb2.JobSpec, field: str, value: object) -> None:
