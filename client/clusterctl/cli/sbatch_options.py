@@ -90,7 +90,7 @@ def add_sbatch_options(p: argparse.ArgumentParser) -> None:
     res.add_argument("--gpus-per-node", metavar="[TYPE:]N", type=argtype(typed_gpus), help="GPUs on each node")
     res.add_argument("--gres", metavar="gpu[:TYPE][:N]", type=argtype(gres_gpus), help="GPUs per node, GRES style")
     res.add_argument("--exclusive", action="store_true", default=None, help="no other jobs on the nodes")
-    res.add_argument("-H", "--hold", action="store_true", default=None, help="submit held (release with scontrol)")
+    res.add_argument("-H", "--hold", action="store_true", default=None, help="submit held: pending until released")
     res.add_argument(
         "--wrap",
         metavar="COMMAND",

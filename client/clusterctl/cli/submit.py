@@ -96,7 +96,7 @@ def register(subparsers: Any) -> None:
 
 
 def _add_environment_options(p: argparse.ArgumentParser) -> None:
-    env = p.add_argument_group("environment (sbatch's --export=ALL is the default: see clusterctl.cli.environment)")
+    env = p.add_argument_group("environment (as sbatch: --export=ALL by default, this shell's variables travel)")
     env.add_argument(
         "--export",
         metavar="{ALL|NONE|[ALL,]NAME[=VALUE],...}",
