@@ -151,7 +151,7 @@ def add_placement_options(parser: argparse.ArgumentParser) -> None:
         metavar="FEATURE",
         action="append",
         default=[],
-        help="required node features, sbatch syntax ('a&b' both, 'a|b' either; repeated -C are ANDed)",
+        help="required node features: 'a&b' both (submit: sbatch's syntax, 'a|b' too); repeated -C are ANDed",
     )
 
 
