@@ -13,6 +13,20 @@ from clusterctl.v1 import cluster_pb2, jobs_pb2
 T0 = 1_700_000_000  # a fixed time so rendered timestamps are stable (local time zone applies)
 
 
+TEST_ENV = ("COLUMNS", "PYTEST_CURRENT_TEST")  # set by the runner, so in every environment the CLI sends
+
+
+def sent_spec(fake: FakeClient) -> jobs_pb2.JobSpec:
+    """The one JobSpec submitted, minus the variables the test runner itself sets."""
+    specs = [arg for name, arg in fake.calls if name == "submit"]
+    assert len(specs) == 1
+    spec = jobs_pb2.JobSpec()
+    spec.CopyFrom(specs[0])
+    for name in TEST_ENV:
+        spec.environment.pop(name, None)
+    return spec
+
+
 def job(job_id: str = "42", state: int = jobs_pb2.JOB_STATE_RUNNING, **fields: Any) -> jobs_pb2.JobStatus:
     base: dict[str, Any] = {
         "job_id": job_id,

@@ -154,3 +154,10 @@ def test_topology_nodes_plan(cli: Runner, fake: FakeClient) -> None:
     data = json.loads(cli("plan", "--json").out)
     assert data["feasible"] is True and data["sbatch_args"] == ["--switches=1@5:00"]
     assert fake.calls[-1] == ("plan", cluster_pb2.PlanPlacementRequest(nodes=1))
+
+
+def test_watch_orders_array_tasks_after_their_job() -> None:
+    from clusterctl.cli.jobs import _job_key
+
+    ids = ["14_10", "9", "x", "14_2", "14", "100"]
+    assert sorted(ids, key=_job_key) == ["9", "14", "14_2", "14_10", "100", "x"]

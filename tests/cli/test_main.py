@@ -60,7 +60,7 @@ def test_help_exits_0(cli: Runner) -> None:
         ("UNAVAILABLE", 1),
         ("INTERNAL", 1),
         ("DEADLINE_EXCEEDED", 1),
-        ("ALREADY_EXISTS", 1),
+        ("ALREADY_EXISTS", 2),  # a reused --request-id with a different request: the caller's to fix
     ],
 )
 def test_service_errors_map_to_exit_codes(cli: Runner, fake: FakeClient, code_name: str, exit_code: int) -> None:
@@ -69,6 +69,24 @@ def test_service_errors_map_to_exit_codes(cli: Runner, fake: FakeClient, code_na
     assert r.code == exit_code
     assert one_line_error(r.err)
     assert "spec.nodes: must be positive" in r.err
+
+
+def test_multi_line_server_message_is_printed_whole(cli: Runner, fake: FakeClient) -> None:
+    """sbatch's stderr, relayed by the server, keeps the line that names the problem."""
+    message = "Slurm refused the job: sbatch: error: unrecognized option '--bogus'\nTry \"sbatch --help\""
+    fake.fail = ServiceError("INVALID_ARGUMENT", message)
+    r = cli("submit", "--", "true")
+    assert r.code == 2
+    assert r.err == f"clusterctl: error: {message}\n"
+    fake.fail = ServiceError("INTERNAL", message)
+    r = cli("submit", "--", "true")
+    assert r.code == 1 and "unrecognized option '--bogus'\nTry" in r.err
+
+
+def test_reused_request_id_names_the_first_job(cli: Runner, fake: FakeClient) -> None:
+    fake.fail = ServiceError("ALREADY_EXISTS", "request id r1 was used for job 41 with a different request")
+    r = cli("submit", "--request-id", "r1", "--", "true")
+    assert (r.code, r.err) == (2, "clusterctl: error: request id r1 was used for job 41 with a different request\n")
 
 
 def test_server_side_failures_quote_the_request_id(cli: Runner, fake: FakeClient) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import time
 from collections.abc import Iterator
 
 import pytest
+from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from rich.console import Console, RenderableType
 
@@ -76,9 +78,15 @@ Excluded      node3
 Restarts      1
 Exit code     1 (signal 9)
 Checkpoint    1200
-Submitted     2023-11-14 22:13:20
+Submitted     2023-11-14 21:13:20
+Requeued      2023-11-14 22:13:20
 Started       2023-11-14 22:13:30
-Ended         -
+Ended         2023-11-14 23:15:25
+Elapsed       01:01:55
+Time limit    1-01:01:01
+Workdir       /home/alice/run
+Output        /home/alice/run/slurm-42.out
+Error         (with output)
 Placement     2 nodes on leaf1 (0 spine hops)
 Final reason  restarts exhausted
 Request id    r1
@@ -100,8 +108,14 @@ def failed_job() -> jobs_pb2.JobStatus:
         reason="NonZeroExitCode",
         exit_code=1,
         exit_signal=9,
+        has_exit_code=True,
+        original_submit_time=Timestamp(seconds=T0 - 3600),
         submit_time=Timestamp(seconds=T0),
         start_time=Timestamp(seconds=T0 + 10),
+        end_time=Timestamp(seconds=T0 + 3725),
+        time_limit=Duration(seconds=90061),
+        working_directory="/home/alice/run",
+        stdout_path="/home/alice/run/slurm-42.out",
         placement_explanation="2 nodes on leaf1 (0 spine hops)",
         final_reason="restarts exhausted",
         checkpoint_step=1200,
@@ -122,6 +136,43 @@ def failed_job() -> jobs_pb2.JobStatus:
 
 def test_job_detail_snapshot() -> None:
     assert text(render.job_detail(failed_job())) == JOB
+
+
+def rows(renderable: RenderableType) -> dict[str, str]:
+    pairs = (re.split(r"\s{2,}", line, maxsplit=1) for line in text(renderable).splitlines())
+    return {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
+
+
+def test_pending_job_shows_no_exit_code_and_its_first_submission() -> None:
+    """A pending job has no exit code (not "0"); never requeued, Submitted is its only submit time."""
+    pending = job(
+        "43",
+        jobs_pb2.JOB_STATE_PENDING,
+        reason="Priority",
+        submit_time=Timestamp(seconds=T0),
+        original_submit_time=Timestamp(seconds=T0),
+        working_directory="/home/alice",
+        stdout_path="/home/alice/out-43.log",
+        stderr_path="/home/alice/err-43.log",
+    )
+    view = rows(render.job_detail(pending))
+    assert "Exit code" not in view and "Requeued" not in view
+    assert view["Submitted"] == "2023-11-14 22:13:20"
+    assert (view["Started"], view["Elapsed"], view["Time limit"]) == ("-", "-", "partition default")
+    assert (view["Output"], view["Error"]) == ("/home/alice/out-43.log", "/home/alice/err-43.log")
+
+
+def test_running_job_elapsed_counts_to_now_and_old_servers_still_show_submitted() -> None:
+    running = job("44", submit_time=Timestamp(seconds=T0), start_time=Timestamp(seconds=T0 + 5))
+    view = rows(render.job_detail(running, now=T0 + 90_005))
+    assert view["Elapsed"] == "1-01:00:00"
+    assert view["Submitted"] == "2023-11-14 22:13:20"  # no original_submit_time: submit_time it is
+    assert "Exit code" not in view
+
+
+def test_completed_job_with_exit_code_zero_shows_it() -> None:
+    done = job("45", jobs_pb2.JOB_STATE_COMPLETED, has_exit_code=True, exit_code=0)
+    assert rows(render.job_detail(done))["Exit code"] == "0"
 
 
 def test_jobs_table_escapes_markup_and_shows_final_reason() -> None:

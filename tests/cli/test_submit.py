@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,18 +13,29 @@ from google.protobuf import json_format
 from clusterctl.v1 import jobs_pb2
 
 from .conftest import Runner
-from .fakes import FakeClient, event, job
+from .fakes import FakeClient, event, job, sent_spec
 
 SCRIPT = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gres=gpu:4\nsrun python train.py\n"
 
 
-def sent_spec(fake: FakeClient) -> dict[str, Any]:
-    specs = [arg for name, arg in fake.calls if name == "submit"]
-    assert len(specs) == 1
-    return json_format.MessageToDict(specs[0], preserving_proto_field_name=True)
+@pytest.fixture(autouse=True)
+def caller(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A known shell for every test: cwd is tmp_path, the environment is HOME plus COLUMNS."""
+    for name in list(os.environ):
+        if name not in ("COLUMNS", "TZ"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", "/home/alice")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
 
 
-def test_all_flags_map_onto_the_job_spec(cli: Runner, fake: FakeClient, monkeypatch: pytest.MonkeyPatch) -> None:
+def sent(fake: FakeClient) -> dict[str, Any]:
+    return json_format.MessageToDict(sent_spec(fake), preserving_proto_field_name=True)
+
+
+def test_all_flags_map_onto_the_job_spec(
+    cli: Runner, fake: FakeClient, monkeypatch: pytest.MonkeyPatch, caller: Path
+) -> None:
     monkeypatch.setenv("WANDB_API_KEY", "secret")
     r = cli(
         "submit", "-J", "llm", "-N", "4", "--ntasks-per-node", "4", "--gpus-per-node", "4", "-c", "8",
@@ -33,12 +45,12 @@ def test_all_flags_map_onto_the_job_spec(cli: Runner, fake: FakeClient, monkeypa
         "--checkpoint-uri", "s3://ckpt/llm", "--max-restarts", "5", "--no-requeue-on-node-failure",
         "--requeue-on-preemption", "--exclude-failed-nodes", "--retry-exit-code", "3", "--retry-exit-code", "4",
         "--fatal-exit-code", "2", "--no-progress-limit", "2", "--signal-before", "5m", "--backoff", "30",
-        "--placement", "pack", "--max-wait", "10m", "--exclude", "node[1-2],node7", "-C", "a100&ib",
+        "--placement", "pack", "--max-wait", "10m", "--exclude", "node[1-2],node7", "-C", "a100|h100",
         "--request-id", "req-1",
         "--", "python", "train.py", "--lr", "0.1", "-N", "99",
     )  # fmt: skip
     assert r.code == 0, r.err
-    assert sent_spec(fake) == {
+    assert sent(fake) == {
         "name": "llm",
         "command": ["python", "train.py", "--lr", "0.1", "-N", "99"],
         "nodes": 4,
@@ -50,7 +62,8 @@ def test_all_flags_map_onto_the_job_spec(cli: Runner, fake: FakeClient, monkeypa
         "partition": "gpu",
         "account": "ml",
         "qos": "high",
-        "environment": {"LR": "0.1", "EMPTY": "", "WANDB_API_KEY": "secret"},
+        "environment": {"HOME": "/home/alice", "LR": "0.1", "EMPTY": "", "WANDB_API_KEY": "secret"},
+        "submit_directory": str(caller),
         "working_directory": "/home/alice/run",
         "stdout_path": "/home/alice/%j.out",
         "stderr_path": "/home/alice/%j.err",
@@ -70,8 +83,8 @@ def test_all_flags_map_onto_the_job_spec(cli: Runner, fake: FakeClient, monkeypa
             "policy": "PLACEMENT_POLICY_PACK",
             "max_wait_seconds": 600,
             "exclude_nodes": ["node1", "node2", "node7"],
-            "constraints": ["a100", "ib"],
         },
+        "constraint": "a100|h100",
         "request_id": "req-1",
     }
     assert "Submitted job 100" in r.out
@@ -81,20 +94,27 @@ def test_all_flags_map_onto_the_job_spec(cli: Runner, fake: FakeClient, monkeypa
 def test_script_is_sent_unchanged_and_unset_flags_stay_unset(cli: Runner, fake: FakeClient, tmp_path: Path) -> None:
     script = tmp_path / "job.sbatch"
     script.write_bytes(SCRIPT.encode())
-    r = cli("submit", str(script))
+    r = cli("submit", "job.sbatch")
     assert r.code == 0, r.err
-    spec = sent_spec(fake)
+    spec = sent(fake)
     assert spec["script"] == SCRIPT
     request_id = spec.pop("request_id")
     assert len(request_id) == 32  # a fresh uuid, so the client's retry is idempotent
-    assert spec == {"script": SCRIPT}  # nothing overrides the #SBATCH lines
+    # Nothing overrides the #SBATCH lines; what sbatch would know of the caller travels.
+    assert spec == {
+        "script": SCRIPT,
+        "script_name": "job.sbatch",
+        "submit_directory": str(tmp_path),
+        "environment": {"HOME": "/home/alice"},
+    }
 
 
 def test_gres_switches_and_nodelist(cli: Runner, fake: FakeClient) -> None:
     r = cli("submit", "--gres=gpu:a100:2", "--switches", "2", "--nodelist", "gpu[01-02]", "--", "hostname")
     assert r.code == 0, r.err
-    spec = sent_spec(fake)
+    spec = sent(fake)
     assert spec["gpus_per_node"] == 2
+    assert spec["gpu_type"] == "a100"
     assert spec["placement"] == {
         "policy": "PLACEMENT_POLICY_EXACT",
         "switch_count": 2,
@@ -116,7 +136,8 @@ def test_script_from_stdin(cli: Runner, fake: FakeClient, monkeypatch: pytest.Mo
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(SCRIPT.encode())))
     r = cli("submit", "-")
     assert r.code == 0, r.err
-    assert sent_spec(fake)["script"] == SCRIPT
+    assert sent(fake)["script"] == SCRIPT
+    assert sent(fake)["script_name"] == "sbatch"  # sbatch's name for a script read from stdin
 
 
 @pytest.mark.parametrize(
@@ -136,6 +157,20 @@ def test_script_from_stdin(cli: Runner, fake: FakeClient, monkeypatch: pytest.Mo
         (["submit", "--export-env", "CLUSTERCTL_SURELY_UNSET", "--", "true"], "not set in this environment"),
         (["submit", "--retry-exit-code", "300", "--", "true"], "exit codes are 0..255"),
         (["submit", "--bogus", "--", "true"], "unrecognized arguments: --bogus"),
+        (["submit", "--gres", "gpu:a100:2", "-G", "h100:4", "--", "true"], "different types: a100, h100"),
+        (["submit", "--mem", "4G", "--mem-per-cpu", "1G", "--", "true"], "--mem and --mem-per-cpu"),
+        (["submit", "-N", "4-2", "--", "true"], "MAX is below MIN"),
+        (["submit", "--array", "1-", "--", "true"], "bad --array '1-'"),
+        (["submit", "--nice", "-5", "--", "true"], "argument --nice: must be a non-negative integer"),
+        (["submit", "--export", "A,,B", "--", "true"], "empty item"),
+        (["submit", "--export", "1A", "--", "true"], "'1A' is not a variable name"),
+        (["submit", "--gres", "shard:2", "--", "true"], "only gpu[:TYPE][:COUNT]"),
+        (["submit", "--exclusive=user", "--", "true"], "--exclusive: ignored explicit argument 'user'"),
+        (["submit", "--comment", "x", "--", "true"], "--comment is not supported by clusterctl submit"),
+        (["submit", "--export-file", "/etc/shadow", "--", "true"], "--export-file is not supported"),
+        (["submit", "--signal", "B:USR1@60", "--", "true"], "use --signal-before"),
+        (["submit", "--wrap", "hostname", "--", "true"], "not --wrap and '-- COMMAND'"),
+        (["submit", "--json", "--parsable", "--", "true"], "--json and --parsable"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(cli: Runner, fake: FakeClient, argv: list[str], message: str) -> None:
@@ -152,7 +187,7 @@ def test_script_and_command_together(cli: Runner, tmp_path: Path) -> None:
     script = tmp_path / "s.sh"
     script.write_text(SCRIPT)
     r = cli("submit", str(script), "--", "true")
-    assert r.code == 2 and "not both" in r.err
+    assert r.code == 2 and "not SCRIPT and '-- COMMAND'" in r.err
 
 
 def test_oversized_script(cli: Runner, tmp_path: Path) -> None:
@@ -181,6 +216,7 @@ def test_json_output(cli: Runner) -> None:
 
 @pytest.mark.parametrize(("final", "code"), [(jobs_pb2.JOB_STATE_COMPLETED, 0), (jobs_pb2.JOB_STATE_FAILED, 1)])
 def test_wait_follows_until_terminal(cli: Runner, fake: FakeClient, final: int, code: int) -> None:
+    """Each state change is printed once; FAILED with no exit code reported still exits non-zero."""
     fake.events = [
         [
             event(job("100", jobs_pb2.JOB_STATE_PENDING, reason="Priority"), jobs_pb2.JOB_EVENT_TYPE_SNAPSHOT),
@@ -215,3 +251,32 @@ def test_wait_interrupted_exits_130(cli: Runner, fake: FakeClient) -> None:
     r = cli("submit", "--wait", "--", "true")
     assert r.code == 130
     assert "job 100 keeps going" in r.err
+
+
+S = jobs_pb2
+EXIT_CASES = [
+    ("completed", job("100", S.JOB_STATE_COMPLETED, has_exit_code=True), 0),
+    ("completed, no code reported", job("100", S.JOB_STATE_COMPLETED), 0),
+    ("exit 3", job("100", S.JOB_STATE_FAILED, has_exit_code=True, exit_code=3), 3),
+    ("exit 255", job("100", S.JOB_STATE_FAILED, has_exit_code=True, exit_code=255), 255),
+    ("killed by SIGKILL", job("100", S.JOB_STATE_FAILED, has_exit_code=True, exit_signal=9), 137),
+    ("cancelled, SIGTERM", job("100", S.JOB_STATE_CANCELLED, has_exit_code=True, exit_signal=15), 143),
+    ("timeout, exit 0", job("100", S.JOB_STATE_TIMEOUT, has_exit_code=True, exit_code=0), 1),
+    ("node fail, no code", job("100", S.JOB_STATE_NODE_FAIL, terminal=True), 1),
+    ("oom", job("100", S.JOB_STATE_OUT_OF_MEMORY, terminal=True, has_exit_code=True), 1),
+    ("failed, stale code ignored", job("100", S.JOB_STATE_FAILED, exit_code=7), 1),
+]
+
+
+@pytest.mark.parametrize(("final", "code"), [c[1:] for c in EXIT_CASES], ids=[c[0] for c in EXIT_CASES])
+def test_wait_exits_with_the_jobs_exit_status(cli: Runner, fake: FakeClient, final: S.JobStatus, code: int) -> None:
+    """Like a shell and sbatch --wait: the code, 128+signal, and never 0 for a job that did not complete."""
+    fake.events = [[event(final, S.JOB_EVENT_TYPE_FINISHED)]]
+    r = cli("submit", "--wait", "--", "true")
+    assert r.code == code, r.err
+
+
+def test_wait_parsable_prints_only_the_id(cli: Runner, fake: FakeClient) -> None:
+    fake.events = [[event(job("100", S.JOB_STATE_FAILED, has_exit_code=True, exit_code=4))]]
+    r = cli("submit", "-W", "--parsable", "--", "false")
+    assert (r.code, r.out) == (4, "100\n")

@@ -103,14 +103,34 @@ def test_env_and_gres_and_duration() -> None:
     for bad in ("NOVALUE", "1A=x", "A-B=x", "=x", "A B=x"):
         with pytest.raises(ValueError):
             values.env_assignment(bad)
-    assert values.gres_gpus("gpu:4") == 4
-    assert values.gres_gpus("gpu:a100:2") == 2
-    assert values.gres_gpus("gpu") == 1
-    for bad in ("mps:2", "gpu:0", "gpu:x"):
+    assert values.gres_gpus("gpu:4") == ("", 4)
+    assert values.gres_gpus("gpu:a100:2") == ("a100", 2)
+    assert values.gres_gpus("gpu:tesla") == ("tesla", 1)
+    assert values.gres_gpus("gpu") == ("", 1)
+    for bad in ("mps:2", "gpu:0", "gpu:a:b:1", "gpu:2,shard:1", "gpu:a b:1"):
         with pytest.raises(ValueError):
             values.gres_gpus(bad)
+    assert values.typed_gpus("4") == ("", 4)
+    assert values.typed_gpus("a100:2") == ("a100", 2)
+    for bad in ("0", "a:b:2", ":2", "x"):
+        with pytest.raises(ValueError):
+            values.typed_gpus(bad)
     assert values.duration_seconds("600") == 600
     assert values.duration_seconds("10m") == 600
     assert values.duration_seconds("2h") == 7200
     with pytest.raises(ValueError):
         values.duration_seconds("10 minutes")
+
+
+def test_node_range_and_array() -> None:
+    assert values.node_range("4") == (4, 0)
+    assert values.node_range("2-4") == (2, 4)
+    assert values.node_range("3-3") == (3, 3)
+    for bad in ("0", "4-2", "2-", "-2", "a-b"):
+        with pytest.raises(ValueError):
+            values.node_range(bad)
+    for good in ("0-9", "1,3,5", "0-15:4", "0-9%2", "7"):
+        assert values.array_indexes(good) == good
+    for bad in ("", "1-", "a", "1-9:", "%2", "1;2"):
+        with pytest.raises(ValueError):
+            values.array_indexes(bad)

@@ -129,8 +129,12 @@ def follow(client: Any, job_ids: list[str], *, until_done: bool) -> Iterator[job
         time.sleep(min(2.0**failures / 4, 5.0))
 
 
-def _job_key(job_id: str) -> tuple[int, str]:
-    return (int(job_id), "") if job_id.isdigit() else (sys.maxsize, job_id)
+def _job_key(job_id: str) -> tuple[int, int, str]:
+    """Numeric order for ``42`` and array tasks ``42_3`` (after ``42``), other ids last."""
+    head, _, task = job_id.partition("_")
+    if head.isdigit() and (not task or task.isdigit()):
+        return int(head), int(task) + 1 if task else 0, ""
+    return sys.maxsize, 0, job_id
 
 
 def watch(args: argparse.Namespace) -> int:
@@ -172,8 +176,25 @@ def watch(args: argparse.Namespace) -> int:
     return 0 if ok and all(j in latest for j in job_ids) else 1
 
 
-def wait_for(client: Any, job_id: str, *, as_json: bool) -> int:
-    """``submit --wait``: print each state change until the job is terminal; 0 iff COMPLETED."""
+def exit_status(job: jobs_pb2.JobStatus) -> int:
+    """The shell-style exit status of a finished job, what ``sbatch --wait`` would return.
+
+    128+N when a signal N ended it; its exit code when non-zero; 1 for a job that did not
+    complete (FAILED, TIMEOUT, NODE_FAIL, CANCELLED, ...) without either, so a failure is never 0.
+    An array is one record: its state and exit code are what the server reports for all tasks.
+    """
+    if job.has_exit_code and job.exit_signal:
+        return min(128 + job.exit_signal, 255)
+    if job.has_exit_code and 0 < job.exit_code < 256:
+        return job.exit_code
+    return 0 if job.state == jobs_pb2.JOB_STATE_COMPLETED else 1
+
+
+def wait_for(client: Any, job_id: str, *, as_json: bool, quiet: bool = False) -> int:
+    """``submit --wait``: print each state change until the job is terminal; return its :func:`exit_status`.
+
+    ``quiet`` (``--parsable``) prints nothing, so the job id stays the only output.
+    """
     con = render.console()
     last: tuple[int, int] | None = None
     final: jobs_pb2.JobStatus | None = None
@@ -182,10 +203,10 @@ def wait_for(client: Any, job_id: str, *, as_json: bool) -> int:
         key = (event.job.state, event.job.restart_count)
         if as_json:
             render.print_json(render.to_dict(event))
-        elif key != last or event.type == jobs_pb2.JOB_EVENT_TYPE_RESTARTED:
+        elif not quiet and (key != last or event.type == jobs_pb2.JOB_EVENT_TYPE_RESTARTED):
             con.print(render.event_line(event))
         last = key
-    return 0 if final is not None and final.state == jobs_pb2.JOB_STATE_COMPLETED else 1
+    return 1 if final is None else exit_status(final)
 
 
 # -- cancel / requeue --------------------------------------------------------------------------

@@ -24,11 +24,16 @@ ClientFactory = Callable[[argparse.Namespace], Any]
 
 
 class CliParser(argparse.ArgumentParser):
-    """An ArgumentParser that raises instead of printing usage and exiting.
+    """An ArgumentParser that raises instead of printing usage and exiting, and takes no abbreviations.
 
     ``main`` turns the exception into the one-line ``clusterctl: error: ...`` and exit code 2,
     and tests can call ``main([...])`` without catching ``SystemExit``.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # sbatch takes no abbreviations here: `--ntasks 4` must never become `--ntasks-per-node 4`.
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise ArgumentError(message)
@@ -146,17 +151,24 @@ def add_placement_options(parser: argparse.ArgumentParser) -> None:
         metavar="FEATURE",
         action="append",
         default=[],
-        help="required node feature (repeatable; 'a&b' means both)",
+        help="required node features: 'a&b' both (submit: sbatch's syntax, 'a|b' too); repeated -C are ANDed",
     )
 
 
-def placement_from_args(args: argparse.Namespace) -> cluster_pb2.PlacementPreference | None:
-    """The PlacementPreference the flags ask for, or None when none was given (server default)."""
+def placement_from_args(
+    args: argparse.Namespace, *, with_constraints: bool = True
+) -> cluster_pb2.PlacementPreference | None:
+    """The PlacementPreference the flags ask for, or None when none was given (server default).
+
+    ``submit`` passes ``with_constraints=False``: there -C goes unsplit into ``spec.constraint``
+    (sbatch syntax, ``|`` included); ``plan`` still asks with the ANDed feature list.
+    """
     pref = cluster_pb2.PlacementPreference(
         exclude_nodes=[name for names in args.exclude for name in names],
         nodelist=[name for names in args.nodelist for name in names],
-        constraints=[c.strip() for item in args.constraint for c in item.split("&") if c.strip()],
     )
+    if with_constraints:
+        pref.constraints.extend(c.strip() for item in args.constraint for c in item.split("&") if c.strip())
     if args.placement:
         pref.policy = _POLICIES[args.placement]
     elif args.switches is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -122,6 +123,32 @@ def timestamp(ts: Timestamp) -> str:
     return datetime.fromtimestamp(ts.seconds).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _is_set(ts: Timestamp) -> bool:
+    return bool(ts.seconds or ts.nanos)
+
+
+def slurm_duration(seconds: int) -> str:
+    """Seconds as Slurm prints times: ``HH:MM:SS``, or ``D-HH:MM:SS`` from a day on."""
+    days, rest = divmod(max(seconds, 0), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+def elapsed(job: jobs_pb2.JobStatus, *, now: float | None = None) -> str:
+    """Run time of the current (or last) run: start to end, or to ``now`` while it runs; '-' before."""
+    if not _is_set(job.start_time):
+        return "-"
+    if _is_set(job.end_time) and job.end_time.seconds >= job.start_time.seconds:
+        end = job.end_time.seconds
+    elif job.terminal:
+        return "-"
+    else:
+        end = int(time.time() if now is None else now)
+    return slurm_duration(end - job.start_time.seconds)
+
+
 def styled_state(name: str) -> Text:
     return Text(name, style=_STATE_STYLE.get(name, "red"))
 
@@ -158,14 +185,20 @@ def jobs_table(jobs: Iterable[jobs_pb2.JobStatus], *, title: str | None = None) 
     return table
 
 
-def job_detail(job: jobs_pb2.JobStatus) -> RenderableType:
-    """``status``: every field a user asks about when a job misbehaves, restarts included."""
+def job_detail(job: jobs_pb2.JobStatus, *, now: float | None = None) -> RenderableType:
+    """``status``: every field a user asks about when a job misbehaves, restarts included.
+
+    "Submitted" is the first submission (a requeue moves ``submit_time``, shown as "Requeued");
+    the exit code appears only when the job has one. ``now`` (default: the clock) ends the
+    elapsed time of a job still running.
+    """
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
     state = styled_state(job_state(job.state))
     if job.terminal:
         state.append("  (terminal)", style="dim")
+    first_submit = job.original_submit_time if _is_set(job.original_submit_time) else job.submit_time
     rows: list[tuple[str, Text | str]] = [
         ("Job", job.job_id),
         ("Name", job.name or "-"),
@@ -176,11 +209,23 @@ def job_detail(job: jobs_pb2.JobStatus) -> RenderableType:
         ("Nodes", _nodes_text(job.nodes)),
         ("Excluded", _nodes_text(job.excluded_nodes)),
         ("Restarts", str(job.restart_count)),
-        ("Exit code", f"{job.exit_code}" + (f" (signal {job.exit_signal})" if job.exit_signal else "")),
+    ]
+    if job.has_exit_code:
+        rows.append(("Exit code", f"{job.exit_code}" + (f" (signal {job.exit_signal})" if job.exit_signal else "")))
+    rows += [
         ("Checkpoint", _step(job.checkpoint_step)),
-        ("Submitted", timestamp(job.submit_time)),
+        ("Submitted", timestamp(first_submit)),
+    ]
+    if _is_set(job.submit_time) and job.submit_time != first_submit:
+        rows.append(("Requeued", timestamp(job.submit_time)))
+    rows += [
         ("Started", timestamp(job.start_time)),
         ("Ended", timestamp(job.end_time)),
+        ("Elapsed", elapsed(job, now=now)),
+        ("Time limit", slurm_duration(job.time_limit.seconds) if job.HasField("time_limit") else "partition default"),
+        ("Workdir", job.working_directory or "-"),
+        ("Output", job.stdout_path or "-"),
+        ("Error", job.stderr_path or ("(with output)" if job.stdout_path else "-")),
         ("Placement", job.placement_explanation or "-"),
     ]
     if job.final_reason:

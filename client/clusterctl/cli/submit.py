@@ -1,9 +1,12 @@
-"""``clusterctl submit [options] [SCRIPT | -- COMMAND ...]``: flags -> JobSpec -> SubmitJob.
+"""``clusterctl submit [options] (SCRIPT | --wrap CMD | -- COMMAND ...)``: flags -> JobSpec -> SubmitJob.
 
 A SCRIPT is sent byte-for-byte as ``spec.script`` so its ``#SBATCH`` lines keep working (the
-server honours them; flags given here win). ``-- COMMAND ...`` sends ``spec.command`` and the
-server wraps it in a script. Flags only get a shape check here; the server validates the rest
-and answers INVALID_ARGUMENT naming the field.
+server honours them; flags given here win, as on sbatch's command line). As with sbatch, options
+go before SCRIPT and what follows it is the script's: the API has no field for script arguments
+yet, so they are refused rather than dropped or read as options. ``-- COMMAND ...`` sends
+``spec.command`` and the server wraps it in a script. The caller's working directory, script
+name and environment (``--export``, see :mod:`clusterctl.cli.environment`) travel too. Flags only
+get a shape check here; the server validates the rest and answers INVALID_ARGUMENT naming the field.
 """
 
 from __future__ import annotations
@@ -11,11 +14,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 
 from clusterctl.cli import render
+from clusterctl.cli.environment import (
+    MAX_TOTAL_BYTES,
+    MAX_VALUE_BYTES,
+    MAX_VARS,
+    collect,
+    export_value,
+    with_names,
+)
 from clusterctl.cli.jobs import wait_for
 from clusterctl.cli.options import (
     ArgumentError,
@@ -24,19 +36,18 @@ from clusterctl.cli.options import (
     command_parent,
     placement_from_args,
 )
+from clusterctl.cli.sbatch_options import add_sbatch_options, apply_sbatch_options, wrap_script
 from clusterctl.cli.values import (
     argtype,
     duration_seconds,
     env_assignment,
     env_name,
     exit_code,
-    gres_gpus,
-    memory_mb,
     non_negative_int,
     positive_int,
-    time_limit,
 )
 from clusterctl.client import new_request_id
+from clusterctl.errors import ServiceError
 from clusterctl.v1 import jobs_pb2
 
 MAX_SCRIPT_BYTES = 1 << 20  # the server's default limit; failing here saves a round trip
@@ -50,44 +61,56 @@ _RESTART_TOGGLES = (
 
 
 def register(subparsers: Any) -> None:
-    """Add ``submit`` with sbatch-like resource flags plus the service's restart/placement flags."""
+    """Add ``submit``: sbatch's flags with sbatch's meanings, then the service's own options."""
     p = subparsers.add_parser(
         "submit",
         parents=[command_parent()],
         help="submit a batch script or a command",
-        usage="clusterctl submit [options] [SCRIPT | -- COMMAND ...]",
-        description="Submit an sbatch script unchanged (its #SBATCH lines are honoured) or, "
-        "after '--', a command to run with srun. Flags given here override the script's.",
+        usage="clusterctl submit [options] (SCRIPT | --wrap CMD | -- COMMAND ...)",
+        description="Submit an sbatch script unchanged (its #SBATCH lines are honoured; flags given "
+        "here win, as on sbatch's command line), a shell string with --wrap, or, after '--', a "
+        "command to run with srun. Options go before SCRIPT: what follows it belongs to the script.",
     )
     p.add_argument("script", metavar="SCRIPT", nargs="?", help="an sbatch script ('-' reads stdin)")
+    p.add_argument("script_args", metavar="ARG", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     add_json_option(p)
-
-    res = p.add_argument_group("resources (as in sbatch)")
-    res.add_argument("-J", "--job-name", metavar="NAME")
-    res.add_argument("-N", "--nodes", metavar="N", type=argtype(positive_int))
-    res.add_argument("--ntasks-per-node", metavar="N", type=argtype(positive_int))
-    res.add_argument("--gpus-per-node", metavar="N", type=argtype(positive_int))
-    res.add_argument("--gres", metavar="gpu[:TYPE]:N", type=argtype(gres_gpus), help="GPUs per node, sbatch style")
-    res.add_argument("-c", "--cpus-per-task", metavar="N", type=argtype(positive_int))
-    res.add_argument("--mem", metavar="SIZE", type=argtype(memory_mb), help="memory per node: 4G, 512M, 1024 (MB)")
-    res.add_argument(
-        "-t", "--time", metavar="TIME", type=argtype(time_limit), help="time limit: 1:00:00, 2-00, 90m, 2h"
+    add_sbatch_options(p)
+    _add_environment_options(p)
+    _add_restart_options(p)
+    add_placement_options(p)
+    p.add_argument(
+        "--request-id",
+        metavar="ID",
+        default=None,
+        help="idempotency key: resubmitting with the same id returns the same job (default: a fresh one)",
     )
-    res.add_argument("-p", "--partition", metavar="NAME")
-    res.add_argument("-A", "--account", metavar="NAME")
-    res.add_argument("-q", "--qos", metavar="NAME")
-    res.add_argument("-D", "--chdir", metavar="DIR", help="working directory of the job")
-    res.add_argument("-o", "--output", metavar="PATH", help="stdout file (Slurm patterns like %%j work)")
-    res.add_argument("-e", "--error", metavar="PATH", help="stderr file")
+    p.add_argument(
+        "-W",
+        "--wait",
+        action="store_true",
+        help="wait until the job ends and exit with its exit code (128+N if killed by signal N; "
+        "1 if it failed without one)",
+    )
+    p.add_argument("--parsable", action="store_true", help="print only the job id (as sbatch --parsable)")
+    p.set_defaults(func=submit, command_argv=[])
 
-    env = p.add_argument_group("environment")
+
+def _add_environment_options(p: argparse.ArgumentParser) -> None:
+    env = p.add_argument_group("environment (as sbatch: --export=ALL by default, this shell's variables travel)")
+    env.add_argument(
+        "--export",
+        metavar="{ALL|NONE|[ALL,]NAME[=VALUE],...}",
+        type=argtype(export_value),
+        help="which variables of this shell the job gets (default ALL; SLURM_*, SBATCH_*, SALLOC_*, "
+        "SRUN_*, CLUSTERCTL_*, BASH_FUNC_* are never sent)",
+    )
     env.add_argument(
         "--env",
         metavar="NAME=VALUE",
         type=argtype(env_assignment),
         action="append",
         default=[],
-        help="set a variable in the job (repeatable)",
+        help="set a variable in the job (repeatable; wins over --export)",
     )
     env.add_argument(
         "--export-env",
@@ -95,9 +118,11 @@ def register(subparsers: Any) -> None:
         type=argtype(env_name),
         action="append",
         default=[],
-        help="copy a variable from this shell into the job (repeatable)",
+        help="copy a variable from this shell into the job even with --export=NONE (repeatable)",
     )
 
+
+def _add_restart_options(p: argparse.ArgumentParser) -> None:
     rp = p.add_argument_group("checkpoint and restart policy (unset: the server's defaults)")
     rp.add_argument("--checkpoint-uri", metavar="URI", help="s3://bucket/prefix or a shared path")
     rp.add_argument("--max-restarts", metavar="N", type=argtype(non_negative_int))
@@ -133,17 +158,6 @@ def register(subparsers: Any) -> None:
         help="send SIGUSR1 this long before the time limit (time to checkpoint)",
     )
 
-    add_placement_options(p)
-
-    p.add_argument(
-        "--request-id",
-        metavar="ID",
-        default=None,
-        help="idempotency key: resubmitting with the same id returns the same job (default: a fresh one)",
-    )
-    p.add_argument("--wait", action="store_true", help="wait until the job is terminal: exit 0 if COMPLETED, else 1")
-    p.set_defaults(func=submit, command_argv=[])
-
 
 def read_script(path: str, *, limit: int = MAX_SCRIPT_BYTES) -> str:
     """The script's text, unchanged. Raises ArgumentError (exit 2) when unreadable or too big."""
@@ -163,55 +177,83 @@ def read_script(path: str, *, limit: int = MAX_SCRIPT_BYTES) -> str:
         raise ArgumentError(f"script {path!r} is not UTF-8 text") from None
 
 
-def build_spec(args: argparse.Namespace, *, environ: dict[str, str] | None = None) -> jobs_pb2.JobSpec:
+def build_spec(args: argparse.Namespace, *, environ: Mapping[str, str] | None = None) -> jobs_pb2.JobSpec:
     """Map the parsed flags onto a JobSpec; unset flags stay unset so the script's #SBATCH apply.
 
-    Raises:
-        ArgumentError: no script and no command, both, conflicting GPU flags, or --export-env of
-            a variable that is not set.
-    """
-    environ = dict(os.environ) if environ is None else environ
-    if args.script and args.command_argv:
-        raise ArgumentError("give either SCRIPT or '-- COMMAND ...', not both")
-    if not args.script and not args.command_argv:
-        raise ArgumentError("nothing to run: give an sbatch SCRIPT or '-- COMMAND ...'")
-    if args.gres is not None and args.gpus_per_node is not None and args.gres != args.gpus_per_node:
-        raise ArgumentError("--gres and --gpus-per-node disagree")
+    Paths (-o, -e, -D) go as given: the server resolves relative ones against
+    ``submit_directory``, this process's working directory, as sbatch does.
 
-    spec = jobs_pb2.JobSpec(request_id=args.request_id or new_request_id())
+    Raises:
+        ArgumentError: not exactly one of SCRIPT / --wrap / -- COMMAND, script arguments, flags
+            that contradict each other, or --export-env of a variable that is not set.
+    """
+    environ = os.environ if environ is None else environ
+    sources = (("SCRIPT", args.script), ("--wrap", args.wrap), ("'-- COMMAND'", args.command_argv))
+    given = [what for what, value in sources if value]
+    if len(given) > 1:
+        raise ArgumentError(f"give one of SCRIPT, --wrap or '-- COMMAND ...', not {' and '.join(given)}")
+    if not given:
+        raise ArgumentError("nothing to run: give an sbatch SCRIPT, --wrap CMD or '-- COMMAND ...'")
+    if args.script_args:
+        raise ArgumentError(
+            f"script arguments {' '.join(args.script_args)!r}: the service's API cannot carry arguments to a "
+            "script yet (options go before SCRIPT, as with sbatch; or use '-- COMMAND ...')"
+        )
+    if args.json and args.parsable:
+        raise ArgumentError("--json and --parsable exclude each other")
+
+    spec = jobs_pb2.JobSpec(request_id=args.request_id or new_request_id(), submit_directory=_cwd())
     if args.script:
         spec.script = read_script(args.script)
+        spec.script_name = "sbatch" if args.script == "-" else os.path.basename(args.script)
+    elif args.wrap:
+        spec.script = wrap_script(args.wrap)
+        spec.script_name = "wrap"
     else:
         spec.command.extend(args.command_argv)
-    _set_if(spec, "name", args.job_name)
-    _set_if(spec, "nodes", args.nodes)
-    _set_if(spec, "tasks_per_node", args.ntasks_per_node)
-    _set_if(spec, "gpus_per_node", args.gpus_per_node if args.gpus_per_node is not None else args.gres)
-    _set_if(spec, "cpus_per_task", args.cpus_per_task)
-    _set_if(spec, "memory_mb_per_node", args.mem)
-    _set_if(spec, "time_limit", args.time)
-    _set_if(spec, "partition", args.partition)
-    _set_if(spec, "account", args.account)
-    _set_if(spec, "qos", args.qos)
-    _set_if(spec, "working_directory", args.chdir)
-    _set_if(spec, "stdout_path", args.output)
-    _set_if(spec, "stderr_path", args.error)
+    apply_sbatch_options(args, spec)
+    if args.constraint:
+        spec.constraint = "&".join(args.constraint)
     _set_if(spec, "checkpoint_uri", args.checkpoint_uri)
-
-    for name in args.export_env:
-        if name not in environ:
-            raise ArgumentError(f"--export-env {name}: not set in this environment")
-        spec.environment[name] = environ[name]
-    for name, value in args.env:  # explicit values win over exported ones
-        spec.environment[name] = value
+    _set_environment(args, spec, environ)
 
     policy = _restart_policy(args)
     if policy.ListFields():
         spec.restart_policy.CopyFrom(policy)
-    placement = placement_from_args(args)
+    placement = placement_from_args(args, with_constraints=False)
     if placement is not None:
         spec.placement.CopyFrom(placement)
     return spec
+
+
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError as exc:
+        raise ArgumentError(f"the current directory is gone ({exc.strerror}): cd somewhere that exists") from None
+
+
+def _set_environment(args: argparse.Namespace, spec: jobs_pb2.JobSpec, environ: Mapping[str, str]) -> None:
+    """--export (ALL by default), then --export-env, then --env: later ones win."""
+    exported = collect(args.export, environ)
+    spec.environment.update(exported.environment)
+    if exported.left_out:
+        shown = ", ".join(exported.left_out[:10]) + (", ..." if len(exported.left_out) > 10 else "")
+        print(
+            f"clusterctl: warning: {len(exported.left_out)} variable(s) of this shell not sent (over {MAX_VARS}, "
+            f"{MAX_VALUE_BYTES} bytes each or {MAX_TOTAL_BYTES} bytes in all): {shown}; "
+            "name the ones the job needs in --export or --env",
+            file=sys.stderr,
+        )
+    for name in args.export_env:
+        if name not in environ:
+            raise ArgumentError(f"--export-env {name}: not set in this environment")
+        spec.environment[name] = environ[name]
+    for name, value in args.env:
+        spec.environment[name] = value
+    export = with_names(exported.export, [*args.export_env, *(name for name, _value in args.env)])
+    if export is not None:
+        spec.export = export
 
 
 def _set_if(spec: jobs_pb2.JobSpec, field: str, value: object) -> None:
@@ -239,16 +281,23 @@ def _restart_policy(args: argparse.Namespace) -> jobs_pb2.RestartPolicy:
 def submit(args: argparse.Namespace) -> int:
     spec = build_spec(args)
     client = args.make_client()
-    response = client.submit(spec)
+    try:
+        response = client.submit(spec)
+    except ServiceError as exc:
+        if exc.code_name == "ALREADY_EXISTS":  # a reused --request-id with a different request
+            raise ArgumentError(exc.message or exc.code_name) from None
+        raise
     if args.json:
         render.print_json(render.to_dict(response))
+    elif args.parsable:
+        print(response.job.job_id, flush=True)
     else:
         render.console().print(render.submitted(response))
     if not args.wait:
         return 0
     job_id = response.job.job_id
     try:
-        return wait_for(client, job_id, as_json=args.json)
+        return wait_for(client, job_id, as_json=args.json, quiet=args.parsable)
     except KeyboardInterrupt:
         print(
             f"clusterctl: stopped waiting; job {job_id} keeps going (clusterctl cancel {job_id} stops it)",

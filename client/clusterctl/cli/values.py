@@ -18,6 +18,9 @@ from clusterctl.hostlist import expand_hostlist
 T = TypeVar("T")
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_GPU_TYPE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_ARRAY_ITEM = r"\d+(?:-\d+(?::\d+)?)?"
+_ARRAY = re.compile(rf"^{_ARRAY_ITEM}(?:,{_ARRAY_ITEM})*(?:%\d+)?$")
 _MEM = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)B?$", re.IGNORECASE)
 _MEM_FACTOR_MB = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}
 # Slurm's own time syntax: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
@@ -130,12 +133,57 @@ def env_name(text: str) -> str:
     return text
 
 
-def gres_gpus(text: str) -> int:
-    """``gpu:4`` or ``gpu:a100:4`` (sbatch --gres syntax) -> 4; ``gpu`` alone means 1."""
+def gres_gpus(text: str) -> tuple[str, int]:
+    """``gpu:4`` / ``gpu:a100:4`` / ``gpu`` (sbatch --gres) -> (TYPE or "", count); other GRES are refused."""
     parts = text.strip().split(":")
-    if parts[0] != "gpu" or len(parts) > 3:
-        raise ValueError(f"bad --gres {text!r}: only gpu[:TYPE]:COUNT is supported")
-    return 1 if len(parts) == 1 else positive_int(parts[-1])
+    if parts[0] != "gpu" or len(parts) > 3 or "," in text:
+        raise ValueError(f"bad --gres {text!r}: only gpu[:TYPE][:COUNT] is supported")
+    if len(parts) == 1:
+        return "", 1
+    if len(parts) == 2 and not parts[1].isdigit():
+        return _gpu_type(parts[1], text), 1
+    return (_gpu_type(parts[1], text) if len(parts) == 3 else ""), positive_int(parts[-1])
+
+
+def typed_gpus(text: str) -> tuple[str, int]:
+    """``4`` or ``a100:4`` (sbatch --gpus / --gpus-per-node) -> (TYPE or "", count)."""
+    kind, sep, count = text.strip().rpartition(":")
+    if sep and ":" in kind:
+        raise ValueError(f"bad GPU count {text!r}: use N or TYPE:N")
+    return (_gpu_type(kind, text) if sep else ""), positive_int(count)
+
+
+def _gpu_type(kind: str, text: str) -> str:
+    if not _GPU_TYPE.match(kind):
+        raise ValueError(f"bad GPU type in {text!r}")
+    return kind
+
+
+def node_range(text: str) -> tuple[int, int]:
+    """``-N 4`` -> (4, 0); ``-N 2-4`` -> (2, 4): sbatch's MIN[-MAX] node count (0: no upper bound given)."""
+    low, sep, high = text.strip().partition("-")
+    minimum = positive_int(low)
+    if not sep:
+        return minimum, 0
+    maximum = positive_int(high)
+    if maximum < minimum:
+        raise ValueError(f"bad node range {text!r}: MAX is below MIN")
+    return minimum, maximum
+
+
+def array_indexes(text: str) -> str:
+    """sbatch --array: ``0-9``, ``1,3,5``, ``0-15:4``, with an optional ``%N`` task limit; unchanged."""
+    value = text.strip()
+    if not _ARRAY.match(value):
+        raise ValueError(f"bad --array {text!r}: use e.g. 0-9, 1,3,5, 0-15:4, optionally with %N")
+    return value
+
+
+def nonblank(text: str) -> str:
+    """A free-form sbatch value (dependency, begin, mail type, ...): the server checks its syntax."""
+    if not text.strip():
+        raise ValueError("must not be empty")
+    return text
 
 
 def hostlist(text: str) -> list[str]:
