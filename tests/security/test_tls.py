@@ -118,15 +118,19 @@ def test_loopback_detection(listen: str, loop: bool) -> None:
     assert is_loopback(listen) is loop
 
 
-def test_non_loopback_plaintext_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    cfg = replace(base_config(tmp_path), listen="0.0.0.0:0")
-    with pytest.raises(ConfigError, match="refusing plaintext"):
+@pytest.mark.parametrize("listen", ["0.0.0.0:0", "127.0.0.1:0", "localhost:0", "[::1]:0"])
+def test_plaintext_tcp_is_refused_loopback_included(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    listen: str) -> None:  # fmt: skip
+    """A local user can bind a free loopback port while clusterd is down and collect tokens: TCP needs TLS."""
+    cfg = replace(base_config(tmp_path), listen=listen, allow_insecure=False)
+    with pytest.raises(ConfigError, match="refusing plaintext gRPC on TCP address"):
         ClusterDaemon(cfg)
-    check_transport(replace(cfg, allow_insecure=True))
-    tokens = cfg.tokens_file
-    rc = main(["serve", "--listen", "0.0.0.0:0", "--tokens-file", tokens, "--state-dir", str(tmp_path / "s")])
+    check_transport(replace(cfg, allow_insecure=True))  # the explicit escape hatch
+    rc = main(["serve", "--listen", listen, "--tokens-file", cfg.tokens_file, "--state-dir", str(tmp_path / "s")])
     assert rc == 2
-    assert "refusing plaintext gRPC on non-loopback address" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "refusing plaintext gRPC on TCP address" in err and "unix:/run/clusterd/clusterd.sock" in err
+    assert not (tmp_path / "s").exists()  # refused before anything was created
 
 
 @pytest.mark.parametrize("tls", [

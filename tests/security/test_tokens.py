@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import os
 import stat
+import threading
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -98,11 +101,13 @@ def test_token_cli_add_list_revoke(tmp_path: Path, capsys: pytest.CaptureFixture
 
     rc, out, _ = run_cli(capsys, "token", "revoke", "--prefix", token_digest(admin_token)[:10], "--tokens-file", str(f))
     assert rc == 0 and "root" in out
+    store.maybe_reload()  # what the service's watcher does every tokens_reload_seconds
     assert store.authenticate(admin_token) is None  # picked up without restart
     assert store.authenticate(token) is not None
     rc, _, err = run_cli(capsys, "token", "revoke", "--prefix", "abc", "--tokens-file", str(f))
     assert rc == 1 and "at least" in err
     rc, _, _ = run_cli(capsys, "token", "revoke", "alice", "--tokens-file", str(f))
+    store.maybe_reload()
     assert rc == 0 and store.authenticate(token) is None
     rc, _, err = run_cli(capsys, "token", "revoke", "alice", "--tokens-file", str(f))
     assert rc == 1 and "no token matches" in err
@@ -138,8 +143,41 @@ async def test_running_service_sees_added_and_revoked_tokens(tmp_path: Path,
         listed = await stub(ch).ListJobs(jobs_pb2.ListJobsRequest(), metadata=meta)
         assert list(listed.jobs) == []
         run_cli(capsys, "token", "revoke", "daemon", "--tokens-file", str(f))
+        deadline = asyncio.get_running_loop().time() + 30  # the watcher checks every tokens_reload_seconds
+        while await code_of(stub(ch).ListJobs(jobs_pb2.ListJobsRequest(), metadata=meta)) == grpc.StatusCode.OK:
+            assert asyncio.get_running_loop().time() < deadline, "revocation not picked up"
+            await asyncio.sleep(0.1)
         assert await code_of(stub(ch).ListJobs(jobs_pb2.ListJobsRequest(), metadata=meta)) == (
             grpc.StatusCode.UNAUTHENTICATED)
+
+
+async def test_token_file_is_read_off_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """authenticate() does no file I/O; the watcher stats (and re-reads) in a worker thread."""
+    f = tmp_path / "tokens.toml"
+    token, _ = add_token(f, "alice")
+    store = TokenStore(f)
+    loop_thread = threading.get_ident()
+    stats: list[int] = []
+    real_stat = Path.stat
+
+    def spying_stat(self: Path, **kw: Any) -> os.stat_result:
+        if self == f:
+            stats.append(threading.get_ident())
+        return real_stat(self, **kw)
+
+    monkeypatch.setattr(Path, "stat", spying_stat)
+    assert store.authenticate(token) is not None
+    assert stats == []  # no stat on the caller's (the event loop's) thread
+    stop = asyncio.Event()
+    watcher = asyncio.create_task(store.watch(stop, 0.05))
+    while not stats:
+        await asyncio.sleep(0.01)
+    f.unlink()  # a vanished file keeps the loaded tokens
+    await asyncio.sleep(0.1)
+    stop.set()
+    await watcher
+    assert loop_thread not in stats
+    assert store.authenticate(token) is not None
 
 
 def test_broken_file_keeps_previous_tokens(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ def write_config(tmp_path: Path, extra: str = "", *, bin_dir: Path | None = None
         tokens.chmod(0o600)
     cfg = tmp_path / "clusterd.toml"
     cfg.write_text(
+        f'listen = "unix:{tmp_path / "run" / "clusterd.sock"}"\nsocket_group = ""\n'
         f'state_dir = "{tmp_path / "state"}"\ntokens_file = "{tokens}"\n{extra}\n'
         f'[slurm]\njob_root = "{tmp_path / "jobs"}"\nbin_dir = "{bin_dir or tmp_path / "nobin"}"\n'
     )
