@@ -1,8 +1,18 @@
-"""TLS and mTLS on the gRPC port, the CN -> user map, and the loopback-only plaintext rule."""
+"""Transport: the unix socket (who may connect, who may bind), TLS/mTLS on TCP, the CN -> user map,
+plaintext TCP refused, and state on disk readable by the service alone."""
 
 from __future__ import annotations
 
 import asyncio
+import grp
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,7 +27,7 @@ from clusterd.main import main
 from clusterd.security.transport import check_transport, is_loopback, parse_cn_map
 from clusterd.server import ClusterDaemon
 
-from .conftest import USER_A, auth, base_config, code_of, command_request, running, stub
+from .conftest import USER_A, Daemon, Stack, auth, base_config, code_of, command_request, running, stub
 from .pki import CA, Pair
 
 TOKEN_A = auth(USER_A)[0][1].removeprefix("Bearer ")
@@ -153,3 +163,136 @@ def test_cn_map_syntax() -> None:
     m = parse_cn_map("ci-runner=ci, ops-box = root:admin")
     assert m["ci-runner"].user == "ci" and not m["ci-runner"].admin
     assert m["ops-box"].user == "root" and m["ops-box"].admin
+
+
+# ----------------------------------------------------------------- the unix socket, on the real stack
+
+_PROBE = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.{op}(sys.argv[1])
+except OSError as exc:
+    print(type(exc).__name__)
+else:
+    print("ok")
+"""
+
+_READ = """
+import sys
+try:
+    open(sys.argv[1], "rb").read()
+except OSError as exc:
+    print(type(exc).__name__)
+else:
+    print("ok")
+"""
+
+_LIST_JOBS = """
+import grpc, sys
+with grpc.insecure_channel("unix:" + sys.argv[1]) as ch:
+    call = ch.unary_unary("/clusterctl.v1.JobService/ListJobs")
+    try:
+        call(b"", metadata=[("authorization", "Bearer " + sys.argv[2])], timeout=10)
+    except grpc.RpcError as exc:
+        print(exc.code().name)
+    else:
+        print("OK")
+"""
+
+
+def as_user(stack: Stack, user: str, code: str, *args: str) -> str:
+    """Run ``code`` with the stack's job Python as Unix ``user``, with exactly that user's groups."""
+    entry = pwd.getpwnam(user)
+    proc = subprocess.run([stack.env["CLUSTERCTL_JOB_PYTHON"], "-c", code, *args], capture_output=True, text=True,
+                          user=entry.pw_uid, group=entry.pw_gid, extra_groups=os.getgrouplist(user, entry.pw_gid),
+                          env={"PATH": "/usr/bin:/bin"}, cwd="/", timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A root-owned 0755 directory that every local user can traverse (unlike pytest's tmp_path)."""
+    path = Path(tempfile.mkdtemp(prefix="clusterd-sock-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_only_the_socket_group_reaches_clusterd(stack: Stack, tmp_path: Path, open_dir: Path) -> None:
+    """alice (in socket_group) calls clusterd; bob (not in it) cannot even connect; nobody can bind the
+    path while clusterd is down, so nobody can stand in for it and collect tokens."""
+    daemon = Daemon(stack, tmp_path / "state", socket_dir=open_dir / "run", socket_group="alice")
+    daemon.start()
+    try:
+        sock = daemon.socket_path
+        assert stat.S_IMODE(sock.stat().st_mode) == 0o660
+        d = sock.parent.stat()
+        assert stat.S_IMODE(d.st_mode) == 0o750 and d.st_uid == 0 and d.st_gid == grp.getgrnam("alice").gr_gid
+        assert as_user(stack, "alice", _LIST_JOBS, str(sock), stack.tokens["alice"]) == "OK"
+        assert as_user(stack, "bob", _PROBE.format(op="connect"), str(sock)) == "PermissionError"
+        assert as_user(stack, "bob", _LIST_JOBS, str(sock), stack.tokens["bob"]) == "UNAVAILABLE"
+    finally:
+        daemon.stop()
+    assert not sock.exists()
+    for user in ("alice", "bob"):  # group member or not: the directory is writable by root alone
+        assert as_user(stack, user, _PROBE.format(op="bind"), str(sock)) == "PermissionError"
+    daemon.restart()  # and clusterd itself comes back on the same path
+    daemon.stop()
+
+
+def test_state_is_readable_by_the_service_alone(stack: Stack, tmp_path: Path, open_dir: Path) -> None:
+    state = open_dir / "state"
+    state.mkdir(mode=0o755)  # an existing, too open state dir is tightened
+    daemon = Daemon(stack, state, socket_dir=open_dir / "run")
+    daemon.start()
+    try:
+        with daemon.client() as client:
+            client.list_jobs()
+        assert stat.S_IMODE(state.stat().st_mode) == 0o700
+        files = [p for p in state.iterdir() if p.name.startswith("clusterd.sqlite3") or p.name == "audit.log"]
+        assert {p.name for p in files} >= {"clusterd.sqlite3", "audit.log"}
+        for p in files:
+            assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
+        assert as_user(stack, "bob", _READ, str(state / "clusterd.sqlite3")) == "PermissionError"
+    finally:
+        daemon.stop()
+
+
+def test_plaintext_tcp_refused_by_the_real_process(stack: Stack, tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "clusterd.main", "serve", "--config", str(stack.dir / "clusterd.toml"),
+                           "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path / "s")],
+                          capture_output=True, text=True, timeout=60, env=stack.slurm_env())  # fmt: skip
+    assert proc.returncode == 2 and "refusing plaintext gRPC on TCP address '127.0.0.1:0'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("setup", "message"), [
+    ("foreign_dir", "belongs to uid"), ("file_at_path", "is not a socket"), ("no_group", "does not exist"),
+    ("abstract", "abstract unix sockets"), ("relative", "must be absolute"),
+])  # fmt: skip
+def test_unsafe_socket_settings_are_refused(tmp_path: Path, setup: str, message: str) -> None:
+    sock = tmp_path / "run" / "clusterd.sock"
+    cfg = replace(base_config(tmp_path), listen=f"unix:{sock}", socket_group="", allow_insecure=False)
+    if setup == "foreign_dir":  # pre-created by another user, who could swap the socket
+        sock.parent.mkdir()
+        os.chown(sock.parent, pwd.getpwnam("bob").pw_uid, -1)
+    elif setup == "file_at_path":
+        sock.parent.mkdir()
+        sock.write_text("")
+    elif setup == "no_group":
+        cfg = replace(cfg, socket_group="no-such-group-xyz")
+    elif setup == "abstract":
+        cfg = replace(cfg, listen="unix-abstract:clusterd")
+    else:
+        cfg = replace(cfg, listen="unix:run/clusterd.sock")
+    with pytest.raises(ConfigError, match=message):
+        ClusterDaemon(cfg)
+
+
+async def test_second_clusterd_does_not_take_over_a_live_socket(tmp_path: Path) -> None:
+    cfg = replace(base_config(tmp_path), listen=f"unix:{tmp_path / 'run' / 'clusterd.sock'}", socket_group="")
+    async with running(cfg):
+        with pytest.raises(ConfigError, match="another process is listening"):
+            ClusterDaemon(replace(cfg, state_dir=str(tmp_path / "other")))
