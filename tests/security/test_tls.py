@@ -5,27 +5,33 @@ from __future__ import annotations
 
 import asyncio
 import grp
+import http.server
 import os
 import pwd
 import shutil
+import ssl
 import stat
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import grpc
+import httpx
 import pytest
 
 from clusterctl.client import ClusterClient
 from clusterctl.errors import ServiceError, UsageError
 from clusterctl.v1 import jobs_pb2
-from clusterd.config import Config, ConfigError, TLSConfig
+from clusterd.config import Config, ConfigError, SlurmConfig, TLSConfig
+from clusterd.errors import SlurmError
 from clusterd.main import main
 from clusterd.security.transport import check_transport, is_loopback, parse_cn_map
 from clusterd.server import ClusterDaemon
+from clusterd.slurm.restd import _make_client
 
 from .conftest import USER_A, Daemon, Stack, auth, base_config, code_of, command_request, running, stub
 from .pki import CA, Pair
@@ -296,3 +302,50 @@ async def test_second_clusterd_does_not_take_over_a_live_socket(tmp_path: Path) 
     async with running(cfg):
         with pytest.raises(ConfigError, match="another process is listening"):
             ClusterDaemon(replace(cfg, state_dir=str(tmp_path / "other")))
+
+
+# ----------------------------------------------------------------- clusterd -> slurmrestd
+
+@pytest.fixture
+def https_server(pki: tuple[CA, Pair]) -> Iterator[str]:
+    """A TLS HTTP server with the test CA's localhost certificate (answers 404 to everything)."""
+    _, pair = pki
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(pair.cert, pair.key)
+    httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"https://localhost:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+async def test_restd_https_is_verified_against_restd_ca_file(tmp_path: Path, pki: tuple[CA, Pair],
+                                                             https_server: str) -> None:  # fmt: skip
+    ca, _ = pki
+    async with _make_client(https_server, 5, ca_file=str(ca.pem)) as client:
+        assert (await client.get("/openapi/v3")).status_code in (404, 501)  # TLS verified, then an HTTP answer
+    async with _make_client(https_server, 5, ca_file=str(CA(tmp_path, "other-ca").pem)) as client:
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            await client.get("/openapi/v3")
+    with pytest.raises(SlurmError, match="is not https"):
+        _make_client("http://127.0.0.1:6820", 5, ca_file=str(ca.pem))
+
+
+@pytest.mark.parametrize(("url", "refused"), [
+    ("http://10.0.0.5:6820", True), ("http://restd.example.org:6820", True), ("http://127.0.0.1:6820", False),
+    ("http://[::1]:6820", False), ("https://10.0.0.5:6820", False), ("unix:///run/slurmrestd.sock", False),
+])  # fmt: skip
+def test_plain_http_to_a_remote_slurmrestd_is_refused(tmp_path: Path, url: str, refused: bool,
+                                                      caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    cfg = replace(base_config(tmp_path), allow_insecure=False, listen=f"unix:{tmp_path / 'run' / 's.sock'}",
+                  slurm=SlurmConfig(backend="slurmrestd", restd_url=url, jwt_token_file="/x"))  # fmt: skip
+    if refused:
+        with pytest.raises(ConfigError, match="plain HTTP to another host sends every user's JWT in clear"):
+            check_transport(cfg)
+        check_transport(replace(cfg, allow_insecure=True))
+        assert "allow_insecure: slurm.restd_url" in caplog.text
+    else:
+        check_transport(cfg)
+        assert ("plain HTTP on loopback" in caplog.text) == url.startswith("http://")
