@@ -120,7 +120,7 @@ def _check_socket(config: Config, out: Findings) -> None:
     try:
         st = path.parent.lstat()
     except FileNotFoundError:
-        out.add("socket", OK, f"{path}: for {who}; {path.parent} will be created 0750")
+        out.add("socket", OK, f"{path}: for {who}; {path.parent} will be created {'0750' if group else '0700'}")
         return
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
         out.add("socket", FAIL, f"{path.parent} is not a directory owned by uid {os.geteuid()}: another user "
