@@ -182,6 +182,9 @@ def check_paths(config: Config, out: Findings) -> None:
     problems = [p for p in (_writable_dir(Path(config.state_dir)), _writable_dir(config.audit_path.parent)) if p]
     if (root := _writable_dir(Path(config.slurm.job_root))) is not None:
         problems.append(f"slurm.job_root: {root}")
+    if Path(config.slurm.job_root).is_relative_to(config.state_dir):
+        problems.append(f"slurm.job_root {config.slurm.job_root} is inside state_dir {config.state_dir}, which is "
+                        "0700: jobs running as their users could not reach it; move one of them")  # fmt: skip
     missing = [d for d in config.slurm.job_path.split(":") if d and not Path(d).is_dir()]
     if missing:
         problems.append(f"slurm.job_path: {', '.join(missing)} not a directory")

@@ -22,7 +22,7 @@ class SlurmConfig:
     slurm_conf: str = ""  # exported as SLURM_CONF to every Slurm command when set
     bin_dir: str = ""  # where sbatch & co live; empty = PATH
     default_partition: str = ""
-    job_root: str = "/var/lib/clusterd/jobs"  # per-user working dirs: <job_root>/<user>
+    job_root: str = "/var/lib/clusterd-jobs"  # per-user working dirs <job_root>/<user>; not in the 0700 state_dir
     job_path: str = ""  # PATH jobs start with; empty = the service's own PATH
     command_timeout_seconds: float = 30.0
     signal_before_timeout_seconds: int = 120

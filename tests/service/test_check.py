@@ -161,3 +161,11 @@ def test_s3_conditional_put_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     refusal = conditional_put_refusal(ignoring)
     assert refusal is not None and "expected 412" in refusal
     assert ignoring.list_objects("") == []
+
+
+async def test_job_root_inside_the_private_state_dir_fails(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path)
+    jobs = tmp_path / "state" / "jobs"
+    cfg.write_text(cfg.read_text().replace(f'job_root = "{tmp_path / "jobs"}"', f'job_root = "{jobs}"'))
+    got = by_check(await run_checks(str(cfg), [], backend=FakeSlurm.cluster()))
+    assert got["paths"][0][0] == FAIL and "is inside state_dir" in got["paths"][0][1]
