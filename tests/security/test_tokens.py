@@ -145,17 +145,19 @@ async def test_running_service_sees_added_and_revoked_tokens(tmp_path: Path,
     cfg = replace(cfg, tokens_file=str(f))
     add_token(f, "nobody")  # the service needs a valid file at start
     async with running(cfg) as daemon, grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as ch:
+
+        async def until(code: grpc.StatusCode) -> None:
+            """The watcher checks the file every tokens_reload_seconds: wait (bounded) for it to see the edit."""
+            deadline = asyncio.get_running_loop().time() + 30
+            while await code_of(stub(ch).ListJobs(jobs_pb2.ListJobsRequest(), metadata=meta)) != code:
+                assert asyncio.get_running_loop().time() < deadline, f"token file edit not picked up ({code.name})"
+                await asyncio.sleep(0.1)
+
         _, token, _ = run_cli(capsys, "token", "add", "daemon", "--tokens-file", str(f))
         meta = [("authorization", f"Bearer {token.strip()}")]
-        listed = await stub(ch).ListJobs(jobs_pb2.ListJobsRequest(), metadata=meta)
-        assert list(listed.jobs) == []
+        await until(grpc.StatusCode.OK)
         run_cli(capsys, "token", "revoke", "daemon", "--tokens-file", str(f))
-        deadline = asyncio.get_running_loop().time() + 30  # the watcher checks every tokens_reload_seconds
-        while await code_of(stub(ch).ListJobs(jobs_pb2.ListJobsRequest(), metadata=meta)) == grpc.StatusCode.OK:
-            assert asyncio.get_running_loop().time() < deadline, "revocation not picked up"
-            await asyncio.sleep(0.1)
-        assert await code_of(stub(ch).ListJobs(jobs_pb2.ListJobsRequest(), metadata=meta)) == (
-            grpc.StatusCode.UNAUTHENTICATED)
+        await until(grpc.StatusCode.UNAUTHENTICATED)
 
 
 async def test_token_file_is_read_off_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
