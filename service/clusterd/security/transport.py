@@ -74,6 +74,8 @@ def check_transport(config: Config) -> None:
                 "is down). Listen on a unix socket (listen = \"unix:/run/clusterd/clusterd.sock\"), configure "
                 "[tls] cert_file/key_file, or set allow_insecure = true"
             )
+        if not unix:
+            log.warning("allow_insecure: plaintext gRPC on TCP %s: bearer tokens are exposed", config.listen)
     if tls.cn_user_map and not tls.client_ca_file:
         raise ConfigError("tls.cn_user_map needs tls.client_ca_file (only verified certificates may map to users)")
     parse_cn_map(tls.cn_user_map)
