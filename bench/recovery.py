@@ -84,7 +84,7 @@ class Clusterd:
         aws = {k: v for k, v in env.items() if k.startswith("AWS_")}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "clusterd.main", "serve", "--config", str(STACK_DIR / "clusterd.toml"),
-             "--listen", self.addr, "--state-dir", str(self.state)],
+             "--listen", self.addr, "--allow-insecure", "--state-dir", str(self.state)],  # loopback TCP: a bench
             env={**os.environ, **aws, "CLUSTERD_POLL_INTERVAL_SECONDS": "1", "CLUSTERD_METRICS_LISTEN": ""},
             stdout=(self.state / "clusterd.log").open("wb"), stderr=subprocess.STDOUT,
         )  # fmt: skip

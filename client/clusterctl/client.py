@@ -1,9 +1,14 @@
-"""Synchronous gRPC client for clusterd: address from CLUSTERCTL_ADDR, token from CLUSTERCTL_TOKEN.
+"""Synchronous gRPC client for clusterd: address from CLUSTERCTL_ADDR, token from the environment.
 
-TLS: with a CA (``ca=`` or CLUSTERCTL_CA, a PEM file) the channel is TLS and the server certificate
+Address: ``unix:/PATH`` (a bare absolute ``/PATH`` means the same) or ``host:port``; unset, the
+standard socket ``unix:/run/clusterd/clusterd.sock``. Token: CLUSTERCTL_TOKEN, else the first line
+of CLUSTERCTL_TOKEN_FILE, which must be the caller's own file and not readable by group or others.
+Tokens never come from the command line, where every local user can read them (``ps``).
+
+TLS (TCP addresses): with a CA (``ca=`` or CLUSTERCTL_CA, a PEM file) the channel is TLS and the server certificate
 must chain to that CA and name the host in the address; add ``cert=``/``key=`` (CLUSTERCTL_CERT,
-CLUSTERCTL_KEY) for mTLS. Without a CA the channel is plaintext, which clusterd accepts only on
-loopback unless its operator allowed otherwise.
+CLUSTERCTL_KEY) for mTLS. Without a CA the channel is plaintext, which clusterd accepts on TCP only
+when its operator set allow_insecure.
 
 Every call carries the bearer token and a deadline; gRPC errors become :class:`ServiceError` with
 the status code's name and the server's message, so callers never see grpc internals.
@@ -12,6 +17,7 @@ the status code's name and the server's message, so callers never see grpc inter
 from __future__ import annotations
 
 import os
+import stat
 import uuid
 from collections.abc import Iterator
 from typing import Any, TypeVar
@@ -21,14 +27,59 @@ import grpc
 from clusterctl.errors import ServiceError, UsageError
 from clusterctl.v1 import cluster_pb2, cluster_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 
-DEFAULT_ADDR = "127.0.0.1:50051"
+DEFAULT_ADDR = "unix:/run/clusterd/clusterd.sock"  # clusterd's default listen (service/clusterd/config.py)
 DEFAULT_TIMEOUT = 30.0
+_MAX_TOKEN_FILE = 4096
 
 T = TypeVar("T")
 
 
 def new_request_id() -> str:
     return uuid.uuid4().hex
+
+
+def resolve_addr(addr: str | None = None) -> str:
+    """``addr``, else CLUSTERCTL_ADDR, else the standard socket; a bare absolute path becomes ``unix:PATH``."""
+    addr = addr or os.environ.get("CLUSTERCTL_ADDR") or DEFAULT_ADDR
+    return f"unix:{addr}" if addr.startswith("/") else addr
+
+
+def resolve_token(token: str | None = None) -> str:
+    """``token``, else CLUSTERCTL_TOKEN, else CLUSTERCTL_TOKEN_FILE's content, else "" (no token).
+
+    Raises:
+        UsageError: the token file cannot be read, is not the caller's, is readable by group or
+            others, or does not hold one token.
+    """
+    if token is not None:
+        return token
+    if env := os.environ.get("CLUSTERCTL_TOKEN"):
+        return env
+    path = os.environ.get("CLUSTERCTL_TOKEN_FILE")
+    return read_token_file(path) if path else ""
+
+
+def read_token_file(path: str) -> str:
+    """The token in ``path``; the checks apply to the file actually opened (fstat), not to its name."""
+    what = f"CLUSTERCTL_TOKEN_FILE {path}"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise UsageError(f"cannot read {what}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise UsageError(f"{what} is not a regular file")
+        if st.st_uid != os.geteuid():
+            raise UsageError(f"{what} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()})")
+        if st.st_mode & 0o077:
+            raise UsageError(f"{what} is readable by group or others (mode {stat.S_IMODE(st.st_mode):o}): "
+                             f"run chmod 600 {path}")  # fmt: skip
+        data = f.read(_MAX_TOKEN_FILE + 1)
+    lines = data.decode("utf-8", "replace").strip().splitlines()
+    if len(data) > _MAX_TOKEN_FILE or len(lines) != 1 or not lines[0].strip():
+        raise UsageError(f"{what} must hold one token on one line")
+    return lines[0].strip()
 
 
 def _read_pem(path: str, what: str) -> bytes:
@@ -74,8 +125,8 @@ class ClusterClient:
         cert: str | None = None,
         key: str | None = None,
     ) -> None:
-        self.addr = addr or os.environ.get("CLUSTERCTL_ADDR") or DEFAULT_ADDR
-        self.token = token if token is not None else os.environ.get("CLUSTERCTL_TOKEN", "")
+        self.addr = resolve_addr(addr)
+        self.token = resolve_token(token)
         self.timeout = timeout
         self._channel = channel or open_channel(self.addr, ca=ca, cert=cert, key=key)
         self.jobs = jobs_pb2_grpc.JobServiceStub(self._channel)
@@ -171,4 +222,5 @@ def _service_error(exc: grpc.RpcError) -> ServiceError:
     return ServiceError(name, details or "", request_id=request_id)
 
 
-__all__ = ["ClusterClient", "ServiceError", "UsageError", "new_request_id", "open_channel"]
+__all__ = ["ClusterClient", "ServiceError", "UsageError", "new_request_id", "open_channel", "resolve_addr",
+           "resolve_token"]

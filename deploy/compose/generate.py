@@ -70,6 +70,7 @@ def values() -> dict[str, dict[str, str]]:
         "cgroup.conf": {},
         "clusterd.toml": {
             "LISTEN": CLUSTERD_LISTEN,
+            "SOCKET_GROUP": "",  # unused: compose listens on TCP (CLUSTERD_ALLOW_INSECURE, host loopback only)
             "METRICS_LISTEN": METRICS_LISTEN,
             "STATE": STATE,
             "SLURM_CONF": SLURM_CONF,

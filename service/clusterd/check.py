@@ -1,29 +1,38 @@
 """``clusterd check``: everything an operator must get right before ``serve``, each checked and named.
 
 Every check runs even after another failed (a bad tokens file does not hide an unreachable Slurm),
-and each failure says what to fix. Checks only read: nothing is created, no job is submitted.
+and each failure says what to fix. Checks only read: nothing is created and no job is submitted;
+the one write is ``--storage-uri s3://...``'s probe object, deleted again at once.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import grp
 import json
 import logging
 import os
 import pwd
+import secrets
 import stat
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clusterd.auth.tokens import TokenFileError, parse_tokens
 from clusterd.config import Config, ConfigError, load_config
 from clusterd.errors import SlurmError
-from clusterd.security.transport import check_transport, server_credentials
+from clusterd.security.transport import check_transport, restd_exposure, server_credentials
+from clusterd.security.unixsock import socket_path
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.factory import make_backend
 from clusterd.slurm.version import SlurmVersion, SlurmVersionError
+
+if TYPE_CHECKING:
+    from clusterctl.storage import Storage
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 _OLDEST_SLURM = (21, 8)  # the first release whose squeue/sinfo print --json
@@ -46,6 +55,12 @@ class Findings(list[Finding]):
 
 
 def _address(value: str, key: str, out: Findings) -> None:
+    if key == "listen" and value.startswith("unix"):
+        try:
+            socket_path(value)
+        except ConfigError as exc:
+            out.add("config", FAIL, str(exc))
+        return
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         out.add("config", FAIL, f"{key} must be host:port, got {value!r}")
@@ -76,12 +91,42 @@ def check_transport_files(config: Config, out: Findings) -> None:
         server_credentials(config.tls)
     except ConfigError as exc:
         out.add("tls", FAIL, str(exc))
-        return
-    if not config.tls.cert_file:
-        out.add("tls", WARN if config.allow_insecure else OK, f"plaintext gRPC on {config.listen}")
     else:
-        mode = "mTLS" if config.tls.client_ca_file else "TLS"
-        out.add("tls", OK, f"{mode} with {config.tls.cert_file}")
+        if config.tls.cert_file:
+            out.add("tls", OK, f"{'mTLS' if config.tls.client_ca_file else 'TLS'} with {config.tls.cert_file}")
+        elif socket_path(config.listen) is None:
+            out.add("tls", WARN, f"allow_insecure: plaintext gRPC on TCP {config.listen}: tokens are exposed")
+        else:
+            _check_socket(config, out)
+    exposure = restd_exposure(config.slurm)
+    if exposure is not None and not (exposure.remote and not config.allow_insecure):  # else the FAIL above
+        out.add("slurmrestd", WARN, exposure.message)
+
+
+def _check_socket(config: Config, out: Findings) -> None:
+    """The unix socket's group and directory, as far as they can be judged without creating them."""
+    path = Path(socket_path(config.listen) or "")
+    group = config.socket_group
+    if group:
+        try:
+            members = grp.getgrnam(group).gr_mem
+        except KeyError:
+            out.add("socket", FAIL, f"socket_group {group!r} does not exist: groupadd {group}, then add the users "
+                                    "allowed to call clusterd")  # fmt: skip
+            return
+        who = f"group {group} ({len(members)} listed members)"
+    else:
+        who = "clusterd's own user only (socket_group is empty)"
+    try:
+        st = path.parent.lstat()
+    except FileNotFoundError:
+        out.add("socket", OK, f"{path}: for {who}; {path.parent} will be created {'0750' if group else '0700'}")
+        return
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        out.add("socket", FAIL, f"{path.parent} is not a directory owned by uid {os.geteuid()}: another user "
+                                "could replace the socket; remove it")  # fmt: skip
+        return
+    out.add("socket", OK, f"{path}: for {who}")
 
 
 def check_tokens(config: Config, out: Findings) -> None:
@@ -137,6 +182,9 @@ def check_paths(config: Config, out: Findings) -> None:
     problems = [p for p in (_writable_dir(Path(config.state_dir)), _writable_dir(config.audit_path.parent)) if p]
     if (root := _writable_dir(Path(config.slurm.job_root))) is not None:
         problems.append(f"slurm.job_root: {root}")
+    if Path(config.slurm.job_root).is_relative_to(config.state_dir):
+        problems.append(f"slurm.job_root {config.slurm.job_root} is inside state_dir {config.state_dir}, which is "
+                        "0700: jobs running as their users could not reach it; move one of them")  # fmt: skip
     missing = [d for d in config.slurm.job_path.split(":") if d and not Path(d).is_dir()]
     if missing:
         problems.append(f"slurm.job_path: {', '.join(missing)} not a directory")
@@ -201,12 +249,41 @@ def check_storage(uris: list[str], out: Findings) -> None:
             storage = open_storage(uri)
             try:
                 step = latest_committed(storage)
+                refusal = conditional_put_refusal(storage) if uri.startswith("s3://") else None
             finally:
                 storage.close()
         except (StorageError, ValueError, OSError) as exc:
             out.add("storage", FAIL, f"{uri}: {exc}")
             continue
-        out.add("storage", OK, f"{uri}: readable, newest committed step {step if step is not None else 'none'}")
+        if refusal is not None:
+            out.add("storage", FAIL, f"{uri}: {refusal}")
+            continue
+        out.add("storage", OK, f"{uri}: readable, newest committed step {step if step is not None else 'none'}"
+                               f"{', If-None-Match enforced' if uri.startswith('s3://') else ''}")  # fmt: skip
+
+
+def conditional_put_refusal(storage: Storage) -> str | None:
+    """Why the server does not make ``If-None-Match: *`` puts exclusive, or None when it does.
+
+    A checkpoint step is committed by one marker put with ``If-None-Match: *``; a server that
+    ignores the header lets two writers both believe they committed. Probe: put a fresh object
+    under the prefix twice; the first must succeed, the second must be refused (412). The probe
+    object is deleted whatever happens.
+    """
+    from clusterctl.storage import ObjectExistsError
+
+    key = f".clusterd-check-{secrets.token_hex(8)}"
+    try:
+        storage.put(key, b"clusterd check: If-None-Match probe", if_absent=True)
+        try:
+            storage.put(key, b"second", if_absent=True)
+        except ObjectExistsError:
+            return None
+        return ("the server accepted a second PUT with If-None-Match: * on an existing object (expected 412 "
+                "Precondition Failed): concurrent checkpoint commits would not be detected")  # fmt: skip
+    finally:
+        with contextlib.suppress(Exception):
+            storage.delete([key])
 
 
 async def run_checks(path: str | None, storage_uris: list[str], backend: SlurmBackend | None = None) -> Findings:

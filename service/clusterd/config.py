@@ -22,7 +22,7 @@ class SlurmConfig:
     slurm_conf: str = ""  # exported as SLURM_CONF to every Slurm command when set
     bin_dir: str = ""  # where sbatch & co live; empty = PATH
     default_partition: str = ""
-    job_root: str = "/var/lib/clusterd/jobs"  # per-user working dirs: <job_root>/<user>
+    job_root: str = "/var/lib/clusterd-jobs"  # per-user working dirs <job_root>/<user>; not in the 0700 state_dir
     job_path: str = ""  # PATH jobs start with; empty = the service's own PATH
     command_timeout_seconds: float = 30.0
     signal_before_timeout_seconds: int = 120
@@ -31,6 +31,7 @@ class SlurmConfig:
     # the cluster's HS256 JWT key (clusterd signs a short-lived token per user, so jobs run as
     # that user) or, failing that, a file holding one token (every call then acts as its user).
     restd_url: str = ""
+    restd_ca_file: str = ""  # PEM CA that signed slurmrestd's certificate (https://); empty = system CAs
     restd_api_version: str = ""
     jwt_key_file: str = ""
     jwt_token_file: str = ""
@@ -54,7 +55,7 @@ class LimitsConfig:
 
 @dataclass(frozen=True)
 class TLSConfig:
-    """TLS on the gRPC port; empty ``cert_file`` = plaintext (loopback only unless allow_insecure).
+    """TLS on a TCP ``listen``; empty ``cert_file`` = no TLS, which only a unix socket (or allow_insecure) permits.
 
     ``client_ca_file`` turns on mTLS: every client must present a certificate signed by it.
     ``cn_user_map`` is ``"CN=user,CN2=user2:admin"``: a client whose verified certificate CN is
@@ -82,12 +83,18 @@ class RestartDefaults:
 
 @dataclass(frozen=True)
 class Config:
-    listen: str = "127.0.0.1:50051"
-    state_dir: str = "/var/lib/clusterd"
+    # unix:/ABSOLUTE/PATH (socket 0660 and its directory 0750, both group socket_group) or host:port,
+    # which needs [tls] unless allow_insecure.
+    listen: str = "unix:/run/clusterd/clusterd.sock"
+    socket_group: str = "clusterctl"  # may connect to the unix socket; empty = clusterd's own user only
+    state_dir: str = "/var/lib/clusterd"  # created 0700 (an existing one is tightened to 0700)
     tokens_file: str = "/etc/clusterd/tokens.toml"
+    tokens_reload_seconds: float = 1.0  # how often the tokens file is checked for changes (off the event loop)
     poll_interval_seconds: float = 2.0
     shutdown_grace_seconds: float = 5.0
-    allow_insecure: bool = False  # plaintext gRPC on a non-loopback address
+    # Plaintext where credentials cross a socket others can reach: gRPC over TCP without [tls], and
+    # slurm.restd_url = http:// to a host other than loopback. For tests and trusted container networks.
+    allow_insecure: bool = False
     audit_log: str = ""  # JSON lines of every mutating call; empty = <state_dir>/audit.log
     metrics_listen: str = ""  # host:port of the Prometheus /metrics endpoint; empty = off
     log_format: str = "json"  # json (one object per line, with request_id) | text

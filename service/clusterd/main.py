@@ -44,11 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the service")
     serve.add_argument("--config", help="TOML config file (env: CLUSTERD_CONFIG)")
-    serve.add_argument("--listen", help="host:port to listen on")
+    serve.add_argument("--listen", help="unix:/PATH (the default: unix:/run/clusterd/clusterd.sock) or host:port (TLS)")
     serve.add_argument("--state-dir", help="where the SQLite store lives")
     serve.add_argument("--tokens-file", help="TOML file of bearer tokens")
     serve.add_argument("--allow-insecure", action="store_true", default=None,
-                       help="allow plaintext gRPC on a non-loopback address (tokens cross the network in clear)")
+                       help="allow plaintext TCP (gRPC without TLS, http:// to a remote slurmrestd): tokens exposed")
     serve.set_defaults(func=_serve)
     add_token_commands(sub)
     add_check_command(sub)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -22,8 +23,10 @@ from clusterd.jobs.manager import JobManager
 from clusterd.observability.metrics import SLURM_INFO, MetricsServer, start_metrics_server
 from clusterd.placement import TopologyPlacer
 from clusterd.security.audit import AuditLog
+from clusterd.security.files import private_dir, private_files
 from clusterd.security.limits import JobQuota, RateLimiter
 from clusterd.security.transport import check_transport, parse_cn_map, server_credentials
+from clusterd.security.unixsock import prepare_socket_dir, secure_socket, socket_path
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.factory import make_backend
 from clusterd.store.sqlite import JobStore
@@ -44,9 +47,14 @@ class ClusterDaemon:
         """Raises ConfigError (unsafe transport, unreadable certificates), TokenFileError."""
         check_transport(config)
         self._credentials = server_credentials(config.tls)
+        path = socket_path(config.listen)
+        self._socket = prepare_socket_dir(path, config.socket_group) if path is not None else None
         self.config = config
         self.backend = backend or make_backend(config.slurm)
-        self.store = JobStore(config.db_path)
+        private_dir(Path(config.state_dir))
+        with private_files():
+            self.store = JobStore(config.db_path)
+            self.audit = AuditLog(config.audit_path)
         self.bus = EventBus(queue_size=config.limits.watch_queue_size, max_subscribers=config.limits.max_watchers)
         self.poller = QueuePoller(
             self.backend,
@@ -61,13 +69,13 @@ class ClusterDaemon:
         self.tokens = TokenStore(config.tokens_file)
         self.limiter = RateLimiter(config.limits.requests_per_second, config.limits.burst)
         self.quota = JobQuota(self.store, config.limits.max_jobs_per_user)
-        self.audit = AuditLog(config.audit_path)
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
         self._stop = asyncio.Event()
         self._server: grpc.aio.Server | None = None
         self.port: int = 0
         self._health_task: asyncio.Future[None] | None = None
         self._poll_task: asyncio.Task[None] | None = None
+        self._tokens_task: asyncio.Task[None] | None = None
         self._metrics: MetricsServer | None = None
 
     @property
@@ -101,6 +109,8 @@ class ClusterDaemon:
             self.port = server.add_insecure_port(self.config.listen)
         if self.port == 0:
             raise OSError(f"cannot listen on {self.config.listen}")
+        if self._socket is not None:
+            secure_socket(self._socket)
         await self._set_health(False)
         self.poller.on_health = self._health_changed
         # First poll before serving, so validation knows the partitions and nodes.
@@ -118,7 +128,11 @@ class ClusterDaemon:
             log.info("metrics on http://%s/metrics", self.config.metrics_listen)
         await server.start()
         self._server = server
+        self._tokens_task = asyncio.create_task(self.tokens.watch(self._stop, self.config.tokens_reload_seconds))
         mode = "plaintext" if self._credentials is None else ("mTLS" if self.config.tls.client_ca_file else "TLS")
+        if self._socket is not None:
+            group = self.config.socket_group
+            mode = f"unix socket, group {group}" if group else "unix socket, owner only"
         log.info("clusterd listening on %s (%s)", self.config.listen, mode)
 
     def _health_changed(self, ok: bool) -> None:
@@ -154,9 +168,10 @@ class ClusterDaemon:
         if self._server is not None:
             await self._server.stop(self.config.shutdown_grace_seconds)
             self._server = None
-        if self._poll_task is not None:
-            await self._poll_task
-            self._poll_task = None
+        for task in (self._poll_task, self._tokens_task):
+            if task is not None:
+                await task
+        self._poll_task = self._tokens_task = None
         if self._metrics is not None:
             await asyncio.to_thread(self._metrics.stop)
             self._metrics = None

@@ -33,7 +33,7 @@ def one_line_error(err: str) -> bool:
         (["plan", "-N", "0"], "must be a positive integer"),
         (["list", "--timeout", "-3"], "must be a positive number of seconds"),
         (["status", "1", "--", "x"], "unrecognized arguments: x"),
-        (["--token", "submit", "list", "--", "x"], "'-- COMMAND' is only accepted by submit"),
+        (["--addr", "submit", "list", "--", "x"], "'-- COMMAND' is only accepted by submit"),
     ],
 )
 def test_usage_errors_exit_2(cli: Runner, argv: list[str], message: str) -> None:
@@ -107,7 +107,8 @@ def test_unauthenticated_hints_at_the_token(cli: Runner, fake: FakeClient, monke
     monkeypatch.setenv("CLUSTERCTL_TOKEN", "wrong")
     assert "token was rejected: check CLUSTERCTL_TOKEN" in cli("list").err
     monkeypatch.delenv("CLUSTERCTL_TOKEN")
-    assert "token was rejected" in cli("list", "--token", "wrong").err
+    monkeypatch.setenv("CLUSTERCTL_TOKEN_FILE", "/some/file")
+    assert "token was rejected: check CLUSTERCTL_TOKEN or CLUSTERCTL_TOKEN_FILE" in cli("list").err
 
 
 def test_unavailable_names_the_address(cli: Runner, fake: FakeClient, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -140,32 +141,27 @@ def test_connection_options_before_or_after_the_command(monkeypatch: pytest.Monk
         seen.append(args)
         return FakeClient()
 
-    assert main(["--addr", "a:1", "--token", "t", "list"], client_factory=factory) == 0
+    assert main(["--addr", "a:1", "list"], client_factory=factory) == 0
     assert main(["list", "--addr", "b:2", "--timeout", "5"], client_factory=factory) == 0
     assert main(["--addr", "a:1", "list", "--addr", "c:3"], client_factory=factory) == 0
     assert main(["list"], client_factory=factory) == 0
-    assert [(a.addr, a.token, a.timeout) for a in seen] == [
-        ("a:1", "t", 30.0),
-        ("b:2", None, 5.0),
-        ("c:3", None, 30.0),
-        (None, None, 30.0),
-    ]
+    assert [(a.addr, a.timeout) for a in seen] == [("a:1", 30.0), ("b:2", 5.0), ("c:3", 30.0), (None, 30.0)]
 
 
 def test_default_factory_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CLUSTERCTL_ADDR", "envhost:1")
     monkeypatch.setenv("CLUSTERCTL_TOKEN", "envtoken")
-    client = default_client_factory(argparse.Namespace(addr=None, token=None, timeout=7.0))
+    client = default_client_factory(argparse.Namespace(addr=None, timeout=7.0))
     assert isinstance(client, ClusterClient)
     assert (client.addr, client.token, client.timeout) == ("envhost:1", "envtoken", 7.0)
     client.close()
-    client = default_client_factory(argparse.Namespace(addr="x:2", token="t", timeout=1.0))
-    assert (client.addr, client.token) == ("x:2", "t")
+    client = default_client_factory(argparse.Namespace(addr="/run/x.sock", timeout=1.0))
+    assert (client.addr, client.token) == ("unix:/run/x.sock", "envtoken")  # a bare path is a unix socket
     client.close()
 
 
 def test_real_client_without_a_server(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["list", "--addr", "127.0.0.1:1", "--timeout", "3", "--token", "x"])
+    code = main(["list", "--addr", "127.0.0.1:1", "--timeout", "3"])
     err = capsys.readouterr().err
     assert code == 1 and one_line_error(err)
     assert "127.0.0.1:1" in err

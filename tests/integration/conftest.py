@@ -1,6 +1,6 @@
 """Fixtures for tests on the real local stack (deploy/local/stack.sh up).
 
-Each test module gets its own clusterd process (own port, own state dir) in front of the stack's
+Each test module gets its own clusterd process (own unix socket, own state dir) in front of the stack's
 Slurm, so that tests can kill and restart it without disturbing the stack's demo service.
 Without a stack these tests skip, unless CLUSTERCTL_REQUIRE_STACK=1 (set by .ci/run), where a
 missing stack is a failure: a skipped integration test proves nothing.
@@ -89,15 +89,20 @@ class Daemon:
     stack: Stack
     state_dir: Path
     poll_interval: float = 1.0
-    port: int = field(default_factory=free_port)
+    socket_dir: Path | None = None  # default <state_dir>.sock: beside the 0700 state dir, not inside it
+    socket_group: str = ""  # who besides root may connect (CLUSTERD_SOCKET_GROUP); "" = root only
     metrics_port: int = field(default_factory=free_port)
     extra_env: dict[str, str] = field(default_factory=dict)  # CLUSTERD_* settings of this test's service
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
 
     @property
+    def socket_path(self) -> Path:
+        return (self.socket_dir or self.state_dir.with_name(self.state_dir.name + ".sock")) / "clusterd.sock"
+
+    @property
     def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"unix:{self.socket_path}"
 
     def start(self) -> None:
         self.log_path = self.state_dir / "clusterd.log"
@@ -106,7 +111,7 @@ class Daemon:
         aws = {k: v for k, v in self.stack.env.items() if k.startswith("AWS_")}  # progress reads markers
         env = {**self.stack.slurm_env(), **aws, "CLUSTERD_POLL_INTERVAL_SECONDS": str(self.poll_interval),
                "CLUSTERD_METRICS_LISTEN": f"127.0.0.1:{self.metrics_port}", "CLUSTERD_LOG_FORMAT": "json",
-               **self.extra_env}  # fmt: skip
+               "CLUSTERD_SOCKET_GROUP": self.socket_group, **self.extra_env}  # fmt: skip
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "clusterd.main", "serve", "--config", str(self.stack.dir / "clusterd.toml"),
              "--listen", self.addr, "--state-dir", str(self.state_dir)],

@@ -1,23 +1,39 @@
-"""TLS and mTLS on the gRPC port, the CN -> user map, and the loopback-only plaintext rule."""
+"""Transport: the unix socket (who may connect, who may bind), TLS/mTLS on TCP, the CN -> user map,
+plaintext TCP refused, and state on disk readable by the service alone."""
 
 from __future__ import annotations
 
 import asyncio
+import grp
+import http.server
+import os
+import pwd
+import shutil
+import ssl
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import grpc
+import httpx
 import pytest
 
 from clusterctl.client import ClusterClient
 from clusterctl.errors import ServiceError, UsageError
 from clusterctl.v1 import jobs_pb2
-from clusterd.config import Config, ConfigError, TLSConfig
+from clusterd.config import Config, ConfigError, SlurmConfig, TLSConfig
+from clusterd.errors import SlurmError
 from clusterd.main import main
 from clusterd.security.transport import check_transport, is_loopback, parse_cn_map
 from clusterd.server import ClusterDaemon
+from clusterd.slurm.restd import _make_client
 
-from .conftest import USER_A, auth, base_config, code_of, command_request, running, stub
+from .conftest import USER_A, Daemon, Stack, auth, base_config, code_of, command_request, running, stub
 from .pki import CA, Pair
 
 TOKEN_A = auth(USER_A)[0][1].removeprefix("Bearer ")
@@ -118,15 +134,19 @@ def test_loopback_detection(listen: str, loop: bool) -> None:
     assert is_loopback(listen) is loop
 
 
-def test_non_loopback_plaintext_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    cfg = replace(base_config(tmp_path), listen="0.0.0.0:0")
-    with pytest.raises(ConfigError, match="refusing plaintext"):
+@pytest.mark.parametrize("listen", ["0.0.0.0:0", "127.0.0.1:0", "localhost:0", "[::1]:0"])
+def test_plaintext_tcp_is_refused_loopback_included(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    listen: str) -> None:  # fmt: skip
+    """A local user can bind a free loopback port while clusterd is down and collect tokens: TCP needs TLS."""
+    cfg = replace(base_config(tmp_path), listen=listen, allow_insecure=False)
+    with pytest.raises(ConfigError, match="refusing plaintext gRPC on TCP address"):
         ClusterDaemon(cfg)
-    check_transport(replace(cfg, allow_insecure=True))
-    tokens = cfg.tokens_file
-    rc = main(["serve", "--listen", "0.0.0.0:0", "--tokens-file", tokens, "--state-dir", str(tmp_path / "s")])
+    check_transport(replace(cfg, allow_insecure=True))  # the explicit escape hatch
+    rc = main(["serve", "--listen", listen, "--tokens-file", cfg.tokens_file, "--state-dir", str(tmp_path / "s")])
     assert rc == 2
-    assert "refusing plaintext gRPC on non-loopback address" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "refusing plaintext gRPC on TCP address" in err and "unix:/run/clusterd/clusterd.sock" in err
+    assert not (tmp_path / "s").exists()  # refused before anything was created
 
 
 @pytest.mark.parametrize("tls", [
@@ -149,3 +169,183 @@ def test_cn_map_syntax() -> None:
     m = parse_cn_map("ci-runner=ci, ops-box = root:admin")
     assert m["ci-runner"].user == "ci" and not m["ci-runner"].admin
     assert m["ops-box"].user == "root" and m["ops-box"].admin
+
+
+# ----------------------------------------------------------------- the unix socket, on the real stack
+
+_PROBE = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.{op}(sys.argv[1])
+except OSError as exc:
+    print(type(exc).__name__)
+else:
+    print("ok")
+"""
+
+_READ = """
+import sys
+try:
+    open(sys.argv[1], "rb").read()
+except OSError as exc:
+    print(type(exc).__name__)
+else:
+    print("ok")
+"""
+
+_LIST_JOBS = """
+import grpc, sys
+with grpc.insecure_channel("unix:" + sys.argv[1]) as ch:
+    call = ch.unary_unary("/clusterctl.v1.JobService/ListJobs")
+    try:
+        call(b"", metadata=[("authorization", "Bearer " + sys.argv[2])], timeout=10)
+    except grpc.RpcError as exc:
+        print(exc.code().name)
+    else:
+        print("OK")
+"""
+
+
+def as_user(stack: Stack, user: str, code: str, *args: str) -> str:
+    """Run ``code`` with the stack's job Python as Unix ``user``, with exactly that user's groups."""
+    entry = pwd.getpwnam(user)
+    proc = subprocess.run([stack.env["CLUSTERCTL_JOB_PYTHON"], "-c", code, *args], capture_output=True, text=True,
+                          user=entry.pw_uid, group=entry.pw_gid, extra_groups=os.getgrouplist(user, entry.pw_gid),
+                          env={"PATH": "/usr/bin:/bin"}, cwd="/", timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A root-owned 0755 directory that every local user can traverse (unlike pytest's tmp_path)."""
+    path = Path(tempfile.mkdtemp(prefix="clusterd-sock-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_only_the_socket_group_reaches_clusterd(stack: Stack, tmp_path: Path, open_dir: Path) -> None:
+    """alice (in socket_group) calls clusterd; bob (not in it) cannot even connect; nobody can bind the
+    path while clusterd is down, so nobody can stand in for it and collect tokens."""
+    daemon = Daemon(stack, tmp_path / "state", socket_dir=open_dir / "run", socket_group="alice")
+    daemon.start()
+    try:
+        sock = daemon.socket_path
+        assert stat.S_IMODE(sock.stat().st_mode) == 0o660
+        d = sock.parent.stat()
+        assert stat.S_IMODE(d.st_mode) == 0o750 and d.st_uid == 0 and d.st_gid == grp.getgrnam("alice").gr_gid
+        assert as_user(stack, "alice", _LIST_JOBS, str(sock), stack.tokens["alice"]) == "OK"
+        assert as_user(stack, "bob", _PROBE.format(op="connect"), str(sock)) == "PermissionError"
+        assert as_user(stack, "bob", _LIST_JOBS, str(sock), stack.tokens["bob"]) == "UNAVAILABLE"
+    finally:
+        daemon.stop()
+    assert not sock.exists()
+    for user in ("alice", "bob"):  # group member or not: the directory is writable by root alone
+        assert as_user(stack, user, _PROBE.format(op="bind"), str(sock)) == "PermissionError"
+    daemon.restart()  # and clusterd itself comes back on the same path
+    daemon.stop()
+
+
+def test_state_is_readable_by_the_service_alone(stack: Stack, tmp_path: Path, open_dir: Path) -> None:
+    state = open_dir / "state"
+    state.mkdir(mode=0o755)  # an existing, too open state dir is tightened
+    daemon = Daemon(stack, state, socket_dir=open_dir / "run")
+    daemon.start()
+    try:
+        with daemon.client() as client:
+            client.list_jobs()
+        assert stat.S_IMODE(state.stat().st_mode) == 0o700
+        files = [p for p in state.iterdir() if p.name.startswith("clusterd.sqlite3") or p.name == "audit.log"]
+        assert {p.name for p in files} >= {"clusterd.sqlite3", "audit.log"}
+        for p in files:
+            assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
+        assert as_user(stack, "bob", _READ, str(state / "clusterd.sqlite3")) == "PermissionError"
+    finally:
+        daemon.stop()
+
+
+def test_plaintext_tcp_refused_by_the_real_process(stack: Stack, tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "clusterd.main", "serve", "--config", str(stack.dir / "clusterd.toml"),
+                           "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path / "s")],
+                          capture_output=True, text=True, timeout=60, env=stack.slurm_env())  # fmt: skip
+    assert proc.returncode == 2 and "refusing plaintext gRPC on TCP address '127.0.0.1:0'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("setup", "message"), [
+    ("foreign_dir", "belongs to uid"), ("file_at_path", "is not a socket"), ("no_group", "does not exist"),
+    ("abstract", "abstract unix sockets"), ("relative", "must be absolute"),
+])  # fmt: skip
+def test_unsafe_socket_settings_are_refused(tmp_path: Path, setup: str, message: str) -> None:
+    sock = tmp_path / "run" / "clusterd.sock"
+    cfg = replace(base_config(tmp_path), listen=f"unix:{sock}", socket_group="", allow_insecure=False)
+    if setup == "foreign_dir":  # pre-created by another user, who could swap the socket
+        sock.parent.mkdir()
+        os.chown(sock.parent, pwd.getpwnam("bob").pw_uid, -1)
+    elif setup == "file_at_path":
+        sock.parent.mkdir()
+        sock.write_text("")
+    elif setup == "no_group":
+        cfg = replace(cfg, socket_group="no-such-group-xyz")
+    elif setup == "abstract":
+        cfg = replace(cfg, listen="unix-abstract:clusterd")
+    else:
+        cfg = replace(cfg, listen="unix:run/clusterd.sock")
+    with pytest.raises(ConfigError, match=message):
+        ClusterDaemon(cfg)
+
+
+async def test_second_clusterd_does_not_take_over_a_live_socket(tmp_path: Path) -> None:
+    cfg = replace(base_config(tmp_path), listen=f"unix:{tmp_path / 'run' / 'clusterd.sock'}", socket_group="")
+    async with running(cfg):
+        with pytest.raises(ConfigError, match="another process is listening"):
+            ClusterDaemon(replace(cfg, state_dir=str(tmp_path / "other")))
+
+
+# ----------------------------------------------------------------- clusterd -> slurmrestd
+
+@pytest.fixture
+def https_server(pki: tuple[CA, Pair]) -> Iterator[str]:
+    """A TLS HTTP server with the test CA's localhost certificate (answers 404 to everything)."""
+    _, pair = pki
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(pair.cert, pair.key)
+    httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"https://localhost:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+async def test_restd_https_is_verified_against_restd_ca_file(tmp_path: Path, pki: tuple[CA, Pair],
+                                                             https_server: str) -> None:  # fmt: skip
+    ca, _ = pki
+    async with _make_client(https_server, 5, ca_file=str(ca.pem)) as client:
+        assert (await client.get("/openapi/v3")).status_code in (404, 501)  # TLS verified, then an HTTP answer
+    async with _make_client(https_server, 5, ca_file=str(CA(tmp_path, "other-ca").pem)) as client:
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            await client.get("/openapi/v3")
+    with pytest.raises(SlurmError, match="is not https"):
+        _make_client("http://127.0.0.1:6820", 5, ca_file=str(ca.pem))
+
+
+@pytest.mark.parametrize(("url", "refused"), [
+    ("http://10.0.0.5:6820", True), ("http://restd.example.org:6820", True), ("http://127.0.0.1:6820", False),
+    ("http://[::1]:6820", False), ("https://10.0.0.5:6820", False), ("unix:///run/slurmrestd.sock", False),
+])  # fmt: skip
+def test_plain_http_to_a_remote_slurmrestd_is_refused(tmp_path: Path, url: str, refused: bool,
+                                                      caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    cfg = replace(base_config(tmp_path), allow_insecure=False, listen=f"unix:{tmp_path / 'run' / 's.sock'}",
+                  slurm=SlurmConfig(backend="slurmrestd", restd_url=url, jwt_token_file="/x"))  # fmt: skip
+    if refused:
+        with pytest.raises(ConfigError, match="plain HTTP to another host sends every user's JWT in clear"):
+            check_transport(cfg)
+        check_transport(replace(cfg, allow_insecure=True))
+        assert "allow_insecure: slurm.restd_url" in caplog.text
+    else:
+        check_transport(cfg)
+        assert ("plain HTTP on loopback" in caplog.text) == url.startswith("http://")

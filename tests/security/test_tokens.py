@@ -1,24 +1,34 @@
-"""Hashed tokens: file format, constant-time comparison, reload, and `clusterd token add|revoke|list`."""
+"""Hashed tokens: file format, constant-time comparison, reload off the event loop, `clusterd token
+add|revoke|list`, and clients that take tokens from the environment or a private file, never argv."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import hmac
 import logging
 import os
+import pwd
 import stat
+import threading
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
+from clusterctl.cli.main import main as cli_main
+from clusterctl.client import resolve_token
+from clusterctl.errors import UsageError
 from clusterctl.v1 import jobs_pb2
 from clusterd.auth import tokens as tokens_mod
 from clusterd.auth.tokenfile import add_token, read_entries
 from clusterd.auth.tokens import TokenFileError, TokenStore, parse_tokens, token_digest
-from clusterd.main import main
+from clusterd.main import build_parser, main
 
-from .conftest import base_config, code_of, running, stub
+from .conftest import USER_A, auth, base_config, code_of, running, stub
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -98,11 +108,13 @@ def test_token_cli_add_list_revoke(tmp_path: Path, capsys: pytest.CaptureFixture
 
     rc, out, _ = run_cli(capsys, "token", "revoke", "--prefix", token_digest(admin_token)[:10], "--tokens-file", str(f))
     assert rc == 0 and "root" in out
+    store.maybe_reload()  # what the service's watcher does every tokens_reload_seconds
     assert store.authenticate(admin_token) is None  # picked up without restart
     assert store.authenticate(token) is not None
     rc, _, err = run_cli(capsys, "token", "revoke", "--prefix", "abc", "--tokens-file", str(f))
     assert rc == 1 and "at least" in err
     rc, _, _ = run_cli(capsys, "token", "revoke", "alice", "--tokens-file", str(f))
+    store.maybe_reload()
     assert rc == 0 and store.authenticate(token) is None
     rc, _, err = run_cli(capsys, "token", "revoke", "alice", "--tokens-file", str(f))
     assert rc == 1 and "no token matches" in err
@@ -133,13 +145,48 @@ async def test_running_service_sees_added_and_revoked_tokens(tmp_path: Path,
     cfg = replace(cfg, tokens_file=str(f))
     add_token(f, "nobody")  # the service needs a valid file at start
     async with running(cfg) as daemon, grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as ch:
+
+        async def until(code: grpc.StatusCode) -> None:
+            """The watcher checks the file every tokens_reload_seconds: wait (bounded) for it to see the edit."""
+            deadline = asyncio.get_running_loop().time() + 30
+            while await code_of(stub(ch).ListJobs(jobs_pb2.ListJobsRequest(), metadata=meta)) != code:
+                assert asyncio.get_running_loop().time() < deadline, f"token file edit not picked up ({code.name})"
+                await asyncio.sleep(0.1)
+
         _, token, _ = run_cli(capsys, "token", "add", "daemon", "--tokens-file", str(f))
         meta = [("authorization", f"Bearer {token.strip()}")]
-        listed = await stub(ch).ListJobs(jobs_pb2.ListJobsRequest(), metadata=meta)
-        assert list(listed.jobs) == []
+        await until(grpc.StatusCode.OK)
         run_cli(capsys, "token", "revoke", "daemon", "--tokens-file", str(f))
-        assert await code_of(stub(ch).ListJobs(jobs_pb2.ListJobsRequest(), metadata=meta)) == (
-            grpc.StatusCode.UNAUTHENTICATED)
+        await until(grpc.StatusCode.UNAUTHENTICATED)
+
+
+async def test_token_file_is_read_off_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """authenticate() does no file I/O; the watcher stats (and re-reads) in a worker thread."""
+    f = tmp_path / "tokens.toml"
+    token, _ = add_token(f, "alice")
+    store = TokenStore(f)
+    loop_thread = threading.get_ident()
+    stats: list[int] = []
+    real_stat = Path.stat
+
+    def spying_stat(self: Path, **kw: Any) -> os.stat_result:
+        if self == f:
+            stats.append(threading.get_ident())
+        return real_stat(self, **kw)
+
+    monkeypatch.setattr(Path, "stat", spying_stat)
+    assert store.authenticate(token) is not None
+    assert stats == []  # no stat on the caller's (the event loop's) thread
+    stop = asyncio.Event()
+    watcher = asyncio.create_task(store.watch(stop, 0.05))
+    while not stats:
+        await asyncio.sleep(0.01)
+    f.unlink()  # a vanished file keeps the loaded tokens
+    await asyncio.sleep(0.1)
+    stop.set()
+    await watcher
+    assert loop_thread not in stats
+    assert store.authenticate(token) is not None
 
 
 def test_broken_file_keeps_previous_tokens(tmp_path: Path) -> None:
@@ -159,3 +206,60 @@ def test_token_cli_takes_config_before_or_after_the_action(tmp_path: Path, capsy
     assert run_cli(capsys, "token", "--config", str(cfg), "add", "bob")[0] == 0
     rc, listing, _ = run_cli(capsys, "token", "list", "--config", str(cfg))
     assert rc == 0 and "alice" in listing and "bob" in listing
+
+
+# ----------------------------------------------------------------- tokens never in argv (ps shows argv)
+
+@pytest.mark.parametrize("argv", [["--token", "s3cret", "list"], ["list", "--token=s3cret"], ["list", "--tok", "x"],
+                                  ["status", "1", "--token"]])  # fmt: skip
+def test_cli_refuses_a_token_on_the_command_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    def no_client(args: object) -> object:
+        raise AssertionError("no call may be made with a token from argv")
+
+    assert cli_main(argv, client_factory=no_client) == 2
+    err = capsys.readouterr().err
+    assert "--token is not accepted" in err and "CLUSTERCTL_TOKEN_FILE" in err and "Traceback" not in err
+
+
+def test_no_clusterd_command_takes_a_secret_as_an_argument() -> None:
+    """Every option of every clusterd subcommand: none carries a token, key or password value."""
+    def options(parser: argparse.ArgumentParser) -> Iterator[str]:
+        for action in parser._actions:
+            yield from action.option_strings
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    yield from options(sub)
+
+    secret = [o for o in options(build_parser()) if any(w in o for w in ("token", "secret", "password", "key"))
+              and not o.endswith("-file")]  # fmt: skip
+    assert secret == []
+
+
+async def test_token_file_is_used_and_must_be_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    monkeypatch.delenv("CLUSTERCTL_TOKEN", raising=False)
+    f = tmp_path / "token"
+    f.write_text(auth(USER_A)[0][1].removeprefix("Bearer ") + "\n")
+    f.chmod(0o600)
+    monkeypatch.setenv("CLUSTERCTL_TOKEN_FILE", str(f))
+    async with running(base_config(tmp_path)) as daemon:
+        monkeypatch.setenv("CLUSTERCTL_ADDR", f"127.0.0.1:{daemon.port}")
+        assert await asyncio.to_thread(cli_main, ["list", "--json"]) == 0
+        f.write_text("not-the-token-0123456789\n")  # proves the file's token is the one sent
+        assert await asyncio.to_thread(cli_main, ["list"]) == 1
+        assert "the token was rejected" in capsys.readouterr().err
+        for mode in (0o640, 0o604):
+            f.chmod(mode)
+            assert await asyncio.to_thread(cli_main, ["list"]) == 2
+            err = capsys.readouterr().err
+            assert f"is readable by group or others (mode {mode:o}): run chmod 600 {f}" in err
+    f.chmod(0o600)
+    os.chown(f, pwd.getpwnam("bob").pw_uid, -1)
+    with pytest.raises(UsageError, match="belongs to uid"):
+        resolve_token()
+    os.chown(f, os.geteuid(), -1)
+    f.write_text("\n")
+    with pytest.raises(UsageError, match="one token on one line"):
+        resolve_token()
+    monkeypatch.setenv("CLUSTERCTL_TOKEN", "from-env")  # the environment variable wins over the file
+    assert resolve_token() == "from-env"

@@ -47,6 +47,7 @@ def make_config(tmp_path: Path, **limits: int) -> Config:
     write_tokens(tokens)
     return Config(
         listen="127.0.0.1:0",
+        allow_insecure=True,  # plaintext loopback TCP: in-process tests only (the unix socket is tests/security's)
         state_dir=str(tmp_path / "state"),
         tokens_file=str(tokens),
         poll_interval_seconds=3600.0,  # tests drive polls by hand

@@ -81,6 +81,7 @@ async def test_tokens_reload_without_restart(harness: Harness, tmp_path: Path) -
     import time
 
     os.utime(tokens, (time.time() + 5, time.time() + 5))
+    await asyncio.to_thread(harness.daemon.tokens.maybe_reload)  # what its watcher does every tokens_reload_seconds
     new = [("authorization", "Bearer a-brand-new-token-123")]
     await harness.jobs.ListJobs(jobs_pb2.ListJobsRequest(), metadata=new)
     assert await code_of(harness.jobs.ListJobs(jobs_pb2.ListJobsRequest(), metadata=auth(USER_A))) == (

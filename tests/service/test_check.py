@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 
 import pytest
+from s3server import get_server  # tests/ is on sys.path (tests/conftest.py)
 
-from clusterd.check import FAIL, OK, WARN, run_checks
+from clusterctl.storage import MemoryStorage
+from clusterctl.storage.base import Buffer
+from clusterd.check import FAIL, OK, WARN, Finding, Findings, check_storage, conditional_put_refusal, run_checks
 from clusterd.main import main
 from clusterd.slurm.fake import FakeSlurm
 
@@ -22,6 +26,7 @@ def write_config(tmp_path: Path, extra: str = "", *, bin_dir: Path | None = None
         tokens.chmod(0o600)
     cfg = tmp_path / "clusterd.toml"
     cfg.write_text(
+        f'listen = "unix:{tmp_path / "run" / "clusterd.sock"}"\nsocket_group = ""\n'
         f'state_dir = "{tmp_path / "state"}"\ntokens_file = "{tokens}"\n{extra}\n'
         f'[slurm]\njob_root = "{tmp_path / "jobs"}"\nbin_dir = "{bin_dir or tmp_path / "nobin"}"\n'
     )
@@ -98,3 +103,69 @@ def test_storage_probe_reports_the_uri(tmp_path: Path, capsys: pytest.CaptureFix
     out = capsys.readouterr().out
     assert f"ok    storage  file://{ckpt}: readable, newest committed step none" in out
     assert f"file://{missing}" in out
+
+
+async def test_transport_findings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A missing socket group FAILs; http:// to slurmrestd: another host FAILs, loopback is warned about."""
+    cfg = str(write_config(tmp_path))
+
+    async def run(**env: str) -> dict[str, list[tuple[str, str]]]:
+        for key, value in env.items():
+            monkeypatch.setenv(f"CLUSTERD_{key}", value)
+        return by_check(await run_checks(cfg, [], backend=FakeSlurm.cluster()))
+
+    got = await run(SOCKET_GROUP="no-such-group-xyz")
+    assert got["socket"][0][0] == FAIL and "groupadd no-such-group-xyz" in got["socket"][0][1]
+    got = await run(SOCKET_GROUP="root")
+    sock = tmp_path / "run" / "clusterd.sock"
+    assert got["socket"] == [(OK, f"{sock}: for group root (0 listed members); {sock.parent} will be created 0750")]
+    got = await run(SLURM__BACKEND="slurmrestd", SLURM__RESTD_URL="http://10.0.0.5:6820", SLURM__JWT_TOKEN_FILE="/x")
+    assert got["tls"][0][0] == FAIL and "plain HTTP to another host" in got["tls"][0][1]
+    got = await run(SLURM__RESTD_URL="http://127.0.0.1:6820")
+    assert got["slurmrestd"][0][0] == WARN and "plain HTTP on loopback" in got["slurmrestd"][0][1]
+    got = await run(SLURM__RESTD_URL="https://restd.example.org:6820")
+    assert "slurmrestd" not in got and "tls" not in got and got["socket"][0][0] == OK
+
+
+def test_plaintext_tcp_fails_the_check_unless_allowed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write_config(tmp_path)
+    text = cfg.read_text().replace(f'listen = "unix:{tmp_path / "run" / "clusterd.sock"}"', 'listen = "127.0.0.1:1"')
+    cfg.write_text(text)
+    assert main(["check", "--config", str(cfg), "--json"]) == 1
+    tls = [f for f in json.loads(capsys.readouterr().out) if f["check"] == "tls"]
+    assert tls[0]["status"] == FAIL and "refusing plaintext gRPC on TCP address" in tls[0]["detail"]
+    cfg.write_text("allow_insecure = true\n" + text)
+    main(["check", "--config", str(cfg), "--json"])
+    tls = [f for f in json.loads(capsys.readouterr().out) if f["check"] == "tls"]
+    assert tls == [{"check": "tls", "status": WARN, "detail": "allow_insecure: plaintext gRPC on TCP 127.0.0.1:1: "
+                                                              "tokens are exposed"}]  # fmt: skip
+
+
+def test_s3_conditional_put_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SeaweedFS enforces If-None-Match: * (OK, probe object removed); a server that ignores it is a FAIL."""
+    server = get_server()
+    for key, value in server.env().items():
+        monkeypatch.setenv(key, value)
+    prefix = f"check-probe/{uuid.uuid4().hex}"
+    out = Findings()
+    check_storage([f"s3://{server.bucket}/{prefix}"], out)
+    assert out == [Finding("storage", OK, f"s3://{server.bucket}/{prefix}: readable, newest committed step none, "
+                                          "If-None-Match enforced")]  # fmt: skip
+    assert server.client().list_objects_v2(Bucket=server.bucket, Prefix=prefix).get("KeyCount", 0) == 0
+
+    class IgnoresIfNoneMatch(MemoryStorage):
+        def put(self, key: str, data: Buffer, *, if_absent: bool = False) -> None:
+            super().put(key, data)
+
+    ignoring = IgnoresIfNoneMatch()
+    refusal = conditional_put_refusal(ignoring)
+    assert refusal is not None and "expected 412" in refusal
+    assert ignoring.list_objects("") == []
+
+
+async def test_job_root_inside_the_private_state_dir_fails(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path)
+    jobs = tmp_path / "state" / "jobs"
+    cfg.write_text(cfg.read_text().replace(f'job_root = "{tmp_path / "jobs"}"', f'job_root = "{jobs}"'))
+    got = by_check(await run_checks(str(cfg), [], backend=FakeSlurm.cluster()))
+    assert got["paths"][0][0] == FAIL and "is inside state_dir" in got["paths"][0][1]

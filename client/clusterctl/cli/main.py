@@ -33,7 +33,8 @@ def build_parser() -> CliParser:
     """The full parser; ``checkpoints`` is added only when its module is installed."""
     parser = CliParser(
         prog=PROG,
-        description="Submit and follow Slurm jobs through clusterd (CLUSTERCTL_ADDR, CLUSTERCTL_TOKEN).",
+        description="Submit and follow Slurm jobs through clusterd "
+        "(CLUSTERCTL_ADDR; token from CLUSTERCTL_TOKEN or CLUSTERCTL_TOKEN_FILE, never the command line).",
     )
     add_connection_options(parser, top_level=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)

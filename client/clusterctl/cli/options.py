@@ -1,4 +1,8 @@
-"""Options every command shares (--addr, --token, --ca/--cert/--key, --timeout, --json) and the client seam.
+"""Options every command shares (--addr, --ca/--cert/--key, --timeout, --json) and the client seam.
+
+There is no --token: a token in argv is readable by every local user (``ps``, /proc/PID/cmdline).
+The token comes from CLUSTERCTL_TOKEN or CLUSTERCTL_TOKEN_FILE (clusterctl.client.resolve_token);
+``--token`` is refused with that explanation.
 
 The connection options are accepted both before and after the command name
 (``clusterctl --addr X list`` and ``clusterctl list --addr X``): the top-level copies carry the
@@ -15,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from clusterctl.cli.values import argtype, duration_seconds, hostlist, positive_int
-from clusterctl.client import DEFAULT_ADDR, DEFAULT_TIMEOUT, ClusterClient
+from clusterctl.client import DEFAULT_ADDR, DEFAULT_TIMEOUT, ClusterClient, resolve_addr
 from clusterctl.errors import ServiceError
 from clusterctl.v1 import cluster_pb2
 
@@ -50,22 +54,26 @@ def _positive_float(text: str) -> float:
     return value
 
 
+class _RefuseToken(argparse.Action):
+    """``--token`` (and its abbreviations) ends the run with the reason, instead of "unrecognized"."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:  # fmt: skip
+        raise ArgumentError("--token is not accepted: a token on the command line is visible to every local user "
+                            "(ps); set CLUSTERCTL_TOKEN or CLUSTERCTL_TOKEN_FILE (a file only you can read)")
+
+
 def add_connection_options(parser: argparse.ArgumentParser, *, top_level: bool) -> None:
-    """--addr/--token/--timeout; ``top_level`` decides whether this copy supplies the defaults."""
+    """--addr/--timeout/TLS files; ``top_level`` decides whether this copy supplies the defaults."""
     group = parser.add_argument_group("connection")
     suppress: dict[str, Any] = {} if top_level else {"default": argparse.SUPPRESS}
     group.add_argument(
         "--addr",
-        metavar="HOST:PORT",
-        help="clusterd address (default: $CLUSTERCTL_ADDR or 127.0.0.1:50051)",
+        metavar="ADDR",
+        help=f"clusterd address: unix:/PATH or HOST:PORT (default: $CLUSTERCTL_ADDR or {DEFAULT_ADDR})",
         **({"default": None} | suppress),
     )
-    group.add_argument(
-        "--token",
-        metavar="TOKEN",
-        help="bearer token (default: $CLUSTERCTL_TOKEN)",
-        **({"default": None} | suppress),
-    )
+    group.add_argument("--token", nargs="?", action=_RefuseToken, help=argparse.SUPPRESS)
     for flag, env, what in (("--ca", "CLUSTERCTL_CA", "CA certificate (PEM) that signed clusterd's: turns on TLS"),
                             ("--cert", "CLUSTERCTL_CERT", "client certificate (PEM) for mTLS"),
                             ("--key", "CLUSTERCTL_KEY", "client private key (PEM) for mTLS")):
@@ -93,13 +101,13 @@ def command_parent() -> argparse.ArgumentParser:
 
 def default_client_factory(args: argparse.Namespace) -> ClusterClient:
     """The real gRPC client, configured from the options or the CLUSTERCTL_* environment."""
-    return ClusterClient(addr=args.addr, token=args.token, timeout=args.timeout, ca=getattr(args, "ca", None),
+    return ClusterClient(addr=args.addr, timeout=args.timeout, ca=getattr(args, "ca", None),
                          cert=getattr(args, "cert", None), key=getattr(args, "key", None))
 
 
-def token_given(args: argparse.Namespace) -> bool:
+def token_given() -> bool:
     """Whether any token will be sent: used to explain UNAUTHENTICATED answers."""
-    return bool(args.token if args.token is not None else os.environ.get("CLUSTERCTL_TOKEN"))
+    return bool(os.environ.get("CLUSTERCTL_TOKEN") or os.environ.get("CLUSTERCTL_TOKEN_FILE"))
 
 
 _POLICIES = {
@@ -184,11 +192,11 @@ def describe_service_error(exc: ServiceError, args: argparse.Namespace) -> str:
     """The server's message, plus a hint where the fix is on the caller's side (the token)."""
     message = exc.message or exc.code_name
     if exc.code_name == "UNAUTHENTICATED":
-        if token_given(args):
-            return f"{message} (the token was rejected: check CLUSTERCTL_TOKEN or --token)"
-        return f"{message} (no token given: set CLUSTERCTL_TOKEN or pass --token)"
+        if token_given():
+            return f"{message} (the token was rejected: check CLUSTERCTL_TOKEN or CLUSTERCTL_TOKEN_FILE)"
+        return f"{message} (no token given: set CLUSTERCTL_TOKEN or CLUSTERCTL_TOKEN_FILE)"
     if exc.code_name in ("UNAVAILABLE", "DEADLINE_EXCEEDED") and "clusterd" not in message:
-        addr = args.addr or os.environ.get("CLUSTERCTL_ADDR") or DEFAULT_ADDR
+        addr = resolve_addr(args.addr)
         return f"cannot reach clusterd at {addr}: {message} (check CLUSTERCTL_ADDR or --addr)"
     if exc.code_name in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
         return f"{message} (check CLUSTERCTL_ADDR or --addr)"

@@ -70,7 +70,7 @@ token_of() {
 
 write_clusterd_config() {
     render "$STACK_HOME/templates/clusterd.toml" "$CLUSTERD_CONFIG" \
-        "LISTEN=$CLUSTERD_LISTEN" "METRICS_LISTEN=$CLUSTERD_METRICS_LISTEN" "STATE=$STATE" "SLURM_CONF=$SLURM_CONF_PATH" "JOB_PATH=$(job_path)"
+        "LISTEN=$CLUSTERD_LISTEN" "SOCKET_GROUP=$CLUSTERD_SOCKET_GROUP" "METRICS_LISTEN=$CLUSTERD_METRICS_LISTEN" "STATE=$STATE" "SLURM_CONF=$SLURM_CONF_PATH" "JOB_PATH=$(job_path)"
     chmod 644 "$CLUSTERD_CONFIG"
 }
 
@@ -137,8 +137,8 @@ clusterd_up() {
             echo $! >"$CLUSTERD_PID"
         )
     fi
-    local host="${CLUSTERD_LISTEN%:*}" port="${CLUSTERD_LISTEN##*:}" deadline=$((SECONDS + STACK_TIMEOUT))
-    until tcp_open "$host" "$port"; do
+    local deadline=$((SECONDS + STACK_TIMEOUT))
+    until unix_open "$CLUSTERD_SOCKET"; do
         if ! clusterd_running; then
             show_tail "$STATE/clusterd.log"
             die "clusterd exited during startup (log: $STATE/clusterd.log)"
@@ -150,10 +150,9 @@ clusterd_up() {
         sleep 0.5
     done
     sleep 0.5
-    # Something else on the port would also accept: make sure ours is still the listener.
     clusterd_running || {
         show_tail "$STATE/clusterd.log"
-        die "clusterd exited right after startup (is $CLUSTERD_LISTEN taken by another process?)"
+        die "clusterd exited right after startup (log: $STATE/clusterd.log)"
     }
 }
 

@@ -22,7 +22,11 @@ WEED_VOLUME_PORT=18080
 WEED_FILER_PORT=18888
 BUCKET=clusterctl
 
-CLUSTERD_LISTEN="127.0.0.1:50051"
+# clusterd listens on a unix socket only: its directory (0750 root:clusterctl, made by clusterd)
+# lets the job users in the group connect and nobody else bind the path while clusterd is down.
+CLUSTERD_SOCKET="$STATE/run/clusterd/clusterd.sock"
+CLUSTERD_LISTEN="unix:$CLUSTERD_SOCKET"
+CLUSTERD_SOCKET_GROUP=clusterctl
 CLUSTERD_METRICS_LISTEN="127.0.0.1:9464"
 
 # slurmrestd (loopback only) and the HS256 key that both slurmctld and clusterd sign/verify JWTs with.
@@ -128,6 +132,11 @@ wait_for() {
 # tcp_open HOST PORT -> 0 when something accepts a connection.
 tcp_open() {
     timeout 2 bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null
+}
+
+# unix_open PATH -> 0 when something accepts a connection on the unix socket PATH.
+unix_open() {
+    [[ -S "$1" ]] && timeout 2 python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])' "$1" 2>/dev/null
 }
 
 # show_tail FILE...: print the end of each log, for error reports.

@@ -57,6 +57,11 @@ ensure_users() {
     for u in "${JOB_USERS[@]}"; do
         id "$u" >/dev/null 2>&1 || { log "creating user $u"; useradd -m -s /bin/bash "$u"; }
     done
+    # Members of $CLUSTERD_SOCKET_GROUP may connect to clusterd's unix socket; other local users cannot.
+    getent group "$CLUSTERD_SOCKET_GROUP" >/dev/null || { log "creating group $CLUSTERD_SOCKET_GROUP"; groupadd "$CLUSTERD_SOCKET_GROUP"; }
+    for u in "${JOB_USERS[@]}"; do
+        id -nG "$u" | tr ' ' '\n' | grep -qx "$CLUSTERD_SOCKET_GROUP" || usermod -aG "$CLUSTERD_SOCKET_GROUP" "$u"
+    done
     # slurmrestd refuses to run as root or SlurmUser: it gets its own unprivileged system account.
     id "$RESTD_USER" >/dev/null 2>&1 || {
         log "creating system user $RESTD_USER"
@@ -79,7 +84,7 @@ ensure_state_dirs() {
     mkdir -p "$STATE" "$RUN" "$LOGS" "$STATE/slurm/ctld" "$STATE/seaweed" "$STATE/clusterd"
     # Jobs run as alice/bob on the nodes: they must traverse the state dir and read spools.
     chmod 755 "$STATE" "$RUN" "$LOGS" "$STATE/slurm"
-    chmod 700 "$STATE/seaweed"
+    chmod 700 "$STATE/seaweed" "$STATE/clusterd" # clusterd's store: scripts and --env values of every user
     local n u
     for n in "${NODES[@]}"; do
         mkdir -p "$STATE/slurm/spool/$n"

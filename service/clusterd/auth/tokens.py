@@ -7,13 +7,17 @@ only digests (see :mod:`clusterd.auth.tokenfile`).
 
 Lookups hash the presented token once and compare it with *every* entry's digest through
 :func:`hmac.compare_digest`, so neither the position of a match nor a shared prefix shows in the
-timing. The file is re-read when its mtime changes, so tokens can be added or revoked without
-restarting the service; a broken file keeps the previous tokens (and is logged), because locking
-every user out on a typo is worse than serving a few more seconds with the old set.
+timing. A background task (:meth:`TokenStore.watch`) stats the file every ``tokens_reload_seconds``
+in a worker thread and re-reads it when it changed, so tokens can be added or revoked without
+restarting the service, and authenticating a call does no file I/O on the event loop. A broken
+file keeps the previous tokens (and is logged), because locking every user out on a typo is worse
+than serving a few more seconds with the old set.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -117,9 +121,9 @@ class TokenStore:
         self._entries = [(bytes.fromhex(e.digest), e.identity) for e in entries]
         self._stamp = _stamp(stat)
 
-    def _maybe_reload(self) -> None:
+    def maybe_reload(self) -> None:
         """Re-read when the file changed: mtime, inode (atomic rewrites) or size, so that two
-        edits within one timestamp tick are not missed."""
+        edits within one timestamp tick are not missed. Blocking: call it in a worker thread."""
         try:
             stamp = _stamp(self._path.stat())
         except OSError:
@@ -131,12 +135,22 @@ class TokenStore:
                 log.error("keeping previous tokens: %s", exc)
                 self._stamp = stamp
 
+    async def watch(self, stop: asyncio.Event, interval: float) -> None:
+        """Until ``stop`` is set, pick up changes of the file every ``interval`` seconds, off the loop."""
+        while not stop.is_set():
+            await asyncio.to_thread(self.maybe_reload)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+
     def authenticate(self, token: str) -> Identity | None:
-        """The identity for ``token``: its digest is compared with every entry in constant time."""
-        self._maybe_reload()
+        """The identity for ``token``: its digest is compared with every entry in constant time.
+
+        Pure computation on the loaded set (no I/O): safe on the event loop.
+        """
+        entries = self._entries
         candidate = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
         found: Identity | None = None
-        for secret, ident in self._entries:
+        for secret, ident in entries:
             if hmac.compare_digest(secret, candidate) and found is None:
                 found = ident
         return found

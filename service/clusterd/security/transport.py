@@ -1,21 +1,30 @@
-"""TLS / mTLS on the gRPC port, and the rule that plaintext is for loopback only.
+"""Which transports clusterd accepts: a unix socket, TLS/mTLS on TCP, and TLS to slurmrestd.
 
-Bearer tokens travel in metadata, so on a plaintext socket anyone on the path reads them. The
-service therefore refuses to listen in plaintext on anything but a loopback address (or a unix
-socket) unless the operator says ``allow_insecure = true``: a deliberate, visible choice.
-Certificates are read once at start; rotating them needs a restart.
+Bearer tokens travel in gRPC metadata. On plaintext TCP, loopback included, they are exposed: on
+a network anyone on the path reads them, and on one host any local user can bind the port while
+clusterd restarts and collect them from reconnecting clients. So a TCP ``listen`` needs [tls];
+local clients use the unix socket (see :mod:`clusterd.security.unixsock`). The same holds for the
+per-user JWTs clusterd sends to slurmrestd: ``http://`` is accepted for loopback (with a warning)
+and unix sockets, refused for any other host. ``allow_insecure = true`` lifts both refusals, a
+deliberate and visible choice. Certificates are read once at start; rotating them needs a restart.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import grpc
 
 from clusterd.auth.identity import Identity
-from clusterd.config import Config, ConfigError, TLSConfig
+from clusterd.config import Config, ConfigError, SlurmConfig, TLSConfig
+from clusterd.security.unixsock import socket_path
+
+log = logging.getLogger(__name__)
 
 
 def listen_host(listen: str) -> str:
@@ -54,18 +63,47 @@ def check_transport(config: Config) -> None:
     tls = config.tls
     if bool(tls.cert_file) != bool(tls.key_file):
         raise ConfigError("tls.cert_file and tls.key_file must be given together")
+    unix = socket_path(config.listen) is not None
     if not tls.cert_file:
         if tls.client_ca_file or tls.cn_user_map:
             raise ConfigError("tls.client_ca_file / tls.cn_user_map need tls.cert_file and tls.key_file")
-        if not is_loopback(config.listen) and not config.allow_insecure:
+        if not unix and not config.allow_insecure:
             raise ConfigError(
-                f"refusing plaintext gRPC on non-loopback address {config.listen!r}: bearer tokens would cross "
-                "the network unencrypted. Configure [tls] cert_file/key_file, listen on 127.0.0.1, "
-                "or set allow_insecure = true"
+                f"refusing plaintext gRPC on TCP address {config.listen!r}: bearer tokens would be exposed (on a "
+                "network to anyone on the path; on loopback to any local user who binds the port while clusterd "
+                "is down). Listen on a unix socket (listen = \"unix:/run/clusterd/clusterd.sock\"), configure "
+                "[tls] cert_file/key_file, or set allow_insecure = true"
             )
+        if not unix:
+            log.warning("allow_insecure: plaintext gRPC on TCP %s: bearer tokens are exposed", config.listen)
     if tls.cn_user_map and not tls.client_ca_file:
         raise ConfigError("tls.cn_user_map needs tls.client_ca_file (only verified certificates may map to users)")
     parse_cn_map(tls.cn_user_map)
+    exposure = restd_exposure(config.slurm)
+    if exposure is not None and exposure.remote and not config.allow_insecure:
+        raise ConfigError(f"refusing {exposure.message}; use https:// (slurm.restd_ca_file) or unix://, "
+                          "or set allow_insecure = true")  # fmt: skip
+    if exposure is not None:
+        log.warning("%s%s", "allow_insecure: " if exposure.remote else "", exposure.message)
+
+
+@dataclass(frozen=True)
+class Exposure:
+    remote: bool  # True: the network sees the JWTs (refused); False: loopback, local users could (warned)
+    message: str
+
+
+def restd_exposure(slurm: SlurmConfig) -> Exposure | None:
+    """How plain ``http://`` to slurmrestd exposes the per-user JWTs; None for https://, unix:// or another backend."""
+    if slurm.backend != "slurmrestd" or not slurm.restd_url.startswith("http://"):
+        return None
+    host = urlsplit(slurm.restd_url).hostname or ""
+    if is_loopback(f"[{host}]:0" if ":" in host else f"{host}:0"):
+        return Exposure(False, f"slurm.restd_url {slurm.restd_url!r} is plain HTTP on loopback: a local user who "
+                               "binds that port while slurmrestd is down receives users' JWTs; prefer unix:// "
+                               "or https://")  # fmt: skip
+    return Exposure(True, f"slurm.restd_url {slurm.restd_url!r}: plain HTTP to another host sends every user's "
+                          "JWT in clear")  # fmt: skip
 
 
 def _read(path: str, what: str) -> bytes:

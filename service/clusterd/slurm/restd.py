@@ -23,6 +23,7 @@ import logging
 import os
 import pwd
 import re
+import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -98,7 +99,9 @@ class RestdBackend:
         if not (config.jwt_key_file or config.jwt_token_file):
             raise _error(BACKEND, None, "slurmrestd needs slurm.jwt_key_file or slurm.jwt_token_file")
         self._config = config
-        self._client = client or _make_client(config.restd_url, config.command_timeout_seconds)
+        self._client = client or _make_client(
+            config.restd_url, config.command_timeout_seconds, ca_file=config.restd_ca_file
+        )
         self._owns_client = client is None
         self._fallback = fallback
         self._api = config.restd_api_version
@@ -285,14 +288,24 @@ class RestdBackend:
             return str(release)
 
 
-def _make_client(url: str, timeout: float) -> httpx.AsyncClient:
-    """``unix:///path`` -> a client over that socket; ``http(s)://host:port`` -> plain TCP."""
+def _make_client(url: str, timeout: float, *, ca_file: str = "") -> httpx.AsyncClient:
+    """``unix:///path`` -> a client over that socket; ``https://`` verified against ``ca_file`` (or the
+    system CAs); ``http://`` plain TCP, which clusterd.security.transport allows on loopback only."""
     if url.startswith("unix://"):
         transport = httpx.AsyncHTTPTransport(uds=url.removeprefix("unix://"))
         return httpx.AsyncClient(transport=transport, base_url="http://slurmrestd", timeout=timeout)
     if not url.startswith(("http://", "https://")):
-        raise _error(BACKEND, None, f"slurm.restd_url {url!r}: expected http://host:port or unix:///path")
-    return httpx.AsyncClient(base_url=url.rstrip("/"), timeout=timeout)
+        raise _error(BACKEND, None, f"slurm.restd_url {url!r}: expected https://host:port, http://host:port "
+                                    "or unix:///path")  # fmt: skip
+    if ca_file and not url.startswith("https://"):
+        raise _error(BACKEND, None, f"slurm.restd_ca_file is set but slurm.restd_url {url!r} is not https://")
+    verify: ssl.SSLContext | bool = True
+    if ca_file:
+        try:
+            verify = ssl.create_default_context(cafile=ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise _error(BACKEND, None, f"slurm.restd_ca_file {ca_file}: {exc}") from exc
+    return httpx.AsyncClient(base_url=url.rstrip("/"), timeout=timeout, verify=verify)
 
 
 def _job_user(args: SubmitArgs) -> str:
