@@ -140,3 +140,14 @@ async def test_the_snapshot_guards_a_reuse_the_store_has_not_seen(world: World) 
     with pytest.raises(FailedPrecondition, match="now another submission"):
         await world.manager.requeue(ALICE, job_id)
     assert world.slurm.calls["requeue"] == 0
+
+
+async def test_watch_ids_are_checked_and_bounded(world: World) -> None:
+    assert world.manager.watch_ids(["1", "22"]) == frozenset({"1", "22"})
+    with pytest.raises(InvalidArgument, match="job_ids: 'x' is not a Slurm job id"):
+        world.manager.watch_ids(["1", "x"])
+    with pytest.raises(InvalidArgument, match="more than 1000 ids"):
+        world.manager.watch_ids([str(i) for i in range(1001)])
+    job_id = await world.submit(ALICE)
+    assert (await world.manager.get(ALICE, job_id, with_spec=False)).spec.ByteSize() == 0
+    assert (await world.manager.get(ALICE, job_id)).spec.command == ["hostname"]

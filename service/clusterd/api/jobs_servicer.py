@@ -9,7 +9,7 @@ import grpc
 from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
 from clusterd.api import convert
 from clusterd.auth.identity import Identity, current_identity
-from clusterd.jobs.manager import JobManager, check_job_id
+from clusterd.jobs.manager import JobManager
 from clusterd.store.records import JobRecord
 from clusterd.supervisor.events import EventBus, EventType, JobEvent
 
@@ -63,7 +63,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         self, request: jobs_pb2.WatchJobsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[jobs_pb2.JobEvent]:
         ident = current_identity()
-        job_ids = frozenset(check_job_id(j, "job_ids") for j in request.job_ids)
+        job_ids = self._manager.watch_ids(request.job_ids)
         # Subscribe before the snapshot so no event between the two is lost; unsubscribe on every
         # exit, including a snapshot that fails (unknown or foreign job id). The bus caps watchers
         # per user as well as in all.
@@ -71,7 +71,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         try:
             if request.include_initial:
                 if job_ids:
-                    initial = [await self._manager.get(ident, j) for j in sorted(job_ids)]
+                    initial = [await self._manager.get(ident, j, with_spec=False) for j in sorted(job_ids)]
                 else:
                     initial = await self._manager.list(ident, user="", include_finished=False, limit=0)
                 for rec in initial:

@@ -17,7 +17,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
 
 from clusterctl.v1 import cluster_pb2, jobs_pb2
@@ -220,18 +220,26 @@ class JobManager:
 
     # -- read -------------------------------------------------------------------------------
 
-    async def get(self, ident: Identity, job_id: str) -> JobRecord:
+    async def get(self, ident: Identity, job_id: str, *, with_spec: bool = True) -> JobRecord:
         """The caller's newest record under Slurm id ``job_id`` (an admin: the current one).
 
-        Raises InvalidArgument (malformed id), PermissionDenied (only others hold it), NotFound.
+        ``with_spec=False``: a compact row, for callers that show status only. Raises
+        InvalidArgument (malformed id), PermissionDenied (only others hold it), NotFound.
         """
         check_job_id(job_id)
-        rec = await self._store.get_by_job_id(job_id, user=None if ident.admin else ident.user)
+        rec = await self._store.get_by_job_id(job_id, user=None if ident.admin else ident.user, with_spec=with_spec)
         if rec is not None:
             return rec
-        if not ident.admin and await self._store.get_by_job_id(job_id) is not None:
+        if not ident.admin and await self._store.get_by_job_id(job_id, with_spec=False) is not None:
             raise PermissionDenied(f"job {job_id} belongs to another user")
         raise NotFound(f"no job {job_id!r} was submitted through this service")
+
+    def watch_ids(self, job_ids: Sequence[str]) -> frozenset[str]:
+        """The job ids a WatchJobs call names, checked: well-formed and at most a list's worth."""
+        most = self._config.limits.list_default_limit
+        if len(job_ids) > most:
+            raise InvalidArgument("job_ids", f"more than {most} ids (limits.list_default_limit)")
+        return frozenset(check_job_id(j, "job_ids") for j in job_ids)
 
     async def list(
         self, ident: Identity, *, user: str, include_finished: bool, limit: int,
@@ -263,7 +271,7 @@ class JobManager:
 
     @_audited("CancelJob")
     async def cancel(self, ident: Identity, job_id: str) -> JobRecord:
-        rec = await self.get(ident, job_id)
+        rec = await self.get(ident, job_id, with_spec=False)
         if rec.terminal:
             return rec  # superseded records are terminal too: nothing to cancel, nothing sent
         async with self._store.record_lock(rec.record_id):
@@ -283,7 +291,7 @@ class JobManager:
 
     @_audited("RequeueJob")
     async def requeue(self, ident: Identity, job_id: str) -> JobRecord:
-        rec = await self.get(ident, job_id)
+        rec = await self.get(ident, job_id, with_spec=False)
         async with self._store.record_lock(rec.record_id):
             rec = await self._owned(job_id, rec.record_id)
             if rec.user_cancelled:
