@@ -158,9 +158,7 @@ class JobStore:
             )
             self._db.execute("INSERT INTO specs(record_id, spec) VALUES (?, ?)", (cur.lastrowid, spec))
             row = self._db.execute(f"SELECT {_ROW} FROM jobs WHERE record_id=?", (cur.lastrowid,)).fetchone()
-        rec = self._records([row], with_spec=False)[0]
-        rec.spec = jobs_pb2.JobSpec.FromString(spec)
-        return rec, True
+        return self._records([row], with_spec=False)[0], True
 
     def _update(self, rec: JobRecord) -> None:
         """Write ``rec``; a record given a Slurm id another record holds supersedes that one."""
@@ -245,8 +243,10 @@ class JobStore:
         first, to make room); raises ResourceExhausted naming the limit when it cannot. A retry of
         a held request_id is returned whatever the bounds: it submits nothing new.
         """
-        blob = spec.SerializeToString()
-        return await asyncio.to_thread(self._reserve, user, request_id, blob, tasks, limits)
+        rec, created = await asyncio.to_thread(self._reserve, user, request_id, spec.SerializeToString(), tasks, limits)
+        if created:
+            rec.spec = spec  # the caller's own message: not a second multi-MiB copy parsed back from the blob
+        return rec, created
 
     async def save(self, rec: JobRecord) -> None:
         """Write ``rec`` (a superseded record is frozen: saving it changes nothing)."""
