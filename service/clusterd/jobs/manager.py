@@ -40,7 +40,7 @@ from clusterd.security.audit import AuditLog, status_name
 from clusterd.security.limits import Quotas
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.types import JobState, SubmitArgs
-from clusterd.store.records import JobRecord, Phase, RestartEntry
+from clusterd.store.records import RECORD_TAG_PREFIX, JobRecord, Phase, RestartEntry
 from clusterd.store.sqlite import JobStore
 from clusterd.supervisor.events import EventBus, EventType, JobEvent
 from clusterd.supervisor.poller import QueuePoller
@@ -52,7 +52,6 @@ log = logging.getLogger(__name__)
 Placer = Callable[[ResolvedJob, cluster_pb2.PlacementPreference], tuple[list[str], str]]
 
 _DUPLICATE_WAIT_SECONDS = 60.0
-_TAG_PREFIX = "clusterctl-record:"
 _Call = TypeVar("_Call", bound=Callable[..., Awaitable[Any]])
 
 
@@ -228,11 +227,12 @@ class JobManager:
         """
         check_job_id(job_id)
         rec = await self._store.get_by_job_id(job_id, user=None if ident.admin else ident.user, with_spec=with_spec)
-        if rec is not None:
-            return rec
-        if not ident.admin and await self._store.get_by_job_id(job_id, with_spec=False) is not None:
-            raise PermissionDenied(f"job {job_id} belongs to another user")
-        raise NotFound(f"no job {job_id!r} was submitted through this service")
+        if rec is None:
+            rec = await self._store.get_by_job_id(job_id, with_spec=False)  # another user's, if any
+            if rec is None:
+                raise NotFound(f"no job {job_id!r} was submitted through this service")
+        ident.check_owner(rec.user, f"job {job_id}")
+        return rec
 
     def watch_ids(self, job_ids: Sequence[str]) -> frozenset[str]:
         """The job ids a WatchJobs call names, checked: well-formed and at most a list's worth."""
@@ -263,7 +263,7 @@ class JobManager:
             raise FailedPrecondition(f"Slurm gave job id {job_id} to a newer job after losing its state; "
                                      "this record's job is gone and nothing was sent to Slurm")  # fmt: skip
         seen = self._poller.snapshot.jobs.get(job_id)
-        if seen is not None and seen.comment.startswith(_TAG_PREFIX) and seen.comment != rec.comment_tag:
+        if seen is not None and seen.comment.startswith(RECORD_TAG_PREFIX) and seen.comment != rec.comment_tag:
             # Slurm reused the id and the store has not caught up yet: the running job is another record's.
             raise FailedPrecondition(f"Slurm job {job_id} is now another submission, not this record's job; "
                                      "nothing was sent to Slurm")  # fmt: skip

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from clusterctl.v1 import jobs_pb2
 from clusterd.slurm.types import JobState, SlurmJob
 
+RECORD_TAG_PREFIX = "clusterctl-record:"  # a Slurm comment starting so names the record that submitted it
 # Who Slurm shows as the owner of jobs sbatch ran without the caller's rights (a non-root service).
 _SERVICE_ACCOUNT: str | None = pwd.getpwuid(os.geteuid()).pw_name if os.geteuid() != 0 else None
 
@@ -76,7 +77,7 @@ class JobRecord:
     @property
     def comment_tag(self) -> str:
         """Written into the Slurm job's comment so a crashed submission can be found again."""
-        return f"clusterctl-record:{self.record_id}"
+        return f"{RECORD_TAG_PREFIX}{self.record_id}"
 
     def adopts(self, job: SlurmJob) -> bool:
         """Whether ``job`` is this record's crashed submission: its tag AND its owner's name.
