@@ -14,6 +14,8 @@ And the cost of ``synchronous=FULL`` for one record save, side by side with NORM
 
     python bench/tenancy.py                      # 10 users x 200 specs of ~3.97 MiB
     python bench/tenancy.py --users 2 --per-user 20 --lists 10   # a quick look
+    MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=1048576 python bench/tenancy.py   # glibc tuned (the
+        child inherits the environment): multi-MiB buffers go back to the system when freed
 """
 
 from __future__ import annotations
