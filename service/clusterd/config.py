@@ -46,9 +46,14 @@ class LimitsConfig:
     max_env_value_bytes: int = 32 << 10
     max_nodes: int = 4096
     max_watchers: int = 1000
+    max_watchers_per_user: int = 100  # WatchJobs streams one user may hold; 0 = only max_watchers
     watch_queue_size: int = 1000
     list_default_limit: int = 1000
-    max_jobs_per_user: int = 1000  # queued + running jobs one user may hold; 0 = unlimited
+    max_jobs_per_user: int = 1000  # queued + running tasks (array tasks count) one user may hold; 0 = unlimited
+    max_spec_bytes_per_user: int = 1 << 30  # job spec bytes one user's records hold; 0 = unlimited
+    max_finished_per_user: int = 1000  # finished records kept per user, oldest pruned first; 0 = unlimited
+    finished_retention_seconds: float = 7 * 24 * 3600.0  # finished records older than this are pruned
+    prune_interval_seconds: float = 600.0  # how often retention runs in the background
     requests_per_second: float = 50.0  # per-user token bucket refill; 0 = unlimited
     burst: int = 200  # per-user token bucket size (calls allowed at once after idling)
 

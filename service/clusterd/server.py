@@ -24,7 +24,7 @@ from clusterd.observability.metrics import SLURM_INFO, MetricsServer, start_metr
 from clusterd.placement import TopologyPlacer
 from clusterd.security.audit import AuditLog
 from clusterd.security.files import private_dir, private_files
-from clusterd.security.limits import JobQuota, RateLimiter
+from clusterd.security.limits import Quotas, RateLimiter
 from clusterd.security.transport import check_transport, parse_cn_map, server_credentials
 from clusterd.security.unixsock import prepare_socket_dir, secure_socket, socket_path
 from clusterd.slurm.base import SlurmBackend
@@ -55,7 +55,8 @@ class ClusterDaemon:
         with private_files():
             self.store = JobStore(config.db_path)
             self.audit = AuditLog(config.audit_path)
-        self.bus = EventBus(queue_size=config.limits.watch_queue_size, max_subscribers=config.limits.max_watchers)
+        self.bus = EventBus(queue_size=config.limits.watch_queue_size, max_subscribers=config.limits.max_watchers,
+                            max_per_user=config.limits.max_watchers_per_user)
         self.poller = QueuePoller(
             self.backend,
             self.store,
@@ -65,10 +66,11 @@ class ClusterDaemon:
         )
         self.supervisor = Supervisor(self.backend, self.store, self.bus, self.poller, config.restart)
         self.placer = TopologyPlacer(self.poller)
-        self.manager = JobManager(config, self.backend, self.store, self.poller, self.bus, self.placer)
+        self.quotas = Quotas(self.store, config.limits)
+        self.manager = JobManager(config, self.backend, self.store, self.poller, self.bus, self.placer,
+                                  quotas=self.quotas, audit=self.audit)  # fmt: skip
         self.tokens = TokenStore(config.tokens_file)
         self.limiter = RateLimiter(config.limits.requests_per_second, config.limits.burst)
-        self.quota = JobQuota(self.store, config.limits.max_jobs_per_user)
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
         self._stop = asyncio.Event()
         self._server: grpc.aio.Server | None = None
@@ -76,6 +78,7 @@ class ClusterDaemon:
         self._health_task: asyncio.Future[None] | None = None
         self._poll_task: asyncio.Task[None] | None = None
         self._tokens_task: asyncio.Task[None] | None = None
+        self._retention_task: asyncio.Task[None] | None = None
         self._metrics: MetricsServer | None = None
 
     @property
@@ -90,8 +93,6 @@ class ClusterDaemon:
                     self.tokens,
                     cn_users=parse_cn_map(self.config.tls.cn_user_map),
                     limiter=self.limiter,
-                    quota=self.quota,
-                    audit=self.audit,
                 )
             ],
             options=[
@@ -153,6 +154,7 @@ class ClusterDaemon:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self._stop.set)
         self._poll_task = asyncio.create_task(self.poller.run(self._stop))
+        self._retention_task = asyncio.create_task(self.quotas.run_retention(self._stop))
         try:
             await self._stop.wait()
         finally:
@@ -168,12 +170,12 @@ class ClusterDaemon:
         if self._server is not None:
             await self._server.stop(self.config.shutdown_grace_seconds)
             self._server = None
-        for task in (self._poll_task, self._tokens_task):
+        for task in (self._poll_task, self._tokens_task, self._retention_task):
             if task is not None:
                 await task
-        self._poll_task = self._tokens_task = None
+        self._poll_task = self._tokens_task = self._retention_task = None
         if self._metrics is not None:
             await asyncio.to_thread(self._metrics.stop)
             self._metrics = None
         self.store.close()
-        self.audit.close()
+        await asyncio.to_thread(self.audit.close)

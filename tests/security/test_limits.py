@@ -1,18 +1,23 @@
-"""Per-user limits: request rate (token bucket) and queued jobs, both RESOURCE_EXHAUSTED."""
+"""Per-user limits: request rate (token bucket), queued tasks, watch streams, retention; RESOURCE_EXHAUSTED."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 import pytest
 
 from clusterctl.v1 import jobs_pb2
+from clusterd.config import LimitsConfig
 from clusterd.errors import ResourceExhausted
-from clusterd.security.limits import RateLimiter
+from clusterd.security.limits import Quotas, RateLimiter
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.types import JobState
+from clusterd.store.records import Phase
+from clusterd.store.sqlite import JobStore
 
 from .conftest import USER_A, auth, base_config, code_of, command_request, running, stub
 
@@ -87,3 +92,52 @@ async def test_concurrent_submits_never_exceed_the_cap(tmp_path: Path) -> None:
         assert slurm.calls["submit"] == codes.count(grpc.StatusCode.OK)
         listed = await jobs.ListJobs(jobs_pb2.ListJobsRequest(), metadata=auth(USER_A))
         assert len(listed.jobs) <= 3
+
+
+async def test_one_user_cannot_take_every_watch_slot(tmp_path: Path) -> None:
+    async with running(base_config(tmp_path, max_watchers=3, max_watchers_per_user=2)) as daemon, \
+            grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as ch:  # fmt: skip
+        jobs = stub(ch)
+        for user in (USER_A, USER_B):
+            await jobs.SubmitJob(command_request(), metadata=auth(user))
+        streams = []
+        for _ in range(2):  # each stream is admitted once its snapshot arrives
+            stream = jobs.WatchJobs(jobs_pb2.WatchJobsRequest(include_initial=True), metadata=auth(USER_A))
+            await stream.read()
+            streams.append(stream)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await jobs.WatchJobs(jobs_pb2.WatchJobsRequest(include_initial=True), metadata=auth(USER_A)).read()
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "limits.max_watchers_per_user" in (info.value.details() or "")
+        theirs = jobs.WatchJobs(jobs_pb2.WatchJobsRequest(include_initial=True), metadata=auth(USER_B))
+        assert (await theirs.read()).job.user == USER_B  # the other user still gets a slot
+        streams[0].cancel()
+        await wait_until(lambda: daemon.bus.watchers_of(USER_A) == 1)
+        again = jobs.WatchJobs(jobs_pb2.WatchJobsRequest(include_initial=True), metadata=auth(USER_A))
+        assert (await again.read()).job.user == USER_A  # a closed stream frees its slot
+
+
+async def test_quotas_count_array_tasks_and_prune_by_age(tmp_path: Path) -> None:
+    now = [1000.0]
+    store = JobStore(tmp_path / "db.sqlite3")
+    try:
+        quotas = Quotas(store, LimitsConfig(max_jobs_per_user=10, finished_retention_seconds=50.0),
+                        clock=lambda: now[0])  # fmt: skip
+        rec, _ = await quotas.reserve_submit(USER_A, jobs_pb2.JobSpec(command=["x"]), tasks=8)
+        with pytest.raises(ResourceExhausted, match="this job adds 3; the limit is 10"):
+            await quotas.reserve_submit(USER_A, jobs_pb2.JobSpec(command=["x"]), tasks=3)
+        rec.phase, rec.job_id, rec.terminal = Phase.SUBMITTED, "1", True
+        await store.save(rec)
+        await quotas.reserve_submit(USER_A, jobs_pb2.JobSpec(command=["x"]), tasks=10)  # finished: room again
+        assert await quotas.prune() == 0
+        now[0] = time.time() + 100.0
+        assert await quotas.prune() == 1 and await store.get_by_record(rec.record_id) is None
+    finally:
+        store.close()
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.02)

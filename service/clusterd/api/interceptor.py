@@ -1,11 +1,12 @@
-"""One interceptor for every RPC, unary and streaming alike: authenticate, limit, audit, map errors.
+"""One interceptor for every RPC, unary and streaming alike: authenticate, record, map errors.
 
 It wraps each method handler so that the caller's identity is set in a context variable inside
 the handler's own task, and so that a :class:`ServiceError` raised anywhere below becomes exactly
-one gRPC status (the table below is the only place that mapping lives). Because it alone sees the
-method, the caller, the peer and the final status, it also applies the per-user rate limit and
-job quota (before the servicer runs, so a refused call costs no Slurm or store work) and writes
-the audit line of every mutating call, refused ones included.
+one gRPC status (security/audit.py's table names it). It records each call (request id, metrics,
+a log line) and binds what only the edge knows (how the caller authenticated, the peer) for the
+audit line the domain writes. The one policy it applies is the per-user request rate, because it
+guards every service alike and refuses before any handler work; job quotas, watcher caps and the
+audit log live in the domain (JobManager, security/limits.py, security/audit.py).
 
 A caller is identified by its bearer token; without one, an mTLS client whose verified
 certificate CN is in ``cn_users`` is that user. A token that is present but wrong is refused even
@@ -24,45 +25,21 @@ import grpc
 
 from clusterd.auth.identity import Identity, reset_identity, set_identity
 from clusterd.auth.tokens import TokenStore
-from clusterd.errors import (
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    PermissionDenied,
-    ResourceExhausted,
-    ServiceError,
-    SlurmError,
-    SlurmUnavailable,
-    Unauthenticated,
-)
+from clusterd.errors import ServiceError, Unauthenticated
 from clusterd.observability import context as request_context
 from clusterd.observability.metrics import RPC_LATENCY, RPCS
-from clusterd.security.audit import AUDITED_METHODS, AuditLog
-from clusterd.security.limits import JobQuota, RateLimiter
+from clusterd.security.audit import Origin, bind_origin, status_name, unbind_origin
+from clusterd.security.limits import RateLimiter
 from clusterd.security.transport import peer_common_name
 
 log = logging.getLogger(__name__)
-
-_CODES: list[tuple[type[ServiceError], grpc.StatusCode]] = [
-    (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
-    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
-    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
-    (NotFound, grpc.StatusCode.NOT_FOUND),
-    (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
-    (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (SlurmUnavailable, grpc.StatusCode.UNAVAILABLE),
-    (SlurmError, grpc.StatusCode.INTERNAL),
-]
 
 # Served to anyone: load balancers and grpcurl need them before they hold a token.
 _PUBLIC_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
 
 def status_code(exc: ServiceError) -> grpc.StatusCode:
-    for cls, code in _CODES:
-        if isinstance(exc, cls):
-            return code
-    return grpc.StatusCode.INTERNAL
+    return grpc.StatusCode[status_name(exc)]
 
 
 def _bearer(metadata: Any) -> str | None:
@@ -75,8 +52,6 @@ def _bearer(metadata: Any) -> str | None:
     return None
 
 
-_JOB_SERVICE = "/clusterctl.v1.JobService/"
-
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
     def __init__(
@@ -85,17 +60,13 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         *,
         cn_users: dict[str, Identity] | None = None,
         limiter: RateLimiter | None = None,
-        quota: JobQuota | None = None,
-        audit: AuditLog | None = None,
     ) -> None:
         self._tokens = tokens
         self._cn_users = cn_users or {}
         self._limiter = limiter
-        self._quota = quota
-        self._audit = audit
 
     def _identify(self, context: grpc.aio.ServicerContext) -> tuple[Identity, str]:
-        """(identity, how): ``how`` is "token" or "mtls", for the audit log."""
+        """(identity, how): ``how`` is "token" or "mtls", for the audit line."""
         token = _bearer(context.invocation_metadata())
         if token is not None:
             ident = self._tokens.authenticate(token)
@@ -131,81 +102,36 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             )
         return handler  # the API has no client-streaming methods
 
-    def _admit(self, ident: Identity) -> None:
+    def _admit(self, context: grpc.aio.ServicerContext, call: _Call) -> tuple[Identity, _Bound]:
+        """Authenticate, apply the rate limit, and bind the caller for the handler's task."""
+        ident, how = self._identify(context)
         if self._limiter is not None:
             self._limiter.check(ident.user)
+        return ident, _Bound(ident, Origin(auth=how, peer=context.peer(), call_request_id=call.request_id))
 
     def _wrap_unary(self, behavior: Callable[..., Any], method: str) -> Callable[..., Any]:
-        name = method.rsplit("/", 1)[-1]
         label = _label(method)
-        audited = self._audit is not None and method.startswith(_JOB_SERVICE) and name in AUDITED_METHODS
-        quota = self._quota if name == "SubmitJob" and method.startswith(_JOB_SERVICE) else None
 
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
             ident: Identity | None = None
-            how = ""
             code = grpc.StatusCode.UNKNOWN
-            detail = ""
-            response: Any = None
             call = _Call(context, label)
             try:
-                ident, how = self._identify(context)
-                self._admit(ident)
-                if quota is not None:
-                    await quota.acquire(ident, request.spec)
-                token = set_identity(ident)
-                try:
+                ident, bound = self._admit(context, call)
+                with bound:
                     response = await behavior(request, context)
-                finally:
-                    reset_identity(token)
-                    if quota is not None:
-                        quota.release(ident)
                 code = grpc.StatusCode.OK
                 return response
             except ServiceError as exc:
-                code, detail = status_code(exc), str(exc)
+                code = status_code(exc)
                 await _abort(context, method, exc)
             except BaseException as exc:
                 code = _code_of(context, exc)
                 raise
             finally:
-                if audited:
-                    self._write_audit(name, request, response, context, ident, how, code, detail, call.request_id)
                 call.end(code, ident)
 
         return wrapper
-
-    def _write_audit(
-        self,
-        name: str,
-        request: Any,
-        response: Any,
-        context: grpc.aio.ServicerContext,
-        ident: Identity | None,
-        how: str,
-        code: grpc.StatusCode,
-        detail: str,
-        call_request_id: str,
-    ) -> None:
-        assert self._audit is not None
-        job_id = getattr(request, "job_id", "")
-        request_id = ""
-        if name == "SubmitJob":
-            request_id = request.spec.request_id
-            if response is not None:
-                job_id = response.job.job_id
-        self._audit.record(
-            user=ident.user if ident else None,
-            admin=ident.admin if ident else False,
-            auth=how or None,
-            method=name,
-            job_id=job_id,
-            request_id=request_id,
-            result=code.name,
-            error=detail,
-            peer=context.peer(),
-            call_request_id=call_request_id,
-        )
 
     def _wrap_stream(self, behavior: Callable[..., Any], method: str) -> Callable[..., Any]:
         label = _label(method)
@@ -215,14 +141,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             code = grpc.StatusCode.UNKNOWN
             call = _Call(context, label)
             try:
-                ident, _ = self._identify(context)
-                self._admit(ident)
-                token = set_identity(ident)
-                try:
+                ident, bound = self._admit(context, call)
+                with bound:
                     async for item in behavior(request, context):
                         yield item
-                finally:
-                    reset_identity(token)
                 code = grpc.StatusCode.OK
             except ServiceError as exc:
                 code = status_code(exc)
@@ -234,6 +156,21 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 call.end(code, ident)
 
         return wrapper
+
+
+class _Bound:
+    """The caller's identity and origin set in context variables for the body of a ``with``."""
+
+    def __init__(self, ident: Identity, origin: Origin) -> None:
+        self._ident = ident
+        self._origin = origin
+
+    def __enter__(self) -> None:
+        self._tokens = (set_identity(self._ident), bind_origin(self._origin))
+
+    def __exit__(self, *exc: object) -> None:
+        reset_identity(self._tokens[0])
+        unbind_origin(self._tokens[1])
 
 
 def _label(method: str) -> str:

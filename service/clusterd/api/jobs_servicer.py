@@ -9,18 +9,9 @@ import grpc
 from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
 from clusterd.api import convert
 from clusterd.auth.identity import Identity, current_identity
-from clusterd.errors import InvalidArgument
 from clusterd.jobs.manager import JobManager
 from clusterd.store.records import JobRecord
 from clusterd.supervisor.events import EventBus, EventType, JobEvent
-
-
-def _job_id(value: str, field: str = "job_id") -> str:
-    if not value:
-        raise InvalidArgument(field, "is required")
-    if not value.isdigit() or len(value) > 20:
-        raise InvalidArgument(field, f"{value[:40]!r} is not a Slurm job id")
-    return value
 
 
 def _visible(ident: Identity, rec: JobRecord, job_ids: frozenset[str]) -> bool:
@@ -43,7 +34,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     async def GetJob(
         self, request: jobs_pb2.GetJobRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.GetJobResponse:
-        rec = await self._manager.get(current_identity(), _job_id(request.job_id))
+        rec = await self._manager.get(current_identity(), request.job_id)
         return jobs_pb2.GetJobResponse(job=convert.job_status(rec, with_spec=True))
 
     async def ListJobs(
@@ -59,27 +50,28 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     async def CancelJob(
         self, request: jobs_pb2.CancelJobRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.CancelJobResponse:
-        rec = await self._manager.cancel(current_identity(), _job_id(request.job_id))
+        rec = await self._manager.cancel(current_identity(), request.job_id)
         return jobs_pb2.CancelJobResponse(job=convert.job_status(rec))
 
     async def RequeueJob(
         self, request: jobs_pb2.RequeueJobRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.RequeueJobResponse:
-        rec = await self._manager.requeue(current_identity(), _job_id(request.job_id))
+        rec = await self._manager.requeue(current_identity(), request.job_id)
         return jobs_pb2.RequeueJobResponse(job=convert.job_status(rec))
 
     async def WatchJobs(
         self, request: jobs_pb2.WatchJobsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[jobs_pb2.JobEvent]:
         ident = current_identity()
-        job_ids = frozenset(_job_id(j, "job_ids") for j in request.job_ids)
+        job_ids = self._manager.watch_ids(request.job_ids)
         # Subscribe before the snapshot so no event between the two is lost; unsubscribe on every
-        # exit, including a snapshot that fails (unknown or foreign job id).
-        sub = self._bus.subscribe(lambda ev: _visible(ident, ev.record, job_ids))
+        # exit, including a snapshot that fails (unknown or foreign job id). The bus caps watchers
+        # per user as well as in all.
+        sub = self._bus.subscribe(lambda ev: _visible(ident, ev.record, job_ids), user=ident.user)
         try:
             if request.include_initial:
                 if job_ids:
-                    initial = [await self._manager.get(ident, j) for j in sorted(job_ids)]
+                    initial = [await self._manager.get(ident, j, with_spec=False) for j in sorted(job_ids)]
                 else:
                     initial = await self._manager.list(ident, user="", include_finished=False, limit=0)
                 for rec in initial:

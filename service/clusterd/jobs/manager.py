@@ -4,26 +4,43 @@ Submission order matters for the guarantees: validate (nothing reaches Slurm whe
 plan placement -> reserve the request_id in the store (the database picks the one caller that may
 submit) -> sbatch -> record the Slurm id. The sbatch + record step is shielded from the caller's
 cancellation so that a disconnect cannot leave a job in Slurm that the store does not know.
+
+Tenancy lives here too: the reservation enforces the caller's quotas (security/limits.py), and
+every mutating call writes its audit line (security/audit.py), refusals included. A Slurm job id
+can name several records once Slurm reuses ids; a caller's id resolves to their own newest
+record, and nothing is ever sent to Slurm for a record whose id now names a newer job.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar, cast
 
 from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.auth.identity import Identity
 from clusterd.config import Config
-from clusterd.errors import FailedPrecondition, NotFound, PermissionDenied, SlurmError, SlurmUnavailable
+from clusterd.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ServiceError,
+    SlurmError,
+    SlurmUnavailable,
+)
 from clusterd.jobs.options import job_environment, sbatch_options
 from clusterd.jobs.script import inject_environment
 from clusterd.jobs.users import UnixUser, job_dir, resolve_unix_user
 from clusterd.jobs.validate import ResolvedJob, validate_spec
+from clusterd.security.audit import AuditLog, status_name
+from clusterd.security.limits import Quotas
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.types import JobState, SubmitArgs
-from clusterd.store.records import JobRecord, Phase, RestartEntry
+from clusterd.store.records import RECORD_TAG_PREFIX, JobRecord, Phase, RestartEntry
 from clusterd.store.sqlite import JobStore
 from clusterd.supervisor.events import EventBus, EventType, JobEvent
 from clusterd.supervisor.poller import QueuePoller
@@ -35,6 +52,44 @@ log = logging.getLogger(__name__)
 Placer = Callable[[ResolvedJob, cluster_pb2.PlacementPreference], tuple[list[str], str]]
 
 _DUPLICATE_WAIT_SECONDS = 60.0
+_Call = TypeVar("_Call", bound=Callable[..., Awaitable[Any]])
+
+
+def check_job_id(value: str, field: str = "job_id") -> str:
+    """A Slurm job id as a caller sends it, or InvalidArgument naming ``field``."""
+    if not value:
+        raise InvalidArgument(field, "is required")
+    if not value.isdigit() or len(value) > 20:
+        raise InvalidArgument(field, f"{value[:40]!r} is not a Slurm job id")
+    return value
+
+
+def _audited(method: str) -> Callable[[_Call], _Call]:
+    """Write ``method``'s audit line when the call ends, with its outcome (refusals included).
+
+    The decorated method takes (identity, target): a job id, or a spec carrying a request_id.
+    """
+
+    def wrap(fn: _Call) -> _Call:
+        @functools.wraps(fn)
+        async def call(self: JobManager, ident: Identity, target: Any, *args: Any, **kwargs: Any) -> Any:
+            job_id = target if isinstance(target, str) else ""
+            result, error = "OK", ""
+            try:
+                out = await fn(self, ident, target, *args, **kwargs)
+                job_id = (out[0] if isinstance(out, tuple) else out).job_id
+                return out
+            except BaseException as exc:
+                result, error = status_name(exc), str(exc) if isinstance(exc, ServiceError) else ""
+                raise
+            finally:
+                if self._audit is not None:
+                    self._audit.record(user=ident.user, admin=ident.admin, method=method, job_id=job_id,
+                                       request_id=getattr(target, "request_id", ""), result=result, error=error)
+
+        return cast(_Call, call)
+
+    return wrap
 
 
 class JobManager:
@@ -46,22 +101,29 @@ class JobManager:
         poller: QueuePoller,
         bus: EventBus,
         placer: Placer,
+        *,
+        quotas: Quotas | None = None,
+        audit: AuditLog | None = None,
     ) -> None:
+        """``quotas`` defaults to ``config.limits`` over ``store``; without ``audit`` nothing is audited."""
         self._config = config
         self._backend = backend
         self._store = store
         self._poller = poller
         self._bus = bus
         self._placer = placer
+        self._quotas = quotas or Quotas(store, config.limits)
+        self._audit = audit
 
     # -- submit -----------------------------------------------------------------------------
 
+    @_audited("SubmitJob")
     async def submit(self, ident: Identity, spec: jobs_pb2.JobSpec) -> tuple[JobRecord, bool]:
         """Returns (record, duplicate). Raises InvalidArgument before anything reaches Slurm."""
         resolved = validate_spec(spec, self._poller.facts(), self._config.limits)
         placement_args, explanation = self._placer(resolved, spec.placement)
         unix_user = resolve_unix_user(ident.user)
-        rec, created = await self._store.reserve(ident.user, spec.request_id, spec)
+        rec, created = await self._quotas.reserve_submit(ident.user, spec, tasks=1)
         if not created:
             return await self._await_existing(rec), True
 
@@ -157,17 +219,33 @@ class JobManager:
 
     # -- read -------------------------------------------------------------------------------
 
-    async def get(self, ident: Identity, job_id: str) -> JobRecord:
-        rec = await self._store.get_by_job_id(job_id)
+    async def get(self, ident: Identity, job_id: str, *, with_spec: bool = True) -> JobRecord:
+        """The caller's newest record under Slurm id ``job_id`` (an admin: the current one).
+
+        ``with_spec=False``: a compact row, for callers that show status only. Raises
+        InvalidArgument (malformed id), PermissionDenied (only others hold it), NotFound.
+        """
+        check_job_id(job_id)
+        rec = await self._store.get_by_job_id(job_id, user=None if ident.admin else ident.user, with_spec=with_spec)
         if rec is None:
-            raise NotFound(f"no job {job_id!r} was submitted through this service")
+            rec = await self._store.get_by_job_id(job_id, with_spec=False)  # another user's, if any
+            if rec is None:
+                raise NotFound(f"no job {job_id!r} was submitted through this service")
         ident.check_owner(rec.user, f"job {job_id}")
         return rec
+
+    def watch_ids(self, job_ids: Sequence[str]) -> frozenset[str]:
+        """The job ids a WatchJobs call names, checked: well-formed and at most a list's worth."""
+        most = self._config.limits.list_default_limit
+        if len(job_ids) > most:
+            raise InvalidArgument("job_ids", f"more than {most} ids (limits.list_default_limit)")
+        return frozenset(check_job_id(j, "job_ids") for j in job_ids)
 
     async def list(
         self, ident: Identity, *, user: str, include_finished: bool, limit: int,
         states: frozenset[JobState] = frozenset(),
-    ) -> list[JobRecord]:
+    ) -> list[JobRecord]:  # fmt: skip
+        """Compact records (no spec), newest first: the caller's, or, for an admin, anyone's ("*")."""
         if user and user != ident.user and not ident.admin:
             raise PermissionDenied("only admins may list other users' jobs")
         who: str | None = ident.user if not user else (None if user == "*" else user)
@@ -176,10 +254,28 @@ class JobManager:
 
     # -- mutate -----------------------------------------------------------------------------
 
+    async def _owned(self, job_id: str, record_id: int) -> JobRecord:
+        """The caller's record re-read under its lock, refused if Slurm's id now names another job."""
+        rec = await self._store.get_by_record(record_id)
+        if rec is None:
+            raise NotFound(f"job {job_id} is no longer on record")
+        if rec.superseded:
+            raise FailedPrecondition(f"Slurm gave job id {job_id} to a newer job after losing its state; "
+                                     "this record's job is gone and nothing was sent to Slurm")  # fmt: skip
+        seen = self._poller.snapshot.jobs.get(job_id)
+        if seen is not None and seen.comment.startswith(RECORD_TAG_PREFIX) and seen.comment != rec.comment_tag:
+            # Slurm reused the id and the store has not caught up yet: the running job is another record's.
+            raise FailedPrecondition(f"Slurm job {job_id} is now another submission, not this record's job; "
+                                     "nothing was sent to Slurm")  # fmt: skip
+        return rec
+
+    @_audited("CancelJob")
     async def cancel(self, ident: Identity, job_id: str) -> JobRecord:
-        rec = await self.get(ident, job_id)
+        rec = await self.get(ident, job_id, with_spec=False)
+        if rec.terminal:
+            return rec  # superseded records are terminal too: nothing to cancel, nothing sent
         async with self._store.record_lock(rec.record_id):
-            rec = await self.get(ident, job_id)
+            rec = await self._owned(job_id, rec.record_id)
             if rec.terminal:
                 return rec
             rec.user_cancelled = True
@@ -193,10 +289,11 @@ class JobManager:
         self._poller.kick()
         return rec
 
+    @_audited("RequeueJob")
     async def requeue(self, ident: Identity, job_id: str) -> JobRecord:
-        rec = await self.get(ident, job_id)
+        rec = await self.get(ident, job_id, with_spec=False)
         async with self._store.record_lock(rec.record_id):
-            rec = await self.get(ident, job_id)
+            rec = await self._owned(job_id, rec.record_id)
             if rec.user_cancelled:
                 raise FailedPrecondition(f"job {job_id} was cancelled by its user; submit it again instead")
             try:

@@ -1,27 +1,82 @@
 """The audit log: one JSON line per mutating call (SubmitJob, CancelJob, RequeueJob), refused or not.
 
-Written by the interceptor, which alone sees the method, the authenticated caller, the peer and the
-final status, so servicers stay unaware of it. Each record is one ``os.write`` on an O_APPEND
-descriptor: lines from concurrent calls never interleave, and a crash loses at most the call in
-progress. The write is a few microseconds into the page cache, so it stays on the event loop
-rather than paying a thread hop per call. Every value is JSON-encoded, so a hostile job id or
-request id cannot forge a second line. A failing write is logged, not raised: the call's outcome
-has already happened in Slurm and must not be reported as a failure.
+Written by the domain (JobManager), which knows what a call did; the edge contributes only what
+it alone knows, how the caller authenticated and from where (:func:`bind_origin`). Lines go to a
+writer thread, so the event loop never waits on the disk; each is one ``os.write`` on an O_APPEND
+descriptor of a 0600 file: lines never interleave, and a crash loses at most what was queued.
+Every value is JSON-encoded, so a hostile job id or request id cannot forge a second line. A
+failing write is logged, not raised: the call's outcome has already happened in Slurm.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import datetime
 import json
 import logging
 import os
+import queue
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from clusterd.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    ServiceError,
+    SlurmError,
+    SlurmUnavailable,
+    Unauthenticated,
+)
 
 log = logging.getLogger(__name__)
 
 AUDITED_METHODS = frozenset({"SubmitJob", "CancelJob", "RequeueJob"})
 _MAX_FIELD = 256
+
+# Each error class's status name: what the audit line says and what the gRPC edge answers.
+STATUS_NAMES: tuple[tuple[type[ServiceError], str], ...] = (
+    (InvalidArgument, "INVALID_ARGUMENT"),
+    (Unauthenticated, "UNAUTHENTICATED"),
+    (PermissionDenied, "PERMISSION_DENIED"),
+    (NotFound, "NOT_FOUND"),
+    (FailedPrecondition, "FAILED_PRECONDITION"),
+    (ResourceExhausted, "RESOURCE_EXHAUSTED"),
+    (SlurmUnavailable, "UNAVAILABLE"),
+    (SlurmError, "INTERNAL"),
+)
+
+
+def status_name(exc: BaseException) -> str:
+    """The status a call that raised ``exc`` ends with (CANCELLED for a caller gone away)."""
+    for cls, name in STATUS_NAMES:
+        if isinstance(exc, cls):
+            return name
+    return "CANCELLED" if isinstance(exc, asyncio.CancelledError) else "INTERNAL"
+
+
+@dataclass(frozen=True)
+class Origin:
+    auth: str  # "token" or "mtls"
+    peer: str
+    call_request_id: str
+
+
+_origin: contextvars.ContextVar[Origin | None] = contextvars.ContextVar("clusterd_call_origin", default=None)
+
+
+def bind_origin(origin: Origin) -> contextvars.Token[Origin | None]:
+    """Set by the edge for the duration of one call (asyncio carries it into the handler's tasks)."""
+    return _origin.set(origin)
+
+
+def unbind_origin(token: contextvars.Token[Origin | None]) -> None:
+    _origin.reset(token)
 
 
 def _clip(value: Any) -> Any:
@@ -31,19 +86,33 @@ def _clip(value: Any) -> Any:
 class AuditLog:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        os.fchmod(self._fd, 0o600)  # a file an older version left readable
+        self._lines: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._writer = threading.Thread(target=self._write_lines, name="audit-writer", daemon=True)
+        self._writer.start()
 
     def record(self, **fields: Any) -> None:
+        """Queue one line (never blocks); the call's origin, if bound, fills auth/peer/call_request_id."""
         entry = {"time": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")}
+        origin = _origin.get()
+        if origin is not None:
+            fields = {"auth": origin.auth, "peer": origin.peer, "call_request_id": origin.call_request_id} | fields
         entry.update({k: _clip(v) for k, v in fields.items()})
-        line = json.dumps(entry, separators=(",", ":"), ensure_ascii=True) + "\n"
-        try:
-            os.write(self._fd, line.encode("ascii"))
-        except OSError as exc:
-            log.error("cannot write audit log %s: %s (entry: %s)", self.path, exc, line.strip())
+        self._lines.put((json.dumps(entry, separators=(",", ":"), ensure_ascii=True) + "\n").encode("ascii"))
+
+    def _write_lines(self) -> None:
+        while (line := self._lines.get()) is not None:
+            try:
+                os.write(self._fd, line)
+            except OSError as exc:
+                log.error("cannot write audit log %s: %s (entry: %s)", self.path, exc, line.decode().strip())
 
     def close(self) -> None:
+        """Write what is queued, then close (blocks briefly: call it at shutdown)."""
         if self._fd >= 0:
+            self._lines.put(None)
+            self._writer.join()
             os.close(self._fd)
             self._fd = -1

@@ -1,24 +1,29 @@
-"""Per-user limits: a request-rate token bucket and a cap on queued jobs.
+"""Per-user limits: the request-rate token bucket (at the edge) and the job quotas (in the domain).
 
-Both raise :class:`~clusterd.errors.ResourceExhausted`, which the interceptor maps to
-RESOURCE_EXHAUSTED: a client should back off and retry, not treat it as a bug. State is per
-authenticated user, so the number of buckets is bounded by the identities in the tokens file and
-the certificate map, not by anything a caller sends.
+Both raise :class:`~clusterd.errors.ResourceExhausted`, which maps to RESOURCE_EXHAUSTED: a client
+should back off and retry, not treat it as a bug. State is per authenticated user, so the number of
+buckets is bounded by the identities in the tokens file and the certificate map, not by anything a
+caller sends. Quotas are enforced inside the store's reservation transaction (store/bounds.py), so
+concurrent submissions of one user cannot all pass one count.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from clusterctl.v1 import jobs_pb2
-from clusterd.auth.identity import Identity
+from clusterd.config import LimitsConfig
 from clusterd.errors import ResourceExhausted
+from clusterd.store.bounds import UserBounds
+from clusterd.store.records import JobRecord
+from clusterd.store.sqlite import JobStore
 
-if TYPE_CHECKING:
-    from clusterd.store.sqlite import JobStore
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -52,41 +57,44 @@ class RateLimiter:
         b.tokens -= 1.0
 
 
-class JobQuota:
-    """At most ``max_jobs`` non-terminal jobs per user (0 = off), counted from the store.
+class Quotas:
+    """What each user may hold in the store: live tasks, spec bytes, retained finished records.
 
-    Submissions still in flight are counted too, so N concurrent submits at the edge cannot all pass
-    one count (the cap may refuse a submit early under a burst; it never lets one through late).
     A retry of a request_id the user already holds is let through: it submits nothing new, and
     refusing it would hide a job that exists.
     """
 
-    def __init__(self, store: JobStore, max_jobs: int) -> None:
+    def __init__(self, store: JobStore, limits: LimitsConfig, clock: Callable[[], float] = time.time) -> None:
         self._store = store
-        self.max_jobs = max_jobs
-        self._inflight: dict[str, int] = {}
+        self._clock = clock
+        self.bounds = UserBounds(
+            max_live_tasks=limits.max_jobs_per_user,
+            max_spec_bytes=limits.max_spec_bytes_per_user,
+            max_finished=limits.max_finished_per_user,
+        )
+        self._retention = limits.finished_retention_seconds
+        self._prune_every = limits.prune_interval_seconds
 
-    async def acquire(self, ident: Identity, spec: jobs_pb2.JobSpec) -> None:
-        if self.max_jobs <= 0:
-            return
-        user = ident.user
-        self._inflight[user] = self._inflight.get(user, 0) + 1
-        try:
-            live, retry = await self._store.live_count(user, request_id=spec.request_id)
-            if retry:
-                return
-            if live + self._inflight[user] - 1 >= self.max_jobs:
-                raise ResourceExhausted(f"{user} already has {live} queued or running job(s); "
-                                        f"the limit is {self.max_jobs} per user")
-        except BaseException:
-            self.release(ident)
-            raise
+    async def reserve_submit(self, user: str, spec: jobs_pb2.JobSpec, *, tasks: int) -> tuple[JobRecord, bool]:
+        """Admit and reserve one submission of ``tasks`` tasks (an array's task count, else 1).
 
-    def release(self, ident: Identity) -> None:
-        if self.max_jobs <= 0:
-            return
-        n = self._inflight.get(ident.user, 0) - 1
-        if n > 0:
-            self._inflight[ident.user] = n
-        else:
-            self._inflight.pop(ident.user, None)
+        Returns the store's (record, created); raises ResourceExhausted naming the limit.
+        """
+        return await self._store.reserve(user, spec.request_id, spec, tasks=max(1, tasks), limits=self.bounds)
+
+    async def prune(self) -> int:
+        """Drop finished records past the retention age or each user's count; returns how many."""
+        cutoff = self._clock() - self._retention if self._retention > 0 else float("-inf")
+        return await self._store.prune_finished(older_than=cutoff, keep_per_user=self.bounds.max_finished)
+
+    async def run_retention(self, stop: asyncio.Event) -> None:
+        """Prune now and every ``prune_interval_seconds`` until ``stop`` is set."""
+        while not stop.is_set():
+            try:
+                pruned = await self.prune()
+                if pruned:
+                    log.info("retention pruned %d finished record(s)", pruned)
+            except Exception:
+                log.exception("retention prune failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self._prune_every)

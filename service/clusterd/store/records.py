@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import enum
+import os
+import pwd
 from dataclasses import dataclass, field, replace
 
 from clusterctl.v1 import jobs_pb2
-from clusterd.slurm.types import JobState
+from clusterd.slurm.types import JobState, SlurmJob
+
+RECORD_TAG_PREFIX = "clusterctl-record:"  # a Slurm comment starting so names the record that submitted it
+# Who Slurm shows as the owner of jobs sbatch ran without the caller's rights (a non-root service).
+_SERVICE_ACCOUNT: str | None = pwd.getpwuid(os.geteuid()).pw_name if os.geteuid() != 0 else None
 
 
 class Phase(enum.Enum):
@@ -59,6 +65,10 @@ class JobRecord:
     needs_release: bool = False  # requeued, waiting for exclusions + StartTime=now to be applied
     backoff_seconds: float = 0.0
     restarts: list[RestartEntry] = field(default_factory=list)
+    tasks: int = 1  # what the record counts toward its user's job quota (array tasks)
+    # Slurm gave this record's job id to a newer job (slurmctld lost its state): the record is
+    # frozen and terminal, and nothing may act on the Slurm id on its behalf.
+    superseded: bool = False
 
     def snapshot(self) -> JobRecord:
         """A copy that later updates of this record cannot change (events carry these)."""
@@ -67,4 +77,13 @@ class JobRecord:
     @property
     def comment_tag(self) -> str:
         """Written into the Slurm job's comment so a crashed submission can be found again."""
-        return f"clusterctl-record:{self.record_id}"
+        return f"{RECORD_TAG_PREFIX}{self.record_id}"
+
+    def adopts(self, job: SlurmJob) -> bool:
+        """Whether ``job`` is this record's crashed submission: its tag AND its owner's name.
+
+        The tag alone is not enough: a user who writes another record's tag into their own job's
+        comment must not have it adopted as someone else's. Slurm shows the caller as the owner
+        when sbatch runs with the caller's rights, the service's account when it cannot.
+        """
+        return job.comment == self.comment_tag and job.user in (self.user, _SERVICE_ACCOUNT)

@@ -2,73 +2,62 @@
 
 All blocking SQLite work runs through ``asyncio.to_thread`` here and nowhere else (STYLE 8). A
 UNIQUE(user, request_id) constraint makes idempotency hold across concurrent calls and restarts:
-the database, not an in-memory map, decides which caller submits.
+the database, not an in-memory map, decides which caller submits; the same transaction enforces
+the caller's per-user bounds (store/bounds.py). The writes a submit's acknowledgement rests on
+(the reservation, and the save that records Slurm's job id) commit with ``synchronous=FULL``, so
+they survive a power loss; the poller's many updates, which the next poll re-derives from Slurm,
+commit with NORMAL (bench/tenancy.py: a FULL save costs ~5x a NORMAL one here). The files are the
+service's alone: directory 0700, database (and the -wal/-shm files SQLite creates with the
+database's mode) 0600.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
 import threading
 import time
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from clusterctl.v1 import jobs_pb2
 from clusterd.slurm.types import JobState
+from clusterd.store import bounds, schema
 from clusterd.store.records import JobRecord, Phase, RestartEntry
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    record_id   INTEGER PRIMARY KEY AUTOINCREMENT,
-    user        TEXT NOT NULL,
-    request_id  TEXT NOT NULL,
-    job_id      TEXT,
-    phase       TEXT NOT NULL,
-    spec        BLOB NOT NULL,
-    observed    TEXT NOT NULL DEFAULT '{}',
-    terminal    INTEGER NOT NULL DEFAULT 0,
-    created     REAL NOT NULL,
-    updated     REAL NOT NULL
-);
-CREATE UNIQUE INDEX IF NOT EXISTS jobs_request ON jobs(user, request_id) WHERE request_id != '';
-CREATE UNIQUE INDEX IF NOT EXISTS jobs_job_id ON jobs(job_id) WHERE job_id IS NOT NULL;
-CREATE INDEX IF NOT EXISTS jobs_live ON jobs(terminal);
-CREATE TABLE IF NOT EXISTS restarts (
-    record_id   INTEGER NOT NULL REFERENCES jobs(record_id),
-    seq         INTEGER NOT NULL,
-    cause       TEXT NOT NULL,
-    nodes       TEXT NOT NULL,
-    time        REAL NOT NULL,
-    step        INTEGER NOT NULL,
-    exit_code   INTEGER NOT NULL,
-    detail      TEXT NOT NULL,
-    PRIMARY KEY (record_id, seq)
-);
-"""
 
 # Observed fields kept as one JSON column: they change together on every poll.
 _OBSERVED = (
-    "name", "state", "reason", "nodes", "partition", "exit_code", "exit_signal", "submit_time", "start_time",
+    "name", "reason", "nodes", "partition", "exit_code", "exit_signal", "submit_time", "start_time",
     "end_time", "restart_count", "final_reason", "checkpoint_step", "excluded_nodes",
     "placement_explanation", "error", "user_cancelled", "acked_restarts", "final_cause",
     "needs_release", "backoff_seconds",
 )  # fmt: skip
+_ROW = "jobs.record_id, user, request_id, job_id, phase, terminal, superseded, state, tasks, created, observed"
+_FINISHED = "(terminal != 0 OR phase = 'failed')"
+_LIVE = "terminal = 0 AND phase != 'failed'"
 
 
 def _observed_json(rec: JobRecord) -> str:
     data: dict[str, Any] = {}
     for name in _OBSERVED:
         value = getattr(rec, name)
-        if isinstance(value, JobState):
-            value = value.value
-        elif isinstance(value, tuple):
-            value = list(value)
-        data[name] = value
+        data[name] = list(value) if isinstance(value, tuple) else value
     return json.dumps(data, sort_keys=True)
+
+
+def _private(path: Path) -> None:
+    """Directory 0700 and database 0600, created so: never a moment readable by others."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path.parent, 0o700)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):  # files of an older, laxer version
+        if name.exists():
+            os.chmod(name, 0o600)
 
 
 @dataclass(frozen=True)
@@ -84,7 +73,7 @@ class JobStore:
 
     def __init__(self, path: str | Path) -> None:
         self._path = Path(path)
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        _private(self._path)
         self._lock = threading.Lock()
         self._record_locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
         self._db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
@@ -93,97 +82,145 @@ class JobStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA busy_timeout=5000")
-            self._db.executescript(_SCHEMA)
+            schema.migrate(self._db)
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
-    # -- sync internals (run in a worker thread) --------------------------------------------
+    # -- sync internals (run in a worker thread, holding self._lock) ---------------------------
 
-    def _row_to_record(self, row: sqlite3.Row) -> JobRecord:
-        spec = jobs_pb2.JobSpec()
-        spec.ParseFromString(row["spec"])
-        rec = JobRecord(
-            record_id=row["record_id"],
-            user=row["user"],
-            request_id=row["request_id"],
-            spec=spec,
-            phase=Phase(row["phase"]),
-            created=row["created"],
-            job_id=row["job_id"] or "",
-            terminal=bool(row["terminal"]),
-        )
-        for name, value in json.loads(row["observed"]).items():
-            if name == "state":
-                value = JobState(value)
-            elif name in ("nodes", "excluded_nodes"):
-                value = tuple(value)
-            setattr(rec, name, value)
-        rec.restarts = [
-            RestartEntry(r["cause"], tuple(json.loads(r["nodes"])), r["time"], r["step"], r["exit_code"], r["detail"])
-            for r in self._db.execute(
-                "SELECT * FROM restarts WHERE record_id=? ORDER BY seq", (rec.record_id,)
-            ).fetchall()
-        ]
-        return rec
+    def _transaction(self, *, durable: bool = False) -> _Transaction:
+        return _Transaction(self._db, durable=durable)
 
-    def _reserve(self, user: str, request_id: str, spec: bytes) -> tuple[JobRecord, bool]:
+    def _records(self, rows: list[sqlite3.Row], *, with_spec: bool) -> list[JobRecord]:
+        """Rows -> records; restarts in one query for all of them, specs only when asked."""
+        ids = [r["record_id"] for r in rows]
+        restarts: dict[int, list[RestartEntry]] = {i: [] for i in ids}
+        for chunk in _chunks(ids):
+            marks = ",".join("?" * len(chunk))
+            for r in self._db.execute(f"SELECT * FROM restarts WHERE record_id IN ({marks}) ORDER BY seq", chunk):
+                restarts[r["record_id"]].append(RestartEntry(
+                    r["cause"], tuple(json.loads(r["nodes"])), r["time"], r["step"], r["exit_code"], r["detail"]))
+        out = []
+        for row in rows:
+            spec = jobs_pb2.JobSpec()
+            if with_spec:
+                (blob,) = self._db.execute("SELECT spec FROM specs WHERE record_id=?", (row["record_id"],)).fetchone()
+                spec.ParseFromString(blob)
+            rec = JobRecord(
+                record_id=row["record_id"], user=row["user"], request_id=row["request_id"], spec=spec,
+                phase=Phase(row["phase"]), created=row["created"], job_id=row["job_id"] or "",
+                terminal=bool(row["terminal"]), superseded=bool(row["superseded"]), tasks=row["tasks"],
+                restarts=restarts[row["record_id"]],
+            )  # fmt: skip
+            for name, value in json.loads(row["observed"]).items():
+                if name in _OBSERVED:
+                    setattr(rec, name, tuple(value) if name in ("nodes", "excluded_nodes") else value)
+            rec.state = JobState(row["state"])
+            out.append(rec)
+        return out
+
+    def _usage(self, user: str) -> bounds.Usage:
+        ((tasks, live_bytes),) = self._db.execute(
+            f"SELECT COALESCE(SUM(tasks), 0), COALESCE(SUM(spec_bytes), 0) FROM jobs WHERE user=? AND {_LIVE}",
+            (user,),
+        ).fetchall()
+        finished = self._db.execute(
+            f"SELECT record_id, spec_bytes FROM jobs WHERE user=? AND {_FINISHED} ORDER BY finished, record_id",
+            (user,),
+        ).fetchall()
+        return bounds.Usage(int(tasks), int(live_bytes), tuple((int(i), int(b)) for i, b in finished))
+
+    def _delete(self, ids: list[int]) -> None:
+        for chunk in _chunks(ids):
+            marks = ",".join("?" * len(chunk))
+            for table in ("restarts", "specs", "jobs"):
+                self._db.execute(f"DELETE FROM {table} WHERE record_id IN ({marks})", chunk)
+
+    def _reserve(
+        self, user: str, request_id: str, spec: bytes, tasks: int, limits: bounds.UserBounds | None
+    ) -> tuple[JobRecord, bool]:
         now = time.time()
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                if request_id:
-                    row = self._db.execute(
-                        "SELECT * FROM jobs WHERE user=? AND request_id=?", (user, request_id)
-                    ).fetchone()
-                    if row is not None and row["phase"] != Phase.FAILED.value:
-                        self._db.execute("COMMIT")
-                        return self._row_to_record(row), False
-                    if row is not None:  # a failed attempt submitted nothing: this retry may submit
-                        self._db.execute("DELETE FROM jobs WHERE record_id=?", (row["record_id"],))
-                cur = self._db.execute(
-                    "INSERT INTO jobs(user, request_id, phase, spec, created, updated) VALUES (?,?,?,?,?,?)",
-                    (user, request_id, Phase.SUBMITTING.value, spec, now, now),
-                )
-                row = self._db.execute("SELECT * FROM jobs WHERE record_id=?", (cur.lastrowid,)).fetchone()
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            return self._row_to_record(row), True
+        with self._lock, self._transaction(durable=True):
+            if request_id:
+                row = self._db.execute(f"SELECT {_ROW} FROM jobs WHERE user=? AND request_id=?",
+                                       (user, request_id)).fetchone()  # fmt: skip
+                if row is not None and row["phase"] != Phase.FAILED.value:
+                    return self._records([row], with_spec=True)[0], False  # a retry is not a new job
+                if row is not None:  # a failed attempt submitted nothing: this retry may submit
+                    self._delete([row["record_id"]])
+            if limits is not None:
+                self._delete(bounds.admit(limits, self._usage(user), user=user, tasks=tasks, spec_bytes=len(spec)))
+            cur = self._db.execute(
+                "INSERT INTO jobs(user, request_id, phase, tasks, spec_bytes, created, updated) VALUES (?,?,?,?,?,?,?)",
+                (user, request_id, Phase.SUBMITTING.value, tasks, len(spec), now, now),
+            )
+            self._db.execute("INSERT INTO specs(record_id, spec) VALUES (?, ?)", (cur.lastrowid, spec))
+            row = self._db.execute(f"SELECT {_ROW} FROM jobs WHERE record_id=?", (cur.lastrowid,)).fetchone()
+        return self._records([row], with_spec=False)[0], True
 
     def _update(self, rec: JobRecord) -> None:
+        """Write ``rec``; a record given a Slurm id another record holds supersedes that one."""
+        now = time.time()
+        row = self._db.execute("SELECT job_id, superseded FROM jobs WHERE record_id=?", (rec.record_id,)).fetchone()
+        if row is None or row["superseded"]:
+            return  # pruned, or frozen: Slurm's id now names another record's job
+        if rec.job_id and row["job_id"] != rec.job_id:
+            reason = (f"Slurm gave job id {rec.job_id} to a newer job (slurmctld lost its state); "
+                      "what became of this one is unknown")  # fmt: skip
+            self._db.execute(
+                "UPDATE jobs SET superseded=1, updated=?, finished=COALESCE(finished, ?), "
+                "state=CASE WHEN terminal=0 THEN 'UNKNOWN' ELSE state END, "
+                "observed=CASE WHEN terminal=0 THEN json_set(observed, '$.final_reason', ?) ELSE observed END, "
+                "terminal=1 WHERE job_id=? AND record_id!=? AND superseded=0",
+                (now, now, reason, rec.job_id, rec.record_id),
+            )
+        finished = rec.terminal or rec.phase is Phase.FAILED
         self._db.execute(
-            "UPDATE jobs SET job_id=?, phase=?, observed=?, terminal=?, updated=? WHERE record_id=?",
-            (rec.job_id or None, rec.phase.value, _observed_json(rec), int(rec.terminal), time.time(), rec.record_id),
-        )
+            "UPDATE jobs SET job_id=?, phase=?, state=?, observed=?, terminal=?, updated=?, "
+            "finished=CASE WHEN ? THEN COALESCE(finished, ?) END WHERE record_id=?",
+            (rec.job_id or None, rec.phase.value, rec.state.value, _observed_json(rec), int(rec.terminal), now,
+             int(finished), now, rec.record_id),
+        )  # fmt: skip
 
     def _save(self, rec: JobRecord) -> None:
         with self._lock:
-            self._update(rec)
+            row = self._db.execute("SELECT job_id FROM jobs WHERE record_id=?", (rec.record_id,)).fetchone()
+            assigns_job_id = bool(rec.job_id) and row is not None and row["job_id"] != rec.job_id
+            with self._transaction(durable=assigns_job_id):
+                self._update(rec)
 
     def _record_restart(self, rec: JobRecord, entry: RestartEntry) -> None:
         """The restart row and the record's new state in ONE transaction: a crash keeps both or neither."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                query = "SELECT COUNT(*) FROM restarts WHERE record_id=?"
-                (seq,) = self._db.execute(query, (rec.record_id,)).fetchone()
-                self._db.execute(
-                    "INSERT INTO restarts VALUES (?,?,?,?,?,?,?,?)",
-                    (rec.record_id, seq, entry.cause, json.dumps(list(entry.failed_nodes)), entry.time,
-                     entry.checkpoint_step, entry.exit_code, entry.detail),
-                )  # fmt: skip
-                self._update(rec)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self._lock, self._transaction():
+            (seq,) = self._db.execute("SELECT COUNT(*) FROM restarts WHERE record_id=?", (rec.record_id,)).fetchone()
+            self._db.execute(
+                "INSERT INTO restarts SELECT ?,?,?,?,?,?,?,? WHERE EXISTS "
+                "(SELECT 1 FROM jobs WHERE record_id=? AND superseded=0)",
+                (rec.record_id, seq, entry.cause, json.dumps(list(entry.failed_nodes)), entry.time,
+                 entry.checkpoint_step, entry.exit_code, entry.detail, rec.record_id),
+            )  # fmt: skip
+            self._update(rec)
 
-    def _query(self, sql: str, params: tuple[Any, ...]) -> list[JobRecord]:
+    def _query(self, sql: str, params: tuple[Any, ...], *, with_spec: bool) -> list[JobRecord]:
         with self._lock:
-            return [self._row_to_record(r) for r in self._db.execute(sql, params).fetchall()]
+            return self._records(self._db.execute(sql, params).fetchall(), with_spec=with_spec)
+
+    def _rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return [tuple(r) for r in self._db.execute(sql, params).fetchall()]
+
+    def _prune(self, cutoff: float, keep: int) -> int:
+        with self._lock, self._transaction():
+            ids = [r[0] for r in self._db.execute(
+                f"SELECT record_id FROM (SELECT record_id, finished, ROW_NUMBER() OVER "
+                f"(PARTITION BY user ORDER BY finished DESC, record_id DESC) AS rank FROM jobs WHERE {_FINISHED}) "
+                "WHERE finished < ? OR (? > 0 AND rank > ?)",
+                (cutoff, keep, keep),
+            )]  # fmt: skip
+            self._delete(ids)
+        return len(ids)
 
     # -- async API ---------------------------------------------------------------------------
 
@@ -195,14 +232,24 @@ class JobStore:
             self._record_locks[record_id] = lock
         return lock
 
-    async def reserve(self, user: str, request_id: str, spec: jobs_pb2.JobSpec) -> tuple[JobRecord, bool]:
+    async def reserve(
+        self, user: str, request_id: str, spec: jobs_pb2.JobSpec, *, tasks: int = 1,
+        limits: bounds.UserBounds | None = None,
+    ) -> tuple[JobRecord, bool]:  # fmt: skip
         """Create a SUBMITTING record, or return the live one holding ``(user, request_id)``.
 
-        Returns (record, created). Only the caller that got created=True may run sbatch.
+        Returns (record, created). Only the caller that got created=True may run sbatch. With
+        ``limits``, the new record must fit ``user``'s bounds (finished records are pruned, oldest
+        first, to make room); raises ResourceExhausted naming the limit when it cannot. A retry of
+        a held request_id is returned whatever the bounds: it submits nothing new.
         """
-        return await asyncio.to_thread(self._reserve, user, request_id, spec.SerializeToString())
+        rec, created = await asyncio.to_thread(self._reserve, user, request_id, spec.SerializeToString(), tasks, limits)
+        if created:
+            rec.spec = spec  # the caller's own message: not a second multi-MiB copy parsed back from the blob
+        return rec, created
 
     async def save(self, rec: JobRecord) -> None:
+        """Write ``rec`` (a superseded record is frozen: saving it changes nothing)."""
         await asyncio.to_thread(self._save, rec)
 
     async def record_restart(self, rec: JobRecord, entry: RestartEntry) -> None:
@@ -211,46 +258,81 @@ class JobStore:
         rec.restarts.append(entry)
 
     async def get_by_record(self, record_id: int) -> JobRecord | None:
-        rows = await asyncio.to_thread(self._query, "SELECT * FROM jobs WHERE record_id=?", (record_id,))
+        sql = f"SELECT {_ROW} FROM jobs WHERE record_id=?"
+        rows = await asyncio.to_thread(self._query, sql, (record_id,), with_spec=True)
         return rows[0] if rows else None
 
-    async def get_by_job_id(self, job_id: str) -> JobRecord | None:
-        rows = await asyncio.to_thread(self._query, "SELECT * FROM jobs WHERE job_id=?", (job_id,))
-        return rows[0] if rows else None
+    async def get_by_job_id(
+        self, job_id: str, *, user: str | None = None, with_spec: bool = True
+    ) -> JobRecord | None:
+        """The record Slurm id ``job_id`` names now (the current one), else the newest that held it.
 
-    def _rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        with self._lock:
-            return [tuple(r) for r in self._db.execute(sql, params).fetchall()]
+        With ``user``, only that user's records: after Slurm reused an id, each owner finds their
+        own job under it, and only the newest owner's record is current (``superseded`` False).
+        Without ``with_spec`` the record is a compact row (``spec`` left empty).
+        """
+        where, params = ("job_id=? AND user=?", (job_id, user)) if user is not None else ("job_id=?", (job_id,))
+        sql = f"SELECT {_ROW} FROM jobs WHERE {where} ORDER BY superseded, record_id DESC LIMIT 1"
+        rows = await asyncio.to_thread(self._query, sql, params, with_spec=with_spec)
+        return rows[0] if rows else None
 
     async def live(self) -> list[LiveRow]:
         """The records the poller must still follow (not terminal, not failed), without decoding them.
 
         ``updated`` changes with every save, so the poller can tell a record nobody touched since
         its last look from one an RPC changed; decoding is left to the few it must re-read.
+        Superseded records are terminal, so a reused Slurm id resolves to its newest record only.
         """
-        sql = "SELECT record_id, phase, job_id, updated FROM jobs WHERE terminal=0 AND phase!=? ORDER BY record_id"
-        rows = await asyncio.to_thread(self._rows, sql, (Phase.FAILED.value,))
+        sql = f"SELECT record_id, phase, job_id, updated FROM jobs WHERE {_LIVE} ORDER BY record_id"
+        rows = await asyncio.to_thread(self._rows, sql, ())
         return [LiveRow(int(rid), Phase(phase), job_id or "", float(updated)) for rid, phase, job_id, updated in rows]
-
-    async def live_count(self, user: str, *, request_id: str = "") -> tuple[int, bool]:
-        """(``user``'s submitted unfinished jobs, whether one holds ``request_id``): counted, not decoded."""
-        sql = ("SELECT COUNT(*), COALESCE(SUM(request_id=? AND request_id!=''), 0) FROM jobs "
-               "WHERE user=? AND phase=? AND terminal=0")  # fmt: skip
-        ((count, held),) = await asyncio.to_thread(self._rows, sql, (request_id, user, Phase.SUBMITTED.value))
-        return int(count), bool(held)
 
     async def list(
         self, *, user: str | None, include_finished: bool, limit: int, states: frozenset[JobState] = frozenset()
     ) -> list[JobRecord]:
+        """Submitted records, newest first, as compact rows: ``spec`` is left empty, never decoded."""
         clauses = ["phase=?"]
         params: list[Any] = [Phase.SUBMITTED.value]
         if states:
-            clauses.append(f"json_extract(observed, '$.state') IN ({','.join('?' * len(states))})")
+            clauses.append(f"state IN ({','.join('?' * len(states))})")
             params.extend(sorted(s.value for s in states))
         if user is not None:
             clauses.append("user=?")
             params.append(user)
         if not include_finished:
             clauses.append("terminal=0")
-        sql = f"SELECT * FROM jobs WHERE {' AND '.join(clauses)} ORDER BY record_id DESC LIMIT ?"
-        return await asyncio.to_thread(self._query, sql, (*params, limit))
+        sql = f"SELECT {_ROW} FROM jobs WHERE {' AND '.join(clauses)} ORDER BY record_id DESC LIMIT ?"
+        return await asyncio.to_thread(self._query, sql, (*params, limit), with_spec=False)
+
+    async def prune_finished(self, *, older_than: float, keep_per_user: int) -> int:
+        """Delete finished records that ended before ``older_than`` or past each user's newest
+        ``keep_per_user`` (0 = no count bound); returns how many went."""
+        return await asyncio.to_thread(self._prune, older_than, keep_per_user)
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception (the caller holds the store lock).
+
+    ``durable``: this one commit syncs the WAL to disk before it returns (synchronous=FULL).
+    """
+
+    def __init__(self, db: sqlite3.Connection, *, durable: bool) -> None:
+        self._db = db
+        self._durable = durable
+
+    def __enter__(self) -> None:
+        if self._durable:
+            self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        finally:
+            if self._durable:
+                self._db.execute("PRAGMA synchronous=NORMAL")
+
+
+def _chunks(ids: list[int], size: int = 500) -> Iterable[list[int]]:
+    for start in range(0, len(ids), size):
+        yield ids[start : start + size]

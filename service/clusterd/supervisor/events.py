@@ -2,6 +2,8 @@
 
 Each subscriber owns a bounded queue. A subscriber that falls ``queue_size`` events behind is cut
 off (its stream ends with RESOURCE_EXHAUSTED) rather than letting memory grow without bound.
+Admission is capped twice: ``max_subscribers`` in all, and ``max_per_user`` for any one user, so
+one tenant opening streams in a loop cannot take the slots everyone else needs.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import asyncio
 import contextlib
 import enum
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 
@@ -40,8 +43,9 @@ _CLOSED = object()
 
 
 class Subscription:
-    def __init__(self, bus: EventBus, accept: Callable[[JobEvent], bool], size: int) -> None:
+    def __init__(self, bus: EventBus, accept: Callable[[JobEvent], bool], size: int, user: str) -> None:
         self._bus = bus
+        self.user = user
         self._accept = accept
         self._queue: asyncio.Queue[object] = asyncio.Queue(maxsize=size)
         self.overflowed = False
@@ -76,24 +80,45 @@ class Subscription:
 
 
 class EventBus:
-    def __init__(self, *, queue_size: int = 1000, max_subscribers: int = 1000) -> None:
+    def __init__(self, *, queue_size: int = 1000, max_subscribers: int = 1000, max_per_user: int = 0) -> None:
+        """``max_per_user`` 0 = only the global cap applies."""
         self._subs: set[Subscription] = set()
+        self._per_user: Counter[str] = Counter()
         self._queue_size = queue_size
         self._max = max_subscribers
+        self._max_per_user = max_per_user
 
     @property
     def subscriber_count(self) -> int:
         return len(self._subs)
 
-    def subscribe(self, accept: Callable[[JobEvent], bool]) -> Subscription:
+    def watchers_of(self, user: str) -> int:
+        return self._per_user[user]
+
+    def subscribe(self, accept: Callable[[JobEvent], bool], *, user: str = "") -> Subscription:
+        """A stream of the events ``accept`` takes, counted against ``user``'s watcher slots.
+
+        Raises ResourceExhausted naming the limit that refused it; the per-user cap is checked
+        first, so a user at their own cap learns that rather than a misleading global figure.
+        """
+        if self._max_per_user > 0 and self._per_user[user] >= self._max_per_user:
+            raise ResourceExhausted(
+                f"{user or 'this caller'} already has {self._per_user[user]} watch stream(s) open; "
+                f"the limit is {self._max_per_user} per user (limits.max_watchers_per_user)"
+            )
         if len(self._subs) >= self._max:
-            raise ResourceExhausted(f"too many watchers (limit {self._max})")
-        sub = Subscription(self, accept, self._queue_size)
+            raise ResourceExhausted(f"too many watchers (limit {self._max} in all, limits.max_watchers)")
+        sub = Subscription(self, accept, self._queue_size, user)
         self._subs.add(sub)
+        self._per_user[user] += 1
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
-        self._subs.discard(sub)
+        if sub in self._subs:
+            self._subs.discard(sub)
+            self._per_user[sub.user] -= 1
+            if self._per_user[sub.user] <= 0:
+                del self._per_user[sub.user]
 
     def publish(self, event: JobEvent) -> None:
         event = replace(event, record=event.record.snapshot())
@@ -104,3 +129,4 @@ class EventBus:
         for sub in list(self._subs):
             sub.close()
         self._subs.clear()
+        self._per_user.clear()

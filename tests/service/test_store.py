@@ -1,0 +1,207 @@
+"""JobStore on its own: idempotent reservation, Slurm id reuse, compact rows, per-user bounds, files."""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from clusterctl.v1 import jobs_pb2
+from clusterd.errors import ResourceExhausted
+from clusterd.slurm.types import JobState, SlurmJob
+from clusterd.store import schema
+from clusterd.store.bounds import UserBounds
+from clusterd.store.records import JobRecord, Phase, RestartEntry
+from clusterd.store.sqlite import JobStore
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> JobStore:
+    s = JobStore(tmp_path / "state" / "db.sqlite3")
+    yield s  # type: ignore[misc]
+    s.close()
+
+
+def spec(script_bytes: int = 0, **kw: object) -> jobs_pb2.JobSpec:
+    return jobs_pb2.JobSpec(command=["hostname"], script="#!/bin/sh\n" + "x" * script_bytes, **kw)  # type: ignore[arg-type]
+
+
+async def submitted(store: JobStore, user: str, job_id: str, *, request_id: str = "", tasks: int = 1,
+                    limits: UserBounds | None = None, size: int = 0) -> JobRecord:  # fmt: skip
+    rec, created = await store.reserve(user, request_id, spec(size), tasks=tasks, limits=limits)
+    assert created
+    rec.job_id, rec.phase, rec.name = job_id, Phase.SUBMITTED, f"{user}-job"
+    await store.save(rec)
+    return rec
+
+
+async def finish(store: JobStore, rec: JobRecord) -> None:
+    rec.terminal, rec.state, rec.final_reason = True, JobState.COMPLETED, "completed"
+    await store.save(rec)
+
+
+async def test_reserve_is_idempotent_per_user_and_a_failed_attempt_may_retry(store: JobStore) -> None:
+    first, created = await store.reserve("alice", "r1", spec())
+    assert created and first.phase is Phase.SUBMITTING and first.spec.command == ["hostname"]
+    again, created = await store.reserve("alice", "r1", spec())
+    assert not created and again.record_id == first.record_id
+    other, created = await store.reserve("bob", "r1", spec())  # request ids are per user
+    assert created and other.record_id != first.record_id
+    first.phase, first.error = Phase.FAILED, "sbatch said no"
+    await store.save(first)
+    retry, created = await store.reserve("alice", "r1", spec())
+    assert created and retry.record_id != first.record_id and await store.get_by_record(first.record_id) is None
+
+
+async def test_a_reused_slurm_id_is_a_new_job_and_the_old_record_is_superseded(store: JobStore) -> None:
+    old = await submitted(store, "alice", "100")
+    await store.record_restart(old, RestartEntry("NODE_FAILURE", ("node1",), 1.0, 3))
+    new = await submitted(store, "bob", "100")  # the old UNIQUE(job_id) made this save raise, for good
+    current = await store.get_by_job_id("100")
+    assert current is not None and current.record_id == new.record_id and not current.superseded
+    mine = await store.get_by_job_id("100", user="alice")
+    assert mine is not None and mine.record_id == old.record_id
+    assert mine.superseded and mine.terminal and mine.state is JobState.UNKNOWN
+    assert "gave job id 100 to a newer job" in mine.final_reason and len(mine.restarts) == 1
+    assert [r.record_id for r in await store.live()] == [new.record_id]  # the poller follows the new job only
+    # A stale in-memory copy of the old record cannot bring it back or add restarts.
+    old.terminal, old.state = False, JobState.RUNNING
+    await store.save(old)
+    await store.record_restart(old, RestartEntry("MANUAL_REQUEUE", (), 2.0, 3))
+    frozen = await store.get_by_record(old.record_id)
+    assert frozen is not None and frozen.terminal and frozen.state is JobState.UNKNOWN and len(frozen.restarts) == 1
+    # The same user getting the id again: their newest record is the one they reach.
+    newest = await submitted(store, "alice", "100")
+    reached = await store.get_by_job_id("100", user="alice")
+    assert reached is not None and reached.record_id == newest.record_id
+    bob = await store.get_by_record(new.record_id)
+    assert bob is not None and bob.superseded
+
+
+async def test_lists_are_compact_rows_with_restarts(store: JobStore) -> None:
+    a = await submitted(store, "alice", "1", size=10_000)
+    await store.record_restart(a, RestartEntry("PREEMPTED", (), 1.0, -1))
+    b = await submitted(store, "alice", "2")
+    await finish(store, b)
+    await submitted(store, "bob", "3")
+    rows = await store.list(user="alice", include_finished=True, limit=10)
+    assert [r.job_id for r in rows] == ["2", "1"]
+    assert all(r.spec.ByteSize() == 0 for r in rows)  # specs are never decoded for a list
+    assert rows[1].name == "alice-job" and [e.cause for e in rows[1].restarts] == ["PREEMPTED"]
+    assert [r.job_id for r in await store.list(user="alice", include_finished=False, limit=10)] == ["1"]
+    done = await store.list(user=None, include_finished=True, limit=10, states=frozenset({JobState.COMPLETED}))
+    assert [r.job_id for r in done] == ["2"]
+    full = await store.get_by_job_id("1")
+    assert full is not None and len(full.spec.script) > 10_000
+
+
+async def test_live_tasks_bound_counts_array_tasks_and_lets_retries_through(store: JobStore) -> None:
+    limits = UserBounds(max_live_tasks=10)
+    await submitted(store, "alice", "1", tasks=8, request_id="a", limits=limits)
+    with pytest.raises(ResourceExhausted, match=r"has 8 queued or running task\(s\) and this job adds 3; "
+                                                r"the limit is 10 per user \(limits.max_jobs_per_user\)"):
+        await store.reserve("alice", "b", spec(), tasks=3, limits=limits)
+    rec, created = await store.reserve("alice", "a", spec(), tasks=3, limits=limits)  # a retry submits nothing
+    assert not created and rec.job_id == "1" and rec.tasks == 8
+    await submitted(store, "alice", "2", tasks=2, limits=limits)
+    await submitted(store, "bob", "3", tasks=10, limits=limits)  # bounds are per user
+
+
+async def test_spec_bytes_bound_prunes_finished_first_then_refuses(store: JobStore) -> None:
+    limits = UserBounds(max_spec_bytes=25_000)
+    old = await submitted(store, "alice", "1", size=10_000, limits=limits)
+    await finish(store, old)
+    live = await submitted(store, "alice", "2", size=10_000, limits=limits)
+    await submitted(store, "alice", "3", size=10_000, limits=limits)  # fits once the finished one goes
+    assert await store.get_by_record(old.record_id) is None
+    assert await store.get_by_record(live.record_id) is not None
+    with pytest.raises(ResourceExhausted, match=r"limits.max_spec_bytes_per_user"):
+        await store.reserve("alice", "", spec(10_000), limits=limits)
+
+
+async def test_finished_records_are_kept_by_count_and_age(store: JobStore) -> None:
+    limits = UserBounds(max_finished=2)
+    recs = [await submitted(store, "alice", str(i), limits=limits) for i in range(4)]
+    for rec in recs[:3]:
+        await finish(store, rec)
+    await submitted(store, "alice", "9", limits=limits)  # reserving keeps at most 2 finished
+    kept = await store.list(user="alice", include_finished=True, limit=10)
+    assert [r.job_id for r in kept] == ["9", "3", "2", "1"]
+    for i in range(3):
+        await submitted(store, "bob", f"b{i}")
+    for rec in await store.list(user="bob", include_finished=True, limit=10):
+        await finish(store, rec)
+    assert await store.prune_finished(older_than=0.0, keep_per_user=1) == 3  # alice's "1", bob's b0 and b1
+    assert await store.prune_finished(older_than=float("inf"), keep_per_user=0) == 2  # every finished one
+    left = await store.list(user=None, include_finished=True, limit=10)
+    assert sorted(r.job_id for r in left) == ["3", "9"]  # live records are never pruned
+
+
+async def test_the_writes_a_submit_acknowledges_commit_with_a_full_sync(store: JobStore) -> None:
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    rec = await submitted(store, "alice", "1")  # reserve, then the save that records Slurm's id
+    rec.state = JobState.RUNNING
+    await store.save(rec)  # a poller update: re-derived from Slurm, NORMAL is enough
+    syncs = [s for s in statements if s.startswith(("PRAGMA synchronous", "BEGIN", "COMMIT"))]
+    full, normal, begin, commit = ("PRAGMA synchronous=FULL", "PRAGMA synchronous=NORMAL", "BEGIN IMMEDIATE",
+                                   "COMMIT")  # fmt: skip
+    assert syncs == [full, begin, commit, normal] * 2 + [begin, commit]
+
+
+def test_files_are_private(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    db = state / "clusterd.sqlite3"
+    db.touch(mode=0o644)
+    store = JobStore(db)
+    try:
+        assert stat.S_IMODE(state.stat().st_mode) == 0o700
+        for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    finally:
+        store.close()
+
+
+async def test_version_1_databases_are_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE jobs (record_id INTEGER PRIMARY KEY AUTOINCREMENT, user TEXT NOT NULL,
+            request_id TEXT NOT NULL, job_id TEXT, phase TEXT NOT NULL, spec BLOB NOT NULL,
+            observed TEXT NOT NULL DEFAULT '{}', terminal INTEGER NOT NULL DEFAULT 0, created REAL NOT NULL,
+            updated REAL NOT NULL);
+        CREATE UNIQUE INDEX jobs_request ON jobs(user, request_id) WHERE request_id != '';
+        CREATE UNIQUE INDEX jobs_job_id ON jobs(job_id) WHERE job_id IS NOT NULL;
+        CREATE INDEX jobs_live ON jobs(terminal);
+        CREATE TABLE restarts (record_id INTEGER NOT NULL REFERENCES jobs(record_id), seq INTEGER NOT NULL,
+            cause TEXT NOT NULL, nodes TEXT NOT NULL, time REAL NOT NULL, step INTEGER NOT NULL,
+            exit_code INTEGER NOT NULL, detail TEXT NOT NULL, PRIMARY KEY (record_id, seq));
+    """)
+    db.execute("INSERT INTO jobs VALUES (7, 'alice', 'r', '55', 'submitted', ?, ?, 1, 1.0, 2.0)",
+               (spec(100).SerializeToString(), '{"state": "COMPLETED", "name": "old"}'))  # fmt: skip
+    db.execute("INSERT INTO restarts VALUES (7, 0, 'NODE_FAILURE', '[\"n1\"]', 1.5, 2, 0, '')")
+    db.commit()
+    db.close()
+    store = JobStore(path)
+    try:
+        rec = await store.get_by_job_id("55")
+        assert rec is not None and rec.record_id == 7 and rec.state is JobState.COMPLETED and rec.terminal
+        assert rec.name == "old" and len(rec.spec.script) > 100 and rec.restarts[0].failed_nodes == ("n1",)
+        assert store._db.execute("PRAGMA user_version").fetchone()[0] == schema.VERSION
+        restarts_sql = store._db.execute("SELECT sql FROM sqlite_master WHERE name='restarts'").fetchone()[0]
+        assert "REFERENCES jobs(" in restarts_sql
+        await submitted(store, "bob", "55")  # a reused id no longer collides
+    finally:
+        store.close()
+
+
+def test_adoption_needs_the_tag_and_the_owner() -> None:
+    rec = JobRecord(record_id=12, user="alice", request_id="", spec=spec(), phase=Phase.SUBMITTING, created=0.0)
+    tagged = SlurmJob(job_id="1", name="j", user="alice", state=JobState.PENDING, comment="clusterctl-record:12")
+    assert rec.adopts(tagged)
+    assert not rec.adopts(SlurmJob(job_id="2", name="j", user="mallory", state=JobState.PENDING,
+                                   comment="clusterctl-record:12"))  # fmt: skip
+    assert not rec.adopts(SlurmJob(job_id="3", name="j", user="alice", state=JobState.PENDING, comment="x"))
