@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clusterctl.checkpoint import layout
+from clusterctl.checkpoint.assemble import leaf_span, materialize
 from clusterctl.checkpoint.manifest import load_manifest, load_marker
 from clusterctl.checkpoint.shard import parse_shard, plan_shard
-from clusterctl.checkpoint.tree import flatten, np_dtype_from_spec, unflatten
+from clusterctl.checkpoint.tree import flatten, np_dtype_from_spec
 
 
 def shard_bytes(header: dict[str, object], data: bytes = b"") -> bytes:
@@ -72,14 +73,23 @@ def test_object_dtypes_refused_on_restore() -> None:
     for spec in ("O", "|O", [["a", "O"]], [["a", "<i4"], ["b", "|O"]]):
         with pytest.raises(ValueError):
             np_dtype_from_spec(spec)
-    tree = {"t": "ndarray", "name": "x", "dtype": "|O", "shape": [1]}
+    tree = {"t": "ndarray", "name": "x", "dtype": "|O", "shape": [1], "off": [0, 8]}
     with pytest.raises(ValueError):
-        unflatten(tree, lambda n: np.zeros(8, dtype=np.uint8), torch=None)
+        materialize(tree, np.zeros(8, dtype=np.uint8), (1,), None)
+    with pytest.raises(ValueError):
+        leaf_span(tree)
 
 
-def test_unknown_tree_node_refused() -> None:
+@pytest.mark.parametrize("node", [
+    {"t": "ndarray", "dtype": "<f4", "shape": [2], "off": [0, 4]},  # size does not match the shape
+    {"t": "ndarray", "dtype": "<f4", "shape": [1.5], "off": [0, 4]},  # tampered shape: not an int
+    {"t": "ndarray", "dtype": "<f4", "shape": [True], "off": [0, 4]},
+    {"t": "ndarray", "dtype": "<f4", "shape": [1], "off": [2, 6]},  # misaligned
+    {"t": "torch", "dtype": "pickle", "shape": [1], "off": [0, 4]},
+])
+def test_tampered_tensor_nodes_refused(node: dict[str, object]) -> None:
     with pytest.raises(ValueError):
-        unflatten({"t": "pickle", "name": "x"}, lambda n: np.zeros(1, dtype=np.uint8), torch=None)
+        leaf_span(node)
 
 
 @pytest.mark.parametrize(

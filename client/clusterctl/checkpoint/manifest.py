@@ -22,7 +22,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: int keys, map nodes, byte ranges and layouts in the tree, 256 KiB chunks
+READABLE_VERSIONS = (1, 2)
 MANIFEST_FORMAT = "clusterctl.checkpoint.shard-manifest"
 MARKER_FORMAT = "clusterctl.checkpoint.commit"
 MAX_MANIFEST_BYTES = 64 << 20
@@ -86,6 +87,7 @@ class ShardManifest:
     created: float
     host: str
     algorithm: str = "xxh3_64"
+    version: int = FORMAT_VERSION
 
     def to_json(self, key: bytes | None = None) -> bytes:
         """The stored bytes; signed with ``key`` (default: the configured HMAC key, if any)."""
@@ -163,9 +165,9 @@ def _doc(data: bytes, fmt: str, key: bytes | None = None) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("format") != fmt:
         raise ValueError(f"not a {fmt} document")
     version = doc.get("version")
-    if version != FORMAT_VERSION:
+    if isinstance(version, bool) or version not in READABLE_VERSIONS:
         raise ValueError(f"format version {str(version)[:20]} is not supported (this clusterctl reads "
-                         f"{FORMAT_VERSION})")
+                         f"{', '.join(map(str, READABLE_VERSIONS))})")
     _check_signature(doc, key, fmt)
     return doc
 
@@ -190,7 +192,7 @@ def load_manifest(data: bytes, *, key: bytes | None = None) -> ShardManifest:
         world_size=_int(doc, "world_size", 1, MAX_WORLD_SIZE),
         attempt=_str(doc, "attempt"), shard_key=_str(shard, "key"), shard_size=_int(shard, "size"),
         chunk_size=_int(ck, "chunk_size", 1), chunks=chunks, tree=tree, tensor_count=_int(doc, "tensor_count"),
-        created=_created(doc), host=str(doc.get("host", ""))[:256],
+        created=_created(doc), host=str(doc.get("host", ""))[:256], version=int(doc["version"]),
     )
     if len(chunks) != -(-m.shard_size // m.chunk_size):
         raise ValueError(f"{len(chunks)} chunk checksums do not cover {m.shard_size} bytes")

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..storage import Storage
 from . import checksum, layout, torchcompat
-from .manifest import ShardManifest
+from .manifest import FORMAT_VERSION, ShardManifest
 from .shard import plan_shard
 from .staging import StagingBuffer, StagingPool
 from .tree import flatten
@@ -54,11 +54,13 @@ def take_snapshot(state: Mapping[str, Any], *, step: int, attempt: str, rank: in
         StagingLimitError: the snapshot does not fit the configured staging memory.
     """
     t0 = time.perf_counter()
-    tree, leaves = flatten(state)
+    tree, leaves = flatten(state, rank, world_size)
     plan = plan_shard(leaves, {
-        "format": "clusterctl.checkpoint", "format_version": "1", "step": str(step), "rank": str(rank),
-        "world_size": str(world_size),
+        "format": "clusterctl.checkpoint", "format_version": str(FORMAT_VERSION), "step": str(step),
+        "rank": str(rank), "world_size": str(world_size),
     })
+    for leaf, offset in plan.slots:
+        leaf.node["off"] = [offset, offset + leaf.nbytes]
     has_cuda = any(leaf.array is None for leaf in leaves)
     staging = pool.acquire(plan.total_size, pinned=has_cuda and torchcompat.cuda_available())
     try:
@@ -81,7 +83,8 @@ def take_snapshot(state: Mapping[str, Any], *, step: int, attempt: str, rank: in
     return Snapshot(step, attempt, rank, world_size, tree, staging, len(leaves), time.perf_counter() - t0)
 
 
-def upload_snapshot(snap: Snapshot, storage: Storage, *, chunk_size: int, executor: Executor | None,
+def upload_snapshot(snap: Snapshot, storage: Storage, *, chunk_size: int = checksum.CHUNK_SIZE,
+                    executor: Executor | None,
                     progress: dict[str, str | None]) -> tuple[str, ShardManifest]:
     """Checksum and upload the shard, release its staging memory, then write the shard manifest.
 
