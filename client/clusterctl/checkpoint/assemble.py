@@ -105,7 +105,7 @@ def materialize(node: dict[str, Any], raw: np.ndarray, shape: tuple[int, ...], t
     return arr[()] if kind == "npscalar" else arr
 
 
-def _index(tree: Any) -> dict[Path, dict[str, Any]]:
+def index_tree(tree: Any) -> dict[Path, dict[str, Any]]:
     """Every leaf node of a tree by its path (replicated wrappers are transparent)."""
     out: dict[Path, dict[str, Any]] = {}
     stack: list[tuple[Any, Path]] = [(tree, ())]
@@ -167,7 +167,7 @@ class Assembler:
 
     def index(self, rank: int) -> dict[Path, dict[str, Any]]:
         if rank not in self._indexes:
-            self._indexes[rank] = _index(self._tree(rank))
+            self._indexes[rank] = index_tree(self._tree(rank))
         return self._indexes[rank]
 
     def node_at(self, rank: int, path: Path) -> dict[str, Any]:
