@@ -12,6 +12,7 @@ manifest from one that was replaced later. Other ranks wait (bounded) for the ma
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import Executor
 
@@ -84,6 +85,32 @@ def build_marker(storage: Storage, *, step: int, attempt: str, world_size: int,
     ranks = range(world_size)
     entries = list(executor.map(entry, ranks)) if executor is not None and world_size > 1 else [entry(r) for r in ranks]
     return CommitMarker(step, world_size, attempt, time.time(), entries)
+
+
+PROBE_PREFIX = "probe/"
+
+
+def check_create_only(storage: Storage) -> None:
+    """Make sure the store refuses a second create-only put of one key (S3: ``If-None-Match: *``).
+
+    Commit markers rely on it: a server that ignores the header would let two attempts both
+    "commit" a step, the second silently replacing the first. Run once per manager, before its
+    first commit; the probe object lives under ``probe/`` and is deleted afterwards.
+
+    Raises:
+        SaveError: the server accepted the second create-only put.
+    """
+    key = f"{PROBE_PREFIX}create-only-{uuid.uuid4().hex}"
+    storage.put(key, b"1", if_absent=True)
+    try:
+        storage.put(key, b"2", if_absent=True)
+    except ObjectExistsError:
+        return
+    finally:
+        storage.delete([key])
+    raise SaveError(f"rank 0: {storage.uri} ignores create-only writes (S3 If-None-Match: *): commit markers "
+                    "could overwrite each other, so no step is committed there; use a server that enforces "
+                    "conditional PUTs (AWS S3, MinIO, SeaweedFS)", rank=0, step=-1, key=key)
 
 
 def write_marker(storage: Storage, marker: CommitMarker) -> None:

@@ -145,6 +145,7 @@ class CheckpointManager:
         self._finished: list[SaveHandle] = []
         self._attempts: Counter[int] = Counter()
         self._closed = False
+        self._create_only_checked = False
         self.last_restored_step: int | None = None
 
     # --- saving ---------------------------------------------------------------------------
@@ -251,6 +252,10 @@ class CheckpointManager:
                                           timeout=self.config.commit_timeout, poll=poll)
                 marker = commit.build_marker(self.storage, step=step, attempt=attempt, world_size=self.world_size,
                                              executor=self._io)
+                if not self._create_only_checked:
+                    progress["key"] = commit.PROBE_PREFIX
+                    commit.check_create_only(self.storage)
+                    self._create_only_checked = True
                 progress["key"] = layout.commit_key(step)
                 commit.write_marker(self.storage, marker)
                 self._after_commit(step)
