@@ -123,3 +123,15 @@ def test_layout_names() -> None:
     for bad in ("..", "a/b", "", "-x", "a b"):
         with pytest.raises(ValueError):
             layout.check_attempt(bad)
+
+
+def test_every_client_error_has_one_root() -> None:
+    import clusterctl.checkpoint as ck
+    import clusterctl.storage as st
+    from clusterctl.errors import ClusterctlError, ServiceError, UsageError
+
+    classes = [getattr(ck, n) for n in ck.__all__ if n.endswith("Error")]
+    classes += [getattr(st, n) for n in st.__all__ if n.endswith("Error")]
+    assert len(classes) > 15
+    for cls in [*classes, ServiceError, UsageError]:
+        assert issubclass(cls, ClusterctlError), cls
