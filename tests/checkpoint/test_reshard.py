@@ -218,3 +218,13 @@ def test_tampered_shape_falls_back(posix_uri: str, bad_shape: Any) -> None:
         with pytest.warns(CheckpointFallbackWarning):
             state = ckpt.restore()
         assert ckpt.last_restored_step == 1 and torch.equal(state["t"], torch.ones(3))
+
+
+def test_template_tensors_are_filled_in_place(posix_uri: str) -> None:
+    save_world(posix_uri, 2, state_of)
+    template = template_of(0, 1)
+    with CheckpointManager(posix_uri, rank=0, world_size=1, config=fast_config()) as ckpt:
+        state = ckpt.restore(template=template, rank_local="drop")
+    assert state["a"] is template["a"].local  # same dtype and shape: no new allocation
+    np.testing.assert_array_equal(template["a"].local, A + 1)
+    assert state["b"] is not template["b"].local and state["b"].dtype == torch.bfloat16  # dtype differs

@@ -331,10 +331,11 @@ class Assembler:
 
         def build() -> Any:
             shape = wanted[1]
-            if len(parts) == 1 and parts[0][1] == wanted:  # exactly one saved piece: a view, no copy
+            target = _in_place_target(template, node, shape)
+            if target is None and len(parts) == 1 and parts[0][1] == wanted:  # one saved piece: a view, no copy
                 raw = self._view(parts[0][0], parts[0][3], parts[0][4])
             else:
-                raw = np.empty(math.prod(shape) * dtype.itemsize, dtype=np.uint8)
+                raw = target if target is not None else np.empty(math.prod(shape) * dtype.itemsize, dtype=np.uint8)
                 out = raw.view(np.dtype(f"V{dtype.itemsize}")).reshape(shape) if dtype.itemsize else None
                 for src, box, inter, b, e in parts:
                     if out is None or not volume(inter):
@@ -344,12 +345,36 @@ class Assembler:
                     piece = as_strided(flat, shape=inter[1], strides=strides, writeable=False)
                     at = tuple(slice(o - w, o - w + n) for o, w, n in zip(inter[0], wanted[0], inter[1], strict=True))
                     out[at] = piece
+            if target is not None:  # filled the caller's own tensor in place
+                return template if torchcompat.is_dtensor(template) else template.local
             value = materialize(node, raw, shape, self._torch)
             if torchcompat.is_dtensor(template):
                 return torchcompat.make_dtensor(value, template)
             return value
 
         return Pending(build)
+
+
+def _in_place_target(template: Any, node: dict[str, Any], shape: tuple[int, ...]) -> np.ndarray | None:
+    """The bytes of the template's own local tensor when the restored slice can go straight into it
+    (same dtype and shape, CPU, contiguous, writable): no allocation, no page faults, as DCP loads."""
+    if torchcompat.is_dtensor(template):
+        local = template.to_local()
+    elif isinstance(template, Sharded):
+        local = template.local
+    else:
+        return None
+    if isinstance(local, np.ndarray):
+        if (node.get("t") != "ndarray" or local.shape != shape or local.dtype != leaf_dtype(node)
+                or not local.flags.c_contiguous or not local.flags.writeable):
+            return None
+        return local.reshape(-1).view(np.uint8)
+    if not torchcompat.is_tensor(local) or node.get("t") != "torch":
+        return None
+    if (torchcompat.dtype_name(local) != node.get("dtype") or tuple(local.shape) != shape
+            or local.device.type != "cpu" or not local.is_contiguous() or local.requires_grad):
+        return None
+    return torchcompat.cpu_bytes_view(local).reshape(-1).view(np.uint8)
 
 
 def finish(value: Any) -> Any:

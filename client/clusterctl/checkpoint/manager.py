@@ -302,7 +302,9 @@ class CheckpointManager:
 
         ``template`` gives the layout wanted now: at each path where it holds a
         :class:`~.parallel.Sharded` (or a DTensor), that leaf comes back as this rank's slice of
-        the global array, read from whichever saved ranks hold it (only the byte ranges needed).
+        the global array, read from whichever saved ranks hold it (only the byte ranges needed);
+        when the template's local tensor has the saved dtype and the wanted shape (CPU, contiguous),
+        it is filled in place and returned, as ``torch.distributed.checkpoint.load`` does.
         Without a template a sharded leaf comes back as this rank's own piece (same world size) or
         its even dim-0 share (``torch.chunk``; the whole array on one process). Replicated leaves
         come back whole at any world size. Rank-local leaves (neither) need the same world size,

@@ -42,8 +42,13 @@ class RangeReader:
 
     def _merged(self, rank: int) -> list[tuple[int, int]]:
         m = self._manifest(rank)
-        c = m.chunk_size
-        spans = sorted((b // c * c, min(m.shard_size, -(-e // c) * c)) for b, e in self._wanted.get(rank, []))
+        starts = m.starts()
+        bounds = [*starts, m.shard_size]
+
+        def widen(b: int, e: int) -> tuple[int, int]:
+            return bounds[bisect.bisect_right(starts, b) - 1], bounds[bisect.bisect_left(starts, e)]
+
+        spans = sorted(widen(b, e) for b, e in self._wanted.get(rank, []))
         out: list[tuple[int, int]] = []
         for b, e in spans:
             if out and b <= out[-1][1]:
@@ -60,11 +65,13 @@ class RangeReader:
         except ObjectNotFoundError:
             raise CorruptCheckpointError(f"step {m.step}: shard {m.shard_key} is missing", step=m.step,
                                          key=m.shard_key) from None
-        c = m.chunk_size
-        for lo in range(begin, end, c):
-            if checksum.digest(buf.data[lo - begin:min(end, lo + c) - begin]) != m.chunks[lo // c]:
+        starts = m.starts()
+        first = bisect.bisect_left(starts, begin)
+        for i in range(first, bisect.bisect_left(starts, end)):
+            lo, hi = starts[i], starts[i + 1] if i + 1 < len(starts) else m.shard_size
+            if checksum.digest(buf.data[lo - begin:hi - begin]) != m.chunks[i]:
                 raise CorruptCheckpointError(
-                    f"step {m.step}: shard {m.shard_key} bytes [{lo}, {min(end, lo + c)}) fail their xxh3 checksum",
+                    f"step {m.step}: shard {m.shard_key} bytes [{lo}, {hi}) fail their xxh3 checksum",
                     step=m.step, key=m.shard_key)
         return rank, begin, buf
 

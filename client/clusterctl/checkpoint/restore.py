@@ -164,6 +164,10 @@ def load_step(storage: Storage, step: int, *, rank: int, world_size: int | None,
                         saved_world=marker.world_size, rank=rank, world_size=world_size or marker.world_size,
                         foreign=foreign, rank_local=rank_local, step=step)
         planned = asm.plan(m.tree, template)
+        if not foreign:  # the safetensors header of our own shard, so tools can still open it
+            nodes = [n.get("v") if n.get("t") == "sharded" else n for n in asm.index(base).values()]
+            offs = [n["off"][0] for n in nodes if isinstance(n, dict) and isinstance(n.get("off"), list)]
+            reader.ranges.want(base, 0, min(offs, default=m.shard_size))
         reader.ranges.fetch()
         return finish(planned)
     except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError, RuntimeError) as exc:
@@ -249,10 +253,12 @@ def verify_step(storage: Storage, step: int, *, executor: Executor | None = None
             report.problems.append(str(exc))
             continue
 
-        window = max(m.chunk_size, VERIFY_WINDOW // m.chunk_size * m.chunk_size)
         bad: list[int] = []
-        for lo in range(0, m.shard_size, window):  # bounded memory: one window at a time
-            hi = min(m.shard_size, lo + window)
+        starts, windows = m.starts(), list[int]()
+        for s in starts:  # windows of whole chunks, about VERIFY_WINDOW bytes each: bounded memory
+            if not windows or s - windows[-1] >= VERIFY_WINDOW:
+                windows.append(s)
+        for lo, hi in zip(windows, [*windows[1:], m.shard_size], strict=True):
             reader = RangeReader(storage, lambda _r, m=m: m, executor)  # type: ignore[misc]
             reader.want(rank, lo, hi)
             try:

@@ -35,6 +35,7 @@ class Snapshot:
     staging: StagingBuffer
     tensor_count: int
     seconds: float
+    segments: list[int]  # where checksum chunking restarts: 0 and the start of every large tensor
 
     @property
     def nbytes(self) -> int:
@@ -80,7 +81,9 @@ def take_snapshot(state: Mapping[str, Any], *, step: int, attempt: str, rank: in
     except BaseException:
         staging.release()
         raise
-    return Snapshot(step, attempt, rank, world_size, tree, staging, len(leaves), time.perf_counter() - t0)
+    segments = [0] + [off for leaf, off in plan.slots if leaf.nbytes >= checksum.CHUNK_SIZE and off > 0]
+    return Snapshot(step, attempt, rank, world_size, tree, staging, len(leaves), time.perf_counter() - t0,
+                    sorted(set(segments)))
 
 
 def upload_snapshot(snap: Snapshot, storage: Storage, *, chunk_size: int = checksum.CHUNK_SIZE,
@@ -95,7 +98,7 @@ def upload_snapshot(snap: Snapshot, storage: Storage, *, chunk_size: int = check
     manifest_key = layout.manifest_key(snap.step, snap.attempt, snap.rank, snap.world_size)
     try:
         data = snap.staging.array.data
-        chunks = checksum.chunk_digests(data, chunk_size, executor)
+        chunks = checksum.chunk_digests(data, chunk_size, executor, snap.segments)
         prefix = progress["key"] = layout.attempt_prefix(snap.step, snap.attempt)
         storage.prepare_prefix(prefix)
         progress["key"] = shard_key
@@ -106,6 +109,7 @@ def upload_snapshot(snap: Snapshot, storage: Storage, *, chunk_size: int = check
     manifest = ShardManifest(
         step=snap.step, rank=snap.rank, world_size=snap.world_size, attempt=snap.attempt, shard_key=shard_key,
         shard_size=size, chunk_size=chunk_size, chunks=chunks, tree=snap.tree, tensor_count=snap.tensor_count,
+        segments=snap.segments,
         created=time.time(), host=socket.gethostname(),
     )
     progress["key"] = manifest_key
