@@ -245,6 +245,7 @@ class CheckpointManager:
             raise SaveError(f"rank {self.rank}: step {step} not committed: another rank failed to write its shard",
                             rank=self.rank, step=step)
         poll = (self.config.poll_initial, self.config.poll_max)
+        failure: Exception | None = None
         try:
             if self.rank == 0:
                 progress["key"] = layout.attempt_prefix(step, attempt)
@@ -258,7 +259,19 @@ class CheckpointManager:
                     self._create_only_checked = True
                 progress["key"] = layout.commit_key(step)
                 commit.write_marker(self.storage, marker)
+        except Exception as exc:
+            failure = exc
+        # With torch.distributed, rank 0 announces the outcome through the group: the other ranks
+        # learn "committed" at once instead of polling storage for the marker with backoff.
+        announced = coord.agree(failure is None, timeout=self.config.commit_timeout) if coord is not None else None
+        if failure is not None:
+            raise self._wrap(failure, step, progress["key"]) from failure
+        try:
+            if self.rank == 0:
                 self._after_commit(step)
+            elif announced is False:
+                raise SaveError(f"rank {self.rank}: step {step} not committed: rank 0 failed to commit it",
+                                rank=self.rank, step=step, key=layout.commit_key(step))
             else:
                 commit.wait_for_commit(self.storage, rank=self.rank, step=step, attempt=attempt,
                                        timeout=self.config.commit_timeout, poll=poll)

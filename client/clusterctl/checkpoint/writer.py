@@ -98,12 +98,14 @@ def upload_snapshot(snap: Snapshot, storage: Storage, *, chunk_size: int = check
     manifest_key = layout.manifest_key(snap.step, snap.attempt, snap.rank, snap.world_size)
     try:
         data = snap.staging.array.data
-        chunks = checksum.chunk_digests(data, chunk_size, executor, snap.segments)
+        # checksums (CPU) run beside the upload (I/O) over the same immutable buffer
+        digests = executor.submit(checksum.chunk_digests, data, chunk_size, None, snap.segments) if executor else None
         prefix = progress["key"] = layout.attempt_prefix(snap.step, snap.attempt)
         storage.prepare_prefix(prefix)
         progress["key"] = shard_key
         storage.put(shard_key, data)
         size = len(data)
+        chunks = digests.result() if digests else checksum.chunk_digests(data, chunk_size, None, snap.segments)
     finally:
         snap.staging.release()
     manifest = ShardManifest(
