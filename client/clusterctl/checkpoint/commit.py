@@ -5,7 +5,8 @@ a create-only put *after* every rank's shard manifest of that attempt is readabl
 that the manifests exist by listing the attempt's prefix with backoff, bounded by
 ``commit_timeout`` (and, when torch.distributed is up, every rank has already agreed on success).
 The marker records each manifest's size and xxh3 digest, so a reader can tell a committed
-manifest from one that was replaced later. Other ranks wait (bounded) for the marker so that
+manifest from one that was replaced later. Other ranks learn the outcome from rank 0 through the
+torch.distributed group when there is one, else wait (bounded) for the marker, so that
 ``result()`` means "committed" on every rank.
 """
 
