@@ -246,7 +246,7 @@ def _committed_step(storage: Any, uri: str, step: int) -> None:
 
 def cmd_show(args: argparse.Namespace) -> int:
     """Print each tensor leaf of a step (reads the manifests, not the shards)."""
-    from ..checkpoint.inspect import describe_step
+    from ..checkpoint.contents import describe_step
 
     uri, step = _uri_and_step(args)
     storage = _open(uri)
@@ -272,7 +272,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     """Write full tensors as safetensors files (checksums verified while reading); exit 3 if corrupt."""
     from ..checkpoint import CorruptCheckpointError
-    from ..checkpoint.inspect import export_step
+    from ..checkpoint.contents import export_step
 
     uri, step = _uri_and_step(args)
     if os.path.exists(args.dir) and not os.path.isdir(args.dir):
