@@ -143,7 +143,7 @@ def _children(node: dict[str, Any]) -> list[tuple[str | int, Any]]:
 class Assembler:
     """Plans the reads of one rank's restore of one step and builds the result."""
 
-    def __init__(self, *, tree: Callable[[int], dict[str, Any]], want: Callable[[int, int, int], None],
+    def __init__(self, *, tree: Callable[[int], dict[str, Any]], want: Callable[..., None],
                  view: Callable[[int, int, int], np.ndarray], base_rank: int, saved_world: int, rank: int,
                  world_size: int, foreign: bool, rank_local: RankLocalPolicy, step: int) -> None:
         self._tree = tree
@@ -315,6 +315,7 @@ class Assembler:
     def _plan_pieces(self, node: dict[str, Any], pieces: list[tuple[int, Box, int]], wanted: Box, template: Any,
                      path: Path) -> Pending:
         dtype = leaf_dtype(node)
+        target = _in_place_target(template, node, wanted[1])
         parts = []
         for src, box, begin in pieces:
             inter = intersect(wanted, box)
@@ -323,7 +324,12 @@ class Assembler:
             lo = tuple(o - p for o, p in zip(inter[0], box[0], strict=True))
             first, last = flat_span(box[1], lo, inter[1])
             b, e = begin + first * dtype.itemsize, begin + last * dtype.itemsize
-            self._want(src, b, e)
+            into = None
+            if target is not None and inter[1][1:] == box[1][1:] == wanted[1][1:]:  # contiguous in both
+                t0, t1 = flat_span(wanted[1], tuple(o - w for o, w in zip(inter[0], wanted[0], strict=True)),
+                                   inter[1])
+                into = target[t0 * dtype.itemsize:t1 * dtype.itemsize]
+            self._want(src, b, e, into)
             parts.append((src, box, inter, b, e))
         if sum(volume(p[2]) for p in parts) != volume(wanted):
             raise ValueError(f"{show_path(path)}: the saved pieces do not cover the wanted slice "
@@ -331,7 +337,6 @@ class Assembler:
 
         def build() -> Any:
             shape = wanted[1]
-            target = _in_place_target(template, node, shape)
             if target is None and len(parts) == 1 and parts[0][1] == wanted:  # one saved piece: a view, no copy
                 raw = self._view(parts[0][0], parts[0][3], parts[0][4])
             else:
@@ -340,7 +345,10 @@ class Assembler:
                 for src, box, inter, b, e in parts:
                     if out is None or not volume(inter):
                         continue
-                    flat = self._view(src, b, e).view(out.dtype)
+                    source = self._view(src, b, e)
+                    if target is not None and np.shares_memory(source, target):
+                        continue  # read straight into the caller's tensor
+                    flat = source.view(out.dtype)
                     strides = tuple(math.prod(box[1][i + 1:]) * dtype.itemsize for i in range(len(box[1])))
                     piece = as_strided(flat, shape=inter[1], strides=strides, writeable=False)
                     at = tuple(slice(o - w, o - w + n) for o, w, n in zip(inter[0], wanted[0], inter[1], strict=True))

@@ -29,26 +29,37 @@ class RangeReader:
         self._manifest = manifest
         self._executor = executor
         self._wanted: dict[int, list[tuple[int, int]]] = {}
+        self._direct: list[tuple[int, int, int, np.ndarray]] = []
         self._buffers: dict[int, list[tuple[int, np.ndarray]]] = {}  # rank -> sorted (start, bytes)
         self.bytes_read = 0
 
-    def want(self, rank: int, begin: int, end: int) -> None:
-        """Ask for bytes ``[begin, end)`` of ``rank``'s shard (checked against its size)."""
+    def want(self, rank: int, begin: int, end: int, into: np.ndarray | None = None) -> None:
+        """Ask for bytes ``[begin, end)`` of ``rank``'s shard (checked against its size).
+
+        ``into`` (uint8, ``end - begin`` bytes, e.g. the caller's tensor) is read into directly when
+        the range is made of whole checksum chunks, saving a buffer and a copy; ``view`` then
+        returns it.
+        """
         m = self._manifest(rank)
         if not 0 <= begin <= end <= m.shard_size:
             raise ValueError(f"byte range [{begin}, {end}) is outside shard {m.shard_key} ({m.shard_size} bytes)")
-        if end > begin and self._find(rank, begin, end) is None:
+        if end == begin or self._find(rank, begin, end) is not None:
+            return
+        if into is not None and into.nbytes == end - begin and self._widen(m, begin, end) == (begin, end):
+            self._direct.append((rank, begin, end, into))
+        else:
             self._wanted.setdefault(rank, []).append((begin, end))
+
+    @staticmethod
+    def _widen(m: ShardManifest, b: int, e: int) -> tuple[int, int]:
+        starts = m.starts()
+        lo = starts[bisect.bisect_right(starts, b) - 1]
+        i = bisect.bisect_left(starts, e)
+        return lo, starts[i] if i < len(starts) else m.shard_size
 
     def _merged(self, rank: int) -> list[tuple[int, int]]:
         m = self._manifest(rank)
-        starts = m.starts()
-        bounds = [*starts, m.shard_size]
-
-        def widen(b: int, e: int) -> tuple[int, int]:
-            return bounds[bisect.bisect_right(starts, b) - 1], bounds[bisect.bisect_left(starts, e)]
-
-        spans = sorted(widen(b, e) for b, e in self._wanted.get(rank, []))
+        spans = sorted(self._widen(m, b, e) for b, e in self._wanted.get(rank, []))
         out: list[tuple[int, int]] = []
         for b, e in spans:
             if out and b <= out[-1][1]:
@@ -57,9 +68,9 @@ class RangeReader:
                 out.append((b, e))
         return out
 
-    def _read(self, rank: int, begin: int, end: int) -> tuple[int, int, np.ndarray]:
+    def _read(self, rank: int, begin: int, end: int, into: np.ndarray | None = None) -> tuple[int, int, np.ndarray]:
         m = self._manifest(rank)
-        buf = np.empty(end - begin, dtype=np.uint8)
+        buf = np.empty(end - begin, dtype=np.uint8) if into is None else into
         try:
             self._storage.read_into(m.shard_key, buf.data, offset=begin)
         except ObjectNotFoundError:
@@ -82,8 +93,11 @@ class RangeReader:
             CorruptCheckpointError: a chunk fails its checksum or the shard is gone.
             StorageError: the store failed (not a property of the data).
         """
-        jobs = [(r, b, e) for r in sorted(self._wanted) for b, e in self._merged(r)]
+        jobs: list[tuple[int, int, int, np.ndarray | None]] = [
+            (r, b, e, None) for r in sorted(self._wanted) for b, e in self._merged(r)]
+        jobs += self._direct
         self._wanted.clear()
+        self._direct = []
         if self._executor is not None and len(jobs) > 1:
             results = list(self._executor.map(lambda j: self._read(*j), jobs))
         else:

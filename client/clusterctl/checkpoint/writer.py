@@ -81,7 +81,8 @@ def take_snapshot(state: Mapping[str, Any], *, step: int, attempt: str, rank: in
     except BaseException:
         staging.release()
         raise
-    segments = [0] + [off for leaf, off in plan.slots if leaf.nbytes >= checksum.CHUNK_SIZE and off > 0]
+    big = [(off, off + leaf.nbytes) for leaf, off in plan.slots if leaf.nbytes >= checksum.CHUNK_SIZE]
+    segments = [0] + [x for span in big for x in span if 0 < x < plan.total_size]
     return Snapshot(step, attempt, rank, world_size, tree, staging, len(leaves), time.perf_counter() - t0,
                     sorted(set(segments)))
 
