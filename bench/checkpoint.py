@@ -246,6 +246,158 @@ def worker(rank: int, world: int, args: dict[str, Any], barrier: Any, out: Any) 
     out.put(res)
 
 
+# --- FSDP2 side by side with torch.distributed.checkpoint (local directory, gloo on CPU) ---------
+
+def rchar() -> int:
+    """Bytes this process read through read()/pread() so far (/proc/self/io), for both libraries."""
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def fsdp_model(torch: Any, nbytes: int, mesh: Any) -> Any:
+    """Linear layers of float32 totalling about ``nbytes``, each and the root under FSDP2 fully_shard."""
+    from torch.distributed.fsdp import fully_shard
+
+    width = 1024
+    layers = max(1, nbytes // (width * width * 4))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False) for _ in range(layers)])
+    for layer in model:
+        fully_shard(layer, mesh=mesh)
+    return fully_shard(model, mesh=mesh)
+
+
+def fsdp_worker(rank: int, world: int, args: dict[str, Any], barrier: Any, out: Any) -> None:
+    """One rank of one FSDP phase: ``save`` (world 2) or ``load`` (any world, from the saved dirs)."""
+    os.environ.update({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from clusterctl.checkpoint import CheckpointConfig, CheckpointManager, Replicated
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args['port']}", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    model = fsdp_model(torch, args["bytes"], mesh)
+    sd = model.state_dict()
+    root = Path(args["dir"])
+    cfg = CheckpointConfig(gc_on_commit=False, run_id=f"fsdp{world}", background_nice=0)
+    res: dict[str, Any] = {"rank": rank, "needed": sum(v.to_local().nbytes for v in sd.values())}
+    reps = args["repeats"]
+    with CheckpointManager(str(root / "ours"), keep=0, config=cfg) as ckpt:
+        if args["phase"] == "save":
+            blocks, e2es, dblocks, de2es = [], [], [], []
+            def ours(i: int) -> None:
+                barrier.wait()
+                t0 = time.perf_counter()
+                h = ckpt.save(i, {"model": sd})
+                blocks.append(time.perf_counter() - t0)
+                h.result()
+                e2es.append(time.perf_counter() - t0)
+
+            def theirs(i: int) -> None:
+                barrier.wait()
+                t0 = time.perf_counter()
+                fut = dcp.async_save({"model": sd}, checkpoint_id=str(root / "dcp" / str(i)))
+                dblocks.append(time.perf_counter() - t0)
+                fut.result()
+                de2es.append(time.perf_counter() - t0)
+
+            for i in range(reps + 1):  # the first of each warms staging memory; ABBA order after that
+                for run in ((ours, theirs) if i % 2 == 0 else (theirs, ours)):
+                    run(i)
+            res.update(ours_block_s=statistics.median(blocks[1:]), ours_e2e_s=statistics.median(e2es[1:]),
+                       dcp_block_s=statistics.median(dblocks[1:]), dcp_e2e_s=statistics.median(de2es[1:]))
+            # a replicated half: as much again in tensors every rank holds whole (DDP-style)
+            torch.manual_seed(1)
+            rep = {f"r{i}": torch.randn(v.shape) for i, v in enumerate(sd.values())}
+            barrier.wait()
+            ckpt.save(reps + 1, {"model": sd, "rep": Replicated(rep)}).result()
+            dcp.save({"model": sd, "rep": rep}, checkpoint_id=str(root / "dcp-rep"))
+            res["unique_rep_bytes"] = 2 * sum(v.numel() * 4 for v in sd.values())
+        else:
+            step = ckpt.latest_step()
+            assert step is not None
+            last = root / "dcp" / str(args["repeats"])
+            times, dtimes, reads, dreads = [], [], [], []
+            for _ in range(reps):
+                barrier.wait()
+                r0, t0 = rchar(), time.perf_counter()
+                state = ckpt.restore(step=args["repeats"], template={"model": sd})
+                times.append(time.perf_counter() - t0)
+                reads.append(rchar() - r0)
+                got = state["model"]
+                barrier.wait()
+                r0, t0 = rchar(), time.perf_counter()
+                dcp.load({"model": sd}, checkpoint_id=str(last))
+                dtimes.append(time.perf_counter() - t0)
+                dreads.append(rchar() - r0)
+            assert all(torch.equal(got[k].to_local(), v.to_local()) for k, v in sd.items())
+            res.update(ours_load_s=statistics.median(times), dcp_load_s=statistics.median(dtimes),
+                       ours_read=min(reads), dcp_read=min(dreads))
+    dist.destroy_process_group()
+    out.put(res)
+
+
+def run_fsdp(opts: argparse.Namespace) -> list[tuple[str, str, str, str, str]]:
+    """The FSDP rows: save at 2 ranks, load at 2, 1 and 4 (ours and DCP side by side)."""
+    try:
+        import torch.distributed.checkpoint  # noqa: F401
+    except ImportError:
+        return [("FSDP2 vs torch.distributed.checkpoint", "-", "anchor missing (no torch)", "-", "-")]
+    root = Path(tempfile.mkdtemp(prefix="ckpt-fsdp-"))
+    nbytes = int(opts.fsdp_mib * (1 << 20))
+    ctx = mp.get_context("spawn")
+
+    def phase(name: str, world: int) -> list[dict[str, Any]]:
+        args = {"phase": name, "bytes": nbytes, "dir": str(root), "repeats": opts.repeats, "port": free_port()}
+        barrier, out = ctx.Barrier(world), ctx.Queue()
+        procs = [ctx.Process(target=fsdp_worker, args=(r, world, args, barrier, out)) for r in range(world)]
+        for p in procs:
+            p.start()
+        res = sorted((out.get(timeout=1800) for _ in procs), key=lambda r: r["rank"])
+        for p in procs:
+            p.join()
+        return res
+
+    rows: list[tuple[str, str, str, str, str]] = []
+
+    def row(metric: str, ours: float, dcp: float, unit: str, ratio: float, target: str) -> None:
+        rows.append((metric, f"{ours:.3f} {unit}", f"{dcp:.3f} {unit}", f"{ratio:.2f}x", target))
+
+    saved = phase("save", 2)
+    worst = lambda rs, k: max(r[k] for r in rs)  # noqa: E731
+    row("FSDP2 2 ranks: save() blocking / DCP async_save", worst(saved, "ours_block_s"),
+        worst(saved, "dcp_block_s"), "s", worst(saved, "ours_block_s") / worst(saved, "dcp_block_s"), "<= 0.33x")
+    total = 2 * saved[0]["needed"]
+    row("  save throughput, ours / DCP (GB/s)", total / worst(saved, "ours_e2e_s") / 1e9,
+        total / worst(saved, "dcp_e2e_s") / 1e9, "GB/s", worst(saved, "dcp_e2e_s") / worst(saved, "ours_e2e_s"),
+        ">= 1.0x")
+    for world in (2, 1, 4):
+        loaded = phase("load", world)
+        label = "load 2 -> 2" if world == 2 else f"reshard load 2 -> {world}"
+        row(f"  {label}: speed ours / DCP", worst(loaded, "ours_load_s"), worst(loaded, "dcp_load_s"), "s",
+            worst(loaded, "dcp_load_s") / worst(loaded, "ours_load_s"), ">= 1.0x")
+        ratio = max(r["ours_read"] / r["needed"] for r in loaded)
+        dratio = max(r["dcp_read"] / r["needed"] for r in loaded)
+        rows.append((f"  {label}: bytes read / needed (worst rank)", f"{ratio:.2f}x", f"DCP {dratio:.2f}x",
+                     f"{ratio:.2f}x", "<= 1.1x"))
+    unique = saved[0]["unique_rep_bytes"]
+    steps = sorted((root / "ours" / "steps").iterdir())
+    ours_rep = dir_bytes(steps[-1])
+    dcp_rep = dir_bytes(root / "dcp-rep")
+    rows.append(("  bytes stored with a replicated half / unique", f"{ours_rep / unique:.3f}x",
+                 f"DCP {dcp_rep / unique:.3f}x", f"{ours_rep / unique:.3f}x", "1.0x"))
+    shutil.rmtree(root, ignore_errors=True)
+    return rows
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -261,7 +413,14 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--bucket", default=None, help="bucket to use with AWS_ENDPOINT_URL")
     ap.add_argument("--json", action="store_true", help="print raw per-rank results too")
+    ap.add_argument("--fsdp-mib", type=float, default=128, help="FSDP2 model size for the DCP comparison")
+    ap.add_argument("--only", choices=("all", "s3", "fsdp"), default="all",
+                    help="run only the S3/anchor part or only the FSDP2-vs-DCP part")
     opts = ap.parse_args()
+    if opts.only == "fsdp":
+        print_rows(f"checkpoint bench: FSDP2 {opts.fsdp_mib:.0f} MiB float32 vs torch.distributed.checkpoint, "
+                   f"{opts.repeats} repeats (medians; worst rank)", run_fsdp(opts))
+        return
 
     server = None
     if os.environ.get("AWS_ENDPOINT_URL"):
@@ -288,6 +447,9 @@ def main() -> None:
         p.join()
     shutil.rmtree(local_dir, ignore_errors=True)
     report(results, opts)
+    if opts.only == "all":
+        print_rows(f"checkpoint bench: FSDP2 {opts.fsdp_mib:.0f} MiB float32 vs torch.distributed.checkpoint, "
+                   f"{opts.repeats} repeats (medians; worst rank)", run_fsdp(opts))
     if opts.json:
         print(json.dumps(results, indent=2))
 
@@ -313,7 +475,9 @@ def report(rs: list[dict[str, Any]], opts: argparse.Namespace) -> None:
         f"{worst('copyto_s'):.3f} s", worst("ours_cold_block_s") / worst("copyto_s"), "(info)")
     row("naive np.savez+boto3 blocking / ours", f"{worst('ours_block_s'):.3f} s", f"{worst('naive_block_s'):.3f} s",
         worst("naive_block_s") / worst("ours_block_s"), ">= 20x")
-    if "s5cmd_up_s" in rs[0]:
+    if "s5cmd_up_s" not in rs[0]:
+        rows.append(("upload / verified restore vs s5cmd", "-", "anchor missing (s5cmd not on PATH)", "-", "-"))
+    else:
         row("upload throughput vs s5cmd cp (GB/s)", f"{gbps(worst('ours_e2e_s')):.2f}",
             f"{gbps(worst('s5cmd_up_s')):.2f}", worst("s5cmd_up_s") / worst("ours_e2e_s"), ">= 0.9x")
         row("verified restore vs s5cmd download (GB/s)", f"{gbps(worst('ours_restore_s')):.2f}",
@@ -329,16 +493,22 @@ def report(rs: list[dict[str, Any]], opts: argparse.Namespace) -> None:
     slow = min(rs, key=lambda r: r["loop_busy_local"] / r["loop_idle"])
     row("  same, saving to a local dir (no S3 server)", f"{slow['loop_busy_local']:.0f}", f"{slow['loop_idle']:.0f}",
         slow["loop_busy_local"] / slow["loop_idle"], "(info)")
-    if "dcp_block_s" in rs[0]:
+    if "dcp_block_s" not in rs[0]:
+        rows.append(("DCP async_save vs ours (local dir)", "-", "anchor missing (no torch)", "-", "-"))
+    else:
         row("DCP async_save blocking / ours (local dir)", f"{worst('local_block_s'):.3f} s",
             f"{worst('dcp_block_s'):.3f} s", worst("dcp_block_s") / worst("local_block_s"), "(higher = ours faster)")
         row("local dir throughput ours vs DCP (GB/s)", f"{gbps(worst('local_e2e_s')):.2f}",
             f"{gbps(worst('dcp_e2e_s')):.2f}", worst("dcp_e2e_s") / worst("local_e2e_s"), "(higher = ours faster)")
+    print_rows(f"checkpoint bench: {gib:.2f} GiB float32, {len(rs)} ranks, {opts.repeats} repeats "
+               "(medians; worst rank)", rows)
+
+
+def print_rows(title: str, rows: list[tuple[str, str, str, str, str]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"checkpoint bench: {gib:.2f} GiB float32, {len(rs)} ranks, {opts.repeats} repeats "
-                        f"(medians; worst rank)")
+    table = Table(title=title)
     for col in ("metric", "ours", "anchor", "ratio", "target"):
         table.add_column(col, justify="left" if col == "metric" else "right")
     for r in rows:

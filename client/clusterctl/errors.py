@@ -4,7 +4,13 @@ from __future__ import annotations
 
 
 class ClusterctlError(Exception):
-    """Root of every error raised by the clusterctl client library."""
+    """Root of every error raised by the clusterctl client library.
+
+    Subclasses: :class:`UsageError`, :class:`ServiceError` (the gRPC client's),
+    ``clusterctl.storage.StorageError`` and ``clusterctl.checkpoint.CheckpointError`` (their
+    modules import this one, never the other way round), so ``except ClusterctlError`` catches
+    everything the library raises on purpose.
+    """
 
 
 class UsageError(ClusterctlError):

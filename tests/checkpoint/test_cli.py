@@ -131,3 +131,48 @@ def test_module_entry_point(posix_uri: str, tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "clusterctl.cli.checkpoints", "checkpoints"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_show_and_export_of_a_resharded_step(any_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import safetensors.numpy
+
+    from .test_reshard import REP, A, C, save_world, state_of
+
+    save_world(any_uri, 2, state_of)
+    assert run(["checkpoints", "show", any_uri, "1", "--json"]) == 0
+    leaves = {x["key"]: x for x in json.loads(capsys.readouterr().out)["leaves"]}
+    assert leaves["a"]["layout"] == "sharded" and leaves["a"]["global_shape"] == [13, 3]
+    assert leaves["a"]["dtype"] == "float32" and leaves["a"]["bytes"] == A.nbytes
+    assert leaves["b"]["dtype"] == "bfloat16" and leaves["rep/w"]["layout"] == "replicated"
+    assert leaves["rep/w"]["bytes"] == REP["w"].nbytes and len(leaves["rep/w"]["ranks"]) == 1
+    assert leaves["mine"]["layout"] == "rank-local" and leaves["mine"]["bytes"] == 2 * 8 * 2
+    assert run(["checkpoints", "show", "1", any_uri]) == 0  # either order
+    assert "sharded" in capsys.readouterr().out
+    out = tmp_path / "export"
+    assert run(["checkpoints", "export", any_uri, "1", str(out)]) == 0
+    a = safetensors.numpy.load_file(str(out / "a.safetensors"))
+    np.testing.assert_array_equal(a["a"], A + 1)
+    np.testing.assert_array_equal(safetensors.numpy.load_file(str(out / "c.safetensors"))["c"], C)
+    np.testing.assert_array_equal(safetensors.numpy.load_file(str(out / "rep.safetensors"))["w"], REP["w"])
+
+
+def test_show_and_export_bad_input_exit_2(posix_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    make_steps(posix_uri, [1]).close()
+    assert run(["checkpoints", "show", posix_uri, "x"]) == 2
+    assert "STEP must be" in capsys.readouterr().err
+    assert run(["checkpoints", "show", posix_uri, "9"]) == 2
+    assert "not committed" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert run(["checkpoints", "export", posix_uri, "1", str(tmp_path / "file")]) == 2
+    assert run(["checkpoints", "show", "s3:/bad", "1"]) == 2
+
+
+def test_export_verifies_checksums(posix_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ckpt = make_steps(posix_uri, [1])
+    [shard] = [o.key for o in ckpt.storage.list_objects("steps/") if o.key.endswith(".safetensors")]
+    data = bytearray(ckpt.storage.get(shard))
+    data[-5] ^= 1
+    ckpt.storage.put(shard, bytes(data))
+    ckpt.close()
+    assert run(["checkpoints", "export", posix_uri, "1", str(tmp_path / "out")]) == 3
+    assert "xxh3" in capsys.readouterr().err

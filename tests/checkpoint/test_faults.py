@@ -226,3 +226,26 @@ def test_retention_keeps_newest(any_uri: str) -> None:
         assert ckpt.steps() == [4, 5]
         assert {o.key.split("/")[1] for o in ckpt.storage.list_objects("steps/")} == {"000000000004", "000000000005"}
         assert ckpt.restore()["step"] == 5
+
+
+def test_store_that_ignores_create_only_puts_is_refused() -> None:
+    """A server that ignores If-None-Match: * would let commit markers overwrite each other."""
+    from clusterctl.storage import MemoryStorage
+
+    class Ignoring(MemoryStorage):
+        def put(self, key: str, data: Any, *, if_absent: bool = False) -> None:
+            super().put(key, data)
+
+    with CheckpointManager("mem://x", rank=0, world_size=1, storage=Ignoring(), config=fast_config()) as ckpt:
+        with pytest.raises(SaveError, match="If-None-Match"):
+            ckpt.save(1, {"a": 1}).result()
+        assert ckpt.steps() == []
+        assert not ckpt.storage.list_objects("probe/")
+
+
+@pytest.mark.s3
+def test_s3_create_only_probe_passes_and_leaves_nothing(s3_uri: str) -> None:
+    with CheckpointManager(s3_uri, rank=0, world_size=1, config=fast_config()) as ckpt:
+        ckpt.save(1, {"a": 1}).result()
+        ckpt.save(2, {"a": 2}).result()
+        assert ckpt.steps() == [1, 2] and ckpt.storage.list_objects("probe/") == []

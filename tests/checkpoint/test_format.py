@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clusterctl.checkpoint import layout
+from clusterctl.checkpoint.assemble import leaf_span, materialize
 from clusterctl.checkpoint.manifest import load_manifest, load_marker
 from clusterctl.checkpoint.shard import parse_shard, plan_shard
-from clusterctl.checkpoint.tree import flatten, np_dtype_from_spec, unflatten
+from clusterctl.checkpoint.tree import flatten, np_dtype_from_spec
 
 
 def shard_bytes(header: dict[str, object], data: bytes = b"") -> bytes:
@@ -72,14 +73,23 @@ def test_object_dtypes_refused_on_restore() -> None:
     for spec in ("O", "|O", [["a", "O"]], [["a", "<i4"], ["b", "|O"]]):
         with pytest.raises(ValueError):
             np_dtype_from_spec(spec)
-    tree = {"t": "ndarray", "name": "x", "dtype": "|O", "shape": [1]}
+    tree = {"t": "ndarray", "name": "x", "dtype": "|O", "shape": [1], "off": [0, 8]}
     with pytest.raises(ValueError):
-        unflatten(tree, lambda n: np.zeros(8, dtype=np.uint8), torch=None)
+        materialize(tree, np.zeros(8, dtype=np.uint8), (1,), None)
+    with pytest.raises(ValueError):
+        leaf_span(tree)
 
 
-def test_unknown_tree_node_refused() -> None:
+@pytest.mark.parametrize("node", [
+    {"t": "ndarray", "dtype": "<f4", "shape": [2], "off": [0, 4]},  # size does not match the shape
+    {"t": "ndarray", "dtype": "<f4", "shape": [1.5], "off": [0, 4]},  # tampered shape: not an int
+    {"t": "ndarray", "dtype": "<f4", "shape": [True], "off": [0, 4]},
+    {"t": "ndarray", "dtype": "<f4", "shape": [1], "off": [2, 6]},  # misaligned
+    {"t": "torch", "dtype": "pickle", "shape": [1], "off": [0, 4]},
+])
+def test_tampered_tensor_nodes_refused(node: dict[str, object]) -> None:
     with pytest.raises(ValueError):
-        unflatten({"t": "pickle", "name": "x"}, lambda n: np.zeros(1, dtype=np.uint8), torch=None)
+        leaf_span(node)
 
 
 @pytest.mark.parametrize(
@@ -113,3 +123,56 @@ def test_layout_names() -> None:
     for bad in ("..", "a/b", "", "-x", "a b"):
         with pytest.raises(ValueError):
             layout.check_attempt(bad)
+
+
+def test_every_client_error_has_one_root() -> None:
+    import clusterctl.checkpoint as ck
+    import clusterctl.storage as st
+    from clusterctl.errors import ClusterctlError, ServiceError, UsageError
+
+    classes = [getattr(ck, n) for n in ck.__all__ if n.endswith("Error")]
+    classes += [getattr(st, n) for n in st.__all__ if n.endswith("Error")]
+    assert len(classes) > 15
+    for cls in [*classes, ServiceError, UsageError]:
+        assert issubclass(cls, ClusterctlError), cls
+
+
+def test_format_1_checkpoints_are_still_read(tmp_path: object) -> None:
+    """A step written by format 1 (dict nodes, tensors found by name in the header, 64 MiB chunks)."""
+    import time as _time
+    from pathlib import Path
+
+    from clusterctl.checkpoint import CheckpointManager, checksum
+    from clusterctl.checkpoint.tree import TensorLeaf
+
+    root = Path(str(tmp_path)) / "v1"
+    a, blob = np.arange(6, dtype=np.float32).reshape(2, 3), np.frombuffer(b"xyz", dtype=np.uint8)
+    leaves = [TensorLeaf("model/a", a, a, "F32", [2, 3], a.nbytes, 4, {}),
+              TensorLeaf("blob", blob, blob, "U8", [3], 3, 1, {})]
+    plan = plan_shard(leaves, {"format": "clusterctl.checkpoint", "format_version": "1"})
+    data = bytearray(plan.total_size)
+    data[:len(plan.header)] = plan.header
+    for leaf, off in plan.slots:
+        data[off:off + leaf.nbytes] = leaf.array.tobytes()  # type: ignore[union-attr]
+    shard = layout.shard_key(3, "old", 0, 1)
+    tree = {"t": "dict", "items": {
+        "model": {"t": "dict", "items": {"a": {"t": "ndarray", "name": "model/a", "dtype": "<f4", "shape": [2, 3]}}},
+        "blob": {"t": "bytes", "name": "blob"}, "step": {"t": "json", "v": 3},
+        "pair": {"t": "tuple", "items": [{"t": "json", "v": 1}, {"t": "json", "v": None}]}}}
+    manifest = json.dumps({"format": "clusterctl.checkpoint.shard-manifest", "version": 1, "step": 3, "rank": 0,
+                           "world_size": 1, "attempt": "old", "created": _time.time(), "host": "h",
+                           "shard": {"key": shard, "size": len(data), "checksum": {
+                               "algorithm": "xxh3_64", "chunk_size": 64 << 20, "chunks": [checksum.digest(data)]}},
+                           "tensor_count": 2, "tree": tree}).encode()
+    mkey = layout.manifest_key(3, "old", 0, 1)
+    marker = json.dumps({"format": "clusterctl.checkpoint.commit", "version": 1, "step": 3, "world_size": 1,
+                         "attempt": "old", "created": _time.time(), "total_bytes": len(data),
+                         "shards": [{"rank": 0, "manifest_key": mkey, "manifest_size": len(manifest),
+                                     "manifest_xxh3_64": checksum.digest(manifest), "shard_size": len(data)}]})
+    for key, body in ((shard, bytes(data)), (mkey, manifest), (layout.commit_key(3), marker.encode())):
+        (root / key).parent.mkdir(parents=True, exist_ok=True)
+        (root / key).write_bytes(body)
+    with CheckpointManager(str(root), rank=0, world_size=1) as ckpt:
+        state = ckpt.restore()
+    np.testing.assert_array_equal(state["model"]["a"], a)
+    assert state["blob"] == b"xyz" and state["step"] == 3 and state["pair"] == (1, None)

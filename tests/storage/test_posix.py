@@ -72,3 +72,59 @@ def test_delete_prunes_empty_dirs_not_root(tmp_path: Path) -> None:
     st.delete(["steps/1/a/x"])
     assert root.is_dir() and not (root / "steps").exists()
     st.close()
+
+
+def test_deep_tree_lists_without_recursion_error(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A 10,000-deep commits/ tree (hostile or broken) neither crashes nor stalls a listing."""
+    root = tmp_path / "root"
+    st = PosixStorage(str(root))
+    st.put("commits/000000000001.json", b"{}")
+    fd = os.open(root / "commits", os.O_RDONLY)
+    try:
+        for _ in range(10_000):  # mkdir relative to the last one: the path is far beyond PATH_MAX
+            os.mkdir("d", dir_fd=fd)
+            nxt = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        with os.fdopen(os.open("deep.json", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as f:
+            f.write("x")
+    finally:
+        os.close(fd)
+    try:
+        assert [o.key for o in st.list_objects("commits/")] == ["commits/000000000001.json"]
+        assert "levels deep" in caplog.text
+    finally:
+        st.close()
+        remove_chain(root / "commits")
+
+
+def remove_chain(top: Path) -> None:
+    """Remove a deep d/d/d/... chain one level at a time (rmtree itself would recurse too deep)."""
+    while (top / "d").exists():
+        if (top / "d" / "d").exists():
+            os.rename(top / "d" / "d", top / "next")
+        for f in (top / "d").iterdir():
+            f.unlink()
+        os.rmdir(top / "d")
+        if (top / "next").exists():
+            os.rename(top / "next", top / "d")
+
+
+def test_listing_and_io_never_follow_symlinks(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"s3cret")
+    root = tmp_path / "root"
+    st = PosixStorage(str(root))
+    st.put("steps/1/a/x", b"1")
+    (root / "steps" / "link").symlink_to(outside)
+    (root / "steps" / "1" / "a" / "f").symlink_to(outside / "secret")
+    assert [o.key for o in st.list_objects("steps/")] == ["steps/1/a/x"]
+    from clusterctl.storage import InvalidKeyError
+    for op in (lambda: st.get("steps/link/secret"), lambda: st.get("steps/1/a/f"),
+               lambda: st.put("steps/link/new", b"x"), lambda: st.stat("steps/link/secret"),
+               lambda: st.read_into("steps/1/a/f", memoryview(bytearray(1)))):
+        with pytest.raises(InvalidKeyError, match="symbolic link"):
+            op()
+    assert not (outside / "new").exists()
+    st.close()

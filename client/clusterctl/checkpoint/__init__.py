@@ -26,9 +26,23 @@ from .errors import (
     WorldSizeMismatchError,
 )
 from .manager import CheckpointManager, SaveHandle, SaveResult
+from .parallel import Replicated, Sharded
 
 __all__ = [
-    "CheckpointConfig", "CheckpointError", "CheckpointFallbackWarning", "CheckpointManager", "CommitTimeoutError",
-    "CorruptCheckpointError", "InvalidStateError", "RestoreError", "SaveError", "SaveHandle", "SaveInProgressError",
-    "SaveResult", "StagingLimitError", "WorldSizeMismatchError",
+    "CheckpointConfig",
+    "CheckpointError",
+    "CheckpointFallbackWarning",
+    "CheckpointManager",
+    "CommitTimeoutError",
+    "CorruptCheckpointError",
+    "InvalidStateError",
+    "Replicated",
+    "RestoreError",
+    "SaveError",
+    "SaveHandle",
+    "SaveInProgressError",
+    "SaveResult",
+    "Sharded",
+    "StagingLimitError",
+    "WorldSizeMismatchError",
 ]

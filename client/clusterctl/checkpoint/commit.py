@@ -5,13 +5,15 @@ a create-only put *after* every rank's shard manifest of that attempt is readabl
 that the manifests exist by listing the attempt's prefix with backoff, bounded by
 ``commit_timeout`` (and, when torch.distributed is up, every rank has already agreed on success).
 The marker records each manifest's size and xxh3 digest, so a reader can tell a committed
-manifest from one that was replaced later. Other ranks wait (bounded) for the marker so that
+manifest from one that was replaced later. Other ranks learn the outcome from rank 0 through the
+torch.distributed group when there is one, else wait (bounded) for the marker, so that
 ``result()`` means "committed" on every rank.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import Executor
 
@@ -84,6 +86,32 @@ def build_marker(storage: Storage, *, step: int, attempt: str, world_size: int,
     ranks = range(world_size)
     entries = list(executor.map(entry, ranks)) if executor is not None and world_size > 1 else [entry(r) for r in ranks]
     return CommitMarker(step, world_size, attempt, time.time(), entries)
+
+
+PROBE_PREFIX = "probe/"
+
+
+def check_create_only(storage: Storage) -> None:
+    """Make sure the store refuses a second create-only put of one key (S3: ``If-None-Match: *``).
+
+    Commit markers rely on it: a server that ignores the header would let two attempts both
+    "commit" a step, the second silently replacing the first. Run once per manager, before its
+    first commit; the probe object lives under ``probe/`` and is deleted afterwards.
+
+    Raises:
+        SaveError: the server accepted the second create-only put.
+    """
+    key = f"{PROBE_PREFIX}create-only-{uuid.uuid4().hex}"
+    storage.put(key, b"1", if_absent=True)
+    try:
+        storage.put(key, b"2", if_absent=True)
+    except ObjectExistsError:
+        return
+    finally:
+        storage.delete([key])
+    raise SaveError(f"rank 0: {storage.uri} ignores create-only writes (S3 If-None-Match: *): commit markers "
+                    "could overwrite each other, so no step is committed there; use a server that enforces "
+                    "conditional PUTs (AWS S3, MinIO, SeaweedFS)", rank=0, step=-1, key=key)
 
 
 def write_marker(storage: Storage, marker: CommitMarker) -> None:

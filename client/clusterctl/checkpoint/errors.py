@@ -7,9 +7,11 @@ error as ``__cause__``.
 
 from __future__ import annotations
 
+from ..errors import ClusterctlError
 
-class CheckpointError(Exception):
-    """Root of all checkpoint errors."""
+
+class CheckpointError(ClusterctlError):
+    """Root of all checkpoint errors (a :class:`~clusterctl.errors.ClusterctlError`)."""
 
 
 class InvalidStateError(CheckpointError, ValueError):

@@ -24,6 +24,7 @@ from .. import slurm_env
 from ..storage import ObjectNotFoundError, Storage, StorageError, open_storage
 from ..storage.threads import nice_initializer
 from . import commit, layout, torchcompat
+from .assemble import RankLocalPolicy
 from .config import CheckpointConfig
 from .coordination import Coordinator, TorchCoordinator
 from .errors import CheckpointError, InvalidStateError, SaveError, SaveInProgressError
@@ -144,6 +145,7 @@ class CheckpointManager:
         self._finished: list[SaveHandle] = []
         self._attempts: Counter[int] = Counter()
         self._closed = False
+        self._create_only_checked = False
         self.last_restored_step: int | None = None
 
     # --- saving ---------------------------------------------------------------------------
@@ -229,7 +231,7 @@ class CheckpointManager:
                                 key=layout.commit_key(step))
             except ObjectNotFoundError:
                 pass
-            upload_snapshot(snap, self.storage, chunk_size=self.config.part_size, executor=self._io,
+            upload_snapshot(snap, self.storage, executor=self._io,
                             progress=progress)
         except Exception as exc:
             error = exc
@@ -243,6 +245,7 @@ class CheckpointManager:
             raise SaveError(f"rank {self.rank}: step {step} not committed: another rank failed to write its shard",
                             rank=self.rank, step=step)
         poll = (self.config.poll_initial, self.config.poll_max)
+        failure: Exception | None = None
         try:
             if self.rank == 0:
                 progress["key"] = layout.attempt_prefix(step, attempt)
@@ -250,9 +253,25 @@ class CheckpointManager:
                                           timeout=self.config.commit_timeout, poll=poll)
                 marker = commit.build_marker(self.storage, step=step, attempt=attempt, world_size=self.world_size,
                                              executor=self._io)
+                if not self._create_only_checked:
+                    progress["key"] = commit.PROBE_PREFIX
+                    commit.check_create_only(self.storage)
+                    self._create_only_checked = True
                 progress["key"] = layout.commit_key(step)
                 commit.write_marker(self.storage, marker)
+        except Exception as exc:
+            failure = exc
+        # With torch.distributed, rank 0 announces the outcome through the group: the other ranks
+        # learn "committed" at once instead of polling storage for the marker with backoff.
+        announced = coord.agree(failure is None, timeout=self.config.commit_timeout) if coord is not None else None
+        if failure is not None:
+            raise self._wrap(failure, step, progress["key"]) from failure
+        try:
+            if self.rank == 0:
                 self._after_commit(step)
+            elif announced is False:
+                raise SaveError(f"rank {self.rank}: step {step} not committed: rank 0 failed to commit it",
+                                rank=self.rank, step=step, key=layout.commit_key(step))
             else:
                 commit.wait_for_commit(self.storage, rank=self.rank, step=step, attempt=attempt,
                                        timeout=self.config.commit_timeout, poll=poll)
@@ -290,13 +309,25 @@ class CheckpointManager:
         """Newest committed step, or None (one LIST)."""
         return latest_committed(self.storage)
 
-    def restore(self, step: int | None = None, *, rank: int | None = None) -> Any:
+    def restore(self, step: int | None = None, *, template: Any = None, rank: int | None = None,
+                rank_local: RankLocalPolicy = "error") -> Any:
         """The state of ``step`` (default: the newest valid step) for this rank, or None if none.
+
+        ``template`` gives the layout wanted now: at each path where it holds a
+        :class:`~.parallel.Sharded` (or a DTensor), that leaf comes back as this rank's slice of
+        the global array, read from whichever saved ranks hold it (only the byte ranges needed);
+        when the template's local tensor has the saved dtype and the wanted shape (CPU, contiguous),
+        it is filled in place and returned, as ``torch.distributed.checkpoint.load`` does.
+        Without a template a sharded leaf comes back as this rank's own piece (same world size) or
+        its even dim-0 share (``torch.chunk``; the whole array on one process). Replicated leaves
+        come back whole at any world size. Rank-local leaves (neither) need the same world size,
+        unless ``rank_local`` says what to do: ``"rank0"`` takes rank 0's value, ``"drop"`` leaves
+        them out (``None`` inside lists and tuples).
 
         A committed step whose objects are missing, truncated or corrupt is skipped with a
         :class:`CheckpointFallbackWarning` (and a logged warning) when ``step`` is None, and
         raises :class:`CorruptCheckpointError` when ``step`` was asked for. ``rank`` reads another
-        rank's shard (no world-size check). Arrays come back as numpy arrays, tensors as CPU torch
+        rank's shard as saved (no resharding). Arrays come back as numpy arrays, tensors as CPU torch
         tensors when torch is installed. Nothing is unpickled.
 
         Raises:
@@ -309,7 +340,8 @@ class CheckpointManager:
         result = restore_state(
             self.storage, step=step, rank=self.rank if rank is None else rank,
             world_size=None if explicit else self.world_size, executor=self._io,
-            coordinator=None if explicit else self._coordinator, agree_timeout=self.config.commit_timeout)
+            coordinator=None if explicit else self._coordinator, agree_timeout=self.config.commit_timeout,
+            template=template, rank_local=rank_local)
         if result is None:
             return None
         self.last_restored_step = result[0]

@@ -17,12 +17,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 import json
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-FORMAT_VERSION = 1
+from .checksum import chunk_starts
+
+FORMAT_VERSION = 2  # 2: int keys, map nodes, byte ranges and layouts in the tree, 256 KiB chunks
+READABLE_VERSIONS = (1, 2)
 MANIFEST_FORMAT = "clusterctl.checkpoint.shard-manifest"
 MARKER_FORMAT = "clusterctl.checkpoint.commit"
 MAX_MANIFEST_BYTES = 64 << 20
@@ -86,6 +90,15 @@ class ShardManifest:
     created: float
     host: str
     algorithm: str = "xxh3_64"
+    version: int = FORMAT_VERSION
+    segments: list[int] = field(default_factory=lambda: [0])
+    _starts: list[int] | None = field(default=None, repr=False, compare=False)
+
+    def starts(self) -> list[int]:
+        """Start offset of every checksum chunk (ascending)."""
+        if self._starts is None:
+            self._starts = chunk_starts(self.shard_size, self.chunk_size, self.segments)
+        return self._starts
 
     def to_json(self, key: bytes | None = None) -> bytes:
         """The stored bytes; signed with ``key`` (default: the configured HMAC key, if any)."""
@@ -94,7 +107,7 @@ class ShardManifest:
             "world_size": self.world_size, "attempt": self.attempt, "created": self.created, "host": self.host,
             "shard": {"key": self.shard_key, "size": self.shard_size,
                       "checksum": {"algorithm": self.algorithm, "chunk_size": self.chunk_size,
-                                   "chunks": self.chunks}},
+                                   "segments": self.segments, "chunks": self.chunks}},
             "tensor_count": self.tensor_count, "tree": self.tree,
         }
         return _seal(doc, key, ensure_ascii=False)
@@ -163,9 +176,9 @@ def _doc(data: bytes, fmt: str, key: bytes | None = None) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("format") != fmt:
         raise ValueError(f"not a {fmt} document")
     version = doc.get("version")
-    if version != FORMAT_VERSION:
+    if isinstance(version, bool) or version not in READABLE_VERSIONS:
         raise ValueError(f"format version {str(version)[:20]} is not supported (this clusterctl reads "
-                         f"{FORMAT_VERSION})")
+                         f"{', '.join(map(str, READABLE_VERSIONS))})")
     _check_signature(doc, key, fmt)
     return doc
 
@@ -190,9 +203,17 @@ def load_manifest(data: bytes, *, key: bytes | None = None) -> ShardManifest:
         world_size=_int(doc, "world_size", 1, MAX_WORLD_SIZE),
         attempt=_str(doc, "attempt"), shard_key=_str(shard, "key"), shard_size=_int(shard, "size"),
         chunk_size=_int(ck, "chunk_size", 1), chunks=chunks, tree=tree, tensor_count=_int(doc, "tensor_count"),
-        created=_created(doc), host=str(doc.get("host", ""))[:256],
+        created=_created(doc), host=str(doc.get("host", ""))[:256], version=int(doc["version"]),
     )
-    if len(chunks) != -(-m.shard_size // m.chunk_size):
+    segments = ck.get("segments", [0])
+    if (not isinstance(segments, list) or not segments or segments[0] != 0 or len(segments) > len(chunks) + 1
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in segments)
+            or any(b <= a for a, b in itertools.pairwise(segments))
+            or (len(segments) > 1 and segments[-1] >= m.shard_size)):
+        raise ValueError("field 'segments' must be ascending offsets inside the shard, starting at 0")
+    m.segments = segments
+    if len(chunks) != sum(-(-(b - a) // m.chunk_size) for a, b in zip(segments, [*segments[1:], m.shard_size],
+                                                                        strict=True)):
         raise ValueError(f"{len(chunks)} chunk checksums do not cover {m.shard_size} bytes")
     return m
 

@@ -19,18 +19,18 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from ..storage import ObjectNotFoundError, Storage, StorageError
-from . import checksum, layout, torchcompat
+from . import checksum, layout
+from .assemble import Assembler, RankLocalPolicy, finish
 from .coordination import Coordinator
-from .errors import CheckpointFallbackWarning, CorruptCheckpointError, RestoreError, WorldSizeMismatchError
+from .errors import CheckpointFallbackWarning, CorruptCheckpointError, RestoreError
 from .gc import list_committed
 from .manifest import MAX_MANIFEST_BYTES, MAX_MARKER_BYTES, CommitMarker, ShardManifest, load_manifest, load_marker
-from .shard import parse_shard, tensor_bytes
-from .tree import tree_has_torch, unflatten
+from .ranges import RangeReader
+from .shard import ParsedShard, parse_shard
 
 log = logging.getLogger(__name__)
+VERIFY_WINDOW = 64 << 20
 
 
 def read_marker(storage: Storage, step: int) -> CommitMarker:
@@ -93,80 +93,98 @@ def read_manifest(storage: Storage, marker: CommitMarker, rank: int) -> ShardMan
     return m
 
 
-def read_shard(storage: Storage, m: ShardManifest, executor: Executor | None) -> np.ndarray:
-    """The verified bytes of a shard (size, then every chunk digest)."""
-    key, step = m.shard_key, m.step
-    try:
-        size = storage.stat(key).size
-    except ObjectNotFoundError:
-        raise CorruptCheckpointError(f"step {step}: shard {key} is missing", step=step, key=key) from None
-    if size != m.shard_size:
-        raise CorruptCheckpointError(f"step {step}: shard {key} is {size} bytes, the manifest says {m.shard_size} "
-                                     "(truncated or replaced)", step=step, key=key)
-    buf = np.empty(size, dtype=np.uint8)
-    view = buf.data
-
-    def fetch(i: int) -> bool:
-        """Read chunk i (one ranged GET / pread) and check it while other chunks are in flight."""
-        lo = i * m.chunk_size
-        part = view[lo:min(size, lo + m.chunk_size)]
-        storage.read_into(key, part, offset=lo)
-        return checksum.digest(part) == m.chunks[i]
-
-    try:
-        n = len(m.chunks)
-        good = list(executor.map(fetch, range(n))) if executor is not None and n > 1 else [fetch(i) for i in range(n)]
-    except ObjectNotFoundError:
-        raise CorruptCheckpointError(f"step {step}: shard {key} is missing", step=step, key=key) from None
-    bad = next((i for i, ok in enumerate(good) if not ok), None)
-    if bad is not None:
-        lo, hi = bad * m.chunk_size, min(size, (bad + 1) * m.chunk_size)
-        raise CorruptCheckpointError(f"step {step}: shard {key} bytes [{lo}, {hi}) fail their xxh3 checksum",
-                                     step=step, key=key)
-    return buf
+def _annotate_v1(tree: Any, parsed: ParsedShard) -> None:
+    """Format 1 trees name their tensors only: give every tensor node its byte range from the header."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict):
+            raise ValueError("malformed tree node")
+        items = node.get("items")
+        if isinstance(items, dict):
+            stack.extend(items.values())
+        elif isinstance(items, list):
+            stack.extend(items)
+        elif isinstance(node.get("name"), str):
+            if node["name"] not in parsed.tensors:
+                raise ValueError(f"tensor {node['name'][:80]!r} is not in the shard")
+            _, _, start, end = parsed.tensors[node["name"]]
+            node["off"] = [start, end]
+            if node.get("t") in ("bytes", "bytearray"):
+                node["shape"] = [end - start]
 
 
-def decode_shard(buf: np.ndarray, m: ShardManifest) -> Any:
-    """Rebuild the state from verified shard bytes (arrays are views into ``buf``)."""
-    try:
-        parsed = parse_shard(buf.data)
-        torch = torchcompat.import_torch() if tree_has_torch(m.tree) else None
-        return unflatten(m.tree, lambda name: tensor_bytes(buf, parsed, name), torch=torch)
-    except (ValueError, RecursionError) as exc:
-        raise CorruptCheckpointError(f"step {m.step}: shard {m.shard_key} cannot be decoded: {exc}",
-                                     step=m.step, key=m.shard_key) from None
+class StepReader:
+    """Everything one rank reads of one committed step: manifests on demand, verified byte ranges."""
+
+    def __init__(self, storage: Storage, marker: CommitMarker, executor: Executor | None) -> None:
+        self.storage = storage
+        self.marker = marker
+        self._manifests: dict[int, ShardManifest] = {}
+        self.ranges = RangeReader(storage, self.manifest, executor)
+
+    def manifest(self, rank: int) -> ShardManifest:
+        """Rank ``rank``'s manifest (read and checked once); format 1 trees get byte ranges from the header."""
+        if not 0 <= rank < self.marker.world_size:
+            raise ValueError(f"rank {rank} is not in the saved world of {self.marker.world_size}")
+        if rank not in self._manifests:
+            m = self._manifests[rank] = read_manifest(self.storage, self.marker, rank)
+            if m.version == 1:
+                self.ranges.want(rank, 0, m.shard_size)
+                self.ranges.fetch()
+                _annotate_v1(m.tree, parse_shard(self.ranges.view(rank, 0, m.shard_size).data))
+        return self._manifests[rank]
+
+    def tree(self, rank: int) -> dict[str, Any]:
+        return self.manifest(rank).tree
 
 
-def load_step(storage: Storage, step: int, *, rank: int, world_size: int | None,
-              executor: Executor | None) -> Any:
-    """Verify and decode one rank's state of one committed step.
+def load_step(storage: Storage, step: int, *, rank: int, world_size: int | None, executor: Executor | None,
+              template: Any = None, rank_local: RankLocalPolicy = "error") -> Any:
+    """Verify and decode one rank's state of one committed step, at the layout wanted now.
+
+    ``world_size`` None reads saved rank ``rank`` as it is (no resharding). Otherwise sharded and
+    replicated leaves are mapped onto ``rank`` of ``world_size`` (``template`` gives the slices);
+    rank-local leaves need the same world size or a ``rank_local`` policy.
 
     Raises:
-        WorldSizeMismatchError: ``world_size`` is given and differs from the saved one.
+        WorldSizeMismatchError: a rank-local leaf cannot be mapped (names the key).
         CorruptCheckpointError: anything about the step's data is wrong.
     """
     marker = read_marker(storage, step)
-    if world_size is not None and marker.world_size != world_size:
-        raise WorldSizeMismatchError(
-            f"step {step} under {storage.uri} was saved by {marker.world_size} rank(s) but {world_size} are "
-            f"restoring it; restore with the same world size, or pass rank= to read one saved shard explicitly",
-            saved=marker.world_size, current=world_size)
-    if not 0 <= rank < marker.world_size:
+    foreign = world_size is not None and marker.world_size != world_size
+    if not foreign and not 0 <= rank < marker.world_size:
         raise RestoreError(f"rank {rank} is out of range: step {step} has ranks 0..{marker.world_size - 1}")
     check_structure(storage, marker)
-    m = read_manifest(storage, marker, rank)
-    return decode_shard(read_shard(storage, m, executor), m)
+    reader = StepReader(storage, marker, executor)
+    base = 0 if foreign else rank
+    try:
+        m = reader.manifest(base)
+        asm = Assembler(tree=reader.tree, want=reader.ranges.want, view=reader.ranges.view, base_rank=base,
+                        saved_world=marker.world_size, rank=rank, world_size=world_size or marker.world_size,
+                        foreign=foreign, rank_local=rank_local, step=step)
+        planned = asm.plan(m.tree, template)
+        if not foreign:  # the safetensors header of our own shard, so tools can still open it
+            nodes = [n.get("v") if n.get("t") == "sharded" else n for n in asm.index(base).values()]
+            offs = [n["off"][0] for n in nodes if isinstance(n, dict) and isinstance(n.get("off"), list)]
+            reader.ranges.want(base, 0, min(offs, default=m.shard_size))
+        reader.ranges.fetch()
+        return finish(planned)
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError, RuntimeError) as exc:
+        raise CorruptCheckpointError(f"step {step}: the shards of {storage.uri} cannot be decoded: "
+                                     f"{type(exc).__name__}: {exc}", step=step) from None
 
 
 def restore_state(storage: Storage, *, step: int | None, rank: int, world_size: int | None,
                   executor: Executor | None, coordinator: Coordinator | None = None,
-                  agree_timeout: float = 600.0) -> tuple[int, Any] | None:
+                  agree_timeout: float = 600.0, template: Any = None,
+                  rank_local: RankLocalPolicy = "error") -> tuple[int, Any] | None:
     """Restore ``step`` (or the newest valid step) for ``rank``; None when nothing is committed.
 
     Raises:
         RestoreError: ``step`` is not committed, or no committed step is valid.
         CorruptCheckpointError: the explicitly requested ``step`` fails verification.
-        WorldSizeMismatchError: the world size differs.
+        WorldSizeMismatchError: a rank-local leaf cannot be mapped to another world size.
     """
     committed = list_committed(storage)
     if step is not None:
@@ -182,7 +200,8 @@ def restore_state(storage: Storage, *, step: int | None, rank: int, world_size: 
     for s in candidates:
         state: Any = None
         try:
-            state = load_step(storage, s, rank=rank, world_size=world_size, executor=executor)
+            state = load_step(storage, s, rank=rank, world_size=world_size, executor=executor, template=template,
+                              rank_local=rank_local)
             ok = True
         except CorruptCheckpointError as exc:
             if step is not None:
@@ -234,20 +253,22 @@ def verify_step(storage: Storage, step: int, *, executor: Executor | None = None
             report.problems.append(str(exc))
             continue
 
-        def chunk_ok(i: int, m: ShardManifest = m) -> bool:
-            lo = i * m.chunk_size
-            buf = bytearray(min(m.chunk_size, m.shard_size - lo))
-            storage.read_into(m.shard_key, memoryview(buf), offset=lo)
-            good = checksum.digest(buf) == m.chunks[i]
+        bad: list[int] = []
+        starts, windows = m.starts(), list[int]()
+        for s in starts:  # windows of whole chunks, about VERIFY_WINDOW bytes each: bounded memory
+            if not windows or s - windows[-1] >= VERIFY_WINDOW:
+                windows.append(s)
+        for lo, hi in zip(windows, [*windows[1:], m.shard_size], strict=True):
+            reader = RangeReader(storage, lambda _r, m=m: m, executor)  # type: ignore[misc]
+            reader.want(rank, lo, hi)
+            try:
+                reader.fetch()
+            except CorruptCheckpointError as exc:
+                bad.append(lo)
+                report.problems.append(str(exc))
             if progress:
-                progress(len(buf))
-            return good
-
-        n = len(m.chunks)
-        results = list(executor.map(chunk_ok, range(n))) if executor is not None else [chunk_ok(i) for i in range(n)]
-        bad = [i for i, good in enumerate(results) if not good]
+                progress(hi - lo)
         if bad:
-            report.problems.append(f"step {step}: shard {m.shard_key} has {len(bad)} corrupt chunk(s), "
-                                   f"first at byte {bad[0] * m.chunk_size}")
+            report.problems.append(f"step {step}: shard {m.shard_key} is corrupt, first bad window at byte {bad[0]}")
         report.bytes += m.shard_size
     return report

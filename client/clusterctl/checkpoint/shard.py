@@ -18,8 +18,6 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from .tree import ST_ITEMSIZE, TensorLeaf
 
 MAX_HEADER = 100 << 20  # the safetensors library's own limit
@@ -106,11 +104,3 @@ def parse_shard(buf: memoryview | bytes) -> ParsedShard:
         if b2 < e1:
             raise ValueError("tensors overlap in the data section")
     return ParsedShard(meta, tensors)
-
-
-def tensor_bytes(buf: np.ndarray, parsed: ParsedShard, name: str) -> np.ndarray:
-    """The uint8 bytes of one tensor (a view into ``buf``)."""
-    if name not in parsed.tensors:
-        raise ValueError(f"tensor {name!r} is not in the shard")
-    _, _, start, end = parsed.tensors[name]
-    return buf[start:end]

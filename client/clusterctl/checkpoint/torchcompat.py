@@ -18,7 +18,14 @@ TORCH_DTYPES: dict[str, tuple[str | None, str]] = {
     "int64": ("I64", "<i8"), "uint8": ("U8", "|u1"), "uint16": ("U16", "<u2"), "uint32": ("U32", "<u4"),
     "uint64": ("U64", "<u8"), "bool": ("BOOL", "|b1"), "complex64": ("C64", "<c8"),
     "complex128": (None, "<c16"), "float8_e4m3fn": ("F8_E4M3", "|u1"), "float8_e5m2": ("F8_E5M2", "|u1"),
+    # no safetensors name: stored as raw bytes, the torch dtype is recorded in the manifest tree
+    "complex32": (None, "<u4"), "float8_e4m3fnuz": (None, "|u1"), "float8_e5m2fnuz": (None, "|u1"),
+    "float8_e8m0fnu": (None, "|u1"), "float4_e2m1fn_x2": (None, "|u1"), "bits8": (None, "|u1"),
+    "bits16": (None, "<u2"), "bits1x8": (None, "|u1"), "bits2x4": (None, "|u1"), "bits4x2": (None, "|u1"),
 }
+# dtypes numpy has natively (``Tensor.numpy()`` works); every other one is viewed as a same-size int
+_NUMPY_NATIVE = {"float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                 "uint64", "bool", "complex64", "complex128"}
 
 
 def loaded_torch() -> Any | None:
@@ -55,10 +62,8 @@ def cpu_bytes_view(tensor: Any) -> np.ndarray:
         t = t.resolve_neg()
     name = dtype_name(t)
     np_dtype = np.dtype(TORCH_DTYPES[name][1])
-    if name in ("bfloat16",):
-        t = t.view(torch.int16)
-    elif name.startswith("float8"):
-        t = t.view(torch.uint8)
+    if name not in _NUMPY_NATIVE:  # same bytes, same strides: works for non-contiguous and 0-d views
+        t = t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[np_dtype.itemsize])
     return np.asarray(t.numpy()).view(np_dtype)
 
 
@@ -92,3 +97,61 @@ def tensor_from_bytes(torch: Any, data: np.ndarray, dtype_name_: str, shape: lis
     """A CPU tensor over restored bytes (no copy), with the saved torch dtype and shape."""
     flat = torch.from_numpy(data.reshape(-1).view(np.uint8))
     return flat.view(getattr(torch, dtype_name_)).reshape(shape)
+
+
+def is_dtensor(obj: object) -> bool:
+    """True for a torch DTensor (FSDP2 / tensor-parallel parameter or state); never imports torch."""
+    torch = loaded_torch()
+    if torch is None or not isinstance(obj, torch.Tensor):
+        return False
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    return dtensor is not None and isinstance(obj, dtensor.DTensor)
+
+
+def dtensor_box(t: Any) -> tuple[list[int], list[int], list[int]]:
+    """(global shape, local shape, global offset) of this rank's piece of a DTensor (or a template).
+
+    Raises:
+        ValueError: a placement that is not Shard(dim) or Replicate (Partial, strided sharding).
+    """
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    for p in t.placements:
+        if type(p) not in (Shard, Replicate):
+            raise ValueError(f"DTensor placement {p} is not supported (only Shard(dim) and Replicate)")
+    lshape, offset = compute_local_shape_and_global_offset(t.shape, t.device_mesh, t.placements)
+    return [int(d) for d in t.shape], [int(d) for d in lshape], [int(o) for o in offset]
+
+
+def dtensor_layout(t: Any, path: str) -> tuple[Any, list[int], list[int], bool] | None:
+    """``(local, global shape, offset, store)`` of a DTensor, or None when it is replicated everywhere.
+
+    ``store`` is False on the replicas that do not write this piece: among the ranks holding the
+    same piece, the one at mesh coordinate ``hash(path) % size`` of each Replicate dimension does.
+    """
+    from torch.distributed.tensor import Replicate
+
+    from .errors import InvalidStateError
+    from .parallel import writer_rank
+
+    if all(isinstance(p, Replicate) for p in t.placements):
+        return None
+    try:
+        gshape, _, offset = dtensor_box(t)
+    except ValueError as exc:
+        raise InvalidStateError(f"{path or '/'}: {exc}") from None
+    mesh = t.device_mesh
+    coords = mesh.get_coordinate() or []
+    store = all(coords[d] == writer_rank(path, mesh.size(d))
+                for d, p in enumerate(t.placements) if isinstance(p, Replicate))
+    return t.to_local(), gshape, offset, store
+
+
+def make_dtensor(local: Any, template: Any) -> Any:
+    """A DTensor with ``template``'s mesh and placements over this rank's restored ``local`` piece."""
+    from torch.distributed.tensor import DTensor
+
+    local = local.to(template.device) if local.device != template.device else local
+    return DTensor.from_local(local, template.device_mesh, template.placements, run_check=False,
+                              shape=template.shape, stride=template.stride())

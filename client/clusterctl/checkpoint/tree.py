@@ -1,26 +1,33 @@
-"""Flattening a nested state into tensor leaves plus a JSON tree, and back. No pickle anywhere.
+"""Flattening a nested state into tensor leaves plus a JSON tree (format 2). No pickle anywhere.
 
-Supported: mappings with str keys, lists, tuples, numpy arrays and scalars, torch tensors (when
-torch is imported by the caller), bytes/bytearray (stored as uint8 tensors), and JSON values
-(None, bool, int, float, str). Anything else raises :class:`InvalidStateError` naming its path:
-saving it would need pickle.
+Supported: mappings with str or int keys, lists, tuples, numpy arrays and scalars, torch tensors
+(when torch is imported by the caller) incl. DTensors, bytes/bytearray (stored as uint8
+tensors), JSON values (None, bool, int, float incl. inf/nan, str), and the layouts
+:class:`~.parallel.Sharded` / :class:`~.parallel.Replicated`. Anything else raises
+:class:`InvalidStateError` naming its path: saving it would need pickle.
 
-Tree nodes (the ``tree`` field of a shard manifest)::
+Tree nodes (the ``tree`` field of a shard manifest, FORMAT.md)::
 
-    {"t": "dict", "items": {key: node, ...}}       {"t": "list"|"tuple", "items": [node, ...]}
-    {"t": "ndarray"|"npscalar", "name": tensor, "dtype": numpy dtype (str or descr list), "shape": [...]}
-    {"t": "torch", "name": tensor, "dtype": "bfloat16", "shape": [...], "device": "cuda:0"}
-    {"t": "bytes"|"bytearray", "name": tensor}     {"t": "json", "v": value}
+    {"t": "map", "items": [[key, node], ...]}      key: str or int, in the state's order
+    {"t": "list"|"tuple", "items": [node, ...]}    {"t": "json", "v": value}
+    {"t": "ndarray"|"npscalar", "dtype": numpy dtype (str or descr list), "shape": [...], <where>}
+    {"t": "torch", "dtype": "bfloat16", "shape": [...], "device": "cuda:0", <where>}
+    {"t": "bytes"|"bytearray", "shape": [n], <where>}
+    {"t": "replicated", "v": node}                 the same on every rank; each leaf stored once
+    {"t": "sharded", "gshape": [...], "offset": [...], "v": tensor node}   a piece of a global array
 
-Tensor names are the path of the leaf, keys escaped as in JSON Pointer (``~`` -> ``~0``,
-``/`` -> ``~1``) and joined with ``/``, e.g. ``model/layers/0/weight``.
+``<where>`` is ``"name": tensor, "off": [begin, end]`` (absolute byte range in this rank's shard),
+or ``"rank": r`` (stored in rank r's shard at the same path), or ``"dup": true`` (a sharded piece
+that another replica stored). Format 1 trees (``{"t": "dict", "items": {str: node}}``, tensor
+nodes with ``name`` only) are still read. Tensor names are the leaf's path, keys escaped as in
+JSON Pointer (``~`` -> ``~0``, ``/`` -> ``~1``) and joined with ``/``, e.g. ``model/layers/0/weight``.
 """
 
 from __future__ import annotations
 
 import math
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +35,7 @@ import numpy as np
 
 from . import torchcompat
 from .errors import InvalidStateError
+from .parallel import Replicated, Sharded, writer_rank
 
 # numpy dtypes that safetensors names natively (little-endian only)
 NUMPY_TO_ST: dict[str, str] = {
@@ -55,12 +63,15 @@ class TensorLeaf:
     st_shape: list[int]
     nbytes: int
     alignment: int
+    node: dict[str, Any]  # its tree node, which gets ``off`` once the shard is laid out
 
 
-def check_state_key(key: object, path: str) -> str:
+def check_state_key(key: object, path: str) -> str | int:
     """Validate a mapping key of the state (they become tensor names that tools may map to files)."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        return key  # torch optimizer state is keyed by int parameter ids
     if not isinstance(key, str):
-        raise InvalidStateError(f"state keys must be str, got {type(key).__name__} at {path or '/'}")
+        raise InvalidStateError(f"state keys must be str or int, got {type(key).__name__} at {path or '/'}")
     where = f"{path}/{key}" if path else key
     if key == "" or key in (".", ".."):
         raise InvalidStateError(f"state key {key!r} at {where!r} is refused (empty, '.' or '..')")
@@ -94,91 +105,139 @@ def _json_value(v: object) -> bool:
 
 
 class Flattener:
-    """Walks a state once, collecting tensor leaves and building the JSON tree."""
+    """Walks a state once, collecting this rank's tensor leaves and building the JSON tree."""
 
-    def __init__(self) -> None:
+    def __init__(self, rank: int = 0, world_size: int = 1) -> None:
+        self.rank = rank
+        self.world_size = world_size
         self.leaves: list[TensorLeaf] = []
         self._names: set[str] = set()
 
     def _name(self, path: str) -> str:
-        name = path or "__root__"
-        if name == "__metadata__" or name in self._names:
-            raise InvalidStateError(f"tensor name {name!r} is reserved or duplicated")
+        name = base = path or "__root__"
+        n = 1
+        while name == "__metadata__" or name in self._names:  # int key 0 beside str key "0"
+            n += 1
+            name = f"{base}~{n}"
         self._names.add(name)
         return name
 
-    def _array_leaf(self, arr: np.ndarray, path: str, kind: str) -> dict[str, Any]:
+    def _add(self, node: dict[str, Any], path: str, array: np.ndarray | None, source: Any, st: str,
+             st_shape: list[int], nbytes: int, alignment: int) -> None:
+        name = node["name"] = self._name(path)
+        self.leaves.append(TensorLeaf(name, array, source, st, st_shape, nbytes, alignment, node))
+
+    def _array_leaf(self, arr: np.ndarray, path: str, kind: str, where: dict[str, Any] | None) -> dict[str, Any]:
         if arr.dtype.hasobject:
             raise InvalidStateError(f"{path or '/'}: object arrays cannot be saved without pickle")
-        name = self._name(path)
+        node: dict[str, Any] = {"t": kind, "dtype": _dtype_spec(arr.dtype), "shape": [int(d) for d in arr.shape]}
+        if where is not None:
+            return node | where
         st = NUMPY_TO_ST.get(arr.dtype.str)
         if st is not None:
             st_shape = [int(d) for d in arr.shape]
         else:  # raw bytes with the exact numpy dtype recorded in the tree
             st, st_shape = "U8", [int(arr.nbytes)]
-        self.leaves.append(TensorLeaf(name, arr, arr, st, st_shape, int(arr.nbytes),
-                                      min(8, max(1, arr.dtype.alignment))))
-        return {"t": kind, "name": name, "dtype": _dtype_spec(arr.dtype), "shape": [int(d) for d in arr.shape]}
+        self._add(node, path, arr, arr, st, st_shape, int(arr.nbytes), min(8, max(1, arr.dtype.alignment)))
+        return node
 
-    def _torch_leaf(self, t: Any, path: str) -> dict[str, Any]:
+    def _torch_leaf(self, t: Any, path: str, where: dict[str, Any] | None) -> dict[str, Any]:
         dname = torchcompat.dtype_name(t)
         if dname not in torchcompat.TORCH_DTYPES:
             raise InvalidStateError(f"{path or '/'}: torch dtype {dname} is not supported")
-        name = self._name(path)
-        st, np_dtype = torchcompat.TORCH_DTYPES[dname]
         shape = [int(d) for d in t.shape]
+        node: dict[str, Any] = {"t": "torch", "dtype": dname, "shape": shape, "device": str(t.device)}
+        if where is not None:
+            return node | where
+        st, np_dtype = torchcompat.TORCH_DTYPES[dname]
         itemsize = np.dtype(np_dtype).itemsize
         nbytes = math.prod(shape) * itemsize
+        st_shape = shape
         if st is None:
             st, st_shape = "U8", [nbytes]
-        else:
-            st_shape = shape
-        device = str(t.device)
         array = None if t.device.type != "cpu" else torchcompat.cpu_bytes_view(t)
-        self.leaves.append(TensorLeaf(name, array, t, st, st_shape, nbytes, min(8, itemsize)))
-        return {"t": "torch", "name": name, "dtype": dname, "shape": shape, "device": device}
+        self._add(node, path, array, t, st, st_shape, nbytes, min(8, itemsize))
+        return node
 
-    def node(self, value: Any, path: str) -> dict[str, Any]:
-        if isinstance(value, Mapping):
-            items = {}
-            for k, v in value.items():
-                check_state_key(k, path)
-                items[k] = self.node(v, f"{path}/{_escape(k)}" if path else _escape(k))
-            return {"t": "dict", "items": items}
+    def _tensor(self, value: Any, path: str, where: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The node of an array-like leaf, or None when ``value`` is not one."""
         if isinstance(value, np.ndarray):
-            return self._array_leaf(value, path, "ndarray")
+            return self._array_leaf(value, path, "ndarray", where)
         if isinstance(value, np.generic):
-            return self._array_leaf(np.asarray(value), path, "npscalar")
+            return self._array_leaf(np.asarray(value), path, "npscalar", where)
         if torchcompat.is_tensor(value):
-            return self._torch_leaf(value, path)
+            return self._torch_leaf(value, path, where)
+        return None
+
+    def _sharded(self, local: Any, gshape: list[int], offset: list[int], path: str, store: bool,
+                 dtensor: bool = False) -> dict[str, Any]:
+        inner = self._tensor(local, path, None if store else {"dup": True})
+        if inner is None:
+            raise InvalidStateError(f"{path or '/'}: Sharded(local=...) must be a numpy array or torch tensor, "
+                                    f"got {type(local).__name__}")
+        node = {"t": "sharded", "gshape": gshape, "offset": offset, "v": inner}
+        return node | {"dtensor": True} if dtensor else node
+
+    def node(self, value: Any, path: str, replicated: bool = False) -> dict[str, Any]:
+        if isinstance(value, Mapping):
+            items = []
+            for k, v in value.items():
+                key = check_state_key(k, path)
+                seg = _escape(key) if isinstance(key, str) else str(key)
+                items.append([key, self.node(v, f"{path}/{seg}" if path else seg, replicated)])
+            return {"t": "map", "items": items}
+        if isinstance(value, Replicated):
+            if replicated:
+                return self.node(value.value, path, True)
+            return {"t": "replicated", "v": self.node(value.value, path, True)}
+        if isinstance(value, Sharded):
+            try:
+                offset, _ = value.box()
+            except (ValueError, TypeError, AttributeError) as exc:
+                raise InvalidStateError(f"{path or '/'}: {exc}") from None
+            return self._sharded(value.local, [int(d) for d in value.global_shape], list(offset), path, True)
+        if torchcompat.is_dtensor(value):
+            layout = torchcompat.dtensor_layout(value, path)
+            if layout is None:  # replicated over the whole mesh
+                full = value.to_local()
+                return self.node(full, path, True) if replicated else {"t": "replicated",
+                                                                        "v": self.node(full, path, True)}
+            local, gshape, dt_offset, store = layout
+            return self._sharded(local, gshape, dt_offset, path, store, dtensor=True)
+        where = None
+        if replicated:
+            writer = writer_rank(path or "__root__", self.world_size)
+            where = None if writer == self.rank else {"rank": writer}
+        tensor = self._tensor(value, path, where)
+        if tensor is not None:
+            return tensor
         if isinstance(value, bytes | bytearray | memoryview):
             kind = "bytearray" if isinstance(value, bytearray) else "bytes"
-            arr = np.frombuffer(value, dtype=np.uint8)
-            leaf = self._array_leaf(arr, path, kind)
-            return {"t": kind, "name": leaf["name"]}
+            return self._array_leaf(np.frombuffer(value, dtype=np.uint8), path, kind, where)
         if isinstance(value, list) and _json_value(value):
             return {"t": "json", "v": value}
         if isinstance(value, list | tuple):
             kind = "tuple" if isinstance(value, tuple) else "list"
-            return {"t": kind, "items": [self.node(v, f"{path}/{i}" if path else str(i))
+            return {"t": kind, "items": [self.node(v, f"{path}/{i}" if path else str(i), replicated)
                                          for i, v in enumerate(value)]}
         if _is_json_scalar(value):
             return {"t": "json", "v": value}
         raise InvalidStateError(
             f"{path or '/'}: cannot save a {type(value).__module__}.{type(value).__qualname__} "
-            "(supported: mappings, lists, tuples, numpy arrays/scalars, torch tensors, bytes, JSON values)"
+            "(supported: mappings, lists, tuples, numpy arrays/scalars, torch tensors, bytes, JSON values, "
+            "Sharded, Replicated)"
         )
 
 
-def flatten(state: Mapping[str, Any]) -> tuple[dict[str, Any], list[TensorLeaf]]:
-    """Split ``state`` into its JSON tree and its tensor leaves (views, not copies).
+def flatten(state: Mapping[Any, Any], rank: int = 0, world_size: int = 1) -> tuple[dict[str, Any], list[TensorLeaf]]:
+    """Split ``state`` into its JSON tree and this rank's tensor leaves (views, not copies).
 
     Raises:
         InvalidStateError: the state is not a mapping, has unsafe keys or unsupported leaves.
     """
     if not isinstance(state, Mapping):
-        raise InvalidStateError(f"state must be a mapping of str to values, got {type(state).__name__}")
-    f = Flattener()
+        raise InvalidStateError(f"state must be a mapping, got {type(state).__name__}")
+    f = Flattener(rank, world_size)
     tree = f.node(state, "")
     return tree, f.leaves
 
@@ -194,66 +253,3 @@ def np_dtype_from_spec(spec: Any) -> np.dtype[Any]:
     if dtype.hasobject:
         raise ValueError(f"object dtype {spec!r} refused")
     return dtype
-
-
-def unflatten(tree: Any, tensor: Callable[[str], np.ndarray], *, torch: Any | None) -> Any:
-    """Rebuild the state from its tree; ``tensor(name)`` returns the bytes of one tensor as uint8.
-
-    Raises:
-        ValueError: the tree is malformed or a tensor's size does not match its dtype and shape.
-    """
-    if not isinstance(tree, dict) or "t" not in tree:
-        raise ValueError("malformed tree node")
-    kind = tree["t"]
-    if kind == "dict":
-        items = tree.get("items")
-        if not isinstance(items, dict):
-            raise ValueError("malformed dict node")
-        return {k: unflatten(v, tensor, torch=torch) for k, v in items.items()}
-    if kind in ("list", "tuple"):
-        items = tree.get("items")
-        if not isinstance(items, list):
-            raise ValueError("malformed list node")
-        out = [unflatten(v, tensor, torch=torch) for v in items]
-        return tuple(out) if kind == "tuple" else out
-    if kind == "json":
-        return tree.get("v")
-    name = tree.get("name")
-    if not isinstance(name, str):
-        raise ValueError("tensor node without a name")
-    raw = tensor(name)
-    if kind in ("bytes", "bytearray"):
-        return bytes(raw) if kind == "bytes" else bytearray(raw)
-    shape = tree.get("shape")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise ValueError(f"tensor {name!r}: bad shape {shape!r}")
-    if kind in ("ndarray", "npscalar"):
-        dtype = np_dtype_from_spec(tree.get("dtype"))
-        if math.prod(shape) * dtype.itemsize != raw.nbytes:
-            raise ValueError(f"tensor {name!r}: {raw.nbytes} bytes do not match dtype {dtype} and shape {shape}")
-        arr = raw.view(dtype).reshape(shape)
-        return arr[()] if kind == "npscalar" else arr
-    if kind == "torch":
-        dname = tree.get("dtype")
-        if not isinstance(dname, str) or dname not in torchcompat.TORCH_DTYPES:
-            raise ValueError(f"tensor {name!r}: unknown torch dtype {dname!r}")
-        np_dtype = np.dtype(torchcompat.TORCH_DTYPES[dname][1])
-        if math.prod(shape) * np_dtype.itemsize != raw.nbytes:
-            raise ValueError(f"tensor {name!r}: {raw.nbytes} bytes do not match {dname} and shape {shape}")
-        if torch is None:  # no torch: same bytes as the closest numpy dtype (bfloat16 -> uint16)
-            return raw.view(np_dtype).reshape(shape)
-        return torchcompat.tensor_from_bytes(torch, raw, dname, shape)
-    raise ValueError(f"unknown tree node type {kind!r}")
-
-
-def tree_has_torch(tree: Any) -> bool:
-    if not isinstance(tree, dict):
-        return False
-    if tree.get("t") == "torch":
-        return True
-    items = tree.get("items")
-    if isinstance(items, dict):
-        return any(tree_has_torch(v) for v in items.values())
-    if isinstance(items, list):
-        return any(tree_has_torch(v) for v in items)
-    return False

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..storage import Storage
 from . import checksum, layout, torchcompat
-from .manifest import ShardManifest
+from .manifest import FORMAT_VERSION, ShardManifest
 from .shard import plan_shard
 from .staging import StagingBuffer, StagingPool
 from .tree import flatten
@@ -35,6 +35,7 @@ class Snapshot:
     staging: StagingBuffer
     tensor_count: int
     seconds: float
+    segments: list[int]  # where checksum chunking restarts: 0 and the start of every large tensor
 
     @property
     def nbytes(self) -> int:
@@ -54,11 +55,13 @@ def take_snapshot(state: Mapping[str, Any], *, step: int, attempt: str, rank: in
         StagingLimitError: the snapshot does not fit the configured staging memory.
     """
     t0 = time.perf_counter()
-    tree, leaves = flatten(state)
+    tree, leaves = flatten(state, rank, world_size)
     plan = plan_shard(leaves, {
-        "format": "clusterctl.checkpoint", "format_version": "1", "step": str(step), "rank": str(rank),
-        "world_size": str(world_size),
+        "format": "clusterctl.checkpoint", "format_version": str(FORMAT_VERSION), "step": str(step),
+        "rank": str(rank), "world_size": str(world_size),
     })
+    for leaf, offset in plan.slots:
+        leaf.node["off"] = [offset, offset + leaf.nbytes]
     has_cuda = any(leaf.array is None for leaf in leaves)
     staging = pool.acquire(plan.total_size, pinned=has_cuda and torchcompat.cuda_available())
     try:
@@ -78,10 +81,14 @@ def take_snapshot(state: Mapping[str, Any], *, step: int, attempt: str, rank: in
     except BaseException:
         staging.release()
         raise
-    return Snapshot(step, attempt, rank, world_size, tree, staging, len(leaves), time.perf_counter() - t0)
+    big = [(off, off + leaf.nbytes) for leaf, off in plan.slots if leaf.nbytes >= checksum.CHUNK_SIZE]
+    segments = [0] + [x for span in big for x in span if 0 < x < plan.total_size]
+    return Snapshot(step, attempt, rank, world_size, tree, staging, len(leaves), time.perf_counter() - t0,
+                    sorted(set(segments)))
 
 
-def upload_snapshot(snap: Snapshot, storage: Storage, *, chunk_size: int, executor: Executor | None,
+def upload_snapshot(snap: Snapshot, storage: Storage, *, chunk_size: int = checksum.CHUNK_SIZE,
+                    executor: Executor | None,
                     progress: dict[str, str | None]) -> tuple[str, ShardManifest]:
     """Checksum and upload the shard, release its staging memory, then write the shard manifest.
 
@@ -92,17 +99,20 @@ def upload_snapshot(snap: Snapshot, storage: Storage, *, chunk_size: int, execut
     manifest_key = layout.manifest_key(snap.step, snap.attempt, snap.rank, snap.world_size)
     try:
         data = snap.staging.array.data
-        chunks = checksum.chunk_digests(data, chunk_size, executor)
+        # checksums (CPU) run beside the upload (I/O) over the same immutable buffer
+        digests = executor.submit(checksum.chunk_digests, data, chunk_size, None, snap.segments) if executor else None
         prefix = progress["key"] = layout.attempt_prefix(snap.step, snap.attempt)
         storage.prepare_prefix(prefix)
         progress["key"] = shard_key
         storage.put(shard_key, data)
         size = len(data)
+        chunks = digests.result() if digests else checksum.chunk_digests(data, chunk_size, None, snap.segments)
     finally:
         snap.staging.release()
     manifest = ShardManifest(
         step=snap.step, rank=snap.rank, world_size=snap.world_size, attempt=snap.attempt, shard_key=shard_key,
         shard_size=size, chunk_size=chunk_size, chunks=chunks, tree=snap.tree, tensor_count=snap.tensor_count,
+        segments=snap.segments,
         created=time.time(), host=socket.gethostname(),
     )
     progress["key"] = manifest_key

@@ -1,4 +1,4 @@
-"""``clusterctl checkpoints list|verify|gc URI``: inspect, verify and clean a checkpoint location.
+"""``clusterctl checkpoints list|latest|verify|gc|show|export URI``: inspect, verify, clean, export.
 
 Thin: parse flags, call the checkpoint library, render. Results go to stdout (a rich table, or
 JSON with ``--json``); progress bars and errors go to stderr. Exit codes: 0 success, 1 storage
@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import datetime
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -33,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Inspect a checkpoint location (s3://bucket/prefix, file:///dir or a path). "
                     "S3 settings come from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION.",
         epilog="exit codes: 0 ok, 1 storage error, 2 bad input, 3 verification found corruption")
-    sub = parser.add_subparsers(dest="checkpoints_command", metavar="{list,latest,verify,gc}", required=True)
+    sub = parser.add_subparsers(dest="checkpoints_command", metavar="{list,latest,verify,gc,show,export}",
+                                required=True)
 
     p = sub.add_parser("list", help="committed steps with world size, size and time")
     p.add_argument("uri")
@@ -57,6 +59,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_guard(cmd_gc))
+
+    p = sub.add_parser("show", help="each tensor leaf of a step: layout, dtype, global shape, bytes",
+                       description="URI and STEP may come in either order.")
+    p.add_argument("uri")
+    p.add_argument("step")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_guard(cmd_show))
+
+    p = sub.add_parser("export", help="write a step's full (consolidated) tensors as safetensors files",
+                       description="Reads every shard a leaf needs, verifying checksums, and writes one "
+                                   "<top-level key>.safetensors per key into DIR. Rank-local leaves: rank 0's.")
+    p.add_argument("uri")
+    p.add_argument("step")
+    p.add_argument("dir")
+    p.set_defaults(func=_guard(cmd_export))
 
 
 def _err(message: str) -> None:
@@ -203,6 +220,76 @@ def cmd_verify(args: argparse.Namespace) -> int:
             else:
                 print(f"step {r.step}: CORRUPT: " + "; ".join(r.problems))
     return EXIT_CORRUPT if bad else EXIT_OK
+
+
+def _uri_and_step(args: argparse.Namespace) -> tuple[str, int]:
+    """``URI STEP`` or ``STEP URI``; the step must be committed.
+
+    Raises:
+        ValueError: neither argument is a step number (exit 2).
+    """
+    uri, step = args.uri, args.step
+    if uri.isdigit() and not step.isdigit():
+        uri, step = step, uri
+    if not step.isdigit():
+        raise ValueError(f"STEP must be a non-negative integer, got {step!r}")
+    return uri, int(step)
+
+
+def _committed_step(storage: Any, uri: str, step: int) -> None:
+    from ..checkpoint.gc import list_committed
+
+    committed = list_committed(storage)
+    if step not in committed:
+        raise ValueError(f"step {step} is not committed under {uri} (committed: {committed[-10:]})")
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """Print each tensor leaf of a step (reads the manifests, not the shards)."""
+    from ..checkpoint.contents import describe_step
+
+    uri, step = _uri_and_step(args)
+    storage = _open(uri)
+    try:
+        _committed_step(storage, uri, step)
+        leaves = describe_step(storage, step)
+    finally:
+        storage.close()
+    if args.json:
+        print(json.dumps({"uri": uri, "step": step, "leaves": [
+            {"key": x.path, "layout": x.layout, "dtype": x.dtype, "global_shape": x.shape, "bytes": x.bytes,
+             "ranks": x.ranks} for x in leaves]}, indent=2))
+        return EXIT_OK
+    table = Table(title=f"step {step} under {uri}")
+    for col in ("key", "layout", "dtype", "global shape", "bytes"):
+        table.add_column(col, justify="right" if col == "bytes" else "left")
+    for x in leaves:
+        table.add_row(x.path, x.layout, x.dtype, str(x.shape), _size(x.bytes))
+    Console().print(table)
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write full tensors as safetensors files (checksums verified while reading); exit 3 if corrupt."""
+    from ..checkpoint import CorruptCheckpointError
+    from ..checkpoint.contents import export_step
+
+    uri, step = _uri_and_step(args)
+    if os.path.exists(args.dir) and not os.path.isdir(args.dir):
+        raise ValueError(f"DIR {args.dir!r} exists and is not a directory")
+    storage = _open(uri)
+    try:
+        _committed_step(storage, uri, step)
+        try:
+            files = export_step(storage, step, args.dir)
+        except CorruptCheckpointError as exc:
+            _err(str(exc))
+            return EXIT_CORRUPT
+    finally:
+        storage.close()
+    for path in files:
+        print(path)
+    return EXIT_OK
 
 
 def cmd_gc(args: argparse.Namespace) -> int:

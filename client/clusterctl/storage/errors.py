@@ -8,9 +8,11 @@ either permanent or the last transient error once the retry budget is spent.
 
 from __future__ import annotations
 
+from ..errors import ClusterctlError
 
-class StorageError(Exception):
-    """Root of all storage errors.
+
+class StorageError(ClusterctlError):
+    """Root of all storage errors (a :class:`~clusterctl.errors.ClusterctlError`).
 
     Attributes:
         key: the object key concerned, relative to the storage root, or None.

@@ -17,6 +17,7 @@ import errno
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import uuid
 from collections.abc import Iterator, Sequence
@@ -25,11 +26,14 @@ from dataclasses import dataclass
 
 from .base import Buffer, IncompleteUpload, ObjectInfo, validate_key
 from .errors import AccessDeniedError, InvalidKeyError, ObjectExistsError, ObjectNotFoundError, StorageError
-from .threads import nice_initializer, run_all
+from .threads import nice_initializer, read_part_size, run_all
 
 log = logging.getLogger(__name__)
 
 TMP_MARK = ".clusterctl-tmp-"
+MAX_LIST_DEPTH = 32  # the checkpoint layout is 3 levels deep; anything far deeper is not ours
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
 
 
 @dataclass(frozen=True)
@@ -77,27 +81,58 @@ class PosixStorage:
         return self.root
 
     def _path(self, key: str, *, allow_empty: bool = False) -> str:
-        """The file for ``key``, refusing symbolic links below the root.
-
-        A link planted inside a checkpoint directory must not let a read or write reach outside it.
-        """
+        """The file for ``key`` (for messages and ``lfs``); I/O goes through :meth:`_parent`."""
         validate_key(key, allow_empty=allow_empty)
-        path = self.root
-        for part in (s for s in key.split("/") if s):
-            path = os.path.join(path, part)
-            if os.path.islink(path):
-                raise InvalidKeyError(f"{key}: {path} is a symbolic link; checkpoint paths never follow links",
-                                      key=key)  # fmt: skip
-        return path
+        return os.path.join(self.root, *[s for s in key.split("/") if s])
 
-    def _fsync_dir(self, path: str) -> None:
-        if not self.options.fsync:
-            return
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    @contextlib.contextmanager
+    def _parent(self, key: str, *, create: bool = False) -> Iterator[tuple[int, str]]:
+        """``(fd of the directory holding key, file name)``, walked with ``O_NOFOLLOW`` one component
+        at a time, so a symbolic link planted below the root (even between a check and a use) is never
+        followed. ``create`` makes missing directories, fsyncing each parent so they survive a crash.
+
+        Raises:
+            InvalidKeyError: a component is a symbolic link (or not a directory).
+            OSError: anything else (FileNotFoundError when a directory is missing).
+        """
+        validate_key(key)
+        *dirs, name = key.split("/")
+        if create:
+            os.makedirs(self.root, exist_ok=True)
+        fd = os.open(self.root, _DIR_FLAGS)
         try:
-            os.fsync(fd)
+            for part in dirs:
+                try:
+                    child = os.open(part, _DIR_FLAGS | _NOFOLLOW, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                        if self.options.fsync:
+                            os.fsync(fd)
+                    child = os.open(part, _DIR_FLAGS | _NOFOLLOW, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise InvalidKeyError(f"{key}: {part!r} is a symbolic link or not a directory; "
+                                              "checkpoint paths never follow links", key=key) from None
+                    raise
+                os.close(fd)
+                fd = child
+            yield fd, name
         finally:
             os.close(fd)
+
+    def _open(self, key: str, flags: int, mode: int = 0o644) -> int:
+        """Open ``key`` itself without following a link (ELOOP -> InvalidKeyError)."""
+        with self._parent(key) as (dfd, name):
+            try:
+                return os.open(name, flags | _NOFOLLOW, mode, dir_fd=dfd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise InvalidKeyError(f"{key} is a symbolic link; checkpoint paths never follow links",
+                                          key=key) from None
+                raise
 
     def _write_all(self, fd: int, data: memoryview) -> None:
         part = self.options.part_size
@@ -119,36 +154,35 @@ class PosixStorage:
         run_all(self._pool, write_range, [(s,) for s in range(0, n, part)])
 
     def put(self, key: str, data: Buffer, *, if_absent: bool = False) -> None:
-        path = self._path(key)
-        directory = os.path.dirname(path)
-        tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
+        tmp = f"{key.rsplit('/', 1)[-1]}{TMP_MARK}{uuid.uuid4().hex}"
         try:
-            os.makedirs(directory, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                self._write_all(fd, memoryview(data).cast("B"))
-                if self.options.fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            if if_absent:
+            with self._parent(key, create=True) as (dfd, name):
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644, dir_fd=dfd)
                 try:
-                    os.link(tmp, path)
-                except FileExistsError:
-                    raise ObjectExistsError(f"{key} already exists", key=key) from None
-            else:
-                os.replace(tmp, path)
-            self._fsync_dir(directory)
+                    try:
+                        self._write_all(fd, memoryview(data).cast("B"))
+                        if self.options.fsync:
+                            os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    if if_absent:
+                        try:
+                            os.link(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+                        except FileExistsError:
+                            raise ObjectExistsError(f"{key} already exists", key=key) from None
+                    else:
+                        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                    if self.options.fsync:
+                        os.fsync(dfd)
+                finally:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(tmp, dir_fd=dfd)
         except OSError as exc:
             raise _oserror(exc, key) from exc
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
 
     def get(self, key: str, *, max_size: int | None = None) -> bytes:
-        path = self._path(key)
         try:
-            with open(path, "rb") as f:
+            with open(self._open(key, os.O_RDONLY), "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 if max_size is not None and size > max_size:
                     raise StorageError(f"{key} is {size} bytes, more than the {max_size} expected", key=key)
@@ -157,9 +191,8 @@ class PosixStorage:
             raise _oserror(exc, key) from exc
 
     def read_into(self, key: str, out: memoryview, *, offset: int = 0) -> None:
-        path = self._path(key)
         out = out.cast("B")
-        part = self.options.part_size
+        part = read_part_size(len(out), self.options.part_size, self.options.max_concurrency)
 
         def read_range(fd: int, start: int) -> None:
             view = out[start:min(start + part, len(out))]
@@ -172,7 +205,7 @@ class PosixStorage:
                 pos += got
 
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = self._open(key, os.O_RDONLY)
         except OSError as exc:
             raise _oserror(exc, key) from exc
         try:
@@ -192,42 +225,61 @@ class PosixStorage:
 
     def stat(self, key: str) -> ObjectInfo:
         try:
-            st = os.stat(self._path(key))
+            with self._parent(key) as (dfd, name):
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                raise InvalidKeyError(f"{key} is a symbolic link; checkpoint paths never follow links", key=key)
         except OSError as exc:
             raise _oserror(exc, key) from exc
         return ObjectInfo(key, st.st_size, st.st_mtime)
 
-    def _walk(self, prefix: str) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    def _walk(self, prefix: str) -> Iterator[tuple[str, os.stat_result]]:
+        """Files whose key starts with ``prefix``: iterative (no recursion limit), never through a
+        link (directories are opened with ``O_NOFOLLOW``), and at most ``MAX_LIST_DEPTH`` levels deep,
+        so a hostile tree can neither crash nor stall a listing by its depth."""
         base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
-        start = self._path(base, allow_empty=True)
-
-        def rec(directory: str, rel: str) -> Iterator[tuple[str, os.DirEntry[str]]]:
+        stack = [(self._path(base, allow_empty=True), f"{base}/" if base else "", 0)]
+        while stack:
+            directory, rel, depth = stack.pop()
             try:
-                entries = list(os.scandir(directory))
+                fd = os.open(directory, _DIR_FLAGS | _NOFOLLOW)
             except FileNotFoundError:
-                return
-            for entry in entries:
-                key = f"{rel}{entry.name}"
-                if entry.is_dir(follow_symlinks=False):
-                    if key.startswith(prefix) or prefix.startswith(key + "/"):
-                        yield from rec(entry.path, key + "/")
-                elif entry.is_file(follow_symlinks=False) and key.startswith(prefix):
-                    yield key, entry
-
-        try:
-            yield from rec(start, f"{base}/" if base else "")
-        except OSError as exc:
-            raise _oserror(exc, prefix) from exc
+                continue
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    continue  # replaced by a link since it was listed: skip it
+                raise _oserror(exc, prefix) from exc
+            files: list[tuple[str, os.stat_result]] = []
+            dirs: list[str] = []
+            try:
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        key = f"{rel}{entry.name}"
+                        if entry.is_dir(follow_symlinks=False):
+                            dirs.append(entry.name)
+                        elif entry.is_file(follow_symlinks=False) and key.startswith(prefix):
+                            with contextlib.suppress(FileNotFoundError):
+                                files.append((key, entry.stat(follow_symlinks=False)))
+            except OSError as exc:
+                raise _oserror(exc, prefix) from exc
+            finally:
+                os.close(fd)
+            yield from files
+            for name in sorted(dirs, reverse=True):
+                key = f"{rel}{name}"
+                if not (key.startswith(prefix) or prefix.startswith(key + "/")):
+                    continue
+                if depth >= MAX_LIST_DEPTH:
+                    log.warning("listing %s: %s is more than %d levels deep; not listed", self.root, key,
+                                MAX_LIST_DEPTH)
+                    continue
+                stack.append((os.path.join(directory, name), key + "/", depth + 1))
 
     def list_objects(self, prefix: str) -> list[ObjectInfo]:
         validate_key(prefix, allow_empty=True, what="prefix")
         out = []
-        for key, entry in self._walk(prefix):
+        for key, st in self._walk(prefix):
             if TMP_MARK in key.rsplit("/", 1)[-1]:
-                continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
                 continue
             out.append(ObjectInfo(key, st.st_size, st.st_mtime))
         return sorted(out, key=lambda o: o.key)
@@ -237,7 +289,8 @@ class PosixStorage:
         for key in keys:
             path = self._path(key)
             try:
-                os.unlink(path)
+                with self._parent(key) as (dfd, name):
+                    os.unlink(name, dir_fd=dfd)
             except FileNotFoundError:
                 continue
             except OSError as exc:
@@ -256,7 +309,11 @@ class PosixStorage:
         path = self._path(prefix.rstrip("/"), allow_empty=True)
         existed = os.path.isdir(path)
         try:
-            os.makedirs(path, exist_ok=True)
+            if prefix.strip("/"):
+                with self._parent(prefix.rstrip("/") + "/", create=True):
+                    pass
+            else:
+                os.makedirs(path, exist_ok=True)
         except OSError as exc:
             raise _oserror(exc, prefix) from exc
         opts = self.options
@@ -278,24 +335,24 @@ class PosixStorage:
     def list_incomplete(self, prefix: str) -> list[IncompleteUpload]:
         validate_key(prefix, allow_empty=True, what="prefix")
         out = []
-        for key, entry in self._walk(prefix):
+        for key, st in self._walk(prefix):
             directory, _, name = key.rpartition("/")
             if TMP_MARK not in name:
                 continue
             target = name.split(TMP_MARK, 1)[0]
-            try:
-                started = entry.stat(follow_symlinks=False).st_mtime
-            except FileNotFoundError:
-                continue
-            out.append(IncompleteUpload(f"{directory}/{target}" if directory else target, key, started))
+            out.append(IncompleteUpload(f"{directory}/{target}" if directory else target, key, st.st_mtime))
         return out
 
     def abort_incomplete(self, upload: IncompleteUpload) -> None:
-        path = self._path(upload.handle)
-        if TMP_MARK not in os.path.basename(path):
+        if TMP_MARK not in upload.handle.rsplit("/", 1)[-1]:
             raise StorageError(f"{upload.handle} is not a temp file", key=upload.handle)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+        try:
+            with self._parent(upload.handle) as (dfd, name):
+                os.unlink(name, dir_fd=dfd)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise _oserror(exc, upload.handle) from exc
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

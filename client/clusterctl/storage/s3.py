@@ -43,7 +43,7 @@ from .errors import (
     StorageError,
     StorageUnavailableError,
 )
-from .threads import nice_initializer, run_all
+from .threads import nice_initializer, read_part_size, run_all
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -321,7 +321,7 @@ class S3Storage:
     def read_into(self, key: str, out: memoryview, *, offset: int = 0) -> None:
         full = self._full(key)
         out = out.cast("B")
-        part = self.options.part_size
+        part = read_part_size(len(out), self.options.part_size, self.options.max_concurrency)
 
         def fetch(start: int) -> None:
             view = out[start:min(start + part, len(out))]

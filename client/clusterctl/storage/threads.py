@@ -48,3 +48,12 @@ def run_all(pool: Executor, fn: Callable[..., T], calls: Iterable[tuple[Any, ...
         if not f.cancelled() and f.exception() is not None:
             raise f.exception()  # type: ignore[misc]
     return [f.result() for f in futures]
+
+
+MIN_READ_PART = 8 << 20
+
+
+def read_part_size(size: int, part_size: int, concurrency: int) -> int:
+    """Bytes per parallel ranged read of ``size`` bytes: at most ``part_size``, but split so that every
+    worker has a part (a 64 MiB object is not one 64 MiB GET), and no smaller than 8 MiB."""
+    return max(MIN_READ_PART, min(part_size, -(-size // max(1, concurrency))))
