@@ -25,6 +25,7 @@ import grpc
 from clusterd.auth.identity import Identity, reset_identity, set_identity
 from clusterd.auth.tokens import TokenStore
 from clusterd.errors import (
+    AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -50,6 +51,7 @@ _CODES: list[tuple[type[ServiceError], grpc.StatusCode]] = [
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (SlurmUnavailable, grpc.StatusCode.UNAVAILABLE),
     (SlurmError, grpc.StatusCode.INTERNAL),
 ]

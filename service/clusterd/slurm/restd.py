@@ -36,9 +36,9 @@ from clusterd.errors import SlurmError, SlurmUnavailable, says_unavailable
 from clusterd.observability.metrics import observed_slurm_call
 from clusterd.slurm import parse
 from clusterd.slurm.commands import CommandsBackend
-from clusterd.slurm.restd_submit import deferred_switches
+from clusterd.slurm.request import JobRequest
 from clusterd.slurm.restd_versions import KNOWN_API_VERSIONS, RestApi, api_for, choose
-from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch, SubmitArgs
+from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch
 
 log = logging.getLogger(__name__)
 
@@ -193,14 +193,16 @@ class RestdBackend:
         return self._fallback
 
     # ------------------------------------------------------------------ SlurmBackend
-    async def submit(self, args: SubmitArgs) -> str:
-        """POST job/submit signed for the job's user (from ``uid``, else the USER it runs as)."""
+    async def submit(self, request: JobRequest) -> str:
+        """POST job/submit signed for the job's user: slurmctld sees the caller, not clusterd."""
         command = "POST job/submit"
         with _observed(command):
-            user = _job_user(args)
+            user = request.user or pwd.getpwuid(os.geteuid()).pw_name
             api = await self._spec()
-            switches = deferred_switches(args) if api.defers_switches else None
-            body = api.submit_body(args, {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"})
+            switches = request.switches.render() if api.defers_switches and request.switches else None
+            home = f"/home/{user}"
+            body = api.submit_body(request, {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
+                                             "HOME": home, "LOGNAME": user})  # fmt: skip
             resp = await self._send("POST", await self._path("job/submit"), command, user=user, body=body)
             data = _json(resp, command)
             job_id = data.get("job_id")
@@ -293,20 +295,6 @@ def _make_client(url: str, timeout: float) -> httpx.AsyncClient:
     if not url.startswith(("http://", "https://")):
         raise _error(BACKEND, None, f"slurm.restd_url {url!r}: expected http://host:port or unix:///path")
     return httpx.AsyncClient(base_url=url.rstrip("/"), timeout=timeout)
-
-
-def _job_user(args: SubmitArgs) -> str:
-    """The user the job runs as: ``uid`` if given, else the USER sbatch would have run as."""
-    if args.uid is not None:
-        try:
-            entry = pwd.getpwuid(args.uid)
-        except KeyError:
-            raise _error("POST job/submit", None, f"uid {args.uid} has no user name on this host") from None
-        if args.gid is not None and args.gid != entry.pw_gid:
-            why = f"jobs run with the user's primary group {entry.pw_gid}"
-            raise _error("POST job/submit", None, f"cannot express --gid={args.gid} through slurmrestd: {why}")
-        return entry.pw_name
-    return args.environment.get("USER") or pwd.getpwuid(os.geteuid()).pw_name
 
 
 def _json(resp: httpx.Response, command: str) -> dict[str, Any]:

@@ -17,6 +17,17 @@ log = logging.getLogger(__name__)
 _READS = frozenset({"squeue", "sinfo", "scontrol show", "sbatch --version"})
 
 
+@dataclass(frozen=True)
+class RunAs:
+    """The Unix identity a command runs with: the caller's, so Slurm sees the caller, not root."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    home: str
+    name: str
+
+
 @dataclass
 class CommandResult:
     stdout: str
@@ -47,6 +58,8 @@ class CommandRunner:
         stdin: str | None = None,
         env: dict[str, str] | None = None,
         check: bool = True,
+        run_as: RunAs | None = None,
+        cwd: str | None = None,
     ) -> CommandResult:
         """Run ``argv``; raise SlurmUnavailable on timeout/controller errors, SlurmError on failure."""
         prog = argv[0]
@@ -56,7 +69,7 @@ class CommandRunner:
         outcome = "unavailable"
         result: CommandResult | None = None
         try:
-            result = await self._exec(exe, argv, stdin, env)
+            result = await self._exec(exe, argv, stdin, env, run_as, cwd)
             if check and result.returncode != 0:
                 if says_unavailable(result.stderr):
                     raise SlurmUnavailable(prog, result.returncode, result.stderr)
@@ -82,7 +95,15 @@ class CommandRunner:
                 },
             )
 
-    async def _exec(self, exe: str, argv: list[str], stdin: str | None, env: dict[str, str] | None) -> CommandResult:
+    async def _exec(
+        self,
+        exe: str,
+        argv: list[str],
+        stdin: str | None,
+        env: dict[str, str] | None,
+        run_as: RunAs | None,
+        cwd: str | None,
+    ) -> CommandResult:
         prog = argv[0]
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -92,9 +113,15 @@ class CommandRunner:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=self._env(env),
+                cwd=cwd,
+                user=None if run_as is None else run_as.uid,
+                group=None if run_as is None else run_as.gid,
+                extra_groups=None if run_as is None else list(run_as.groups),
             )
         except FileNotFoundError as exc:
             raise SlurmUnavailable(prog, None, f"{exe}: not found") from exc
+        except PermissionError as exc:  # cwd not reachable for the user
+            raise SlurmError(prog, None, f"cannot start {prog} as the job's user: {exc}") from exc
         try:
             out, err = await asyncio.wait_for(
                 proc.communicate(stdin.encode() if stdin is not None else None), self.timeout
