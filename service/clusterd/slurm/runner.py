@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import time
 from dataclasses import dataclass
 
@@ -105,18 +106,22 @@ class CommandRunner:
         cwd: str | None,
     ) -> CommandResult:
         prog = argv[0]
+        command = [exe, *argv[1:]]
+        ids: dict[str, int | list[int] | None] = {"user": None, "group": None, "extra_groups": None}
+        if run_as is not None:
+            if _SETPRIV:
+                command = [_SETPRIV, *setpriv_args(run_as), "--", *command]
+            else:
+                ids = {"user": run_as.uid, "group": run_as.gid, "extra_groups": list(run_as.groups)}
         try:
             proc = await asyncio.create_subprocess_exec(
-                exe,
-                *argv[1:],
+                *command,
                 stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=self._env(env),
                 cwd=cwd,
-                user=None if run_as is None else run_as.uid,
-                group=None if run_as is None else run_as.gid,
-                extra_groups=None if run_as is None else list(run_as.groups),
+                **ids,  # type: ignore[arg-type]
             )
         except FileNotFoundError as exc:
             raise SlurmUnavailable(prog, None, f"{exe}: not found") from exc
@@ -132,6 +137,17 @@ class CommandRunner:
             await proc.wait()
             raise SlurmUnavailable(prog, None, f"no answer within {self.timeout:.0f}s") from exc
         return CommandResult(out.decode(errors="replace"), err.decode(errors="replace"), proc.returncode or 0)
+
+
+# Changing identity through setpriv keeps Python's vfork path: with user=/group= Python must fork(),
+# and in a process with gRPC's threads and fork handlers the child can crash before exec (SIGSEGV).
+_SETPRIV = shutil.which("setpriv", path="/usr/bin:/bin") or ""
+
+
+def setpriv_args(run_as: RunAs) -> list[str]:
+    """The caller's uid, gid and supplementary groups, exactly (no lookups in the child)."""
+    groups = ["--groups=" + ",".join(map(str, run_as.groups))] if run_as.groups else ["--clear-groups"]
+    return [f"--reuid={run_as.uid}", f"--regid={run_as.gid}", *groups]
 
 
 def command_label(argv: list[str]) -> str:
