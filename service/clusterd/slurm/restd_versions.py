@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clusterd.slurm import restd_submit
-from clusterd.slurm.request import JobRequest, parse_time_limit
+from clusterd.slurm.request import JobRequest
 from clusterd.slurm.restd_submit import refuse
 
 Body = dict[str, Any]
@@ -110,18 +110,6 @@ def number(value: int) -> dict[str, Any]:
 INFINITE = {"set": True, "infinite": True, "number": 0}
 
 
-def slurm_seconds(option: str, value: str) -> int | None:
-    """Slurm's time syntax (``M``, ``M:S``, ``H:M:S``, ``D-H[:M[:S]]``) in seconds; None = infinite.
-
-    The seam's own parser (:func:`clusterd.slurm.request.parse_time_limit`, which also reads
-    ``-1`` as infinite); what it cannot read is refused by option name.
-    """
-    try:
-        return parse_time_limit(value.strip())
-    except ValueError:
-        raise refuse(option, f"cannot read time {value!r}") from None
-
-
 _NOW_RE = re.compile(r"^now(?:\+(\d+)(seconds?|minutes?|hours?|days?|weeks?|[smhdw]|sec|min)?)?$", re.IGNORECASE)
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -135,20 +123,6 @@ def _timestamp(option: str, value: str, now: float) -> int:
     with contextlib.suppress(ValueError):
         return int(dt.datetime.fromisoformat(value.strip()).timestamp())
     raise refuse(option, f"{value!r}: only now[+N[unit]] or YYYY-MM-DD[THH:MM[:SS]] can be sent as a timestamp")
-
-
-def _csv_list(value: str) -> list[str]:
-    """Split ``a,b[1,3],c`` at the commas outside brackets: node lists are arrays from v0.0.40 on."""
-    parts, depth, cur = [], 0, ""
-    for ch in value:
-        depth += (ch == "[") - (ch == "]")
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    parts.append(cur)
-    return [p.strip() for p in parts if p.strip()]
 
 
 # ---------------------------------------------------------------------- request rendering
