@@ -23,7 +23,10 @@ def test_getopt_forms() -> None:
 
 
 def test_header_ends_at_first_command_and_lookalikes_are_comments() -> None:
-    script = "#!/bin/bash\n\n# note\n#SBATCHX --uid=0\n#sbatch --uid=0\n  #SBATCH --uid=0\n#SBATCH -t 5\necho\n#SBATCH --uid=0\n"
+    script = (
+        "#!/bin/bash\n\n# note\n#SBATCHX --uid=0\n#sbatch --uid=0\n  #SBATCH --uid=0\n#SBATCH -t 5\n"
+        "echo\n#SBATCH --uid=0\n"
+    )
     assert opts(script) == [("time", "5")]
 
 

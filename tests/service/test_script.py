@@ -77,8 +77,10 @@ def test_sbatch_argv_is_single_tokens() -> None:
 
 def test_script_directives_become_request_fields_and_are_neutralised() -> None:
     """sbatch sees the script's resources only as options rendered from the request."""
-    script = "#!/bin/bash\n#SBATCH -J mine\n#SBATCH --ntasks=8\n#SBATCH --nodes=2-4\n#SBATCH --gres=gpu:a100:4\n" \
-             "#SBATCH -p batch\nsrun hostname\n"
+    script = (
+        "#!/bin/bash\n#SBATCH -J mine\n#SBATCH --ntasks=8\n#SBATCH --nodes=2-4\n#SBATCH --gres=gpu:a100:4\n"
+        "#SBATCH -p batch\nsrun hostname\n"
+    )
     req = validate_spec(jobs_pb2.JobSpec(script=script), FACTS, LimitsConfig())
     assert (req.nodes, req.max_nodes, req.ntasks, req.gpus_per_node, req.gpu_type) == (2, 4, 8, 4, "a100")
     assert (req.partition, req.name) == ("batch", "mine")
