@@ -25,6 +25,7 @@ import pwd
 import re
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -197,12 +198,13 @@ class RestdBackend:
         """POST job/submit signed for the job's user: slurmctld sees the caller, not clusterd."""
         command = "POST job/submit"
         with _observed(command):
-            user = request.user or pwd.getpwuid(os.geteuid()).pw_name
+            entry = await asyncio.to_thread(_passwd, request.user)
             api = await self._spec()
             switches = request.switches.render() if api.defers_switches and request.switches else None
-            home = f"/home/{user}"
-            body = api.submit_body(request, {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
-                                             "HOME": home, "LOGNAME": user})  # fmt: skip
+            base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "HOME": entry.pw_dir,
+                    "LOGNAME": entry.pw_name}  # fmt: skip
+            body = api.submit_body(replace(request, user=entry.pw_name), base)
+            user = entry.pw_name
             resp = await self._send("POST", await self._path("job/submit"), command, user=user, body=body)
             data = _json(resp, command)
             job_id = data.get("job_id")
@@ -295,6 +297,14 @@ def _make_client(url: str, timeout: float) -> httpx.AsyncClient:
     if not url.startswith(("http://", "https://")):
         raise _error(BACKEND, None, f"slurm.restd_url {url!r}: expected http://host:port or unix:///path")
     return httpx.AsyncClient(base_url=url.rstrip("/"), timeout=timeout)
+
+
+def _passwd(user: str) -> pwd.struct_passwd:
+    """The job's user (clusterd's own when none is named); blocking, so called in a worker thread."""
+    try:
+        return pwd.getpwnam(user) if user else pwd.getpwuid(os.geteuid())
+    except KeyError:
+        raise _error("POST job/submit", None, f"user {user!r} has no Unix account on this host") from None
 
 
 def _json(resp: httpx.Response, command: str) -> dict[str, Any]:
