@@ -42,7 +42,7 @@ def sbatch_calls(d: Daemon) -> float:
         ("#SLURM --export-file=/proc/self/environ", "#SLURM directives are not supported"),
         ("#SBATCH --export-fi=/proc/1/environ", "--export-file is not allowed"),
         ("#SBATCH --priority=1", "--priority is not allowed"),
-        ("#SBATCH --nice=-5", "not a positive whole number"),
+        ("#SBATCH --nice=-5", "not a non-negative whole number"),
         ("#SBATCH --reboot", "--reboot is not allowed"),
         ("#SBATCH --par=debug", "ambiguous"),
         ("#SBATCH --uid=0", "--uid is not allowed"),

@@ -141,6 +141,13 @@ def _validate_placement(p: cluster_pb2.PlacementPreference, facts: ClusterFacts,
 
 
 _MAX_ARRAY_TASKS = 10000
+_MAX_NICE = 2147483645  # Slurm's NICE_OFFSET - 3
+
+
+def _bounded(value: int, maximum: int) -> int:
+    if value > maximum:
+        raise ValueError(f"{value} exceeds the maximum of {maximum}")
+    return value
 
 
 class _Merged:
@@ -349,9 +356,10 @@ def validate_spec(spec: jobs_pb2.JobSpec, facts: ClusterFacts, limits: LimitsCon
     if array_text:
         field_name = "spec.array" if spec.array else "spec.script"
         array = _spec_value(field_name, array_text, lambda t: values.array(t, _MAX_ARRAY_TASKS))
-    nice = spec.nice or (m.read("nice", values.count) if m.get("nice") and m.values["nice"].value else 0) or 0
-    if m.get("nice") is not None and m.values["nice"].value is None:
-        nice = nice or 100  # sbatch: --nice without a value is 100
+    nice = _count("spec.nice", spec.nice, _MAX_NICE)
+    if not nice and (d := m.get("nice")) is not None:
+        # sbatch: --nice without a value is 100; a negative nice is a privilege, refused here
+        nice = 100 if d.value is None else m.read("nice", lambda v: _bounded(values.non_negative(v), _MAX_NICE)) or 0
     mail_type = m.text("mail-type", spec.mail_type, "spec.mail_type", _check_mail_type)
 
     _check_path("spec.stdout_path", spec.stdout_path, absolute=False)

@@ -46,6 +46,13 @@ def count(text: str) -> int:
     return int(text)
 
 
+def non_negative(text: str) -> int:
+    """A whole number >= 0 (a leading '-' is refused: negative values are privileges in Slurm)."""
+    if not _COUNT_RE.match(text):
+        raise ValueError(f"{text[:40]!r} is not a non-negative whole number")
+    return int(text)
+
+
 def node_range(text: str) -> tuple[int, int | None]:
     """``-N N`` or ``-N MIN-MAX``."""
     low, dash, high = text.partition("-")
