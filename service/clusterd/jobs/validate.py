@@ -245,7 +245,7 @@ def _resources(spec: jobs_pb2.JobSpec, m: _Merged, limits: LimitsConfig) -> dict
         if typed is not None:
             gpu_type = gpu_type or typed[0]
             gpus_per_node = _count("spec.script", typed[1], _MAX_GPUS)
-    gpus: int | None = spec.gpus or None
+    gpus: int | None = _count("spec.gpus", spec.gpus, _MAX_GPUS * limits.max_nodes) or None
     if gpus is None:
         typed = m.read("gpus", values.gpus)
         if typed is not None:
