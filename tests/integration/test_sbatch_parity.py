@@ -88,3 +88,24 @@ def test_default_output_names_match_for_arrays(daemon: Daemon, stack: Stack, ali
                  and finished(stack, job_id), timeout=120, what=f"array {job_id}'s outputs")  # fmt: skip
         assert sorted(p.name for p in d.glob("slurm-*")) == [f"slurm-{job_id}_0.out", f"slurm-{job_id}_1.out"]
     assert job.stdout_path == str(through / "slurm-%A_%a.out").replace("%A", job.job_id)
+
+
+ENV_PROBE = (
+    '#!/bin/bash\n#SBATCH -t 2\n#SBATCH -o env.out\necho "PATH=$PATH HOME=$HOME FOO=${FOO-unset} BAR=${BAR-unset}"\n'
+)
+
+
+@pytest.mark.parametrize("export", ["ALL", "NONE", "FOO", "FOO,BAR=x"])
+def test_export_modes_match_sbatch(daemon: Daemon, stack: Stack, alice_dirs: tuple[Path, Path], export: str) -> None:
+    """--export as sbatch has it; the caller's environment (FOO, BAR, PATH) is what the CLI sends."""
+    direct, through = alice_dirs
+    script_path = direct / "env.sh"
+    script_path.write_text(ENV_PROBE.replace("#SBATCH -o", f"#SBATCH --export={export}\n#SBATCH -o"))
+    caller_env = {"FOO": "1", "BAR": "2", "PATH": "/usr/bin:/bin", "HOME": pwd.getpwnam("alice").pw_dir}
+    direct_id = sbatch_as_alice(stack, direct, script_path, {"FOO": "1", "BAR": "2"})
+    spec = jobs_pb2.JobSpec(script=ENV_PROBE, submit_directory=str(through), environment=caller_env, export=export)
+    job = daemon.client("alice").submit(spec).job
+    for d, job_id in ((direct, direct_id), (through, job.job_id)):
+        wait_for(lambda d=d, job_id=job_id: (d / "env.out").exists() and finished(stack, job_id), timeout=120,
+                 what=f"job {job_id}'s output")  # fmt: skip
+    assert (through / "env.out").read_text() == (direct / "env.out").read_text()
