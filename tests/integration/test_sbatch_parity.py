@@ -109,3 +109,22 @@ def test_export_modes_match_sbatch(daemon: Daemon, stack: Stack, alice_dirs: tup
         wait_for(lambda d=d, job_id=job_id: (d / "env.out").exists() and finished(stack, job_id), timeout=120,
                  what=f"job {job_id}'s output")  # fmt: skip
     assert (through / "env.out").read_text() == (direct / "env.out").read_text()
+
+
+def test_a_job_without_checkpoints_runs_to_its_limit(daemon: Daemon, alice_dirs: tuple[Path, Path]) -> None:
+    """No early SIGUSR1 for a job that did not ask: bash without a handler would die at 'signal 10'."""
+    _, through = alice_dirs
+    script = "#!/bin/bash\n#SBATCH -t 1\n#SBATCH -o limit.out\necho start\nsleep 300\n"
+    client = daemon.client("alice")
+    job = client.submit(jobs_pb2.JobSpec(script=script, submit_directory=str(through))).job
+    try:
+        wait_for(lambda: (j := client.get(job.job_id)).terminal or bool(j.restarts), timeout=240, interval=2,
+                 what="the job to reach its limit")  # fmt: skip
+        ended = client.get(job.job_id)
+        if ended.restarts:
+            assert ended.restarts[0].cause == jobs_pb2.TERMINATION_CAUSE_TIME_LIMIT, ended
+        else:
+            assert ended.state == jobs_pb2.JOB_STATE_TIMEOUT, ended
+        assert "start" in (through / "limit.out").read_text()
+    finally:
+        client.cancel(job.job_id)
