@@ -93,6 +93,7 @@ class CommandRunner:
                     "rc": None if result is None else result.returncode,
                     "duration_ms": round(seconds * 1000, 2),
                     "stderr": None if result is None or outcome == "ok" else result.stderr.strip()[:500],
+                    "run_as": None if run_as is None else run_as.name,  # sbatch runs with the caller's rights
                 },
             )
 
