@@ -36,12 +36,16 @@ class ResourceExhausted(ServiceError):
     pass
 
 
+class AlreadyExists(ServiceError):
+    """A request id reused for a different request: the message names the first job."""
+
+
 class SlurmError(ServiceError):
     """A Slurm command failed; ``stderr`` carries Slurm's own words for the caller."""
 
     def __init__(self, command: str, returncode: int | None, stderr: str) -> None:
         lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
-        detail = lines[-1] if lines else "no output"
+        detail = key_line(lines) or "no output"
         rc = "timed out" if returncode is None else f"exit {returncode}"
         super().__init__(f"{command} failed ({rc}): {detail}")
         self.command = command
@@ -49,6 +53,13 @@ class SlurmError(ServiceError):
         self.stderr = stderr
         # Slurm's last words without the "sbatch: error: " prefix: what a user needs to read.
         self.detail = detail.removeprefix(f"{command}: error: ")
+
+
+def key_line(lines: list[str]) -> str:
+    """The line that says what went wrong: the first ``error:`` line, else the first that is not
+    sbatch's generic 'Try "sbatch --help"' hint (which follows the line naming the option)."""
+    meaningful = [ln for ln in lines if not ln.startswith("Try ")]
+    return next((ln for ln in meaningful if "error:" in ln), meaningful[0] if meaningful else "")
 
 
 class SlurmUnavailable(SlurmError):

@@ -1,4 +1,4 @@
-"""Applies the topology planner to a submission: sbatch arguments plus the explanation users see.
+"""Applies the topology planner to a submission: the request's placement fields plus the explanation.
 
 The planner (clusterd.topology) is pure; this adapter feeds it the poller's latest snapshot and
 turns an infeasible plan into a clear INVALID_ARGUMENT instead of a job that would pend forever.
@@ -6,13 +6,16 @@ turns an infeasible plan into a clear INVALID_ARGUMENT instead of a job that wou
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from clusterctl.v1 import cluster_pb2
 from clusterd.errors import InvalidArgument
-from clusterd.jobs.validate import ResolvedJob
+from clusterd.slurm.request import JobRequest, Switches
 from clusterd.supervisor.poller import QueuePoller
+from clusterd.topology.demand import PlacementRequest
 from clusterd.topology.errors import InvalidPlacementRequest
 from clusterd.topology.model import TopologyModel
-from clusterd.topology.planner import PlacementRequest, Plan, plan
+from clusterd.topology.planner import Plan, plan
 
 _POLICIES = {
     cluster_pb2.PLACEMENT_POLICY_UNSPECIFIED: "pack",
@@ -58,22 +61,30 @@ class TopologyPlacer:
         except InvalidPlacementRequest as exc:
             raise InvalidArgument(field, str(exc)) from exc
 
-    def __call__(self, job: ResolvedJob, pref: cluster_pb2.PlacementPreference) -> tuple[list[str], str]:
+    def __call__(self, job: JobRequest, pref: cluster_pb2.PlacementPreference) -> tuple[JobRequest, str]:
+        """``job`` with its switches/exclude/nodelist planned, and the explanation users see."""
         if not self._poller.snapshot.nodes:
-            return [], "placement not planned: the service has no node information from Slurm yet"
-        request = placement_request(
-            nodes=job.nodes,
-            gpus_per_node=job.gpus_per_node,
-            cpus_per_node=job.tasks_per_node * job.cpus_per_task,
-            partition=job.partition,
-            pref=pref,
+            return job, "placement not planned: the service has no node information from Slurm yet"
+        request = replace(
+            placement_request(
+                nodes=job.nodes or 1,
+                gpus_per_node=job.gpus_per_node or 0,
+                cpus_per_node=(job.tasks_per_node or 1) * (job.cpus_per_task or 1),
+                partition=job.partition,
+                pref=pref,
+            ),
+            exclude_nodes=tuple(dict.fromkeys([*pref.exclude_nodes, *job.exclude])),
+            nodelist=tuple(pref.nodelist) or job.nodelist,
         )
         result = self.dry_run(request, field="spec.placement")
         if not result.feasible:
             raise InvalidArgument(self._blame(job, pref), result.explanation)
-        return list(result.sbatch_args), result.explanation
+        switches = job.switches
+        if result.switch_limit is not None:
+            switches = Switches(result.switch_limit, request.max_wait_seconds)
+        return replace(job, switches=switches, exclude=result.exclude, nodelist=result.nodelist), result.explanation
 
-    def _blame(self, job: ResolvedJob, pref: cluster_pb2.PlacementPreference) -> str:
+    def _blame(self, job: JobRequest, pref: cluster_pb2.PlacementPreference) -> str:
         """The field most likely responsible for an infeasible request."""
         nodes = self._poller.snapshot.nodes
         if job.gpus_per_node and all(n.gpus_total < job.gpus_per_node for n in nodes):

@@ -13,25 +13,26 @@ import pytest
 
 from clusterd.errors import SlurmError, SlurmUnavailable
 from clusterd.slurm.base import SlurmBackend
-from clusterd.slurm.types import JobState, SlurmJob, SubmitArgs
+from clusterd.slurm.request import JobRequest, Signal, Switches
+from clusterd.slurm.types import JobState, SlurmJob
 
 from .conftest import JobUser, StackInfo
 
 pytestmark = pytest.mark.slurm
 
-SLEEP_SCRIPT = "#!/bin/bash\n#SBATCH --time=10\nsleep 300\n"
+SLEEP_SCRIPT = "#!/bin/bash\nsleep 300\n"
 
 
-def submit_args(user: JobUser, *options: str, script: str = SLEEP_SCRIPT) -> SubmitArgs:
-    """What JobManager hands a backend: the job's user, its working dir, options over the script."""
-    return SubmitArgs(
-        options=(f"--output={user.job_dir}/contract-%j.out", *options),
-        script=script,
-        environment={"HOME": user.home, "USER": user.name, "LOGNAME": user.name, "PATH": "/usr/bin:/bin"},
-        uid=user.uid,
-        gid=user.gid,
-        working_directory=str(user.job_dir),
-    )
+def submit_args(user: JobUser, script: str = SLEEP_SCRIPT, **fields: object) -> JobRequest:
+    """What JobManager hands a backend: the job's user, its directories, the validated fields."""
+    defaults: dict[str, object] = {
+        "name": tag(),
+        "time_limit_seconds": 600,
+        "stdout": "contract-%j.out",
+        "working_directory": str(user.job_dir),
+        "submit_directory": str(user.job_dir),
+    }
+    return JobRequest(script=script, user=user.name, **{**defaults, **fields})  # type: ignore[arg-type]
 
 
 async def find_job(backend: SlurmBackend, job_id: str) -> SlurmJob | None:
@@ -88,9 +89,8 @@ async def test_topology(backend: SlurmBackend) -> None:
 async def test_submit_as_user_update_and_cancel(backend: SlurmBackend, stack_info: StackInfo, alice: JobUser) -> None:
     name, comment = tag(), tag()
     args = submit_args(
-        alice, f"--job-name={name}", f"--comment={comment}", "--partition=batch", "--nodes=2",
-        "--ntasks-per-node=1", "--cpus-per-task=1", "--gres=gpu:1", "--mem=100M", "--requeue",
-        "--open-mode=append", "--hold",
+        alice, name=name, comment=comment, partition="batch", nodes=2, tasks_per_node=1, cpus_per_task=1,
+        gpus_per_node=1, memory_mb_per_node=100, hold=True,
     )  # fmt: skip
     job_id = await backend.submit(args)
     assert job_id.isdigit()
@@ -114,7 +114,7 @@ async def test_submit_as_user_update_and_cancel(backend: SlurmBackend, stack_inf
 
 async def test_requeue_running_job_keeps_its_id(backend: SlurmBackend, alice: JobUser) -> None:
     name = tag()
-    job_id = await backend.submit(submit_args(alice, f"--job-name={name}", "--nodes=2", "--requeue"))
+    job_id = await backend.submit(submit_args(alice, name=name, nodes=2))
     try:
         job = await wait_job(backend, job_id, lambda j: j.state is JobState.RUNNING, "RUNNING")
         assert job.user == "alice" and len(job.nodes) == 2 and set(job.nodes) <= {f"node{i}" for i in range(1, 7)}
@@ -127,10 +127,11 @@ async def test_requeue_running_job_keeps_its_id(backend: SlurmBackend, alice: Jo
 
 async def test_refused_submit_carries_slurms_words(backend: SlurmBackend, alice: JobUser) -> None:
     with pytest.raises(SlurmError) as info:
-        await backend.submit(submit_args(alice, "--partition=no-such-partition", "--job-name=refused"))
+        await backend.submit(submit_args(alice, partition="no-such-partition", name="refused"))
     assert not isinstance(info.value, SlurmUnavailable)
-    assert "Invalid partition name specified" in str(info.value)
-    assert "Invalid partition name specified" in info.value.detail
+    # The key line (sbatch: "invalid partition specified: NAME"; restd/pyslurm: Slurm's own words) leads.
+    assert "invalid partition" in str(info.value).lower()
+    assert "invalid partition" in info.value.detail.lower()
 
 
 async def test_unreachable_slurm_is_unavailable(unreachable_backend: SlurmBackend) -> None:
@@ -144,8 +145,7 @@ async def test_unreachable_slurm_is_unavailable(unreachable_backend: SlurmBacken
 
 async def test_service_options_reach_slurm(backend: SlurmBackend, stack_info: StackInfo, alice: JobUser) -> None:
     """What the service adds to every job: the warning signal and the switch constraint."""
-    args = submit_args(alice, f"--job-name={tag()}", "--nodes=2", "--signal=B:USR1@60", "--switches=1@00:00:30",
-                       "--hold")  # fmt: skip
+    args = submit_args(alice, nodes=2, signal=Signal("USR1", 60), switches=Switches(1, 30), hold=True)
     job_id = await backend.submit(args)
     try:
         env = {"PATH": "/usr/bin:/bin", "SLURM_CONF": stack_info.slurm_conf}

@@ -14,103 +14,49 @@ import pytest
 from clusterd.config import SlurmConfig
 from clusterd.errors import SlurmError, SlurmUnavailable
 from clusterd.observability.metrics import REGISTRY
+from clusterd.slurm.request import Export, ExportMode, JobRequest, Signal, Switches
 from clusterd.slurm.restd import RestdBackend
-from clusterd.slurm.restd_submit import deferred_switches, job_description
-from clusterd.slurm.types import SubmitArgs
+from clusterd.slurm.restd_submit import job_description
 
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 SCRIPT = "#!/bin/bash\necho hi\n"
 
 
-def args(*options: str, script: str = SCRIPT, **kw: object) -> SubmitArgs:
-    return SubmitArgs(options=options, script=script, **kw)  # type: ignore[arg-type]
+def args(script: str = SCRIPT, **fields: object) -> JobRequest:
+    return JobRequest(script=script, name=str(fields.pop("name", "job")), user=str(fields.pop("user", "alice")),
+                      **fields)  # type: ignore[arg-type]  # fmt: skip
 
 
-def test_every_service_option_maps() -> None:
+def test_every_field_maps_to_the_v0038_keys() -> None:
     body = job_description(
         args(
-            "--job-name=train",
-            "--nodes=2",
-            "--ntasks-per-node=4",
-            "--cpus-per-task=2",
-            "--gres=gpu:4",
-            "--gpus-per-node=4",
-            "--requeue",
-            "--open-mode=append",
-            "--export=ALL",
-            "--comment=clusterd:7",
-            "--mem=2G",
-            "--time=1:00:00",
-            "--signal=USR1@120",
-            "--partition=batch",
-            "--account=ml",
-            "--qos=high",
-            "--constraint=a100&ib",
-            "--output=/j/%x-%j.out",
-            "--error=/j/%x-%j.err",
-            "--exclude=node1,node2",
-            "--chdir=/j",
-            environment={"USER": "alice", "PATH": "/opt/bin"},
+            name="train", nodes=2, tasks_per_node=4, cpus_per_task=2, gpus_per_node=4, comment="clusterd:7",
+            memory_mb_per_node=2048, time_limit_seconds=3600, signal=Signal("USR1", 120, batch_only=False),
+            partition="batch", account="ml", qos="high", constraint="a100&ib", stdout="/j/%x-%j.out",
+            stderr="/j/%x-%j.err", exclude=("node1", "node2"), working_directory="/j", submit_directory="/s",
         ),
         BASE_ENV,
-    )
+    )  # fmt: skip
     assert body["script"] == SCRIPT
     assert body["job"] == {
         "name": "train", "nodes": "2", "tasks_per_node": 4, "cpus_per_task": 2, "gres": "gpu:4",
-        "gpus_per_node": "4", "requeue": True, "open_mode": "append", "comment": "clusterd:7",
-        "memory_per_node": 2048, "time_limit": "1:00:00", "signal": "USR1@120", "partition": "batch",
+        "requeue": True, "open_mode": "append", "comment": "clusterd:7",
+        "memory_per_node": 2048, "time_limit": "60", "signal": "USR1@120", "partition": "batch",
         "account": "ml", "qos": "high", "constraints": "a100&ib", "standard_output": "/j/%x-%j.out",
-        "standard_error": "/j/%x-%j.err", "exclude_nodes": "node1,node2", "current_working_directory": "/j",
-        "environment": {"PATH": "/opt/bin", "LANG": "C.UTF-8", "USER": "alice"},
+        "standard_error": "/j/%x-%j.err", "exclude_nodes": "node[1-2]", "current_working_directory": "/j",
+        "environment": {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "USER": "alice", "SLURM_SUBMIT_DIR": "/s"},
     }  # fmt: skip
 
 
-def test_script_directives_apply_and_options_override_them() -> None:
-    script = "#!/bin/bash\n#SBATCH -N 4\n#SBATCH --time=10\n#SBATCH -J fromscript\n#SBATCH --mem=512\necho\n"
-    job = job_description(args("--time=20", "--nodes=2-4", script=script, working_directory="/w"), BASE_ENV)["job"]
-    assert (job["nodes"], job["time_limit"], job["name"], job["memory_per_node"]) == ("2-4", "20", "fromscript", 512)
-    assert job["current_working_directory"] == "/w"
-    # an explicit --chdir option wins over working_directory, as on sbatch's command line
-    assert (
-        job_description(args("--chdir=/x", working_directory="/w"), BASE_ENV)["job"]["current_working_directory"]
-        == "/x"
-    )
+def test_export_none_sends_no_submit_environment() -> None:
+    job = job_description(args(export=Export(ExportMode.NONE)), BASE_ENV)["job"]
+    assert job["environment"] == {"USER": "alice"}
 
 
-@pytest.mark.parametrize(
-    ("options", "script", "named"),
-    [
-        ((), "#!/bin/bash\n#SBATCH --signal=B:USR1@60\necho\n", "--signal"),
-        (("--signal=R:USR1@120",), SCRIPT, "--signal"),
-        (("--tres-per-node=gres/gpu:4",), SCRIPT, "--tres-per-node"),
-        (("--export=NONE",), SCRIPT, "--export"),
-        (("--frobnicate=1",), SCRIPT, "--frobnicate"),
-        (("-N2",), SCRIPT, "-N2"),
-        (("--mem=lots",), SCRIPT, "--mem"),
-        (("--ntasks-per-node=four",), SCRIPT, "--ntasks-per-node"),
-        (("--open-mode=sideways",), SCRIPT, "--open-mode"),
-        (("--requeue=yes",), SCRIPT, "--requeue"),
-        (("--switches=two",), SCRIPT, "--switches"),
-        ((), "#!/bin/bash\n#SBATCH --uid=0\necho\n", "--uid"),
-    ],
-)
-def test_unexpressible_options_are_refused_by_name(options: tuple[str, ...], script: str, named: str) -> None:
-    with pytest.raises(SlurmError) as info:
-        job_description(args(*options, script=script), BASE_ENV)
-        deferred_switches(args(*options, script=script))
-    assert named in str(info.value) and named in info.value.detail
-    assert "not sent" in str(info.value)
-
-
-def test_service_warning_signal_goes_to_steps_and_switches_are_deferred() -> None:
-    """v0.0.38 refuses B: and disables required_switches: the service's own options are adapted."""
-    script = "#!/bin/bash\n#SBATCH --switches=2@60\necho\n"
-    a = args("--signal=B:USR1@120", "--switches=1@300", script=script)
-    job = job_description(a, BASE_ENV)["job"]
+def test_batch_signal_goes_to_steps_and_switches_are_deferred() -> None:
+    """v0.0.38 refuses B: and disables required_switches: the signal is adapted, switches set later."""
+    job = job_description(args(signal=Signal("USR1", 120), switches=Switches(1, 300)), BASE_ENV)["job"]
     assert job["signal"] == "USR1@120" and "switches" not in json.dumps(job)
-    assert deferred_switches(a) == "1@300"  # the service's option wins over the script's line
-    assert deferred_switches(args(script=script)) == "2@60"
-    assert deferred_switches(args()) is None
 
 
 # ---------------------------------------------------------------- the backend over a mock transport
@@ -149,7 +95,7 @@ async def test_submit_is_signed_for_the_jobs_user(tmp_path: Path) -> None:
 
     b = backend(tmp_path, handler)
     before = calls("POST job/submit", "ok")
-    assert await b.submit(args("--hold", uid=me.pw_uid, gid=me.pw_gid)) == "42"
+    assert await b.submit(args(hold=True, user=me.pw_name)) == "42"
     submit = seen[-1]
     assert (submit.method, submit.url.path) == ("POST", f"{V38}/job/submit")
     assert submit.headers["X-SLURM-USER-NAME"] == me.pw_name
@@ -167,7 +113,7 @@ async def test_slurms_errors_become_slurm_error_with_its_words(tmp_path: Path) -
     b = backend(tmp_path, handler, restd_api_version="v0.0.38")
     before = calls("POST job/submit", "error")
     with pytest.raises(SlurmError) as info:
-        await b.submit(args("--partition=nope"))
+        await b.submit(args(partition="nope"))
     assert not isinstance(info.value, SlurmUnavailable)
     assert info.value.detail == "Invalid partition name specified"
     assert "HTTP 500" in str(info.value)

@@ -19,9 +19,10 @@ import pytest
 
 from clusterd.config import SlurmConfig
 from clusterd.errors import SlurmError
+from clusterd.slurm.request import ArraySpec, JobRequest, Signal, Switches
 from clusterd.slurm.restd import RestdBackend
-from clusterd.slurm.restd_versions import INFINITE, KNOWN_API_VERSIONS, api_for, choose, number, slurm_seconds
-from clusterd.slurm.types import JobState, NodeState, SubmitArgs
+from clusterd.slurm.restd_versions import INFINITE, KNOWN_API_VERSIONS, api_for, choose, number
+from clusterd.slurm.types import JobState, NodeState
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
@@ -30,11 +31,12 @@ NOW = 1_700_000_000.0
 DATA_PARSER = [v for v in KNOWN_API_VERSIONS if v != "v0.0.38"]
 
 
-def args(*options: str, script: str = SCRIPT, **kw: object) -> SubmitArgs:
-    return SubmitArgs(options=options, script=script, **kw)  # type: ignore[arg-type]
+def args(script: str = SCRIPT, **fields: object) -> JobRequest:
+    return JobRequest(script=script, name=str(fields.pop("name", "job")), user=str(fields.pop("user", "alice")),
+                      **fields)  # type: ignore[arg-type]  # fmt: skip
 
 
-def body(version: str, a: SubmitArgs) -> dict[str, Any]:
+def body(version: str, a: JobRequest) -> dict[str, Any]:
     return api_for(version).submit_body(a, BASE_ENV, now=NOW)
 
 
@@ -46,35 +48,16 @@ def test_known_versions_and_choice() -> None:
 
 
 @pytest.mark.parametrize("version", DATA_PARSER)
-def test_every_service_option_maps_to_the_documented_keys(version: str) -> None:
+def test_every_field_maps_to_the_documented_keys(version: str) -> None:
     b = body(
         version,
         args(
-            "--job-name=train",
-            "--nodes=2",
-            "--ntasks-per-node=4",
-            "--cpus-per-task=2",
-            "--gres=gpu:4",
-            "--gpus-per-node=4",
-            "--requeue",
-            "--open-mode=append",
-            "--export=ALL",
-            "--comment=clusterd:7",
-            "--mem=2G",
-            "--time=1:00:00",
-            "--signal=B:USR1@120",
-            "--switches=1@5",
-            "--partition=batch",
-            "--account=ml",
-            "--qos=high",
-            "--constraint=a100&ib",
-            "--output=/j/%x-%j.out",
-            "--error=/j/%x-%j.err",
-            "--exclude=node1,node[3,5-6]",
-            "--chdir=/j",
-            environment={"USER": "alice", "PATH": "/opt/bin"},
+            name="train", nodes=2, tasks_per_node=4, cpus_per_task=2, gpus_per_node=4, comment="clusterd:7",
+            memory_mb_per_node=2048, time_limit_seconds=3600, signal=Signal("USR1", 120), switches=Switches(1, 300),
+            partition="batch", account="ml", qos="high", constraint="a100&ib", stdout="/j/%x-%j.out",
+            stderr="/j/%x-%j.err", exclude=("node1", "node3"), working_directory="/j", submit_directory="/s",
         ),
-    )
+    )  # fmt: skip
     assert b["script"] == SCRIPT
     assert b["job"] == {
         "name": "train", "nodes": "2", "tasks_per_node": 4, "cpus_per_task": 2,
@@ -86,81 +69,40 @@ def test_every_service_option_maps_to_the_documented_keys(version: str) -> None:
         "required_switches": number(1), "wait_for_switch": 300,
         "partition": "batch", "account": "ml", "qos": "high", "constraints": "a100&ib",
         "standard_output": "/j/%x-%j.out", "standard_error": "/j/%x-%j.err",
-        "excluded_nodes": ["node1", "node[3,5-6]"], "current_working_directory": "/j",
-        "environment": ["PATH=/opt/bin", "LANG=C.UTF-8", "USER=alice"], "script": SCRIPT,
+        "excluded_nodes": ["node1", "node3"], "current_working_directory": "/j",
+        "environment": ["PATH=/usr/bin:/bin", "LANG=C.UTF-8", "USER=alice", "SLURM_SUBMIT_DIR=/s"], "script": SCRIPT,
     }  # fmt: skip
     assert not api_for(version).defers_switches
 
 
 def test_hold_is_a_key_from_v0041_and_priority_zero_before() -> None:
-    assert body("v0.0.45", args("--hold"))["job"]["hold"] is True
-    assert body("v0.0.41", args("--hold"))["job"]["hold"] is True
-    job40 = body("v0.0.40", args("--hold"))["job"]
+    assert body("v0.0.45", args(hold=True))["job"]["hold"] is True
+    assert body("v0.0.41", args(hold=True))["job"]["hold"] is True
+    job40 = body("v0.0.40", args(hold=True))["job"]
     assert job40["priority"] == 0 and "hold" not in job40
 
 
-def test_scripts_own_directives_apply_faithfully_and_options_override() -> None:
-    script = (
-        "#!/bin/bash\n#SBATCH -N 4\n#SBATCH --time=2-00:00:00\n#SBATCH --signal=B:TERM@30\n"
-        "#SBATCH --gres=gpu:a100:2,nvme:1\n#SBATCH --exclusive\n#SBATCH --begin=now+1hour\necho\n"
-    )
-    job = body("v0.0.45", args("--nodes=2-4", "--gpus-per-node=a100:4", script=script, working_directory="/w"))["job"]
+def test_value_conversions() -> None:
+    job = body("v0.0.45", args(nodes=2, max_nodes=4, gpus_per_node=4, gpu_type="a100", exclusive=True,
+                               begin="now+1hour", time_limit_seconds=61, memory_mb_per_cpu=512, gpus=8,
+                               array=ArraySpec((0, 1, 2, 5), 2)))["job"]  # fmt: skip
     assert job["nodes"] == "2-4"
-    assert job["time_limit"] == number(2 * 24 * 60)
-    assert (job["kill_warning_flags"], job["kill_warning_signal"], job["kill_warning_delay"]) == (
-        ["BATCH_JOB"],
-        "TERM",
-        number(30),
-    )
-    assert job["tres_per_node"] == "gres/gpu:a100:4,gres/nvme:1"  # the option replaces the script's gpu entry
+    assert job["tres_per_node"] == "gres/gpu:a100:4" and job["tres_per_job"] == "gres/gpu:a100:8"
     assert job["shared"] == ["none"]
     assert job["begin_time"] == number(int(NOW) + 3600)
-    assert job["current_working_directory"] == "/w"
-
-
-def test_value_conversions() -> None:
-    assert [slurm_seconds("--time", t) for t in ("10", "10:30", "1:02:03", "2-3", "2-3:04", "2-3:04:05")] == [
-        600,
-        630,
-        3723,
-        183600,
-        183840,
-        183845,
-    ]
-    assert slurm_seconds("--time", "UNLIMITED") is None
-    job = body("v0.0.43", args("--time=1:01", "--time-min=infinite", "--mem-per-cpu=512M", "--gpus=8"))["job"]
     assert job["time_limit"] == number(2)  # 61 s rounds up to 2 minutes, as Slurm does
-    assert job["time_minimum"] == INFINITE
     assert job["memory_per_cpu"] == number(512)
-    assert job["tres_per_job"] == "gres/gpu:8"
-    signal = body("v0.0.44", args("--signal=R:SIGUSR2"))["job"]
-    assert (signal["kill_warning_flags"], signal["kill_warning_signal"], signal["kill_warning_delay"]) == (
-        ["RESERVATION_JOB"],
-        "USR2",
-        number(60),
-    )
-    assert "kill_warning_flags" not in body("v0.0.44", args("--signal=USR1@90"))["job"]
+    assert job["array"] == "0-2,5%2"
+    assert body("v0.0.43", args(time_unlimited=True))["job"]["time_limit"] == INFINITE
+    assert "kill_warning_flags" not in body("v0.0.44", args(signal=Signal("USR1", 90, batch_only=False)))["job"]
 
 
 @pytest.mark.parametrize(
-    ("options", "script", "named"),
-    [
-        (("--mail-type=END",), SCRIPT, "--mail-type"),
-        (("--export=NONE",), SCRIPT, "--export"),
-        (("--frobnicate=1",), SCRIPT, "--frobnicate"),
-        (("--time=soon",), SCRIPT, "--time"),
-        (("--begin=tomorrow",), SCRIPT, "--begin"),
-        (("--exclusive=false",), SCRIPT, "--exclusive"),
-        (("--switches=two",), SCRIPT, "--switches"),
-        (("--signal=X:USR1",), SCRIPT, "--signal"),
-        (("--mem=lots",), SCRIPT, "--mem"),
-        ((), "#!/bin/bash\n#SBATCH --uid=0\necho\n", "--uid"),
-        ((), "#!/bin/bash\n#SBATCH --export-file=/etc/env\necho\n", "--export-file"),
-    ],
+    ("fields", "named"), [({"mail_type": ("END",)}, "--mail-type"), ({"begin": "tomorrow"}, "--begin")]
 )
-def test_unexpressible_options_are_refused_by_name(options: tuple[str, ...], script: str, named: str) -> None:
+def test_unexpressible_values_are_refused_by_name(fields: dict[str, Any], named: str) -> None:
     with pytest.raises(SlurmError) as info:
-        body("v0.0.45", args(*options, script=script))
+        body("v0.0.45", args(**fields))
     assert named in info.value.detail and "not sent" in str(info.value)
 
 
@@ -226,7 +168,7 @@ async def test_detects_v0045_and_submits_the_documented_body(tmp_path: Path) -> 
     me = pwd.getpwuid(os.geteuid())
     seen: list[httpx.Request] = []
     b = backend(tmp_path, slurm_26_05(seen))
-    a = args("--nodes=2", "--gpus-per-node=4", "--signal=B:USR1@120", "--switches=1@5", uid=me.pw_uid)
+    a = args(nodes=2, gpus_per_node=4, signal=Signal("USR1", 120), switches=Switches(1, 300), user=me.pw_name)
     assert await b.submit(a) == "4711"
     assert [(r.method, r.url.path) for r in seen] == [("GET", "/openapi/v3"), ("POST", "/slurm/v0.0.45/job/submit")]
     submit = seen[-1]
@@ -268,7 +210,7 @@ async def test_configured_version_skips_detection(tmp_path: Path) -> None:
         return httpx.Response(200, json={"job_id": 9, "errors": [], "warnings": []})
 
     b = backend(tmp_path, handler, restd_api_version="v0.0.42")
-    assert await b.submit(args("--time=5", environment={"USER": pwd.getpwuid(os.geteuid()).pw_name})) == "9"
+    assert await b.submit(args(time_limit_seconds=300, user=pwd.getpwuid(os.geteuid()).pw_name)) == "9"
     assert [r.url.path for r in seen] == ["/slurm/v0.0.42/job/submit"]
     assert json.loads(seen[0].content)["job"]["time_limit"] == number(5)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,12 @@ from hypothesis import strategies as st
 from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.errors import InvalidArgument
-from clusterd.jobs.options import job_environment, sbatch_options
-from clusterd.jobs.script import inject_environment
+from clusterd.jobs.directives import header_end, parse_directives
+from clusterd.jobs.script import inject_environment, job_environment
 from clusterd.jobs.validate import ClusterFacts, validate_spec
+from clusterd.slurm.argv import sbatch_argv
 from clusterd.slurm.fake import FakeSlurm
+from clusterd.slurm.request import JobRequest
 
 from .conftest import USER_A, auth, base_config, running, stub
 
@@ -36,11 +39,44 @@ HOSTILE = [
     "x' ; id ; '", "$HOME", "!!", "\u202e", "a=b", "--", "-", "/bin/sh -c id", "debug,batch", "node1;node2",
 ]  # fmt: skip
 _chars = st.characters(blacklist_categories=("Cs",))
-TEXT = st.one_of(st.text(_chars, max_size=30), st.sampled_from(HOSTILE),
-                 st.builds(lambda a, b: a + b, st.sampled_from(HOSTILE), st.text(_chars, max_size=8)))
+TEXT = st.one_of(
+    st.text(_chars, max_size=30),
+    st.sampled_from(HOSTILE),
+    st.builds(lambda a, b: a + b, st.sampled_from(HOSTILE), st.text(_chars, max_size=8)),
+)
 SAFE_NAME = st.sampled_from(["", "debug", "batch", "node1", "a.b-c_d"])
-DIRECTIVE_NAMES = ["nodes", "N", "ntasks-per-node", "time", "t", "partition", "gres", "job-name", "output", "chdir",
-                   "uid", "gid", "export", "export-file", "wrap", "get-user-env", "cpus-per-task", "comment", "x"]
+DIRECTIVE_NAMES = [
+    "nodes",
+    "N",
+    "ntasks-per-node",
+    "time",
+    "t",
+    "partition",
+    "gres",
+    "job-name",
+    "output",
+    "chdir",
+    "uid",
+    "gid",
+    "export",
+    "export-file",
+    "wrap",
+    "get-user-env",
+    "cpus-per-task",
+    "comment",
+    "x",
+    "par",
+    "array",
+    "a",
+    "bbf",
+    "F",
+    "W",
+    "nice",
+    "priority",
+    "signal",
+    "dependency",
+    "mem",
+]
 ENV_NAME = st.one_of(st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,10}\Z"), TEXT)
 
 
@@ -51,7 +87,8 @@ def scripts(draw: st.DrawFn) -> str:
         name = draw(st.sampled_from(DIRECTIVE_NAMES))
         dash = "-" if len(name) == 1 else "--"
         sep = draw(st.sampled_from(["=", " ", ""]))
-        lines.append(f"#SBATCH {dash}{name}{sep}{draw(TEXT)}")
+        family = draw(st.sampled_from(["#SBATCH", "#SBATCH", "#SLURM", "#PBS", "#BSUB"]))
+        lines.append(f"{family} {dash}{name}{sep}{draw(TEXT)}")
     lines.append(draw(TEXT))
     return "\n".join(lines) + "\n"
 
@@ -63,8 +100,15 @@ def specs(draw: st.DrawFn) -> jobs_pb2.JobSpec:
         kw["script"] = draw(scripts())
     else:
         kw["command"] = draw(st.lists(TEXT, min_size=0, max_size=4))
-    for name in ("name", "time_limit", "working_directory", "stdout_path", "stderr_path", "checkpoint_uri",
-                 "request_id"):
+    for name in (
+        "name",
+        "time_limit",
+        "working_directory",
+        "stdout_path",
+        "stderr_path",
+        "checkpoint_uri",
+        "request_id",
+    ):
         if draw(st.booleans()):
             kw[name] = draw(st.one_of(TEXT, st.sampled_from(["/tmp/x", "10:00", "s3://bucket/p", "run-1"])))
     for name in ("partition", "account", "qos"):
@@ -82,14 +126,22 @@ def specs(draw: st.DrawFn) -> jobs_pb2.JobSpec:
 _OPTION = re.compile(r"\A--[a-z][a-z-]*(=[^\n\r\x00]*)?\Z")
 
 
-def check_options(options: list[str]) -> None:
-    for opt in options:
+def check_request(req: JobRequest) -> None:
+    """sbatch gets single --name=value tokens, and the script it reads carries no directive at all."""
+    argv = sbatch_argv(req)
+    assert argv[:3] == ["sbatch", "--parsable", "--ignore-pbs"]
+    for opt in argv[3:]:
         assert _OPTION.match(opt), f"not a single --name=value token: {opt!r}"
+    assert parse_directives(req.script) == []
+    lines = req.script.split("\n")
+    header = lines[: header_end(lines)]  # sbatch reads no further: later "#SBATCH" text is data
+    assert not [ln for ln in header if ln.startswith(("#SBATCH", "#SLURM", "#PBS", "#BSUB"))]
 
 
 def env_block(script: str) -> str:
-    start = script.index("# --- environment added by clusterd ---")
-    end = script.index("# --- end of clusterd environment ---")
+    """The injected export line(s): after the header, up to clusterd's marker (values may hold newlines)."""
+    end = script.rindex("  # environment added by clusterd")
+    start = script.index("\nexport ") + 1
     return script[start:end]
 
 
@@ -100,10 +152,9 @@ def test_validation_only_raises_invalid_argument(spec: jobs_pb2.JobSpec) -> None
         job = validate_spec(spec, FACTS, LIMITS)
     except InvalidArgument:
         return
-    options = sbatch_options(spec, job, comment="clusterd:1", signal_before_timeout=60, placement_args=[],
-                             output_dir="/var/lib/clusterd/jobs/u")  # fmt: skip
-    check_options(options)
-    script = inject_environment(job.script, job_environment(spec, record_id=1))
+    check_request(replace(job, user="u", comment="clusterd:1"))
+    script = inject_environment(job.script, job_environment(dict(job.export.variables), record_id=1,
+                                                            checkpoint_uri=spec.checkpoint_uri))  # fmt: skip
     assert "\x00" not in script
 
 
@@ -116,7 +167,8 @@ def test_environment_reaches_the_job_verbatim(env: dict[str, str]) -> None:
     spec = jobs_pb2.JobSpec(command=["true"], environment=env)
     job = validate_spec(spec, FACTS, LIMITS)
     # The whole block (quoted values may span lines); its runtime part is inert without a checkpoint URI.
-    block = env_block(inject_environment(job.script, job_environment(spec, record_id=7)))
+    env_vars = job_environment(dict(job.export.variables), record_id=7, checkpoint_uri="")
+    block = env_block(inject_environment(job.script, env_vars))
     assert subprocess.run(["bash", "-n"], input=block, text=True).returncode == 0
     for name, value in env.items():
         out = subprocess.run(["bash", "-c", f"{block}\nprintenv -0 {name}"], capture_output=True, env={},
@@ -163,10 +215,9 @@ async def test_shell_metacharacters_in_every_string_field_reach_sbatch_as_data(t
                     assert len(slurm.submitted) == before
                     continue
                 accepted += 1
-                args = slurm.submitted[-1]
-                check_options(list(args.options))
-                assert set(args.environment) <= {"HOME", "USER", "LOGNAME", "PATH"}  # nothing of the request
-                block = env_block(args.script)
+                req = slurm.submitted[-1]
+                check_request(req)
+                block = env_block(req.script)
                 assert subprocess.run(["bash", "-n"], input=block, text=True).returncode == 0
                 if field == "env_value":
                     out = subprocess.run(["bash", "-c", f"{block}\nprintenv -0 HOSTILE"], capture_output=True,
@@ -177,10 +228,25 @@ async def test_shell_metacharacters_in_every_string_field_reach_sbatch_as_data(t
 
 # sbatch accepts any unambiguous prefix of a long option (getopt_long), also in #SBATCH lines
 # (refused since 35f6a4e; before it, these abbreviations passed validation).
-@pytest.mark.parametrize("directive", ["--export-fi=/etc/shadow", "--get-user", "--ui=0"])
+@pytest.mark.parametrize(
+    "directive",
+    [
+        "--export-fi=/etc/shadow",
+        "--get-user",
+        "--ui=0",
+        "--bb=x",
+        "--bbf=/etc/shadow",
+        "--pri=1",
+        "--reb",
+        "--par=debug",
+        "-W",
+        "-F /etc/hosts",
+        "-Hv",
+    ],
+)
 def test_abbreviated_forbidden_directives_are_refused(directive: str) -> None:
-    spec = jobs_pb2.JobSpec(script=f"#!/bin/bash\n#SBATCH {directive}\nid\n")
-    with pytest.raises(InvalidArgument):
+    spec = jobs_pb2.JobSpec(script=f"#!/bin/bash\n# comment\n#SBATCH {directive}\nid\n")
+    with pytest.raises(InvalidArgument, match="script line 3"):
         validate_spec(spec, FACTS, LIMITS)
 
 

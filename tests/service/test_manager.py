@@ -13,8 +13,8 @@ from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.auth.identity import Identity
 from clusterd.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
 from clusterd.jobs.manager import JobManager
-from clusterd.jobs.validate import ResolvedJob
 from clusterd.slurm.fake import FakeSlurm
+from clusterd.slurm.request import JobRequest
 from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store.sqlite import JobStore
 from clusterd.supervisor.events import EventBus
@@ -42,8 +42,8 @@ class World:
         self.slurm._ids = itertools.count(100)
 
 
-def no_placement(job: ResolvedJob, pref: cluster_pb2.PlacementPreference) -> tuple[list[str], str]:
-    return [], "anywhere"
+def no_placement(job: JobRequest, pref: cluster_pb2.PlacementPreference) -> tuple[JobRequest, str]:
+    return job, "anywhere"
 
 
 @pytest.fixture

@@ -18,7 +18,8 @@ from clusterd.config import SlurmConfig
 from clusterd.errors import SlurmError, SlurmUnavailable
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.pyslurm_backend import PyslurmBackend, submit_attributes, unavailable_reason
-from clusterd.slurm.types import JobState, NodeState, SubmitArgs
+from clusterd.slurm.request import JobRequest, Signal
+from clusterd.slurm.types import JobState, NodeState
 
 
 class FakeRPCError(Exception):
@@ -136,31 +137,16 @@ def pyslurm(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     return mod
 
 
-SCRIPT = "#!/bin/bash\n#SBATCH --job-name=fromscript\n#SBATCH -N 2\n#SBATCH --gres=gpu:4\nsrun train.py\n"
-
-
-def test_submit_attributes_header_then_service_options() -> None:
-    args = SubmitArgs(
-        options=("--job-name=svc", "--requeue", "--signal=B:USR1@120", "--open-mode=append", "--exclude=node4"),
-        script=SCRIPT, environment={"CLUSTERCTL_JOB": "j1"}, uid=1001, gid=1001, working_directory="/w",
-    )  # fmt: skip
-    attrs = submit_attributes(args, base_environment={"PATH": "/usr/bin"})
-    assert attrs["name"] == "svc"  # the service's option overrides the #SBATCH line
-    assert (attrs["nodes"], attrs["gres_per_node"]) == ("2", "gpu:4")
+def test_submit_attributes_from_the_request() -> None:
+    req = JobRequest(script="#!/bin/bash\nsrun train.py\n", name="svc", user="", nodes=2, gpus_per_node=4,
+                     signal=Signal("USR1", 120), exclude=("node4",), working_directory="/w",
+                     submit_directory="/s")  # fmt: skip
+    attrs = submit_attributes(req)
+    assert (attrs["name"], attrs["nodes"], attrs["gpus_per_node"]) == ("svc", 2, 4)
     assert (attrs["is_requeueable"], attrs["signal"], attrs["log_files_open_mode"]) == (True, "B:USR1@120", "append")
-    assert attrs["excluded_nodes"] == "node4"
-    assert (attrs["user_id"], attrs["group_id"], attrs["working_directory"]) == (1001, 1001, "/w")
-    assert attrs["environment"] == {"PATH": "/usr/bin", "CLUSTERCTL_JOB": "j1"}
-    assert attrs["script"] == SCRIPT  # unchanged
-
-
-@pytest.mark.parametrize(
-    ("options", "message"),
-    [(("--hint=nomultithread",),  "--hint"), (("--requeue=yes",), "takes no value"), (("-J", "x"), "only --name")],
-)  # fmt: skip
-def test_untranslatable_options_are_refused(options: tuple[str, ...], message: str) -> None:
-    with pytest.raises(SlurmError, match=message):
-        submit_attributes(SubmitArgs(options=options, script="#!/bin/sh\ntrue\n"))
+    assert (attrs["excluded_nodes"], attrs["working_directory"]) == (["node4"], "/w")
+    assert attrs["environment"]["SLURM_SUBMIT_DIR"] == "/s"
+    assert attrs["script"] == req.script
 
 
 async def test_backend_maps_jobs_nodes_and_partitions(pyslurm: types.ModuleType) -> None:
@@ -183,7 +169,7 @@ async def test_backend_maps_jobs_nodes_and_partitions(pyslurm: types.ModuleType)
 
 async def test_backend_actions_call_pyslurm(pyslurm: types.ModuleType) -> None:
     backend = PyslurmBackend(SlurmConfig(backend="pyslurm"))
-    assert await backend.submit(SubmitArgs(options=("--job-name=x",), script="#!/bin/sh\ntrue\n")) == "77"
+    assert await backend.submit(JobRequest(script="#!/bin/sh\ntrue\n", name="x", user="")) == "77"
     await backend.cancel("24")
     await backend.requeue("24")
     await backend.update_job("32", exclude_nodes=("node4", "node5"), start_after=0)
@@ -204,7 +190,7 @@ async def test_pyslurm_errors_become_slurm_errors(pyslurm: types.ModuleType) -> 
     before = (count("submit", "error"), count("cancel", "unavailable"))
     backend = PyslurmBackend(SlurmConfig(backend="pyslurm"))
     with pytest.raises(SlurmError, match="Invalid partition") as err:
-        await backend.submit(SubmitArgs(options=("--partition=nosuch",), script="#!/bin/sh\ntrue\n"))
+        await backend.submit(JobRequest(script="#!/bin/sh\ntrue\n", name="x", user="", partition="nosuch"))
     assert not isinstance(err.value, SlurmUnavailable)
     with pytest.raises(SlurmUnavailable):
         await backend.cancel("999")

@@ -10,7 +10,8 @@ from google.protobuf.duration_pb2 import Duration
 from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.errors import InvalidArgument
-from clusterd.jobs.validate import ClusterFacts, parse_time_limit, validate_spec
+from clusterd.jobs.validate import ClusterFacts, validate_spec
+from clusterd.slurm.request import parse_time_limit
 
 FACTS = ClusterFacts(
     partitions=frozenset({"debug", "batch"}),
@@ -38,14 +39,24 @@ BAD: list[tuple[str, jobs_pb2.JobSpec, str]] = [
     ("oversized script", spec(script="#!/bin/bash\n" + "x" * 5000), "spec.script"),
     ("NUL in script", spec(script="#!/bin/bash\necho \x00\n"), "spec.script"),
     ("#SBATCH --uid in script", spec(script="#!/bin/bash\n#SBATCH --uid=0\necho\n"), "spec.script"),
-    ("#SBATCH --export in script", spec(script="#!/bin/bash\n#SBATCH --export=LD_PRELOAD=x\n"), "spec.script"),
+    ("#SBATCH --export-file in script", spec(script="#!/bin/bash\n#SBATCH --export-file=/etc/shadow\n"), "spec.script"),
+    ("#SBATCH --export reserved name", spec(script="#!/bin/bash\n#SBATCH --export=SLURM_CONF=/x\n"), "spec.script"),
+    ("#SLURM line", spec(script="#!/bin/bash\n#SLURM --job-name=x\n"), "spec.script"),
+    ("#PBS line", spec(script="#!/bin/bash\n#PBS -l nodes=2\n"), "spec.script"),
+    ("#SBATCH ambiguous --par", spec(script="#!/bin/bash\n#SBATCH --par=debug\n"), "spec.script"),
+    ("#SBATCH -W", spec(script="#!/bin/bash\n#SBATCH -W\n"), "spec.script"),
+    ("#SBATCH array too big", spec(script="#!/bin/bash\n#SBATCH --array=0-99999\n"), "spec.script"),
+    ("array syntax", spec(array="1-x"), "spec.array"),
+    ("export bad name", spec(export="A-B=1"), "spec.export"),
+    ("dependency injection", spec(dependency="afterok:1;id"), "spec.dependency"),
+    ("max_nodes below nodes", spec(nodes=3, max_nodes=2), "spec.max_nodes"),
     ("#SBATCH abbreviated --get-user-env", spec(script="#!/bin/bash\n#SBATCH --get-user\n"), "spec.script"),
     ("#SBATCH abbreviated --wrap", spec(script="#!/bin/bash\n#SBATCH --wra=id\n"), "spec.script"),
     ("#SBATCH bad quoting", spec(script="#!/bin/bash\n#SBATCH --job-name='x\n"), "spec.script"),
     ("#SBATCH nodes zero", spec(script="#!/bin/bash\n#SBATCH -N 0\n"), "spec.script"),
     ("#SBATCH bad time", spec(script="#!/bin/bash\n#SBATCH --time=soon\n"), "spec.script"),
     ("#SBATCH unknown partition", spec(script="#!/bin/bash\n#SBATCH -p gpu\n"), "spec.script"),
-    ("#SBATCH bad gres count", spec(script="#!/bin/bash\n#SBATCH --gres=gpu:many\n"), "spec.script"),
+    ("#SBATCH bad gres count", spec(script="#!/bin/bash\n#SBATCH --gres=gpu:a100:many\n"), "spec.script"),
     ("name with newline", spec(name="a\nb"), "spec.name"),
     ("name with escape", spec(name="a\x1b[31m"), "spec.name"),
     ("name too long", spec(name="n" * 201), "spec.name"),
@@ -71,7 +82,7 @@ BAD: list[tuple[str, jobs_pb2.JobSpec, str]] = [
     ("env reserved CLUSTERCTL_", spec(environment={"CLUSTERCTL_RESTART_COUNT": "9"}), "spec.environment"),
     ("env NUL value", spec(environment={"A": "x\x00y"}), "spec.environment"),
     ("env huge value", spec(environment={"A": "x" * 40000}), "spec.environment"),
-    ("relative workdir", spec(working_directory="tmp/x"), "spec.working_directory"),
+    ("relative submit dir", spec(submit_directory="tmp/x"), "spec.submit_directory"),
     ("workdir traversal", spec(working_directory="/home/a/../../etc"), "spec.working_directory"),
     ("workdir newline", spec(working_directory="/tmp/a\nb"), "spec.working_directory"),
     ("stdout traversal", spec(stdout_path="../../etc/passwd"), "spec.stdout_path"),

@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
+from clusterd.slurm.request import slurm_time
 from clusterd.slurm.types import NodeState
 from clusterd.topology import IMPLICIT_LEAF, InvalidPlacementRequest, PlacementRequest, TopologyModel, plan
-from clusterd.topology.planner import slurm_time
 from clusterd.topology.synth import synthetic_cluster
 
 from .helpers import tree

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import cast
 
+from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from clusterctl.v1 import cluster_pb2, jobs_pb2
+from clusterd.slurm.request import parse_time_limit
 from clusterd.slurm.types import JobState, NodeState, SlurmNode
 from clusterd.store.records import JobRecord
 from clusterd.supervisor.events import JobEvent
@@ -72,9 +74,45 @@ def job_status(rec: JobRecord, *, with_spec: bool = False) -> jobs_pb2.JobStatus
         ts = _ts(entry.time)
         if ts is not None:
             r.time.CopyFrom(ts)
+    _sbatch_view(msg, rec)
     if with_spec:
         msg.spec.CopyFrom(rec.spec)
     return msg
+
+
+def expand_path(pattern: str, rec: JobRecord) -> str:
+    """Slurm's filename patterns that one record can fill (%j %A %x %u %%); %a and others stay."""
+    if not pattern or not rec.job_id:
+        return pattern
+    out, i = [], 0
+    values = {"j": rec.job_id, "A": rec.job_id, "x": rec.name or rec.spec.name, "u": rec.user, "%": "%"}
+    while i < len(pattern):
+        if pattern[i] == "%" and i + 1 < len(pattern) and pattern[i + 1] in values:
+            out.append(values[pattern[i + 1]])
+            i += 2
+        else:
+            out.append(pattern[i])
+            i += 1
+    return "".join(out)
+
+
+def _sbatch_view(msg: jobs_pb2.JobStatus, rec: JobRecord) -> None:
+    """What ``scontrol show job`` would show, from the resolved values the record's spec keeps."""
+    spec = rec.spec
+    ts = _ts(rec.created)
+    if ts is not None:
+        msg.original_submit_time.CopyFrom(ts)
+    if spec.time_limit:
+        try:
+            seconds = parse_time_limit(spec.time_limit)
+        except ValueError:
+            seconds = None
+        if seconds is not None:
+            msg.time_limit.CopyFrom(Duration(seconds=seconds))
+    msg.working_directory = spec.working_directory
+    msg.stdout_path = expand_path(spec.stdout_path, rec)
+    msg.stderr_path = expand_path(spec.stderr_path, rec)
+    msg.has_exit_code = rec.terminal and bool(rec.job_id)
 
 
 def job_event(event: JobEvent) -> jobs_pb2.JobEvent:

@@ -18,12 +18,14 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.auth.identity import Identity
 from clusterd.config import Config
 from clusterd.errors import (
+    AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -31,15 +33,17 @@ from clusterd.errors import (
     ServiceError,
     SlurmError,
     SlurmUnavailable,
+    key_line,
 )
-from clusterd.jobs.options import job_environment, sbatch_options
-from clusterd.jobs.script import inject_environment
-from clusterd.jobs.users import UnixUser, job_dir, resolve_unix_user
-from clusterd.jobs.validate import ResolvedJob, validate_spec
+from clusterd.jobs.script import inject_environment, job_environment
+from clusterd.jobs.submission import persisted_spec, same_request, settle_directories, with_signal
+from clusterd.jobs.users import UnixUser, resolve_unix_user
+from clusterd.jobs.validate import validate_spec
 from clusterd.security.audit import AuditLog, status_name
 from clusterd.security.limits import Quotas
 from clusterd.slurm.base import SlurmBackend
-from clusterd.slurm.types import JobState, SubmitArgs
+from clusterd.slurm.request import ExportMode, JobRequest
+from clusterd.slurm.types import JobState
 from clusterd.store.records import RECORD_TAG_PREFIX, JobRecord, Phase, RestartEntry
 from clusterd.store.sqlite import JobStore
 from clusterd.supervisor.events import EventBus, EventType, JobEvent
@@ -47,9 +51,9 @@ from clusterd.supervisor.poller import QueuePoller
 
 log = logging.getLogger(__name__)
 
-# Given a resolved job and its placement preference: (sbatch args, explanation). Raises
-# InvalidArgument when the request can never be placed.
-Placer = Callable[[ResolvedJob, cluster_pb2.PlacementPreference], tuple[list[str], str]]
+# Given a validated request and its placement preference: (the request with its placement fields
+# planned, explanation). Raises InvalidArgument when the request can never be placed.
+Placer = Callable[[JobRequest, cluster_pb2.PlacementPreference], tuple[JobRequest, str]]
 
 _DUPLICATE_WAIT_SECONDS = 60.0
 _Call = TypeVar("_Call", bound=Callable[..., Awaitable[Any]])
@@ -120,77 +124,55 @@ class JobManager:
     @_audited("SubmitJob")
     async def submit(self, ident: Identity, spec: jobs_pb2.JobSpec) -> tuple[JobRecord, bool]:
         """Returns (record, duplicate). Raises InvalidArgument before anything reaches Slurm."""
-        resolved = validate_spec(spec, self._poller.facts(), self._config.limits)
-        placement_args, explanation = self._placer(resolved, spec.placement)
-        unix_user = resolve_unix_user(ident.user)
-        rec, created = await self._quotas.reserve_submit(ident.user, spec, tasks=1)
+        request = validate_spec(spec, self._poller.facts(), self._config.limits)
+        request, explanation = self._placer(request, spec.placement)
+        unix_user = await asyncio.to_thread(resolve_unix_user, ident.user)
+        try:
+            request = await asyncio.to_thread(settle_directories, request, unix_user, self._config.slurm.job_root)
+        except OSError as exc:
+            raise FailedPrecondition(f"cannot create the job directory for {unix_user.name}: {exc}") from exc
+        request = with_signal(request, spec, self._config.slurm.signal_before_timeout_seconds)
+        stored = persisted_spec(spec, request)
+        rec, created = await self._quotas.reserve_submit(ident.user, stored, tasks=request.task_count)
         if not created:
+            if not same_request(rec.spec, stored):
+                first = f"job {rec.job_id}" if rec.job_id else f"record {rec.record_id} (still submitting)"
+                raise AlreadyExists(f"request_id {spec.request_id!r} was already used for a different request: {first}")
             return await self._await_existing(rec), True
 
         async def submit_locked() -> JobRecord:
             # Holding the record's lock tells the poller this submission is alive: it must not
             # settle the record as crashed while sbatch is still running.
             async with self._store.record_lock(rec.record_id):
-                return await self._submit_reserved(rec, spec, resolved, placement_args, explanation, unix_user)
+                return await self._submit_reserved(rec, spec, request, explanation, unix_user)
 
         return await asyncio.shield(submit_locked()), False
 
     async def _submit_reserved(
-        self,
-        rec: JobRecord,
-        spec: jobs_pb2.JobSpec,
-        resolved: ResolvedJob,
-        placement_args: list[str],
-        explanation: str,
-        unix_user: UnixUser,
+        self, rec: JobRecord, spec: jobs_pb2.JobSpec, request: JobRequest, explanation: str, unix_user: UnixUser
     ) -> JobRecord:
-        slurm_cfg = self._config.slurm
-        try:
-            out_dir = job_dir(slurm_cfg.job_root, unix_user)
-        except OSError as exc:
-            await self._fail(rec, f"cannot create job directory: {exc}")
-            raise FailedPrecondition(f"cannot create the job directory for {unix_user.name}: {exc}") from exc
-        signal_before = (
-            spec.restart_policy.signal_before_timeout_seconds
-            if spec.restart_policy.HasField("signal_before_timeout_seconds")
-            else slurm_cfg.signal_before_timeout_seconds
-        )
-        if resolved.time_limit_seconds is not None and signal_before >= resolved.time_limit_seconds:
-            signal_before = max(resolved.time_limit_seconds // 4, 1)
-        options = sbatch_options(
-            spec,
-            resolved,
-            comment=rec.comment_tag,
-            signal_before_timeout=signal_before,
-            placement_args=placement_args,
-            output_dir=out_dir,
-        )
-        script = inject_environment(resolved.script, job_environment(spec, record_id=rec.record_id))
-        args = SubmitArgs(
-            options=tuple(options),
-            script=script,
-            environment=_submit_environment(unix_user, slurm_cfg.job_path),
-            uid=unix_user.uid,
-            gid=unix_user.gid,
-            working_directory=spec.working_directory or (None if "chdir" in resolved.directives else out_dir),
+        variables = dict(request.export.variables) if request.export.mode is not ExportMode.NONE else {}
+        env = job_environment(variables, record_id=rec.record_id, checkpoint_uri=spec.checkpoint_uri)
+        request = replace(
+            request, user=unix_user.name, comment=rec.comment_tag, script=inject_environment(request.script, env)
         )
         try:
-            job_id = await self._backend.submit(args)
+            job_id = await self._backend.submit(request)
         except SlurmUnavailable:
             # sbatch may or may not have reached slurmctld: the record stays SUBMITTING and the
             # poller settles it by finding (or not) the job tagged with this record's comment.
             raise
         except SlurmError as exc:
             await self._fail(rec, str(exc))
-            raise FailedPrecondition(f"Slurm refused the job: {exc.detail}") from exc
+            raise FailedPrecondition(f"Slurm refused the job: {_relayed(exc)}") from exc
         rec.job_id = job_id
-        rec.name = resolved.name
+        rec.name = request.name
         rec.phase = Phase.SUBMITTED
         rec.state = JobState.PENDING
-        rec.partition = resolved.partition
+        rec.partition = request.partition
         rec.submit_time = time.time()
         rec.placement_explanation = explanation
-        rec.excluded_nodes = tuple(spec.placement.exclude_nodes)
+        rec.excluded_nodes = request.exclude
         await self._store.save(rec)
         self._bus.publish(JobEvent(EventType.SUBMITTED, rec))
         self._poller.kick()
@@ -242,7 +224,12 @@ class JobManager:
         return frozenset(check_job_id(j, "job_ids") for j in job_ids)
 
     async def list(
-        self, ident: Identity, *, user: str, include_finished: bool, limit: int,
+        self,
+        ident: Identity,
+        *,
+        user: str,
+        include_finished: bool,
+        limit: int,
         states: frozenset[JobState] = frozenset(),
     ) -> list[JobRecord]:  # fmt: skip
         """Compact records (no spec), newest first: the caller's, or, for an admin, anyone's ("*")."""
@@ -312,9 +299,9 @@ class JobManager:
         return rec
 
 
-def _submit_environment(user: UnixUser, job_path: str) -> dict[str, str]:
-    """sbatch's own environment, which ``--export=ALL`` hands to the job: identity and PATH only."""
-    env = {"HOME": user.home, "USER": user.name, "LOGNAME": user.name}
-    if job_path:
-        env["PATH"] = job_path
-    return env
+def _relayed(exc: SlurmError) -> str:
+    """sbatch's stderr for the caller: its key line first, then the rest (bounded)."""
+    lines = [ln.strip() for ln in exc.stderr.strip().splitlines() if ln.strip()]
+    key = key_line(lines) or exc.detail
+    rest = [ln for ln in lines if ln != key and not ln.startswith("Try ")]
+    return "\n".join([key, *rest])[:4000]

@@ -1,28 +1,31 @@
-"""Validation of a JobSpec before anything reaches Slurm.
+"""Validation of a JobSpec before anything reaches Slurm: the one place a JobRequest is made.
 
-Every rejection is an :class:`~clusterd.errors.InvalidArgument` naming the field, so a client can
-point at what to fix. The result is a :class:`ResolvedJob`: the spec merged with the script's
-``#SBATCH`` header, which is what placement and sbatch options are computed from.
+Every rejection is an :class:`~clusterd.errors.InvalidArgument` naming the field (or the script
+line), so a client can point at what to fix. The spec's fields override the script's ``#SBATCH``
+lines, as sbatch's command line does; an option with no request field is refused.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from posixpath import normpath
+from typing import Any, TypeVar
 
+from clusterctl.hostlist import expand_hostlist
 from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.errors import InvalidArgument
-from clusterd.jobs.script import ScriptError, command_script, forbidden_directive, parse_directives
+from clusterd.jobs import values
+from clusterd.jobs.directives import Directive, DirectiveError, neutralise, parse_directives
+from clusterd.jobs.script import command_script
+from clusterd.slurm.request import Export, ExportMode, JobRequest
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")  # partitions, accounts, qos, node names, features
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
-_TIME_RE = re.compile(
-    r"^(?:(?P<d>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?"
-    r"|(?P<h>\d+):(?P<hm>\d+):(?P<hs>\d+)|(?P<m>\d+)(?::(?P<ms>\d+))?)$"
-)
+T = TypeVar("T")
+_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}\Z")  # partitions, accounts, qos, node names, features
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+_REQUEST_ID_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,128}\Z")
 _RESERVED_ENV_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "CLUSTERCTL_")
 _MAX_NAME = 200
 _MAX_COMMAND_ARGS = 1024
@@ -42,21 +45,6 @@ class ClusterFacts:
     partitions: frozenset[str]
     nodes: frozenset[str]
     default_partition: str = ""
-
-
-@dataclass(frozen=True)
-class ResolvedJob:
-    """The request as Slurm will see it: spec fields over ``#SBATCH`` lines over defaults."""
-
-    name: str
-    script: str
-    nodes: int
-    tasks_per_node: int
-    gpus_per_node: int
-    cpus_per_task: int
-    partition: str
-    time_limit_seconds: int | None
-    directives: dict[str, str] = field(default_factory=dict)
 
 
 def _has_control(text: str) -> bool:
@@ -85,85 +73,10 @@ def _check_path(field_name: str, value: str, *, absolute: bool) -> None:
         raise InvalidArgument(field_name, "must not contain '..' components")
 
 
-def parse_time_limit(text: str) -> int | None:
-    """Slurm time syntax to seconds; None for UNLIMITED/INFINITE. Raises ValueError when malformed."""
-    if text.upper() in ("UNLIMITED", "INFINITE"):
-        return None
-    m = _TIME_RE.match(text)
-    if not m:
-        raise ValueError(text)
-    g = {k: int(v) for k, v in m.groupdict().items() if v is not None}
-    if "d" in g:
-        return g["d"] * 86400 + g["dh"] * 3600 + g.get("dm", 0) * 60 + g.get("ds", 0)
-    if "h" in g:
-        return g["h"] * 3600 + g["hm"] * 60 + g["hs"]
-    return g["m"] * 60 + g.get("ms", 0)
-
-
 def _count(field_name: str, value: int, maximum: int) -> int:
     if value > maximum:
         raise InvalidArgument(field_name, f"{value} exceeds the maximum of {maximum}")
     return value
-
-
-def _directive_int(directives: dict[str, str], name: str) -> int | None:
-    raw = directives.get(name)
-    if raw is None:
-        return None
-    head = raw.split("-", 1)[0]  # "--nodes=2-4" -> minimum 2
-    if not head.isdigit() or int(head) <= 0:
-        raise InvalidArgument("spec.script", f"#SBATCH --{name}={raw!r} is not a positive count")
-    return int(head)
-
-
-def _directive_gpus(directives: dict[str, str]) -> int | None:
-    if "gpus-per-node" in directives:
-        return _directive_int(directives, "gpus-per-node")
-    gres = directives.get("gres")
-    if gres:
-        for item in gres.split(","):
-            parts = item.split(":")
-            if parts[0] == "gpu":
-                count = parts[-1] if len(parts) > 1 else "1"
-                if not count.isdigit():
-                    raise InvalidArgument("spec.script", f"#SBATCH --gres={gres!r}: bad GPU count")
-                return int(count)
-    return None
-
-
-def _validate_script(spec: jobs_pb2.JobSpec, limits: LimitsConfig) -> tuple[str, dict[str, str]]:
-    if spec.script and spec.command:
-        raise InvalidArgument("spec.command", "give either a script or a command, not both")
-    if not spec.script and not spec.command:
-        raise InvalidArgument("spec.script", "a script or a command is required")
-    if spec.command:
-        if len(spec.command) > _MAX_COMMAND_ARGS:
-            raise InvalidArgument("spec.command", f"more than {_MAX_COMMAND_ARGS} arguments")
-        for i, arg in enumerate(spec.command):
-            if "\x00" in arg:
-                raise InvalidArgument(f"spec.command[{i}]", "contains a NUL byte")
-        if not spec.command[0]:
-            raise InvalidArgument("spec.command[0]", "the program name is empty")
-        script = command_script(list(spec.command))
-    else:
-        script = spec.script
-        size = len(script.encode())
-        if size > limits.max_script_bytes:
-            raise InvalidArgument("spec.script", f"{size} bytes exceeds the limit of {limits.max_script_bytes}")
-        if "\x00" in script:
-            raise InvalidArgument("spec.script", "contains a NUL byte")
-        if not script.startswith("#!"):
-            raise InvalidArgument("spec.script", "must start with an interpreter line such as '#!/bin/bash'")
-    try:
-        directives = parse_directives(script)
-    except ScriptError as exc:
-        raise InvalidArgument("spec.script", str(exc)) from exc
-    for name in directives:
-        forbidden = forbidden_directive(name)
-        if forbidden is not None:
-            message = f"#SBATCH --{name} (--{forbidden}) is set by the service and not allowed"
-            raise InvalidArgument("spec.script", message)
-    return script, directives
 
 
 def _validate_env(spec: jobs_pb2.JobSpec, limits: LimitsConfig) -> None:
@@ -227,70 +140,330 @@ def _validate_placement(p: cluster_pb2.PlacementPreference, facts: ClusterFacts,
         _check_name(f"spec.placement.constraints[{i}]", feature, "feature")
 
 
-def validate_spec(spec: jobs_pb2.JobSpec, facts: ClusterFacts, limits: LimitsConfig) -> ResolvedJob:
-    """Check every field and merge with the script header. Raises InvalidArgument (field named)."""
+_MAX_ARRAY_TASKS = 10000
+_MAX_NICE = 2147483645  # Slurm's NICE_OFFSET - 3
+
+
+def _bounded(value: int, maximum: int) -> int:
+    if value > maximum:
+        raise ValueError(f"{value} exceeds the maximum of {maximum}")
+    return value
+
+
+class _Merged:
+    """Spec fields over ``#SBATCH`` values: the CLI's flags override the script, as in sbatch."""
+
+    def __init__(self, directives: list[Directive]) -> None:
+        self.values: dict[str, Directive] = {}
+        for d in directives:
+            self.values[d.option] = d
+
+    def get(self, option: str) -> Directive | None:
+        return self.values.get(option)
+
+    def read(self, option: str, reader: Callable[[str], T]) -> T | None:
+        """The directive's value read by ``reader``; a bad value names the line."""
+        d = self.values.get(option)
+        if d is None:
+            return None
+        if d.value is None:
+            raise InvalidArgument("spec.script", f"script line {d.lineno}: {d.text}: --{option} needs a value")
+        try:
+            return reader(d.value)
+        except ValueError as exc:
+            raise InvalidArgument("spec.script", f"script line {d.lineno}: {d.text}: {exc}") from None
+
+    def text(self, option: str, spec_value: str, field_name: str, check: Callable[[str, str], None]) -> str:
+        if spec_value:
+            check(field_name, spec_value)
+            return spec_value
+        value = self.read(option, lambda v: v) or ""
+        if value:
+            d = self.values[option]
+            try:
+                check(f"script line {d.lineno}", value)
+            except InvalidArgument as exc:
+                raise InvalidArgument("spec.script", f"{exc.field}: {d.text}: {exc.message}") from None
+        return value
+
+
+def _spec_value(field_name: str, text: str, reader: Callable[[str], T]) -> T:
+    try:
+        return reader(text)
+    except ValueError as exc:
+        raise InvalidArgument(field_name, str(exc)) from None
+
+
+def _script_body(spec: jobs_pb2.JobSpec, limits: LimitsConfig) -> str:
+    if spec.script and spec.command:
+        raise InvalidArgument("spec.command", "give either a script or a command, not both")
+    if not spec.script and not spec.command:
+        raise InvalidArgument("spec.script", "a script or a command is required")
+    if spec.command:
+        if len(spec.command) > _MAX_COMMAND_ARGS:
+            raise InvalidArgument("spec.command", f"more than {_MAX_COMMAND_ARGS} arguments")
+        for i, arg in enumerate(spec.command):
+            if "\x00" in arg:
+                raise InvalidArgument(f"spec.command[{i}]", "contains a NUL byte")
+        if not spec.command[0]:
+            raise InvalidArgument("spec.command[0]", "the program name is empty")
+        return command_script(list(spec.command))
+    script = spec.script
+    size = len(script.encode())
+    if size > limits.max_script_bytes:
+        raise InvalidArgument("spec.script", f"{size} bytes exceeds the limit of {limits.max_script_bytes}")
+    if "\x00" in script:
+        raise InvalidArgument("spec.script", "contains a NUL byte")
+    if not script.startswith("#!"):
+        raise InvalidArgument("spec.script", "must start with an interpreter line such as '#!/bin/bash'")
+    return script
+
+
+def _plain(_field: str, _value: str) -> None:
+    _check_text(_field, _value)
+
+
+def _resources(spec: jobs_pb2.JobSpec, m: _Merged, limits: LimitsConfig) -> dict[str, Any]:
+    nodes: int | None
+    max_nodes: int | None
+    if spec.nodes:
+        nodes = _count("spec.nodes", spec.nodes, limits.max_nodes)
+        max_nodes = _count("spec.max_nodes", spec.max_nodes, limits.max_nodes) or None
+        if max_nodes is not None and max_nodes < nodes:
+            raise InvalidArgument("spec.max_nodes", f"{max_nodes} is below spec.nodes ({nodes})")
+    else:
+        nodes, max_nodes = m.read("nodes", values.node_range) or (None, None)
+        for n in (nodes, max_nodes):
+            if n is not None and n > limits.max_nodes:
+                d = m.values["nodes"]
+                raise InvalidArgument("spec.script", f"script line {d.lineno}: {d.text}: more than "
+                                                     f"{limits.max_nodes} nodes")  # fmt: skip
+    gpu_type = spec.gpu_type
+    gpus_per_node: int | None = _count("spec.gpus_per_node", spec.gpus_per_node, _MAX_GPUS) or None
+    if gpus_per_node is None:
+        typed = m.read("gpus-per-node", values.gpus) or m.read("gres", values.gres_gpus)
+        if typed is not None:
+            gpu_type = gpu_type or typed[0]
+            gpus_per_node = _count("spec.script", typed[1], _MAX_GPUS)
+    gpus: int | None = _count("spec.gpus", spec.gpus, _MAX_GPUS * limits.max_nodes) or None
+    if gpus is None:
+        typed = m.read("gpus", values.gpus)
+        if typed is not None:
+            gpu_type = gpu_type or typed[0]
+            gpus = typed[1]
+    if gpu_type:
+        _check_name("spec.gpu_type", gpu_type, "GPU type")
+    return {
+        "nodes": nodes,
+        "max_nodes": max_nodes,
+        "ntasks": _count("spec.ntasks", spec.ntasks, _MAX_TASKS * limits.max_nodes) or m.read("ntasks", values.count),
+        "tasks_per_node": _count("spec.tasks_per_node", spec.tasks_per_node, _MAX_TASKS)
+        or m.read("ntasks-per-node", values.count),
+        "cpus_per_task": _count("spec.cpus_per_task", spec.cpus_per_task, _MAX_CPUS)
+        or m.read("cpus-per-task", values.count),
+        "gpus": gpus,
+        "gpus_per_node": gpus_per_node,
+        "gpu_type": gpu_type,
+        "memory_mb_per_node": _count("spec.memory_mb_per_node", spec.memory_mb_per_node, _MAX_MEMORY_MB)
+        or m.read("mem", values.megabytes),
+        "memory_mb_per_cpu": _count("spec.memory_mb_per_cpu", spec.memory_mb_per_cpu, _MAX_MEMORY_MB)
+        or m.read("mem-per-cpu", values.megabytes),
+    }
+
+
+def _time(spec: jobs_pb2.JobSpec, m: _Merged) -> tuple[int | None, bool]:
+    """(seconds, unlimited); (None, False) when no limit was asked for."""
+    if spec.time_limit:
+        seconds = _spec_value("spec.time_limit", spec.time_limit, values.time_limit)
+        return seconds, seconds is None
+    if m.get("time") is None:
+        return None, False
+    seconds = m.read("time", values.time_limit)
+    return seconds, seconds is None
+
+
+def _paths(spec: jobs_pb2.JobSpec, m: _Merged) -> dict[str, Any]:
+    submit_dir = spec.submit_directory
+    _check_path("spec.submit_directory", submit_dir, absolute=True)
+    chdir = m.text("chdir", spec.working_directory, "spec.working_directory",
+                   lambda f, v: _check_path(f, v, absolute=False))  # fmt: skip
+    if chdir and not chdir.startswith("/") and submit_dir:
+        chdir = normpath(f"{submit_dir}/{chdir}")  # else relative to the job directory (settled later)
+    return {
+        "submit_directory": submit_dir,
+        "working_directory": chdir,
+        "stdout": m.text(
+            "output", spec.stdout_path, "spec.stdout_path", lambda f, v: _check_path(f, v, absolute=False)
+        ),
+        "stderr": m.text("error", spec.stderr_path, "spec.stderr_path", lambda f, v: _check_path(f, v, absolute=False)),
+    }
+
+
+def _export(spec: jobs_pb2.JobSpec, m: _Merged, limits: LimitsConfig) -> Export:
+    _validate_env(spec, limits)
+    env = dict(spec.environment)
+    if spec.HasField("export"):
+        result = _spec_value("spec.export", spec.export, lambda t: values.export(t, env))
+        where = "spec.export"
+    else:
+        result = m.read("export", lambda t: values.export(t, env)) or Export(ExportMode.ALL, env)
+        where = "spec.script"
+    for name, value in result.variables.items():
+        if name.startswith(_RESERVED_ENV_PREFIXES):
+            raise InvalidArgument(where, f"--export {name}: names starting with {', '.join(_RESERVED_ENV_PREFIXES)} "
+                                         "are reserved")  # fmt: skip
+        if len(value.encode()) > limits.max_env_value_bytes or "\x00" in value:
+            raise InvalidArgument(where, f"--export {name}: value too long or contains a NUL byte")
+    return result
+
+
+def _hosts(m: _Merged, option: str) -> tuple[str, ...]:
+    return tuple(m.read(option, expand_hostlist) or ())
+
+
+def validate_spec(spec: jobs_pb2.JobSpec, facts: ClusterFacts, limits: LimitsConfig) -> JobRequest:
+    """Check every field, read the script's directives, and make the one request Slurm will see.
+
+    The request has no user, comment or placement yet (the manager adds them); its script is the
+    caller's with directive lines neutralised. Raises InvalidArgument naming the field or line.
+    """
     _check_text("spec.name", spec.name)
     if spec.request_id and not _REQUEST_ID_RE.match(spec.request_id):
         raise InvalidArgument("spec.request_id", "must be 1-128 of [A-Za-z0-9_.:-]")
-    script, directives = _validate_script(spec, limits)
+    script = _script_body(spec, limits)
+    try:
+        m = _Merged(parse_directives(script))
+    except DirectiveError as exc:
+        raise InvalidArgument("spec.script", str(exc)) from None
+    res = _resources(spec, m, limits)
+    seconds, unlimited = _time(spec, m)
 
-    nodes = _count("spec.nodes", spec.nodes, limits.max_nodes) or _directive_int(directives, "nodes") or 1
-    if nodes > limits.max_nodes:
-        raise InvalidArgument("spec.script", f"#SBATCH --nodes={nodes} exceeds the maximum of {limits.max_nodes}")
-    tasks = _count("spec.tasks_per_node", spec.tasks_per_node, _MAX_TASKS) or (
-        _directive_int(directives, "ntasks-per-node") or 1
-    )
-    gpus = _count("spec.gpus_per_node", spec.gpus_per_node, _MAX_GPUS) or _directive_gpus(directives) or 0
-    cpus = _count("spec.cpus_per_task", spec.cpus_per_task, _MAX_CPUS) or (
-        _directive_int(directives, "cpus-per-task") or 1
-    )
-    _count("spec.memory_mb_per_node", spec.memory_mb_per_node, _MAX_MEMORY_MB)
-
-    time_text = spec.time_limit or directives.get("time", "")
-    time_field = "spec.time_limit" if spec.time_limit else "spec.script"
-    time_limit: int | None = None
-    if time_text:
-        try:
-            time_limit = parse_time_limit(time_text)
-        except ValueError:
-            raise InvalidArgument(
-                time_field, f"bad time limit {time_text[:40]!r}: use MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]] or UNLIMITED"
-            ) from None
-        if time_limit == 0:
-            raise InvalidArgument(time_field, "time limit must be greater than zero")
-
-    partition = spec.partition or directives.get("partition", "") or facts.default_partition
+    partition = m.text("partition", spec.partition, "spec.partition", _plain) or facts.default_partition
     part_field = "spec.partition" if spec.partition else "spec.script"
     for part in filter(None, partition.split(",")):
         _check_name(part_field, part, "partition")
         if facts.partitions and part not in facts.partitions:
             known = ", ".join(sorted(facts.partitions))
             raise InvalidArgument(part_field, f"unknown partition {part!r} (known: {known})")
-    _check_name("spec.account", spec.account, "account")
-    _check_name("spec.qos", spec.qos, "qos")
+    account = m.text("account", spec.account, "spec.account", lambda f, v: _check_name(f, v, "account"))
+    qos = m.text("qos", spec.qos, "spec.qos", lambda f, v: _check_name(f, v, "qos"))
+    reservation = m.text("reservation", spec.reservation, "spec.reservation",
+                         lambda f, v: _check_name(f, v, "reservation"))  # fmt: skip
+    constraint = m.text("constraint", spec.constraint or "&".join(spec.placement.constraints), "spec.constraint",
+                        _check_constraint)  # fmt: skip
+    array_text = spec.array or (m.read("array", str) or "")
+    array = None
+    if array_text:
+        field_name = "spec.array" if spec.array else "spec.script"
+        array = _spec_value(field_name, array_text, lambda t: values.array(t, _MAX_ARRAY_TASKS))
+    nice = _count("spec.nice", spec.nice, _MAX_NICE)
+    if not nice and (d := m.get("nice")) is not None:
+        # sbatch: --nice without a value is 100; a negative nice is a privilege, refused here
+        nice = 100 if d.value is None else m.read("nice", lambda v: _bounded(values.non_negative(v), _MAX_NICE)) or 0
+    mail_type = m.text("mail-type", spec.mail_type, "spec.mail_type", _check_mail_type)
 
-    _validate_env(spec, limits)
-    _check_path("spec.working_directory", spec.working_directory, absolute=True)
     _check_path("spec.stdout_path", spec.stdout_path, absolute=False)
-    _check_path("spec.stderr_path", spec.stderr_path, absolute=False)
     _validate_checkpoint_uri(spec.checkpoint_uri)
     _validate_restart(spec.restart_policy)
-    _validate_placement(spec.placement, facts, nodes)
+    _validate_placement(spec.placement, facts, res["nodes"] or 1)
 
-    default_name = spec.command[0].rsplit("/", 1)[-1] if spec.command else "job"
-    name = spec.name or directives.get("job-name", "") or default_name
+    default_name = spec.script_name.rsplit("/", 1)[-1] if spec.script_name else "job"
+    if spec.command:
+        default_name = spec.command[0].rsplit("/", 1)[-1]
+    name = m.text("job-name", spec.name, "spec.name", _plain) or default_name
     _check_text("spec.name", name)
-    return ResolvedJob(
+    return JobRequest(
+        script=neutralise(script),
         name=name,
-        script=script,
-        nodes=nodes,
-        tasks_per_node=tasks,
-        gpus_per_node=gpus,
-        cpus_per_task=cpus,
+        user="",
         partition=partition,
-        time_limit_seconds=time_limit,
-        directives=directives,
+        account=account,
+        qos=qos,
+        reservation=reservation,
+        time_limit_seconds=seconds,
+        time_unlimited=unlimited,
+        constraint=constraint,
+        nodelist=_hosts(m, "nodelist"),
+        exclude=_hosts(m, "exclude"),
+        switches=m.read("switches", values.switches),
+        array=array,
+        dependency=m.text("dependency", spec.dependency, "spec.dependency", _check_dependency),
+        begin=m.text("begin", spec.begin, "spec.begin", _check_begin),
+        hold=spec.hold or m.get("hold") is not None,
+        exclusive=spec.exclusive or _exclusive(m),
+        mail_type=tuple(t for t in mail_type.split(",") if t),
+        mail_user=m.text("mail-user", spec.mail_user, "spec.mail_user", _check_mail_user),
+        nice=nice,
+        signal=m.read("signal", values.signal),
+        export=_export(spec, m, limits),
+        **_paths(spec, m),
+        **res,
     )
+
+
+_CONSTRAINT_RE = re.compile(r"[A-Za-z0-9_.\-&|()\[\]*:,!]{1,1024}\Z")
+_DEPENDENCY_RE = re.compile(
+    r"(?:singleton|(?:after|afterany|afterok|afternotok|afterburstbuffer|aftercorr)"
+    r"(?::[0-9]+(?:_[0-9]+)?(?:\+[0-9]+)?)+)(?:[,?](?:singleton|[a-z]+(?::[0-9_+]+)+))*\Z"
+)
+_BEGIN_RE = re.compile(
+    r"(?:now(?:\+[0-9]+[a-z]*)?|[0-9]{4}-[0-9]{2}-[0-9]{2}(?:T[0-9]{2}:[0-9]{2}(?::[0-9]{2})?)?"
+    r"|[0-9]{1,2}:[0-9]{2}(?::[0-9]{2})?|midnight|noon|teatime|today|tomorrow)\Z"
+)
+_MAIL_TYPES = frozenset(
+    [
+        "NONE",
+        "BEGIN",
+        "END",
+        "FAIL",
+        "REQUEUE",
+        "ALL",
+        "INVALID_DEPEND",
+        "STAGE_OUT",
+        "TIME_LIMIT",
+        "TIME_LIMIT_90",
+        "TIME_LIMIT_80",
+        "TIME_LIMIT_50",
+        "ARRAY_TASKS",
+    ]
+)
+_MAIL_USER_RE = re.compile(r"[A-Za-z0-9_.+\-]{1,64}(?:@[A-Za-z0-9.\-]{1,190})?\Z")
+
+
+def _check_constraint(field_name: str, value: str) -> None:
+    if not _CONSTRAINT_RE.match(value):
+        raise InvalidArgument(field_name, f"bad constraint {value[:80]!r}")
+
+
+def _check_dependency(field_name: str, value: str) -> None:
+    if not _DEPENDENCY_RE.match(value):
+        raise InvalidArgument(field_name, f"bad dependency {value[:80]!r}: use TYPE:JOBID[:JOBID...] or singleton")
+
+
+def _check_begin(field_name: str, value: str) -> None:
+    if not _BEGIN_RE.match(value):
+        raise InvalidArgument(field_name, f"bad begin time {value[:80]!r}: use now+N[unit] or YYYY-MM-DD[THH:MM[:SS]]")
+
+
+def _check_mail_type(field_name: str, value: str) -> None:
+    for item in value.split(","):
+        if item.upper() not in _MAIL_TYPES:
+            raise InvalidArgument(field_name, f"unknown mail type {item[:40]!r}")
+
+
+def _check_mail_user(field_name: str, value: str) -> None:
+    if not _MAIL_USER_RE.match(value):
+        raise InvalidArgument(field_name, f"bad mail address {value[:80]!r}")
+
+
+def _exclusive(m: _Merged) -> bool:
+    d = m.get("exclusive")
+    if d is None:
+        return False
+    if d.value not in (None, ""):
+        raise InvalidArgument("spec.script", f"script line {d.lineno}: {d.text}: only --exclusive without a value "
+                                             "is supported")  # fmt: skip
+    return True
 
 
 def _validate_checkpoint_uri(uri: str) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterd.errors import (
+    AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -47,6 +48,7 @@ STATUS_NAMES: tuple[tuple[type[ServiceError], str], ...] = (
     (NotFound, "NOT_FOUND"),
     (FailedPrecondition, "FAILED_PRECONDITION"),
     (ResourceExhausted, "RESOURCE_EXHAUSTED"),
+    (AlreadyExists, "ALREADY_EXISTS"),
     (SlurmUnavailable, "UNAVAILABLE"),
     (SlurmError, "INTERNAL"),
 )

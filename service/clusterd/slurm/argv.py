@@ -2,22 +2,128 @@
 
 from __future__ import annotations
 
-from clusterd.slurm.types import SubmitArgs
+from collections.abc import Callable
+
+from clusterctl.hostlist import compress_hostlist
+from clusterd.slurm.request import ExportMode, JobRequest, slurm_time
+
+_Render = Callable[[JobRequest], list[str]]
 
 
-def sbatch_argv(args: SubmitArgs) -> list[str]:
-    """``sbatch --parsable`` with the service's options; the script itself goes on stdin.
+def _opt(name: str, field: str) -> _Render:
+    """``--name=value`` when the field is set (non-empty, not None, not False)."""
+
+    def render(req: JobRequest) -> list[str]:
+        value = getattr(req, field)
+        if value is None or value == "" or value is False:
+            return []
+        return [f"--{name}" if value is True else f"--{name}={value}"]
+
+    return render
+
+
+def _nodes(req: JobRequest) -> list[str]:
+    if req.nodes is None:
+        return []
+    return [f"--nodes={req.nodes}-{req.max_nodes}" if req.max_nodes else f"--nodes={req.nodes}"]
+
+
+def _gpus(req: JobRequest) -> list[str]:
+    prefix = f"{req.gpu_type}:" if req.gpu_type else ""
+    return [f"--gpus={prefix}{req.gpus}"] if req.gpus else []
+
+
+def _gres(req: JobRequest) -> list[str]:
+    prefix = f"{req.gpu_type}:" if req.gpu_type else ""
+    return [f"--gres=gpu:{prefix}{req.gpus_per_node}"] if req.gpus_per_node else []
+
+
+def _time(req: JobRequest) -> list[str]:
+    if req.time_unlimited:
+        return ["--time=UNLIMITED"]
+    return [f"--time={slurm_time(req.time_limit_seconds)}"] if req.time_limit_seconds else []
+
+
+def _hosts(name: str, field: str) -> _Render:
+    def render(req: JobRequest) -> list[str]:
+        hosts = getattr(req, field)
+        return [f"--{name}={compress_hostlist(hosts)}"] if hosts else []
+
+    return render
+
+
+def _export(req: JobRequest) -> list[str]:
+    # The variables themselves travel in the script (clusterd.jobs.script): sbatch's own
+    # environment holds only identity and PATH, so ALL exports those and the script adds the rest.
+    return ["--export=ALL" if req.export.mode is ExportMode.ALL else "--export=NONE"]
+
+
+def _render_with(name: str, field: str) -> _Render:
+    def render(req: JobRequest) -> list[str]:
+        value = getattr(req, field)
+        return [f"--{name}={value.render()}"] if value is not None else []
+
+    return render
+
+
+def _none(_req: JobRequest) -> list[str]:
+    return []
+
+
+# One renderer per JobRequest field (a test pins that none is missing).
+SBATCH_RENDERERS: dict[str, _Render] = {
+    "script": _none,  # on stdin
+    "name": _opt("job-name", "name"),
+    "user": _none,  # sbatch runs as the user (CommandsBackend)
+    "comment": _opt("comment", "comment"),
+    "partition": _opt("partition", "partition"),
+    "account": _opt("account", "account"),
+    "qos": _opt("qos", "qos"),
+    "reservation": _opt("reservation", "reservation"),
+    "nodes": _nodes,
+    "max_nodes": _none,  # with nodes
+    "ntasks": _opt("ntasks", "ntasks"),
+    "tasks_per_node": _opt("ntasks-per-node", "tasks_per_node"),
+    "cpus_per_task": _opt("cpus-per-task", "cpus_per_task"),
+    "gpus": _gpus,
+    "gpus_per_node": _gres,
+    "gpu_type": _none,  # with gpus / gpus_per_node
+    "memory_mb_per_node": lambda r: [f"--mem={r.memory_mb_per_node}M"] if r.memory_mb_per_node else [],
+    "memory_mb_per_cpu": lambda r: [f"--mem-per-cpu={r.memory_mb_per_cpu}M"] if r.memory_mb_per_cpu else [],
+    "time_limit_seconds": _time,
+    "time_unlimited": _none,  # with time_limit_seconds
+    "constraint": _opt("constraint", "constraint"),
+    "nodelist": _hosts("nodelist", "nodelist"),
+    "exclude": _hosts("exclude", "exclude"),
+    "switches": _render_with("switches", "switches"),
+    "working_directory": _opt("chdir", "working_directory"),
+    "submit_directory": _none,  # sbatch's own working directory (CommandsBackend)
+    "stdout": _opt("output", "stdout"),
+    "stderr": _opt("error", "stderr"),
+    "array": _render_with("array", "array"),
+    "dependency": _opt("dependency", "dependency"),
+    "begin": _opt("begin", "begin"),
+    "hold": _opt("hold", "hold"),
+    "exclusive": _opt("exclusive", "exclusive"),
+    "mail_type": lambda r: [f"--mail-type={','.join(r.mail_type)}"] if r.mail_type else [],
+    "mail_user": _opt("mail-user", "mail_user"),
+    "nice": lambda r: [f"--nice={r.nice}"] if r.nice else [],
+    "requeue": lambda r: ["--requeue" if r.requeue else "--no-requeue"],
+    "open_append": lambda r: ["--open-mode=append" if r.open_append else "--open-mode=truncate"],
+    "signal": _render_with("signal", "signal"),
+    "export": _export,
+}
+
+
+def sbatch_argv(req: JobRequest) -> list[str]:
+    """``sbatch --parsable --ignore-pbs`` with one option per set field; the script goes on stdin.
 
     Options are always ``--name=value`` single tokens, so no value can be read as another option.
+    The script's own directive lines are neutralised, so these are the only options sbatch applies.
     """
-    argv = ["sbatch", "--parsable"]
-    if args.uid is not None:
-        argv.append(f"--uid={args.uid}")
-    if args.gid is not None:
-        argv.append(f"--gid={args.gid}")
-    if args.working_directory:
-        argv.append(f"--chdir={args.working_directory}")
-    argv.extend(args.options)
+    argv = ["sbatch", "--parsable", "--ignore-pbs"]
+    for render in SBATCH_RENDERERS.values():
+        argv.extend(render(req))
     return argv
 
 

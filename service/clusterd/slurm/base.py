@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch, SubmitArgs
+from clusterd.slurm.request import JobRequest
+from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch
 
 
 @runtime_checkable
 class SlurmBackend(Protocol):
-    async def submit(self, args: SubmitArgs) -> str:
-        """Submit one batch job and return its Slurm job id.
+    async def submit(self, request: JobRequest) -> str:
+        """Submit one batch job, as ``request.user``, and return its Slurm job id.
 
         Raises:
             SlurmError: sbatch refused the job (its message is passed on).

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import pwd
 from collections.abc import Callable
 from typing import TypeVar
 
 from clusterd.config import SlurmConfig
 from clusterd.errors import SlurmError, SlurmUnavailable
 from clusterd.slurm import argv, parse
-from clusterd.slurm.runner import CommandRunner
-from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch, SubmitArgs
-from clusterd.topology.parse import parse_topology
+from clusterd.slurm.request import JobRequest
+from clusterd.slurm.runner import CommandRunner, RunAs
+from clusterd.slurm.topology_text import parse_topology
+from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch
 
 T = TypeVar("T")
 
@@ -23,9 +26,24 @@ class CommandsBackend:
         self.runner = runner or CommandRunner(
             bin_dir=config.bin_dir, slurm_conf=config.slurm_conf, timeout=config.command_timeout_seconds
         )
+        self._job_path = config.job_path
 
-    async def submit(self, args: SubmitArgs) -> str:
-        result = await self.runner.run(argv.sbatch_argv(args), stdin=args.script, env=args.environment)
+    async def submit(self, request: JobRequest) -> str:
+        """sbatch runs as the job's user, in its submit directory, with a minimal environment.
+
+        Whatever sbatch reads or asks for then happens with the caller's rights: a job_submit
+        plugin sees the caller, and root-only options fail as they would for the caller.
+        """
+        run_as = await asyncio.to_thread(resolve_run_as, request.user)
+        env = {"HOME": run_as.home if run_as else "/", "USER": request.user, "LOGNAME": request.user,
+               "PATH": self._job_path or os.environ.get("PATH", "/usr/bin:/bin")}  # fmt: skip
+        result = await self.runner.run(
+            argv.sbatch_argv(request),
+            stdin=request.script,
+            env=env,
+            run_as=run_as,
+            cwd=request.submit_directory or None,
+        )
         try:
             return argv.parse_sbatch_parsable(result.stdout)
         except ValueError as exc:
@@ -73,3 +91,18 @@ async def _parsed(command: str, parser: Callable[[str], list[T]], text: str) -> 
         raise SlurmUnavailable(command, 0, str(exc)) from exc
     except ValueError as exc:
         raise SlurmError(command, 0, str(exc)) from exc
+
+
+def resolve_run_as(user: str) -> RunAs | None:
+    """The identity to run sbatch with: the user's, when clusterd is root (else clusterd's own).
+
+    Blocking (passwd/group lookups): call it in a worker thread.
+    """
+    if os.geteuid() != 0:
+        return None
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        raise SlurmError("sbatch", None, f"user {user!r} has no Unix account on this host") from None
+    groups = tuple(os.getgrouplist(entry.pw_name, entry.pw_gid))
+    return RunAs(entry.pw_uid, entry.pw_gid, groups, entry.pw_dir, entry.pw_name)

@@ -12,7 +12,8 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from clusterd.errors import SlurmError
-from clusterd.slurm.types import JobState, NodeState, SlurmJob, SlurmNode, SlurmSwitch, SubmitArgs
+from clusterd.slurm.request import JobRequest
+from clusterd.slurm.types import JobState, NodeState, SlurmJob, SlurmNode, SlurmSwitch
 
 
 @dataclass
@@ -21,7 +22,7 @@ class FakeSlurm:
     nodes: list[SlurmNode] = field(default_factory=list)
     switches: list[SlurmSwitch] = field(default_factory=list)
     jobs: dict[str, SlurmJob] = field(default_factory=dict)
-    submitted: list[SubmitArgs] = field(default_factory=list)
+    submitted: list[JobRequest] = field(default_factory=list)
     calls: Counter[str] = field(default_factory=Counter)
     fail_submit: str = ""  # when set, sbatch "refuses" with this message
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
@@ -41,22 +42,21 @@ class FakeSlurm:
         switches.append(SlurmSwitch("spine", 1, switches=tuple(s.name for s in switches)))
         return cls(nodes=nodes, switches=switches)
 
-    async def submit(self, args: SubmitArgs) -> str:
+    async def submit(self, request: JobRequest) -> str:
         self.calls["submit"] += 1
         if self.fail_submit:
             raise SlurmError("sbatch", 1, f"sbatch: error: {self.fail_submit}")
         job_id = str(next(self._ids))
-        self.submitted.append(args)
-        opts = dict(o.removeprefix("--").partition("=")[::2] for o in args.options)
+        self.submitted.append(request)
         self.jobs[job_id] = SlurmJob(
             job_id=job_id,
-            name=opts.get("job-name", "job"),
-            user=str(args.uid),
+            name=request.name,
+            user=request.user,
             state=JobState.PENDING,
-            partition=opts.get("partition", "debug"),
+            partition=request.partition or "debug",
             submit_time=time.time(),
-            comment=opts.get("comment", ""),
-            requeue="requeue" in opts,
+            comment=request.comment,
+            requeue=request.requeue,
         )
         return job_id
 

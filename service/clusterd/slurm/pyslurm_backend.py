@@ -5,9 +5,9 @@ requires Slurm 25.11, found ..."), and PyPI only has 25.11, so on Debian's 22.05
 built. :func:`unavailable_reason` says why it cannot be used, in one line, for the factory and the
 contract tests. Every pyslurm call blocks in libslurm, so each runs in a worker thread.
 
-Submission: libslurm, unlike sbatch, never reads a script's ``#SBATCH`` lines, so the header is
-turned into JobSubmitDescription attributes here (the service's own options override it, as on
-sbatch's command line). An option without an equivalent is refused before anything is submitted.
+Submission: libslurm, unlike sbatch, never reads a script's ``#SBATCH`` lines (and the request's
+script has them neutralised): each JobRequest field is rendered into a JobSubmitDescription
+attribute here.
 pyslurm has no topology call: ``scontrol show topology`` answers that, as in the commands backend.
 """
 
@@ -17,18 +17,19 @@ import asyncio
 import importlib
 import logging
 import os
+import pwd
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any, TypeVar
 
 from clusterd.config import SlurmConfig
 from clusterd.errors import SlurmError, SlurmUnavailable, says_unavailable
-from clusterd.jobs.script import ScriptError, parse_directives
 from clusterd.observability.metrics import observed_slurm_call
 from clusterd.slurm import parse
-from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch, SubmitArgs
+from clusterd.slurm.request import ExportMode, JobRequest
+from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch
 from clusterd.slurm.version import SlurmVersion, SlurmVersionError
 
 log = logging.getLogger(__name__)
@@ -37,113 +38,117 @@ T = TypeVar("T")
 BACKEND = "pyslurm"
 _READS = frozenset({"list jobs", "list nodes", "partitions", "version"})
 
-# sbatch long option -> pyslurm.JobSubmitDescription attribute (names from pyslurm's #SBATCH table).
-_VALUE_OPTIONS: dict[str, str] = {
-    "account": "account",
-    "array": "array",
-    "begin": "begin_time",
-    "chdir": "working_directory",
-    "comment": "comment",
-    "constraint": "constraints",
-    "cpus-per-gpu": "cpus_per_gpu",
-    "cpus-per-task": "cpus_per_task",
-    "deadline": "deadline",
-    "dependency": "dependencies",
-    "error": "standard_error",
-    "exclude": "excluded_nodes",
-    "gpus": "gpus",
-    "gpus-per-node": "gpus_per_node",
-    "gpus-per-task": "gpus_per_task",
-    "gres": "gres_per_node",
-    "input": "standard_input",
-    "job-name": "name",
-    "licenses": "licenses",
-    "mail-type": "mail_types",
-    "mail-user": "mail_user",
-    "mem": "memory_per_node",
-    "mem-per-cpu": "memory_per_cpu",
-    "mem-per-gpu": "memory_per_gpu",
-    "nice": "nice",
-    "nodelist": "required_nodes",
-    "nodes": "nodes",
-    "ntasks": "ntasks",
-    "ntasks-per-node": "ntasks_per_node",
-    "open-mode": "log_files_open_mode",
-    "output": "standard_output",
-    "partition": "partition",
-    "qos": "qos",
-    "reservation": "reservations",
-    "signal": "signal",
-    "switches": "switches",
-    "time": "time_limit",
-    "time-min": "time_limit_min",
-    "wckey": "wckey",
-}
-# Flags (no value) -> (attribute, value).
-_FLAG_OPTIONS: dict[str, tuple[str, Any]] = {
-    "requeue": ("is_requeueable", True),
-    "no-requeue": ("is_requeueable", False),
-    "contiguous": ("requires_contiguous_nodes", True),
-    "exclusive": ("resource_sharing", "no"),
-    "oversubscribe": ("resource_sharing", "yes"),
-    "hold": ("priority", 0),
-    "spread-job": ("spreads_over_nodes", True),
-    "use-min-nodes": ("use_min_nodes", True),
-}
-# Handled from SubmitArgs fields, or harmless for a library call.
-_SKIPPED_OPTIONS = frozenset({"parsable", "uid", "gid"})
+Attrs = dict[str, Any]
+_Render = Callable[[Attrs, JobRequest], None]
 
 
-def _refuse(option: str, why: str) -> SlurmError:
-    return SlurmError(f"{BACKEND} submit", None, f"--{option}: {why}")
+def _attr(attr: str, field: str, convert: Callable[[Any], Any] = lambda v: v) -> _Render:
+    """Copy a field to a JobSubmitDescription attribute when set (not None, "", () or False)."""
+
+    def render(attrs: Attrs, req: JobRequest) -> None:
+        value = getattr(req, field)
+        if value not in (None, "", (), False):
+            attrs[attr] = convert(value)
+
+    return render
 
 
-def _split_options(options: Iterable[str]) -> list[tuple[str, str | None]]:
-    """``("--job-name=x", "--requeue")`` -> ``[("job-name", "x"), ("requeue", None)]``."""
-    out: list[tuple[str, str | None]] = []
-    for token in options:
-        if not token.startswith("--"):
-            raise SlurmError(f"{BACKEND} submit", None, f"option {token!r}: only --name[=value] options are supported")
-        name, eq, value = token[2:].partition("=")
-        out.append((name, value if eq else None))
-    return out
+def _none(_attrs: Attrs, _req: JobRequest) -> None:
+    return None
 
 
-def submit_attributes(args: SubmitArgs, base_environment: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """JobSubmitDescription keyword arguments for ``args``: ``#SBATCH`` header, then the options on top.
+def _nodes(attrs: Attrs, req: JobRequest) -> None:
+    if req.nodes is not None:
+        attrs["nodes"] = f"{req.nodes}-{req.max_nodes}" if req.max_nodes else req.nodes
 
-    Pure, so the translation is tested without pyslurm. Raises SlurmError naming an option that has
-    no pyslurm equivalent (a silently dropped option would run a different job).
-    """
-    try:
-        directives = [(k, v or None) for k, v in parse_directives(args.script).items()]
-    except ScriptError as exc:
-        raise SlurmError(f"{BACKEND} submit", None, f"script: {exc}") from exc
-    attrs: dict[str, Any] = {}
-    for name, value in [*directives, *_split_options(args.options)]:
-        if name in _SKIPPED_OPTIONS:
-            continue
-        if name in _FLAG_OPTIONS:
-            if value not in (None, ""):
-                raise _refuse(name, f"takes no value, got {value!r}")
-            attr, flag_value = _FLAG_OPTIONS[name]
-            attrs[attr] = flag_value
-        elif name in _VALUE_OPTIONS:
-            if value is None:
-                raise _refuse(name, "needs a value")
-            attrs[_VALUE_OPTIONS[name]] = value
-        else:
-            raise _refuse(name, "has no pyslurm JobSubmitDescription equivalent; use slurm.backend=commands")
-    env = dict(base_environment if base_environment is not None else _base_environment())
-    env.update(args.environment)
-    attrs["script"] = args.script
+
+def _gpus(attr: str, field: str) -> _Render:
+    def render(attrs: Attrs, req: JobRequest) -> None:
+        count = getattr(req, field)
+        if count:
+            attrs[attr] = f"{req.gpu_type}:{count}" if req.gpu_type else count
+
+    return render
+
+
+def _time_limit(attrs: Attrs, req: JobRequest) -> None:
+    if req.time_unlimited:
+        attrs["time_limit"] = "UNLIMITED"
+    elif req.time_limit_seconds is not None:
+        attrs["time_limit"] = (req.time_limit_seconds + 59) // 60  # minutes, rounded up as sbatch
+
+
+def _user(attrs: Attrs, req: JobRequest) -> None:
+    """libslurm submits as the calling process unless root names the user (the job runs as them)."""
+    if req.user and os.geteuid() == 0:
+        try:
+            entry = pwd.getpwnam(req.user)
+        except KeyError:
+            raise SlurmError(f"{BACKEND} submit", None, f"user {req.user!r} has no Unix account here") from None
+        attrs["user_id"] = entry.pw_uid
+        attrs["group_id"] = entry.pw_gid
+
+
+def _environment(attrs: Attrs, req: JobRequest) -> None:
+    env = _base_environment() if req.export.mode is ExportMode.ALL else {}
+    env["USER"] = req.user
+    if req.submit_directory:
+        env["SLURM_SUBMIT_DIR"] = req.submit_directory
     attrs["environment"] = env
-    if args.uid is not None:
-        attrs["user_id"] = args.uid
-    if args.gid is not None:
-        attrs["group_id"] = args.gid
-    if args.working_directory:
-        attrs["working_directory"] = args.working_directory
+
+
+# One renderer per JobRequest field (a test pins that none is missing); attribute names from
+# pyslurm's JobSubmitDescription.
+RENDERERS: dict[str, _Render] = {
+    "script": _attr("script", "script"),
+    "name": _attr("name", "name"),
+    "user": _user,
+    "comment": _attr("comment", "comment"),
+    "partition": _attr("partition", "partition"),
+    "account": _attr("account", "account"),
+    "qos": _attr("qos", "qos"),
+    "reservation": _attr("reservations", "reservation"),
+    "nodes": _nodes,
+    "max_nodes": _none,  # with nodes
+    "ntasks": _attr("ntasks", "ntasks"),
+    "tasks_per_node": _attr("ntasks_per_node", "tasks_per_node"),
+    "cpus_per_task": _attr("cpus_per_task", "cpus_per_task"),
+    "gpus": _gpus("gpus", "gpus"),
+    "gpus_per_node": _gpus("gpus_per_node", "gpus_per_node"),
+    "gpu_type": _none,  # with gpus / gpus_per_node
+    "memory_mb_per_node": _attr("memory_per_node", "memory_mb_per_node", lambda mb: f"{mb}M"),
+    "memory_mb_per_cpu": _attr("memory_per_cpu", "memory_mb_per_cpu", lambda mb: f"{mb}M"),
+    "time_limit_seconds": _time_limit,
+    "time_unlimited": _none,  # with time_limit_seconds
+    "constraint": _attr("constraints", "constraint"),
+    "nodelist": _attr("required_nodes", "nodelist", list),
+    "exclude": _attr("excluded_nodes", "exclude", list),
+    "switches": _attr("switches", "switches", lambda s: s.render()),
+    "working_directory": _attr("working_directory", "working_directory"),
+    "submit_directory": _none,  # SLURM_SUBMIT_DIR in the environment
+    "stdout": _attr("standard_output", "stdout"),
+    "stderr": _attr("standard_error", "stderr"),
+    "array": _attr("array", "array", lambda a: a.render()),
+    "dependency": _attr("dependencies", "dependency"),
+    "begin": _attr("begin_time", "begin"),
+    "hold": lambda attrs, r: attrs.update(priority=0) if r.hold else None,
+    "exclusive": lambda attrs, r: attrs.update(resource_sharing="no") if r.exclusive else None,
+    "mail_type": _attr("mail_types", "mail_type", list),
+    "mail_user": _attr("mail_user", "mail_user"),
+    "nice": _attr("nice", "nice"),
+    "requeue": lambda attrs, r: attrs.update(is_requeueable=r.requeue),
+    "open_append": lambda attrs, r: attrs.update(log_files_open_mode="append" if r.open_append else "truncate"),
+    "signal": _attr("signal", "signal", lambda s: s.render()),
+    "export": _environment,
+}
+
+
+def submit_attributes(req: JobRequest) -> Attrs:
+    """JobSubmitDescription keyword arguments for ``req`` (pure but for the passwd lookup of the
+    user: call it in a worker thread)."""
+    attrs: Attrs = {}
+    for render in RENDERERS.values():
+        render(attrs, req)
     return attrs
 
 
@@ -307,8 +312,8 @@ class PyslurmBackend:
                     raise SlurmError(f"{BACKEND} {what}", None, message) from exc
                 raise
 
-    async def submit(self, args: SubmitArgs) -> str:
-        attrs = submit_attributes(args)
+    async def submit(self, request: JobRequest) -> str:
+        attrs = await asyncio.to_thread(submit_attributes, request)
 
         def submit() -> str:
             return str(self._pyslurm.JobSubmitDescription(**attrs).submit())

@@ -26,6 +26,7 @@ import re
 import ssl
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,9 +38,9 @@ from clusterd.errors import SlurmError, SlurmUnavailable, says_unavailable
 from clusterd.observability.metrics import observed_slurm_call
 from clusterd.slurm import parse
 from clusterd.slurm.commands import CommandsBackend
-from clusterd.slurm.restd_submit import deferred_switches
+from clusterd.slurm.request import JobRequest
 from clusterd.slurm.restd_versions import KNOWN_API_VERSIONS, RestApi, api_for, choose
-from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch, SubmitArgs
+from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch
 
 log = logging.getLogger(__name__)
 
@@ -196,14 +197,17 @@ class RestdBackend:
         return self._fallback
 
     # ------------------------------------------------------------------ SlurmBackend
-    async def submit(self, args: SubmitArgs) -> str:
-        """POST job/submit signed for the job's user (from ``uid``, else the USER it runs as)."""
+    async def submit(self, request: JobRequest) -> str:
+        """POST job/submit signed for the job's user: slurmctld sees the caller, not clusterd."""
         command = "POST job/submit"
         with _observed(command):
-            user = _job_user(args)
+            entry = await asyncio.to_thread(_passwd, request.user)
             api = await self._spec()
-            switches = deferred_switches(args) if api.defers_switches else None
-            body = api.submit_body(args, {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"})
+            switches = request.switches.render() if api.defers_switches and request.switches else None
+            base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "HOME": entry.pw_dir,
+                    "LOGNAME": entry.pw_name}  # fmt: skip
+            body = api.submit_body(replace(request, user=entry.pw_name), base)
+            user = entry.pw_name
             resp = await self._send("POST", await self._path("job/submit"), command, user=user, body=body)
             data = _json(resp, command)
             job_id = data.get("job_id")
@@ -308,18 +312,12 @@ def _make_client(url: str, timeout: float, *, ca_file: str = "") -> httpx.AsyncC
     return httpx.AsyncClient(base_url=url.rstrip("/"), timeout=timeout, verify=verify)
 
 
-def _job_user(args: SubmitArgs) -> str:
-    """The user the job runs as: ``uid`` if given, else the USER sbatch would have run as."""
-    if args.uid is not None:
-        try:
-            entry = pwd.getpwuid(args.uid)
-        except KeyError:
-            raise _error("POST job/submit", None, f"uid {args.uid} has no user name on this host") from None
-        if args.gid is not None and args.gid != entry.pw_gid:
-            why = f"jobs run with the user's primary group {entry.pw_gid}"
-            raise _error("POST job/submit", None, f"cannot express --gid={args.gid} through slurmrestd: {why}")
-        return entry.pw_name
-    return args.environment.get("USER") or pwd.getpwuid(os.geteuid()).pw_name
+def _passwd(user: str) -> pwd.struct_passwd:
+    """The job's user (clusterd's own when none is named); blocking, so called in a worker thread."""
+    try:
+        return pwd.getpwnam(user) if user else pwd.getpwuid(os.geteuid())
+    except KeyError:
+        raise _error("POST job/submit", None, f"user {user!r} has no Unix account on this host") from None
 
 
 def _json(resp: httpx.Response, command: str) -> dict[str, Any]:

@@ -30,10 +30,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from clusterd.jobs.validate import parse_time_limit
 from clusterd.slurm import restd_submit
-from clusterd.slurm.restd_submit import _refuse
-from clusterd.slurm.types import SubmitArgs
+from clusterd.slurm.request import JobRequest
+from clusterd.slurm.restd_submit import refuse
 
 Body = dict[str, Any]
 
@@ -52,10 +51,10 @@ class RestApi:
         """v0.0.38 disables ``required_switches``: the caller applies ``--switches`` afterwards."""
         return not self.data_parser
 
-    def submit_body(self, args: SubmitArgs, base_environment: Mapping[str, str], *, now: float | None = None) -> Body:
+    def submit_body(self, req: JobRequest, base_environment: Mapping[str, str], *, now: float | None = None) -> Body:
         if not self.data_parser:
-            return restd_submit.job_description(args, base_environment)
-        return _data_parser_submit(self, args, base_environment, time.time() if now is None else now)
+            return restd_submit.job_description(req, base_environment)
+        return _data_parser_submit(self, req, base_environment, time.time() if now is None else now)
 
     def update_body(
         self, *, exclude_nodes: tuple[str, ...] | None, start_after: int | None, now: float | None = None
@@ -111,31 +110,6 @@ def number(value: int) -> dict[str, Any]:
 INFINITE = {"set": True, "infinite": True, "number": 0}
 
 
-def slurm_seconds(option: str, value: str) -> int | None:
-    """Slurm's time syntax (``M``, ``M:S``, ``H:M:S``, ``D-H[:M[:S]]``) in seconds; None = infinite.
-
-    The service's own parser (:func:`clusterd.jobs.validate.parse_time_limit`), plus ``-1``, which
-    Slurm also reads as infinite; what it cannot read is refused by option name.
-    """
-    text = value.strip()
-    if text == "-1":
-        return None
-    try:
-        return parse_time_limit(text)
-    except ValueError:
-        raise _refuse(option, f"cannot read time {value!r}") from None
-
-
-def _minutes(option: str) -> Callable[[str], Any]:
-    """Time limit -> minutes as a number object, rounded up like Slurm's time_str2mins."""
-
-    def convert(value: str) -> Any:
-        secs = slurm_seconds(option, value)
-        return INFINITE if secs is None else number((secs + 59) // 60)
-
-    return convert
-
-
 _NOW_RE = re.compile(r"^now(?:\+(\d+)(seconds?|minutes?|hours?|days?|weeks?|[smhdw]|sec|min)?)?$", re.IGNORECASE)
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -148,162 +122,151 @@ def _timestamp(option: str, value: str, now: float) -> int:
         return int(now) + int(m.group(1) or 0) * _UNIT_SECONDS[unit]
     with contextlib.suppress(ValueError):
         return int(dt.datetime.fromisoformat(value.strip()).timestamp())
-    raise _refuse(option, f"{value!r}: only now[+N[unit]] or YYYY-MM-DD[THH:MM[:SS]] can be sent as a timestamp")
+    raise refuse(option, f"{value!r}: only now[+N[unit]] or YYYY-MM-DD[THH:MM[:SS]] can be sent as a timestamp")
 
 
-def _csv_list(value: str) -> list[str]:
-    """Split ``a,b[1,3],c`` at the commas outside brackets: node lists are arrays from v0.0.40 on."""
-    parts, depth, cur = [], 0, ""
-    for ch in value:
-        depth += (ch == "[") - (ch == "]")
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    parts.append(cur)
-    return [p.strip() for p in parts if p.strip()]
+# ---------------------------------------------------------------------- request rendering
+DpRender = Callable[[Body, JobRequest, RestApi, float], None]
 
 
-def _merge_tres(existing: str | None, new: str) -> str:
-    """Add ``gres/x:...`` entries, replacing an earlier entry for the same ``gres/x``."""
-    entries: dict[str, str] = {}
-    for entry in _csv_list(existing or "") + _csv_list(new):
-        entries[":".join(entry.split(":")[:1])] = entry
-    return ",".join(entries.values())
+def _key(key: str, field: str) -> DpRender:
+    def render(job: Body, req: JobRequest, _api: RestApi, _now: float) -> None:
+        value = getattr(req, field)
+        if value not in (None, "", (), False):
+            job[key] = value
+
+    return render
 
 
-def _gres_to_tres(value: str) -> str:
-    """``--gres=gpu:4,nvme:1`` -> ``gres/gpu:4,gres/nvme:1`` (what sbatch puts in tres_per_node)."""
-    return ",".join(e if e.startswith("gres/") else f"gres/{e}" for e in _csv_list(value))
+def _none(_job: Body, _req: JobRequest, _api: RestApi, _now: float) -> None:
+    return None
 
 
-# ---------------------------------------------------------------------- option mapping
-_SIGNAL_RE = re.compile(r"^(?:(?P<flags>[RB]+):)?(?:SIG)?(?P<sig>[A-Z0-9]+)(?:@(?P<time>\d+))?$", re.IGNORECASE)
-_WARN_FLAGS = {"B": "BATCH_JOB", "R": "RESERVATION_JOB"}  # sbatch: B: -> KILL_JOB_BATCH, R: -> KILL_JOB_RESV
-_SHARED = {"": "none", "user": "user", "mcs": "mcs", "topo": "topo"}
-_SIMPLE = {  # sbatch option -> JOB_DESC_MSG string key
-    "job-name": "name",
-    "nodes": "nodes",  # JOB_DESC_MSG_NODES takes "2" or "2-4", like sbatch -N
-    "comment": "comment",
-    "partition": "partition",
-    "account": "account",
-    "qos": "qos",
-    "constraint": "constraints",
-    "output": "standard_output",
-    "error": "standard_error",
-    "input": "standard_input",
-    "chdir": "current_working_directory",
-    "dependency": "dependency",
-    "reservation": "reservation",
-    "licenses": "licenses",
-    "mail-user": "mail_user",
-    "wckey": "wckey",
-    "array": "array",
-}
-_INTS = {"ntasks": "tasks", "ntasks-per-node": "tasks_per_node", "cpus-per-task": "cpus_per_task"}
-_TRES = {  # option -> (key, prefix): sbatch's own translation of GPU options into TRES strings
-    "gpus": ("tres_per_job", "gres/gpu:"),
-    "gpus-per-node": ("tres_per_node", "gres/gpu:"),
-    "gpus-per-task": ("tres_per_task", "gres/gpu:"),
-    "cpus-per-gpu": ("cpus_per_tres", "gres/gpu:"),
-}
-_DP_UNSUPPORTED = {
-    "uid": "the job's user is the one the request is signed for, not an option",
-    "gid": "the job runs with its user's primary group",
-    "export-file": "slurmrestd refuses to load an environment from a file",
-    "get-user-env": "not available through the service",
-    "wrap": "the script is always given",
-    "parsable": "a command-line flag of sbatch, not a job property",
-    "mail-type": "the data_parser names of mail flags were not established",
-}
+def _nodes(job: Body, req: JobRequest, _api: RestApi, _now: float) -> None:
+    if req.nodes is not None:
+        job["nodes"] = f"{req.nodes}-{req.max_nodes}" if req.max_nodes else str(req.nodes)
 
 
-def _dp_apply(api: RestApi, job: Body, name: str, value: str, now: float) -> None:
-    """Put one ``--name=value`` into ``job`` (a JOB_DESC_MSG) or refuse it by name."""
-    option = f"--{name}"
-    if name in _SIMPLE:
-        job[_SIMPLE[name]] = value
-    elif name in _INTS:
-        job[_INTS[name]] = restd_submit._int(option)(value)
-    elif name in ("gres", "tres-per-node"):
-        tres = _gres_to_tres(value) if name == "gres" else value
-        job["tres_per_node"] = _merge_tres(job.get("tres_per_node"), tres)
-    elif name in _TRES:
-        key, prefix = _TRES[name]
-        job[key] = _merge_tres(job.get(key), prefix + value) if key == "tres_per_node" else prefix + value
-    elif name in ("requeue", "no-requeue"):
-        job["requeue"] = restd_submit._flag(option, name == "requeue")(value)
-    elif name == "hold":
-        restd_submit._flag(option, True)(value)
+def _time(job: Body, req: JobRequest, _api: RestApi, _now: float) -> None:
+    if req.time_unlimited:
+        job["time_limit"] = INFINITE
+    elif req.time_limit_seconds is not None:
+        job["time_limit"] = number(restd_submit.minutes(req.time_limit_seconds))
+
+
+def _memory(key: str, field: str) -> DpRender:
+    def render(job: Body, req: JobRequest, _api: RestApi, _now: float) -> None:
+        value = getattr(req, field)
+        if value:
+            job[key] = number(value)
+
+    return render
+
+
+def _gpus(key: str, field: str) -> DpRender:
+    """sbatch's own translation of GPU options into TRES strings (``gres/gpu[:TYPE]:N``)."""
+
+    def render(job: Body, req: JobRequest, _api: RestApi, _now: float) -> None:
+        value = getattr(req, field)
+        if value:
+            job[key] = f"gres/gpu:{restd_submit.gpu_count(req, value)}"
+
+    return render
+
+
+def _hosts(key: str, field: str) -> DpRender:
+    def render(job: Body, req: JobRequest, _api: RestApi, _now: float) -> None:
+        hosts = getattr(req, field)
+        if hosts:
+            job[key] = list(hosts)
+
+    return render
+
+
+def _switches(job: Body, req: JobRequest, _api: RestApi, _now: float) -> None:
+    if req.switches is not None:
+        job["required_switches"] = number(req.switches.count)
+        if req.switches.wait_seconds is not None:
+            job["wait_for_switch"] = req.switches.wait_seconds
+
+
+def _begin(job: Body, req: JobRequest, _api: RestApi, now: float) -> None:
+    if req.begin:
+        job["begin_time"] = number(_timestamp("--begin", req.begin, now))
+
+
+def _hold(job: Body, req: JobRequest, api: RestApi, _now: float) -> None:
+    if req.hold:
         if api.hold_key:
             job["hold"] = True
         else:
-            job["priority"] = 0
-    elif name == "open-mode":
-        job["open_mode"] = [restd_submit._open_mode(value).upper()]
-    elif name in ("mem", "mem-per-cpu"):
-        key = "memory_per_node" if name == "mem" else "memory_per_cpu"
-        job[key] = number(restd_submit._megabytes(option)(value))
-    elif name in ("time", "time-min"):
-        job["time_limit" if name == "time" else "time_minimum"] = _minutes(option)(value)
-    elif name in ("exclude", "nodelist"):
-        job["excluded_nodes" if name == "exclude" else "required_nodes"] = _csv_list(value)
-    elif name == "begin":
-        job["begin_time"] = number(_timestamp(option, value, now))
-    elif name == "deadline":
-        job["deadline"] = _timestamp(option, value, now)
-    elif name == "exclusive":
-        if value not in _SHARED:
-            raise _refuse(option, f"expects user, mcs, topo or no value, got {value!r}")
-        job["shared"] = [_SHARED[value]]
-    elif name == "signal":
-        job.update(_dp_signal(value))
-    elif name == "switches":
-        job.update(_dp_switches(value))
-    elif name == "export":
-        restd_submit._export(value)
-    elif name in _DP_UNSUPPORTED:
-        raise _refuse(option, _DP_UNSUPPORTED[name])
-    else:
-        raise _refuse(option, f"no slurmrestd {api.name} job field for this option")
+            job["priority"] = 0  # v0.0.40 has no "hold": a held job is priority 0, as sbatch --hold sends
 
 
-def _dp_signal(value: str) -> Body:
-    """``[B|R:]SIG[@T]`` -> kill_warning_*: the B: flag reaches the batch shell, as with sbatch."""
-    m = _SIGNAL_RE.match(value)
-    if not m:
-        raise _refuse("--signal", f"cannot read {value!r}")
-    flags = sorted({_WARN_FLAGS[f] for f in (m.group("flags") or "").upper()})
-    delay = int(m.group("time")) if m.group("time") else 60  # sbatch's default warning time
-    if delay > 0xFFFE:
-        raise _refuse("--signal", f"{value!r}: the warning time must be below 65535 seconds")
-    body: Body = {"kill_warning_signal": m.group("sig").upper(), "kill_warning_delay": number(delay)}
-    if flags:
-        body["kill_warning_flags"] = flags
-    return body
+def _mail_type(job: Body, req: JobRequest, _api: RestApi, _now: float) -> None:
+    if req.mail_type:
+        raise refuse("--mail-type", "the data_parser names of mail flags were not established")
 
 
-def _dp_switches(value: str) -> Body:
-    """``N[@wait]`` -> required_switches (+ wait_for_switch in seconds, Slurm time syntax as sbatch)."""
-    m = re.fullmatch(r"(\d+)(?:@(.+))?", value)
-    if not m:
-        raise _refuse("--switches", f"cannot read {value!r}")
-    body: Body = {"required_switches": number(int(m.group(1)))}
-    if m.group(2):
-        secs = slurm_seconds("--switches", m.group(2))
-        if secs is None:
-            raise _refuse("--switches", f"{value!r}: the wait must be finite")
-        body["wait_for_switch"] = secs
-    return body
+def _signal(job: Body, req: JobRequest, _api: RestApi, _now: float) -> None:
+    """``[B:]SIG@T`` -> kill_warning_*: the B: flag reaches the batch shell, as with sbatch."""
+    if req.signal is not None:
+        job["kill_warning_signal"] = req.signal.name
+        job["kill_warning_delay"] = number(req.signal.seconds)
+        if req.signal.batch_only:
+            job["kill_warning_flags"] = ["BATCH_JOB"]
 
 
-def _data_parser_submit(api: RestApi, args: SubmitArgs, base_environment: Mapping[str, str], now: float) -> Body:
-    """``POST /slurm/v0.0.4x/job/submit`` body: the script's #SBATCH lines, then the options on top."""
-    job, environment = restd_submit.collect_job(
-        args, base_environment, lambda job, name, value, _ours: _dp_apply(api, job, name, value, now)
-    )
+DP_RENDERERS: dict[str, DpRender] = {
+    "script": lambda job, r, _a, _n: job.update(script=r.script),  # 23.11 reads the top level, newer job.script
+    "name": _key("name", "name"),
+    "user": _none,  # the token is signed for the user (RestdBackend)
+    "comment": _key("comment", "comment"),
+    "partition": _key("partition", "partition"),
+    "account": _key("account", "account"),
+    "qos": _key("qos", "qos"),
+    "reservation": _key("reservation", "reservation"),
+    "nodes": _nodes,
+    "max_nodes": _none,  # with nodes
+    "ntasks": _key("tasks", "ntasks"),
+    "tasks_per_node": _key("tasks_per_node", "tasks_per_node"),
+    "cpus_per_task": _key("cpus_per_task", "cpus_per_task"),
+    "gpus": _gpus("tres_per_job", "gpus"),
+    "gpus_per_node": _gpus("tres_per_node", "gpus_per_node"),
+    "gpu_type": _none,  # with gpus / gpus_per_node
+    "memory_mb_per_node": _memory("memory_per_node", "memory_mb_per_node"),
+    "memory_mb_per_cpu": _memory("memory_per_cpu", "memory_mb_per_cpu"),
+    "time_limit_seconds": _time,
+    "time_unlimited": _none,  # with time_limit_seconds
+    "constraint": _key("constraints", "constraint"),
+    "nodelist": _hosts("required_nodes", "nodelist"),
+    "exclude": _hosts("excluded_nodes", "exclude"),
+    "switches": _switches,
+    "working_directory": _key("current_working_directory", "working_directory"),
+    "submit_directory": _none,  # SLURM_SUBMIT_DIR in the environment
+    "stdout": _key("standard_output", "stdout"),
+    "stderr": _key("standard_error", "stderr"),
+    "array": lambda job, r, _a, _n: job.update(array=r.array.render()) if r.array else None,
+    "dependency": _key("dependency", "dependency"),
+    "begin": _begin,
+    "hold": _hold,
+    "exclusive": lambda job, r, _a, _n: job.update(shared=["none"]) if r.exclusive else None,
+    "mail_type": _mail_type,
+    "mail_user": _key("mail_user", "mail_user"),
+    "nice": _key("nice", "nice"),
+    "requeue": lambda job, r, _a, _n: job.update(requeue=r.requeue),
+    "open_append": lambda job, r, _a, _n: job.update(open_mode=["APPEND" if r.open_append else "TRUNCATE"]),
+    "signal": _signal,
+    "export": _none,  # the environment, below
+}
+
+
+def _data_parser_submit(api: RestApi, req: JobRequest, base_environment: Mapping[str, str], now: float) -> Body:
+    """``POST /slurm/v0.0.4x/job/submit`` body: one JOB_DESC_MSG key set per request field."""
+    job: Body = {}
+    for render in DP_RENDERERS.values():
+        render(job, req, api, now)
+    environment = restd_submit.base_environment(req, base_environment)
     job["environment"] = [f"{k}={v}" for k, v in environment.items()]
-    job["script"] = args.script
     # The top-level script is what 23.11's handler checks; newer ones also read job.script.
-    return {"script": args.script, "job": job}
+    return {"script": req.script, "job": job}

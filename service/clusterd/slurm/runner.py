@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import time
 from dataclasses import dataclass
 
@@ -15,6 +16,17 @@ from clusterd.observability.metrics import observe_slurm_call
 log = logging.getLogger(__name__)
 
 _READS = frozenset({"squeue", "sinfo", "scontrol show", "sbatch --version"})
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """The Unix identity a command runs with: the caller's, so Slurm sees the caller, not root."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    home: str
+    name: str
 
 
 @dataclass
@@ -47,6 +59,8 @@ class CommandRunner:
         stdin: str | None = None,
         env: dict[str, str] | None = None,
         check: bool = True,
+        run_as: RunAs | None = None,
+        cwd: str | None = None,
     ) -> CommandResult:
         """Run ``argv``; raise SlurmUnavailable on timeout/controller errors, SlurmError on failure."""
         prog = argv[0]
@@ -56,7 +70,7 @@ class CommandRunner:
         outcome = "unavailable"
         result: CommandResult | None = None
         try:
-            result = await self._exec(exe, argv, stdin, env)
+            result = await self._exec(exe, argv, stdin, env, run_as, cwd)
             if check and result.returncode != 0:
                 if says_unavailable(result.stderr):
                     raise SlurmUnavailable(prog, result.returncode, result.stderr)
@@ -79,22 +93,41 @@ class CommandRunner:
                     "rc": None if result is None else result.returncode,
                     "duration_ms": round(seconds * 1000, 2),
                     "stderr": None if result is None or outcome == "ok" else result.stderr.strip()[:500],
+                    "run_as": None if run_as is None else run_as.name,  # sbatch runs with the caller's rights
                 },
             )
 
-    async def _exec(self, exe: str, argv: list[str], stdin: str | None, env: dict[str, str] | None) -> CommandResult:
+    async def _exec(
+        self,
+        exe: str,
+        argv: list[str],
+        stdin: str | None,
+        env: dict[str, str] | None,
+        run_as: RunAs | None,
+        cwd: str | None,
+    ) -> CommandResult:
         prog = argv[0]
+        command = [exe, *argv[1:]]
+        ids: dict[str, int | list[int] | None] = {"user": None, "group": None, "extra_groups": None}
+        if run_as is not None:
+            if _SETPRIV:
+                command = [_SETPRIV, *setpriv_args(run_as), "--", *command]
+            else:
+                ids = {"user": run_as.uid, "group": run_as.gid, "extra_groups": list(run_as.groups)}
         try:
             proc = await asyncio.create_subprocess_exec(
-                exe,
-                *argv[1:],
+                *command,
                 stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=self._env(env),
+                cwd=cwd,
+                **ids,  # type: ignore[arg-type]
             )
         except FileNotFoundError as exc:
             raise SlurmUnavailable(prog, None, f"{exe}: not found") from exc
+        except PermissionError as exc:  # cwd not reachable for the user
+            raise SlurmError(prog, None, f"cannot start {prog} as the job's user: {exc}") from exc
         try:
             out, err = await asyncio.wait_for(
                 proc.communicate(stdin.encode() if stdin is not None else None), self.timeout
@@ -105,6 +138,17 @@ class CommandRunner:
             await proc.wait()
             raise SlurmUnavailable(prog, None, f"no answer within {self.timeout:.0f}s") from exc
         return CommandResult(out.decode(errors="replace"), err.decode(errors="replace"), proc.returncode or 0)
+
+
+# Changing identity through setpriv keeps Python's vfork path: with user=/group= Python must fork(),
+# and in a process with gRPC's threads and fork handlers the child can crash before exec (SIGSEGV).
+_SETPRIV = shutil.which("setpriv", path="/usr/bin:/bin") or ""
+
+
+def setpriv_args(run_as: RunAs) -> list[str]:
+    """The caller's uid, gid and supplementary groups, exactly (no lookups in the child)."""
+    groups = ["--groups=" + ",".join(map(str, run_as.groups))] if run_as.groups else ["--clear-groups"]
+    return [f"--reuid={run_as.uid}", f"--regid={run_as.gid}", *groups]
 
 
 def command_label(argv: list[str]) -> str:

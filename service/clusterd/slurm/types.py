@@ -7,7 +7,7 @@ nowhere else, so the rest of the service never compares Slurm strings.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 class JobState(enum.Enum):
@@ -118,15 +118,3 @@ class SlurmJob:
     requeue: bool = False
     comment: str = ""  # carries the service's record tag, to re-adopt jobs after a crash
     batch_host: str = ""
-
-
-@dataclass(frozen=True)
-class SubmitArgs:
-    """Everything the backend needs to run ``sbatch``: argv options plus the script body."""
-
-    options: tuple[str, ...]
-    script: str
-    environment: dict[str, str] = field(default_factory=dict)
-    uid: int | None = None
-    gid: int | None = None
-    working_directory: str | None = None

@@ -5,6 +5,8 @@ Pure logic: nothing here calls Slurm or gRPC. Inputs are the seam types of
 """
 
 from clusterctl.hostlist import compress_hostlist, expand_hostlist
+from clusterd.slurm.topology_text import parse_topology
+from clusterd.topology.demand import PlacementRequest, Policy
 from clusterd.topology.errors import (
     HostlistError,
     InvalidPlacementRequest,
@@ -12,8 +14,7 @@ from clusterd.topology.errors import (
     TopologyParseError,
 )
 from clusterd.topology.model import IMPLICIT_LEAF, SwitchStats, TopologyModel
-from clusterd.topology.parse import parse_topology
-from clusterd.topology.planner import PlacementRequest, Plan, Policy, plan
+from clusterd.topology.planner import Plan, plan
 
 __all__ = [
     "IMPLICIT_LEAF",

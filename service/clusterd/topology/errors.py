@@ -7,14 +7,11 @@ A well-formed placement request never raises: what does not fit becomes an infea
 from __future__ import annotations
 
 from clusterctl.hostlist import HostlistError  # noqa: F401 - re-exported: the topology API raises it
+from clusterd.slurm.topology_text import TopologyParseError  # noqa: F401 - re-exported: Slurm's text is read below the seam
 
 
 class TopologyError(Exception):
     """Root of the topology package's errors."""
-
-
-class TopologyParseError(TopologyError, ValueError):
-    """``scontrol show topology`` output that does not describe a tree."""
 
 
 class InvalidPlacementRequest(TopologyError, ValueError):

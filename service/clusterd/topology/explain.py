@@ -10,11 +10,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from clusterctl.hostlist import compress_hostlist, natural_key
+from clusterd.slurm.request import slurm_time
 from clusterd.slurm.types import SlurmNode
+from clusterd.topology.demand import PlacementRequest
 from clusterd.topology.model import TopologyModel, could_fit, schedulable
 
-if TYPE_CHECKING:  # planner imports this module; only the type is needed here
-    from clusterd.topology.planner import PlacementRequest
+if TYPE_CHECKING:
     from clusterd.topology.select import Selection
 
 
@@ -157,7 +158,6 @@ def feasible(
     busy_required: Sequence[str] = (),
 ) -> str:
     """The sentence for a feasible request, available now or not."""
-    from clusterd.topology.planner import slurm_time  # local: planner imports this module
 
     count = request.nodes
     wait = slurm_time(request.max_wait_seconds)

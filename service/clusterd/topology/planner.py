@@ -39,32 +39,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal, get_args
 
 from clusterctl.hostlist import compress_hostlist, expand_hostlist
+from clusterd.slurm.request import slurm_time
 from clusterd.slurm.types import SlurmNode
 from clusterd.topology import explain
+from clusterd.topology.demand import POLICIES, PlacementRequest
 from clusterd.topology.errors import HostlistError, InvalidPlacementRequest
 from clusterd.topology.model import TopologyModel, could_fit, fits, schedulable
 from clusterd.topology.select import Selection, min_leaf_count, select
-
-Policy = Literal["pack", "any", "exact"]
-POLICIES: tuple[str, ...] = get_args(Policy)
-
-
-@dataclass(frozen=True)
-class PlacementRequest:
-    """What a job asks of the fabric. Node names may be given as hostlist expressions."""
-
-    nodes: int = 1
-    gpus_per_node: int = 0
-    cpus_per_node: int = 0
-    partition: str | None = None
-    policy: Policy = "pack"
-    max_wait_seconds: int = 300
-    switch_count: int | None = None  # policy "exact": at most this many leaf switches
-    exclude_nodes: tuple[str, ...] = ()
-    nodelist: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -81,19 +64,8 @@ class Plan:
     common_switch: str | None = None
     min_switches: int | None = None  # fewest leaves the job could ever use (empty cluster)
     switch_limit: int | None = None  # the N handed to --switches, if any
-
-
-def slurm_time(seconds: int) -> str:
-    """Seconds as a Slurm time string: ``M:SS``, ``H:MM:SS`` or ``D-HH:MM:SS``."""
-    seconds = max(int(seconds), 0)
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
-    if hours:
-        return f"{hours}:{minutes:02d}:{secs:02d}"
-    return f"{minutes}:{secs:02d}"
+    exclude: tuple[str, ...] = ()  # what --exclude names (typed, for the job request)
+    nodelist: tuple[str, ...] = ()  # what --nodelist names
 
 
 def _names(entries: Iterable[str], what: str) -> list[str]:
@@ -241,4 +213,6 @@ def plan(model: TopologyModel, request: PlacementRequest) -> Plan:
         common_switch=best.common_switch if best else None,
         min_switches=min_switches,
         switch_limit=limit if count > 1 else None,
+        exclude=tuple(known_excluded),
+        nodelist=tuple(wanted),
     )

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import shlex
 
-from clusterctl.hostlist import compress_hostlist, expand_hostlist
+from clusterctl.hostlist import HostlistError, expand_hostlist
 from clusterd.slurm.types import SlurmSwitch
-from clusterd.topology.errors import HostlistError, TopologyParseError
 
-__all__ = ["compress_hostlist", "expand_hostlist", "parse_topology"]
+
+class TopologyParseError(ValueError):
+    """``scontrol show topology`` output that does not describe a tree."""
 
 
 def _fields(line: str) -> dict[str, str]:

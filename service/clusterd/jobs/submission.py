@@ -1,0 +1,89 @@
+"""The submit path's steps between validation and Slurm (pure except where they say they block).
+
+Directories are settled with the caller's rights, the checkpoint signal is added only when the
+job asks for it, and the spec the store keeps holds the resolved values ``status`` shows.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import replace
+
+from clusterctl.v1 import jobs_pb2
+from clusterd.errors import InvalidArgument
+from clusterd.jobs.users import UnixUser, directory_problem, job_dir
+from clusterd.slurm.request import JobRequest, Signal, slurm_time
+
+_LEGACY_OUTPUT = "%x-%j.out"  # clients that send no submit directory: outputs in the service's job dir
+
+
+def settle_directories(request: JobRequest, user: UnixUser, job_root: str) -> JobRequest:
+    """Submit and working directories made explicit, each checked with the caller's rights.
+
+    Blocking (filesystem): run it in a worker thread. Without a submit directory (older clients)
+    the job runs in ``<job_root>/<user>`` (created), with outputs named ``%x-%j.out`` there.
+    """
+    stdout = request.stdout
+    if request.submit_directory:
+        submit_dir = request.submit_directory
+        problem = directory_problem(submit_dir, user)
+        if problem:
+            raise InvalidArgument("spec.submit_directory", problem)
+    else:
+        submit_dir = job_dir(job_root, user)
+        stdout = stdout or f"{submit_dir}/{_LEGACY_OUTPUT}"
+    workdir = posixpath.normpath(posixpath.join(submit_dir, request.working_directory or "."))
+    if request.working_directory:
+        problem = directory_problem(workdir, user)
+        if problem:
+            raise InvalidArgument("spec.working_directory", f"--chdir {problem}")
+    return replace(request, submit_directory=submit_dir, working_directory=workdir, stdout=stdout)
+
+
+def with_signal(request: JobRequest, spec: jobs_pb2.JobSpec, default_seconds: int) -> JobRequest:
+    """Add the checkpoint-before-timeout signal (``B:USR1@T``) only for a job that asks for it.
+
+    A job asks by having a checkpoint URI or by setting ``signal_before_timeout_seconds``; its own
+    ``--signal`` wins. Any other job ends at its time limit exactly as under sbatch.
+    """
+    if request.signal is not None:
+        return request
+    policy = spec.restart_policy
+    explicit = policy.HasField("signal_before_timeout_seconds")
+    if not (explicit or spec.checkpoint_uri):
+        return request
+    seconds = policy.signal_before_timeout_seconds if explicit else default_seconds
+    if seconds <= 0:
+        return request
+    limit = request.time_limit_seconds
+    if limit is not None and seconds >= limit:
+        seconds = max(limit // 4, 1)
+    return replace(request, signal=Signal("USR1", seconds, batch_only=True))
+
+
+def _output_path(request: JobRequest, path: str) -> str:
+    if not path:
+        path = "slurm-%A_%a.out" if request.array else "slurm-%j.out"
+    return posixpath.normpath(posixpath.join(request.working_directory, path))
+
+
+def persisted_spec(spec: jobs_pb2.JobSpec, request: JobRequest) -> jobs_pb2.JobSpec:
+    """The spec the store keeps: the caller's, with what status shows resolved from the request
+    (name, time limit, working directory, output paths still holding Slurm's %-patterns)."""
+    out = jobs_pb2.JobSpec()
+    out.CopyFrom(spec)
+    out.name = request.name
+    out.working_directory = request.working_directory
+    out.submit_directory = request.submit_directory
+    out.stdout_path = _output_path(request, request.stdout)
+    out.stderr_path = _output_path(request, request.stderr) if request.stderr else ""
+    if request.time_unlimited:
+        out.time_limit = "UNLIMITED"
+    elif request.time_limit_seconds is not None:
+        out.time_limit = slurm_time(request.time_limit_seconds)
+    return out
+
+
+def same_request(first: jobs_pb2.JobSpec, second: jobs_pb2.JobSpec) -> bool:
+    """Whether two persisted specs ask for the same job (a retry), compared byte for byte."""
+    return first.SerializeToString(deterministic=True) == second.SerializeToString(deterministic=True)

@@ -1,0 +1,181 @@
+"""sbatch option values read into typed form (pure). Each raises ValueError with a short reason.
+
+One reader per value syntax, shared by the JobSpec fields and the ``#SBATCH`` lines, so the two
+ways of asking for the same thing mean the same.
+"""
+
+from __future__ import annotations
+
+import re
+
+from clusterd.slurm.request import ArraySpec, Export, ExportMode, Signal, Switches, parse_time_limit
+
+_COUNT_RE = re.compile(r"[0-9]+\Z")
+_MEM_RE = re.compile(r"([0-9]+)([KMGT]?)B?\Z", re.IGNORECASE)
+_MEM_MB = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024, "": 1}
+_SIGNAL_RE = re.compile(r"(?:(?P<flags>[RB]+):)?(?:SIG)?(?P<sig>[A-Z0-9]+)(?:@(?P<time>[0-9]+))?\Z", re.IGNORECASE)
+_SIGNALS = frozenset(
+    [
+        "HUP",
+        "INT",
+        "QUIT",
+        "ABRT",
+        "KILL",
+        "ALRM",
+        "TERM",
+        "USR1",
+        "USR2",
+        "URG",
+        "CONT",
+        "STOP",
+        "TSTP",
+        "TTIN",
+        "TTOU",
+        "XCPU",
+    ]
+)
+_ARRAY_RE = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?\Z")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+_GPU_RE = re.compile(r"(?:([A-Za-z0-9_.\-]{1,64}):)?([0-9]+)\Z")
+
+
+def count(text: str) -> int:
+    """A positive whole number."""
+    if not _COUNT_RE.match(text) or int(text) <= 0:
+        raise ValueError(f"{text[:40]!r} is not a positive whole number")
+    return int(text)
+
+
+def non_negative(text: str) -> int:
+    """A whole number >= 0 (a leading '-' is refused: negative values are privileges in Slurm)."""
+    if not _COUNT_RE.match(text):
+        raise ValueError(f"{text[:40]!r} is not a non-negative whole number")
+    return int(text)
+
+
+def node_range(text: str) -> tuple[int, int | None]:
+    """``-N N`` or ``-N MIN-MAX``."""
+    low, dash, high = text.partition("-")
+    minimum = count(low)
+    if not dash:
+        return minimum, None
+    maximum = count(high)
+    if maximum < minimum:
+        raise ValueError(f"{text!r}: the maximum is below the minimum")
+    return minimum, maximum
+
+
+def megabytes(text: str) -> int:
+    """``--mem=2G`` -> 2048 (sbatch's default unit is MB)."""
+    m = _MEM_RE.match(text.strip())
+    if not m:
+        raise ValueError(f"cannot read memory size {text[:40]!r}")
+    mb = int(m.group(1)) * _MEM_MB[m.group(2).upper()]
+    if mb != int(mb) or mb <= 0:
+        raise ValueError(f"{text!r} is not a positive whole number of megabytes")
+    return int(mb)
+
+
+def time_limit(text: str) -> int | None:
+    """Slurm's time syntax in seconds (None: UNLIMITED); zero is refused."""
+    try:
+        seconds = parse_time_limit(text)
+    except ValueError:
+        raise ValueError(
+            f"bad time limit {text[:40]!r}: use MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]] or UNLIMITED"
+        ) from None
+    if seconds == 0:
+        raise ValueError("time limit must be greater than zero")
+    return seconds
+
+
+def gpus(text: str) -> tuple[str, int]:
+    """``[TYPE:]N`` (``--gpus``, ``--gpus-per-node``) -> (type, count)."""
+    m = _GPU_RE.match(text)
+    if not m:
+        raise ValueError(f"cannot read GPU request {text[:40]!r}: use [TYPE:]COUNT")
+    return m.group(1) or "", count(m.group(2))
+
+
+def gres_gpus(text: str) -> tuple[str, int]:
+    """``--gres=gpu[:TYPE][:N]``: only GPUs can be asked for through clusterd."""
+    kind, _, rest = text.partition(":")
+    if kind != "gpu" or "," in text:
+        raise ValueError(f"{text[:40]!r}: only --gres=gpu[:TYPE][:COUNT] is supported")
+    if not rest:
+        return "", 1
+    if ":" not in rest and not _COUNT_RE.match(rest):
+        return rest, 1
+    return gpus(rest)
+
+
+def signal(text: str) -> Signal:
+    """``[B:]SIG[@SECONDS]`` (60 s by default, as sbatch)."""
+    m = _SIGNAL_RE.match(text)
+    if not m or (m.group("sig").upper() not in _SIGNALS and not m.group("sig").isdigit()):
+        raise ValueError(f"cannot read signal {text[:40]!r}: use [B:]SIGNAL[@SECONDS]")
+    flags = (m.group("flags") or "").upper()
+    if "R" in flags:
+        raise ValueError("the R: flag (reservation end) is not supported")
+    seconds = int(m.group("time")) if m.group("time") else 60
+    if seconds > 0xFFFF:
+        raise ValueError("the warning time must be at most 65535 seconds")
+    return Signal(m.group("sig").upper(), seconds, batch_only="B" in flags)
+
+
+def switches(text: str) -> Switches:
+    """``COUNT[@WAIT]`` with WAIT in Slurm's time syntax."""
+    number, at, wait = text.partition("@")
+    seconds = None
+    if at:
+        seconds = parse_time_limit(wait)
+        if seconds is None:
+            raise ValueError(f"{text!r}: the wait must be finite")
+    return Switches(count(number), seconds)
+
+
+def array(text: str, limit: int) -> ArraySpec:
+    """``0-9``, ``1,3,5``, ``0-15:4``, optionally ``%N``; at most ``limit`` tasks, indices below 4M."""
+    body, pct, throttle = text.partition("%")
+    indices: set[int] = set()
+    for part in body.split(","):
+        m = _ARRAY_RE.match(part)
+        if not m:
+            raise ValueError(f"cannot read array index {part[:40]!r}: use N, N-M or N-M:STEP")
+        start = int(m.group(1))
+        stop = int(m.group(2)) if m.group(2) is not None else start
+        step = int(m.group(3)) if m.group(3) is not None else 1
+        if stop < start or step <= 0 or stop >= 4_000_000:
+            raise ValueError(f"bad array range {part!r}")
+        if (stop - start) // step + 1 + len(indices) > limit:
+            raise ValueError(f"more than {limit} array tasks")
+        indices.update(range(start, stop + 1, step))
+    max_running = count(throttle) if pct else None
+    return ArraySpec(tuple(sorted(indices)), max_running)
+
+
+def export(text: str, environment: dict[str, str]) -> Export:
+    """``ALL``, ``NONE`` or ``[ALL,]NAME[=value],...``; named values come from ``environment``."""
+    items = [i for i in text.split(",") if i]
+    if not items:
+        raise ValueError("--export needs ALL, NONE or a list of variable names")
+    head = items[0].upper()
+    if head == "NONE" and len(items) == 1:
+        return Export(ExportMode.NONE, {})
+    mode = ExportMode.LIST
+    if head == "ALL":
+        mode, items = ExportMode.ALL, items[1:]
+    variables = dict(environment) if mode is ExportMode.ALL else {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not _ENV_NAME_RE.match(name) or name.upper() in ("ALL", "NONE"):
+            raise ValueError(f"bad variable name {name[:64]!r} in --export")
+        if eq:
+            variables[name] = value
+        elif name in environment:
+            variables[name] = environment[name]
+    return Export(mode, variables)
+
+
+def env_name_ok(name: str) -> bool:
+    return bool(_ENV_NAME_RE.match(name))

@@ -1,0 +1,167 @@
+"""The job request that crosses the Slurm seam: typed, validated once, rendered by each backend.
+
+Validation (:mod:`clusterd.jobs.validate`) makes one :class:`JobRequest` from the API's JobSpec
+and the script's directives; every backend renders it its own way (sbatch argv, slurmrestd JSON
+per API version, a pyslurm job description). No option strings cross the seam: a field the request
+does not have cannot reach Slurm, which is what makes the directive allowlist hold by construction.
+Each backend keeps a renderer per field, and a test pins that every field has one.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+_TIME_RE = re.compile(
+    r"^(?:(?P<d>[0-9]+)-(?P<dh>[0-9]+)(?::(?P<dm>[0-9]+)(?::(?P<ds>[0-9]+))?)?"
+    r"|(?P<h>[0-9]+):(?P<hm>[0-9]+):(?P<hs>[0-9]+)|(?P<m>[0-9]+)(?::(?P<ms>[0-9]+))?)\Z"
+)
+
+
+def parse_time_limit(text: str) -> int | None:
+    """Slurm time syntax to seconds; None for UNLIMITED/INFINITE. Raises ValueError when malformed."""
+    if text.upper() in ("UNLIMITED", "INFINITE", "-1"):
+        return None
+    m = _TIME_RE.match(text)
+    if not m:
+        raise ValueError(text)
+    g = {k: int(v) for k, v in m.groupdict().items() if v is not None}
+    if "d" in g:
+        return g["d"] * 86400 + g["dh"] * 3600 + g.get("dm", 0) * 60 + g.get("ds", 0)
+    if "h" in g:
+        return g["h"] * 3600 + g["hm"] * 60 + g["hs"]
+    return g["m"] * 60 + g.get("ms", 0)
+
+
+def slurm_time(seconds: int) -> str:
+    """Seconds as a Slurm time string: ``M:SS``, ``H:MM:SS`` or ``D-HH:MM:SS``."""
+    seconds = max(int(seconds), 0)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    if hours:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{minutes}:{secs:02d}"
+
+
+class ExportMode(enum.Enum):
+    """sbatch ``--export``: ALL (the submitter's environment, here the request's), NONE, or a list."""
+
+    ALL = "ALL"
+    NONE = "NONE"
+    LIST = "LIST"  # only the named variables
+
+
+@dataclass(frozen=True)
+class Export:
+    """What the job's environment starts from; ``variables`` are the values the job sees."""
+
+    mode: ExportMode = ExportMode.ALL
+    variables: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """``--array``: the index expression as sbatch takes it, with its task count (for quotas)."""
+
+    indices: tuple[int, ...]
+    max_running: int | None = None  # the ``%N`` suffix
+
+    def render(self) -> str:
+        """Ranges re-compressed (``0-3,7``) plus ``%N``: Slurm's own syntax."""
+        parts: list[str] = []
+        start = prev = None
+        for i in self.indices:
+            if prev is not None and i == prev + 1:
+                prev = i
+                continue
+            if start is not None:
+                parts.append(str(start) if start == prev else f"{start}-{prev}")
+            start = prev = i
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+        text = ",".join(parts)
+        return f"{text}%{self.max_running}" if self.max_running else text
+
+
+@dataclass(frozen=True)
+class Switches:
+    """``--switches=COUNT@WAIT``: at most COUNT leaf switches, waiting up to WAIT seconds for it."""
+
+    count: int
+    wait_seconds: int | None = None
+
+    def render(self) -> str:
+        return f"{self.count}@{slurm_time(self.wait_seconds)}" if self.wait_seconds is not None else str(self.count)
+
+
+@dataclass(frozen=True)
+class Signal:
+    """``--signal=[B:]SIG@SECONDS``: SIG this long before the time limit (B: to the batch shell only)."""
+
+    name: str  # without the SIG prefix: "USR1"
+    seconds: int
+    batch_only: bool = True
+
+    def render(self) -> str:
+        return f"{'B:' if self.batch_only else ''}{self.name}@{self.seconds}"
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """One batch job as Slurm must run it; every field has sbatch's meaning.
+
+    ``None`` (or empty) means "not asked": Slurm's own default applies, as when sbatch is not given
+    the option. ``script`` is the body handed to Slurm with its directive lines neutralised, so
+    nothing but these fields reaches the scheduler.
+    """
+
+    script: str
+    name: str
+    user: str  # the Unix user the job runs as (the caller)
+    comment: str = ""
+    partition: str = ""
+    account: str = ""
+    qos: str = ""
+    reservation: str = ""
+    nodes: int | None = None  # -N MIN
+    max_nodes: int | None = None  # -N MIN-MAX
+    ntasks: int | None = None
+    tasks_per_node: int | None = None
+    cpus_per_task: int | None = None
+    gpus: int | None = None  # --gpus: per job
+    gpus_per_node: int | None = None  # --gres=gpu[:TYPE]:N
+    gpu_type: str = ""
+    memory_mb_per_node: int | None = None
+    memory_mb_per_cpu: int | None = None
+    time_limit_seconds: int | None = None  # None: the partition's default
+    time_unlimited: bool = False
+    constraint: str = ""
+    nodelist: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    switches: Switches | None = None
+    working_directory: str = ""  # -D (absolute, checked); "" = the submit directory
+    submit_directory: str = ""  # SLURM_SUBMIT_DIR
+    stdout: str = ""  # -o, absolute or relative to the working directory; "" = Slurm's default
+    stderr: str = ""
+    array: ArraySpec | None = None
+    dependency: str = ""
+    begin: str = ""
+    hold: bool = False
+    exclusive: bool = False
+    mail_type: tuple[str, ...] = ()
+    mail_user: str = ""
+    nice: int = 0
+    requeue: bool = True
+    open_append: bool = True  # --open-mode=append: a requeued job keeps its earlier output
+    signal: Signal | None = None
+    export: Export = field(default_factory=Export)
+
+    @property
+    def task_count(self) -> int:
+        """Jobs this request becomes in Slurm: one per array task (what quotas count)."""
+        return len(self.array.indices) if self.array else 1

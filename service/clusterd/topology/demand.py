@@ -1,0 +1,24 @@
+"""What a job asks of the fabric: the planner's input, shared with the text that explains a plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+Policy = Literal["pack", "any", "exact"]
+POLICIES: tuple[str, ...] = get_args(Policy)
+
+
+@dataclass(frozen=True)
+class PlacementRequest:
+    """What a job asks of the fabric. Node names may be given as hostlist expressions."""
+
+    nodes: int = 1
+    gpus_per_node: int = 0
+    cpus_per_node: int = 0
+    partition: str | None = None
+    policy: Policy = "pack"
+    max_wait_seconds: int = 300
+    switch_count: int | None = None  # policy "exact": at most this many leaf switches
+    exclude_nodes: tuple[str, ...] = ()
+    nodelist: tuple[str, ...] = ()

@@ -1,0 +1,90 @@
+"""Every JobRequest field is rendered by every backend: a new field without a renderer fails here."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from clusterd.slurm import argv, pyslurm_backend, restd_submit, restd_versions
+from clusterd.slurm.request import ArraySpec, Export, ExportMode, JobRequest, Signal, Switches
+
+FULL = JobRequest(
+    script="#!/bin/bash\ntrue\n", name="train", user="root", comment="clusterctl-record:7", partition="batch",
+    account="ml", qos="high", reservation="maint", nodes=2, max_nodes=4, ntasks=8, tasks_per_node=4,
+    cpus_per_task=2, gpus=8, gpus_per_node=4, gpu_type="a100", memory_mb_per_node=2048, memory_mb_per_cpu=512,
+    time_limit_seconds=3600, time_unlimited=False, constraint="ib&a100", nodelist=("node1", "node2"),
+    exclude=("node5",), switches=Switches(1, 300), working_directory="/home/alice/run",
+    submit_directory="/home/alice", stdout="out-%j.txt", stderr="err-%j.txt", array=ArraySpec((0, 1, 2, 3), 2),
+    dependency="afterok:12", begin="now+60", hold=True, exclusive=True, mail_type=("END",), mail_user="alice",
+    nice=10, requeue=True, open_append=True, signal=Signal("USR1", 120), export=Export(ExportMode.ALL, {"A": "1"}),
+)  # fmt: skip
+FIELDS = {f.name for f in dataclasses.fields(JobRequest)}
+# Fields whose value another field's renderer carries (e.g. -N MIN-MAX), per backend.
+CARRIED = {"max_nodes": "nodes", "gpu_type": "gpus", "time_unlimited": "time_limit_seconds"}
+
+
+def _sbatch(req: JobRequest) -> Any:
+    return argv.sbatch_argv(req), req.script, req.user, req.submit_directory  # stdin, run-as, cwd
+
+
+def _restd38(req: JobRequest) -> Any:
+    return restd_submit.job_description(req, {"PATH": "/bin"}), req.user, req.switches  # token user, deferred
+
+
+def _restd41(req: JobRequest) -> Any:
+    return restd_versions.api_for("v0.0.41").submit_body(req, {"PATH": "/bin"}, now=1e9), req.user
+
+
+def _restd40(req: JobRequest) -> Any:
+    return restd_versions.api_for("v0.0.40").submit_body(req, {"PATH": "/bin"}, now=1e9), req.user
+
+
+def _pyslurm(req: JobRequest) -> Any:
+    return pyslurm_backend.submit_attributes(req)
+
+
+BACKENDS = {"sbatch": (_sbatch, argv.SBATCH_RENDERERS), "restd-v0.0.38": (_restd38, restd_submit.RENDERERS),
+            "restd-v0.0.41": (_restd41, restd_versions.DP_RENDERERS),
+            "restd-v0.0.40": (_restd40, restd_versions.DP_RENDERERS),
+            "pyslurm": (_pyslurm, pyslurm_backend.RENDERERS)}  # fmt: skip
+NOT_ON = {"restd-v0.0.41": {"mail_type"}, "restd-v0.0.40": {"mail_type"}}  # refused there, tested below
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_renderer_table_covers_every_field(backend: str) -> None:
+    assert set(BACKENDS[backend][1]) == FIELDS
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(FIELDS))
+def test_each_field_changes_what_the_backend_sends(backend: str, name: str) -> None:
+    """Unsetting any one field changes the backend's output: no field is silently dropped."""
+    if name in NOT_ON.get(backend, set()):
+        return
+    render = BACKENDS[backend][0]
+    full = dataclasses.replace(FULL, mail_type=()) if backend in NOT_ON else FULL
+    field = next(f for f in dataclasses.fields(JobRequest) if f.name == name)
+    default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+    if name in ("script", "name"):
+        default = "x"
+    if name == "user":
+        default = "daemon"  # an account every Linux has
+    if name in ("requeue", "open_append"):
+        default = False
+    if name == "time_unlimited":
+        default = True
+    if name == "export":
+        default = Export(ExportMode.NONE, {})
+    changed = dataclasses.replace(full, **{name: default})
+    assert render(changed) != render(full), f"{backend} does not render {name}"
+
+
+def test_data_parser_refuses_mail_type() -> None:
+    with pytest.raises(Exception, match="mail"):
+        restd_versions.api_for("v0.0.41").submit_body(FULL, {"PATH": "/bin"}, now=1e9)
+
+
+def test_task_count() -> None:
+    assert FULL.task_count == 4 and dataclasses.replace(FULL, array=None).task_count == 1
