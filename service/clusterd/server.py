@@ -27,9 +27,11 @@ from clusterd.security.transport import check_transport, parse_cn_map, server_cr
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.factory import make_backend
 from clusterd.store.sqlite import JobStore
+from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventBus
-from clusterd.supervisor.poller import QueuePoller
-from clusterd.supervisor.restarts import Supervisor
+from clusterd.supervisor.progress import ProgressBudget, ProgressReader
+from clusterd.supervisor.reconciler import Reconciler
+from clusterd.supervisor.restarts import Restarter
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +50,19 @@ class ClusterDaemon:
         self.backend = backend or make_backend(config.slurm)
         self.store = JobStore(config.db_path)
         self.bus = EventBus(queue_size=config.limits.watch_queue_size, max_subscribers=config.limits.max_watchers)
-        self.poller = QueuePoller(
-            self.backend,
-            self.store,
-            self.bus,
-            interval=config.poll_interval_seconds,
-            default_partition=config.slurm.default_partition,
+        # Supervision in three parts, wired here and nowhere else: the queue cache polls Slurm and
+        # hands each snapshot to the reconciler, which writes the store, publishes to the bus and
+        # lets the restarter act; checkpoint progress is read by its own task, off the poll path.
+        self.poller = QueueCache(
+            self.backend, interval=config.poll_interval_seconds, default_partition=config.slurm.default_partition
         )
-        self.supervisor = Supervisor(self.backend, self.store, self.bus, self.poller, config.restart)
+        sup = config.supervisor
+        self.progress = ProgressReader(ProgressBudget(
+            seconds=sup.progress_read_seconds, max_keys=sup.progress_max_keys, interval=sup.progress_interval_seconds,
+            retry_after=sup.progress_retry_seconds, workers=sup.progress_workers))  # fmt: skip
+        self.restarter = Restarter(self.backend, self.store, self.bus, self.progress, config.restart)
+        self.reconciler = Reconciler(self.store, self.bus, self.restarter, self.progress, kick=self.poller.kick)
+        self.poller.subscribe(self.reconciler)
         self.placer = TopologyPlacer(self.poller)
         self.manager = JobManager(config, self.backend, self.store, self.poller, self.bus, self.placer)
         self.tokens = TokenStore(config.tokens_file)
@@ -68,6 +75,7 @@ class ClusterDaemon:
         self.port: int = 0
         self._health_task: asyncio.Future[None] | None = None
         self._poll_task: asyncio.Task[None] | None = None
+        self._progress_task: asyncio.Task[None] | None = None
         self._metrics: MetricsServer | None = None
 
     @property
@@ -102,12 +110,13 @@ class ClusterDaemon:
         if self.port == 0:
             raise OSError(f"cannot listen on {self.config.listen}")
         await self._set_health(False)
-        self.poller.on_health = self._health_changed
         # First poll before serving, so validation knows the partitions and nodes.
         with contextlib.suppress(Exception):
             await self.poller.poll_once()
             await self._set_health(True)
-            self.poller.healthy = True
+            self.poller.set_health(True)
+        self.poller.subscribe_health(self._health_changed)
+        self._progress_task = asyncio.create_task(self.progress.run(self._stop))
         with contextlib.suppress(SlurmError):
             version = await self.backend.version()
             kind = getattr(self.backend, "name", type(self.backend).__name__)  # what "auto" chose, too
@@ -157,6 +166,10 @@ class ClusterDaemon:
         if self._poll_task is not None:
             await self._poll_task
             self._poll_task = None
+        if self._progress_task is not None:
+            await self._progress_task
+            self._progress_task = None
+        self.progress.close()
         if self._metrics is not None:
             await asyncio.to_thread(self._metrics.stop)
             self._metrics = None
