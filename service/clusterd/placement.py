@@ -9,7 +9,7 @@ from __future__ import annotations
 from clusterctl.v1 import cluster_pb2
 from clusterd.errors import InvalidArgument
 from clusterd.jobs.validate import ResolvedJob
-from clusterd.supervisor.poller import QueuePoller
+from clusterd.supervisor.cache import QueueCache
 from clusterd.topology.errors import InvalidPlacementRequest
 from clusterd.topology.model import TopologyModel
 from clusterd.topology.planner import PlacementRequest, Plan, plan
@@ -45,7 +45,7 @@ def placement_request(
 
 
 class TopologyPlacer:
-    def __init__(self, poller: QueuePoller) -> None:
+    def __init__(self, poller: QueueCache) -> None:
         self._poller = poller
 
     def model(self) -> TopologyModel:

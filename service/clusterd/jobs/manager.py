@@ -25,8 +25,8 @@ from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.types import JobState, SubmitArgs
 from clusterd.store.records import JobRecord, Phase, RestartEntry
 from clusterd.store.sqlite import JobStore
+from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventBus, EventType, JobEvent
-from clusterd.supervisor.poller import QueuePoller
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class JobManager:
         config: Config,
         backend: SlurmBackend,
         store: JobStore,
-        poller: QueuePoller,
+        poller: QueueCache,
         bus: EventBus,
         placer: Placer,
     ) -> None:
