@@ -62,7 +62,7 @@ class FlakySlurm(FakeSlurm):
 
 
 async def test_run_reports_health_changes_and_the_error() -> None:
-    slurm = FlakySlurm.cluster()
+    slurm = FlakySlurm(nodes=FakeSlurm.cluster().nodes)
     cache = QueueCache(slurm, interval=0.01)
     cache.set_health(True)
     heard: list[bool] = []
