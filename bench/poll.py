@@ -149,5 +149,6 @@ def main() -> None:
         spread = ", ".join(f"{v * 1000:.1f}" for v in results[label])
         print(f"  {label:18s} {median * 1000:8.1f} ms  {median / base:.2f}x  (rounds: {spread} ms)")
 
+
 if __name__ == "__main__":
     main()

@@ -89,7 +89,7 @@ class SupervisorConfig:
     """
 
     progress_read_seconds: float = 5.0  # time budget of one read of one job's commit markers
-    progress_max_keys: int = 10_000  # entries one read may list under commits/
+    progress_max_keys: int = 1_000  # entries one read may list under commits/ (retention keeps a handful)
     progress_interval_seconds: float = 10.0  # between reads of one running job
     progress_retry_seconds: float = 300.0  # after a read over budget or failing
     progress_workers: int = 4  # reads in flight at once, all jobs together

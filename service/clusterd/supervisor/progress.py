@@ -40,7 +40,7 @@ class ProgressBudget:
     """Per-job bounds of one progress read, and how often a job is read."""
 
     seconds: float = 5.0  # one read's time budget
-    max_keys: int = 10_000  # entries one read may list (retention keeps a handful)
+    max_keys: int = 1_000  # entries one read may list (retention keeps a handful)
     interval: float = 10.0  # between reads of one running job
     retry_after: float = 300.0  # after a read over budget or failing
     workers: int = 4  # reads in flight at once, all jobs together
