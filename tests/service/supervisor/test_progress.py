@@ -8,11 +8,14 @@ import os
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from s3server import get_server
 
+from clusterctl.storage import open_storage
 from clusterd.supervisor.progress import OverBudget, ProgressBudget, ProgressReader, list_steps
 
 FAR = 1e18  # a deadline that never comes
@@ -59,6 +62,30 @@ def test_a_deep_tree_under_commits_is_never_walked(tmp_path: Path) -> None:
         assert list_steps(str(root), 10, FAR) == 4
     finally:  # pytest's own (recursive) cleanup of old temp dirs would hit the recursion limit
         subprocess.run(["rm", "-rf", str(root / "commits" / "d")], check=True)
+
+
+@pytest.mark.s3
+def test_s3_lists_one_delimited_level_within_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    server = get_server()
+    for name, value in server.env().items():
+        monkeypatch.setenv(name, value)
+    uri = f"s3://{server.bucket}/progress-tests/{uuid.uuid4().hex}"
+    storage = open_storage(uri)
+    try:
+        for key in (
+            "commits/000000000002.json",
+            "commits/000000000011.json",
+            "commits/notes.txt",
+            "commits/000000000099.json/nested",
+            "steps/000000000500/a/rank-00000-of-00001.manifest.json",
+        ):
+            storage.put(key, b"{}")
+    finally:
+        storage.close()
+    assert list_steps(uri, 100, FAR) == 11  # nested keys and steps/ are not markers (nor listed)
+    with pytest.raises(OverBudget, match="more than 3 keys"):
+        list_steps(uri, 3, FAR)
+    assert list_steps(f"{uri}-missing", 100, FAR) == -1
 
 
 class Lister:
