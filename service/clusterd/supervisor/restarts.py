@@ -77,7 +77,7 @@ class Restarter:
         term = classify(rec, before_nodes, sj, down)
         if term is None:
             return _NOTHING
-        step = self._settled_step(rec)
+        step = self._settled_step(rec, term)
         if step is None:
             return _NOTHING  # look again next poll, once the progress read has caught up
         rec.checkpoint_step = step
@@ -92,9 +92,10 @@ class Restarter:
         self._released_at.pop(rec.job_id, None)
         self._ended_at.pop(rec.record_id, None)
 
-    def _settled_step(self, rec: JobRecord) -> int | None:
+    def _settled_step(self, rec: JobRecord, term: Termination) -> int | None:
         """The step to decide with, or None while a fresh progress read is still worth waiting for."""
-        if not rec.spec.checkpoint_uri:
+        final = rec.user_cancelled or term.cause in (Cause.COMPLETED, Cause.CANCELLED, Cause.OUT_OF_MEMORY)
+        if not rec.spec.checkpoint_uri or final:  # the step cannot change the decision
             return rec.checkpoint_step
         now = time.time()
         ended = self._ended_at.setdefault(rec.record_id, now)

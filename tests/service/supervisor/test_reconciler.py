@@ -178,3 +178,13 @@ async def test_an_unknown_progress_does_not_hold_the_decision(world: World) -> N
     await world.cache.poll_once()
     rec = await world.get("100")
     assert [r.cause for r in rec.restarts] == ["REQUEUE_REQUESTED"] and rec.restarts[0].checkpoint_step == -1
+
+
+async def test_a_completed_checkpointing_job_finishes_without_waiting_for_a_read(world: World) -> None:
+    await world.job("100", uri="s3://bucket/run")
+    world.slurm.set_state("100", JobState.RUNNING, nodes=("node1",))
+    await world.cache.poll_once()
+    world.slurm.set_state("100", JobState.COMPLETED, nodes=("node1",))
+    await world.cache.poll_once()
+    rec = await world.get("100")
+    assert rec.terminal and rec.final_reason == "completed" and world.steps.calls == 0
