@@ -87,6 +87,21 @@ class RestartDefaults:
 
 
 @dataclass(frozen=True)
+class SupervisorConfig:
+    """Bounds of the checkpoint-progress reader (clusterd.supervisor.progress), per job and read.
+
+    A job's checkpoint prefix is its user's to fill: past these bounds its progress is unknown
+    (logged once, retried after ``progress_retry_seconds``), and no other job or poll waits for it.
+    """
+
+    progress_read_seconds: float = 5.0  # time budget of one read of one job's commit markers
+    progress_max_keys: int = 1_000  # entries one read may list under commits/ (retention keeps a handful)
+    progress_interval_seconds: float = 10.0  # between reads of one running job
+    progress_retry_seconds: float = 300.0  # after a read over budget or failing
+    progress_workers: int = 4  # reads in flight at once, all jobs together
+
+
+@dataclass(frozen=True)
 class Config:
     # unix:/ABSOLUTE/PATH (socket 0660 and its directory 0750, both group socket_group) or host:port,
     # which needs [tls] unless allow_insecure.
@@ -108,6 +123,7 @@ class Config:
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     restart: RestartDefaults = field(default_factory=RestartDefaults)
+    supervisor: SupervisorConfig = field(default_factory=SupervisorConfig)
 
     @property
     def db_path(self) -> Path:

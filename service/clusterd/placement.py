@@ -11,7 +11,7 @@ from dataclasses import replace
 from clusterctl.v1 import cluster_pb2
 from clusterd.errors import InvalidArgument
 from clusterd.slurm.request import JobRequest, Switches
-from clusterd.supervisor.poller import QueuePoller
+from clusterd.supervisor.cache import QueueCache
 from clusterd.topology.demand import PlacementRequest
 from clusterd.topology.errors import InvalidPlacementRequest
 from clusterd.topology.model import TopologyModel
@@ -48,7 +48,7 @@ def placement_request(
 
 
 class TopologyPlacer:
-    def __init__(self, poller: QueuePoller) -> None:
+    def __init__(self, poller: QueueCache) -> None:
         self._poller = poller
 
     def model(self) -> TopologyModel:

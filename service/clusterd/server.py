@@ -30,9 +30,11 @@ from clusterd.security.unixsock import prepare_socket_dir, secure_socket, socket
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.factory import make_backend
 from clusterd.store.sqlite import JobStore
+from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventBus
-from clusterd.supervisor.poller import QueuePoller
-from clusterd.supervisor.restarts import Supervisor
+from clusterd.supervisor.progress import ProgressBudget, ProgressReader
+from clusterd.supervisor.reconciler import Reconciler
+from clusterd.supervisor.restarts import Restarter
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +59,19 @@ class ClusterDaemon:
             self.audit = AuditLog(config.audit_path)
         self.bus = EventBus(queue_size=config.limits.watch_queue_size, max_subscribers=config.limits.max_watchers,
                             max_per_user=config.limits.max_watchers_per_user)
-        self.poller = QueuePoller(
-            self.backend,
-            self.store,
-            self.bus,
-            interval=config.poll_interval_seconds,
-            default_partition=config.slurm.default_partition,
+        # Supervision in three parts, wired here and nowhere else: the queue cache polls Slurm and
+        # hands each snapshot to the reconciler, which writes the store, publishes to the bus and
+        # lets the restarter act; checkpoint progress is read by its own task, off the poll path.
+        self.poller = QueueCache(
+            self.backend, interval=config.poll_interval_seconds, default_partition=config.slurm.default_partition
         )
-        self.supervisor = Supervisor(self.backend, self.store, self.bus, self.poller, config.restart)
+        sup = config.supervisor
+        self.progress = ProgressReader(ProgressBudget(
+            seconds=sup.progress_read_seconds, max_keys=sup.progress_max_keys, interval=sup.progress_interval_seconds,
+            retry_after=sup.progress_retry_seconds, workers=sup.progress_workers))  # fmt: skip
+        self.restarter = Restarter(self.backend, self.store, self.bus, self.progress, config.restart)
+        self.reconciler = Reconciler(self.store, self.bus, self.restarter, self.progress, kick=self.poller.kick)
+        self.poller.subscribe(self.reconciler)
         self.placer = TopologyPlacer(self.poller)
         self.quotas = Quotas(self.store, config.limits)
         self.manager = JobManager(config, self.backend, self.store, self.poller, self.bus, self.placer,
@@ -79,6 +86,7 @@ class ClusterDaemon:
         self._poll_task: asyncio.Task[None] | None = None
         self._tokens_task: asyncio.Task[None] | None = None
         self._retention_task: asyncio.Task[None] | None = None
+        self._progress_task: asyncio.Task[None] | None = None
         self._metrics: MetricsServer | None = None
 
     @property
@@ -113,12 +121,13 @@ class ClusterDaemon:
         if self._socket is not None:
             secure_socket(self._socket)
         await self._set_health(False)
-        self.poller.on_health = self._health_changed
         # First poll before serving, so validation knows the partitions and nodes.
         with contextlib.suppress(Exception):
             await self.poller.poll_once()
             await self._set_health(True)
-            self.poller.healthy = True
+            self.poller.set_health(True)
+        self.poller.subscribe_health(self._health_changed)
+        self._progress_task = asyncio.create_task(self.progress.run(self._stop))
         with contextlib.suppress(SlurmError):
             version = await self.backend.version()
             kind = getattr(self.backend, "name", type(self.backend).__name__)  # what "auto" chose, too
@@ -170,10 +179,11 @@ class ClusterDaemon:
         if self._server is not None:
             await self._server.stop(self.config.shutdown_grace_seconds)
             self._server = None
-        for task in (self._poll_task, self._tokens_task, self._retention_task):
+        for task in (self._poll_task, self._tokens_task, self._retention_task, self._progress_task):
             if task is not None:
                 await task
-        self._poll_task = self._tokens_task = self._retention_task = None
+        self._poll_task = self._tokens_task = self._retention_task = self._progress_task = None
+        self.progress.close()
         if self._metrics is not None:
             await asyncio.to_thread(self._metrics.stop)
             self._metrics = None

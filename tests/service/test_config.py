@@ -43,3 +43,14 @@ def test_missing_config_file_is_clear(tmp_path: Path) -> None:
 def test_bad_tokens_file(text: str) -> None:
     with pytest.raises(TokenFileError):
         parse_tokens(text)
+
+
+def test_supervisor_progress_budgets(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[supervisor]\nprogress_max_keys = 50\nprogress_read_seconds = 0.5\n")
+    cfg = load_config(path, environ={"CLUSTERD_SUPERVISOR__PROGRESS_RETRY_SECONDS": "7"})
+    assert cfg.supervisor.progress_max_keys == 50 and cfg.supervisor.progress_read_seconds == 0.5
+    assert cfg.supervisor.progress_retry_seconds == 7.0 and cfg.supervisor.progress_workers == 4
+    path.write_text("[supervisor]\nprogress_max_key = 50\n")
+    with pytest.raises(ConfigError, match=r"supervisor\.progress_max_key"):
+        load_config(path, environ={})

@@ -17,8 +17,11 @@ from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.request import JobRequest
 from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store.sqlite import JobStore
+from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventBus
-from clusterd.supervisor.poller import QueuePoller
+from clusterd.supervisor.progress import ProgressBudget, ProgressReader
+from clusterd.supervisor.reconciler import Reconciler
+from clusterd.supervisor.restarts import Restarter
 
 from .conftest import ADMIN, USER_A, USER_B, make_config
 
@@ -30,7 +33,7 @@ class World:
     manager: JobManager
     slurm: FakeSlurm
     store: JobStore
-    poller: QueuePoller
+    poller: QueueCache
 
     async def submit(self, ident: Identity, **kw: object) -> str:
         rec, _ = await self.manager.submit(ident, jobs_pb2.JobSpec(command=["hostname"], **kw))  # type: ignore[arg-type]
@@ -52,9 +55,13 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     slurm = FakeSlurm.cluster()
     store = JobStore(config.db_path)
     bus = EventBus()
-    poller = QueuePoller(slurm, store, bus, interval=3600.0, default_partition="debug")
+    poller = QueueCache(slurm, interval=3600.0, default_partition="debug")
+    progress = ProgressReader(ProgressBudget(interval=3600))
+    restarter = Restarter(slurm, store, bus, progress, config.restart)
+    poller.subscribe(Reconciler(store, bus, restarter, progress, kick=poller.kick))
     await poller.poll_once()
     yield World(JobManager(config, slurm, store, poller, bus, no_placement), slurm, store, poller)
+    progress.close()
     store.close()
 
 

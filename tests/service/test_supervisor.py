@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from pathlib import Path
 
@@ -88,11 +89,11 @@ async def test_node_failure_excludes_the_node_and_starts_at_once(harness: Harnes
     assert len((await status(harness, job_id)).restarts) == 1
 
 
-async def test_checkpointed_exit_85_is_requeued_as_time_limit(harness: Harness) -> None:
+async def test_checkpointed_exit_85_is_requeued_as_requested(harness: Harness) -> None:
     job_id = await submit(harness)
     await run_then_end(harness, job_id, JobState.FAILED, exit_code=85)
     job = await status(harness, job_id)
-    assert not job.terminal and job.restarts[0].cause == jobs_pb2.TERMINATION_CAUSE_TIME_LIMIT
+    assert not job.terminal and job.restarts[0].cause == jobs_pb2.TERMINATION_CAUSE_REQUEUE_REQUESTED
     harness.slurm.set_state(job_id, JobState.RUNNING, nodes=("node3",))
     await harness.poll()
     harness.slurm.set_state(job_id, JobState.COMPLETED, nodes=("node3",))
@@ -146,7 +147,16 @@ async def test_service_killed_between_decision_and_requeue_requeues_once(tmp_pat
     assert slurm.calls["requeue"] == 1 and slurm.jobs[job_id].state == JobState.PENDING
 
 
-async def test_poll_rereads_only_records_that_changed(harness: Harness, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+async def wait_for_read(harness: Harness, record_id: int, after: float = 0.0) -> None:
+    """Until the progress reader (its own task in the daemon) has finished a read of the record."""
+    for _ in range(500):
+        if harness.daemon.progress.reading(record_id).read_at > after:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no progress read of record {record_id}")
+
+
+async def test_poll_rereads_only_records_that_changed(harness: Harness, monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A poll's cost follows the jobs that changed: settled records are not re-read from the store."""
     store = harness.daemon.store
     reads: list[int] = []
@@ -158,15 +168,28 @@ async def test_poll_rereads_only_records_that_changed(harness: Harness, monkeypa
 
     monkeypatch.setattr(store, "get_by_record", counting)
     quiet = [await submit(harness) for _ in range(5)]
-    ckpt_spec = jobs_pb2.JobSpec(command=["train"], checkpoint_uri="file:///nonexistent/ckpt")
+    ckpt_dir = tmp_path / "ckpt"
+    ckpt_spec = jobs_pb2.JobSpec(command=["train"], checkpoint_uri=f"file://{ckpt_dir}")
     ckpt = (await harness.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=ckpt_spec), metadata=auth(USER_A))).job.job_id
+    ckpt_rec = (await store.get_by_job_id(ckpt)).record_id  # type: ignore[union-attr]
     harness.slurm.set_state(ckpt, JobState.RUNNING, nodes=("node1",))
+    await harness.poll()
+    await wait_for_read(harness, ckpt_rec)
     await harness.poll()
     await harness.poll()  # the first look after a save re-reads once more, then the record settles
     reads.clear()
     await harness.poll()
-    ckpt_rec = (await store.get_by_job_id(ckpt)).record_id  # type: ignore[union-attr]
-    assert reads == [ckpt_rec]  # only the running job whose checkpoint progress is followed
+    assert reads == []  # progress comes from the reader's table: a followed running job settles too
+
+    (ckpt_dir / "commits").mkdir(parents=True)
+    (ckpt_dir / "commits" / "000000000007.json").write_text("{}")
+    before = harness.daemon.progress.reading(ckpt_rec).read_at
+    harness.daemon.progress.refresh(ckpt_rec)
+    await wait_for_read(harness, ckpt_rec, after=before)
+    reads.clear()
+    await harness.poll()
+    assert reads == [ckpt_rec]  # a newer step in the table makes the poll look again
+    assert (await status(harness, ckpt)).checkpoint_step == 7
 
     harness.slurm.set_state(quiet[2], JobState.RUNNING, nodes=("node2",))
     reads.clear()

@@ -25,6 +25,7 @@ class TerminationCause(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TERMINATION_CAUSE_MANUAL_REQUEUE: _ClassVar[TerminationCause]
     TERMINATION_CAUSE_NO_PROGRESS: _ClassVar[TerminationCause]
     TERMINATION_CAUSE_RESTARTS_EXHAUSTED: _ClassVar[TerminationCause]
+    TERMINATION_CAUSE_REQUEUE_REQUESTED: _ClassVar[TerminationCause]
 
 class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -65,6 +66,7 @@ TERMINATION_CAUSE_COMPLETED: TerminationCause
 TERMINATION_CAUSE_MANUAL_REQUEUE: TerminationCause
 TERMINATION_CAUSE_NO_PROGRESS: TerminationCause
 TERMINATION_CAUSE_RESTARTS_EXHAUSTED: TerminationCause
+TERMINATION_CAUSE_REQUEUE_REQUESTED: TerminationCause
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PENDING: JobState
 JOB_STATE_RUNNING: JobState

@@ -8,7 +8,7 @@ from clusterctl.v1 import cluster_pb2, cluster_pb2_grpc
 from clusterd.api import convert
 from clusterd.errors import InvalidArgument
 from clusterd.placement import TopologyPlacer, placement_request
-from clusterd.supervisor.poller import QueuePoller
+from clusterd.supervisor.cache import QueueCache
 from clusterd.topology.model import TopologyModel
 
 
@@ -42,7 +42,7 @@ def topology_proto(model: TopologyModel) -> cluster_pb2.Topology:
 
 
 class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
-    def __init__(self, poller: QueuePoller, placer: TopologyPlacer) -> None:
+    def __init__(self, poller: QueueCache, placer: TopologyPlacer) -> None:
         self._poller = poller
         self._placer = placer
 

@@ -46,8 +46,8 @@ from clusterd.slurm.request import ExportMode, JobRequest
 from clusterd.slurm.types import JobState
 from clusterd.store.records import RECORD_TAG_PREFIX, JobRecord, Phase, RestartEntry
 from clusterd.store.sqlite import JobStore
+from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventBus, EventType, JobEvent
-from clusterd.supervisor.poller import QueuePoller
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class JobManager:
         config: Config,
         backend: SlurmBackend,
         store: JobStore,
-        poller: QueuePoller,
+        poller: QueueCache,
         bus: EventBus,
         placer: Placer,
         *,

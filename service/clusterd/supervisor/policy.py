@@ -29,6 +29,7 @@ class Cause(enum.Enum):
     COMPLETED = "COMPLETED"
     NO_PROGRESS = "NO_PROGRESS"
     RESTARTS_EXHAUSTED = "RESTARTS_EXHAUSTED"
+    REQUEUE_REQUESTED = "REQUEUE_REQUESTED"  # exit 85: the job checkpointed and asked to come back
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def classify(rec: JobRecord, before_nodes: tuple[str, ...], sj: SlurmJob, down: 
     if failed:
         return Termination(Cause.NODE_FAILURE, failed, sj.exit_code, detail=_nodes_text(failed))
     if sj.exit_code == REQUEUE_EXIT_CODE:
-        return Termination(Cause.TIME_LIMIT, exit_code=sj.exit_code,
+        return Termination(Cause.REQUEUE_REQUESTED, exit_code=sj.exit_code,
                            detail=f"exit {REQUEUE_EXIT_CODE}: checkpointed and asked to be requeued")  # fmt: skip
     detail = f"signal {sj.exit_signal}" if sj.exit_signal else f"exit code {sj.exit_code}"
     return Termination(Cause.EXIT_CODE, exit_code=sj.exit_code, detail=detail)
@@ -135,8 +136,18 @@ def stalled_restarts(restarts: list[RestartEntry], current_step: int) -> int:
     return count
 
 
+def step_at_start(restarts: list[RestartEntry]) -> int:
+    """The newest committed step when the current run began (-1: none): the last restart's step."""
+    return restarts[-1].checkpoint_step if restarts else -1
+
+
 def decide(term: Termination, policy: Policy, rec: JobRecord, current_step: int) -> Decision:
-    """Requeue or stop, with a reason a user can act on."""
+    """Requeue or stop, with a reason a user can act on.
+
+    A run that hit its time limit comes back only when it committed a newer checkpoint than it
+    started from: anything else would start it again from scratch, which sbatch never does. A job
+    that exits 85 asked to be requeued (it checkpointed first), so only the budgets stop it.
+    """
     if rec.user_cancelled or term.cause == Cause.CANCELLED:
         return Decision(False, "cancelled by the user", Cause.CANCELLED)
     if term.cause == Cause.COMPLETED:
@@ -150,7 +161,11 @@ def decide(term: Termination, policy: Policy, rec: JobRecord, current_step: int)
         Cause.PREEMPTED: policy.on_preemption,
         Cause.TIME_LIMIT: policy.on_time_limit,
         Cause.EXIT_CODE: term.exit_code in policy.retryable_exit_codes,
+        Cause.REQUEUE_REQUESTED: True,
     }.get(term.cause, False)
+    if allowed and term.cause == Cause.TIME_LIMIT and current_step <= step_at_start(rec.restarts):
+        return Decision(False, f"{term.detail} with no new checkpoint: not requeued (it would start over)",
+                        Cause.TIME_LIMIT)  # fmt: skip
     if not allowed:
         return Decision(False, f"{term.detail or term.cause.value.lower()}: not requeued by policy", term.cause)
     automatic = [r for r in rec.restarts if r.cause != "MANUAL_REQUEUE"]

@@ -1,28 +1,30 @@
-"""The supervisor: applies each job's restart policy to what the poller observes.
+"""Acting on the restart policy: requeue, release, or stop a job whose run ended.
 
 Requeues keep the Slurm job id (``scontrol requeue``), exclude the nodes that failed, and clear the
 ~120 s BeginTime hold Slurm puts on requeued jobs. ``JobRecord.acked_restarts`` (persisted before
 acting) makes every decision happen once, also across a service restart in the middle of one.
+The reconciler calls :meth:`Restarter.on_observed` for every live job it sees and carries out the
+returned :class:`Outcome` (finishing the record, polling again soon).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import time
+from dataclasses import dataclass
 
 from clusterd.config import RestartDefaults
 from clusterd.errors import SlurmError
-from clusterd.observability.metrics import CHECKPOINT_COMMITS, CHECKPOINT_STEP, REQUEUES
+from clusterd.observability.metrics import REQUEUES
 from clusterd.slurm.base import SlurmBackend
-from clusterd.slurm.types import JobState, NodeState, SlurmJob
+from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store.records import JobRecord, RestartEntry
 from clusterd.store.sqlite import JobStore
-from clusterd.supervisor.events import EventBus, EventType, JobEvent
+from clusterd.supervisor.events import EventType, JobEvent
 from clusterd.supervisor.policy import Cause, Decision, Policy, Termination, classify, decide, effective_policy
-from clusterd.supervisor.poller import QueuePoller
-from clusterd.supervisor.progress import ProgressTracker
+from clusterd.supervisor.progress import ProgressReader
+from clusterd.supervisor.sink import EventSink
 
 log = logging.getLogger(__name__)
 
@@ -31,67 +33,81 @@ _RELEASE_EVERY_SECONDS = 3.0  # how often a held (BeginTime) requeued job is rel
 # A requeued job launched within the same second its previous run's credential was revoked is
 # killed by slurmd ("Job credential revoked"): start the next run a few seconds after the decision.
 _MIN_RESTART_DELAY_SECONDS = 3.0
+# How long a decision waits for a progress read that began after the run ended (a job often
+# commits its last checkpoint just before it exits); past this it decides on what is known.
+_PROGRESS_WAIT_SECONDS = 10.0
 
 
-class Supervisor:
+@dataclass(frozen=True)
+class Outcome:
+    """What the reconciler must do after a look at one job."""
+
+    finish: str | None = None  # end supervision with this final reason
+    kick: bool = False  # poll again soon (a requeue was just sent)
+
+
+_NOTHING = Outcome()
+
+
+class Restarter:
     def __init__(
         self,
         backend: SlurmBackend,
         store: JobStore,
-        bus: EventBus,
-        poller: QueuePoller,
+        events: EventSink,
+        progress: ProgressReader,
         defaults: RestartDefaults,
-        progress: ProgressTracker | None = None,
     ) -> None:
         self._backend = backend
         self._store = store
-        self._bus = bus
-        self._poller = poller
+        self._events = events
+        self._progress = progress
         self._defaults = defaults
-        self._progress = progress or ProgressTracker()
         self._released_at: dict[str, float] = {}
-        poller.on_transition = self.on_transition
-        poller.on_finish = self._forget
+        self._ended_at: dict[int, float] = {}  # record -> when its run's end was first seen
 
-    async def on_transition(self, rec: JobRecord, before_nodes: tuple[str, ...], sj: SlurmJob) -> None:
-        if sj.state == JobState.RUNNING and rec.spec.checkpoint_uri:
-            await self._report_progress(rec)
+    async def on_observed(
+        self, rec: JobRecord, before_nodes: tuple[str, ...], sj: SlurmJob, down: frozenset[str]
+    ) -> Outcome:
+        """Apply the policy to one observation of a live job; ``rec`` is held under its record lock."""
         if rec.needs_release:
             await self._keep_released(rec, sj)
         if sj.state.terminal and sj.restart_count < rec.acked_restarts:
-            await self._reissue_requeue(rec)
-            return
-        down = frozenset(n.name for n in self._poller.snapshot.nodes if n.state == NodeState.DOWN)
+            return await self._reissue_requeue(rec)
         term = classify(rec, before_nodes, sj, down)
         if term is None:
-            return
-        step = rec.checkpoint_step
-        if rec.spec.checkpoint_uri:
-            latest = await self._progress.latest_step(rec.spec.checkpoint_uri, fresh=True)
-            step = rec.checkpoint_step if latest is None else latest
+            return _NOTHING
+        step = self._settled_step(rec, term)
+        if step is None:
+            return _NOTHING  # look again next poll, once the progress read has caught up
         rec.checkpoint_step = step
         policy = effective_policy(rec.spec.restart_policy, self._defaults)
         decision = decide(term, policy, rec, step)
         if decision.requeue:
             await self._restart(rec, sj, term, policy, decision, step)
-        else:
-            await self._stop(rec, term, decision)
+            return Outcome(kick=True)
+        return await self._stop(rec, term, decision)
 
-    def _forget(self, rec: JobRecord) -> None:
+    def forget(self, rec: JobRecord) -> None:
         self._released_at.pop(rec.job_id, None)
-        # A finished job's series goes too: job ids would otherwise grow /metrics without bound.
-        for family in (CHECKPOINT_COMMITS, CHECKPOINT_STEP):
-            with contextlib.suppress(KeyError):
-                family.remove(rec.job_id)
+        self._ended_at.pop(rec.record_id, None)
 
-    async def _report_progress(self, rec: JobRecord) -> None:
-        step = await self._progress.latest_step(rec.spec.checkpoint_uri)
-        if step is not None and step > rec.checkpoint_step:
-            CHECKPOINT_COMMITS.labels(job_id=rec.job_id).inc()
-            CHECKPOINT_STEP.labels(job_id=rec.job_id).set(step)
-            rec.checkpoint_step = step
-            await self._store.save(rec)
-            self._bus.publish(JobEvent(EventType.CHECKPOINT, rec, message=f"checkpoint step {step} committed"))
+    def _settled_step(self, rec: JobRecord, term: Termination) -> int | None:
+        """The step to decide with, or None while a fresh progress read is still worth waiting for."""
+        final = rec.user_cancelled or term.cause in (Cause.COMPLETED, Cause.CANCELLED, Cause.OUT_OF_MEMORY)
+        if not rec.spec.checkpoint_uri or final:  # the step cannot change the decision
+            return rec.checkpoint_step
+        now = time.time()
+        ended = self._ended_at.setdefault(rec.record_id, now)
+        reading = self._progress.reading(rec.record_id)
+        if reading.read_at < ended and not reading.error and now - ended < _PROGRESS_WAIT_SECONDS:
+            self._progress.follow(rec.record_id, rec.spec.checkpoint_uri)
+            self._progress.refresh(rec.record_id)
+            return None
+        self._ended_at.pop(rec.record_id, None)
+        if reading.step is None:
+            return rec.checkpoint_step
+        return max(reading.step, rec.checkpoint_step)
 
     async def _restart(
         self, rec: JobRecord, sj: SlurmJob, term: Termination, policy: Policy, decision: Decision, step: int
@@ -116,8 +132,7 @@ class Supervisor:
             except SlurmError as exc:
                 log.warning("job %s: scontrol requeue failed (%s); will retry", rec.job_id, exc)
         await self._release(rec, exclude=excluded or None)
-        self._bus.publish(JobEvent(EventType.RESTARTED, rec, message=decision.reason))
-        self._poller.kick()
+        self._events.publish(JobEvent(EventType.RESTARTED, rec, message=decision.reason))
 
     async def _keep_released(self, rec: JobRecord, sj: SlurmJob) -> None:
         """Re-apply the release while Slurm still holds the job.
@@ -148,22 +163,22 @@ class Supervisor:
         except SlurmError as exc:
             log.info("job %s: not released yet (%s); retrying on the next poll", rec.job_id, exc)
 
-    async def _reissue_requeue(self, rec: JobRecord) -> None:
+    async def _reissue_requeue(self, rec: JobRecord) -> Outcome:
         last = rec.restarts[-1].time if rec.restarts else 0.0
         if time.time() - last < _REISSUE_AFTER_SECONDS:
-            return
+            return _NOTHING
         log.warning("job %s: requeue decided but not seen in Slurm; sending it again", rec.job_id)
         try:
             await self._backend.requeue(rec.job_id)
         except SlurmError as exc:
             log.error("job %s: cannot requeue: %s", rec.job_id, exc)
             rec.final_cause = Cause.RESTARTS_EXHAUSTED.value
-            await self._poller.finish(rec, f"Slurm refused the requeue: {exc}")
-            return
+            return Outcome(finish=f"Slurm refused the requeue: {exc}")
         rec.needs_release = True
         await self._store.save(rec)
+        return _NOTHING
 
-    async def _stop(self, rec: JobRecord, term: Termination, decision: Decision) -> None:
+    async def _stop(self, rec: JobRecord, term: Termination, decision: Decision) -> Outcome:
         if term.slurm_requeued:
             # Slurm requeued it on its own but the policy says stop: take it out of the queue.
             try:
@@ -171,4 +186,4 @@ class Supervisor:
             except SlurmError as exc:
                 log.warning("job %s: cannot cancel Slurm's own requeue: %s", rec.job_id, exc)
         rec.final_cause = (decision.final_cause or term.cause).value
-        await self._poller.finish(rec, decision.reason)
+        return Outcome(finish=decision.reason)

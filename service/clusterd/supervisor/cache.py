@@ -1,0 +1,147 @@
+"""The one queue poll (STYLE 4): Slurm's queue and nodes, fetched once per interval and cached.
+
+Every interval the cache asks Slurm for the whole queue and the node list exactly once (the switch
+tree every ``_TOPOLOGY_EVERY`` polls), swaps in an immutable snapshot, and hands it to the
+listeners that subscribed. RPCs read this cache; nothing else in the service asks Slurm about the
+queue, so slurmctld's load does not grow with the number of watchers. The cache knows nothing of
+the store or of restarts: the reconciler is one of its subscribers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from clusterd.errors import SlurmError
+from clusterd.jobs.validate import ClusterFacts
+from clusterd.observability.metrics import POLL_LATENCY
+from clusterd.slurm.base import SlurmBackend
+from clusterd.slurm.types import NodeState, SlurmJob, SlurmNode, SlurmSwitch
+
+log = logging.getLogger(__name__)
+
+_TOPOLOGY_EVERY = 30  # polls between topology refreshes: the switch tree rarely changes
+_MIN_POLL_GAP = 0.5  # seconds between poll starts, however often the cache is kicked
+_MAX_BACKOFF = 30.0  # seconds between polls while Slurm does not answer
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """The latest poll: immutable, swapped whole so readers never see half an update."""
+
+    jobs: dict[str, SlurmJob]
+    nodes: tuple[SlurmNode, ...]
+    switches: tuple[SlurmSwitch, ...]
+    time: float
+
+    @property
+    def partitions(self) -> frozenset[str]:
+        return frozenset(p for n in self.nodes for p in n.partitions)
+
+    @property
+    def down_nodes(self) -> frozenset[str]:
+        return frozenset(n.name for n in self.nodes if n.state == NodeState.DOWN)
+
+
+class SnapshotListener(Protocol):
+    """Told about every fresh snapshot, in subscription order, within the poll that made it."""
+
+    async def on_snapshot(self, snapshot: ClusterSnapshot) -> None: ...
+
+
+HealthListener = Callable[[bool], None]
+
+
+class QueueCache:
+    """Polls Slurm (with backoff), serves facts/nodes/topology, publishes snapshots to subscribers."""
+
+    def __init__(self, backend: SlurmBackend, *, interval: float, default_partition: str = "") -> None:
+        self._backend = backend
+        self._interval = interval
+        self._default_partition = default_partition
+        self._wake = asyncio.Event()
+        self._polls = 0
+        self._listeners: list[SnapshotListener] = []
+        self._health_listeners: list[HealthListener] = []
+        self.snapshot = ClusterSnapshot({}, (), (), 0.0)
+        self.healthy = False
+        self.last_error = ""
+
+    def subscribe(self, listener: SnapshotListener) -> None:
+        """Have ``listener`` told about every snapshot from the next poll on."""
+        self._listeners.append(listener)
+
+    def subscribe_health(self, listener: HealthListener) -> None:
+        """Have ``listener`` told whenever Slurm starts or stops answering polls."""
+        self._health_listeners.append(listener)
+
+    @property
+    def polls(self) -> int:
+        return self._polls
+
+    def facts(self) -> ClusterFacts:
+        snap = self.snapshot
+        return ClusterFacts(
+            partitions=snap.partitions,
+            nodes=frozenset(n.name for n in snap.nodes),
+            default_partition=self._default_partition,
+        )
+
+    def kick(self) -> None:
+        """Poll now instead of at the end of the interval (e.g. right after a submit or cancel)."""
+        self._wake.set()
+
+    async def poll_once(self) -> None:
+        """One squeue + sinfo (+ topology now and then), then every subscriber; raises SlurmError."""
+        started = time.perf_counter()
+        jobs = await self._backend.list_jobs()
+        nodes = await self._backend.list_nodes()
+        switches = self.snapshot.switches
+        if self._polls % _TOPOLOGY_EVERY == 0:
+            switches = tuple(await self._backend.topology())
+        self.snapshot = ClusterSnapshot({j.job_id: j for j in jobs}, tuple(nodes), switches, time.time())
+        self._polls += 1
+        for listener in self._listeners:
+            await listener.on_snapshot(self.snapshot)
+        POLL_LATENCY.observe(time.perf_counter() - started)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll until ``stop`` is set, backing off while Slurm does not answer."""
+        delay = self._interval
+        while not stop.is_set():
+            self._wake.clear()
+            started = time.monotonic()
+            try:
+                await self.poll_once()
+                delay = self._interval
+                self.last_error = ""
+                self.set_health(True)
+            except SlurmError as exc:
+                self.last_error = str(exc)
+                log.warning("queue poll failed: %s", exc)
+                delay = min(delay * 2, _MAX_BACKOFF)
+                self.set_health(False)
+            except Exception as exc:
+                log.exception("queue poll crashed")
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                delay = min(delay * 2, _MAX_BACKOFF)
+                self.set_health(False)
+            waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())]
+            _, pending = await asyncio.wait(waiters, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+            for fut in pending:
+                fut.cancel()
+            # Kicks (after submits, cancels) coalesce: a burst of submissions costs a few polls, not one each.
+            gap = min(self._interval, _MIN_POLL_GAP) - (time.monotonic() - started)
+            if gap > 0 and not stop.is_set():
+                await asyncio.sleep(gap)
+
+    def set_health(self, ok: bool) -> None:
+        """Record whether Slurm answers; health listeners hear only changes."""
+        if ok != self.healthy:
+            self.healthy = ok
+            for listener in self._health_listeners:
+                listener(ok)

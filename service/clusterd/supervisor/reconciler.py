@@ -1,0 +1,195 @@
+"""Diffs Slurm's view (each QueueCache snapshot) against the store and acts on the differences.
+
+For every live record it copies what Slurm shows into the record, publishes what changed, folds in
+checkpoint progress from the ProgressReader's in-memory table (never reading storage itself), and
+lets the Restarter apply the restart policy. Records that changed nothing since the last look are
+skipped without a store read, so a poll's cost follows the jobs that changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from clusterd.observability.metrics import CHECKPOINT_COMMITS, CHECKPOINT_STEP, JOBS_BY_STATE
+from clusterd.slurm.types import JobState, SlurmJob
+from clusterd.store.records import JobRecord, Phase
+from clusterd.store.sqlite import JobStore
+from clusterd.supervisor.cache import ClusterSnapshot
+from clusterd.supervisor.events import EventType, JobEvent
+from clusterd.supervisor.progress import ProgressReader
+from clusterd.supervisor.restarts import Restarter
+from clusterd.supervisor.sink import EventSink
+
+log = logging.getLogger(__name__)
+
+# A live job missing from this many consecutive polls has left Slurm's memory (MinJobAge).
+_MISSING_POLLS = 3
+_ADOPT_GRACE_SECONDS = 5.0
+
+
+def observe(rec: JobRecord, sj: SlurmJob) -> bool:
+    """Copy what Slurm says into the record; True when anything a client can see changed."""
+    before = (rec.state, rec.reason, rec.nodes, rec.exit_code, rec.restart_count, rec.start_time, rec.end_time)
+    rec.name = sj.name or rec.name
+    rec.state = sj.state
+    rec.reason = sj.reason
+    if sj.nodes or sj.state != JobState.PENDING:
+        rec.nodes = sj.nodes
+    else:
+        rec.nodes = ()
+    rec.partition = sj.partition or rec.partition
+    rec.exit_code = sj.exit_code
+    rec.exit_signal = sj.exit_signal
+    rec.submit_time = sj.submit_time or rec.submit_time
+    rec.start_time = sj.start_time
+    rec.end_time = sj.end_time if sj.state.terminal else None  # Slurm reports the projected end
+    rec.restart_count = max(rec.restart_count, sj.restart_count)
+    if sj.excluded_nodes:
+        rec.excluded_nodes = sj.excluded_nodes
+    after = (rec.state, rec.reason, rec.nodes, rec.exit_code, rec.restart_count, rec.start_time, rec.end_time)
+    return before != after
+
+
+def _quiet(rec: JobRecord, sj: SlurmJob) -> bool:
+    """Whether a poll may skip this record until Slurm's view, the record or its progress changes.
+
+    Not when time alone calls for action: a held requeue is re-released, a restart Slurm made on
+    its own (or a decided requeue it has not shown yet) is still to be handled.
+    """
+    if rec.phase is not Phase.SUBMITTED or sj.state.terminal or rec.needs_release:
+        return False
+    return sj.restart_count <= rec.acked_restarts
+
+
+# What a skipped record looked like: Slurm's view, the store's stamp, the progress table's step.
+_Seen = tuple[SlurmJob, float, int | None]
+
+
+class Reconciler:
+    """Subscribed to the QueueCache; the only writer of what Slurm shows into the store."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        events: EventSink,
+        restarter: Restarter,
+        progress: ProgressReader,
+        *,
+        kick: Callable[[], None],
+    ) -> None:
+        self._store = store
+        self._events = events
+        self._restarter = restarter
+        self._progress = progress
+        self._kick = kick
+        self._missing: dict[str, int] = {}
+        # Records whose last look changed nothing and that need no periodic action, as they were
+        # seen: a poll skips them while all three stay the same.
+        self._settled: dict[int, _Seen] = {}
+
+    async def on_snapshot(self, snapshot: ClusterSnapshot) -> None:
+        states: Counter[str] = Counter()
+        settled: dict[int, _Seen] = {}
+        for row in await self._store.live():
+            sj = snapshot.jobs.get(row.job_id) if row.job_id else None
+            if sj is not None:
+                seen = (sj, row.updated, self._progress.reading(row.record_id).step)
+                if self._settled.get(row.record_id) == seen:
+                    settled[row.record_id] = seen  # nothing new in Slurm, the store or the progress table
+                    states[sj.state.value] += 1
+                    continue
+            lock = self._store.record_lock(row.record_id)
+            if row.phase is Phase.SUBMITTING and lock.locked():
+                states[JobState.PENDING.value] += 1
+                continue  # its submit handler is still running sbatch
+            async with lock:
+                rec = await self._store.get_by_record(row.record_id)  # fresh: an RPC may have changed it
+                if rec is not None and not rec.terminal:
+                    await self._reconcile_one(rec, snapshot)
+                if rec is not None and not rec.terminal and rec.phase is not Phase.FAILED:
+                    states[rec.state.value] += 1
+                    if sj is not None and _quiet(rec, sj):
+                        settled[row.record_id] = (sj, row.updated, self._progress.reading(row.record_id).step)
+        self._settled = settled
+        for state in JobState:  # every state, so a state that emptied reads 0 rather than its last value
+            JOBS_BY_STATE.labels(state=state.value).set(states[state.value])
+
+    async def _reconcile_one(self, rec: JobRecord, snap: ClusterSnapshot) -> None:
+        if rec.phase is Phase.SUBMITTING:
+            await self._adopt_or_fail(rec, snap)
+            return
+        sj = snap.jobs.get(rec.job_id)
+        if sj is None:
+            await self._handle_missing(rec)
+            return
+        self._missing.pop(rec.job_id, None)
+        previous, before_nodes = rec.state, rec.nodes
+        if observe(rec, sj):
+            await self._store.save(rec)
+            self._events.publish(JobEvent(EventType.STATE_CHANGED, rec, previous_state=previous))
+        if rec.spec.checkpoint_uri:
+            await self._fold_progress(rec, sj)
+        outcome = await self._restarter.on_observed(rec, before_nodes, sj, snap.down_nodes)
+        if outcome.finish is not None:
+            await self.finish(rec, outcome.finish)
+        if outcome.kick:
+            self._kick()
+
+    async def _fold_progress(self, rec: JobRecord, sj: SlurmJob) -> None:
+        """Follow a running job's checkpoints; publish a newer step the reader has seen."""
+        if sj.state == JobState.RUNNING:
+            self._progress.follow(rec.record_id, rec.spec.checkpoint_uri)
+        step = self._progress.reading(rec.record_id).step
+        if step is not None and step > rec.checkpoint_step:
+            CHECKPOINT_COMMITS.labels(job_id=rec.job_id).inc()
+            CHECKPOINT_STEP.labels(job_id=rec.job_id).set(step)
+            rec.checkpoint_step = step
+            await self._store.save(rec)
+            self._events.publish(JobEvent(EventType.CHECKPOINT, rec, message=f"checkpoint step {step} committed"))
+
+    async def finish(self, rec: JobRecord, reason: str) -> None:
+        """Mark a record terminal: supervision of it ends here."""
+        self._missing.pop(rec.job_id, None)
+        self._restarter.forget(rec)
+        self._progress.forget(rec.record_id)
+        # A finished job's series goes too: job ids would otherwise grow /metrics without bound.
+        for family in (CHECKPOINT_COMMITS, CHECKPOINT_STEP):
+            with contextlib.suppress(KeyError):
+                family.remove(rec.job_id)
+        rec.terminal = True
+        rec.final_reason = reason
+        await self._store.save(rec)
+        self._events.publish(JobEvent(EventType.FINISHED, rec, message=reason))
+
+    async def _handle_missing(self, rec: JobRecord) -> None:
+        count = self._missing.get(rec.job_id, 0) + 1
+        self._missing[rec.job_id] = count
+        if count < _MISSING_POLLS:
+            return
+        self._missing.pop(rec.job_id, None)
+        previous = rec.state
+        if not rec.state.terminal:
+            rec.state = JobState.UNKNOWN
+        self._events.publish(JobEvent(EventType.STATE_CHANGED, rec, previous_state=previous))
+        await self.finish(rec, "job left Slurm's queue")
+
+    async def _adopt_or_fail(self, rec: JobRecord, snap: ClusterSnapshot) -> None:
+        """A submission that was in flight when the service stopped: find it in Slurm by its tag."""
+        if time.time() - rec.created < _ADOPT_GRACE_SECONDS:
+            return  # reserved an instant ago: its handler may not hold the record lock yet
+        match = next((j for j in snap.jobs.values() if j.comment == rec.comment_tag), None)
+        if match is not None:
+            rec.job_id = match.job_id
+            rec.phase = Phase.SUBMITTED
+            observe(rec, match)
+            log.info("re-adopted job %s for record %s", match.job_id, rec.record_id)
+            await self._store.save(rec)
+            self._events.publish(JobEvent(EventType.SUBMITTED, rec))
+        else:
+            rec.phase = Phase.FAILED
+            rec.error = "the service stopped before Slurm accepted the job; nothing was submitted"
+            await self._store.save(rec)

@@ -1,0 +1,104 @@
+"""QueueCache: one squeue + sinfo per poll, snapshots handed to subscribers, health on change."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+from clusterd.errors import SlurmError
+from clusterd.slurm.fake import FakeSlurm
+from clusterd.slurm.types import JobState, NodeState, SlurmJob
+from clusterd.supervisor.cache import ClusterSnapshot, QueueCache
+
+
+class Recorder:
+    def __init__(self, name: str, order: list[str]) -> None:
+        self.name = name
+        self.order = order
+        self.snapshots: list[ClusterSnapshot] = []
+
+    async def on_snapshot(self, snapshot: ClusterSnapshot) -> None:
+        self.order.append(self.name)
+        self.snapshots.append(snapshot)
+
+
+async def test_one_query_per_poll_whatever_the_subscribers() -> None:
+    slurm = FakeSlurm.cluster()
+    slurm.jobs["7"] = SlurmJob("7", "train", "alice", JobState.RUNNING, nodes=("node1",))
+    cache = QueueCache(slurm, interval=60, default_partition="debug")
+    order: list[str] = []
+    first, second = Recorder("first", order), Recorder("second", order)
+    cache.subscribe(first)
+    cache.subscribe(second)
+    await cache.poll_once()
+    await cache.poll_once()
+    assert slurm.calls["list_jobs"] == 2 and slurm.calls["list_nodes"] == 2
+    assert slurm.calls["topology"] == 1  # the switch tree only every _TOPOLOGY_EVERY polls
+    assert order == ["first", "second", "first", "second"]  # in subscription order, each poll
+    assert first.snapshots[-1] is cache.snapshot and cache.snapshot.jobs["7"].nodes == ("node1",)
+    assert cache.polls == 2
+
+
+async def test_facts_and_down_nodes_come_from_the_last_poll() -> None:
+    slurm = FakeSlurm.cluster(leaves=1, per_leaf=2)
+    cache = QueueCache(slurm, interval=60, default_partition="debug")
+    assert cache.facts().nodes == frozenset()  # nothing known before the first poll
+    slurm.nodes[1] = replace(slurm.nodes[1], state=NodeState.DOWN)
+    await cache.poll_once()
+    facts = cache.facts()
+    assert facts.nodes == {"node1", "node2"} and facts.partitions == {"debug", "batch"}
+    assert facts.default_partition == "debug"
+    assert cache.snapshot.down_nodes == {"node2"}
+    assert [s.name for s in cache.snapshot.switches] == ["leaf1", "spine"]
+
+
+class FlakySlurm(FakeSlurm):
+    failing: bool = True
+
+    async def list_jobs(self) -> list[SlurmJob]:
+        if self.failing:
+            raise SlurmError("squeue", 1, "slurm_load_jobs error: Unable to contact slurm controller")
+        return await super().list_jobs()
+
+
+async def test_run_reports_health_changes_and_the_error() -> None:
+    slurm = FlakySlurm(nodes=FakeSlurm.cluster().nodes)
+    cache = QueueCache(slurm, interval=0.01)
+    cache.set_health(True)
+    heard: list[bool] = []
+    changed = asyncio.Event()
+
+    def listener(ok: bool) -> None:
+        heard.append(ok)
+        changed.set()
+
+    cache.subscribe_health(listener)
+    stop = asyncio.Event()
+    task = asyncio.create_task(cache.run(stop))
+    await asyncio.wait_for(changed.wait(), 30)
+    assert heard == [False] and "Unable to contact" in cache.last_error and not cache.healthy
+    changed.clear()
+    slurm.failing = False
+    cache.kick()
+    await asyncio.wait_for(changed.wait(), 30)
+    stop.set()
+    await task
+    assert heard == [False, True] and cache.healthy and cache.last_error == ""
+
+
+async def test_a_crashing_subscriber_marks_the_poll_failed_not_the_loop() -> None:
+    class Broken:
+        async def on_snapshot(self, snapshot: ClusterSnapshot) -> None:
+            raise RuntimeError("bug")
+
+    cache = QueueCache(FakeSlurm.cluster(), interval=0.01)
+    cache.subscribe(Broken())
+    stop = asyncio.Event()
+    heard = asyncio.Event()
+    cache.set_health(True)
+    cache.subscribe_health(lambda ok: heard.set())
+    task = asyncio.create_task(cache.run(stop))
+    await asyncio.wait_for(heard.wait(), 30)
+    stop.set()
+    await task
+    assert cache.last_error == "RuntimeError: bug"
