@@ -181,7 +181,7 @@ class Reconciler:
         """A submission that was in flight when the service stopped: find it in Slurm by its tag."""
         if time.time() - rec.created < _ADOPT_GRACE_SECONDS:
             return  # reserved an instant ago: its handler may not hold the record lock yet
-        match = next((j for j in snap.jobs.values() if j.comment == rec.comment_tag), None)
+        match = next((j for j in snap.jobs.values() if rec.adopts(j)), None)  # its tag AND its user
         if match is not None:
             rec.job_id = match.job_id
             rec.phase = Phase.SUBMITTED
