@@ -23,7 +23,7 @@ class HostlistError(ValueError):
 
 
 _MAX_EXPANDED = 1_000_000  # a typo like node[1-99999999] must fail, not eat the memory
-_LAST_DIGITS = re.compile(r"^(.*?)(\d+)(\D*)$")
+_LAST_DIGITS = re.compile(r"^(.*?)([0-9]+)([^0-9]*)\Z")
 
 
 def _split_top_level(expr: str) -> list[str]:

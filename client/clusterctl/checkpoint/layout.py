@@ -19,9 +19,9 @@ COMMITS = "commits/"
 STEPS = "steps/"
 MAX_STEP = 10**12 - 1
 
-_COMMIT_RE = re.compile(r"^commits/(\d{12})\.json$")
-_STEP_RE = re.compile(r"^steps/(\d{12})/([A-Za-z0-9._-]{1,80})/([^/]+)$")
-_ATTEMPT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
+_COMMIT_RE = re.compile(r"^commits/([0-9]{12})\.json\Z")
+_STEP_RE = re.compile(r"^steps/([0-9]{12})/([A-Za-z0-9._-]{1,80})/([^/]+)\Z")
+_ATTEMPT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}\Z")
 
 
 def check_step(step: object) -> int:

@@ -30,7 +30,7 @@ MAX_VARS = 256  # the server's limits.max_env_vars default
 MAX_VALUE_BYTES = 32 << 10  # the server's limits.max_env_value_bytes default
 MAX_TOTAL_BYTES = 64 << 10  # NAME=VALUE bytes in all: a request stays small
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 @dataclass(frozen=True)

@@ -17,17 +17,17 @@ from clusterctl.hostlist import expand_hostlist
 
 T = TypeVar("T")
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_GPU_TYPE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_ARRAY_ITEM = r"\d+(?:-\d+(?::\d+)?)?"
-_ARRAY = re.compile(rf"^{_ARRAY_ITEM}(?:,{_ARRAY_ITEM})*(?:%\d+)?$")
-_MEM = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)B?$", re.IGNORECASE)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+_GPU_TYPE = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
+_ARRAY_ITEM = r"[0-9]+(?:-[0-9]+(?::[0-9]+)?)?"
+_ARRAY = re.compile(rf"^{_ARRAY_ITEM}(?:,{_ARRAY_ITEM})*(?:%[0-9]+)?\Z")
+_MEM = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)B?\Z", re.IGNORECASE)
 _MEM_FACTOR_MB = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}
 # Slurm's own time syntax: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
-_SLURM_TIME = re.compile(r"^(\d+|\d+:\d+|\d+:\d+:\d+|\d+-\d+|\d+-\d+:\d+|\d+-\d+:\d+:\d+)$")
+_SLURM_TIME = re.compile(r"^([0-9]+(?::[0-9]+){0,2}|[0-9]+-[0-9]+(?::[0-9]+){0,2})\Z")
 # A friendlier form, converted to Slurm syntax: 1d12h, 90m, 2h30m, 45s.
-_HUMAN_TIME = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$", re.IGNORECASE)
-_DURATION = re.compile(r"^(\d+)\s*([smhd]?)$", re.IGNORECASE)
+_HUMAN_TIME = re.compile(r"^(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?\Z", re.IGNORECASE)
+_DURATION = re.compile(r"^([0-9]+)\s*([smhd]?)\Z", re.IGNORECASE)
 _DURATION_FACTOR = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 

@@ -15,7 +15,7 @@ from typing import Literal
 from .base import validate_key
 from .errors import InvalidKeyError, InvalidURIError
 
-_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]$")
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]\Z")
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 
 

@@ -32,7 +32,7 @@ from clusterd.auth.identity import Identity
 log = logging.getLogger(__name__)
 
 MIN_PLAINTEXT_LENGTH = 16
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 class TokenFileError(ValueError):

@@ -49,7 +49,7 @@ T = TypeVar("T")
 BACKEND = "slurmrestd"
 __all__ = ["KNOWN_API_VERSIONS", "RestdBackend"]
 SLURM_USER = "root"  # SlurmUser of the clusters we run on: signs calls made for no particular user
-_VERSION_PATH_RE = re.compile(r"^/slurm/(v\d+\.\d+\.\d+)/")
+_VERSION_PATH_RE = re.compile(r"^/slurm/(v[0-9]+\.[0-9]+\.[0-9]+)/")
 
 
 def _error_text(data: Any) -> str:

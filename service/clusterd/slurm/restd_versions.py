@@ -110,7 +110,7 @@ def number(value: int) -> dict[str, Any]:
 INFINITE = {"set": True, "infinite": True, "number": 0}
 
 
-_NOW_RE = re.compile(r"^now(?:\+(\d+)(seconds?|minutes?|hours?|days?|weeks?|[smhdw]|sec|min)?)?$", re.IGNORECASE)
+_NOW_RE = re.compile(r"^now(?:\+([0-9]+)(seconds?|minutes?|hours?|days?|weeks?|[smhdw]|sec|min)?)?\Z", re.IGNORECASE)
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 

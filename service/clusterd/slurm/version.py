@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_VERSION_RE = re.compile(r"(\d{2})\.(\d{1,2})(?:\.(\d+))?")
+_VERSION_RE = re.compile(r"([0-9]{2})\.([0-9]{1,2})(?:\.([0-9]+))?")
 
 # (major, minor) -> newest OpenAPI/data_parser version that release speaks.
 DATA_PARSER_BY_RELEASE: dict[tuple[int, int], str] = {

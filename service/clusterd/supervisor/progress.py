@@ -26,7 +26,7 @@ from clusterctl.storage.s3 import S3Storage
 
 log = logging.getLogger(__name__)
 
-_MARKER = re.compile(r"^(\d{12})\.json$")  # commits/<step:012d>.json (clusterctl.checkpoint.layout)
+_MARKER = re.compile(r"^([0-9]{12})\.json\Z")  # commits/<step:012d>.json (clusterctl.checkpoint.layout)
 _COMMITS = "commits"
 _CHECK_EVERY = 256  # directory entries between deadline checks
 
