@@ -44,7 +44,7 @@ from clusterd.security.limits import Quotas
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.request import ExportMode, JobRequest
 from clusterd.slurm.types import JobState
-from clusterd.store.records import RECORD_TAG_PREFIX, JobRecord, Phase, RestartEntry
+from clusterd.store.records import JobRecord, Phase, RestartEntry
 from clusterd.store.sqlite import JobStore
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventBus, EventType, JobEvent
@@ -250,8 +250,9 @@ class JobManager:
             raise FailedPrecondition(f"Slurm gave job id {job_id} to a newer job after losing its state; "
                                      "this record's job is gone and nothing was sent to Slurm")  # fmt: skip
         seen = self._poller.snapshot.jobs.get(job_id)
-        if seen is not None and seen.comment.startswith(RECORD_TAG_PREFIX) and seen.comment != rec.comment_tag:
-            # Slurm reused the id and the store has not caught up yet: the running job is another record's.
+        if seen is not None and not rec.adopts(seen):
+            # Slurm reused the id (for another record's job, or a plain sbatch) and the store has not
+            # caught up yet: the job under this id is not this record's, so nothing may act on it.
             raise FailedPrecondition(f"Slurm job {job_id} is now another submission, not this record's job; "
                                      "nothing was sent to Slurm")  # fmt: skip
         return rec
@@ -272,6 +273,8 @@ class JobManager:
             except SlurmError as exc:
                 rec.user_cancelled = False
                 await self._store.save(rec)
+                if isinstance(exc, SlurmUnavailable):
+                    raise  # UNAVAILABLE: retryable, unlike a refusal
                 raise FailedPrecondition(f"Slurm cannot cancel job {job_id}: {exc.detail}") from exc
         self._poller.kick()
         return rec
@@ -285,6 +288,8 @@ class JobManager:
                 raise FailedPrecondition(f"job {job_id} was cancelled by its user; submit it again instead")
             try:
                 await self._backend.requeue(job_id)
+            except SlurmUnavailable:
+                raise  # UNAVAILABLE: retryable, unlike a refusal
             except SlurmError as exc:
                 raise FailedPrecondition(f"Slurm cannot requeue job {job_id}: {exc.detail}") from exc
             entry = RestartEntry("MANUAL_REQUEUE", rec.nodes, time.time(), rec.checkpoint_step, rec.exit_code,

@@ -31,6 +31,16 @@ _MISSING_POLLS = 3
 _ADOPT_GRACE_SECONDS = 5.0
 
 
+def job_of(rec: JobRecord, snap: ClusterSnapshot) -> SlurmJob | None:
+    """Slurm's job under the record's id, if it is this record's job: its tag and its owner.
+
+    Slurm reuses ids when slurmctld loses its state; a job under the same id that carries another
+    tag (or none: a plain sbatch) is someone else's, and this record's job is gone.
+    """
+    sj = snap.jobs.get(rec.job_id) if rec.job_id else None
+    return sj if sj is not None and rec.adopts(sj) else None
+
+
 def observe(rec: JobRecord, sj: SlurmJob) -> bool:
     """Copy what Slurm says into the record; True when anything a client can see changed."""
     before = (rec.state, rec.reason, rec.nodes, rec.exit_code, rec.restart_count, rec.start_time, rec.end_time)
@@ -95,7 +105,7 @@ class Reconciler:
         states: Counter[str] = Counter()
         settled: dict[int, _Seen] = {}
         for row in await self._store.live():
-            sj = snapshot.jobs.get(row.job_id) if row.job_id else None
+            sj = snapshot.jobs.get(row.job_id) if row.job_id else None  # settled only if it was adopted
             if sj is not None:
                 seen = (sj, row.updated, self._progress.reading(row.record_id).step)
                 if self._settled.get(row.record_id) == seen:
@@ -112,7 +122,7 @@ class Reconciler:
                     await self._reconcile_one(rec, snapshot)
                 if rec is not None and not rec.terminal and rec.phase is not Phase.FAILED:
                     states[rec.state.value] += 1
-                    if sj is not None and _quiet(rec, sj):
+                    if sj is not None and rec.adopts(sj) and _quiet(rec, sj):
                         settled[row.record_id] = (sj, row.updated, self._progress.reading(row.record_id).step)
         self._settled = settled
         for state in JobState:  # every state, so a state that emptied reads 0 rather than its last value
@@ -122,7 +132,7 @@ class Reconciler:
         if rec.phase is Phase.SUBMITTING:
             await self._adopt_or_fail(rec, snap)
             return
-        sj = snap.jobs.get(rec.job_id)
+        sj = job_of(rec, snap)
         if sj is None:
             await self._handle_missing(rec)
             return

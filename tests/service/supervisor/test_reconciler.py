@@ -59,7 +59,7 @@ class World:
         rec, _ = await self.store.reserve("alice", "", spec)
         rec.phase, rec.job_id = Phase.SUBMITTED, job_id
         await self.store.save(rec)
-        self.slurm.jobs[job_id] = SlurmJob(job_id, "x", "alice", JobState.PENDING)
+        self.slurm.jobs[job_id] = SlurmJob(job_id, "x", "alice", JobState.PENDING, comment=rec.comment_tag)
         return rec
 
     async def get(self, job_id: str) -> JobRecord:
