@@ -29,15 +29,25 @@ from .stack import Stack
 
 @dataclass
 class Daemon:
+    """One clusterd process in front of ``stack``'s Slurm, with its own state dir.
+
+    Tests listen on a unix socket beside the state dir (the production transport); benches set
+    ``tcp`` for a loopback TCP port (``--allow-insecure``), as their figures were measured.
+    ``config`` defaults to the stack's clusterd.toml; benches pass their own (own tokens, job root).
+    """
+
     stack: Stack
     state_dir: Path
     poll_interval: float = 1.0
     socket_dir: Path | None = None  # default <state_dir>.sock: beside the 0700 state dir, not inside it
     socket_group: str = ""  # who besides root may connect (CLUSTERD_SOCKET_GROUP); "" = root only
-    metrics_port: int = field(default_factory=free_port)
+    metrics_port: int | None = field(default_factory=free_port)  # None: no /metrics
     extra_env: dict[str, str] = field(default_factory=dict)  # CLUSTERD_* settings of this test's service
+    config: Path | None = None  # default: the stack's clusterd.toml
+    tcp: bool = False  # listen on 127.0.0.1:<free port> instead of the unix socket
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    port: int = field(default_factory=free_port)  # used when tcp
 
     @property
     def socket_path(self) -> Path:
@@ -45,22 +55,23 @@ class Daemon:
 
     @property
     def addr(self) -> str:
-        return f"unix:{self.socket_path}"
+        return f"127.0.0.1:{self.port}" if self.tcp else f"unix:{self.socket_path}"
 
-    def start(self) -> None:
+    def start(self, timeout: float = 60.0) -> None:
+        """Start the process and wait until its health check says SERVING (AssertionError if not)."""
         self.log_path = self.state_dir / "clusterd.log"
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        log = self.log_path.open("ab")
         aws = {k: v for k, v in self.stack.env.items() if k.startswith("AWS_")}  # progress reads markers
+        metrics = f"127.0.0.1:{self.metrics_port}" if self.metrics_port is not None else ""
         env = {**self.stack.slurm_env(), **aws, "CLUSTERD_POLL_INTERVAL_SECONDS": str(self.poll_interval),
-               "CLUSTERD_METRICS_LISTEN": f"127.0.0.1:{self.metrics_port}", "CLUSTERD_LOG_FORMAT": "json",
+               "CLUSTERD_METRICS_LISTEN": metrics, "CLUSTERD_LOG_FORMAT": "json",
                "CLUSTERD_SOCKET_GROUP": self.socket_group, **self.extra_env}  # fmt: skip
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "clusterd.main", "serve", "--config", str(self.stack.dir / "clusterd.toml"),
-             "--listen", self.addr, "--state-dir", str(self.state_dir)],
-            stdout=log, stderr=log, env=env,
-        )  # fmt: skip
-        self.wait_serving()
+        config = self.config or self.stack.dir / "clusterd.toml"
+        argv = [sys.executable, "-m", "clusterd.main", "serve", "--config", str(config), "--listen", self.addr,
+                "--state-dir", str(self.state_dir), *(["--allow-insecure"] if self.tcp else [])]  # fmt: skip
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=log, env=env)
+        self.wait_serving(timeout)
 
     def wait_serving(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -91,6 +102,7 @@ class Daemon:
         self.start()
 
     def metrics(self) -> dict[str, float]:
+        assert self.metrics_port is not None, "this clusterd runs without /metrics"
         return scrape(self.metrics_port)
 
     def log_records(self) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """A private SeaweedFS S3 server for tests (``weed server -s3`` on 127.0.0.1, free ports).
 
-One server per test session, shared by tests/storage and tests/checkpoint through
+One server per test session, shared by tests/clusterctl/storage and tests/clusterctl/checkpoint through
 :func:`get_server`. Tests isolate themselves with unique key prefixes. ``stop()``/``start()``
 restart the server on the same data directory and ports (data survives), which the fault tests
 use to simulate an S3 outage in the middle of a save.
