@@ -8,12 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.s3server import SeaweedS3, get_server
-
-
-@pytest.fixture(scope="session")
-def s3_server() -> SeaweedS3:
-    return get_server()
+from tests.support.s3server import SeaweedS3
 
 
 @pytest.fixture

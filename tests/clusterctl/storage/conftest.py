@@ -10,14 +10,8 @@ import pytest
 
 from clusterctl.storage import MemoryStorage, PosixOptions, PosixStorage, Storage
 from clusterctl.storage.s3 import S3Storage
-from tests.support.s3server import SeaweedS3, get_server
 
 from .helpers import s3_options
-
-
-@pytest.fixture(scope="session")
-def s3_server() -> SeaweedS3:
-    return get_server()
 
 
 @pytest.fixture(params=["memory", "posix", pytest.param("s3", marks=pytest.mark.s3)])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from clusterd.errors import says_unavailable
 from clusterd.slurm.argv import parse_sbatch_parsable
 from clusterd.slurm.parse import (
     SlurmParseError,
@@ -19,11 +20,9 @@ from clusterd.slurm.types import JobState, NodeState
 from clusterd.topology import parse_topology
 from tests.support.paths import SLURM_FIXTURES
 
-FIXTURES = SLURM_FIXTURES
-
 
 def fixture(name: str) -> str:
-    return (FIXTURES / name).read_text()
+    return (SLURM_FIXTURES / name).read_text()
 
 
 def test_squeue_states_exit_codes_and_nodes() -> None:
@@ -50,6 +49,9 @@ def test_sinfo_gpus_and_down_nodes() -> None:
     assert nodes["node1"].partitions == ("debug", "batch")
     down = {n.name: n for n in parse_sinfo(fixture("sinfo_node_down.json"))}
     assert down["node4"].state == NodeState.DOWN and down["node4"].reason == "Not responding"
+    idle = parse_sinfo(fixture("sinfo_all_idle.json"))
+    assert [n.name for n in idle] == [f"node{i}" for i in range(1, 7)]
+    assert {n.state for n in idle} == {NodeState.IDLE} and {n.gpus_allocated for n in idle} == {0}
 
 
 def test_topology_capture() -> None:
@@ -64,6 +66,15 @@ def test_small_outputs() -> None:
     assert parse_partitions(fixture("scontrol_show_partition_oneliner.txt")) == ["debug", "batch"]
     with pytest.raises(ValueError):
         parse_sbatch_parsable("sbatch: error: Batch job submission failed\n")
+    with pytest.raises(ValueError, match="Submitted batch job"):  # why the service always passes --parsable
+        parse_sbatch_parsable(fixture("sbatch_stdout.txt"))
+
+
+@pytest.mark.parametrize("name", ["sbatch_error_bad_partition.stderr", "sbatch_error_gres_too_many.stderr"])
+def test_sbatch_refusals_are_not_an_outage(name: str) -> None:
+    """A refused submission is the caller's error (relayed as is), never SlurmUnavailable (retried)."""
+    text = fixture(name)
+    assert "Batch job submission failed" in text and not says_unavailable(text)
 
 
 @pytest.mark.parametrize(

@@ -16,11 +16,9 @@ from clusterd.slurm.parse import (
 from clusterd.slurm.types import JobState, NodeState
 from tests.support.paths import SLURM_FIXTURES
 
-FIXTURES = SLURM_FIXTURES
-
 
 def text(name: str) -> str:
-    return (FIXTURES / name).read_text()
+    return (SLURM_FIXTURES / name).read_text()
 
 
 def jobs(name: str) -> dict[str, object]:

@@ -25,7 +25,6 @@ from clusterd.slurm.restd_versions import INFINITE, KNOWN_API_VERSIONS, api_for,
 from clusterd.slurm.types import JobState, NodeState
 from tests.support.paths import SLURM_FIXTURES
 
-FIXTURES = SLURM_FIXTURES
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 SCRIPT = "#!/bin/bash\necho hi\n"
 NOW = 1_700_000_000.0
@@ -126,7 +125,7 @@ KEY = b"k" * 32
 
 
 def fixture(name: str) -> Any:
-    return json.loads((FIXTURES / name).read_text())
+    return json.loads((SLURM_FIXTURES / name).read_text())
 
 
 class NoCommands:

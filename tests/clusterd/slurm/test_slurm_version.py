@@ -7,8 +7,6 @@ import pytest
 from clusterd.slurm.version import DATA_PARSER_BY_RELEASE, SlurmVersion, SlurmVersionError
 from tests.support.paths import SLURM_FIXTURES
 
-FIXTURES = SLURM_FIXTURES
-
 
 @pytest.mark.parametrize(
     ("text", "version"),
@@ -25,7 +23,7 @@ def test_parse(text: str, version: SlurmVersion) -> None:
 
 
 def test_capture_and_ordering() -> None:
-    here = SlurmVersion.parse((FIXTURES / "sbatch_version.txt").read_text())
+    here = SlurmVersion.parse((SLURM_FIXTURES / "sbatch_version.txt").read_text())
     assert str(here) == "22.05.8" and here.release == (22, 5)
     assert SlurmVersion(22, 5, 8) < SlurmVersion(23, 2, 0) < SlurmVersion(26, 5, 0)
     assert here.same_release(SlurmVersion(22, 5, 0)) and not here.same_release(SlurmVersion(25, 11, 2))

@@ -16,7 +16,6 @@ SwitchName=leaf2 Level=0 LinkSpeed=1 Nodes=node[4-6]
 SwitchName=spine Level=1 LinkSpeed=1 Switches=leaf[1-2]
 """
 
-FIXTURES = SLURM_FIXTURES
 
 
 def test_scontrol_output() -> None:
@@ -68,7 +67,7 @@ def test_malformed(text: str) -> None:
         parse_topology(text)
 
 
-@pytest.mark.parametrize("path", sorted(FIXTURES.glob("*topology*")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(SLURM_FIXTURES.glob("*topology*")), ids=lambda p: p.name)
 def test_captured_fixtures_parse(path: pathlib.Path) -> None:
     """Real captures (added by the Slurm stack work) must parse into a connected tree."""
     switches = parse_topology(path.read_text())
