@@ -1,10 +1,10 @@
 """Checkpoint benchmark: one run, the same float32 state, N ranks as processes, ratios vs anchors.
 
-    python bench/checkpoint.py                 # 1 GiB total, 2 ranks, private SeaweedFS, tmp dir
-    python bench/checkpoint.py --size-gib 0.25 --repeats 2
+    python -m bench.checkpoint                 # 1 GiB total, 2 ranks, private SeaweedFS, tmp dir
+    python -m bench.checkpoint --size-gib 0.25 --repeats 2
 
 S3: the AWS_* variables when AWS_ENDPOINT_URL is set (plus --bucket), else a private SeaweedFS
-started from tests/s3server.py on 127.0.0.1. Anchors, measured in the same run on the same data:
+started from tests/support/s3server.py on 127.0.0.1. Anchors, measured in the same run on the same data:
 np.copyto into a warm buffer (the snapshot floor), np.savez + boto3 upload (the naive way),
 s5cmd cp up and down (if on PATH), torch.distributed.checkpoint.async_save (if torch is
 installed). Absolute numbers on a shared 2-core machine are noise; the ratios are the result.
@@ -18,10 +18,8 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -31,7 +29,9 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.ports import free_port
+from tests.support.s3server import get_server
+
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -398,12 +398,6 @@ def run_fsdp(opts: argparse.Namespace) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-gib", type=float, default=1.0, help="total state size over all ranks")
@@ -427,9 +421,6 @@ def main() -> None:
         env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
         bucket = opts.bucket or "clusterctl"
     else:
-        sys.path.insert(0, str(ROOT / "tests"))
-        from s3server import get_server
-
         server = get_server()
         env, bucket = server.env(), server.bucket
     local_dir = Path(tempfile.mkdtemp(prefix="ckpt-bench-"))

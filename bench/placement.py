@@ -26,7 +26,7 @@ Reported: our plan time per request (median, p95; includes the explanation text)
 placers the mean number of leaf switches per job, per multi-node job, the share of multi-node
 jobs on one leaf, and mean spine hops. Ratio = Slurm sim / ours (above 1: ours uses fewer).
 
-Run: ``python bench/placement.py`` (``--jobs``, ``--seed``, ``--json``).
+Run: ``python -m bench.placement`` (``--jobs``, ``--seed``, ``--json``).
 """
 
 from __future__ import annotations

@@ -28,10 +28,11 @@ import urllib.request
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
-from submit import Daemon, cancel_by_name, free_port, running, slurm_env, wait_for_slurm, write_config
 
+from bench.submit import bench_daemon, cancel_by_name, running, slurm_env, wait_for_slurm, write_config
 from clusterctl.client import ClusterClient
 from clusterctl.v1 import jobs_pb2
+from tests.support.ports import free_port
 
 _METRIC = "clusterd_queue_poll_latency_seconds"
 
@@ -125,8 +126,7 @@ def main() -> None:
     try:
         for _, directory, make in CASES:
             make(tmp / directory)
-        with running(Daemon(service_env, config, tmp / "state", args.poll_interval,
-                            metrics_listen=f"127.0.0.1:{metrics_port}")) as d:  # fmt: skip
+        with running(bench_daemon(service_env, config, tmp / "state", args.poll_interval, metrics_port)) as d:
             client = ClusterClient(d.addr, token)
             for r in range(args.rounds):
                 for label, directory, _ in CASES:

@@ -11,7 +11,7 @@ node the same way (``stack.sh kill-node``: slurmd and every process in the node'
    (the job's total) per wall-clock second from submission to completion, and the steps redone
    after the restart (work lost), read from the job's own log.
 
-Run as root with the stack up: ``python bench/recovery.py`` (about 35 min with the default
+Run as root with the stack up: ``python -m bench.recovery`` (about 35 min with the default
 10-minute goodput runs; ``--minutes 3`` for about 15 min). Prints one table; the ratio is
 ours / plain for rates and plain / ours for times.
 """
@@ -20,37 +20,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shlex
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from clusterctl.client import ClusterClient
 from clusterctl.v1 import jobs_pb2
+from tests.support.daemon import Daemon
+from tests.support.paths import ROOT
+from tests.support.stack import STACK_DIR, Stack
+from tests.support.wait import wait_for
 
-ROOT = Path(__file__).resolve().parents[1]
-STACK_DIR = Path(os.environ.get("CLUSTERCTL_STACK_DIR", "/var/lib/clusterctl-stack"))
 STEP_SECONDS = 0.1
-
-
-def read_env() -> dict[str, str]:
-    env: dict[str, str] = {}
-    for line in (STACK_DIR / "env").read_text().splitlines():
-        m = re.match(r"^export ([A-Z_][A-Z0-9_]*)=(.*)$", line.strip())
-        if m:
-            env[m.group(1)] = shlex.split(m.group(2))[0] if m.group(2) else ""
-    return env
 
 
 def stack_sh(*args: str) -> None:
@@ -63,44 +52,17 @@ def squeue(job_id: str) -> dict[str, Any] | None:
     return next((j for j in json.loads(out)["jobs"] if str(j["job_id"]) == job_id), None)
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
 class Clusterd:
-    """Our own clusterd on a free port, in front of the stack's Slurm (poll interval 1 s)."""
+    """Our own clusterd (tests.support.daemon) on loopback TCP, poll interval 1 s, and a client of it."""
 
-    def __init__(self, env: dict[str, str]) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.addr = f"127.0.0.1:{s.getsockname()[1]}"
-        self.state = Path(tempfile.mkdtemp(prefix="ccbench-recovery-"))
-        aws = {k: v for k, v in env.items() if k.startswith("AWS_")}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "clusterd.main", "serve", "--config", str(STACK_DIR / "clusterd.toml"),
-             "--listen", self.addr, "--allow-insecure", "--state-dir", str(self.state)],  # loopback TCP: a bench
-            env={**os.environ, **aws, "CLUSTERD_POLL_INTERVAL_SECONDS": "1", "CLUSTERD_METRICS_LISTEN": ""},
-            stdout=(self.state / "clusterd.log").open("wb"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        self.client = ClusterClient(self.addr, env["CLUSTERCTL_TOKEN"])
-        wait_for("clusterd", self._up, 30)
-
-    def _up(self) -> bool:
-        try:
-            self.client.list_jobs()
-            return True
-        except Exception:
-            return False
+    def __init__(self, stack: Stack) -> None:
+        state = Path(tempfile.mkdtemp(prefix="ccbench-recovery-"))
+        self.daemon = Daemon(stack, state, metrics_port=None, tcp=True)
+        self.daemon.start()
+        self.client = ClusterClient(self.daemon.addr, stack.env["CLUSTERCTL_TOKEN"])
 
     def close(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(20)
+        self.daemon.stop()
 
 
 @dataclass
@@ -152,7 +114,7 @@ def expand(nodes: str) -> list[str]:
 
 
 def kill_one_node(job: Job) -> tuple[str, float]:
-    j = wait_for("job running", lambda: running(job), 300)
+    j = wait_for(lambda: running(job), 300, what="job running")
     victim = expand(j["nodes"])[-1]
     stack_sh("kill-node", victim)
     return victim, time.monotonic()
@@ -166,7 +128,7 @@ def recovery_time(mode: str, env: dict[str, str], daemon: Clusterd) -> float:
     job = submit(mode, env, daemon, steps=100_000, every=20)
     victim, t_kill = kill_one_node(job)
     try:
-        j = wait_for("running again", lambda: running_again(job), 600)
+        j = wait_for(lambda: running_again(job), 600, what="running again")
         assert victim not in expand(j["nodes"]), "restarted on the dead node"
         return time.monotonic() - t_kill
     finally:
@@ -192,16 +154,16 @@ def goodput(mode: str, env: dict[str, str], daemon: Clusterd, minutes: float) ->
     steps = int(minutes * 60 / STEP_SECONDS)
     every = max(steps // 30, 10)
     job = submit(mode, env, daemon, steps=steps, every=every)
-    wait_for("job running", lambda: running(job), 300)
+    wait_for(lambda: running(job), 300, what="job running")
     time.sleep(minutes * 60 * 0.3)
     victim, t_kill = kill_one_node(job)
     try:
-        wait_for("running again", lambda: running_again(job), 900)
+        wait_for(lambda: running_again(job), 900, what="running again")
         back = time.monotonic() - t_kill
     finally:
         stack_sh("revive-node", victim)
-    wait_for("job finished", lambda: (j := squeue(job.job_id)) is not None and j["job_state"] == "COMPLETED",
-             minutes * 60 * 3 + 600, interval=2)  # fmt: skip
+    wait_for(lambda: (j := squeue(job.job_id)) is not None and j["job_state"] == "COMPLETED",
+             minutes * 60 * 3 + 600, interval=2, what="job finished")  # fmt: skip
     wall = time.monotonic() - job.submitted
     log = (STACK_DIR / "jobs" / "alice" / f"{job.name}-{job.job_id}.out").read_text()
     return steps / wall, steps_lost(log, victim), back
@@ -213,8 +175,9 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=10.0, help="length of each goodput run (no failure)")
     parser.add_argument("--skip-goodput", action="store_true")
     args = parser.parse_args()
-    env = read_env()
-    daemon = Clusterd(env)
+    stack = Stack.load()
+    env = stack.env
+    daemon = Clusterd(stack)
     rows: list[tuple[str, str, str, str]] = []
     try:
         times: dict[str, list[float]] = {"clusterd": [], "sbatch": []}

@@ -26,11 +26,12 @@ import urllib.request
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
-from submit import Daemon, cancel_by_name, free_port, running, slurm_env, wait_for_slurm, write_config
 
+from bench.submit import bench_daemon, cancel_by_name, running, slurm_env, wait_for_slurm, write_config
 from clusterctl.client import ClusterClient
 from clusterctl.errors import ClusterctlError
 from clusterctl.v1 import jobs_pb2
+from tests.support.ports import free_port
 
 
 def scrape(port: int) -> tuple[float, float]:
@@ -107,8 +108,7 @@ def main() -> None:
     try:
         # No per-user rate limit: all clients are one user, and the point is load, not refusals.
         service_env = {**env, "CLUSTERD_LIMITS__REQUESTS_PER_SECOND": "0"}
-        metrics = f"127.0.0.1:{metrics_port}"
-        with running(Daemon(service_env, config, tmp / "soak", 2.0, metrics_listen=metrics)) as d:
+        with running(bench_daemon(service_env, config, tmp / "soak", 2.0, metrics_port)) as d:
             threads = [threading.Thread(target=client_loop, args=(d.addr, token, name, stop, errors), daemon=True)
                        for _ in range(args.clients)]  # fmt: skip
             threads += [threading.Thread(target=watch_loop, args=(d.addr, token, stop), daemon=True) for _ in range(4)]

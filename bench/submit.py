@@ -36,8 +36,6 @@ import re
 import secrets
 import shlex
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -49,13 +47,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from clusterctl.client import ClusterClient
 from clusterctl.v1 import jobs_pb2
+from tests.support.daemon import Daemon
+from tests.support.stack import STACK_DIR, Stack, read_env_file
 
-STACK_DIR = Path(os.environ.get("CLUSTERCTL_STACK_DIR", "/var/lib/clusterctl-stack"))
 SLURM_COMMANDS = ("sbatch", "scancel", "scontrol", "squeue", "sinfo")
 RPC_TYPES = ("REQUEST_JOB_INFO", "REQUEST_NODE_INFO", "REQUEST_PARTITION_INFO")
 # The watching side's read-only queries (clusterd's polls, the naive pollers) run as this otherwise
@@ -70,10 +66,8 @@ def slurm_env() -> dict[str, str]:
     """This environment plus the stack's SLURM_CONF (from its env file when there is one)."""
     env = dict(os.environ)
     env_file = STACK_DIR / "env"
-    if "SLURM_CONF" not in env and env_file.exists():
-        m = re.search(r"^export SLURM_CONF=(.*)$", env_file.read_text(), re.M)
-        if m:
-            env["SLURM_CONF"] = shlex.split(m.group(1))[0]
+    if "SLURM_CONF" not in env and env_file.exists() and (conf := read_env_file(env_file).get("SLURM_CONF")):
+        env["SLURM_CONF"] = conf
     env.setdefault("SLURM_CONF", "/etc/slurm/slurm.conf")
     return env
 
@@ -124,66 +118,14 @@ def wait_queue_clear(name: str, env: dict[str, str], timeout: float = 30.0) -> N
 # -- our own clusterd --------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Daemon:
-    """One clusterd process on a free port with its own state dir, in front of the stack's Slurm."""
-
-    env: dict[str, str]
-    config: Path
-    state_dir: Path
-    poll_interval: float
-    bin_dir: str = ""
-    metrics_listen: str = ""  # host:port of /metrics; empty = off
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def log_path(self) -> Path:
-        return self.state_dir / "clusterd.log"
-
-    def start(self) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        env = {**self.env, "CLUSTERD_POLL_INTERVAL_SECONDS": str(self.poll_interval),
-               "CLUSTERD_METRICS_LISTEN": self.metrics_listen}  # fmt: skip
-        if self.bin_dir:
-            env["CLUSTERD_SLURM__BIN_DIR"] = self.bin_dir
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "clusterd.main", "serve", "--config", str(self.config),
-                 "--listen", self.addr, "--allow-insecure", "--state-dir", str(self.state_dir)],  # as measured before
-                stdout=log, stderr=log, env=env,
-            )  # fmt: skip
-        deadline = time.monotonic() + 60
-        with grpc.insecure_channel(self.addr) as ch:
-            stub = health_pb2_grpc.HealthStub(ch)
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise SystemExit(f"clusterd exited:\n{self.log_path.read_text()[-3000:]}")
-                with contextlib.suppress(grpc.RpcError):
-                    if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
-                        return
-                time.sleep(0.2)
-        raise SystemExit(f"clusterd did not become healthy:\n{self.log_path.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
+def bench_daemon(env: dict[str, str], config: Path, state_dir: Path, poll_interval: float,
+                 metrics_port: int | None = None, extra_env: dict[str, str] | None = None) -> Daemon:
+    """Our own clusterd (tests.support.daemon) with the bench's ``config``, on loopback TCP as measured
+    before; ``env``'s SLURM_CONF (see :func:`slurm_env`) and CLUSTERD_* settings reach the process."""
+    settings = {k: v for k, v in env.items() if k.startswith("CLUSTERD_")}
+    stack = Stack(STACK_DIR, {"SLURM_CONF": env["SLURM_CONF"]})
+    return Daemon(stack, state_dir, poll_interval, metrics_port=metrics_port, config=config, tcp=True,
+                  extra_env={**settings, **(extra_env or {})})  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -519,7 +461,7 @@ def main() -> None:
     try:
         wait_for_slurm(env)
         # 2. submissions, on a clusterd that runs the real binaries directly
-        with running(Daemon(env, config, tmp / "submit", args.poll_interval)) as d:
+        with running(bench_daemon(env, config, tmp / "submit", args.poll_interval)) as d:
             sub.addr = d.addr
             print(f"[sequential: {n_seq} each way]", file=sys.stderr)
             seq_ours, seq_raw = sequential(sub, n_seq)
@@ -549,7 +491,8 @@ def main() -> None:
         # with no clusterd of ours running; 1 and N watchers on a clusterd whose commands are counted.
         cmd_log = tmp / "commands.log"
         make_wrappers(tmp / "bin", cmd_log, prober)
-        wd = Daemon(env, config, tmp / "watch", args.poll_interval, bin_dir=str(tmp / "bin"))
+        wd = bench_daemon(env, config, tmp / "watch", args.poll_interval,
+                          extra_env={"CLUSTERD_SLURM__BIN_DIR": str(tmp / "bin")})  # fmt: skip
         sub_window = window / rounds
         idle, naive, w1, wn, c1, cn = (Counter[str]() for _ in range(6))
         naive_runs = 0

@@ -12,9 +12,9 @@ Printed: the child's RSS (/proc VmRSS) before and after loading and after the li
 1,000 newest), against the anchor of the same call on the empty store, measured in the same run.
 And the cost of ``synchronous=FULL`` for one record save, side by side with NORMAL, on this disk.
 
-    python bench/tenancy.py                      # 10 users x 200 specs of ~3.97 MiB
-    python bench/tenancy.py --users 2 --per-user 20 --lists 10   # a quick look
-    MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=1048576 python bench/tenancy.py   # glibc tuned (the
+    python -m bench.tenancy                      # 10 users x 200 specs of ~3.97 MiB
+    python -m bench.tenancy --users 2 --per-user 20 --lists 10   # a quick look
+    MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=1048576 python -m bench.tenancy   # glibc tuned (the
         child inherits the environment): multi-MiB buffers go back to the system when freed
 """
 
@@ -32,13 +32,13 @@ import time
 from pathlib import Path
 
 import grpc
-from submit import percentile
 
+from bench.submit import percentile
 from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
 from clusterd.config import Config, SlurmConfig
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
-from clusterd.slurm.types import SubmitArgs
+from clusterd.slurm.request import JobRequest
 from clusterd.store.records import Phase
 from clusterd.store.sqlite import JobStore
 
@@ -58,16 +58,17 @@ def write_config(directory: Path) -> Config:
     tokens.write_text("".join(f'[[token]]\nuser = "{u}"\ntoken = "{token(u)}"\nadmin = {str(u == ADMIN).lower()}\n\n'
                               for u in (*USERS, ADMIN)))  # fmt: skip
     os.chmod(tokens, 0o600)
-    return Config(listen="127.0.0.1:0", state_dir=str(directory / "state"), tokens_file=str(tokens),
-                  log_level="WARNING", slurm=SlurmConfig(default_partition="debug", job_root=str(directory / "jobs")))
+    return Config(listen="127.0.0.1:0", allow_insecure=True, state_dir=str(directory / "state"),  # loopback bench
+                  tokens_file=str(tokens), log_level="WARNING",
+                  slurm=SlurmConfig(default_partition="debug", job_root=str(directory / "jobs")))  # fmt: skip
 
 
 class LeanFakeSlurm(FakeSlurm):
     """FakeSlurm keeps every submitted script for tests to inspect; here that would be Slurm's memory
     (~4 MB per job) counted as clusterd's, so the copy is dropped once the job is "in Slurm"."""
 
-    async def submit(self, args: SubmitArgs) -> str:
-        job_id = await super().submit(args)
+    async def submit(self, request: JobRequest) -> str:
+        job_id = await super().submit(request)
         self.submitted.clear()
         return job_id
 
@@ -152,7 +153,7 @@ def main() -> None:
     users = USERS[: args.users]
     with tempfile.TemporaryDirectory(prefix="tenancy-bench-") as tmp:
         directory = Path(tmp)
-        child = subprocess.Popen([sys.executable, __file__, "--serve", str(directory)])
+        child = subprocess.Popen([sys.executable, "-m", "bench.tenancy", "--serve", str(directory)])
         try:
             while not (directory / "port").exists():
                 assert child.poll() is None, "clusterd exited"

@@ -1,9 +1,29 @@
-"""Suite-wide settings. Integration fixtures live in tests/integration/conftest.py."""
+"""Suite-wide fixtures on the real local stack (deploy/local/stack.sh up); helpers live in tests.support.
+
+``stack`` is the running stack; ``daemon`` is a clusterd process of this module's own (own unix socket,
+own state dir) in front of the stack's Slurm, so that tests can kill and restart it without disturbing
+the stack's demo service. Without a stack these skip, unless CLUSTERCTL_REQUIRE_STACK=1 (set by
+.ci/run), where a missing stack is a failure: a skipped integration test proves nothing.
+"""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from collections.abc import Iterator
 
-# tests/ helpers (s3server.py, fakes) are importable as top-level modules.
-sys.path.insert(0, str(Path(__file__).parent))
+import pytest
+
+from tests.support.daemon import Daemon
+from tests.support.stack import Stack, load_stack
+
+
+@pytest.fixture(scope="session")
+def stack() -> Stack:
+    return load_stack()
+
+
+@pytest.fixture(scope="module")
+def daemon(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    d = Daemon(stack, tmp_path_factory.mktemp("clusterd"))
+    d.start()
+    yield d
+    d.stop()

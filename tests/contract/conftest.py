@@ -8,55 +8,24 @@ with its own reason when no importable pyslurm matches the running Slurm.
 
 from __future__ import annotations
 
-import os
 import pwd
 import shutil
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from integration.conftest import STACK_DIR, read_env_file
 
 from clusterd.config import SlurmConfig
 from clusterd.slurm.base import SlurmBackend
+from tests.support.ports import free_port
+from tests.support.stack import Stack, missing
 
 BACKENDS = ("commands", "slurmrestd", "pyslurm")
 
 
-@dataclass(frozen=True)
-class StackInfo:
-    dir: Path
-    env: dict[str, str]
-
-    @property
-    def slurm_conf(self) -> str:
-        return self.env.get("SLURM_CONF", "/etc/slurm/slurm.conf")
-
-
-def _missing(what: str) -> None:
-    if os.environ.get("CLUSTERCTL_REQUIRE_STACK") == "1":
-        pytest.fail(f"{what}: run deploy/local/stack.sh up")
-    pytest.skip(f"{what}: deploy/local/stack.sh up")
-
-
-@pytest.fixture(scope="session")
-def stack_info() -> StackInfo:
-    env_file = STACK_DIR / "env"
-    if not env_file.exists():
-        _missing(f"the local stack is not up ({env_file} missing)")
-    return StackInfo(STACK_DIR, read_env_file(env_file))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def unreachable_slurm_conf(stack: StackInfo, tmp: Path) -> str:
+def unreachable_slurm_conf(stack: Stack, tmp: Path) -> str:
     """A copy of the stack's Slurm config whose controller port nobody listens on."""
     src = Path(stack.slurm_conf).parent
     for name in ("topology.conf", "gres.conf", "cgroup.conf"):
@@ -71,7 +40,7 @@ def unreachable_slurm_conf(stack: StackInfo, tmp: Path) -> str:
     return str(tmp / "slurm.conf")
 
 
-def make_backend(name: str, stack: StackInfo, *, unreachable: Path | None = None) -> Any:
+def make_backend(name: str, stack: Stack, *, unreachable: Path | None = None) -> Any:
     """``name``'s backend for the stack; with ``unreachable`` (a temp dir), one that cannot reach it."""
     if name == "commands":
         from clusterd.slurm.commands import CommandsBackend
@@ -83,7 +52,7 @@ def make_backend(name: str, stack: StackInfo, *, unreachable: Path | None = None
 
         url, key = stack.env.get("CLUSTERCTL_RESTD_URL"), stack.env.get("CLUSTERCTL_JWT_KEY")
         if not url or not key:
-            _missing("the stack's env file has no CLUSTERCTL_RESTD_URL/CLUSTERCTL_JWT_KEY (stack predates slurmrestd)")
+            missing("the stack's env file has no CLUSTERCTL_RESTD_URL/CLUSTERCTL_JWT_KEY (stack predates slurmrestd)")
         if unreachable:
             url = f"http://127.0.0.1:{free_port()}"
         cfg = SlurmConfig(restd_url=str(url), jwt_key_file=str(key), slurm_conf=stack.slurm_conf,
@@ -110,17 +79,17 @@ async def _close(backend: Any) -> None:
 
 
 @pytest.fixture(params=BACKENDS)
-async def backend(request: pytest.FixtureRequest, stack_info: StackInfo) -> AsyncIterator[SlurmBackend]:
-    b = make_backend(request.param, stack_info)
+async def backend(request: pytest.FixtureRequest, stack: Stack) -> AsyncIterator[SlurmBackend]:
+    b = make_backend(request.param, stack)
     yield b
     await _close(b)
 
 
 @pytest.fixture(params=BACKENDS)
 async def unreachable_backend(
-    request: pytest.FixtureRequest, stack_info: StackInfo, tmp_path: Path
+    request: pytest.FixtureRequest, stack: Stack, tmp_path: Path
 ) -> AsyncIterator[SlurmBackend]:
-    b = make_backend(request.param, stack_info, unreachable=tmp_path)
+    b = make_backend(request.param, stack, unreachable=tmp_path)
     yield b
     await _close(b)
 
@@ -135,6 +104,6 @@ class JobUser:
 
 
 @pytest.fixture(scope="session")
-def alice(stack_info: StackInfo) -> JobUser:
+def alice(stack: Stack) -> JobUser:
     entry = pwd.getpwnam("alice")
-    return JobUser("alice", entry.pw_uid, entry.pw_gid, entry.pw_dir, stack_info.dir / "jobs" / "alice")
+    return JobUser("alice", entry.pw_uid, entry.pw_gid, entry.pw_dir, stack.dir / "jobs" / "alice")

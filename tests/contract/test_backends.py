@@ -15,8 +15,9 @@ from clusterd.errors import SlurmError, SlurmUnavailable
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.request import JobRequest, Signal, Switches
 from clusterd.slurm.types import JobState, SlurmJob
+from tests.support.stack import Stack
 
-from .conftest import JobUser, StackInfo
+from .conftest import JobUser
 
 pytestmark = pytest.mark.slurm
 
@@ -52,7 +53,7 @@ async def wait_job(
     raise AssertionError(f"job {job_id}: timed out waiting for {what}; last seen {job}")
 
 
-def squeue_user(stack: StackInfo, job_id: str) -> str:
+def squeue_user(stack: Stack, job_id: str) -> str:
     """The job's owner as Slurm's own squeue prints it (independent of the backend under test)."""
     out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%u"], capture_output=True, text=True, timeout=30,
                          env={"PATH": "/usr/bin:/bin", "SLURM_CONF": stack.slurm_conf}, check=True)  # fmt: skip
@@ -86,7 +87,7 @@ async def test_topology(backend: SlurmBackend) -> None:
     assert set(switches["spine"].switches) == {"leaf1", "leaf2"}
 
 
-async def test_submit_as_user_update_and_cancel(backend: SlurmBackend, stack_info: StackInfo, alice: JobUser) -> None:
+async def test_submit_as_user_update_and_cancel(backend: SlurmBackend, stack: Stack, alice: JobUser) -> None:
     name, comment = tag(), tag()
     args = submit_args(
         alice, name=name, comment=comment, partition="batch", nodes=2, tasks_per_node=1, cpus_per_task=1,
@@ -98,7 +99,7 @@ async def test_submit_as_user_update_and_cancel(backend: SlurmBackend, stack_inf
         job = await wait_job(backend, job_id, lambda j: True, "the job to be listed", timeout=20)
         assert (job.user, job.name, job.comment, job.partition) == ("alice", name, comment, "batch")
         assert job.state is JobState.PENDING and job.requeue
-        assert squeue_user(stack_info, job_id) == "alice"
+        assert squeue_user(stack, job_id) == "alice"
 
         await backend.update_job(job_id, exclude_nodes=("node1", "node2"), start_after=3600)
         job = await wait_job(backend, job_id, lambda j: bool(j.excluded_nodes), "the exclusion", timeout=20)
@@ -143,12 +144,12 @@ async def test_unreachable_slurm_is_unavailable(unreachable_backend: SlurmBacken
     assert time.monotonic() - started < 60
 
 
-async def test_service_options_reach_slurm(backend: SlurmBackend, stack_info: StackInfo, alice: JobUser) -> None:
+async def test_service_options_reach_slurm(backend: SlurmBackend, stack: Stack, alice: JobUser) -> None:
     """What the service adds to every job: the warning signal and the switch constraint."""
     args = submit_args(alice, nodes=2, signal=Signal("USR1", 60), switches=Switches(1, 30), hold=True)
     job_id = await backend.submit(args)
     try:
-        env = {"PATH": "/usr/bin:/bin", "SLURM_CONF": stack_info.slurm_conf}
+        env = {"PATH": "/usr/bin:/bin", "SLURM_CONF": stack.slurm_conf}
         shown = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30,
                                env=env, check=True)  # fmt: skip
         # sbatch keeps seconds; the scontrol update slurmrestd's submit needs rounds the wait up to minutes.

@@ -22,13 +22,10 @@ import yaml
 
 from clusterctl.hostlist import expand_hostlist
 from clusterd.config import load_config
+from deploy.compose import generate  # not installed: found from the checkout (tests/__init__.py)
+from deploy.render import RenderError, placeholders, render_file, render_text
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # `deploy` is not installed: import it from the checkout
-    sys.path.insert(0, str(ROOT))
-
-from deploy.compose import generate  # noqa: E402
-from deploy.render import RenderError, placeholders, render_file, render_text  # noqa: E402
 
 COMPOSE_DIR = ROOT / "deploy" / "compose"
 COMPOSE_FILE = COMPOSE_DIR / "compose.yaml"

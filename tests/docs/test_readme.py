@@ -24,7 +24,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from integration.conftest import Stack, free_port
+
+from tests.support.ports import free_port
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.slurm
 

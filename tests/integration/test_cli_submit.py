@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Daemon
+from tests.support.daemon import Daemon
 
 pytestmark = pytest.mark.slurm
 

@@ -10,8 +10,8 @@ import pytest
 
 from clusterctl.errors import ServiceError
 from clusterctl.v1 import cluster_pb2, jobs_pb2
-
-from .conftest import Daemon, wait_for
+from tests.support.daemon import Daemon
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slurm
 

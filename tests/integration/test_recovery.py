@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import pytest
 
 from clusterctl.v1 import jobs_pb2
-
-from .conftest import Daemon, Stack, wait_for
+from tests.support.daemon import Daemon
+from tests.support.stack import Stack
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slurm
 

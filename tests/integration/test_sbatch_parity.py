@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from clusterctl.v1 import jobs_pb2
-
-from .conftest import Daemon, Stack, wait_for
+from tests.support.daemon import Daemon
+from tests.support.stack import Stack
+from tests.support.wait import wait_for
 
 PROBE = (
     "#!/bin/bash\n#SBATCH -t 2\n#SBATCH -n 2\n#SBATCH -o %x-%j.log\n"

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from clusterctl.v1 import jobs_pb2
-
-from .conftest import Daemon, Stack
+from tests.support.daemon import Daemon
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.slurm
 

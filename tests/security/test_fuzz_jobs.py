@@ -25,8 +25,7 @@ from clusterd.jobs.validate import ClusterFacts, validate_spec
 from clusterd.slurm.argv import sbatch_argv
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.request import JobRequest
-
-from .conftest import USER_A, auth, base_config, running, stub
+from tests.clusterd.conftest import USER_A, auth, base_config, running, stub
 
 FACTS = ClusterFacts(partitions=frozenset({"debug", "batch"}), nodes=frozenset(f"node{i}" for i in range(1, 7)),
                      default_partition="debug")  # fmt: skip

@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 
 from clusterd.slurm.fake import FakeSlurm
+from tests.clusterd.conftest import auth, base_config, running
+from tests.support.daemon import Daemon
+from tests.support.stack import Stack
 
-from .conftest import Daemon, Stack, auth, base_config, running
 from .load import rss_kib, run_load
 
 

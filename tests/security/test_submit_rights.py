@@ -15,7 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from integration.conftest import Daemon, daemon, wait_for  # noqa: F401  (the daemon fixture)
 
 from clusterctl.errors import ServiceError
 from clusterctl.v1 import jobs_pb2
@@ -23,8 +22,9 @@ from clusterd.config import SlurmConfig
 from clusterd.errors import SlurmError
 from clusterd.slurm.commands import CommandsBackend
 from clusterd.slurm.request import JobRequest
-
-from .conftest import Stack
+from tests.support.daemon import Daemon
+from tests.support.stack import Stack
+from tests.support.wait import wait_for
 
 SBATCH_CALLS = 'clusterd_slurm_calls_total{backend="commands",command="sbatch",outcome="%s"}'
 
@@ -51,7 +51,7 @@ def sbatch_calls(d: Daemon) -> float:
         ("#SBATCH -W", "--wait is not allowed"),
     ],
 )
-def test_hostile_directive_is_refused_by_line_and_nothing_submitted(daemon: Daemon, line: str, needle: str) -> None:  # noqa: F811
+def test_hostile_directive_is_refused_by_line_and_nothing_submitted(daemon: Daemon, line: str, needle: str) -> None:
     before = sbatch_calls(daemon)
     script = f"#!/bin/bash\n# hostile\n#SBATCH -t 1\n{line}\ncat /etc/shadow\n"
     with pytest.raises(ServiceError) as info:
@@ -72,7 +72,7 @@ def alice_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def test_job_runs_as_the_caller_in_its_submit_directory(daemon: Daemon, alice_dir: Path) -> None:  # noqa: F811
+def test_job_runs_as_the_caller_in_its_submit_directory(daemon: Daemon, alice_dir: Path) -> None:
     script = (
         "#!/bin/bash\n#SBATCH -t 2\n#SBATCH --output=out-%j.txt\n"
         'echo "uid=$(id -u) cwd=$(pwd) submit=$SLURM_SUBMIT_DIR name=$SLURM_JOB_NAME var=$MYVAR"\n'
@@ -93,7 +93,7 @@ def test_job_runs_as_the_caller_in_its_submit_directory(daemon: Daemon, alice_di
     assert out.stat().st_uid == uid
 
 
-def test_missing_chdir_is_refused_up_front(daemon: Daemon, alice_dir: Path) -> None:  # noqa: F811
+def test_missing_chdir_is_refused_up_front(daemon: Daemon, alice_dir: Path) -> None:
     before = sbatch_calls(daemon)
     for d in ("/nonexistent", "/root"):  # missing; not enterable by alice
         with pytest.raises(ServiceError) as info:
@@ -103,7 +103,7 @@ def test_missing_chdir_is_refused_up_front(daemon: Daemon, alice_dir: Path) -> N
     assert sbatch_calls(daemon) == before
 
 
-def test_sbatch_key_error_line_is_relayed(daemon: Daemon, alice_dir: Path) -> None:  # noqa: F811
+def test_sbatch_key_error_line_is_relayed(daemon: Daemon, alice_dir: Path) -> None:
     """A CRLF script: sbatch's own refusal comes back with its key line, not 'Try sbatch --help'."""
     with pytest.raises(ServiceError) as info:
         daemon.client("alice").submit(jobs_pb2.JobSpec(script="#!/bin/bash\r\ntrue\r\n",

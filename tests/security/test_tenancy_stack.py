@@ -15,14 +15,14 @@ from typing import Any
 
 import grpc
 import pytest
-from integration.conftest import wait_for
 
 from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
 from clusterd.slurm.types import JobState
 from clusterd.store.records import Phase
 from clusterd.store.sqlite import JobStore
-
-from .conftest import Daemon, Stack
+from tests.support.daemon import Daemon
+from tests.support.stack import Stack
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slurm
 _POLLS = "clusterd_queue_poll_latency_seconds_count{}"

@@ -32,8 +32,10 @@ from clusterd.main import main
 from clusterd.security.transport import check_transport, is_loopback, parse_cn_map
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.restd import _make_client
+from tests.clusterd.conftest import USER_A, auth, base_config, code_of, command_request, running, stub
+from tests.support.daemon import Daemon
+from tests.support.stack import Stack
 
-from .conftest import USER_A, Daemon, Stack, auth, base_config, code_of, command_request, running, stub
 from .pki import CA, Pair
 
 TOKEN_A = auth(USER_A)[0][1].removeprefix("Bearer ")

@@ -1,0 +1,197 @@
+"""ProgressReader: budgets per job, failures contained per job, markers listed without a walk."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clusterctl.storage import open_storage
+from clusterd.supervisor.progress import OverBudget, ProgressBudget, ProgressReader, list_steps
+from tests.support.s3server import get_server
+
+FAR = 1e18  # a deadline that never comes
+
+
+def markers(root: Path, *steps: int) -> Path:
+    commits = root / "commits"
+    commits.mkdir(parents=True, exist_ok=True)
+    for step in steps:
+        (commits / f"{step:012d}.json").write_text("{}")
+    return root
+
+
+def test_newest_marker_wins_and_nothing_else_counts(tmp_path: Path) -> None:
+    root = markers(tmp_path / "ckpt", 3, 12, 7)
+    (root / "commits" / "000000000099.json.tmp-x").write_text("")  # a marker being written
+    (root / "commits" / "000000000050.json").mkdir()  # a directory is not a marker
+    (root / "steps" / "000000000100").mkdir(parents=True)  # data of an uncommitted step
+    assert list_steps(f"file://{root}", 100, FAR) == 12
+    assert list_steps(str(tmp_path / "missing"), 100, FAR) == -1
+    assert list_steps(str(markers(tmp_path / "empty")), 100, FAR) == -1
+
+
+def test_a_huge_listing_is_cut_at_the_key_budget(tmp_path: Path) -> None:
+    root = markers(tmp_path / "ckpt", *range(30))
+    assert list_steps(str(root), 30, FAR) == 29
+    with pytest.raises(OverBudget, match="more than 29 entries"):
+        list_steps(str(root), 29, FAR)
+    with pytest.raises(OverBudget, match="ran out of time"):
+        list_steps(str(markers(tmp_path / "big", *range(600))), 10_000, deadline=0.0)
+
+
+def test_a_deep_tree_under_commits_is_never_walked(tmp_path: Path) -> None:
+    root = markers(tmp_path / "ckpt", 4)
+    fd = os.open(root / "commits", os.O_RDONLY)
+    try:
+        for _ in range(3 * 1000):  # deeper than Python's recursion limit; one scandir sees one entry
+            os.mkdir("d", dir_fd=fd)
+            fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+            os.close(old)
+    finally:
+        os.close(fd)
+    try:
+        assert list_steps(str(root), 10, FAR) == 4
+    finally:  # pytest's own (recursive) cleanup of old temp dirs would hit the recursion limit
+        subprocess.run(["rm", "-rf", str(root / "commits" / "d")], check=True)
+
+
+@pytest.mark.s3
+def test_s3_lists_one_delimited_level_within_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    server = get_server()
+    for name, value in server.env().items():
+        monkeypatch.setenv(name, value)
+    uri = f"s3://{server.bucket}/progress-tests/{uuid.uuid4().hex}"
+    storage = open_storage(uri)
+    try:
+        for key in (
+            "commits/000000000002.json",
+            "commits/000000000011.json",
+            "commits/notes.txt",
+            "commits/000000000099.json/nested",
+            "steps/000000000500/a/rank-00000-of-00001.manifest.json",
+        ):
+            storage.put(key, b"{}")
+    finally:
+        storage.close()
+    assert list_steps(uri, 100, FAR) == 11  # nested keys and steps/ are not markers (nor listed)
+    with pytest.raises(OverBudget, match="more than 3 keys"):
+        list_steps(uri, 3, FAR)
+    assert list_steps(f"{uri}-missing", 100, FAR) == -1
+
+
+class Lister:
+    """A fake store per URI: a step, an exception, or a read that blocks until released."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, object] = {}
+        self.release = threading.Event()
+        self.calls: list[str] = []
+
+    def __call__(self, uri: str, max_keys: int, deadline: float) -> int:
+        self.calls.append(uri)
+        answer = self.answers[uri]
+        if answer == "hang":
+            self.release.wait(30)
+            return 1
+        if isinstance(answer, BaseException):
+            raise answer
+        assert isinstance(answer, int)
+        return answer
+
+
+@pytest.fixture
+def lister() -> Iterator[Lister]:
+    fake = Lister()
+    yield fake
+    fake.release.set()
+
+
+async def test_a_slow_or_failing_store_costs_only_its_own_job(lister: Lister, caplog: pytest.LogCaptureFixture) -> None:
+    reader = ProgressReader(ProgressBudget(seconds=0.2, interval=60, retry_after=60, workers=4), lister=lister)
+    lister.answers = {"s3://b/hang": "hang", "s3://b/deep": RecursionError("maximum recursion depth exceeded"),
+                      "s3://b/huge": OverBudget("more than 10000 keys"), "s3://b/good": 42}  # fmt: skip
+    for key, uri in enumerate(lister.answers):
+        reader.follow(key, uri)
+    with caplog.at_level(logging.WARNING, "clusterd.supervisor.progress"):
+        await reader.read_due()
+    assert reader.reading(3).step == 42 and reader.reading(3).error == ""
+    for key, why in ((0, "no answer within 0.2 s"), (1, "RecursionError"), (2, "more than 10000 keys")):
+        reading = reader.reading(key)
+        assert reading.step is None and why in reading.error
+    assert len(caplog.records) == 3  # one line per failing job
+
+    # Retried only after retry_after, and logged once per bad spell.
+    await reader.read_due()
+    assert len(lister.calls) == 4
+    for key in (1, 2):
+        reader.refresh(key)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "clusterd.supervisor.progress"):
+        await reader.read_due()
+    assert len(lister.calls) == 6 and not caplog.records
+
+
+async def test_a_hung_read_keeps_its_worker_and_its_job_waits(lister: Lister) -> None:
+    reader = ProgressReader(ProgressBudget(seconds=0.05, interval=0, retry_after=0, workers=2), lister=lister)
+    lister.answers = {"a": "hang", "b": 5}
+    reader.follow(0, "a")
+    reader.follow(1, "b")
+    await reader.read_due()
+    assert reader.reading(0).error and reader.reading(1).step == 5
+    await reader.read_due()  # job 0's thread still runs: no second read of it piles up
+    assert lister.calls.count("a") == 1 and lister.calls.count("b") == 2
+    lister.release.set()
+    for _ in range(500):
+        await asyncio.sleep(0.01)
+        if lister.calls.count("a") == 1 and not reader._jobs[0].in_flight:
+            break
+    await reader.read_due()
+    assert reader.reading(0).step == 1 and reader.reading(0).error == ""
+
+
+async def test_follow_forget_and_refresh(lister: Lister) -> None:
+    reader = ProgressReader(ProgressBudget(interval=3600), lister=lister)
+    lister.answers = {"s3://b/x": 3, "s3://b/y": 9}
+    assert reader.reading(0).step is None and reader.reading(0).read_at == 0
+    reader.follow(0, "s3://b/x")
+    before = time.time()
+    await reader.read_due()
+    assert reader.reading(0).step == 3 and reader.reading(0).read_at >= before
+    reader.follow(0, "s3://b/x")  # following again changes nothing
+    await reader.read_due()
+    assert lister.calls == ["s3://b/x"]
+    lister.answers["s3://b/x"] = 4
+    reader.refresh(0)
+    await reader.read_due()
+    assert reader.reading(0).step == 4
+    reader.follow(0, "s3://b/y")  # a new URI starts over
+    assert reader.reading(0).step is None
+    reader.forget(0)
+    await reader.read_due()
+    assert lister.calls == ["s3://b/x", "s3://b/x"] and reader.reading(0).read_at == 0
+    reader.close()
+
+
+async def test_run_reads_in_the_background_until_stopped(lister: Lister) -> None:
+    reader = ProgressReader(ProgressBudget(interval=3600), lister=lister)
+    lister.answers = {"s3://b/x": 8}
+    stop = asyncio.Event()
+    task = asyncio.create_task(reader.run(stop))
+    reader.follow(0, "s3://b/x")
+    for _ in range(500):
+        await asyncio.sleep(0.01)
+        if reader.reading(0).step == 8:
+            break
+    stop.set()
+    await task
+    reader.close()
+    assert reader.reading(0).step == 8
