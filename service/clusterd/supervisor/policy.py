@@ -7,7 +7,7 @@ on the decision.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clusterctl.v1 import jobs_pb2
 from clusterd.config import RestartDefaults
@@ -177,3 +177,16 @@ def decide(term: Termination, policy: Policy, rec: JobRecord, current_step: int)
         return Decision(False, f"{term.detail}; {policy.no_progress_limit} restarts made no checkpoint progress "
                         f"(still at {step})", Cause.NO_PROGRESS)  # fmt: skip
     return Decision(True, term.detail or term.cause.value.lower())
+
+
+def resumed(entry: RestartEntry, nodes: int) -> RestartEntry:
+    """``entry`` once the run after it started on ``nodes`` nodes.
+
+    A ``-N MIN-MAX`` job that lost a node for good runs again on fewer (its checkpoint is
+    resharded to the new world size); the detail says so, so users see why throughput changed.
+    """
+    if entry.nodes_before and nodes != entry.nodes_before:
+        change = f"resumed on {nodes} node{'s' if nodes != 1 else ''} (was {entry.nodes_before})"
+        detail = f"{entry.detail}; {change}" if entry.detail else change
+        return replace(entry, nodes_after=nodes, detail=detail)
+    return replace(entry, nodes_after=nodes)

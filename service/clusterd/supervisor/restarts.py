@@ -22,7 +22,16 @@ from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store.records import JobRecord, RestartEntry
 from clusterd.store.sqlite import JobStore
 from clusterd.supervisor.events import EventType, JobEvent
-from clusterd.supervisor.policy import Cause, Decision, Policy, Termination, classify, decide, effective_policy
+from clusterd.supervisor.policy import (
+    Cause,
+    Decision,
+    Policy,
+    Termination,
+    classify,
+    decide,
+    effective_policy,
+    resumed,
+)
 from clusterd.supervisor.progress import ProgressReader
 from clusterd.supervisor.sink import EventSink
 
@@ -72,6 +81,8 @@ class Restarter:
         """Apply the policy to one observation of a live job; ``rec`` is held under its record lock."""
         if rec.needs_release:
             await self._keep_released(rec, sj)
+        if sj.state == JobState.RUNNING and sj.nodes and sj.restart_count == rec.acked_restarts:
+            await self._note_resumed(rec, sj)
         if sj.state.terminal and sj.restart_count < rec.acked_restarts:
             return await self._reissue_requeue(rec)
         term = classify(rec, before_nodes, sj, down)
@@ -84,7 +95,7 @@ class Restarter:
         policy = effective_policy(rec.spec.restart_policy, self._defaults)
         decision = decide(term, policy, rec, step)
         if decision.requeue:
-            await self._restart(rec, sj, term, policy, decision, step)
+            await self._restart(rec, before_nodes, sj, term, policy, decision, step)
             return Outcome(kick=True)
         return await self._stop(rec, term, decision)
 
@@ -109,13 +120,29 @@ class Restarter:
             return rec.checkpoint_step
         return max(reading.step, rec.checkpoint_step)
 
+    async def _note_resumed(self, rec: JobRecord, sj: SlurmJob) -> None:
+        """Record on the newest restart how many nodes the run after it got (once)."""
+        if rec.restarts and not rec.restarts[-1].nodes_after:
+            entry = resumed(rec.restarts[-1], len(sj.nodes))
+            await self._store.amend_last_restart(rec, entry)
+            if entry.nodes_before and entry.nodes_after != entry.nodes_before:
+                log.info("job %s: resumed on %d nodes (was %d)", rec.job_id, entry.nodes_after, entry.nodes_before)
+
     async def _restart(
-        self, rec: JobRecord, sj: SlurmJob, term: Termination, policy: Policy, decision: Decision, step: int
+        self,
+        rec: JobRecord,
+        before_nodes: tuple[str, ...],
+        sj: SlurmJob,
+        term: Termination,
+        policy: Policy,
+        decision: Decision,
+        step: int,
     ) -> None:
         excluded = rec.excluded_nodes
         if policy.exclude_failed_nodes and term.failed_nodes:
             excluded = tuple(sorted(set(excluded) | set(term.failed_nodes)))
-        entry = RestartEntry(term.cause.value, term.failed_nodes, time.time(), step, term.exit_code, decision.reason)
+        entry = RestartEntry(term.cause.value, term.failed_nodes, time.time(), step, term.exit_code, decision.reason,
+                             nodes_before=len(before_nodes))  # fmt: skip
         # Persist the decision before acting on it: a crash after this line re-issues, never repeats.
         rec.acked_restarts = sj.restart_count + (0 if term.slurm_requeued else 1)
         rec.excluded_nodes = excluded
