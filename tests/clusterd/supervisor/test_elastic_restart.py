@@ -133,3 +133,16 @@ async def test_each_restart_records_its_own_next_run(world: World) -> None:
     first, second = (await world.record("9")).restarts
     assert (first.nodes_after, second.nodes_after) == (2, 1)
     assert second.detail.endswith("resumed on 1 node (was 2)")
+
+
+async def test_nodes_dropped_while_the_run_ends_still_count_as_the_run(world: World) -> None:
+    """Slurm drops a dead node from the job's list while the survivors clean up, then requeues."""
+    await world.elastic_job("10")
+    world.slurm.set_state("10", JobState.RUNNING, nodes=THREE)
+    await world.cache.poll_once()
+    world.slurm.set_state("10", JobState.COMPLETING, nodes=("node1", "node2"))
+    await world.cache.poll_once()
+    assert (await world.record("10")).nodes == THREE
+    await world.lose_node("10", "node3")
+    (entry,) = (await world.record("10")).restarts
+    assert entry.cause == "NODE_FAILURE" and entry.failed_nodes == ("node3",) and entry.nodes_before == 3
