@@ -74,6 +74,7 @@ class Termination:
     exit_code: int = 0
     detail: str = ""
     slurm_requeued: bool = False  # Slurm already put the job back to PENDING by itself
+    nodes: tuple[str, ...] = ()  # the nodes of the run that ended, as last seen running
 
 
 def classify(rec: JobRecord, before_nodes: tuple[str, ...], sj: SlurmJob, down: frozenset[str]) -> Termination | None:
@@ -82,6 +83,11 @@ def classify(rec: JobRecord, before_nodes: tuple[str, ...], sj: SlurmJob, down: 
     ``rec.acked_restarts`` is the Slurm restart count the service has already accounted for: a
     higher count on a live job means Slurm requeued it on its own (node failure, preemption).
     """
+    term = _classify(rec, before_nodes, sj, down)
+    return None if term is None else replace(term, nodes=before_nodes)
+
+
+def _classify(rec: JobRecord, before_nodes: tuple[str, ...], sj: SlurmJob, down: frozenset[str]) -> Termination | None:
     failed = tuple(n for n in before_nodes if n in down)
     if not sj.state.terminal:
         if sj.restart_count > rec.acked_restarts:

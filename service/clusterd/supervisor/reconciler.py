@@ -60,7 +60,7 @@ def _run_shrinking(rec: JobRecord, sj: SlurmJob) -> bool:
     restart decision can still name the dead node (and count the nodes it ran on).
     """
     return (
-        sj.restart_count == rec.restart_count
+        (sj.state == JobState.COMPLETING or sj.restart_count == rec.restart_count)
         and bool(sj.nodes)
         and rec.state in (JobState.RUNNING, JobState.COMPLETING)
         and set(sj.nodes) < set(rec.nodes)

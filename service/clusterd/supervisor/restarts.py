@@ -74,6 +74,7 @@ class Restarter:
         self._defaults = defaults
         self._released_at: dict[str, float] = {}
         self._ended_at: dict[int, float] = {}  # record -> when its run's end was first seen
+        self._ending: dict[int, Termination] = {}  # record -> how its run ended, as first seen
 
     async def on_observed(
         self, rec: JobRecord, before_nodes: tuple[str, ...], sj: SlurmJob, down: frozenset[str]
@@ -88,20 +89,25 @@ class Restarter:
         term = classify(rec, before_nodes, sj, down)
         if term is None:
             return _NOTHING
+        # The first look at an ending decides its cause: while the decision waits for a progress
+        # read, Slurm moves on (the dead node leaves the job's list, the job turns PENDING).
+        term = self._ending.setdefault(rec.record_id, term)
         step = self._settled_step(rec, term)
         if step is None:
             return _NOTHING  # look again next poll, once the progress read has caught up
+        self._ending.pop(rec.record_id, None)
         rec.checkpoint_step = step
         policy = effective_policy(rec.spec.restart_policy, self._defaults)
         decision = decide(term, policy, rec, step)
         if decision.requeue:
-            await self._restart(rec, before_nodes, sj, term, policy, decision, step)
+            await self._restart(rec, sj, term, policy, decision, step)
             return Outcome(kick=True)
         return await self._stop(rec, term, decision)
 
     def forget(self, rec: JobRecord) -> None:
         self._released_at.pop(rec.job_id, None)
         self._ended_at.pop(rec.record_id, None)
+        self._ending.pop(rec.record_id, None)
 
     def _settled_step(self, rec: JobRecord, term: Termination) -> int | None:
         """The step to decide with, or None while a fresh progress read is still worth waiting for."""
@@ -129,20 +135,13 @@ class Restarter:
                 log.info("job %s: resumed on %d nodes (was %d)", rec.job_id, entry.nodes_after, entry.nodes_before)
 
     async def _restart(
-        self,
-        rec: JobRecord,
-        before_nodes: tuple[str, ...],
-        sj: SlurmJob,
-        term: Termination,
-        policy: Policy,
-        decision: Decision,
-        step: int,
+        self, rec: JobRecord, sj: SlurmJob, term: Termination, policy: Policy, decision: Decision, step: int
     ) -> None:
         excluded = rec.excluded_nodes
         if policy.exclude_failed_nodes and term.failed_nodes:
             excluded = tuple(sorted(set(excluded) | set(term.failed_nodes)))
         entry = RestartEntry(term.cause.value, term.failed_nodes, time.time(), step, term.exit_code, decision.reason,
-                             nodes_before=len(before_nodes))  # fmt: skip
+                             nodes_before=len(term.nodes))  # fmt: skip
         # Persist the decision before acting on it: a crash after this line re-issues, never repeats.
         rec.acked_restarts = sj.restart_count + (0 if term.slurm_requeued else 1)
         rec.excluded_nodes = excluded

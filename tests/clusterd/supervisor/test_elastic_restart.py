@@ -39,9 +39,10 @@ class World:
     slurm: FakeSlurm
     store: JobStore
     cache: QueueCache
+    progress: ProgressReader
 
-    async def elastic_job(self, job_id: str) -> None:
-        spec = jobs_pb2.JobSpec(command=["train"], nodes=2, max_nodes=3)
+    async def elastic_job(self, job_id: str, uri: str = "") -> None:
+        spec = jobs_pb2.JobSpec(command=["train"], nodes=2, max_nodes=3, checkpoint_uri=uri)
         rec, _ = await self.store.reserve("alice", "", spec)
         rec.phase, rec.job_id = Phase.SUBMITTED, job_id
         await self.store.save(rec)
@@ -54,10 +55,13 @@ class World:
 
     async def lose_node(self, job_id: str, node: str) -> None:
         """Slurm's own requeue after ``node`` died: PENDING on its begin time, restart count bumped."""
-        self.slurm.nodes = [replace(n, state=NodeState.DOWN) if n.name == node else n for n in self.slurm.nodes]
+        self.mark_down(node)
         restarts = self.slurm.jobs[job_id].restart_count + 1
         self.slurm.set_state(job_id, JobState.PENDING, nodes=(), restart_count=restarts, reason="BeginTime")
         await self.cache.poll_once()
+
+    def mark_down(self, node: str) -> None:
+        self.slurm.nodes = [replace(n, state=NodeState.DOWN) if n.name == node else n for n in self.slurm.nodes]
 
 
 @pytest.fixture
@@ -68,7 +72,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     cache = QueueCache(slurm, interval=3600)
     restarter = Restarter(slurm, store, _Sink(), progress, RestartDefaults())
     cache.subscribe(Reconciler(store, _Sink(), restarter, progress, kick=lambda: None))
-    yield World(slurm, store, cache)
+    yield World(slurm, store, cache, progress)
     store.close()
 
 
@@ -145,4 +149,23 @@ async def test_nodes_dropped_while_the_run_ends_still_count_as_the_run(world: Wo
     assert (await world.record("10")).nodes == THREE
     await world.lose_node("10", "node3")
     (entry,) = (await world.record("10")).restarts
+    assert entry.cause == "NODE_FAILURE" and entry.failed_nodes == ("node3",) and entry.nodes_before == 3
+
+
+async def test_the_first_look_at_an_ending_decides_its_cause(world: World) -> None:
+    """While the decision waits for a progress read, Slurm moves on: the dead node leaves the
+    ending job's list (the restart count already bumped), then the job turns PENDING."""
+    await world.elastic_job("11", uri="s3://bucket/run")
+    world.slurm.set_state("11", JobState.RUNNING, nodes=THREE)
+    await world.cache.poll_once()
+    await world.progress.read_due()
+    world.mark_down("node3")
+    world.slurm.set_state("11", JobState.COMPLETING, nodes=("node1", "node2"), restart_count=1)
+    await world.cache.poll_once()
+    assert not (await world.record("11")).restarts  # waiting for a fresh progress read
+    world.slurm.set_state("11", JobState.PENDING, nodes=(), restart_count=1, reason="BeginTime")
+    await world.cache.poll_once()
+    await world.progress.read_due()
+    await world.cache.poll_once()
+    (entry,) = (await world.record("11")).restarts
     assert entry.cause == "NODE_FAILURE" and entry.failed_nodes == ("node3",) and entry.nodes_before == 3
