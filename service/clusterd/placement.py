@@ -68,7 +68,6 @@ class TopologyPlacer:
         request = replace(
             placement_request(
                 nodes=job.nodes or 1,  # -N MIN-MAX is feasible when MIN fits: Slurm may start it on MIN
-
                 gpus_per_node=job.gpus_per_node or 0,
                 cpus_per_node=(job.tasks_per_node or 1) * (job.cpus_per_task or 1),
                 partition=job.partition,
