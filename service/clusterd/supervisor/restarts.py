@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clusterd.config import RestartDefaults
 from clusterd.errors import SlurmError
@@ -89,9 +89,7 @@ class Restarter:
         term = classify(rec, before_nodes, sj, down)
         if term is None:
             return _NOTHING
-        # The first look at an ending decides its cause: while the decision waits for a progress
-        # read, Slurm moves on (the dead node leaves the job's list, the job turns PENDING).
-        term = self._ending.setdefault(rec.record_id, term)
+        term = self._first_look(rec, term)
         step = self._settled_step(rec, term)
         if step is None:
             return _NOTHING  # look again next poll, once the progress read has caught up
@@ -108,6 +106,15 @@ class Restarter:
         self._released_at.pop(rec.job_id, None)
         self._ended_at.pop(rec.record_id, None)
         self._ending.pop(rec.record_id, None)
+
+    def _first_look(self, rec: JobRecord, term: Termination) -> Termination:
+        """How the run ended as first seen: while the decision waits for a progress read, Slurm
+        moves on (the dead node leaves the job's list, the job turns PENDING). A later look only
+        adds the dead nodes when the first did not see them down yet."""
+        first = self._ending.setdefault(rec.record_id, term)
+        if term.failed_nodes and not first.failed_nodes:
+            first = self._ending[rec.record_id] = replace(term, nodes=first.nodes or term.nodes)
+        return first
 
     def _settled_step(self, rec: JobRecord, term: Termination) -> int | None:
         """The step to decide with, or None while a fresh progress read is still worth waiting for."""

@@ -169,3 +169,18 @@ async def test_the_first_look_at_an_ending_decides_its_cause(world: World) -> No
     await world.cache.poll_once()
     (entry,) = (await world.record("11")).restarts
     assert entry.cause == "NODE_FAILURE" and entry.failed_nodes == ("node3",) and entry.nodes_before == 3
+
+
+async def test_a_later_look_names_a_dead_node_the_first_did_not_see_down(world: World) -> None:
+    await world.elastic_job("12", uri="s3://bucket/run")
+    world.slurm.set_state("12", JobState.RUNNING, nodes=THREE)
+    await world.cache.poll_once()
+    await world.progress.read_due()
+    world.slurm.set_state("12", JobState.COMPLETING, nodes=("node1", "node2"), restart_count=1)
+    await world.cache.poll_once()  # node3 not DOWN yet in sinfo: looks like a plain requeue
+    world.mark_down("node3")
+    await world.cache.poll_once()
+    await world.progress.read_due()
+    await world.cache.poll_once()
+    (entry,) = (await world.record("12")).restarts
+    assert entry.cause == "NODE_FAILURE" and entry.failed_nodes == ("node3",) and entry.nodes_before == 3
