@@ -67,7 +67,7 @@ class TopologyPlacer:
             return job, "placement not planned: the service has no node information from Slurm yet"
         request = replace(
             placement_request(
-                nodes=job.nodes or 1,
+                nodes=job.nodes or 1,  # -N MIN-MAX is feasible when MIN fits: Slurm may start it on MIN
                 gpus_per_node=job.gpus_per_node or 0,
                 cpus_per_node=(job.tasks_per_node or 1) * (job.cpus_per_task or 1),
                 partition=job.partition,
@@ -82,7 +82,8 @@ class TopologyPlacer:
         switches = job.switches
         if result.switch_limit is not None:
             switches = Switches(result.switch_limit, request.max_wait_seconds)
-        return replace(job, switches=switches, exclude=result.exclude, nodelist=result.nodelist), result.explanation
+        planned = replace(job, switches=switches, exclude=result.exclude, nodelist=result.nodelist)
+        return planned, result.explanation + _range_note(job)
 
     def _blame(self, job: JobRequest, pref: cluster_pb2.PlacementPreference) -> str:
         """The field most likely responsible for an infeasible request."""
@@ -94,3 +95,13 @@ class TopologyPlacer:
         if pref.policy == cluster_pb2.PLACEMENT_POLICY_EXACT:
             return "spec.placement.switch_count"
         return "spec.nodes"
+
+
+def _range_note(job: JobRequest) -> str:
+    """What users of -N MIN-MAX with --ntasks-per-node (and no -n) rarely expect from Slurm."""
+    if job.max_nodes and job.nodes and job.max_nodes > job.nodes and job.tasks_per_node and not job.ntasks:
+        tasks = job.nodes * job.tasks_per_node
+        return (f" Note: with --ntasks-per-node and no --ntasks, sbatch sizes the job for {tasks} tasks and Slurm"
+                f" starts it on {job.nodes} nodes even when {job.max_nodes} are free; leave --ntasks-per-node"
+                " out to get up to MAX nodes (one task per node).")  # fmt: skip
+    return ""

@@ -203,20 +203,24 @@ class JobSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., script: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., nodes: _Optional[int] = ..., tasks_per_node: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., cpus_per_task: _Optional[int] = ..., memory_mb_per_node: _Optional[int] = ..., time_limit: _Optional[str] = ..., partition: _Optional[str] = ..., account: _Optional[str] = ..., qos: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., working_directory: _Optional[str] = ..., stdout_path: _Optional[str] = ..., stderr_path: _Optional[str] = ..., checkpoint_uri: _Optional[str] = ..., restart_policy: _Optional[_Union[RestartPolicy, _Mapping]] = ..., placement: _Optional[_Union[_cluster_pb2.PlacementPreference, _Mapping]] = ..., request_id: _Optional[str] = ..., ntasks: _Optional[int] = ..., max_nodes: _Optional[int] = ..., gpus: _Optional[int] = ..., gpu_type: _Optional[str] = ..., memory_mb_per_cpu: _Optional[int] = ..., array: _Optional[str] = ..., dependency: _Optional[str] = ..., exclusive: _Optional[bool] = ..., begin: _Optional[str] = ..., hold: _Optional[bool] = ..., mail_type: _Optional[str] = ..., mail_user: _Optional[str] = ..., constraint: _Optional[str] = ..., reservation: _Optional[str] = ..., export: _Optional[str] = ..., submit_directory: _Optional[str] = ..., script_name: _Optional[str] = ..., nice: _Optional[int] = ...) -> None: ...
 
 class RestartRecord(_message.Message):
-    __slots__ = ("cause", "failed_nodes", "time", "checkpoint_step", "exit_code", "detail")
+    __slots__ = ("cause", "failed_nodes", "time", "checkpoint_step", "exit_code", "detail", "nodes_before", "nodes_after")
     CAUSE_FIELD_NUMBER: _ClassVar[int]
     FAILED_NODES_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_STEP_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
+    NODES_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    NODES_AFTER_FIELD_NUMBER: _ClassVar[int]
     cause: TerminationCause
     failed_nodes: _containers.RepeatedScalarFieldContainer[str]
     time: _timestamp_pb2.Timestamp
     checkpoint_step: int
     exit_code: int
     detail: str
-    def __init__(self, cause: _Optional[_Union[TerminationCause, str]] = ..., failed_nodes: _Optional[_Iterable[str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., checkpoint_step: _Optional[int] = ..., exit_code: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
+    nodes_before: int
+    nodes_after: int
+    def __init__(self, cause: _Optional[_Union[TerminationCause, str]] = ..., failed_nodes: _Optional[_Iterable[str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., checkpoint_step: _Optional[int] = ..., exit_code: _Optional[int] = ..., detail: _Optional[str] = ..., nodes_before: _Optional[int] = ..., nodes_after: _Optional[int] = ...) -> None: ...
 
 class JobStatus(_message.Message):
     __slots__ = ("job_id", "name", "user", "state", "reason", "nodes", "restart_count", "exit_code", "exit_signal", "submit_time", "start_time", "end_time", "placement_explanation", "restarts", "partition", "request_id", "terminal", "final_reason", "checkpoint_step", "excluded_nodes", "spec", "original_submit_time", "time_limit", "working_directory", "stdout_path", "stderr_path", "has_exit_code")

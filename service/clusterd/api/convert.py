@@ -70,6 +70,8 @@ def job_status(rec: JobRecord, *, with_spec: bool = False) -> jobs_pb2.JobStatus
             checkpoint_step=entry.checkpoint_step,
             exit_code=entry.exit_code,
             detail=entry.detail,
+            nodes_before=entry.nodes_before,
+            nodes_after=entry.nodes_after,
         )
         ts = _ts(entry.time)
         if ts is not None:

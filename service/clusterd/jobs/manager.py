@@ -293,7 +293,7 @@ class JobManager:
             except SlurmError as exc:
                 raise FailedPrecondition(f"Slurm cannot requeue job {job_id}: {exc.detail}") from exc
             entry = RestartEntry("MANUAL_REQUEUE", rec.nodes, time.time(), rec.checkpoint_step, rec.exit_code,
-                                 f"requested by {ident.user}")  # fmt: skip
+                                 f"requested by {ident.user}", nodes_before=len(rec.nodes))  # fmt: skip
             rec.acked_restarts = rec.restart_count + 1
             rec.needs_release = True
             rec.terminal = False

@@ -31,6 +31,8 @@ class RestartEntry:
     checkpoint_step: int
     exit_code: int = 0
     detail: str = ""
+    nodes_before: int = 0  # nodes of the run that ended (0: unknown)
+    nodes_after: int = 0  # nodes of the next run, once it started (0: not yet)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 
-VERSION = 2
+VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -48,6 +48,8 @@ CREATE TABLE IF NOT EXISTS restarts (
     step        INTEGER NOT NULL,
     exit_code   INTEGER NOT NULL,
     detail      TEXT NOT NULL,
+    nodes_before INTEGER NOT NULL DEFAULT 0,
+    nodes_after INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (record_id, seq)
 );
 """
@@ -69,6 +71,9 @@ INSERT INTO specs(record_id, spec) SELECT record_id, spec FROM jobs_v1;
 DROP TABLE jobs_v1;
 """
 
+# Version 3 records the node count before and after each restart (elastic -N MIN-MAX jobs).
+_RESTART_COLUMNS = ("nodes_before", "nodes_after")
+
 
 def migrate(db: sqlite3.Connection) -> None:
     """Bring ``db`` to :data:`VERSION` in one transaction (a crash leaves the old version whole)."""
@@ -89,6 +94,10 @@ def migrate(db: sqlite3.Connection) -> None:
             for statement in SCHEMA.split(";\n"):
                 if statement.strip():
                     db.execute(statement)
+        have = {row[1] for row in db.execute("PRAGMA table_info(restarts)")}
+        for column in _RESTART_COLUMNS:
+            if column not in have:  # a version 1 or 2 table: CREATE ... IF NOT EXISTS kept its columns
+                db.execute(f"ALTER TABLE restarts ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
         db.execute(f"PRAGMA user_version={VERSION}")
         db.execute("COMMIT")
     except BaseException:

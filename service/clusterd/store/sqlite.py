@@ -101,7 +101,8 @@ class JobStore:
             marks = ",".join("?" * len(chunk))
             for r in self._db.execute(f"SELECT * FROM restarts WHERE record_id IN ({marks}) ORDER BY seq", chunk):
                 restarts[r["record_id"]].append(RestartEntry(
-                    r["cause"], tuple(json.loads(r["nodes"])), r["time"], r["step"], r["exit_code"], r["detail"]))
+                    r["cause"], tuple(json.loads(r["nodes"])), r["time"], r["step"], r["exit_code"], r["detail"],
+                    r["nodes_before"], r["nodes_after"]))
         out = []
         for row in rows:
             spec = jobs_pb2.JobSpec()
@@ -196,12 +197,22 @@ class JobStore:
         with self._lock, self._transaction():
             (seq,) = self._db.execute("SELECT COUNT(*) FROM restarts WHERE record_id=?", (rec.record_id,)).fetchone()
             self._db.execute(
-                "INSERT INTO restarts SELECT ?,?,?,?,?,?,?,? WHERE EXISTS "
+                "INSERT INTO restarts(record_id, seq, cause, nodes, time, step, exit_code, detail, nodes_before, "
+                "nodes_after) SELECT ?,?,?,?,?,?,?,?,?,? WHERE EXISTS "
                 "(SELECT 1 FROM jobs WHERE record_id=? AND superseded=0)",
                 (rec.record_id, seq, entry.cause, json.dumps(list(entry.failed_nodes)), entry.time,
-                 entry.checkpoint_step, entry.exit_code, entry.detail, rec.record_id),
+                 entry.checkpoint_step, entry.exit_code, entry.detail, entry.nodes_before, entry.nodes_after,
+                 rec.record_id),
             )  # fmt: skip
             self._update(rec)
+
+    def _amend_restart(self, rec: JobRecord, entry: RestartEntry) -> None:
+        with self._lock, self._transaction():
+            self._db.execute(
+                "UPDATE restarts SET nodes_after=?, detail=? WHERE record_id=? AND seq=? AND EXISTS "
+                "(SELECT 1 FROM jobs WHERE record_id=? AND superseded=0)",
+                (entry.nodes_after, entry.detail, rec.record_id, len(rec.restarts) - 1, rec.record_id),
+            )  # fmt: skip
 
     def _query(self, sql: str, params: tuple[Any, ...], *, with_spec: bool) -> list[JobRecord]:
         with self._lock:
@@ -256,6 +267,11 @@ class JobStore:
         """Append a restart and save the record with it, atomically."""
         await asyncio.to_thread(self._record_restart, rec, entry)
         rec.restarts.append(entry)
+
+    async def amend_last_restart(self, rec: JobRecord, entry: RestartEntry) -> None:
+        """Replace ``rec``'s newest restart with ``entry`` (what the run after it looked like)."""
+        await asyncio.to_thread(self._amend_restart, rec, entry)
+        rec.restarts[-1] = entry
 
     async def get_by_record(self, record_id: int) -> JobRecord | None:
         sql = f"SELECT {_ROW} FROM jobs WHERE record_id=?"

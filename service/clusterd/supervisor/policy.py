@@ -7,7 +7,7 @@ on the decision.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clusterctl.v1 import jobs_pb2
 from clusterd.config import RestartDefaults
@@ -74,6 +74,7 @@ class Termination:
     exit_code: int = 0
     detail: str = ""
     slurm_requeued: bool = False  # Slurm already put the job back to PENDING by itself
+    nodes: tuple[str, ...] = ()  # the nodes of the run that ended, as last seen running
 
 
 def classify(rec: JobRecord, before_nodes: tuple[str, ...], sj: SlurmJob, down: frozenset[str]) -> Termination | None:
@@ -82,6 +83,11 @@ def classify(rec: JobRecord, before_nodes: tuple[str, ...], sj: SlurmJob, down: 
     ``rec.acked_restarts`` is the Slurm restart count the service has already accounted for: a
     higher count on a live job means Slurm requeued it on its own (node failure, preemption).
     """
+    term = _classify(rec, before_nodes, sj, down)
+    return None if term is None else replace(term, nodes=before_nodes)
+
+
+def _classify(rec: JobRecord, before_nodes: tuple[str, ...], sj: SlurmJob, down: frozenset[str]) -> Termination | None:
     failed = tuple(n for n in before_nodes if n in down)
     if not sj.state.terminal:
         if sj.restart_count > rec.acked_restarts:
@@ -177,3 +183,16 @@ def decide(term: Termination, policy: Policy, rec: JobRecord, current_step: int)
         return Decision(False, f"{term.detail}; {policy.no_progress_limit} restarts made no checkpoint progress "
                         f"(still at {step})", Cause.NO_PROGRESS)  # fmt: skip
     return Decision(True, term.detail or term.cause.value.lower())
+
+
+def resumed(entry: RestartEntry, nodes: int) -> RestartEntry:
+    """``entry`` once the run after it started on ``nodes`` nodes.
+
+    A ``-N MIN-MAX`` job that lost a node for good runs again on fewer (its checkpoint is
+    resharded to the new world size); the detail says so, so users see why throughput changed.
+    """
+    if entry.nodes_before and nodes != entry.nodes_before:
+        change = f"resumed on {nodes} node{'s' if nodes != 1 else ''} (was {entry.nodes_before})"
+        detail = f"{entry.detail}; {change}" if entry.detail else change
+        return replace(entry, nodes_after=nodes, detail=detail)
+    return replace(entry, nodes_after=nodes)

@@ -47,10 +47,8 @@ def observe(rec: JobRecord, sj: SlurmJob) -> bool:
     rec.name = sj.name or rec.name
     rec.state = sj.state
     rec.reason = sj.reason
-    if sj.nodes or sj.state != JobState.PENDING:
-        rec.nodes = sj.nodes
-    else:
-        rec.nodes = ()
+    if not _run_shrinking(rec, sj):
+        rec.nodes = sj.nodes if sj.nodes or sj.state != JobState.PENDING else ()
     rec.partition = sj.partition or rec.partition
     rec.exit_code = sj.exit_code
     rec.exit_signal = sj.exit_signal
@@ -62,6 +60,21 @@ def observe(rec: JobRecord, sj: SlurmJob) -> bool:
         rec.excluded_nodes = sj.excluded_nodes
     after = (rec.state, rec.reason, rec.nodes, rec.exit_code, rec.restart_count, rec.start_time, rec.end_time)
     return before != after
+
+
+def _run_shrinking(rec: JobRecord, sj: SlurmJob) -> bool:
+    """Whether Slurm shows fewer nodes only because the same run is ending.
+
+    When a node dies, Slurm drops it from the job's node list while the survivors clean up
+    (COMPLETING), before it requeues the job. The record keeps the run's whole allocation, so the
+    restart decision can still name the dead node (and count the nodes it ran on).
+    """
+    return (
+        (sj.state == JobState.COMPLETING or sj.restart_count == rec.restart_count)
+        and bool(sj.nodes)
+        and rec.state in (JobState.RUNNING, JobState.COMPLETING)
+        and set(sj.nodes) < set(rec.nodes)
+    )
 
 
 def _quiet(rec: JobRecord, sj: SlurmJob) -> bool:

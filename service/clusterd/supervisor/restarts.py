@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clusterd.config import RestartDefaults
 from clusterd.errors import SlurmError
@@ -22,7 +22,16 @@ from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store.records import JobRecord, RestartEntry
 from clusterd.store.sqlite import JobStore
 from clusterd.supervisor.events import EventType, JobEvent
-from clusterd.supervisor.policy import Cause, Decision, Policy, Termination, classify, decide, effective_policy
+from clusterd.supervisor.policy import (
+    Cause,
+    Decision,
+    Policy,
+    Termination,
+    classify,
+    decide,
+    effective_policy,
+    resumed,
+)
 from clusterd.supervisor.progress import ProgressReader
 from clusterd.supervisor.sink import EventSink
 
@@ -65,6 +74,7 @@ class Restarter:
         self._defaults = defaults
         self._released_at: dict[str, float] = {}
         self._ended_at: dict[int, float] = {}  # record -> when its run's end was first seen
+        self._ending: dict[int, Termination] = {}  # record -> how its run ended, as first seen
 
     async def on_observed(
         self, rec: JobRecord, before_nodes: tuple[str, ...], sj: SlurmJob, down: frozenset[str]
@@ -72,14 +82,18 @@ class Restarter:
         """Apply the policy to one observation of a live job; ``rec`` is held under its record lock."""
         if rec.needs_release:
             await self._keep_released(rec, sj)
+        if sj.state == JobState.RUNNING and sj.nodes and sj.restart_count == rec.acked_restarts:
+            await self._note_resumed(rec, sj)
         if sj.state.terminal and sj.restart_count < rec.acked_restarts:
             return await self._reissue_requeue(rec)
         term = classify(rec, before_nodes, sj, down)
         if term is None:
             return _NOTHING
+        term = self._first_look(rec, term)
         step = self._settled_step(rec, term)
         if step is None:
             return _NOTHING  # look again next poll, once the progress read has caught up
+        self._ending.pop(rec.record_id, None)
         rec.checkpoint_step = step
         policy = effective_policy(rec.spec.restart_policy, self._defaults)
         decision = decide(term, policy, rec, step)
@@ -91,6 +105,16 @@ class Restarter:
     def forget(self, rec: JobRecord) -> None:
         self._released_at.pop(rec.job_id, None)
         self._ended_at.pop(rec.record_id, None)
+        self._ending.pop(rec.record_id, None)
+
+    def _first_look(self, rec: JobRecord, term: Termination) -> Termination:
+        """How the run ended as first seen: while the decision waits for a progress read, Slurm
+        moves on (the dead node leaves the job's list, the job turns PENDING). A later look only
+        adds the dead nodes when the first did not see them down yet."""
+        first = self._ending.setdefault(rec.record_id, term)
+        if term.failed_nodes and not first.failed_nodes:
+            first = self._ending[rec.record_id] = replace(term, nodes=first.nodes or term.nodes)
+        return first
 
     def _settled_step(self, rec: JobRecord, term: Termination) -> int | None:
         """The step to decide with, or None while a fresh progress read is still worth waiting for."""
@@ -109,13 +133,22 @@ class Restarter:
             return rec.checkpoint_step
         return max(reading.step, rec.checkpoint_step)
 
+    async def _note_resumed(self, rec: JobRecord, sj: SlurmJob) -> None:
+        """Record on the newest restart how many nodes the run after it got (once)."""
+        if rec.restarts and not rec.restarts[-1].nodes_after:
+            entry = resumed(rec.restarts[-1], len(sj.nodes))
+            await self._store.amend_last_restart(rec, entry)
+            if entry.nodes_before and entry.nodes_after != entry.nodes_before:
+                log.info("job %s: resumed on %d nodes (was %d)", rec.job_id, entry.nodes_after, entry.nodes_before)
+
     async def _restart(
         self, rec: JobRecord, sj: SlurmJob, term: Termination, policy: Policy, decision: Decision, step: int
     ) -> None:
         excluded = rec.excluded_nodes
         if policy.exclude_failed_nodes and term.failed_nodes:
             excluded = tuple(sorted(set(excluded) | set(term.failed_nodes)))
-        entry = RestartEntry(term.cause.value, term.failed_nodes, time.time(), step, term.exit_code, decision.reason)
+        entry = RestartEntry(term.cause.value, term.failed_nodes, time.time(), step, term.exit_code, decision.reason,
+                             nodes_before=len(term.nodes))  # fmt: skip
         # Persist the decision before acting on it: a crash after this line re-issues, never repeats.
         rec.acked_restarts = sj.restart_count + (0 if term.slurm_requeued else 1)
         rec.excluded_nodes = excluded

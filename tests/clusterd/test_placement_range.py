@@ -1,0 +1,41 @@
+"""-N MIN-MAX at submission: feasible when MIN fits, never pinned to a node count or list."""
+
+from __future__ import annotations
+
+import pytest
+
+from clusterctl.v1 import cluster_pb2
+from clusterd.errors import InvalidArgument
+from clusterd.placement import TopologyPlacer
+from clusterd.slurm.fake import FakeSlurm
+from clusterd.slurm.request import JobRequest
+from clusterd.supervisor.cache import QueueCache
+
+
+async def placer() -> TopologyPlacer:
+    cache = QueueCache(FakeSlurm.cluster(leaves=2, per_leaf=3), interval=3600)
+    await cache.poll_once()
+    return TopologyPlacer(cache)
+
+
+def job(nodes: int, max_nodes: int | None, **fields: object) -> JobRequest:
+    return JobRequest(script="#!/bin/bash\n", name="x", user="alice", nodes=nodes, max_nodes=max_nodes, **fields)  # type: ignore[arg-type]
+
+
+async def test_a_range_whose_max_does_not_fit_is_accepted_when_its_min_does() -> None:
+    planned, explanation = (await placer())(job(2, 10), cluster_pb2.PlacementPreference())
+    assert (planned.nodes, planned.max_nodes, planned.nodelist) == (2, 10, ())
+    assert "Note" not in explanation
+
+
+async def test_a_range_whose_min_does_not_fit_names_spec_nodes() -> None:
+    with pytest.raises(InvalidArgument) as err:
+        (await placer())(job(7, 8), cluster_pb2.PlacementPreference())
+    assert err.value.field == "spec.nodes"
+
+
+async def test_tasks_per_node_with_a_range_is_explained() -> None:
+    _, explanation = (await placer())(job(2, 3, tasks_per_node=1), cluster_pb2.PlacementPreference())
+    assert "starts it on 2 nodes even when 3 are free" in explanation
+    _, explicit = (await placer())(job(2, 3, tasks_per_node=1, ntasks=3), cluster_pb2.PlacementPreference())
+    assert "Note" not in explicit
