@@ -18,6 +18,7 @@ from clusterd.observability.metrics import CHECKPOINT_COMMITS, CHECKPOINT_STEP, 
 from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store.records import JobRecord, Phase
 from clusterd.store.sqlite import JobStore
+from clusterd.supervisor import array_view
 from clusterd.supervisor.cache import ClusterSnapshot
 from clusterd.supervisor.events import EventType, JobEvent
 from clusterd.supervisor.progress import ProgressReader
@@ -96,6 +97,8 @@ class Reconciler:
         settled: dict[int, _Seen] = {}
         for row in await self._store.live():
             sj = snapshot.jobs.get(row.job_id) if row.job_id else None
+            if sj is not None and sj.in_array:
+                sj = None  # an array: its tasks change under one id, so it is never skipped
             if sj is not None:
                 seen = (sj, row.updated, self._progress.reading(row.record_id).step)
                 if self._settled.get(row.record_id) == seen:
@@ -122,6 +125,9 @@ class Reconciler:
         if rec.phase is Phase.SUBMITTING:
             await self._adopt_or_fail(rec, snap)
             return
+        if rec.array:
+            await self._reconcile_array(rec, snap)
+            return
         sj = snap.jobs.get(rec.job_id)
         if sj is None:
             await self._handle_missing(rec)
@@ -138,6 +144,26 @@ class Reconciler:
             await self.finish(rec, outcome.finish)
         if outcome.kick:
             self._kick()
+
+    async def _reconcile_array(self, rec: JobRecord, snap: ClusterSnapshot) -> None:
+        """One array job: per-task state from its elements, per-task restarts, the array's end."""
+        elements = snap.arrays.get(rec.job_id, ())
+        if not elements:
+            if array_view.finished(rec):
+                await self.finish(rec, array_view.end_reason(rec))
+            else:
+                await self._handle_missing(rec)
+            return
+        self._missing.pop(rec.job_id, None)
+        previous = rec.state
+        if array_view.observe_array(rec, elements):
+            await self._store.save(rec)
+            self._events.publish(JobEvent(EventType.STATE_CHANGED, rec, previous_state=previous))
+        if await self._restarter.on_array_observed(rec, elements, snap.down_nodes):
+            self._kick()
+        if array_view.finished(rec):
+            rec.final_cause = array_view.final_cause(rec)
+            await self.finish(rec, array_view.end_reason(rec))
 
     async def _fold_progress(self, rec: JobRecord, sj: SlurmJob) -> None:
         """Follow a running job's checkpoints; publish a newer step the reader has seen."""
