@@ -1,0 +1,77 @@
+"""Job arrays through clusterd on the real stack: per-task state, ID_TASK, ``--wait`` over all tasks.
+
+``submit --array=0-3`` where task 2 exits 3: ``list`` shows the tasks, ``status ID_1`` is that
+task, ``cancel ID_3`` cancels task 3 only, and ``--wait`` ends when every task has ended, with
+the first failed task's exit code (3), as a shell sees ``sbatch --wait``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clusterctl.v1 import jobs_pb2
+
+from .conftest import Daemon, wait_for
+
+pytestmark = pytest.mark.slurm
+
+_CWD = Path("/tmp")  # alice must be able to enter the submit directory (the caller's cwd)
+_SCRIPT = 'sleep 20; if [ "$SLURM_ARRAY_TASK_ID" = 2 ]; then exit 3; fi; exit 0'
+
+
+def clusterctl(daemon: Daemon, *argv: str, cwd: Path = _CWD) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "clusterctl.cli.main", *argv], env=daemon.cli_env(), cwd=cwd,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def test_array_tasks_are_first_class(daemon: Daemon) -> None:
+    argv = [sys.executable, "-m", "clusterctl.cli.main", "submit", "--array=0-3", "-t", "2", "-D", "/tmp",
+            "-o", "/dev/null", "--parsable", "--wait", "--wrap", _SCRIPT]  # fmt: skip
+    waiter = subprocess.Popen(argv, env=daemon.cli_env(), cwd=_CWD, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert waiter.stdout is not None
+        job_id = waiter.stdout.readline().strip()
+        assert job_id.isdigit(), waiter.stderr.read() if waiter.stderr else ""
+        client = daemon.client()
+
+        def running(task: int) -> bool:
+            return client.get(f"{job_id}_{task}").state == jobs_pb2.JOB_STATE_RUNNING
+
+        wait_for(lambda: all(running(t) for t in range(4)), timeout=60, what="all four tasks running")
+        listed = clusterctl(daemon, "list", cwd=_CWD)
+        assert listed.returncode == 0, listed.stderr
+        for task in range(4):
+            assert f"{job_id}_{task}" in listed.stdout, listed.stdout
+
+        shown = clusterctl(daemon, "status", f"{job_id}_1", cwd=_CWD)
+        assert shown.returncode == 0, shown.stderr
+        assert f"{job_id}_1" in shown.stdout and "RUNNING" in shown.stdout
+        whole = clusterctl(daemon, "status", job_id, cwd=_CWD)
+        assert "Array tasks" in whole.stdout and f"{job_id}_3" in whole.stdout
+
+        cancelled = clusterctl(daemon, "cancel", f"{job_id}_3", cwd=_CWD)
+        assert cancelled.returncode == 0, cancelled.stderr
+        wait_for(lambda: client.get(f"{job_id}_3").state == jobs_pb2.JOB_STATE_CANCELLED, timeout=30,
+                 what="task 3 cancelled")  # fmt: skip
+        assert all(running(t) for t in range(3))  # the other tasks were left alone
+        assert client.get(job_id).state == jobs_pb2.JOB_STATE_RUNNING
+
+        bad = clusterctl(daemon, "status", f"{job_id}_x", cwd=_CWD)
+        assert bad.returncode == 2 and "job_id" in bad.stderr
+
+        assert waiter.wait(timeout=120) == 3, waiter.stderr.read() if waiter.stderr else ""
+        final = client.get(job_id)
+        states = {t.task_id: t.state for t in final.tasks}
+        assert states == {0: jobs_pb2.JOB_STATE_COMPLETED, 1: jobs_pb2.JOB_STATE_COMPLETED,
+                          2: jobs_pb2.JOB_STATE_FAILED, 3: jobs_pb2.JOB_STATE_CANCELLED}  # fmt: skip
+        assert final.terminal and final.state == jobs_pb2.JOB_STATE_FAILED and final.exit_code == 3
+        assert {t.task_id: t.exit_code for t in final.tasks}[2] == 3
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()
