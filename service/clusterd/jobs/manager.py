@@ -179,7 +179,7 @@ class JobManager:
         rec.submit_time = time.time()
         rec.placement_explanation = explanation
         rec.excluded_nodes = request.exclude
-        rec.array = request.array.render() if request.array else ""
+        rec.array = rec.spec.array  # persisted_spec resolved it (#SBATCH --array included)
         await self._store.save(rec)
         self._bus.publish(JobEvent(EventType.SUBMITTED, rec))
         self._poller.kick()

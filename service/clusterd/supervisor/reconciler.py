@@ -209,9 +209,13 @@ class Reconciler:
             return  # reserved an instant ago: its handler may not hold the record lock yet
         match = next((j for j in snap.jobs.values() if rec.adopts(j)), None)  # its tag AND its user
         if match is not None:
-            rec.job_id = match.job_id
+            rec.job_id = match.array_job_id or match.job_id  # any task of an array names the array
             rec.phase = Phase.SUBMITTED
-            observe(rec, match)
+            rec.array = rec.spec.array
+            if rec.array:
+                array_view.observe_array(rec, snap.arrays.get(rec.job_id, ()))
+            else:
+                observe(rec, match)
             log.info("re-adopted job %s for record %s", match.job_id, rec.record_id)
             await self._store.save(rec)
             self._events.publish(JobEvent(EventType.SUBMITTED, rec))

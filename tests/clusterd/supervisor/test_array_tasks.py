@@ -20,6 +20,7 @@ from clusterd.slurm.request import ArraySpec, JobRequest
 from clusterd.slurm.types import JobState
 from clusterd.store.records import JobRecord, Phase
 from clusterd.store.sqlite import JobStore
+from clusterd.supervisor import reconciler
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventType, JobEvent
 from clusterd.supervisor.progress import ProgressBudget, ProgressReader
@@ -159,3 +160,20 @@ async def test_list_rows_stay_compact(world: World) -> None:
     await world.cache.poll_once()
     (row,) = await world.store.list(user="alice", include_finished=True, limit=10)
     assert row.array == "0-999" and list(row.array_tasks) == [5] and row.spec.ByteSize() == 0
+
+
+async def test_a_crashed_array_submission_is_adopted_under_the_arrays_id(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by any task's tag, the record takes the array's id (not the task's own job id)."""
+    spec = jobs_pb2.JobSpec(command=["x"], array="0-1")
+    rec, _ = await world.store.reserve("alice", "req-1", spec, tasks=2)
+    request = JobRequest(script="#!/bin/sh\n", name="arr", user="alice", comment=rec.comment_tag,
+                         array=ArraySpec((0, 1)))  # fmt: skip
+    array_id = await world.slurm.submit(request)
+    world.slurm.start_task(array_id, 0, JobState.RUNNING)
+    monkeypatch.setattr(reconciler, "_ADOPT_GRACE_SECONDS", 0.0)  # the submit handler is long gone
+    await world.cache.poll_once()
+    adopted = await world.get(array_id)
+    assert adopted.record_id == rec.record_id and adopted.phase is Phase.SUBMITTED and adopted.array == "0-1"
+    assert adopted.array_tasks[0].state == JobState.RUNNING and adopted.state == JobState.RUNNING
