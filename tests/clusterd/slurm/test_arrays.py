@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from clusterd.slurm.arrays import compress, derive_state, split_task_id, task_indices
 from clusterd.slurm.parse import parse_squeue, parse_squeue_data
+from clusterd.slurm.pyslurm_backend import job_from_pyslurm
 from clusterd.slurm.request import ArraySpec
 from clusterd.slurm.types import JobState
 
@@ -91,3 +93,13 @@ def test_array_state_is_derived_from_its_tasks(states: list[JobState], want: Job
 def test_fixture_is_real_slurm_output() -> None:
     data = json.loads((FIXTURES / "squeue_array_finished.json").read_text())
     assert data["meta"]["Slurm"]["release"].startswith("22.05")
+
+
+def test_pyslurm_jobs_carry_their_array_fields() -> None:
+    def pyjob(**kw: object) -> SimpleNamespace:
+        return SimpleNamespace(id=kw.pop("id"), state="PENDING", **kw)
+
+    pending = job_from_pyslurm(pyjob(id=14, array_id=14, array_task_id=None, array_tasks_waiting="3-9%2"))
+    task = job_from_pyslurm(pyjob(id=15, array_id=14, array_task_id=1))
+    plain = job_from_pyslurm(pyjob(id=16, array_id=0))
+    assert [pending.display_id, task.display_id, plain.display_id] == ["14_[3-9%2]", "14_1", "16"]
