@@ -91,7 +91,7 @@ def array_tasks(rec: JobRecord) -> list[jobs_pb2.ArrayTask]:
         task = rec.array_tasks.get(i) or ArrayTask()
         out.append(jobs_pb2.ArrayTask(
             task_id=i, state=job_state(task.state), exit_code=task.exit_code, exit_signal=task.exit_signal,
-            nodes=list(task.nodes), has_exit_code=task.state.terminal, restart_count=task.restart_count,
+            nodes=list(task.nodes), has_exit_code=task.state.terminal, restart_count=task.restarts,
         ))  # fmt: skip
     return out
 

@@ -46,6 +46,11 @@ class ArrayTask:
     slurm_restarts: int = 0  # Slurm's restart_cnt of the task's job (a requeue shows here)
     cancelled: bool = False  # the user cancelled this task: never requeued
 
+    @property
+    def restarts(self) -> int:
+        """How often the task was started again, by the service or by Slurm (node failure)."""
+        return max(self.restart_count, self.slurm_restarts)
+
     def to_json(self) -> dict[str, object]:
         return {"state": self.state.value, "exit_code": self.exit_code, "exit_signal": self.exit_signal,
                 "nodes": list(self.nodes), "restart_count": self.restart_count,

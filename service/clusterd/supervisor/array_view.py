@@ -67,7 +67,7 @@ def derive(rec: JobRecord, reason: str = "") -> None:
     rec.nodes = tuple(dict.fromkeys(n for t in running for n in t.nodes))
     failed = first_failed(rec)
     rec.exit_code, rec.exit_signal = (failed.exit_code, failed.exit_signal) if failed else (0, 0)
-    rec.restart_count = sum(t.restart_count for t in rec.array_tasks.values())
+    rec.restart_count = sum(t.restarts for t in rec.array_tasks.values())
 
 
 def first_failed(rec: JobRecord) -> ArrayTask | None:

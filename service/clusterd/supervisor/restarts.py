@@ -103,7 +103,8 @@ class Restarter:
                 continue
             task = rec.array_tasks[sj.array_task_id]
             key = sj.display_id
-            if sj.state == JobState.PENDING and sj.reason == "BeginTime" and task.restart_count:
+            if sj.state == JobState.PENDING and sj.reason == "BeginTime" and sj.restart_count:
+                # Requeued (by us, a user or Slurm): Slurm holds it ~120 s on BeginTime; start it now.
                 if time.monotonic() - self._released_at.get(key, 0.0) >= _RELEASE_EVERY_SECONDS:
                     self._released_at[key] = time.monotonic()
                     with contextlib.suppress(SlurmError):
@@ -124,7 +125,7 @@ class Restarter:
                                  term.exit_code, prefix + decision.reason)  # fmt: skip
             task.restart_count += 1
             task.state = JobState.PENDING
-            rec.restart_count = sum(t.restart_count for t in rec.array_tasks.values())
+            rec.restart_count = sum(t.restarts for t in rec.array_tasks.values())
             await self._store.record_restart(rec, entry)  # the decision persists before it is acted on
             REQUEUES.labels(cause=term.cause.value).inc()
             log.info("job %s: task restart %d (%s)", key, task.restart_count, decision.reason)

@@ -177,3 +177,17 @@ async def test_a_crashed_array_submission_is_adopted_under_the_arrays_id(
     adopted = await world.get(array_id)
     assert adopted.record_id == rec.record_id and adopted.phase is Phase.SUBMITTED and adopted.array == "0-1"
     assert adopted.array_tasks[0].state == JobState.RUNNING and adopted.state == JobState.RUNNING
+
+
+async def test_a_requeued_task_held_on_begin_time_is_released(world: World) -> None:
+    """Slurm holds a requeued task ~120 s (BeginTime); the service starts it now, that task only."""
+    rec = await world.array("0-1", retryable_exit_codes=[7])
+    world.slurm.start_task(rec.job_id, 0, JobState.RUNNING)
+    task1 = world.slurm.start_task(rec.job_id, 1, JobState.FAILED, exit_code=7)
+    await world.cache.poll_once()
+    assert world.slurm.calls["requeue"] == 1 and world.slurm.calls["update_job"] == 0
+    world.slurm.set_state(task1, JobState.PENDING, reason="BeginTime")
+    await world.cache.poll_once()
+    assert world.slurm.calls["update_job"] == 1
+    rec = await world.get(rec.job_id)
+    assert rec.state == JobState.RUNNING and rec.array_tasks[1].state == JobState.PENDING
