@@ -75,3 +75,18 @@ def test_array_tasks_are_first_class(daemon: Daemon) -> None:
         if waiter.poll() is None:
             waiter.kill()
             waiter.wait()
+
+
+def test_a_failed_task_is_requeued_alone_within_its_own_budget(daemon: Daemon) -> None:
+    """Task 1 exits 7 (retryable, one restart): ``scontrol requeue ID_1`` runs it again, task 0 runs
+    once; the second failure spends task 1's budget and ``--wait`` exits 7."""
+    script = 'sleep 2; if [ "$SLURM_ARRAY_TASK_ID" = 1 ]; then exit 7; fi; exit 0'
+    done = clusterctl(daemon, "submit", "--array=0-1", "-t", "2", "-D", "/tmp", "-o", "/dev/null", "--parsable",
+                      "--retry-exit-code", "7", "--max-restarts", "1", "--wait", "--wrap", script)  # fmt: skip
+    assert done.returncode == 7, done.stderr
+    job_id = done.stdout.split()[0]
+    final = daemon.client().get(job_id)
+    tasks = {t.task_id: t for t in final.tasks}
+    assert tasks[0].state == jobs_pb2.JOB_STATE_COMPLETED and tasks[0].restart_count == 0
+    assert tasks[1].state == jobs_pb2.JOB_STATE_FAILED and tasks[1].restart_count == 1 and tasks[1].exit_code == 7
+    assert [r.detail.split(":")[0] for r in final.restarts] == ["task 1"]

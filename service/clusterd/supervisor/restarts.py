@@ -107,8 +107,11 @@ class Restarter:
                 # Requeued (by us, a user or Slurm): Slurm holds it ~120 s on BeginTime; start it now.
                 if time.monotonic() - self._released_at.get(key, 0.0) >= _RELEASE_EVERY_SECONDS:
                     self._released_at[key] = time.monotonic()
+                    mine = [r.time for r in rec.restarts if r.detail.startswith(f"task {sj.array_task_id}: ")]
+                    wait = max(policy.backoff_seconds, _MIN_RESTART_DELAY_SECONDS)
+                    remaining = max(0, math.ceil((mine[-1] if mine else 0.0) + wait - time.time()))
                     with contextlib.suppress(SlurmError):
-                        await self._backend.update_job(key, start_after=math.ceil(policy.backoff_seconds))
+                        await self._backend.update_job(key, start_after=remaining)
                 continue
             if not sj.state.terminal or sj.restart_count < task.restart_count:
                 continue  # still running, or our requeue has not shown up in Slurm yet
@@ -138,7 +141,8 @@ class Restarter:
         return kicked
 
     def forget(self, rec: JobRecord) -> None:
-        self._released_at.pop(rec.job_id, None)
+        for key in [k for k in self._released_at if k == rec.job_id or k.startswith(f"{rec.job_id}_")]:
+            del self._released_at[key]
         self._ended_at.pop(rec.record_id, None)
 
     def _settled_step(self, rec: JobRecord, term: Termination) -> int | None:
