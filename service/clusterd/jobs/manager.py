@@ -87,7 +87,7 @@ def _audited(method: str) -> Callable[[_Call], _Call]:
             result, error = "OK", ""
             try:
                 out = await fn(self, ident, target, *args, **kwargs)
-                job_id = (out[0] if isinstance(out, tuple) else out).job_id
+                job_id = job_id or (out[0] if isinstance(out, tuple) else out).job_id  # as named: "14_3" stays
                 return out
             except BaseException as exc:
                 result, error = status_name(exc), str(exc) if isinstance(exc, ServiceError) else ""
