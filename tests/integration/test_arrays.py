@@ -43,25 +43,29 @@ def test_array_tasks_are_first_class(daemon: Daemon) -> None:
             return client.get(f"{job_id}_{task}").state == jobs_pb2.JOB_STATE_RUNNING
 
         wait_for(lambda: all(running(t) for t in range(4)), timeout=60, what="all four tasks running")
-        listed = clusterctl(daemon, "list", cwd=_CWD)
+        listed = clusterctl(daemon, "list")
         assert listed.returncode == 0, listed.stderr
         for task in range(4):
             assert f"{job_id}_{task}" in listed.stdout, listed.stdout
 
-        shown = clusterctl(daemon, "status", f"{job_id}_1", cwd=_CWD)
+        shown = clusterctl(daemon, "status", f"{job_id}_1")
         assert shown.returncode == 0, shown.stderr
         assert f"{job_id}_1" in shown.stdout and "RUNNING" in shown.stdout
-        whole = clusterctl(daemon, "status", job_id, cwd=_CWD)
+        whole = clusterctl(daemon, "status", job_id)
         assert "Array tasks" in whole.stdout and f"{job_id}_3" in whole.stdout
+        events = client.watch([f"{job_id}_1"], include_initial=True)  # a task id follows its array
+        first = next(events)
+        events.close()
+        assert first.job.job_id == job_id and [t.task_id for t in first.job.tasks] == [0, 1, 2, 3]
 
-        cancelled = clusterctl(daemon, "cancel", f"{job_id}_3", cwd=_CWD)
+        cancelled = clusterctl(daemon, "cancel", f"{job_id}_3")
         assert cancelled.returncode == 0, cancelled.stderr
         wait_for(lambda: client.get(f"{job_id}_3").state == jobs_pb2.JOB_STATE_CANCELLED, timeout=30,
                  what="task 3 cancelled")  # fmt: skip
         assert all(running(t) for t in range(3))  # the other tasks were left alone
         assert client.get(job_id).state == jobs_pb2.JOB_STATE_RUNNING
 
-        bad = clusterctl(daemon, "status", f"{job_id}_x", cwd=_CWD)
+        bad = clusterctl(daemon, "status", f"{job_id}_x")
         assert bad.returncode == 2 and "job_id" in bad.stderr
 
         assert waiter.wait(timeout=120) == 3, waiter.stderr.read() if waiter.stderr else ""
