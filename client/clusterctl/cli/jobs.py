@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.live import Live
 
-from clusterctl.cli import render
+from clusterctl.cli import arrays, render
 from clusterctl.cli.options import ArgumentError, add_json_option, command_parent, describe_service_error
 from clusterctl.cli.values import argtype, positive_int, split_list
 from clusterctl.errors import ServiceError
@@ -46,6 +46,9 @@ def register(subparsers: Any) -> None:
         help="only jobs in this state (repeatable or comma-separated: running,pending)",
     )
     p.add_argument("--limit", metavar="N", type=argtype(positive_int), default=0, help="at most N jobs")
+    p.add_argument(
+        "--array", "-r", action="store_true", help="one row per array task (default: pending ones collapsed, as squeue)"
+    )
     add_json_option(p)
     p.set_defaults(func=list_jobs)
 
@@ -94,7 +97,7 @@ def list_jobs(args: argparse.Namespace) -> int:
     elif not jobs:
         render.console().print("No jobs." + ("" if args.finished else " (--finished shows finished ones)"))
     else:
-        render.console().print(render.jobs_table(jobs))
+        render.console().print(render.jobs_table(arrays.rows(jobs, expand=args.array)))
     return 0
 
 
@@ -115,8 +118,7 @@ def follow(client: Any, job_ids: list[str], *, until_done: bool) -> Iterator[job
             for event in client.watch(job_ids or None, include_initial=True):
                 failures = 0
                 yield event
-                if event.job.terminal:
-                    pending.discard(event.job.job_id)
+                pending -= _finished_ids(event.job, pending)
                 if until_done and not pending:
                     return
         except ServiceError as exc:
@@ -127,6 +129,26 @@ def follow(client: Any, job_ids: list[str], *, until_done: bool) -> Iterator[job
                 raise ServiceError("UNAVAILABLE", "the watch stream keeps ending; giving up")
         failures += 1
         time.sleep(min(2.0**failures / 4, 5.0))
+
+
+def _finished_ids(job: jobs_pb2.JobStatus, asked: set[str]) -> set[str]:
+    """Which of the ids asked for ``job`` names and has ended: the job, or one of its array tasks."""
+    done = set()
+    for job_id in asked:
+        parent, task = arrays.split_id(job_id)
+        if parent != job.job_id:
+            continue
+        if job.terminal or (task is not None and any(t.task_id == task and t.has_exit_code for t in job.tasks)):
+            done.add(job_id)
+    return done
+
+
+def _views(job: jobs_pb2.JobStatus, asked: list[str]) -> dict[str, jobs_pb2.JobStatus]:
+    """What ``watch`` shows for an event: the job, or each array task of it that was asked for."""
+    tasks = {t for parent, t in map(arrays.split_id, asked) if parent == job.job_id and t is not None}
+    if not tasks or job.job_id in asked:
+        return {job.job_id: job, **{f"{job.job_id}_{t}": arrays.task_view(job, t) for t in tasks}}
+    return {f"{job.job_id}_{t}": arrays.task_view(job, t) for t in tasks}
 
 
 def _job_key(job_id: str) -> tuple[int, int, str]:
@@ -161,12 +183,12 @@ def watch(args: argparse.Namespace) -> int:
     try:
         if args.json or not con.is_terminal:
             for event in follow(client, job_ids, until_done=args.until_done):
-                latest[event.job.job_id] = event.job
+                latest.update(_views(event.job, job_ids))
                 show(event)
         else:
             with Live(table(), console=con, refresh_per_second=4) as live:
                 for event in follow(client, job_ids, until_done=args.until_done):
-                    latest[event.job.job_id] = event.job
+                    latest.update(_views(event.job, job_ids))
                     live.update(table())
     except KeyboardInterrupt:
         return 0
@@ -181,7 +203,8 @@ def exit_status(job: jobs_pb2.JobStatus) -> int:
 
     128+N when a signal N ended it; its exit code when non-zero; 1 for a job that did not
     complete (FAILED, TIMEOUT, NODE_FAIL, CANCELLED, ...) without either, so a failure is never 0.
-    An array is one record: its state and exit code are what the server reports for all tasks.
+    An array's status is its tasks': COMPLETED only when every task completed, and the exit code
+    (or signal) of the first task that failed, which the server reports on the array's record.
     """
     if job.has_exit_code and job.exit_signal:
         return min(128 + job.exit_signal, 255)

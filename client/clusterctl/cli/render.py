@@ -234,8 +234,12 @@ def job_detail(job: jobs_pb2.JobStatus, *, now: float | None = None) -> Renderab
         rows.append(("Request id", job.request_id))
     for label, value in rows:
         grid.add_row(label, value if isinstance(value, Text) else Text(value))
+    parts: list[RenderableType] = [grid]
+    if len(job.tasks) > 1:  # an array (one task asked for by ID_TASK is the job itself)
+        grid.add_row("Array", Text(job.array))
+        parts += [Text(""), tasks_table(job)]
     if not job.restarts:
-        return grid
+        return Group(*parts) if len(parts) > 1 else grid
     restarts = Table(title="Restart history", title_justify="left", show_edge=False, header_style="bold")
     for column in ("#", "TIME", "CAUSE", "NODES", "EXIT", "CKPT STEP", "DETAIL"):
         restarts.add_column(column)
@@ -249,7 +253,21 @@ def job_detail(job: jobs_pb2.JobStatus, *, now: float | None = None) -> Renderab
             _step(rec.checkpoint_step),
             Text(rec.detail or "-"),
         )
-    return Group(grid, Text(""), restarts)
+    return Group(*parts, Text(""), restarts)
+
+
+def tasks_table(job: jobs_pb2.JobStatus) -> Table:
+    """The tasks of an array (``status ID``): one line per task, as squeue would show each."""
+    table = Table(title="Array tasks", title_justify="left", show_edge=False, header_style="bold")
+    for column in ("TASK", "STATE", "EXIT", "NODES", "RESTARTS"):
+        table.add_column(column, no_wrap=column != "NODES")
+    for task in job.tasks:
+        code = "-"
+        if task.has_exit_code:
+            code = f"{task.exit_code}" + (f" (signal {task.exit_signal})" if task.exit_signal else "")
+        table.add_row(f"{job.job_id}_{task.task_id}", styled_state(job_state(task.state)), code,
+                      Text(_nodes_text(task.nodes)), str(task.restart_count))  # fmt: skip
+    return table
 
 
 def submitted(response: jobs_pb2.SubmitJobResponse) -> Text:

@@ -10,7 +10,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.slurm.request import parse_time_limit
 from clusterd.slurm.types import JobState, NodeState, SlurmNode
-from clusterd.store.records import JobRecord
+from clusterd.store.records import ArrayTask, JobRecord
+from clusterd.supervisor import array_view
 from clusterd.supervisor.events import JobEvent
 
 
@@ -77,8 +78,38 @@ def job_status(rec: JobRecord, *, with_spec: bool = False) -> jobs_pb2.JobStatus
         if ts is not None:
             r.time.CopyFrom(ts)
     _sbatch_view(msg, rec)
+    if rec.array:
+        msg.array = rec.array
+        msg.tasks.extend(array_tasks(rec))
     if with_spec:
         msg.spec.CopyFrom(rec.spec)
+    return msg
+
+
+def array_tasks(rec: JobRecord) -> list[jobs_pb2.ArrayTask]:
+    """Every task of an array record in task order; those Slurm has not started are PENDING."""
+    out = []
+    for i in sorted(set(array_view.indices(rec)) | set(rec.array_tasks)):
+        task = rec.array_tasks.get(i) or ArrayTask()
+        out.append(jobs_pb2.ArrayTask(
+            task_id=i, state=job_state(task.state), exit_code=task.exit_code, exit_signal=task.exit_signal,
+            nodes=list(task.nodes), has_exit_code=task.state.terminal, restart_count=task.restarts,
+        ))  # fmt: skip
+    return out
+
+
+def task_status(rec: JobRecord, task_id: int, *, with_spec: bool = False) -> jobs_pb2.JobStatus:
+    """One array task as its own status (``ID_TASK``): the array's record narrowed to that task."""
+    msg = job_status(rec, with_spec=with_spec)
+    (task,) = [t for t in msg.tasks if t.task_id == task_id] or [jobs_pb2.ArrayTask(task_id=task_id)]
+    msg.job_id = f"{rec.job_id}_{task_id}"
+    msg.state, msg.exit_code, msg.exit_signal = task.state, task.exit_code, task.exit_signal
+    msg.has_exit_code, msg.restart_count = task.has_exit_code, task.restart_count
+    msg.nodes[:] = list(task.nodes)
+    if task.state != jobs_pb2.JOB_STATE_PENDING:
+        msg.reason = ""
+    del msg.tasks[:]
+    msg.tasks.append(task)
     return msg
 
 
@@ -114,7 +145,7 @@ def _sbatch_view(msg: jobs_pb2.JobStatus, rec: JobRecord) -> None:
     msg.working_directory = spec.working_directory
     msg.stdout_path = expand_path(spec.stdout_path, rec)
     msg.stderr_path = expand_path(spec.stderr_path, rec)
-    msg.has_exit_code = rec.terminal and bool(rec.job_id)
+    msg.has_exit_code = rec.terminal and bool(rec.job_id) and not (rec.array and not rec.array_tasks)
 
 
 def job_event(event: JobEvent) -> jobs_pb2.JobEvent:

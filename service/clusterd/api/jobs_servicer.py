@@ -10,6 +10,7 @@ from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
 from clusterd.api import convert
 from clusterd.auth.identity import Identity, current_identity
 from clusterd.jobs.manager import JobManager
+from clusterd.slurm.arrays import split_task_id
 from clusterd.store.records import JobRecord
 from clusterd.supervisor.events import EventBus, EventType, JobEvent
 
@@ -18,6 +19,14 @@ def _visible(ident: Identity, rec: JobRecord, job_ids: frozenset[str]) -> bool:
     if not ident.admin and rec.user != ident.user:
         return False
     return not job_ids or rec.job_id in job_ids
+
+
+def _status(rec: JobRecord, asked: str, *, with_spec: bool = False) -> jobs_pb2.JobStatus:
+    """The record as asked for: the whole job, or one array task for ``ID_TASK``."""
+    _, task = split_task_id(asked)  # the manager has checked the id
+    if task is None:
+        return convert.job_status(rec, with_spec=with_spec)
+    return convert.task_status(rec, task, with_spec=with_spec)
 
 
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
@@ -35,7 +44,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         self, request: jobs_pb2.GetJobRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.GetJobResponse:
         rec = await self._manager.get(current_identity(), request.job_id)
-        return jobs_pb2.GetJobResponse(job=convert.job_status(rec, with_spec=True))
+        return jobs_pb2.GetJobResponse(job=_status(rec, request.job_id, with_spec=True))
 
     async def ListJobs(
         self, request: jobs_pb2.ListJobsRequest, context: grpc.aio.ServicerContext
@@ -51,13 +60,13 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         self, request: jobs_pb2.CancelJobRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.CancelJobResponse:
         rec = await self._manager.cancel(current_identity(), request.job_id)
-        return jobs_pb2.CancelJobResponse(job=convert.job_status(rec))
+        return jobs_pb2.CancelJobResponse(job=_status(rec, request.job_id))
 
     async def RequeueJob(
         self, request: jobs_pb2.RequeueJobRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.RequeueJobResponse:
         rec = await self._manager.requeue(current_identity(), request.job_id)
-        return jobs_pb2.RequeueJobResponse(job=convert.job_status(rec))
+        return jobs_pb2.RequeueJobResponse(job=_status(rec, request.job_id))
 
     async def WatchJobs(
         self, request: jobs_pb2.WatchJobsRequest, context: grpc.aio.ServicerContext

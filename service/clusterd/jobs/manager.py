@@ -41,11 +41,13 @@ from clusterd.jobs.users import UnixUser, resolve_unix_user
 from clusterd.jobs.validate import validate_spec
 from clusterd.security.audit import AuditLog, status_name
 from clusterd.security.limits import Quotas
+from clusterd.slurm.arrays import split_task_id
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.request import ExportMode, JobRequest
 from clusterd.slurm.types import JobState
-from clusterd.store.records import JobRecord, Phase, RestartEntry
+from clusterd.store.records import ArrayTask, JobRecord, Phase, RestartEntry
 from clusterd.store.sqlite import JobStore
+from clusterd.supervisor import array_view
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventBus, EventType, JobEvent
 
@@ -59,13 +61,17 @@ _DUPLICATE_WAIT_SECONDS = 60.0
 _Call = TypeVar("_Call", bound=Callable[..., Awaitable[Any]])
 
 
-def check_job_id(value: str, field: str = "job_id") -> str:
-    """A Slurm job id as a caller sends it, or InvalidArgument naming ``field``."""
+def check_job_id(value: str, field: str = "job_id") -> tuple[str, int | None]:
+    """A Slurm job id as a caller sends it (``14`` or one array task ``14_3``): (job id, task).
+
+    Raises InvalidArgument naming ``field``.
+    """
     if not value:
         raise InvalidArgument(field, "is required")
-    if not value.isdigit() or len(value) > 20:
-        raise InvalidArgument(field, f"{value[:40]!r} is not a Slurm job id")
-    return value
+    try:
+        return split_task_id(value)
+    except ValueError as exc:
+        raise InvalidArgument(field, str(exc)) from None
 
 
 def _audited(method: str) -> Callable[[_Call], _Call]:
@@ -81,7 +87,7 @@ def _audited(method: str) -> Callable[[_Call], _Call]:
             result, error = "OK", ""
             try:
                 out = await fn(self, ident, target, *args, **kwargs)
-                job_id = (out[0] if isinstance(out, tuple) else out).job_id
+                job_id = job_id or (out[0] if isinstance(out, tuple) else out).job_id  # as named: "14_3" stays
                 return out
             except BaseException as exc:
                 result, error = status_name(exc), str(exc) if isinstance(exc, ServiceError) else ""
@@ -173,6 +179,7 @@ class JobManager:
         rec.submit_time = time.time()
         rec.placement_explanation = explanation
         rec.excluded_nodes = request.exclude
+        rec.array = rec.spec.array  # persisted_spec resolved it (#SBATCH --array included)
         await self._store.save(rec)
         self._bus.publish(JobEvent(EventType.SUBMITTED, rec))
         self._poller.kick()
@@ -207,13 +214,15 @@ class JobManager:
         ``with_spec=False``: a compact row, for callers that show status only. Raises
         InvalidArgument (malformed id), PermissionDenied (only others hold it), NotFound.
         """
-        check_job_id(job_id)
+        job_id, task = check_job_id(job_id)
         rec = await self._store.get_by_job_id(job_id, user=None if ident.admin else ident.user, with_spec=with_spec)
         if rec is None:
             rec = await self._store.get_by_job_id(job_id, with_spec=False)  # another user's, if any
             if rec is None:
                 raise NotFound(f"no job {job_id!r} was submitted through this service")
-        ident.check_owner(rec.user, f"job {job_id}")
+        ident.check_owner(rec.user, f"job {job_id}")  # an array task belongs to its array's owner
+        if task is not None and task not in set(array_view.indices(rec)) | set(rec.array_tasks):
+            raise NotFound(f"job {job_id} has no array task {task}" if rec.array else f"job {job_id} is not an array")
         return rec
 
     def watch_ids(self, job_ids: Sequence[str]) -> frozenset[str]:
@@ -221,7 +230,7 @@ class JobManager:
         most = self._config.limits.list_default_limit
         if len(job_ids) > most:
             raise InvalidArgument("job_ids", f"more than {most} ids (limits.list_default_limit)")
-        return frozenset(check_job_id(j, "job_ids") for j in job_ids)
+        return frozenset(check_job_id(j, "job_ids")[0] for j in job_ids)
 
     async def list(
         self,
@@ -260,6 +269,9 @@ class JobManager:
     @_audited("CancelJob")
     async def cancel(self, ident: Identity, job_id: str) -> JobRecord:
         rec = await self.get(ident, job_id, with_spec=False)
+        parent, task = check_job_id(job_id)
+        if task is not None:
+            return await self._cancel_task(rec, parent, task)
         if rec.terminal:
             return rec  # superseded records are terminal too: nothing to cancel, nothing sent
         async with self._store.record_lock(rec.record_id):
@@ -279,9 +291,56 @@ class JobManager:
         self._poller.kick()
         return rec
 
+    async def _cancel_task(self, rec: JobRecord, parent: str, task_id: int) -> JobRecord:
+        """``scancel ID_TASK``: that task only; it is never requeued afterwards."""
+        if rec.terminal:
+            return rec
+        async with self._store.record_lock(rec.record_id):
+            rec = await self._owned(parent, rec.record_id)
+            task = rec.array_tasks.setdefault(task_id, ArrayTask())
+            if task.state.terminal or rec.terminal:
+                return rec
+            task.cancelled = True
+            await self._store.save(rec)  # before scancel: the supervisor must never requeue it
+            try:
+                await self._backend.cancel(f"{parent}_{task_id}")
+            except SlurmError as exc:
+                task.cancelled = False
+                await self._store.save(rec)
+                raise FailedPrecondition(f"Slurm cannot cancel job {parent}_{task_id}: {exc.detail}") from exc
+        self._poller.kick()
+        return rec
+
+    async def _requeue_task(self, ident: Identity, rec: JobRecord, parent: str, task_id: int) -> JobRecord:
+        """``scontrol requeue ID_TASK``: that task runs again; the rest of the array is untouched."""
+        async with self._store.record_lock(rec.record_id):
+            rec = await self._owned(parent, rec.record_id)
+            task = rec.array_tasks.get(task_id)
+            if task is None or rec.user_cancelled or task.cancelled:
+                why = "has not started" if task is None else "was cancelled by its user"
+                raise FailedPrecondition(f"task {parent}_{task_id} {why}; nothing to requeue")
+            try:
+                await self._backend.requeue(f"{parent}_{task_id}")
+            except SlurmError as exc:
+                raise FailedPrecondition(f"Slurm cannot requeue job {parent}_{task_id}: {exc.detail}") from exc
+            entry = RestartEntry("MANUAL_REQUEUE", task.nodes, time.time(), rec.checkpoint_step, task.exit_code,
+                                 f"task {task_id}: requested by {ident.user}")  # fmt: skip
+            task.restart_count += 1
+            task.state = JobState.PENDING
+            array_view.derive(rec)
+            rec.terminal = False
+            rec.final_reason = ""
+            await self._store.record_restart(rec, entry)
+        self._bus.publish(JobEvent(EventType.RESTARTED, rec, message=entry.detail))
+        self._poller.kick()
+        return rec
+
     @_audited("RequeueJob")
     async def requeue(self, ident: Identity, job_id: str) -> JobRecord:
         rec = await self.get(ident, job_id, with_spec=False)
+        parent, task = check_job_id(job_id)
+        if task is not None:
+            return await self._requeue_task(ident, rec, parent, task)
         async with self._store.record_lock(rec.record_id):
             rec = await self._owned(job_id, rec.record_id)
             if rec.user_cancelled:

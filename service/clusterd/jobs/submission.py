@@ -77,6 +77,7 @@ def persisted_spec(spec: jobs_pb2.JobSpec, request: JobRequest) -> jobs_pb2.JobS
     out.submit_directory = request.submit_directory
     out.stdout_path = _output_path(request, request.stdout)
     out.stderr_path = _output_path(request, request.stderr) if request.stderr else ""
+    out.array = request.array.render() if request.array else ""  # an #SBATCH --array too
     if request.time_unlimited:
         out.time_limit = "UNLIMITED"
     elif request.time_limit_seconds is not None:

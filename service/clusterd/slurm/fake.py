@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from clusterd.errors import SlurmError
+from clusterd.slurm.arrays import compress, task_indices
 from clusterd.slurm.request import JobRequest
 from clusterd.slurm.types import JobState, NodeState, SlurmJob, SlurmNode, SlurmSwitch
 
@@ -57,21 +58,54 @@ class FakeSlurm:
             submit_time=time.time(),
             comment=request.comment,
             requeue=request.requeue,
+            array_job_id=job_id if request.array else "",
+            array_pending=request.array.render() if request.array else "",
         )
         return job_id
+
+    def start_task(self, array_id: str, task: int, state: JobState = JobState.RUNNING, **changes: object) -> str:
+        """Start one pending task of an array as squeue shows it: its own job id, out of the pending
+        range; the last task takes the array's own id (as Slurm does). Returns the task's job id."""
+        pending = self.jobs[array_id]
+        left = [i for i in task_indices(pending.array_pending) if i != task]
+        limit = pending.array_pending.partition("%")[2]
+        job_id = array_id if not left else str(next(self._ids))
+        if left:
+            self.jobs[array_id] = replace(pending, array_pending=compress(left) + (f"%{limit}" if limit else ""))
+        self.jobs[job_id] = replace(pending, job_id=job_id, array_task_id=task, array_pending="", state=state,
+                                    **changes)  # type: ignore[arg-type]  # fmt: skip
+        return job_id
+
+    def task(self, array_id: str, task: int) -> str:
+        """The Slurm job id that array task ``array_id``_``task`` runs under now."""
+        return next(j.job_id for j in self.jobs.values() if j.array_job_id == array_id and j.array_task_id == task)
+
+    def _resolve(self, job_id: str) -> list[str]:
+        """``A_T`` -> that task's job id; ``A`` -> every element of array A (or the plain job)."""
+        parent, _, task = job_id.partition("_")
+        if task:
+            return [self.task(parent, int(task))]
+        return [j.job_id for j in self.jobs.values() if j.array_job_id == parent] or [job_id]
 
     def set_state(self, job_id: str, state: JobState, **changes: object) -> None:
         self.jobs[job_id] = replace(self.jobs[job_id], state=state, **changes)  # type: ignore[arg-type]
 
     async def cancel(self, job_id: str) -> None:
         self.calls["cancel"] += 1
-        if job_id in self.jobs:
-            self.set_state(job_id, JobState.CANCELLED)
+        parent, _, task = job_id.partition("_")
+        pending = self.jobs.get(parent)
+        if task and pending and int(task) in task_indices(pending.array_pending):  # scancel splits it out
+            self.start_task(parent, int(task), JobState.CANCELLED)
+            return
+        for one in self._resolve(job_id):
+            if one in self.jobs:
+                self.set_state(one, JobState.CANCELLED)
 
     async def requeue(self, job_id: str) -> None:
         self.calls["requeue"] += 1
-        job = self.jobs[job_id]
-        self.jobs[job_id] = replace(job, state=JobState.PENDING, restart_count=job.restart_count + 1)
+        for one in self._resolve(job_id):
+            job = self.jobs[one]
+            self.jobs[one] = replace(job, state=JobState.PENDING, restart_count=job.restart_count + 1)
 
     async def update_job(
         self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_after: int | None = None

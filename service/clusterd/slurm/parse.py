@@ -141,9 +141,28 @@ def _exit(raw: Any) -> tuple[int, int]:
     return (status >> 8) & 0xFF, status & 0x7F
 
 
+def _array(j: dict[str, Any]) -> tuple[str, int | None, str]:
+    """(array id, task id, pending task string) of an array element; ("", None, "") otherwise.
+
+    22.05 prints ``array_job_id`` 0 for plain jobs and ``array_task_id`` null on the pending
+    range; newer Slurm wraps both in ``{"set", "number"}`` (unset on plain jobs).
+    """
+    array_id = _number(j.get("array_job_id")) or 0
+    if not array_id:
+        return "", None, ""
+    task = j.get("array_task_id")
+    task_id = _number(task) if task is not None else None
+    pending = _text(j.get("array_task_string")) if task_id is None else ""
+    return str(array_id), task_id, pending
+
+
 def _job(j: dict[str, Any]) -> SlurmJob:
     code, sig = _exit(j.get("exit_code"))
+    array_id, task_id, pending = _array(j)
     return SlurmJob(
+        array_job_id=array_id,
+        array_task_id=task_id,
+        array_pending=pending,
         job_id=str(_number(j["job_id"]) if isinstance(j["job_id"], dict) else j["job_id"]),
         name=_text(j.get("name")),
         user=_text(j.get("user_name")),

@@ -22,7 +22,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from clusterd.config import SlurmConfig
 from clusterd.errors import SlurmError, SlurmUnavailable, says_unavailable
@@ -31,6 +31,9 @@ from clusterd.slurm import parse
 from clusterd.slurm.request import ExportMode, JobRequest
 from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch
 from clusterd.slurm.version import SlurmVersion, SlurmVersionError
+
+if TYPE_CHECKING:
+    from clusterd.slurm.commands import CommandsBackend
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +192,19 @@ def job_from_pyslurm(job: Any) -> SlurmJob:
         requeue=bool(getattr(job, "is_requeueable", False)),
         comment=str(getattr(job, "comment", "") or ""),
         batch_host=str(getattr(job, "batch_host", "") or ""),
+        **_array_fields(job),
     )
+
+
+def _array_fields(job: Any) -> dict[str, Any]:
+    """pyslurm's ``array_id``/``array_task_id``/``array_tasks_waiting`` as SlurmJob's array fields."""
+    array_id = _int(getattr(job, "array_id", 0))
+    if not array_id:
+        return {}
+    task = getattr(job, "array_task_id", None)
+    pending = str(getattr(job, "array_tasks_waiting", "") or "") if task is None else ""
+    return {"array_job_id": str(array_id), "array_task_id": None if task is None else _int(task),
+            "array_pending": pending}  # fmt: skip
 
 
 def _gres_gpus(gres: Any) -> int:
@@ -321,10 +336,21 @@ class PyslurmBackend:
         return await self._call("submit", submit)
 
     async def cancel(self, job_id: str) -> None:
+        if "_" in job_id:  # one array task: pyslurm's Job takes whole-job ids only
+            await self._commands().cancel(job_id)
+            return
         await self._call("cancel", lambda: self._pyslurm.Job(int(job_id)).cancel())
 
     async def requeue(self, job_id: str) -> None:
+        if "_" in job_id:
+            await self._commands().requeue(job_id)
+            return
         await self._call("requeue", lambda: self._pyslurm.Job(int(job_id)).requeue())
+
+    def _commands(self) -> CommandsBackend:
+        from clusterd.slurm.commands import CommandsBackend
+
+        return CommandsBackend(self._config)
 
     async def update_job(
         self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_after: int | None = None
@@ -355,9 +381,7 @@ class PyslurmBackend:
         return await self._call("list nodes", load)
 
     async def topology(self) -> list[SlurmSwitch]:
-        from clusterd.slurm.commands import CommandsBackend
-
-        return await CommandsBackend(self._config).topology()
+        return await self._commands().topology()
 
     async def partitions(self) -> list[str]:
         def load() -> list[str]:

@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from clusterd.slurm.arrays import compress
+
 _TIME_RE = re.compile(
     r"^(?:(?P<d>[0-9]+)-(?P<dh>[0-9]+)(?::(?P<dm>[0-9]+)(?::(?P<ds>[0-9]+))?)?"
     r"|(?P<h>[0-9]+):(?P<hm>[0-9]+):(?P<hs>[0-9]+)|(?P<m>[0-9]+)(?::(?P<ms>[0-9]+))?)\Z"
@@ -73,18 +75,7 @@ class ArraySpec:
 
     def render(self) -> str:
         """Ranges re-compressed (``0-3,7``) plus ``%N``: Slurm's own syntax."""
-        parts: list[str] = []
-        start = prev = None
-        for i in self.indices:
-            if prev is not None and i == prev + 1:
-                prev = i
-                continue
-            if start is not None:
-                parts.append(str(start) if start == prev else f"{start}-{prev}")
-            start = prev = i
-        if start is not None:
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-        text = ",".join(parts)
+        text = compress(self.indices)
         return f"{text}%{self.max_running}" if self.max_running else text
 
 

@@ -77,9 +77,10 @@ def _error(command: str, status: int | None, text: str, *, unavailable: bool = F
 
 
 def _check_job_id(command: str, job_id: str) -> str:
-    """Job ids go into URL paths: digits only, so nothing can reach another endpoint."""
-    if not job_id.isdigit():
-        raise _error(command, None, f"invalid job id {job_id!r}: expected digits")
+    """Job ids go into URL paths: digits (or one array task, digits_digits), so nothing can reach
+    another endpoint."""
+    if not job_id.replace("_", "", 1).isdigit() or job_id.startswith("_") or job_id.endswith("_"):
+        raise _error(command, None, f"invalid job id {job_id!r}: expected N or N_TASK")
     return job_id
 
 

@@ -118,3 +118,22 @@ class SlurmJob:
     requeue: bool = False
     comment: str = ""  # carries the service's record tag, to re-adopt jobs after a crash
     batch_host: str = ""
+    # Array elements: squeue lists each started task as its own job (its own job_id, the array's
+    # id in array_job_id) and the tasks not started yet as one record on the array's id whose
+    # array_pending is Slurm's task string ("4-9%2"). The array's last task takes the array's id.
+    array_job_id: str = ""
+    array_task_id: int | None = None
+    array_pending: str = ""
+
+    @property
+    def in_array(self) -> bool:
+        return bool(self.array_job_id)
+
+    @property
+    def display_id(self) -> str:
+        """squeue's JOBID column: ``14``, ``14_3``, or ``14_[4-9%2]`` for the pending range."""
+        if not self.array_job_id:
+            return self.job_id
+        if self.array_task_id is not None:
+            return f"{self.array_job_id}_{self.array_task_id}"
+        return f"{self.array_job_id}_[{self.array_pending}]"

@@ -6,6 +6,7 @@ import enum
 import os
 import pwd
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from clusterctl.v1 import jobs_pb2
 from clusterd.slurm.types import JobState, SlurmJob
@@ -33,6 +34,35 @@ class RestartEntry:
     detail: str = ""
     nodes_before: int = 0  # nodes of the run that ended (0: unknown)
     nodes_after: int = 0  # nodes of the next run, once it started (0: not yet)
+
+
+@dataclass
+class ArrayTask:
+    """One task of an array job, as the poller last saw it (kept after Slurm forgets it)."""
+
+    state: JobState = JobState.PENDING
+    exit_code: int = 0
+    exit_signal: int = 0
+    nodes: tuple[str, ...] = ()
+    restart_count: int = 0  # requeues the service made of this task alone
+    slurm_restarts: int = 0  # Slurm's restart_cnt of the task's job (a requeue shows here)
+    cancelled: bool = False  # the user cancelled this task: never requeued
+
+    @property
+    def restarts(self) -> int:
+        """How often the task was started again, by the service or by Slurm (node failure)."""
+        return max(self.restart_count, self.slurm_restarts)
+
+    def to_json(self) -> dict[str, object]:
+        return {"state": self.state.value, "exit_code": self.exit_code, "exit_signal": self.exit_signal,
+                "nodes": list(self.nodes), "restart_count": self.restart_count,
+                "slurm_restarts": self.slurm_restarts, "cancelled": self.cancelled}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ArrayTask:
+        return cls(JobState(data.get("state", "PENDING")), int(data.get("exit_code", 0)),
+                   int(data.get("exit_signal", 0)), tuple(data.get("nodes", ())), int(data.get("restart_count", 0)),
+                   int(data.get("slurm_restarts", 0)), bool(data.get("cancelled", False)))  # fmt: skip
 
 
 @dataclass
@@ -71,10 +101,13 @@ class JobRecord:
     # Slurm gave this record's job id to a newer job (slurmctld lost its state): the record is
     # frozen and terminal, and nothing may act on the Slurm id on its behalf.
     superseded: bool = False
+    array: str = ""  # --array as Slurm took it ("0-9%2"); empty for a plain job
+    array_tasks: dict[int, ArrayTask] = field(default_factory=dict)  # task id -> its last seen state
 
     def snapshot(self) -> JobRecord:
         """A copy that later updates of this record cannot change (events carry these)."""
-        return replace(self, restarts=list(self.restarts))
+        tasks = {i: replace(t) for i, t in self.array_tasks.items()}
+        return replace(self, restarts=list(self.restarts), array_tasks=tasks)
 
     @property
     def comment_tag(self) -> str:

@@ -28,14 +28,14 @@ from typing import Any
 from clusterctl.v1 import jobs_pb2
 from clusterd.slurm.types import JobState
 from clusterd.store import bounds, schema
-from clusterd.store.records import JobRecord, Phase, RestartEntry
+from clusterd.store.records import ArrayTask, JobRecord, Phase, RestartEntry
 
 # Observed fields kept as one JSON column: they change together on every poll.
 _OBSERVED = (
     "name", "reason", "nodes", "partition", "exit_code", "exit_signal", "submit_time", "start_time",
     "end_time", "restart_count", "final_reason", "checkpoint_step", "excluded_nodes",
     "placement_explanation", "error", "user_cancelled", "acked_restarts", "final_cause",
-    "needs_release", "backoff_seconds",
+    "needs_release", "backoff_seconds", "array", "array_tasks",
 )  # fmt: skip
 _ROW = "jobs.record_id, user, request_id, job_id, phase, terminal, superseded, state, tasks, created, observed"
 _FINISHED = "(terminal != 0 OR phase = 'failed')"
@@ -46,6 +46,8 @@ def _observed_json(rec: JobRecord) -> str:
     data: dict[str, Any] = {}
     for name in _OBSERVED:
         value = getattr(rec, name)
+        if name == "array_tasks":
+            value = {str(i): t.to_json() for i, t in sorted(value.items())}
         data[name] = list(value) if isinstance(value, tuple) else value
     return json.dumps(data, sort_keys=True)
 
@@ -116,7 +118,9 @@ class JobStore:
                 restarts=restarts[row["record_id"]],
             )  # fmt: skip
             for name, value in json.loads(row["observed"]).items():
-                if name in _OBSERVED:
+                if name == "array_tasks":
+                    rec.array_tasks = {int(i): ArrayTask.from_json(t) for i, t in value.items()}
+                elif name in _OBSERVED:
                     setattr(rec, name, tuple(value) if name in ("nodes", "excluded_nodes") else value)
             rec.state = JobState(row["state"])
             out.append(rec)

@@ -10,6 +10,7 @@ the store or of restarts: the reconciler is one of its subscribers.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -37,6 +38,15 @@ class ClusterSnapshot:
     nodes: tuple[SlurmNode, ...]
     switches: tuple[SlurmSwitch, ...]
     time: float
+
+    @functools.cached_property
+    def arrays(self) -> dict[str, tuple[SlurmJob, ...]]:
+        """Array id -> its elements in this poll (started tasks and the pending range record)."""
+        out: dict[str, list[SlurmJob]] = {}
+        for job in self.jobs.values():
+            if job.array_job_id:
+                out.setdefault(job.array_job_id, []).append(job)
+        return {k: tuple(v) for k, v in out.items()}
 
     @property
     def partitions(self) -> frozenset[str]:

@@ -18,6 +18,7 @@ from clusterd.observability.metrics import CHECKPOINT_COMMITS, CHECKPOINT_STEP, 
 from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store.records import JobRecord, Phase
 from clusterd.store.sqlite import JobStore
+from clusterd.supervisor import array_view
 from clusterd.supervisor.cache import ClusterSnapshot
 from clusterd.supervisor.events import EventType, JobEvent
 from clusterd.supervisor.progress import ProgressReader
@@ -119,6 +120,8 @@ class Reconciler:
         settled: dict[int, _Seen] = {}
         for row in await self._store.live():
             sj = snapshot.jobs.get(row.job_id) if row.job_id else None  # settled only if it was adopted
+            if sj is not None and sj.in_array:
+                sj = None  # an array: its tasks change under one id, so it is never skipped
             if sj is not None:
                 seen = (sj, row.updated, self._progress.reading(row.record_id).step)
                 if self._settled.get(row.record_id) == seen:
@@ -145,6 +148,9 @@ class Reconciler:
         if rec.phase is Phase.SUBMITTING:
             await self._adopt_or_fail(rec, snap)
             return
+        if rec.array:
+            await self._reconcile_array(rec, snap)
+            return
         sj = job_of(rec, snap)
         if sj is None:
             await self._handle_missing(rec)
@@ -161,6 +167,26 @@ class Reconciler:
             await self.finish(rec, outcome.finish)
         if outcome.kick:
             self._kick()
+
+    async def _reconcile_array(self, rec: JobRecord, snap: ClusterSnapshot) -> None:
+        """One array job: per-task state from its elements, per-task restarts, the array's end."""
+        elements = tuple(j for j in snap.arrays.get(rec.job_id, ()) if rec.adopts(j))  # a reused id: not ours
+        if not elements:
+            if array_view.finished(rec):
+                await self.finish(rec, array_view.end_reason(rec))
+            else:
+                await self._handle_missing(rec)
+            return
+        self._missing.pop(rec.job_id, None)
+        previous = rec.state
+        if array_view.observe_array(rec, elements):
+            await self._store.save(rec)
+            self._events.publish(JobEvent(EventType.STATE_CHANGED, rec, previous_state=previous))
+        if await self._restarter.on_array_observed(rec, elements, snap.down_nodes):
+            self._kick()
+        if array_view.finished(rec):
+            rec.final_cause = array_view.final_cause(rec)
+            await self.finish(rec, array_view.end_reason(rec))
 
     async def _fold_progress(self, rec: JobRecord, sj: SlurmJob) -> None:
         """Follow a running job's checkpoints; publish a newer step the reader has seen."""
@@ -206,9 +232,13 @@ class Reconciler:
             return  # reserved an instant ago: its handler may not hold the record lock yet
         match = next((j for j in snap.jobs.values() if rec.adopts(j)), None)  # its tag AND its user
         if match is not None:
-            rec.job_id = match.job_id
+            rec.job_id = match.array_job_id or match.job_id  # any task of an array names the array
             rec.phase = Phase.SUBMITTED
-            observe(rec, match)
+            rec.array = rec.spec.array
+            if rec.array:
+                array_view.observe_array(rec, snap.arrays.get(rec.job_id, ()))
+            else:
+                observe(rec, match)
             log.info("re-adopted job %s for record %s", match.job_id, rec.record_id)
             await self._store.save(rec)
             self._events.publish(JobEvent(EventType.SUBMITTED, rec))

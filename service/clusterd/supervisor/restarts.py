@@ -9,6 +9,7 @@ returned :class:`Outcome` (finishing the record, polling again soon).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -102,8 +103,60 @@ class Restarter:
             return Outcome(kick=True)
         return await self._stop(rec, term, decision)
 
+    async def on_array_observed(self, rec: JobRecord, elements: tuple[SlurmJob, ...], down: frozenset[str]) -> bool:
+        """The policy per task: a task that ended badly is requeued alone (``scontrol requeue A_T``).
+
+        Each task has its own budget: the restarts recorded for it (``task T: ...`` entries) and
+        its own requeue count, compared with Slurm's restart count of the task's job so that a
+        decision is made once. Returns whether a requeue was sent (poll again soon).
+        """
+        kicked = False
+        policy = effective_policy(rec.spec.restart_policy, self._defaults)
+        for sj in elements:
+            if sj.array_task_id is None or sj.array_task_id not in rec.array_tasks:
+                continue
+            task = rec.array_tasks[sj.array_task_id]
+            key = sj.display_id
+            if sj.state == JobState.PENDING and sj.reason == "BeginTime" and sj.restart_count:
+                # Requeued (by us, a user or Slurm): Slurm holds it ~120 s on BeginTime; start it now.
+                if time.monotonic() - self._released_at.get(key, 0.0) >= _RELEASE_EVERY_SECONDS:
+                    self._released_at[key] = time.monotonic()
+                    mine = [r.time for r in rec.restarts if r.detail.startswith(f"task {sj.array_task_id}: ")]
+                    wait = max(policy.backoff_seconds, _MIN_RESTART_DELAY_SECONDS)
+                    remaining = max(0, math.ceil((mine[-1] if mine else 0.0) + wait - time.time()))
+                    with contextlib.suppress(SlurmError):
+                        await self._backend.update_job(key, start_after=remaining)
+                continue
+            if not sj.state.terminal or sj.restart_count < task.restart_count:
+                continue  # still running, or our requeue has not shown up in Slurm yet
+            prefix = f"task {sj.array_task_id}: "
+            view = replace(rec, user_cancelled=rec.user_cancelled or task.cancelled, acked_restarts=task.restart_count,
+                           restarts=[r for r in rec.restarts if r.detail.startswith(prefix)])  # fmt: skip
+            term = classify(view, task.nodes, sj, down)
+            if term is None or term.cause in (Cause.COMPLETED, Cause.CANCELLED):
+                continue
+            decision = decide(term, policy, view, rec.checkpoint_step)
+            if not decision.requeue:
+                continue
+            entry = RestartEntry(term.cause.value, term.failed_nodes, time.time(), rec.checkpoint_step,
+                                 term.exit_code, prefix + decision.reason)  # fmt: skip
+            task.restart_count += 1
+            task.state = JobState.PENDING
+            rec.restart_count = sum(t.restarts for t in rec.array_tasks.values())
+            await self._store.record_restart(rec, entry)  # the decision persists before it is acted on
+            REQUEUES.labels(cause=term.cause.value).inc()
+            log.info("job %s: task restart %d (%s)", key, task.restart_count, decision.reason)
+            try:
+                await self._backend.requeue(key)
+            except SlurmError as exc:
+                log.warning("job %s: scontrol requeue failed (%s)", key, exc)
+            self._events.publish(JobEvent(EventType.RESTARTED, rec, message=entry.detail))
+            kicked = True
+        return kicked
+
     def forget(self, rec: JobRecord) -> None:
-        self._released_at.pop(rec.job_id, None)
+        for key in [k for k in self._released_at if k == rec.job_id or k.startswith(f"{rec.job_id}_")]:
+            del self._released_at[key]
         self._ended_at.pop(rec.record_id, None)
         self._ending.pop(rec.record_id, None)
 
