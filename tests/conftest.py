@@ -9,11 +9,13 @@ the stack's demo service. Without a stack these skip, unless CLUSTERCTL_REQUIRE_
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.support.daemon import Daemon
 from tests.support.stack import Stack, load_stack
+from tests.support.users import user_dir
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +29,10 @@ def daemon(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[D
     d.start()
     yield d
     d.stop()
+
+
+@pytest.fixture
+def alice_dir() -> Iterator[Path]:
+    """A directory of alice's own (the stack's default token user), as her submit directory would be."""
+    with user_dir("alice") as path:
+        yield path

@@ -15,6 +15,7 @@ service's listen address and its jobs' PATH come from ``CLUSTERD_*`` variables (
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -52,6 +53,10 @@ class Sandbox:
         self.root.chmod(0o755)
         self.work = self.root / "work"
         self.work.mkdir(mode=0o755)
+        # The user's guide runs from alice's own directory, as she would: the job writes its
+        # slurm-%j.out there, with her rights (as under sbatch).
+        alice = pwd.getpwnam("alice")
+        os.chown(self.work, alice.pw_uid, alice.pw_gid)
         self.port, self.metrics_port = free_port(), free_port()
         src = self.root / "opt" / "clusterd" / "src"
         listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import pytest
 from clusterctl.v1 import jobs_pb2
 from tests.support.daemon import Daemon
 from tests.support.stack import Stack
+from tests.support.users import user_dir
 from tests.support.wait import wait_for
 
 PROBE = (
@@ -31,14 +30,13 @@ DEFAULT_OUT = "#!/bin/bash\n#SBATCH -t 2\n#SBATCH --array=0-1\necho task=$SLURM_
 
 @pytest.fixture
 def alice_dirs() -> Iterator[tuple[Path, Path]]:
-    entry = pwd.getpwnam("alice")
-    root = Path(entry.pw_dir) / f"parity-{uuid.uuid4().hex[:8]}"
-    dirs = (root / "sbatch", root / "clusterd")
-    for d in (root, *dirs):
-        d.mkdir(mode=0o755)
-        os.chown(d, entry.pw_uid, entry.pw_gid)
-    yield dirs
-    shutil.rmtree(root, ignore_errors=True)
+    with user_dir("alice", "parity") as root:
+        entry = pwd.getpwnam("alice")
+        dirs = (root / "sbatch", root / "clusterd")
+        for d in dirs:
+            d.mkdir(mode=0o755)
+            os.chown(d, entry.pw_uid, entry.pw_gid)
+        yield dirs
 
 
 def sbatch_as_alice(stack: Stack, cwd: Path, script_path: Path, env: dict[str, str]) -> str:

@@ -6,11 +6,8 @@ metrics, not Slurm's global counters that other users move); an accepted job run
 
 from __future__ import annotations
 
-import os
 import pwd
-import shutil
 import uuid
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -59,17 +56,6 @@ def test_hostile_directive_is_refused_by_line_and_nothing_submitted(daemon: Daem
     assert info.value.code_name == "INVALID_ARGUMENT"
     assert "script line 4" in info.value.message and needle in info.value.message, info.value.message
     assert sbatch_calls(daemon) == before, "a refused script reached sbatch"
-
-
-@pytest.fixture
-def alice_dir() -> Iterator[Path]:
-    """A directory of alice's own, as the CLI's submit directory would be."""
-    entry = pwd.getpwnam("alice")
-    path = Path(entry.pw_dir) / f"seam-{uuid.uuid4().hex[:8]}"
-    path.mkdir(mode=0o755)
-    os.chown(path, entry.pw_uid, entry.pw_gid)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_job_runs_as_the_caller_in_its_submit_directory(daemon: Daemon, alice_dir: Path) -> None:
