@@ -102,6 +102,15 @@ def _audited(method: str) -> Callable[[_Call], _Call]:
     return wrap
 
 
+def _user_and_directories(name: str, request: JobRequest, config: Config) -> tuple[UnixUser, JobRequest]:
+    """The caller's Unix account and the request's directories settled with its rights (blocking)."""
+    unix_user = resolve_unix_user(name)
+    try:
+        return unix_user, settle_directories(request, unix_user, config.slurm.job_root)
+    except OSError as exc:
+        raise FailedPrecondition(f"cannot create the job directory for {unix_user.name}: {exc}") from exc
+
+
 class JobManager:
     def __init__(
         self,
@@ -132,11 +141,8 @@ class JobManager:
         """Returns (record, duplicate). Raises InvalidArgument before anything reaches Slurm."""
         request = validate_spec(spec, self._poller.facts(), self._config.limits)
         request, explanation = self._placer(request, spec.placement)
-        unix_user = await asyncio.to_thread(resolve_unix_user, ident.user)
-        try:
-            request = await asyncio.to_thread(settle_directories, request, unix_user, self._config.slurm.job_root)
-        except OSError as exc:
-            raise FailedPrecondition(f"cannot create the job directory for {unix_user.name}: {exc}") from exc
+        # One worker-thread hop for both blocking steps: each hop is a wake-up the submit waits for.
+        unix_user, request = await asyncio.to_thread(_user_and_directories, ident.user, request, self._config)
         request = with_signal(request, spec, self._config.slurm.signal_before_timeout_seconds)
         stored = persisted_spec(spec, request)
         rec, created = await self._quotas.reserve_submit(ident.user, stored, tasks=request.task_count)
