@@ -12,18 +12,21 @@ source "$env_file"
 
 run="demo-$(date +%Y%m%d-%H%M%S)"
 uri="s3://$CLUSTERCTL_BUCKET/$run"
+# Submit from a directory of alice's, as she would: like sbatch, the job runs there with her rights,
+# sees this shell's environment (the S3 settings sourced above, PATH) and writes its output there.
+workdir="$CLUSTERCTL_STACK_DIR/jobs/alice"
+install -d -o alice -g alice -m 0755 "$workdir"
 echo
 echo "== submitting a 2-node training job as alice (checkpoints to $uri)"
-clusterctl submit --job-name "$run" -N 2 --gpus-per-node 1 -t 10 --checkpoint-uri "$uri" \
-    --export-env AWS_ENDPOINT_URL --export-env AWS_ACCESS_KEY_ID --export-env AWS_SECRET_ACCESS_KEY \
-    --export-env AWS_REGION --wait \
-    -- python3 "$CLUSTERCTL_EXAMPLES/train.py" --steps 200 --every 20 --step-seconds 0.02
+# The job's python3 is the job environment's (numpy, clusterctl), as a user's activated venv would be.
+(cd "$workdir" && PATH="$(dirname "$CLUSTERCTL_JOB_PYTHON"):$PATH" clusterctl submit --job-name "$run" -N 2 --gpus-per-node 1 -t 10 --checkpoint-uri "$uri" \
+    -o "%x-%j.out" --wait -- python3 "$CLUSTERCTL_EXAMPLES/train.py" --steps 200 --every 20 --step-seconds 0.02)
 echo
 echo "== checkpoints"
 clusterctl checkpoints list "$uri"
 echo
-echo "== the job's log: $CLUSTERCTL_STACK_DIR/jobs/alice/$run-*.out"
-tail -n 3 "$CLUSTERCTL_STACK_DIR"/jobs/alice/"$run"-*.out
+echo "== the job's log: $workdir/$run-*.out"
+tail -n 3 "$workdir/$run"-*.out
 echo
 echo "== clusterd's metrics ($CLUSTERCTL_METRICS)"
 curl -s "$CLUSTERCTL_METRICS" | grep -E '^clusterd_(rpcs_total|slurm_calls_total|queue_poll_latency_seconds_count)' | head -n 8

@@ -16,6 +16,7 @@ when the certificate would map: an explicit credential that fails is never silen
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -169,8 +170,11 @@ class _Bound:
         self._tokens = (set_identity(self._ident), bind_origin(self._origin))
 
     def __exit__(self, *exc: object) -> None:
-        reset_identity(self._tokens[0])
-        unbind_origin(self._tokens[1])
+        # A stream whose caller went away is closed by the event loop's async-generator finalizer,
+        # in another context than the one the variables were set in: nothing is left to reset there.
+        with contextlib.suppress(ValueError):
+            reset_identity(self._tokens[0])
+            unbind_origin(self._tokens[1])
 
 
 def _label(method: str) -> str:
@@ -200,12 +204,13 @@ class _Call:
             code.name,
             extra={"code": code.name, "duration_ms": round(seconds * 1000, 2), "caller": ident.user if ident else None},
         )
-        request_context.unbind(self._tokens)
+        with contextlib.suppress(ValueError):  # closed from another context: see _Bound.__exit__
+            request_context.unbind(self._tokens)
 
 
 def _code_of(context: grpc.aio.ServicerContext, exc: BaseException) -> grpc.StatusCode:
     """The status an unexpected exit ends with: a servicer's own abort, a disconnect, or a crash."""
-    if isinstance(exc, asyncio.CancelledError):
+    if isinstance(exc, asyncio.CancelledError | GeneratorExit):  # GeneratorExit: a stream's caller left
         return grpc.StatusCode.CANCELLED
     code = context.code() if hasattr(context, "code") else None
     return code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
