@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from clusterctl.v1 import jobs_pb2
-
-from .conftest import Daemon, wait_for
+from tests.support.daemon import Daemon
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slurm
 

@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from clusterctl.v1 import cluster_pb2, jobs_pb2
-
-from .conftest import Daemon, Stack, wait_for
+from tests.support.daemon import Daemon
+from tests.support.stack import Stack
+from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
