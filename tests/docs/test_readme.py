@@ -70,6 +70,9 @@ class Sandbox:
         (self.root / "etc").mkdir()
         (self.root / "var" / "lib").mkdir(parents=True)
         job_python = Path(stack.env["CLUSTERCTL_JOB_PYTHON"])
+        # The user's Python: a client install alice can run (the operator's venv under this root-made
+        # tree links to root's interpreter). Like sbatch, the job inherits the user's PATH.
+        self.user_bin = job_python.parent
         aws = {k: v for k, v in stack.env.items() if k.startswith("AWS_")}
         self.env = {
             **stack.slurm_env(),
@@ -121,7 +124,7 @@ def test_operator_then_user_examples_work_as_written(sandbox: Sandbox) -> None:
     try:
         user_env = {
             **sandbox.env,
-            "PATH": f"{venv}:{os.environ['PATH']}",
+            "PATH": f"{sandbox.user_bin}:{venv}:{os.environ['PATH']}",
             "CLUSTERCTL_ADDR": f"localhost:{sandbox.port}",
             "CLUSTERCTL_TOKEN": (sandbox.work / "alice.token").read_text().strip(),
             "CLUSTERCTL_CA": str(etc / "tls.crt"),
