@@ -106,7 +106,9 @@ async def test_a_crashing_subscriber_is_logged_and_leaves_slurm_healthy(caplog: 
     stop = asyncio.Event()
     with caplog.at_level(logging.ERROR, "clusterd.supervisor.cache"):
         task = asyncio.create_task(cache.run(stop))
-        while not after.snapshots:
+        for _ in range(500):
+            if after.snapshots:
+                break
             await asyncio.sleep(0.01)
         stop.set()
         await task
