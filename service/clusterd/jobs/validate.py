@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from posixpath import normpath
 from typing import Any, TypeVar
 
@@ -21,6 +20,7 @@ from clusterd.jobs import values
 from clusterd.jobs.directives import Directive, DirectiveError, neutralise, parse_directives
 from clusterd.jobs.script import command_script
 from clusterd.slurm.request import Export, ExportMode, JobRequest
+from clusterd.slurm.types import ClusterFacts
 
 T = TypeVar("T")
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}\Z")  # partitions, accounts, qos, node names, features
@@ -36,15 +36,6 @@ _MAX_CPUS = 4096
 _MAX_MEMORY_MB = 64 << 20  # 64 TiB
 _MAX_RESTARTS = 1000
 _MAX_WAIT_SECONDS = 7 * 24 * 3600
-
-
-@dataclass(frozen=True)
-class ClusterFacts:
-    """What validation needs to know about the cluster (from the poller's cache)."""
-
-    partitions: frozenset[str]
-    nodes: frozenset[str]
-    default_partition: str = ""
 
 
 def _has_control(text: str) -> bool:

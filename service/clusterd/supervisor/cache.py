@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from clusterd.errors import SlurmError
-from clusterd.jobs.validate import ClusterFacts
 from clusterd.observability.metrics import POLL_LATENCY
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.topology_text import TopologyParseError
-from clusterd.slurm.types import NodeState, SlurmJob, SlurmNode, SlurmSwitch
+from clusterd.slurm.types import ClusterFacts, NodeState, SlurmJob, SlurmNode, SlurmSwitch
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,10 @@ from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.jobs.directives import parse_directives
 from clusterd.jobs.script import command_script, inject_environment, job_environment
-from clusterd.jobs.validate import ClusterFacts, validate_spec
+from clusterd.jobs.validate import validate_spec
 from clusterd.slurm.argv import sbatch_argv, update_job_argv
 from clusterd.slurm.request import JobRequest, Switches
+from clusterd.slurm.types import ClusterFacts
 
 SCRIPT = """#!/bin/bash
 # a comment
