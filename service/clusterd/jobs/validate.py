@@ -24,7 +24,6 @@ from clusterd.slurm.types import ClusterFacts
 
 T = TypeVar("T")
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}\Z")  # partitions, accounts, qos, node names, features
-_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 _REQUEST_ID_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,128}\Z")
 _RESERVED_ENV_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "CLUSTERCTL_")
 _MAX_NAME = 200
@@ -75,7 +74,7 @@ def _validate_env(spec: jobs_pb2.JobSpec, limits: LimitsConfig) -> None:
         raise InvalidArgument("spec.environment", f"more than {limits.max_env_vars} variables")
     for name, value in spec.environment.items():
         where = f"spec.environment[{name[:64]!r}]"
-        if not _ENV_NAME_RE.match(name):
+        if not values.env_name_ok(name):
             raise InvalidArgument(where, "variable names must match [A-Za-z_][A-Za-z0-9_]*")
         if name.startswith(_RESERVED_ENV_PREFIXES):
             raise InvalidArgument(where, f"names starting with {', '.join(_RESERVED_ENV_PREFIXES)} are reserved")

@@ -178,4 +178,5 @@ def export(text: str, environment: dict[str, str]) -> Export:
 
 
 def env_name_ok(name: str) -> bool:
+    """Whether ``name`` is an environment variable name Slurm and the shell both accept."""
     return bool(_ENV_NAME_RE.match(name))
