@@ -92,6 +92,8 @@ class TopologyPlacer:
             return "spec.gpus_per_node"
         if pref.nodelist:
             return "spec.placement.nodelist"
+        if job.nodelist:  # only an #SBATCH --nodelist sets it before planning
+            return "spec.script"
         if pref.policy == cluster_pb2.PLACEMENT_POLICY_EXACT:
             return "spec.placement.switch_count"
         return "spec.nodes"
