@@ -124,6 +124,7 @@ class JobManager:
         self._placer = placer
         self._quotas = quotas or Quotas(store, config.limits)
         self._audit = audit
+        self._submits: set[asyncio.Task[JobRecord]] = set()  # shielded: they outlive a cancelled caller
 
     # -- submit -----------------------------------------------------------------------------
 
@@ -152,7 +153,15 @@ class JobManager:
             async with self._store.record_lock(rec.record_id):
                 return await self._submit_reserved(rec, spec, request, explanation, unix_user)
 
-        return await asyncio.shield(submit_locked()), False
+        task = asyncio.create_task(submit_locked())
+        self._submits.add(task)
+        task.add_done_callback(self._submits.discard)
+        return await asyncio.shield(task), False
+
+    async def drain(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for submissions still running (shutdown closes the store after)."""
+        if self._submits:
+            await asyncio.wait(set(self._submits), timeout=timeout)
 
     async def _submit_reserved(
         self, rec: JobRecord, spec: jobs_pb2.JobSpec, request: JobRequest, explanation: str, unix_user: UnixUser
