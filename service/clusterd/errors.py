@@ -1,4 +1,4 @@
-"""The service's error hierarchy; api/errors.py maps each class to one gRPC status code."""
+"""The service's error hierarchy; security/audit.py STATUS_NAMES maps each class to one gRPC status code."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Applies the topology planner to a submission: the request's placement fields plus the explanation.
 
-The planner (clusterd.topology) is pure; this adapter feeds it the poller's latest snapshot and
+The planner (clusterd.topology) is pure; this adapter feeds it the queue cache's latest snapshot and
 turns an infeasible plan into a clear INVALID_ARGUMENT instead of a job that would pend forever.
 """
 
@@ -48,11 +48,11 @@ def placement_request(
 
 
 class TopologyPlacer:
-    def __init__(self, poller: QueueCache) -> None:
-        self._poller = poller
+    def __init__(self, cache: QueueCache) -> None:
+        self._cache = cache
 
     def model(self) -> TopologyModel:
-        snap = self._poller.snapshot
+        snap = self._cache.snapshot
         return TopologyModel.build(list(snap.switches), list(snap.nodes))
 
     def dry_run(self, request: PlacementRequest, *, field: str = "placement") -> Plan:
@@ -63,7 +63,7 @@ class TopologyPlacer:
 
     def __call__(self, job: JobRequest, pref: cluster_pb2.PlacementPreference) -> tuple[JobRequest, str]:
         """``job`` with its switches/exclude/nodelist planned, and the explanation users see."""
-        if not self._poller.snapshot.nodes:
+        if not self._cache.snapshot.nodes:
             return job, "placement not planned: the service has no node information from Slurm yet"
         request = replace(
             placement_request(
@@ -87,11 +87,13 @@ class TopologyPlacer:
 
     def _blame(self, job: JobRequest, pref: cluster_pb2.PlacementPreference) -> str:
         """The field most likely responsible for an infeasible request."""
-        nodes = self._poller.snapshot.nodes
+        nodes = self._cache.snapshot.nodes
         if job.gpus_per_node and all(n.gpus_total < job.gpus_per_node for n in nodes):
             return "spec.gpus_per_node"
         if pref.nodelist:
             return "spec.placement.nodelist"
+        if job.nodelist:  # only an #SBATCH --nodelist sets it before planning
+            return "spec.script"
         if pref.policy == cluster_pb2.PLACEMENT_POLICY_EXACT:
             return "spec.placement.switch_count"
         return "spec.nodes"

@@ -1,4 +1,4 @@
-"""The clusterd service object: owns the gRPC server, the poller, health and shutdown (STYLE 12)."""
+"""The clusterd service object: owns the gRPC server, the queue cache and reconciler, health and shutdown (STYLE 12)."""
 
 from __future__ import annotations
 
@@ -173,7 +173,7 @@ class ClusterDaemon:
         self._stop.set()
 
     async def stop(self) -> None:
-        """Stop accepting calls, let the poller finish its round, then close the store."""
+        """Stop accepting calls, let the queue cache finish its round and submissions end, then close the store."""
         self._stop.set()
         self.bus.close_all()
         if self._server is not None:
@@ -183,6 +183,7 @@ class ClusterDaemon:
             if task is not None:
                 await task
         self._poll_task = self._tokens_task = self._retention_task = self._progress_task = None
+        await self.manager.drain(self.config.shutdown_grace_seconds)
         self.progress.close()
         if self._metrics is not None:
             await asyncio.to_thread(self._metrics.stop)

@@ -39,3 +39,9 @@ async def test_tasks_per_node_with_a_range_is_explained() -> None:
     assert "starts it on 2 nodes even when 3 are free" in explanation
     _, explicit = (await placer())(job(2, 3, tasks_per_node=1, ntasks=3), cluster_pb2.PlacementPreference())
     assert "Note" not in explicit
+
+
+async def test_an_infeasible_script_nodelist_names_spec_script() -> None:
+    with pytest.raises(InvalidArgument) as err:  # the #SBATCH --nodelist node has too few CPUs
+        (await placer())(job(1, None, nodelist=("node1",), cpus_per_task=100000), cluster_pb2.PlacementPreference())
+    assert err.value.field == "spec.script"

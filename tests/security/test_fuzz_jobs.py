@@ -21,10 +21,11 @@ from clusterd.config import LimitsConfig
 from clusterd.errors import InvalidArgument
 from clusterd.jobs.directives import header_end, parse_directives
 from clusterd.jobs.script import inject_environment, job_environment
-from clusterd.jobs.validate import ClusterFacts, validate_spec
+from clusterd.jobs.validate import validate_spec
 from clusterd.slurm.argv import sbatch_argv
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.request import JobRequest
+from clusterd.slurm.types import ClusterFacts
 from tests.clusterd.conftest import USER_A, auth, base_config, running, stub
 
 FACTS = ClusterFacts(partitions=frozenset({"debug", "batch"}), nodes=frozenset(f"node{i}" for i in range(1, 7)),

@@ -1,4 +1,4 @@
-"""ClusterService: the topology and node view from the poller's cache, and placement dry runs."""
+"""ClusterService: the topology and node view from the queue cache, and placement dry runs."""
 
 from __future__ import annotations
 
@@ -42,8 +42,8 @@ def topology_proto(model: TopologyModel) -> cluster_pb2.Topology:
 
 
 class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
-    def __init__(self, poller: QueueCache, placer: TopologyPlacer) -> None:
-        self._poller = poller
+    def __init__(self, cache: QueueCache, placer: TopologyPlacer) -> None:
+        self._cache = cache
         self._placer = placer
 
     async def GetTopology(
@@ -72,7 +72,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
             raise InvalidArgument("nodes", "must be at least 1")
         if request.nodes > 100_000:
             raise InvalidArgument("nodes", "is unreasonably large")
-        facts = self._poller.facts()
+        facts = self._cache.facts()
         if request.partition and facts.partitions and request.partition not in facts.partitions:
             raise InvalidArgument("partition", f"unknown partition {request.partition!r}")
         result = self._placer.dry_run(

@@ -1,1 +1,1 @@
-"""Job submission domain: spec validation, batch script handling, sbatch options, the job manager."""
+"""Job submission domain: spec validation, #SBATCH directives and their values, batch scripts, the job manager."""

@@ -117,7 +117,7 @@ class JobManager:
         config: Config,
         backend: SlurmBackend,
         store: JobStore,
-        poller: QueueCache,
+        cache: QueueCache,
         bus: EventBus,
         placer: Placer,
         *,
@@ -128,18 +128,19 @@ class JobManager:
         self._config = config
         self._backend = backend
         self._store = store
-        self._poller = poller
+        self._cache = cache
         self._bus = bus
         self._placer = placer
         self._quotas = quotas or Quotas(store, config.limits)
         self._audit = audit
+        self._submits: set[asyncio.Task[JobRecord]] = set()  # shielded: they outlive a cancelled caller
 
     # -- submit -----------------------------------------------------------------------------
 
     @_audited("SubmitJob")
     async def submit(self, ident: Identity, spec: jobs_pb2.JobSpec) -> tuple[JobRecord, bool]:
         """Returns (record, duplicate). Raises InvalidArgument before anything reaches Slurm."""
-        request = validate_spec(spec, self._poller.facts(), self._config.limits)
+        request = validate_spec(spec, self._cache.facts(), self._config.limits)
         request, explanation = self._placer(request, spec.placement)
         # One worker-thread hop for both blocking steps: each hop is a wake-up the submit waits for.
         unix_user, request = await asyncio.to_thread(_user_and_directories, ident.user, request, self._config)
@@ -153,12 +154,20 @@ class JobManager:
             return await self._await_existing(rec), True
 
         async def submit_locked() -> JobRecord:
-            # Holding the record's lock tells the poller this submission is alive: it must not
+            # Holding the record's lock tells the reconciler this submission is alive: it must not
             # settle the record as crashed while sbatch is still running.
             async with self._store.record_lock(rec.record_id):
                 return await self._submit_reserved(rec, spec, request, explanation, unix_user)
 
-        return await asyncio.shield(submit_locked()), False
+        task = asyncio.create_task(submit_locked())
+        self._submits.add(task)
+        task.add_done_callback(self._submits.discard)
+        return await asyncio.shield(task), False
+
+    async def drain(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for submissions still running (shutdown closes the store after)."""
+        if self._submits:
+            await asyncio.wait(set(self._submits), timeout=timeout)
 
     async def _submit_reserved(
         self, rec: JobRecord, spec: jobs_pb2.JobSpec, request: JobRequest, explanation: str, unix_user: UnixUser
@@ -172,7 +181,7 @@ class JobManager:
             job_id = await self._backend.submit(request)
         except SlurmUnavailable:
             # sbatch may or may not have reached slurmctld: the record stays SUBMITTING and the
-            # poller settles it by finding (or not) the job tagged with this record's comment.
+            # reconciler settles it by finding (or not) the job tagged with this record's comment.
             raise
         except SlurmError as exc:
             await self._fail(rec, str(exc))
@@ -188,7 +197,7 @@ class JobManager:
         rec.array = rec.spec.array  # persisted_spec resolved it (#SBATCH --array included)
         await self._store.save(rec)
         self._bus.publish(JobEvent(EventType.SUBMITTED, rec))
-        self._poller.kick()
+        self._cache.kick()
         log.info("submitted job %s for %s (record %s)", job_id, rec.user, rec.record_id)
         return rec
 
@@ -264,7 +273,7 @@ class JobManager:
         if rec.superseded:
             raise FailedPrecondition(f"Slurm gave job id {job_id} to a newer job after losing its state; "
                                      "this record's job is gone and nothing was sent to Slurm")  # fmt: skip
-        seen = self._poller.snapshot.jobs.get(job_id)
+        seen = self._cache.snapshot.jobs.get(job_id)
         if seen is not None and not rec.adopts(seen):
             # Slurm reused the id (for another record's job, or a plain sbatch) and the store has not
             # caught up yet: the job under this id is not this record's, so nothing may act on it.
@@ -294,7 +303,7 @@ class JobManager:
                 if isinstance(exc, SlurmUnavailable):
                     raise  # UNAVAILABLE: retryable, unlike a refusal
                 raise FailedPrecondition(f"Slurm cannot cancel job {job_id}: {exc.detail}") from exc
-        self._poller.kick()
+        self._cache.kick()
         return rec
 
     async def _cancel_task(self, rec: JobRecord, parent: str, task_id: int) -> JobRecord:
@@ -314,7 +323,7 @@ class JobManager:
                 task.cancelled = False
                 await self._store.save(rec)
                 raise FailedPrecondition(f"Slurm cannot cancel job {parent}_{task_id}: {exc.detail}") from exc
-        self._poller.kick()
+        self._cache.kick()
         return rec
 
     async def _requeue_task(self, ident: Identity, rec: JobRecord, parent: str, task_id: int) -> JobRecord:
@@ -338,7 +347,7 @@ class JobManager:
             rec.final_reason = ""
             await self._store.record_restart(rec, entry)
         self._bus.publish(JobEvent(EventType.RESTARTED, rec, message=entry.detail))
-        self._poller.kick()
+        self._cache.kick()
         return rec
 
     @_audited("RequeueJob")
@@ -365,7 +374,7 @@ class JobManager:
             rec.final_reason = ""
             await self._store.record_restart(rec, entry)
         self._bus.publish(JobEvent(EventType.RESTARTED, rec, message=entry.detail))
-        self._poller.kick()
+        self._cache.kick()
         return rec
 
 

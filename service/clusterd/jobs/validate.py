@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from posixpath import normpath
 from typing import Any, TypeVar
 
@@ -20,11 +19,11 @@ from clusterd.errors import InvalidArgument
 from clusterd.jobs import values
 from clusterd.jobs.directives import Directive, DirectiveError, neutralise, parse_directives
 from clusterd.jobs.script import command_script
-from clusterd.slurm.request import Export, ExportMode, JobRequest
+from clusterd.slurm.request import ArraySpec, Export, ExportMode, JobRequest
+from clusterd.slurm.types import ClusterFacts
 
 T = TypeVar("T")
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}\Z")  # partitions, accounts, qos, node names, features
-_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 _REQUEST_ID_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,128}\Z")
 _RESERVED_ENV_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "CLUSTERCTL_")
 _MAX_NAME = 200
@@ -36,15 +35,6 @@ _MAX_CPUS = 4096
 _MAX_MEMORY_MB = 64 << 20  # 64 TiB
 _MAX_RESTARTS = 1000
 _MAX_WAIT_SECONDS = 7 * 24 * 3600
-
-
-@dataclass(frozen=True)
-class ClusterFacts:
-    """What validation needs to know about the cluster (from the poller's cache)."""
-
-    partitions: frozenset[str]
-    nodes: frozenset[str]
-    default_partition: str = ""
 
 
 def _has_control(text: str) -> bool:
@@ -84,7 +74,7 @@ def _validate_env(spec: jobs_pb2.JobSpec, limits: LimitsConfig) -> None:
         raise InvalidArgument("spec.environment", f"more than {limits.max_env_vars} variables")
     for name, value in spec.environment.items():
         where = f"spec.environment[{name[:64]!r}]"
-        if not _ENV_NAME_RE.match(name):
+        if not values.env_name_ok(name):
             raise InvalidArgument(where, "variable names must match [A-Za-z_][A-Za-z0-9_]*")
         if name.startswith(_RESERVED_ENV_PREFIXES):
             raise InvalidArgument(where, f"names starting with {', '.join(_RESERVED_ENV_PREFIXES)} are reserved")
@@ -148,6 +138,19 @@ def _bounded(value: int, maximum: int) -> int:
     if value > maximum:
         raise ValueError(f"{value} exceeds the maximum of {maximum}")
     return value
+
+
+def _upto(reader: Callable[[str], int], maximum: int) -> Callable[[str], int]:
+    """``reader`` with the bound the matching spec field has (a directive may not ask for more)."""
+    return lambda text: _bounded(reader(text), maximum)
+
+
+def _typed_upto(reader: Callable[[str], tuple[str, int]], maximum: int) -> Callable[[str], tuple[str, int]]:
+    def read(text: str) -> tuple[str, int]:
+        kind, number = reader(text)
+        return kind, _bounded(number, maximum)
+
+    return read
 
 
 class _Merged:
@@ -241,13 +244,15 @@ def _resources(spec: jobs_pb2.JobSpec, m: _Merged, limits: LimitsConfig) -> dict
     gpu_type = spec.gpu_type
     gpus_per_node: int | None = _count("spec.gpus_per_node", spec.gpus_per_node, _MAX_GPUS) or None
     if gpus_per_node is None:
-        typed = m.read("gpus-per-node", values.gpus) or m.read("gres", values.gres_gpus)
+        typed = m.read("gpus-per-node", _typed_upto(values.gpus, _MAX_GPUS)) or m.read(
+            "gres", _typed_upto(values.gres_gpus, _MAX_GPUS)
+        )
         if typed is not None:
             gpu_type = gpu_type or typed[0]
-            gpus_per_node = _count("spec.script", typed[1], _MAX_GPUS)
+            gpus_per_node = typed[1]
     gpus: int | None = _count("spec.gpus", spec.gpus, _MAX_GPUS * limits.max_nodes) or None
     if gpus is None:
-        typed = m.read("gpus", values.gpus)
+        typed = m.read("gpus", _typed_upto(values.gpus, _MAX_GPUS * limits.max_nodes))
         if typed is not None:
             gpu_type = gpu_type or typed[0]
             gpus = typed[1]
@@ -256,18 +261,19 @@ def _resources(spec: jobs_pb2.JobSpec, m: _Merged, limits: LimitsConfig) -> dict
     return {
         "nodes": nodes,
         "max_nodes": max_nodes,
-        "ntasks": _count("spec.ntasks", spec.ntasks, _MAX_TASKS * limits.max_nodes) or m.read("ntasks", values.count),
+        "ntasks": _count("spec.ntasks", spec.ntasks, _MAX_TASKS * limits.max_nodes)
+        or m.read("ntasks", _upto(values.count, _MAX_TASKS * limits.max_nodes)),
         "tasks_per_node": _count("spec.tasks_per_node", spec.tasks_per_node, _MAX_TASKS)
-        or m.read("ntasks-per-node", values.count),
+        or m.read("ntasks-per-node", _upto(values.count, _MAX_TASKS)),
         "cpus_per_task": _count("spec.cpus_per_task", spec.cpus_per_task, _MAX_CPUS)
-        or m.read("cpus-per-task", values.count),
+        or m.read("cpus-per-task", _upto(values.count, _MAX_CPUS)),
         "gpus": gpus,
         "gpus_per_node": gpus_per_node,
         "gpu_type": gpu_type,
         "memory_mb_per_node": _count("spec.memory_mb_per_node", spec.memory_mb_per_node, _MAX_MEMORY_MB)
-        or m.read("mem", values.megabytes),
+        or m.read("mem", _upto(values.megabytes, _MAX_MEMORY_MB)),
         "memory_mb_per_cpu": _count("spec.memory_mb_per_cpu", spec.memory_mb_per_cpu, _MAX_MEMORY_MB)
-        or m.read("mem-per-cpu", values.megabytes),
+        or m.read("mem-per-cpu", _upto(values.megabytes, _MAX_MEMORY_MB)),
     }
 
 
@@ -317,8 +323,41 @@ def _export(spec: jobs_pb2.JobSpec, m: _Merged, limits: LimitsConfig) -> Export:
     return result
 
 
-def _hosts(m: _Merged, option: str) -> tuple[str, ...]:
-    return tuple(m.read(option, expand_hostlist) or ())
+def _hosts(m: _Merged, option: str, facts: ClusterFacts, limits: LimitsConfig) -> tuple[str, ...]:
+    """A script's ``--nodelist``/``--exclude``, checked like spec.placement's lists."""
+    names = tuple(m.read(option, lambda text: _hostlist(text, limits.max_nodes)) or ())
+    d = m.values.get(option)
+    for name in names:
+        where = f"script line {d.lineno if d else 0}: {d.text if d else option}"
+        if not name or not _NAME_RE.match(name):
+            raise InvalidArgument("spec.script", f"{where}: node name {name[:80]!r} must be 1-64 of [A-Za-z0-9_.-]")
+        if facts.nodes and name not in facts.nodes:
+            raise InvalidArgument("spec.script", f"{where}: unknown node {name!r}")
+    return names
+
+
+_TOP_COMMA = re.compile(r",(?![^\[]*\])")  # a comma outside brackets
+_BRACKET = re.compile(r"\[([^\[\]]*)\]")
+_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?\Z")
+
+
+def _hostlist_size(text: str) -> int:
+    """How many names ``text`` expands to, counted without expanding (malformed parts count 1)."""
+    total = 0
+    for item in _TOP_COMMA.split(text):
+        size = 1
+        for group in _BRACKET.findall(item):
+            ranges = [_RANGE.match(part) for part in group.split(",")]
+            size *= sum(int(r.group(2) or r.group(1)) - int(r.group(1)) + 1 if r else 1 for r in ranges)
+        total += size
+    return total
+
+
+def _hostlist(text: str, limit: int) -> list[str]:
+    """Expand ``text`` only when its size (counted from its ranges first) is at most ``limit`` names."""
+    if _hostlist_size(text) > limit:
+        raise ValueError(f"more than {limit} nodes")
+    return expand_hostlist(text)
 
 
 def validate_spec(spec: jobs_pb2.JobSpec, facts: ClusterFacts, limits: LimitsConfig) -> JobRequest:
@@ -351,11 +390,11 @@ def validate_spec(spec: jobs_pb2.JobSpec, facts: ClusterFacts, limits: LimitsCon
                          lambda f, v: _check_name(f, v, "reservation"))  # fmt: skip
     constraint = m.text("constraint", spec.constraint or "&".join(spec.placement.constraints), "spec.constraint",
                         _check_constraint)  # fmt: skip
-    array_text = spec.array or (m.read("array", str) or "")
-    array = None
-    if array_text:
-        field_name = "spec.array" if spec.array else "spec.script"
-        array = _spec_value(field_name, array_text, lambda t: values.array(t, _MAX_ARRAY_TASKS))
+    array: ArraySpec | None
+    if spec.array:
+        array = _spec_value("spec.array", spec.array, lambda t: values.array(t, _MAX_ARRAY_TASKS))
+    else:
+        array = m.read("array", lambda t: values.array(t, _MAX_ARRAY_TASKS))
     nice = _count("spec.nice", spec.nice, _MAX_NICE)
     if not nice and (d := m.get("nice")) is not None:
         # sbatch: --nice without a value is 100; a negative nice is a privilege, refused here
@@ -383,8 +422,8 @@ def validate_spec(spec: jobs_pb2.JobSpec, facts: ClusterFacts, limits: LimitsCon
         time_limit_seconds=seconds,
         time_unlimited=unlimited,
         constraint=constraint,
-        nodelist=_hosts(m, "nodelist"),
-        exclude=_hosts(m, "exclude"),
+        nodelist=_hosts(m, "nodelist", facts, limits),
+        exclude=_hosts(m, "exclude", facts, limits),
         switches=m.read("switches", values.switches),
         array=array,
         dependency=m.text("dependency", spec.dependency, "spec.dependency", _check_dependency),

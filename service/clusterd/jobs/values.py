@@ -128,7 +128,10 @@ def switches(text: str) -> Switches:
     number, at, wait = text.partition("@")
     seconds = None
     if at:
-        seconds = parse_time_limit(wait)
+        try:
+            seconds = parse_time_limit(wait)
+        except ValueError:
+            raise ValueError(f"{text[:40]!r}: the wait after '@' must be a time such as 30, 10:00 or 1-0") from None
         if seconds is None:
             raise ValueError(f"{text!r}: the wait must be finite")
     return Switches(count(number), seconds)
@@ -151,6 +154,8 @@ def array(text: str, limit: int) -> ArraySpec:
             raise ValueError(f"more than {limit} array tasks")
         indices.update(range(start, stop + 1, step))
     max_running = count(throttle) if pct else None
+    if max_running is not None and max_running > limit:
+        raise ValueError(f"%{max_running}: at most {limit} tasks can run at once")
     return ArraySpec(tuple(sorted(indices)), max_running)
 
 
@@ -178,4 +183,5 @@ def export(text: str, environment: dict[str, str]) -> Export:
 
 
 def env_name_ok(name: str) -> bool:
+    """Whether ``name`` is an environment variable name Slurm and the shell both accept."""
     return bool(_ENV_NAME_RE.match(name))

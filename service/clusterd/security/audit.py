@@ -37,7 +37,6 @@ from clusterd.errors import (
 
 log = logging.getLogger(__name__)
 
-AUDITED_METHODS = frozenset({"SubmitJob", "CancelJob", "RequeueJob"})
 _MAX_FIELD = 256
 
 # Each error class's status name: what the audit line says and what the gRPC edge answers.

@@ -137,3 +137,12 @@ class SlurmJob:
         if self.array_task_id is not None:
             return f"{self.array_job_id}_{self.array_task_id}"
         return f"{self.array_job_id}_[{self.array_pending}]"
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """What job validation needs to know about the cluster, as the queue cache last saw it."""
+
+    partitions: frozenset[str]
+    nodes: frozenset[str]
+    default_partition: str = ""

@@ -5,7 +5,7 @@ UNIQUE(user, request_id) constraint makes idempotency hold across concurrent cal
 the database, not an in-memory map, decides which caller submits; the same transaction enforces
 the caller's per-user bounds (store/bounds.py). The writes a submit's acknowledgement rests on
 (the reservation, and the save that records Slurm's job id) commit with ``synchronous=FULL``, so
-they survive a power loss; the poller's many updates, which the next poll re-derives from Slurm,
+they survive a power loss; the reconciler's many updates, which the next poll re-derives from Slurm,
 commit with NORMAL (bench/tenancy.py: a FULL save costs ~5x a NORMAL one here). The files are the
 service's alone: directory 0700, database (and the -wal/-shm files SQLite creates with the
 database's mode) 0600.
@@ -240,7 +240,7 @@ class JobStore:
     # -- async API ---------------------------------------------------------------------------
 
     def record_lock(self, record_id: int) -> asyncio.Lock:
-        """Serializes read-modify-write of one record between the poller and RPC handlers."""
+        """Serializes read-modify-write of one record between the reconciler and RPC handlers."""
         lock = self._record_locks.get(record_id)
         if lock is None:
             lock = asyncio.Lock()
@@ -297,9 +297,9 @@ class JobStore:
         return rows[0] if rows else None
 
     async def live(self) -> list[LiveRow]:
-        """The records the poller must still follow (not terminal, not failed), without decoding them.
+        """The records the reconciler must still follow (not terminal, not failed), without decoding them.
 
-        ``updated`` changes with every save, so the poller can tell a record nobody touched since
+        ``updated`` changes with every save, so the reconciler can tell a record nobody touched since
         its last look from one an RPC changed; decoding is left to the few it must re-read.
         Superseded records are terminal, so a reused Slurm id resolves to its newest record only.
         """

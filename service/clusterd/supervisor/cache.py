@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from clusterd.errors import SlurmError
-from clusterd.jobs.validate import ClusterFacts
 from clusterd.observability.metrics import POLL_LATENCY
 from clusterd.slurm.base import SlurmBackend
-from clusterd.slurm.types import NodeState, SlurmJob, SlurmNode, SlurmSwitch
+from clusterd.slurm.topology_text import TopologyParseError
+from clusterd.slurm.types import ClusterFacts, NodeState, SlurmJob, SlurmNode, SlurmSwitch
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,7 @@ class QueueCache:
         self._default_partition = default_partition
         self._wake = asyncio.Event()
         self._polls = 0
+        self._topology_failing = False  # the last topology fetch failed (logged once per bad spell)
         self._listeners: list[SnapshotListener] = []
         self._health_listeners: list[HealthListener] = []
         self.snapshot = ClusterSnapshot({}, (), (), 0.0)
@@ -106,18 +107,39 @@ class QueueCache:
         self._wake.set()
 
     async def poll_once(self) -> None:
-        """One squeue + sinfo (+ topology now and then), then every subscriber; raises SlurmError."""
+        """One squeue + sinfo (+ topology now and then), then every subscriber.
+
+        Raises when Slurm's queue or nodes cannot be read. A failing topology fetch keeps the
+        previous switch tree and a failing subscriber is logged: neither says Slurm is unhealthy.
+        """
         started = time.perf_counter()
         jobs = await self._backend.list_jobs()
         nodes = await self._backend.list_nodes()
         switches = self.snapshot.switches
         if self._polls % _TOPOLOGY_EVERY == 0:
-            switches = tuple(await self._backend.topology())
+            switches = await self._topology(switches)
         self.snapshot = ClusterSnapshot({j.job_id: j for j in jobs}, tuple(nodes), switches, time.time())
         self._polls += 1
         for listener in self._listeners:
-            await listener.on_snapshot(self.snapshot)
+            try:
+                await listener.on_snapshot(self.snapshot)
+            except Exception:  # a bug or a store error in a subscriber, not Slurm failing
+                log.exception("snapshot subscriber %s failed", type(listener).__name__)
         POLL_LATENCY.observe(time.perf_counter() - started)
+
+    async def _topology(self, previous: tuple[SlurmSwitch, ...]) -> tuple[SlurmSwitch, ...]:
+        """A fresh switch tree, or ``previous`` while it cannot be fetched or parsed (retried next refresh)."""
+        try:
+            switches = tuple(await self._backend.topology())
+        except (SlurmError, TopologyParseError) as exc:
+            if not self._topology_failing:
+                log.warning("switch topology unreadable, keeping the previous one: %s", exc)
+            self._topology_failing = True
+            return previous
+        if self._topology_failing:
+            log.info("switch topology readable again")
+        self._topology_failing = False
+        return switches
 
     async def run(self, stop: asyncio.Event) -> None:
         """Poll until ``stop`` is set, backing off while Slurm does not answer."""

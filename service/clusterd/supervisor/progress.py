@@ -194,6 +194,8 @@ class ProgressReader:
                 break
             if job.in_flight or job.due > now:
                 continue
+            job.in_flight = True  # counted here, not in the task: the cap holds before any task runs
+            self._threads += 1
             started.append(asyncio.create_task(self._read(key, job)))
         return started
 
@@ -201,11 +203,11 @@ class ProgressReader:
         budget = self._budget
         if self._pool is None:
             self._pool = ThreadPoolExecutor(budget.workers, thread_name_prefix="ckpt-progress")
-        began, deadline = time.time(), time.monotonic() + budget.seconds
-        job.in_flight = True
-        self._threads += 1
+        began = time.time()
         loop = asyncio.get_running_loop()
-        future: Future[int] = self._pool.submit(self._lister, job.uri, budget.max_keys, deadline)
+        # The cap keeps a free worker for this read, so its thread starts now; the store's deadline
+        # is still taken in the thread, so a read never spends its budget waiting for a worker.
+        future: Future[int] = self._pool.submit(self._list, job.uri)
         future.add_done_callback(lambda _: _call_soon(loop, self._thread_done, job))
         try:
             step = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), budget.seconds)
@@ -218,6 +220,9 @@ class ProgressReader:
                 log.info("checkpoint progress of record %d readable again (step %d)", key, step)
             job.reading = Reading(step, began)
             job.due = time.monotonic() + budget.interval
+
+    def _list(self, uri: str) -> int:
+        return self._lister(uri, self._budget.max_keys, time.monotonic() + self._budget.seconds)
 
     def _thread_done(self, job: _Job) -> None:
         job.in_flight = False

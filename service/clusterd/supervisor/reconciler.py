@@ -129,9 +129,9 @@ class Reconciler:
                     states[sj.state.value] += 1
                     continue
             lock = self._store.record_lock(row.record_id)
-            if row.phase is Phase.SUBMITTING and lock.locked():
-                states[JobState.PENDING.value] += 1
-                continue  # its submit handler is still running sbatch
+            if lock.locked():  # an RPC holds it across sbatch/scancel/scontrol: look again next poll
+                states[(sj.state if sj is not None else JobState.PENDING).value] += 1
+                continue  # never waited for: one slow command must not stall the poll for everyone
             async with lock:
                 rec = await self._store.get_by_record(row.record_id)  # fresh: an RPC may have changed it
                 if rec is not None and not rec.terminal:

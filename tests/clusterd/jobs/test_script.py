@@ -5,13 +5,17 @@ from __future__ import annotations
 import subprocess
 from dataclasses import replace
 
+import pytest
+
 from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.config import LimitsConfig
+from clusterd.errors import InvalidArgument
 from clusterd.jobs.directives import parse_directives
 from clusterd.jobs.script import command_script, inject_environment, job_environment
-from clusterd.jobs.validate import ClusterFacts, validate_spec
+from clusterd.jobs.validate import validate_spec
 from clusterd.slurm.argv import sbatch_argv, update_job_argv
 from clusterd.slurm.request import JobRequest, Switches
+from clusterd.slurm.types import ClusterFacts
 
 SCRIPT = """#!/bin/bash
 # a comment
@@ -87,3 +91,26 @@ def test_script_directives_become_request_fields_and_are_neutralised() -> None:
     assert "\n#SBATCH" not in req.script and req.script.count("\n") == script.count("\n")
     argv = sbatch_argv(replace(req, user="alice"))
     assert {"--job-name=mine", "--ntasks=8", "--nodes=2-4", "--gres=gpu:a100:4", "--partition=batch"} <= set(argv)
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("#SBATCH --ntasks=99999999999999", "exceeds the maximum"),
+        ("#SBATCH --cpus-per-task=12345678901234567890123", "exceeds the maximum"),
+        ("#SBATCH --gpus=99999999999", "exceeds the maximum"),
+        ("#SBATCH --gpus-per-node=a100:99999999999", "exceeds the maximum"),
+        ("#SBATCH --mem=99999999999999G", "exceeds the maximum"),
+        ("#SBATCH --array=0-3%99999999999", "can run at once"),
+        ("#SBATCH --nodelist=n[0-999999]", "more than"),
+        ("#SBATCH --exclude=bad/name", "node name"),
+        ("#SBATCH --nodelist=node99", "unknown node"),
+        ("#SBATCH --switches=1@soon", "the wait after '@'"),
+    ],
+)
+def test_directive_values_are_bounded_like_their_spec_fields(line: str, says: str) -> None:
+    spec = jobs_pb2.JobSpec(script=f"#!/bin/bash\n{line}\nhostname\n")
+    facts = ClusterFacts(partitions=frozenset({"debug"}), nodes=frozenset({"node1", "node2"}))
+    with pytest.raises(InvalidArgument) as err:
+        validate_spec(spec, facts, LimitsConfig())
+    assert err.value.field == "spec.script" and "script line 2" in err.value.message and says in err.value.message

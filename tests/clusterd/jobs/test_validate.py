@@ -10,8 +10,9 @@ from google.protobuf.duration_pb2 import Duration
 from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.errors import InvalidArgument
-from clusterd.jobs.validate import ClusterFacts, validate_spec
+from clusterd.jobs.validate import validate_spec
 from clusterd.slurm.request import parse_time_limit
+from clusterd.slurm.types import ClusterFacts
 
 FACTS = ClusterFacts(
     partitions=frozenset({"debug", "batch"}),

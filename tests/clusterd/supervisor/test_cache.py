@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import replace
 
+import pytest
+
+import clusterd.supervisor.cache as cache_module
 from clusterd.errors import SlurmError
 from clusterd.slurm.fake import FakeSlurm
-from clusterd.slurm.types import JobState, NodeState, SlurmJob
+from clusterd.slurm.topology_text import TopologyParseError
+from clusterd.slurm.types import JobState, NodeState, SlurmJob, SlurmSwitch
 from clusterd.supervisor.cache import ClusterSnapshot, QueueCache
 
 
@@ -86,19 +91,57 @@ async def test_run_reports_health_changes_and_the_error() -> None:
     assert heard == [False, True] and cache.healthy and cache.last_error == ""
 
 
-async def test_a_crashing_subscriber_marks_the_poll_failed_not_the_loop() -> None:
+async def test_a_crashing_subscriber_is_logged_and_leaves_slurm_healthy(caplog: pytest.LogCaptureFixture) -> None:
     class Broken:
         async def on_snapshot(self, snapshot: ClusterSnapshot) -> None:
             raise RuntimeError("bug")
 
-    cache = QueueCache(FakeSlurm.cluster(), interval=0.01)
+    cache = QueueCache(FakeSlurm.cluster(), interval=60)
+    after = Recorder("after", [])
     cache.subscribe(Broken())
-    stop = asyncio.Event()
-    heard = asyncio.Event()
+    cache.subscribe(after)
     cache.set_health(True)
-    cache.subscribe_health(lambda ok: heard.set())
-    task = asyncio.create_task(cache.run(stop))
-    await asyncio.wait_for(heard.wait(), 30)
-    stop.set()
-    await task
-    assert cache.last_error == "RuntimeError: bug"
+    heard: list[bool] = []
+    cache.subscribe_health(heard.append)
+    stop = asyncio.Event()
+    with caplog.at_level(logging.ERROR, "clusterd.supervisor.cache"):
+        task = asyncio.create_task(cache.run(stop))
+        for _ in range(500):
+            if after.snapshots:
+                break
+            await asyncio.sleep(0.01)
+        stop.set()
+        await task
+    assert cache.healthy and heard == [] and cache.last_error == ""
+    assert any(r.exc_info and "bug" in str(r.exc_info[1]) for r in caplog.records)  # with its traceback
+
+
+class BadTopologySlurm(FakeSlurm):
+    topology_error: Exception | None = TopologyParseError("line 1: switch 's1' listed twice")
+
+    async def topology(self) -> list[SlurmSwitch]:
+        self.calls["topology"] += 1
+        if self.topology_error is not None:
+            raise self.topology_error
+        return list(self.switches)
+
+
+async def test_a_failing_topology_keeps_the_old_tree_and_the_poll_counting(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(cache_module, "_TOPOLOGY_EVERY", 2)
+    slurm = BadTopologySlurm(nodes=FakeSlurm.cluster().nodes, switches=FakeSlurm.cluster().switches)
+    cache = QueueCache(slurm, interval=60)
+    with caplog.at_level(logging.WARNING, "clusterd.supervisor.cache"):
+        for _ in range(4):
+            await cache.poll_once()  # never raises: the queue and nodes were read
+    assert cache.polls == 4 and slurm.calls["topology"] == 2  # retried at the next refresh only
+    assert cache.snapshot.switches == () and len(caplog.records) == 1  # logged once per bad spell
+    slurm.topology_error = None
+    await cache.poll_once()
+    await cache.poll_once()
+    assert cache.snapshot.switches and slurm.calls["topology"] == 3
+    slurm.topology_error = SlurmError("scontrol", 1, "timed out")
+    await cache.poll_once()
+    await cache.poll_once()
+    assert cache.snapshot.switches and slurm.calls["topology"] == 4  # the previous tree is kept

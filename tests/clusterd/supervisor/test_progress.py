@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from clusterctl.storage import open_storage
-from clusterd.supervisor.progress import OverBudget, ProgressBudget, ProgressReader, list_steps
+from clusterd.supervisor.progress import OverBudget, ProgressBudget, ProgressReader, Reading, list_steps
 from tests.support.s3server import get_server
 
 FAR = 1e18  # a deadline that never comes
@@ -195,3 +195,21 @@ async def test_run_reads_in_the_background_until_stopped(lister: Lister) -> None
     await task
     reader.close()
     assert reader.reading(0).step == 8
+
+
+async def test_reads_past_the_worker_cap_wait_unstarted_instead_of_timing_out(lister: Lister) -> None:
+    reader = ProgressReader(ProgressBudget(seconds=0.05, interval=0, retry_after=60, workers=1), lister=lister)
+    lister.answers = {"a": "hang", "b": 5}
+    reader.follow(0, "a")
+    reader.follow(1, "b")
+    await reader.read_due()
+    assert reader.reading(0).error  # the hung read used its budget ...
+    assert lister.calls == ["a"] and reader.reading(1) == Reading()  # ... b never queued behind it
+    lister.release.set()
+    for _ in range(500):
+        await asyncio.sleep(0.01)
+        if not reader._jobs[0].in_flight:
+            break
+    await reader.read_due()
+    assert reader.reading(1).step == 5 and reader.reading(1).error == ""
+    reader.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -188,3 +189,18 @@ async def test_a_completed_checkpointing_job_finishes_without_waiting_for_a_read
     await world.cache.poll_once()
     rec = await world.get("100")
     assert rec.terminal and rec.final_reason == "completed" and world.steps.calls == 0
+
+
+async def test_a_record_locked_by_an_rpc_is_skipped_this_poll_not_waited_for(world: World) -> None:
+    await world.job("100")
+    await world.job("101")
+    await world.cache.poll_once()
+    world.slurm.set_state("100", JobState.RUNNING, nodes=("node1",))
+    world.slurm.set_state("101", JobState.RUNNING, nodes=("node2",))
+    lock = world.store.record_lock((await world.get("100")).record_id)
+    async with lock:  # e.g. a cancel waiting on scancel
+        await asyncio.wait_for(world.cache.poll_once(), 30)
+        assert (await world.get("100")).state == JobState.PENDING  # skipped ...
+        assert (await world.get("101")).state == JobState.RUNNING  # ... the others are not held up
+    await world.cache.poll_once()
+    assert (await world.get("100")).state == JobState.RUNNING  # not marked settled: looked at next poll

@@ -9,8 +9,10 @@ from pathlib import Path
 import grpc
 
 from clusterctl.v1 import jobs_pb2
+from clusterd.auth.identity import Identity
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
+from clusterd.slurm.request import JobRequest
 from clusterd.slurm.types import JobState, NodeState
 
 from ..conftest import USER_A, Harness, auth, make_config
@@ -204,3 +206,40 @@ async def test_poll_rereads_only_records_that_changed(harness: Harness, monkeypa
     await harness.poll()
     assert (await store.get_by_job_id(quiet[0])).record_id in reads  # type: ignore[union-attr]
     assert (await status(harness, quiet[0])).terminal
+
+
+class SlowSbatch(FakeSlurm):
+    """sbatch that answers only once released, so a submission is still running at shutdown."""
+
+    release: asyncio.Event
+
+    async def submit(self, request: JobRequest) -> str:
+        self.calls["submit_started"] += 1
+        await self.release.wait()
+        return await super().submit(request)
+
+
+async def test_stop_lets_a_running_submission_record_its_job_before_closing_the_store(tmp_path: Path) -> None:
+    slurm = SlowSbatch(nodes=FakeSlurm.cluster().nodes)
+    slurm.release = asyncio.Event()
+    daemon = ClusterDaemon(make_config(tmp_path), backend=slurm)
+    await daemon.start()
+    caller = asyncio.create_task(daemon.manager.submit(Identity(USER_A), jobs_pb2.JobSpec(command=["x"])))
+    for _ in range(500):
+        if slurm.calls["submit_started"]:
+            break
+        await asyncio.sleep(0.01)
+    caller.cancel()  # the client went away: the shielded submission goes on
+    closed_with: list[int] = []
+    close = daemon.store.close
+
+    def close_after_submit() -> None:
+        closed_with.append(slurm.calls["submit"])
+        close()
+
+    daemon.store.close = close_after_submit  # type: ignore[method-assign]
+    stopping = asyncio.create_task(daemon.stop())
+    await asyncio.sleep(0.05)
+    slurm.release.set()
+    await stopping
+    assert closed_with == [1]  # the store closed only after sbatch answered and the record was saved
