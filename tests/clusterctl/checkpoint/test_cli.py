@@ -104,10 +104,6 @@ def test_bad_uri_is_one_line_exit_2(uri: str, capsys: pytest.CaptureFixture[str]
         assert err.startswith("error:") and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_negative_grace_is_bad_input(posix_uri: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(["checkpoints", "gc", posix_uri, "--grace", "-1"]) == 2
-
-
 @pytest.mark.s3
 def test_storage_error_exit_1(s3_env: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret")
@@ -165,6 +161,21 @@ def test_show_and_export_bad_input_exit_2(posix_uri: str, tmp_path: Path, capsys
     (tmp_path / "file").write_text("")
     assert run(["checkpoints", "export", posix_uri, "1", str(tmp_path / "file")]) == 2
     assert run(["checkpoints", "show", "s3:/bad", "1"]) == 2
+    for step in ("\u0661", "\u00b2", str(2**63)):  # isdigit() took these; int() of '²' then crashed
+        assert run(["checkpoints", "show", posix_uri, step]) == 2
+        assert "STEP must be a non-negative integer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["verify", "--step", "\u0661"], ["verify", "--step", "-1"], ["verify", "--step", str(2**63)],
+     ["gc", "--grace", "inf"], ["gc", "--grace", "nan"], ["gc", "--grace", "-1"], ["gc", "--grace", "1e3"]],
+)
+def test_numeric_flags_are_usage_errors(posix_uri: str, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        run(["checkpoints", argv[0], posix_uri, *argv[1:]])
+    assert exc.value.code == 2
+    assert f"argument {argv[1]}:" in capsys.readouterr().err
 
 
 def test_export_verifies_checksums(posix_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
