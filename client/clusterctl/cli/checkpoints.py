@@ -73,7 +73,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("export", help="write a step's full (consolidated) tensors as safetensors files",
                        description="Reads every shard a leaf needs, verifying checksums, and writes one "
-                                   "<top-level key>.safetensors per key into DIR. Rank-local leaves: rank 0's.")
+                                   "<top-level key>.safetensors per key (or list index) into DIR; characters "
+                                   "other than letters, digits, '_', '-', '.' are %-escaped. "
+                                   "Rank-local leaves: rank 0's.")
     p.add_argument("uri")
     p.add_argument("step")
     p.add_argument("dir")
