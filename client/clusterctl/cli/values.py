@@ -2,7 +2,8 @@
 
 They raise ``ValueError`` with a message fit for the user; :func:`argtype` turns them into
 argparse ``type=`` callables so a bad value becomes a one-line usage error (exit code 2) before
-anything is sent. Only the shape is checked here; the server stays the authority on limits.
+anything is sent. Only the shape and the range of the proto field are checked here (ASCII digits
+only); the server stays the authority on limits.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def _int(text: str, low: int, high: int, what: str) -> int:
     digits = value.removeprefix("-")
     if not is_digits(digits):
         raise ValueError(f"not an integer: {text!r}")
-    number = int(value, 10) if len(digits) <= _MAX_DIGITS else high + 1
+    too_many = len(digits) > _MAX_DIGITS  # past every bound, and too long for int() to be cheap
+    number = (low - 1 if value.startswith("-") else high + 1) if too_many else int(value, 10)
     if number < low:
         raise ValueError(f"must be {what}, got {text!r}")
     if number > high:
