@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from functools import lru_cache
 from itertools import product
 
+from clusterctl.digits import is_digits
+
 
 class HostlistError(ValueError):
     """A hostlist expression is malformed or expands to too many names."""
@@ -57,7 +59,7 @@ def _expand_range_list(body: str, expr: str) -> list[str]:
         if not item:
             raise HostlistError(f"empty range in hostlist {expr!r}")
         lo, sep, hi = item.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
+        if not is_digits(lo) or (sep and not is_digits(hi)):
             raise HostlistError(f"bad range {item!r} in hostlist {expr!r}")
         if not sep:
             out.append(lo)

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from types import FrameType
 from typing import Any, NoReturn
 
+from clusterctl.digits import parse_digits
+
 REQUEUE_EXIT_CODE = 85
 """Exit status that means "requeue me": the job stopped on purpose (time limit approaching,
 preemption) after a committed checkpoint and wants to continue from it. clusterd's restart
@@ -31,9 +33,7 @@ shells (126-165 = signals/exec errors), Slurm and Python (1, 2)."""
 
 def _env_int(env: Mapping[str, str], name: str) -> int | None:
     value = env.get(name)
-    if value is None or not value.strip().isdigit():
-        return None
-    return int(value)
+    return None if value is None else parse_digits(value.strip())
 
 
 def rank_and_world_size(env: Mapping[str, str] | None = None) -> tuple[int, int]:

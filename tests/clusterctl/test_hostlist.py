@@ -31,7 +31,11 @@ def test_expand(expr: str, names: list[str]) -> None:
     assert expand_hostlist(expr) == names
 
 
-@pytest.mark.parametrize("expr", ["node[1-3", "node1-3]", "node[a-b]", "node[3-1]", "node[]", "n[[1]]", "n[1-9999999]"])
+@pytest.mark.parametrize(
+    "expr",
+    ["node[1-3", "node1-3]", "node[a-b]", "node[3-1]", "node[]", "n[[1]]", "n[1-9999999]",
+     "n[\u0661-\u0662]", "n[1_0]", "n[\u00b2]", "n[1-\u00b2]"],  # only ASCII digits are indexes
+)
 def test_expand_rejects_malformed(expr: str) -> None:
     with pytest.raises(HostlistError):
         expand_hostlist(expr)

@@ -22,6 +22,7 @@ def test_rank_defaults() -> None:
     assert rank_and_world_size({}) == (0, 1)
     assert rank_and_world_size({"SLURM_PROCID": "x", "SLURM_NTASKS": "2"}) == (0, 1)
     assert rank_and_world_size({"SLURM_PROCID": "5", "SLURM_NTASKS": "2"}) == (0, 1)
+    assert rank_and_world_size({"SLURM_PROCID": "\u00b2", "SLURM_NTASKS": "4"}) == (0, 1)  # isdigit, not a number
 
 
 def test_run_id() -> None:

@@ -256,17 +256,19 @@ class Assembler:
         return Pending(lambda: materialize(node, self._view(src, begin, end), shape, self._torch))
 
     def _template_box(self, template: Any, gshape: tuple[int, ...], path: Path) -> Box | None:
-        if isinstance(template, Sharded):
-            try:
+        # A template the caller built wrong is the caller's error, raised at once: as a ValueError
+        # it would read as a corrupt step, and restore would fall back past every valid one.
+        try:
+            if isinstance(template, Sharded):
                 box = template.box()
-            except (ValueError, TypeError, AttributeError) as exc:
-                raise RestoreError(f"template at {show_path(path)!r}: {exc}") from None
-            tshape = tuple(int(d) for d in template.global_shape)
-        elif torchcompat.is_dtensor(template):
-            tg, tl, to = torchcompat.dtensor_box(template)
-            box, tshape = (tuple(to), tuple(tl)), tuple(tg)
-        else:
-            return None
+                tshape = tuple(int(d) for d in template.global_shape)
+            elif torchcompat.is_dtensor(template):
+                tg, tl, to = torchcompat.dtensor_box(template)
+                box, tshape = (tuple(to), tuple(tl)), tuple(tg)
+            else:
+                return None
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise RestoreError(f"template at {show_path(path)!r}: {exc}") from None
         if tshape != gshape:
             raise RestoreError(f"template at {show_path(path)!r} has global shape {list(tshape)}, the checkpoint "
                                f"of step {self.step} has {list(gshape)}")

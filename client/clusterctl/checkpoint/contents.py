@@ -4,13 +4,15 @@
 tensor leaf, its layout (sharded / replicated / rank-local), dtype, global shape and stored bytes.
 ``export_step`` rebuilds every sharded and replicated leaf as its whole global array (rank-local
 leaves: rank 0's value), reading through the same verified ranged reads as a restore, and writes
-one safetensors file per top-level key of the state.
+one safetensors file per top-level key of the state (named by :func:`file_stem`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import string
+from collections.abc import Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,7 +95,10 @@ def describe_step(storage: Storage, step: int, *, executor: Executor | None = No
 def export_step(storage: Storage, step: int, directory: str, *, executor: Executor | None = None) -> list[str]:
     """Write the step's full tensors as ``<directory>/<top-level key>.safetensors``; return the files.
 
+    A list or tuple state gives ``0.safetensors``, ``1.safetensors``, ...; see :func:`file_stem`.
+
     Raises:
+        ValueError: two top-level keys would share a file name (``1`` and ``"1"``).
         CorruptCheckpointError: a chunk fails its checksum, or the manifests are malformed.
         OSError: the directory cannot be written.
     """
@@ -109,9 +114,10 @@ def export_step(storage: Storage, step: int, directory: str, *, executor: Execut
         state = finish(state)
     except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError) as exc:
         raise CorruptCheckpointError(f"step {step}: cannot be decoded: {exc}", step=step) from None
+    entries = _export_files(state)
     os.makedirs(directory, exist_ok=True)
     written = []
-    for key, value in state.items():
+    for stem, key, value in entries:
         _, leaves = flatten({"v": value})
         if not leaves:
             continue
@@ -119,8 +125,7 @@ def export_step(storage: Storage, step: int, directory: str, *, executor: Execut
             leaf.name = leaf.name.removeprefix("v/") if leaf.name != "v" else str(key)
         plan = plan_shard(leaves, {"format": "clusterctl.checkpoint.export", "step": str(step),
                                    "dtypes": json.dumps({leaf.name: leaf.node.get("dtype") for leaf in leaves})})
-        name = str(key).replace("/", "_").replace("\\", "_").lstrip(".") or "_"
-        path = os.path.join(directory, f"{name}.safetensors")
+        path = os.path.join(directory, f"{stem}.safetensors")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
         with os.fdopen(fd, "wb") as f:
             f.write(plan.header)
@@ -129,3 +134,46 @@ def export_step(storage: Storage, step: int, directory: str, *, executor: Execut
                     f.write(np.ascontiguousarray(leaf.array).reshape(-1).view(np.uint8).data)
         written.append(path)
     return written
+
+
+_SAFE = frozenset(string.ascii_letters + string.digits + "_-.")
+
+
+def file_stem(key: object) -> str:
+    """The file name (without ``.safetensors``) of a top-level key: ``model`` stays ``model``.
+
+    Any other character is %-escaped (UTF-8 bytes, ``%`` itself too) and a leading ``.`` is
+    ``%2E``, so distinct string keys never share a file (``a/b`` -> ``a%2Fb``, ``a_b`` -> ``a_b``)
+    and no name can leave the directory or hide in it. The empty key is ``%``.
+    """
+    text = str(key)
+    if not text:
+        return "%"
+    out = "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass"))
+                  for c in text)
+    return "%2E" + out[1:] if out.startswith(".") else out
+
+
+def _export_files(state: Any) -> list[tuple[str, Any, Any]]:
+    """``(file stem, key, value)`` per top-level entry: a mapping's keys, a list's or tuple's
+    indexes, or one ``state`` file for a bare value.
+
+    Raises:
+        ValueError: two keys with the same name (``1`` and ``"1"``), naming both (exit 2).
+    """
+    if isinstance(state, Mapping):
+        pairs: list[tuple[Any, Any]] = list(state.items())
+    elif isinstance(state, (list, tuple)):
+        pairs = list(enumerate(state))
+    else:
+        pairs = [("state", state)]
+    seen: dict[str, Any] = {}
+    out = []
+    for key, value in pairs:
+        stem = file_stem(key)
+        if stem in seen:
+            raise ValueError(f"top-level keys {seen[stem]!r} and {key!r} would both be written to "
+                             f"{stem}.safetensors; export cannot keep both")
+        seen[stem] = key
+        out.append((stem, key, value))
+    return out

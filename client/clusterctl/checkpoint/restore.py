@@ -182,7 +182,8 @@ def restore_state(storage: Storage, *, step: int | None, rank: int, world_size: 
     """Restore ``step`` (or the newest valid step) for ``rank``; None when nothing is committed.
 
     Raises:
-        RestoreError: ``step`` is not committed, or no committed step is valid.
+        RestoreError: ``step`` is not committed, no committed step is valid, or ``template`` has a
+            leaf that cannot be restored into (names the key; no fallback to older steps for it).
         CorruptCheckpointError: the explicitly requested ``step`` fails verification.
         WorldSizeMismatchError: a rank-local leaf cannot be mapped to another world size.
     """

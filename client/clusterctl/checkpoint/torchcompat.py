@@ -128,7 +128,8 @@ def dtensor_layout(t: Any, path: str) -> tuple[Any, list[int], list[int], bool] 
     """``(local, global shape, offset, store)`` of a DTensor, or None when it is replicated everywhere.
 
     ``store`` is False on the replicas that do not write this piece: among the ranks holding the
-    same piece, the one at mesh coordinate ``hash(path) % size`` of each Replicate dimension does.
+    same piece, the one at mesh coordinate ``writer_rank(path, size)`` (xxh3 of the path, mod the
+    dimension's size) of each Replicate dimension does.
     """
     from torch.distributed.tensor import Replicate
 

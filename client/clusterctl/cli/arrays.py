@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from clusterctl.digits import is_digits
 from clusterctl.v1 import jobs_pb2
 
 
 def split_id(job_id: str) -> tuple[str, int | None]:
     """``"14_3"`` -> ("14", 3); anything else -> (job_id, None)."""
     head, sep, task = job_id.partition("_")
-    if sep and head.isdigit() and task.isdigit():
+    if sep and is_digits(head) and is_digits(task):
         return head, int(task)
     return job_id, None
 

@@ -21,6 +21,9 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 from rich.table import Table
 
+from ..digits import is_digits
+from .values import INT64_MAX, argtype, seconds, step_number
+
 EXIT_OK, EXIT_STORAGE, EXIT_USAGE, EXIT_CORRUPT = 0, 1, 2, 3
 DEFAULT_GRACE = 6 * 3600.0
 
@@ -48,13 +51,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("verify", help="read every shard and check every checksum")
     p.add_argument("uri")
-    p.add_argument("--step", type=int, default=None, help="verify only this step (default: every committed step)")
+    p.add_argument("--step", type=argtype(step_number), default=None,
+                   help="verify only this step (default: every committed step)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_guard(cmd_verify))
 
     p = sub.add_parser("gc", help="delete uncommitted objects and orphaned multipart uploads")
     p.add_argument("uri")
-    p.add_argument("--grace", type=float, default=DEFAULT_GRACE, metavar="SECONDS",
+    p.add_argument("--grace", type=argtype(seconds), default=DEFAULT_GRACE, metavar="SECONDS",
                    help=f"keep anything younger than this (default {DEFAULT_GRACE:.0f}); must exceed the longest save")
     p.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -69,7 +73,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("export", help="write a step's full (consolidated) tensors as safetensors files",
                        description="Reads every shard a leaf needs, verifying checksums, and writes one "
-                                   "<top-level key>.safetensors per key into DIR. Rank-local leaves: rank 0's.")
+                                   "<top-level key>.safetensors per key (or list index) into DIR; characters "
+                                   "other than letters, digits, '_', '-', '.' are %-escaped. "
+                                   "Rank-local leaves: rank 0's.")
     p.add_argument("uri")
     p.add_argument("step")
     p.add_argument("dir")
@@ -229,11 +235,12 @@ def _uri_and_step(args: argparse.Namespace) -> tuple[str, int]:
         ValueError: neither argument is a step number (exit 2).
     """
     uri, step = args.uri, args.step
-    if uri.isdigit() and not step.isdigit():
+    if is_digits(uri) and not is_digits(step):
         uri, step = step, uri
-    if not step.isdigit():
-        raise ValueError(f"STEP must be a non-negative integer, got {step!r}")
-    return uri, int(step)
+    try:
+        return uri, step_number(step)
+    except ValueError:
+        raise ValueError(f"STEP must be a non-negative integer up to {INT64_MAX}, got {step!r}") from None
 
 
 def _committed_step(storage: Any, uri: str, step: int) -> None:
@@ -296,8 +303,6 @@ def cmd_gc(args: argparse.Namespace) -> int:
     """Delete garbage older than --grace (or list it with --dry-run)."""
     from ..checkpoint.gc import collect_garbage, find_garbage
 
-    if args.grace < 0:
-        raise ValueError(f"--grace must be >= 0, got {args.grace}")
     storage = _open(args.uri)
     try:
         if args.dry_run:

@@ -21,16 +21,15 @@ environment cannot make the request fail; what is left out is reported, never dr
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from clusterctl.cli.values import is_env_name
 
 SKIPPED_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "CLUSTERCTL_", "BASH_FUNC_")
 MAX_VARS = 256  # the server's limits.max_env_vars default
 MAX_VALUE_BYTES = 32 << 10  # the server's limits.max_env_value_bytes default
 MAX_TOTAL_BYTES = 64 << 10  # NAME=VALUE bytes in all: a request stays small
-
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ def parse_export(text: str) -> tuple[bool, list[str]]:
             everything |= item == "ALL"
             continue
         name = item.partition("=")[0]
-        if not _NAME.match(name):
+        if not is_env_name(name):
             raise ValueError(f"bad --export {text!r}: {name!r} is not a variable name")
         if "=" not in item:
             names.append(name)
@@ -88,7 +87,7 @@ def export_value(text: str) -> str:
 
 def sendable(name: str, value: str) -> bool:
     """Whether a variable of this shell may be sent at all (bounds aside)."""
-    if not _NAME.match(name) or name.startswith(SKIPPED_PREFIXES):
+    if not is_env_name(name) or name.startswith(SKIPPED_PREFIXES):
         return False
     try:
         value.encode()

@@ -17,6 +17,7 @@ from rich.live import Live
 from clusterctl.cli import arrays, render
 from clusterctl.cli.options import ArgumentError, add_json_option, command_parent, describe_service_error
 from clusterctl.cli.values import argtype, positive_int, split_list
+from clusterctl.digits import is_digits
 from clusterctl.errors import ServiceError
 from clusterctl.v1 import jobs_pb2
 
@@ -154,7 +155,7 @@ def _views(job: jobs_pb2.JobStatus, asked: list[str]) -> dict[str, jobs_pb2.JobS
 def _job_key(job_id: str) -> tuple[int, int, str]:
     """Numeric order for ``42`` and array tasks ``42_3`` (after ``42``), other ids last."""
     head, _, task = job_id.partition("_")
-    if head.isdigit() and (not task or task.isdigit()):
+    if is_digits(head) and (not task or is_digits(task)):
         return int(head), int(task) + 1 if task else 0, ""
     return sys.maxsize, 0, job_id
 

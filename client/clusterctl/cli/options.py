@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from clusterctl.cli.values import argtype, duration_seconds, hostlist, positive_int
+from clusterctl.cli.values import argtype, duration_seconds, hostlist, positive_int, positive_seconds
 from clusterctl.client import DEFAULT_ADDR, DEFAULT_TIMEOUT, ClusterClient, resolve_addr
 from clusterctl.errors import ServiceError
 from clusterctl.v1 import cluster_pb2
@@ -47,15 +47,8 @@ class ArgumentError(Exception):
     """A command line argparse could not accept (exit code 2)."""
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise ValueError(f"must be a positive number of seconds, got {text!r}")
-    return value
-
-
 class _RefuseToken(argparse.Action):
-    """``--token`` (and its abbreviations) ends the run with the reason, instead of "unrecognized"."""
+    """``--token`` (the full name only: abbreviations are off) ends the run with the reason."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:  # fmt: skip
@@ -81,7 +74,7 @@ def add_connection_options(parser: argparse.ArgumentParser, *, top_level: bool) 
     group.add_argument(
         "--timeout",
         metavar="SECONDS",
-        type=argtype(_positive_float),
+        type=argtype(positive_seconds),
         help=f"deadline for each call (default: {DEFAULT_TIMEOUT:g})",
         **({"default": DEFAULT_TIMEOUT} | suppress),
     )

@@ -41,6 +41,10 @@ def main() -> None:
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
     mesh = init_device_mesh("cpu", (world,))
+    if mode == "partial":
+        print(json.dumps(partial_template(uri, config, mesh)), flush=True)
+        dist.destroy_process_group()
+        return
     model = seeded()
     fully_shard(model[0], mesh=mesh)
     fully_shard(model, mesh=mesh)
@@ -66,6 +70,29 @@ def main() -> None:
             print(json.dumps({"ok": same, "step": ckpt.last_restored_step,
                               "local0": list(model[0].weight.to_local().shape)}), flush=True)
     dist.destroy_process_group()
+
+
+def partial_template(uri: str, config: CheckpointConfig, mesh: object) -> dict[str, object]:
+    """Restore valid steps with a template whose placement cannot be restored into."""
+    import warnings
+
+    from torch.distributed.tensor import DTensor, Partial
+
+    from clusterctl.checkpoint import CheckpointFallbackWarning, RestoreError
+
+    with CheckpointManager(uri, config=config) as ckpt:
+        for step in (1, 2):
+            ckpt.save(step, {"w": torch.arange(4.0)}).result()
+        template = {"w": DTensor.from_local(torch.zeros(4), mesh, [Partial()], run_check=False)}
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            try:
+                ckpt.restore(template=template)
+                error, kind = "", ""
+            except Exception as exc:
+                error, kind = str(exc), type(exc).__name__
+    fallbacks = sum(issubclass(w.category, CheckpointFallbackWarning) for w in seen)
+    return {"ok": kind == RestoreError.__name__, "kind": kind, "error": error, "fallbacks": fallbacks}
 
 
 if __name__ == "__main__":

@@ -104,10 +104,6 @@ def test_bad_uri_is_one_line_exit_2(uri: str, capsys: pytest.CaptureFixture[str]
         assert err.startswith("error:") and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_negative_grace_is_bad_input(posix_uri: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(["checkpoints", "gc", posix_uri, "--grace", "-1"]) == 2
-
-
 @pytest.mark.s3
 def test_storage_error_exit_1(s3_env: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret")
@@ -165,6 +161,21 @@ def test_show_and_export_bad_input_exit_2(posix_uri: str, tmp_path: Path, capsys
     (tmp_path / "file").write_text("")
     assert run(["checkpoints", "export", posix_uri, "1", str(tmp_path / "file")]) == 2
     assert run(["checkpoints", "show", "s3:/bad", "1"]) == 2
+    for step in ("\u0661", "\u00b2", str(2**63)):  # isdigit() took these; int() of '²' then crashed
+        assert run(["checkpoints", "show", posix_uri, step]) == 2
+        assert "STEP must be a non-negative integer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["verify", "--step", "\u0661"], ["verify", "--step", "-1"], ["verify", "--step", str(2**63)],
+     ["gc", "--grace", "inf"], ["gc", "--grace", "nan"], ["gc", "--grace", "-1"], ["gc", "--grace", "1e3"]],
+)
+def test_numeric_flags_are_usage_errors(posix_uri: str, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        run(["checkpoints", argv[0], posix_uri, *argv[1:]])
+    assert exc.value.code == 2
+    assert f"argument {argv[1]}:" in capsys.readouterr().err
 
 
 def test_export_verifies_checksums(posix_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -176,3 +187,41 @@ def test_export_verifies_checksums(posix_uri: str, tmp_path: Path, capsys: pytes
     ckpt.close()
     assert run(["checkpoints", "export", posix_uri, "1", str(tmp_path / "out")]) == 3
     assert "xxh3" in capsys.readouterr().err
+
+
+def _save(uri: str, state: Any) -> None:
+    with CheckpointManager(uri, rank=0, world_size=1, keep=0, config=fast_config()) as ckpt:
+        ckpt.save(1, state).result()
+
+
+def test_export_file_names_are_injective(posix_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import safetensors.numpy
+
+    a, b, dot = np.arange(3, dtype=np.float32), np.ones(2, dtype=np.int64), np.zeros(1, dtype=np.float32)
+    _save(posix_uri, {"a/b": a, "a_b": b, ".x": dot})
+    out = tmp_path / "export"
+    assert run(["checkpoints", "export", posix_uri, "1", str(out)]) == 0
+    assert sorted(os.listdir(out)) == ["%2Ex.safetensors", "a%2Fb.safetensors", "a_b.safetensors"]
+    np.testing.assert_array_equal(safetensors.numpy.load_file(str(out / "a%2Fb.safetensors"))["a/b"], a)
+    np.testing.assert_array_equal(safetensors.numpy.load_file(str(out / "a_b.safetensors"))["a_b"], b)
+
+
+def test_export_refuses_keys_that_share_a_name(posix_uri: str, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    _save(posix_uri, {1: np.ones(2), "1": np.zeros(2)})
+    assert run(["checkpoints", "export", posix_uri, "1", str(tmp_path / "export")]) == 2
+    err = capsys.readouterr().err
+    assert "top-level keys 1 and '1'" in err and "Traceback" not in err
+    assert not (tmp_path / "export").exists()  # refused before writing anything
+
+
+def test_export_entries_of_any_top_level() -> None:
+    """save() takes only mappings, but a step written by other code may hold a list at the top."""
+    from clusterctl.checkpoint.contents import _export_files, file_stem
+
+    x, y = np.arange(2), np.ones(1)
+    assert _export_files([x, {"w": y}]) == [("0", 0, x), ("1", 1, {"w": y})]
+    assert _export_files((x,)) == [("0", 0, x)]
+    assert _export_files(x) == [("state", "state", x)]
+    assert [file_stem(k) for k in ("model", "a/b", "a_b", "%2F", ".x", "", "é", "a b")] == [
+        "model", "a%2Fb", "a_b", "%252F", "%2Ex", "%", "%C3%A9", "a%20b"]

@@ -44,3 +44,10 @@ def test_fsdp_checkpoint_loads_on_one_plain_process(tmp_path: Path) -> None:
     uri = str(tmp_path / "ckpt")
     run("save", uri, 2)
     assert run("plain", uri, 1) == [{"ok": True, "step": 5}]
+
+
+def test_partial_template_is_the_callers_error_not_a_corrupt_step(tmp_path: Path) -> None:
+    [out] = run("partial", str(tmp_path / "ckpt"), 1)
+    assert out["ok"] and out["kind"] == "RestoreError", out
+    assert "template at 'w'" in str(out["error"]) and "is not supported" in str(out["error"]), out
+    assert out["fallbacks"] == 0, out  # valid steps are not skipped for the caller's mistake

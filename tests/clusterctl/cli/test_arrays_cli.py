@@ -42,6 +42,7 @@ def test_task_view_is_the_task() -> None:
     assert (view.job_id, view.state, view.exit_code, list(view.nodes)) == ("14_1", S.JOB_STATE_FAILED, 3, ["node2"])
     assert view.terminal and view.has_exit_code and view.reason == "" and len(view.tasks) == 1
     assert arrays.split_id("14_1") == ("14", 1) and arrays.split_id("14") == ("14", None)
+    assert arrays.split_id("14_\u00b2") == ("14_\u00b2", None)  # '²'.isdigit() but int('²') fails
     assert arrays.compress([5, 3, 4, 9]) == "3-5,9"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -161,3 +162,4 @@ def test_watch_orders_array_tasks_after_their_job() -> None:
 
     ids = ["14_10", "9", "x", "14_2", "14", "100"]
     assert sorted(ids, key=_job_key) == ["9", "14", "14_2", "14_10", "100", "x"]
+    assert _job_key("1_\u00b2") == (sys.maxsize, 0, "1_\u00b2")  # not a number, not a crash

@@ -134,3 +134,57 @@ def test_node_range_and_array() -> None:
     for bad in ("", "1-", "a", "1-9:", "%2", "1;2"):
         with pytest.raises(ValueError):
             values.array_indexes(bad)
+
+
+@pytest.mark.parametrize(
+    ("parse", "text"),
+    [
+        (values.positive_int, "4294967296"),
+        (values.positive_int, "9" * 5000),  # refused before int() (which has a digit limit of its own)
+        (values.non_negative_int, "99999999999"),
+        (values.memory_mb, "99999999999999999999T"),
+        (values.memory_mb, "9" * 400 + "T"),  # a float would be inf here
+        (values.duration_seconds, "4294967296"),
+        (values.duration_seconds, "99999999999d"),
+        (values.time_limit, "99999999999999d"),
+        (values.seconds, "4294967296"),
+        (values.step_number, str(2**63)),
+        (values.node_range, "1-4294967296"),
+    ],
+)
+def test_numbers_past_the_proto_field_are_refused(parse: object, text: str) -> None:
+    with pytest.raises(ValueError, match=r"up to|too large|too long"):
+        parse(text)  # type: ignore[operator]
+
+
+def test_numbers_at_the_proto_limit_pass() -> None:
+    assert values.positive_int("4294967295") == 2**32 - 1
+    assert values.duration_seconds("4294967295") == 2**32 - 1
+    assert values.memory_mb(f"{2**64 - 1}") == 2**64 - 1
+    assert values.step_number(str(2**63 - 1)) == 2**63 - 1
+
+
+@pytest.mark.parametrize("text", ["\u0661\u0662", "1_000", "\u00b2", "+3", "1e3", "0x10", "12 3"])
+def test_only_ascii_digits_are_numbers(text: str) -> None:
+    for parse in (values.positive_int, values.non_negative_int, values.exit_code, values.step_number,
+                  values.duration_seconds, values.seconds, values.memory_mb):
+        with pytest.raises(ValueError):
+            parse(text)
+    with pytest.raises(ValueError):
+        values.gres_gpus(f"gpu:a:{text}")
+
+
+@pytest.mark.parametrize("text", ["inf", "nan", "-1", "1e3", "\u0661"])
+def test_seconds_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        values.seconds(text)
+    with pytest.raises(ValueError):
+        values.positive_seconds(text)
+    assert values.seconds("0") == 0 and values.positive_seconds("2.5") == 2.5
+
+
+def test_env_name_is_one_rule() -> None:
+    from clusterctl.cli import environment
+
+    assert values.is_env_name("_A1") and not values.is_env_name("1A") and not values.is_env_name("É")
+    assert environment.sendable("_A1", "x") and not environment.sendable("É", "x")
