@@ -33,6 +33,7 @@ from bench.submit import bench_daemon, cancel_by_name, running, slurm_env, wait_
 from clusterctl.client import ClusterClient
 from clusterctl.v1 import jobs_pb2
 from tests.support.ports import free_port
+from tests.support.prefixes import deep_tree, many_markers
 
 _METRIC = "clusterd_queue_poll_latency_seconds"
 
@@ -55,28 +56,16 @@ def empty_prefix(root: Path) -> None:
     (root / "commits").mkdir(parents=True)
 
 
-def many_objects(root: Path, count: int = 100_000) -> None:
-    commits = root / "commits"
-    commits.mkdir(parents=True)
-    for step in range(count):
-        os.close(os.open(commits / f"{step:012d}.json", os.O_CREAT | os.O_WRONLY, 0o644))
+def many_objects(root: Path) -> None:
+    many_markers(root / "commits", 100_000)
 
 
-def deep_tree(root: Path, depth: int = 10_000) -> None:
-    """``commits/d/d/...`` made relative to directory fds, so no path ever exceeds PATH_MAX."""
-    (root / "commits").mkdir(parents=True)
-    fd = os.open(root / "commits", os.O_RDONLY)
-    try:
-        for _ in range(depth):
-            os.mkdir("d", dir_fd=fd)
-            fd, parent = os.open("d", os.O_RDONLY, dir_fd=fd), fd
-            os.close(parent)
-    finally:
-        os.close(fd)
+def hostile_tree(root: Path) -> None:
+    deep_tree(root / "commits", 10_000)
 
 
 CASES = (("empty prefix", "empty", empty_prefix), ("100,000 objects", "huge", many_objects),
-         ("10,000-deep tree", "deep", deep_tree))  # fmt: skip
+         ("10,000-deep tree", "deep", hostile_tree))  # fmt: skip
 
 
 def measure(

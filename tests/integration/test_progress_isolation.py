@@ -9,8 +9,6 @@ must stay as fast as ever.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +18,7 @@ import pytest
 
 from clusterctl.v1 import jobs_pb2
 from tests.support.daemon import Daemon
+from tests.support.prefixes import deep_tree, many_markers, remove_tree
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slurm
@@ -29,35 +28,14 @@ OBJECTS = 100_000
 LAG_SLACK = 2.5  # seconds on top of the poll interval: Slurm's 1 s time resolution, the watch hop
 
 
-def deep_tree(root: Path, depth: int) -> None:
-    """``root/commits/d/d/...`` ``depth`` levels deep, made relative to directory fds (no PATH_MAX)."""
-    (root / "commits").mkdir(parents=True)
-    fd = os.open(root / "commits", os.O_RDONLY)
-    try:
-        for _ in range(depth):
-            os.mkdir("d", dir_fd=fd)
-            fd, parent = os.open("d", os.O_RDONLY, dir_fd=fd), fd
-            os.close(parent)
-    finally:
-        os.close(fd)
-
-
-def many_markers(root: Path, count: int) -> None:
-    commits = root / "commits"
-    commits.mkdir(parents=True)
-    for step in range(count):
-        os.close(os.open(commits / f"{step:012d}.json", os.O_CREAT | os.O_WRONLY, 0o644))
-
-
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
     base = tmp_path_factory.mktemp("hostile")
     deep, huge = base / "deep", base / "huge"
-    deep_tree(deep, DEPTH)
-    many_markers(huge, OBJECTS)
+    deep_tree(deep / "commits", DEPTH)
+    many_markers(huge / "commits", OBJECTS)
     yield deep, huge
-    # rm (fts) copes with any depth; pytest's own cleanup of old temp dirs (recursive) would not.
-    subprocess.run(["rm", "-rf", str(base)], check=True)
+    remove_tree(base)  # pytest's own (recursive) cleanup of old temp dirs would not cope
 
 
 def sleeper(name: str, seconds: int, uri: str = "") -> jobs_pb2.JobSpec:

@@ -10,6 +10,7 @@ import pytest
 
 from clusterctl.storage import PosixOptions, PosixStorage
 from clusterctl.storage.posix import TMP_MARK
+from tests.support.prefixes import deep_tree, remove_tree
 
 
 def fake_lfs(tmp_path: Path, rc: int = 0) -> Path:
@@ -79,35 +80,13 @@ def test_deep_tree_lists_without_recursion_error(tmp_path: Path, caplog: pytest.
     root = tmp_path / "root"
     st = PosixStorage(str(root))
     st.put("commits/000000000001.json", b"{}")
-    fd = os.open(root / "commits", os.O_RDONLY)
-    try:
-        for _ in range(10_000):  # mkdir relative to the last one: the path is far beyond PATH_MAX
-            os.mkdir("d", dir_fd=fd)
-            nxt = os.open("d", os.O_RDONLY, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-        with os.fdopen(os.open("deep.json", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as f:
-            f.write("x")
-    finally:
-        os.close(fd)
+    deep_tree(root / "commits", 10_000, leaf="deep.json")  # the path is far beyond PATH_MAX
     try:
         assert [o.key for o in st.list_objects("commits/")] == ["commits/000000000001.json"]
         assert "levels deep" in caplog.text
     finally:
         st.close()
-        remove_chain(root / "commits")
-
-
-def remove_chain(top: Path) -> None:
-    """Remove a deep d/d/d/... chain one level at a time (rmtree itself would recurse too deep)."""
-    while (top / "d").exists():
-        if (top / "d" / "d").exists():
-            os.rename(top / "d" / "d", top / "next")
-        for f in (top / "d").iterdir():
-            f.unlink()
-        os.rmdir(top / "d")
-        if (top / "next").exists():
-            os.rename(top / "next", top / "d")
+        remove_tree(root / "commits" / "d")
 
 
 def test_listing_and_io_never_follow_symlinks(tmp_path: Path) -> None:

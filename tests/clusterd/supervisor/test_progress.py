@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import subprocess
 import threading
 import time
 import uuid
@@ -16,6 +14,7 @@ import pytest
 
 from clusterctl.storage import open_storage
 from clusterd.supervisor.progress import OverBudget, ProgressBudget, ProgressReader, Reading, list_steps
+from tests.support.prefixes import deep_tree, remove_tree
 from tests.support.s3server import get_server
 
 FAR = 1e18  # a deadline that never comes
@@ -50,18 +49,11 @@ def test_a_huge_listing_is_cut_at_the_key_budget(tmp_path: Path) -> None:
 
 def test_a_deep_tree_under_commits_is_never_walked(tmp_path: Path) -> None:
     root = markers(tmp_path / "ckpt", 4)
-    fd = os.open(root / "commits", os.O_RDONLY)
-    try:
-        for _ in range(3 * 1000):  # deeper than Python's recursion limit; one scandir sees one entry
-            os.mkdir("d", dir_fd=fd)
-            fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
-            os.close(old)
-    finally:
-        os.close(fd)
+    deep_tree(root / "commits", 3 * 1000)  # deeper than Python's recursion limit; one scandir sees one entry
     try:
         assert list_steps(str(root), 10, FAR) == 4
     finally:  # pytest's own (recursive) cleanup of old temp dirs would hit the recursion limit
-        subprocess.run(["rm", "-rf", str(root / "commits" / "d")], check=True)
+        remove_tree(root / "commits" / "d")
 
 
 @pytest.mark.s3
