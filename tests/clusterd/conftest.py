@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -12,9 +12,15 @@ import grpc
 import pytest
 
 from clusterctl.v1 import cluster_pb2_grpc, jobs_pb2, jobs_pb2_grpc
-from clusterd.config import Config, LimitsConfig, SlurmConfig
+from clusterd.config import Config, LimitsConfig, RestartDefaults, SlurmConfig
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
+from clusterd.store.sqlite import JobStore
+from clusterd.supervisor.cache import QueueCache
+from clusterd.supervisor.progress import ProgressReader
+from clusterd.supervisor.reconciler import Reconciler
+from clusterd.supervisor.restarts import Restarter
+from clusterd.supervisor.sink import EventSink
 
 # Unix users that exist on every Debian machine; jobs "run" as them in the fake.
 USER_A, USER_B, ADMIN = "nobody", "daemon", "root"
@@ -104,3 +110,21 @@ async def code_of(call: Any) -> grpc.StatusCode:
 
 def stub(channel: grpc.aio.Channel) -> jobs_pb2_grpc.JobServiceStub:
     return jobs_pb2_grpc.JobServiceStub(channel)
+
+
+def supervised(
+    slurm: FakeSlurm,
+    store: JobStore,
+    events: EventSink,
+    progress: ProgressReader,
+    defaults: RestartDefaults | None = None,
+    *,
+    kick: Callable[[], None] = lambda: None,
+    default_partition: str = "",
+) -> QueueCache:
+    """A queue cache with the reconciler and restarter subscribed, as ClusterDaemon wires them;
+    tests drive it with ``poll_once()`` (the interval is an hour)."""
+    cache = QueueCache(slurm, interval=3600.0, default_partition=default_partition)
+    restarter = Restarter(slurm, store, events, progress, defaults or RestartDefaults())
+    cache.subscribe(Reconciler(store, events, restarter, progress, kick=kick))
+    return cache

@@ -20,10 +20,8 @@ from clusterd.store.sqlite import JobStore
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventBus
 from clusterd.supervisor.progress import ProgressBudget, ProgressReader
-from clusterd.supervisor.reconciler import Reconciler
-from clusterd.supervisor.restarts import Restarter
 
-from ..conftest import ADMIN, USER_A, USER_B, make_config
+from ..conftest import ADMIN, USER_A, USER_B, make_config, supervised
 
 ALICE, BOB, ROOT = Identity(USER_A), Identity(USER_B), Identity(ADMIN, admin=True)
 
@@ -55,10 +53,8 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     slurm = FakeSlurm.cluster()
     store = JobStore(config.db_path)
     bus = EventBus()
-    poller = QueueCache(slurm, interval=3600.0, default_partition="debug")
     progress = ProgressReader(ProgressBudget(interval=3600))
-    restarter = Restarter(slurm, store, bus, progress, config.restart)
-    poller.subscribe(Reconciler(store, bus, restarter, progress, kick=poller.kick))
+    poller = supervised(slurm, store, bus, progress, config.restart, default_partition="debug")
     await poller.poll_once()
     yield World(JobManager(config, slurm, store, poller, bus, no_placement), slurm, store, poller)
     progress.close()

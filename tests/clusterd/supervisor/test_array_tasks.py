@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from clusterctl.v1 import jobs_pb2
-from clusterd.config import RestartDefaults
 from clusterd.slurm.arrays import task_indices
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.request import ArraySpec, JobRequest
@@ -24,8 +23,8 @@ from clusterd.supervisor import reconciler
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventType, JobEvent
 from clusterd.supervisor.progress import ProgressBudget, ProgressReader
-from clusterd.supervisor.reconciler import Reconciler
-from clusterd.supervisor.restarts import Restarter
+
+from ..conftest import supervised
 
 
 @dataclass
@@ -68,9 +67,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     store = JobStore(tmp_path / "db.sqlite3")
     events = Events()
     progress = ProgressReader(ProgressBudget(interval=3600), lister=lambda uri, keys, deadline: -1)
-    cache = QueueCache(slurm, interval=3600)
-    restarter = Restarter(slurm, store, events, progress, RestartDefaults())
-    cache.subscribe(Reconciler(store, events, restarter, progress, kick=lambda: None))
+    cache = supervised(slurm, store, events, progress)
     yield World(slurm, store, events, cache)
     progress.close()
     store.close()

@@ -14,7 +14,6 @@ import pytest
 
 from clusterctl.v1 import jobs_pb2
 from clusterd.api.convert import job_status
-from clusterd.config import RestartDefaults
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.types import JobState, NodeState, SlurmJob
 from clusterd.store.records import JobRecord, Phase, RestartEntry
@@ -23,8 +22,8 @@ from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import JobEvent
 from clusterd.supervisor.policy import resumed
 from clusterd.supervisor.progress import ProgressBudget, ProgressReader
-from clusterd.supervisor.reconciler import Reconciler
-from clusterd.supervisor.restarts import Restarter
+
+from ..conftest import supervised
 
 THREE = ("node1", "node2", "node3")
 
@@ -69,9 +68,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     slurm = FakeSlurm.cluster()
     store = JobStore(tmp_path / "db.sqlite3")
     progress = ProgressReader(ProgressBudget(interval=3600), lister=lambda uri, keys, deadline: -1)
-    cache = QueueCache(slurm, interval=3600)
-    restarter = Restarter(slurm, store, _Sink(), progress, RestartDefaults())
-    cache.subscribe(Reconciler(store, _Sink(), restarter, progress, kick=lambda: None))
+    cache = supervised(slurm, store, _Sink(), progress)
     yield World(slurm, store, cache, progress)
     store.close()
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from clusterctl.v1 import jobs_pb2
-from clusterd.config import RestartDefaults
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store.records import JobRecord, Phase
@@ -18,8 +17,8 @@ from clusterd.store.sqlite import JobStore
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventType, JobEvent
 from clusterd.supervisor.progress import ProgressBudget, ProgressReader
-from clusterd.supervisor.reconciler import Reconciler
-from clusterd.supervisor.restarts import Restarter
+
+from ..conftest import supervised
 
 
 @dataclass
@@ -75,9 +74,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     store = JobStore(tmp_path / "db.sqlite3")
     events, steps, kicks = Events(), Steps(), []
     progress = ProgressReader(ProgressBudget(interval=3600), lister=steps)
-    cache = QueueCache(slurm, interval=3600)
-    restarter = Restarter(slurm, store, events, progress, RestartDefaults())
-    cache.subscribe(Reconciler(store, events, restarter, progress, kick=lambda: kicks.append(1)))
+    cache = supervised(slurm, store, events, progress, kick=lambda: kicks.append(1))
     yield World(slurm, store, events, steps, progress, cache, kicks)
     progress.close()
     store.close()
