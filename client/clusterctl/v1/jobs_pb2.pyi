@@ -26,6 +26,8 @@ class TerminationCause(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TERMINATION_CAUSE_NO_PROGRESS: _ClassVar[TerminationCause]
     TERMINATION_CAUSE_RESTARTS_EXHAUSTED: _ClassVar[TerminationCause]
     TERMINATION_CAUSE_REQUEUE_REQUESTED: _ClassVar[TerminationCause]
+    TERMINATION_CAUSE_RANK_HUNG: _ClassVar[TerminationCause]
+    TERMINATION_CAUSE_RANK_FAILED: _ClassVar[TerminationCause]
 
 class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -67,6 +69,8 @@ TERMINATION_CAUSE_MANUAL_REQUEUE: TerminationCause
 TERMINATION_CAUSE_NO_PROGRESS: TerminationCause
 TERMINATION_CAUSE_RESTARTS_EXHAUSTED: TerminationCause
 TERMINATION_CAUSE_REQUEUE_REQUESTED: TerminationCause
+TERMINATION_CAUSE_RANK_HUNG: TerminationCause
+TERMINATION_CAUSE_RANK_FAILED: TerminationCause
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PENDING: JobState
 JOB_STATE_RUNNING: JobState
@@ -92,7 +96,7 @@ JOB_EVENT_TYPE_FINISHED: JobEventType
 JOB_EVENT_TYPE_CHECKPOINT: JobEventType
 
 class RestartPolicy(_message.Message):
-    __slots__ = ("max_restarts", "on_node_failure", "on_preemption", "on_time_limit", "retryable_exit_codes", "fatal_exit_codes", "backoff", "exclude_failed_nodes", "no_progress_limit", "signal_before_timeout_seconds")
+    __slots__ = ("max_restarts", "on_node_failure", "on_preemption", "on_time_limit", "retryable_exit_codes", "fatal_exit_codes", "backoff", "exclude_failed_nodes", "no_progress_limit", "signal_before_timeout_seconds", "heartbeat_interval", "hang_timeout", "on_rank_failure")
     MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     ON_NODE_FAILURE_FIELD_NUMBER: _ClassVar[int]
     ON_PREEMPTION_FIELD_NUMBER: _ClassVar[int]
@@ -103,6 +107,9 @@ class RestartPolicy(_message.Message):
     EXCLUDE_FAILED_NODES_FIELD_NUMBER: _ClassVar[int]
     NO_PROGRESS_LIMIT_FIELD_NUMBER: _ClassVar[int]
     SIGNAL_BEFORE_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    HANG_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    ON_RANK_FAILURE_FIELD_NUMBER: _ClassVar[int]
     max_restarts: int
     on_node_failure: bool
     on_preemption: bool
@@ -113,7 +120,10 @@ class RestartPolicy(_message.Message):
     exclude_failed_nodes: bool
     no_progress_limit: int
     signal_before_timeout_seconds: int
-    def __init__(self, max_restarts: _Optional[int] = ..., on_node_failure: _Optional[bool] = ..., on_preemption: _Optional[bool] = ..., on_time_limit: _Optional[bool] = ..., retryable_exit_codes: _Optional[_Iterable[int]] = ..., fatal_exit_codes: _Optional[_Iterable[int]] = ..., backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., exclude_failed_nodes: _Optional[bool] = ..., no_progress_limit: _Optional[int] = ..., signal_before_timeout_seconds: _Optional[int] = ...) -> None: ...
+    heartbeat_interval: _duration_pb2.Duration
+    hang_timeout: _duration_pb2.Duration
+    on_rank_failure: bool
+    def __init__(self, max_restarts: _Optional[int] = ..., on_node_failure: _Optional[bool] = ..., on_preemption: _Optional[bool] = ..., on_time_limit: _Optional[bool] = ..., retryable_exit_codes: _Optional[_Iterable[int]] = ..., fatal_exit_codes: _Optional[_Iterable[int]] = ..., backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., exclude_failed_nodes: _Optional[bool] = ..., no_progress_limit: _Optional[int] = ..., signal_before_timeout_seconds: _Optional[int] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., hang_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., on_rank_failure: _Optional[bool] = ...) -> None: ...
 
 class JobSpec(_message.Message):
     __slots__ = ("name", "script", "command", "nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "memory_mb_per_node", "time_limit", "partition", "account", "qos", "environment", "working_directory", "stdout_path", "stderr_path", "checkpoint_uri", "restart_policy", "placement", "request_id", "ntasks", "max_nodes", "gpus", "gpu_type", "memory_mb_per_cpu", "array", "dependency", "exclusive", "begin", "hold", "mail_type", "mail_user", "constraint", "reservation", "export", "submit_directory", "script_name", "nice")
@@ -203,7 +213,7 @@ class JobSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., script: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., nodes: _Optional[int] = ..., tasks_per_node: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., cpus_per_task: _Optional[int] = ..., memory_mb_per_node: _Optional[int] = ..., time_limit: _Optional[str] = ..., partition: _Optional[str] = ..., account: _Optional[str] = ..., qos: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., working_directory: _Optional[str] = ..., stdout_path: _Optional[str] = ..., stderr_path: _Optional[str] = ..., checkpoint_uri: _Optional[str] = ..., restart_policy: _Optional[_Union[RestartPolicy, _Mapping]] = ..., placement: _Optional[_Union[_cluster_pb2.PlacementPreference, _Mapping]] = ..., request_id: _Optional[str] = ..., ntasks: _Optional[int] = ..., max_nodes: _Optional[int] = ..., gpus: _Optional[int] = ..., gpu_type: _Optional[str] = ..., memory_mb_per_cpu: _Optional[int] = ..., array: _Optional[str] = ..., dependency: _Optional[str] = ..., exclusive: _Optional[bool] = ..., begin: _Optional[str] = ..., hold: _Optional[bool] = ..., mail_type: _Optional[str] = ..., mail_user: _Optional[str] = ..., constraint: _Optional[str] = ..., reservation: _Optional[str] = ..., export: _Optional[str] = ..., submit_directory: _Optional[str] = ..., script_name: _Optional[str] = ..., nice: _Optional[int] = ...) -> None: ...
 
 class RestartRecord(_message.Message):
-    __slots__ = ("cause", "failed_nodes", "time", "checkpoint_step", "exit_code", "detail", "nodes_before", "nodes_after")
+    __slots__ = ("cause", "failed_nodes", "time", "checkpoint_step", "exit_code", "detail", "nodes_before", "nodes_after", "detected_by", "failed_at", "detected_at", "requeued_at", "running_at", "first_step_at")
     CAUSE_FIELD_NUMBER: _ClassVar[int]
     FAILED_NODES_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -212,6 +222,12 @@ class RestartRecord(_message.Message):
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     NODES_BEFORE_FIELD_NUMBER: _ClassVar[int]
     NODES_AFTER_FIELD_NUMBER: _ClassVar[int]
+    DETECTED_BY_FIELD_NUMBER: _ClassVar[int]
+    FAILED_AT_FIELD_NUMBER: _ClassVar[int]
+    DETECTED_AT_FIELD_NUMBER: _ClassVar[int]
+    REQUEUED_AT_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_AT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_STEP_AT_FIELD_NUMBER: _ClassVar[int]
     cause: TerminationCause
     failed_nodes: _containers.RepeatedScalarFieldContainer[str]
     time: _timestamp_pb2.Timestamp
@@ -220,7 +236,13 @@ class RestartRecord(_message.Message):
     detail: str
     nodes_before: int
     nodes_after: int
-    def __init__(self, cause: _Optional[_Union[TerminationCause, str]] = ..., failed_nodes: _Optional[_Iterable[str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., checkpoint_step: _Optional[int] = ..., exit_code: _Optional[int] = ..., detail: _Optional[str] = ..., nodes_before: _Optional[int] = ..., nodes_after: _Optional[int] = ...) -> None: ...
+    detected_by: str
+    failed_at: _timestamp_pb2.Timestamp
+    detected_at: _timestamp_pb2.Timestamp
+    requeued_at: _timestamp_pb2.Timestamp
+    running_at: _timestamp_pb2.Timestamp
+    first_step_at: _timestamp_pb2.Timestamp
+    def __init__(self, cause: _Optional[_Union[TerminationCause, str]] = ..., failed_nodes: _Optional[_Iterable[str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., checkpoint_step: _Optional[int] = ..., exit_code: _Optional[int] = ..., detail: _Optional[str] = ..., nodes_before: _Optional[int] = ..., nodes_after: _Optional[int] = ..., detected_by: _Optional[str] = ..., failed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., detected_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., requeued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., running_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., first_step_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ArrayTask(_message.Message):
     __slots__ = ("task_id", "state", "exit_code", "exit_signal", "nodes", "has_exit_code", "restart_count")
@@ -391,3 +413,41 @@ class JobEvent(_message.Message):
     previous_state: JobState
     message: str
     def __init__(self, type: _Optional[_Union[JobEventType, str]] = ..., job: _Optional[_Union[JobStatus, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., previous_state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("record_id", "token", "job_id", "restart_count", "rank", "world_size", "node", "pid", "step", "committed_step", "restored", "exiting", "exit_code")
+    RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RESTART_COUNT_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_STEP_FIELD_NUMBER: _ClassVar[int]
+    RESTORED_FIELD_NUMBER: _ClassVar[int]
+    EXITING_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    record_id: int
+    token: str
+    job_id: str
+    restart_count: int
+    rank: int
+    world_size: int
+    node: str
+    pid: int
+    step: int
+    committed_step: int
+    restored: bool
+    exiting: bool
+    exit_code: int
+    def __init__(self, record_id: _Optional[int] = ..., token: _Optional[str] = ..., job_id: _Optional[str] = ..., restart_count: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., node: _Optional[str] = ..., pid: _Optional[int] = ..., step: _Optional[int] = ..., committed_step: _Optional[int] = ..., restored: _Optional[bool] = ..., exiting: _Optional[bool] = ..., exit_code: _Optional[int] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("interval", "stop")
+    INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    interval: _duration_pb2.Duration
+    stop: bool
+    def __init__(self, interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stop: _Optional[bool] = ...) -> None: ...

@@ -64,6 +64,11 @@ class JobServiceStub:
                 request_serializer=clusterctl_dot_v1_dot_jobs__pb2.WatchJobsRequest.SerializeToString,
                 response_deserializer=clusterctl_dot_v1_dot_jobs__pb2.JobEvent.FromString,
                 _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/clusterctl.v1.JobService/Heartbeat',
+                request_serializer=clusterctl_dot_v1_dot_jobs__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=clusterctl_dot_v1_dot_jobs__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -105,6 +110,15 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Heartbeat(self, request, context):
+        """Sent by the client library inside a running job, once per rank every heartbeat interval.
+        Authenticated by the job's own heartbeat token (CLUSTERCTL_HEARTBEAT_TOKEN in the job's
+        environment), not by a user's bearer token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -137,6 +151,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.WatchJobs,
                     request_deserializer=clusterctl_dot_v1_dot_jobs__pb2.WatchJobsRequest.FromString,
                     response_serializer=clusterctl_dot_v1_dot_jobs__pb2.JobEvent.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=clusterctl_dot_v1_dot_jobs__pb2.HeartbeatRequest.FromString,
+                    response_serializer=clusterctl_dot_v1_dot_jobs__pb2.HeartbeatResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -301,6 +320,33 @@ class JobService:
             '/clusterctl.v1.JobService/WatchJobs',
             clusterctl_dot_v1_dot_jobs__pb2.WatchJobsRequest.SerializeToString,
             clusterctl_dot_v1_dot_jobs__pb2.JobEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clusterctl.v1.JobService/Heartbeat',
+            clusterctl_dot_v1_dot_jobs__pb2.HeartbeatRequest.SerializeToString,
+            clusterctl_dot_v1_dot_jobs__pb2.HeartbeatResponse.FromString,
             options,
             channel_credentials,
             insecure,
