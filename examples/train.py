@@ -6,7 +6,8 @@ background, and on SIGUSR1/SIGTERM (Slurm's warning before the time limit, or pr
 checkpoints and exits with the "requeue me" code so that clusterd brings it back.
 
 Every step prints ``STEP <n> rank <r> loss <x>``; the tests read these lines to prove that a
-restart resumed where the last committed checkpoint left off.
+restart resumed where the last committed checkpoint left off. Each step is also reported to
+clusterd's failure detector (``heartbeat.report_step``; a no-op outside a clusterd job).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 
 import numpy as np
 
+from clusterctl import heartbeat
 from clusterctl.checkpoint import CheckpointManager
 from clusterctl.slurm_env import RequeueOnSignal, rank_and_world_size
 
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         start = int(state["step"]) + 1
         print(f"RESUMED from step {state['step']} rank {rank}/{world} node {node} "
               f"restart {os.environ.get('SLURM_RESTART_COUNT', '0')} "
-              f"resume_step {os.environ.get('CLUSTERCTL_RESUME_STEP', '?')}", flush=True)  # fmt: skip
+              f"resume_step {ckpt.last_restored_step}", flush=True)  # fmt: skip
 
     with RequeueOnSignal() as stop:
         for step in range(start, args.steps):
@@ -96,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             x, y = batch(step, rank, 64, dim)
             loss = train_step(params, x, y, lr=0.05)
             print(f"STEP {step} rank {rank} loss {loss:.5f}", flush=True)
+            heartbeat.report_step(step)
             if args.step_seconds:
                 time.sleep(args.step_seconds)
             snapshot = {"params": params, "step": step, "meta": {"world": world, "loss": loss}}

@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from clusterctl import heartbeat
 from clusterctl.checkpoint import CheckpointManager, Replicated, Sharded
 from clusterctl.slurm_env import RequeueOnSignal, rank_and_world_size
 
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         for step in range(start, args.steps):
             advance(w, m, lo, step)
             print(f"STEP {step} rank {rank}", flush=True)
+            heartbeat.report_step(step)
             if args.step_seconds:
                 time.sleep(args.step_seconds)
             snapshot = sharded_state(w, m, lo, step, world)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -90,10 +90,12 @@ def _read_pem(path: str, what: str) -> bytes:
         raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
 
 
-def open_channel(addr: str, *, ca: str | None = None, cert: str | None = None, key: str | None = None) -> grpc.Channel:
+def open_channel(addr: str, *, ca: str | None = None, cert: str | None = None, key: str | None = None,
+                 options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
     """A TLS channel when a CA (or a client certificate) is configured, else plaintext.
 
-    Arguments win over CLUSTERCTL_CA / CLUSTERCTL_CERT / CLUSTERCTL_KEY.
+    Arguments win over CLUSTERCTL_CA / CLUSTERCTL_CERT / CLUSTERCTL_KEY. ``options`` are gRPC
+    channel arguments (e.g. reconnect backoff for the heartbeat sender).
 
     Raises:
         UsageError: a file cannot be read, or only one of cert/key is given.
@@ -104,13 +106,13 @@ def open_channel(addr: str, *, ca: str | None = None, cert: str | None = None, k
     if bool(cert) != bool(key):
         raise UsageError("a client certificate needs its key: give both --cert and --key (CLUSTERCTL_CERT/_KEY)")
     if not ca and not cert:
-        return grpc.insecure_channel(addr)
+        return grpc.insecure_channel(addr, options=list(options))
     creds = grpc.ssl_channel_credentials(
         root_certificates=_read_pem(ca, "CA file") if ca else None,
         private_key=_read_pem(key, "client key") if key else None,
         certificate_chain=_read_pem(cert, "client certificate") if cert else None,
     )
-    return grpc.secure_channel(addr, creds)
+    return grpc.secure_channel(addr, creds, options=list(options))
 
 
 class ClusterClient:

@@ -132,7 +132,11 @@ class RequeueOnSignal:
         self.exit()
 
     def exit(self) -> NoReturn:
-        """Exit with the requeue code (flushing stdio first)."""
+        """Exit with the requeue code (flushing stdio first).
+
+        Through ``sys.exit`` (not a bare ``raise SystemExit``) so that the heartbeat sender's exit
+        hook sees the code and tells clusterd "exited 85", not "exited 0".
+        """
         sys.stdout.flush()
         sys.stderr.flush()
-        raise SystemExit(self.exit_code)
+        sys.exit(self.exit_code)

@@ -93,7 +93,7 @@ def check_resume(stack: Stack, name: str, job: jobs_pb2.JobStatus, victim: str, 
     # where the dead rank stopped.
     assert last_dead - every <= resumed <= last_dead, (last_dead, resumed)
     assert victim not in second.nodes.values()
-    # The job's environment told it where it would resume (CLUSTERCTL_RESUME_STEP, read at start).
+    # The job printed the step it actually restored (CheckpointManager.last_restored_step).
     assert f"resume_step {resumed}" in second.header, second.header
     for rank in (0, 1):
         assert second.steps[rank][0] == resumed + 1

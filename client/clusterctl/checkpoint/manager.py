@@ -4,6 +4,11 @@ Blocking phase, then background commit, returning a handle (STYLE 7): ``save()``
 state into bounded staging memory and returns a :class:`SaveHandle`; one background thread per
 in-flight slot checksums and uploads the shard, writes the manifest and runs the commit protocol.
 A background failure is stored and raised by ``result()``, ``wait()`` or the next ``save()``.
+
+Liveness: when the job's environment configures heartbeats (:mod:`clusterctl.heartbeat`), the
+manager starts the rank's sender and reports what it sees: ``save(step)`` as step progress, a
+committed step as ``committed_step``, and ``restore()`` returning as ``restored``. Unconfigured,
+these reports cost a global lookup each.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
-from .. import slurm_env
+from .. import heartbeat, slurm_env
 from ..storage import ObjectNotFoundError, Storage, StorageError, open_storage
 from ..storage.threads import nice_initializer
 from . import commit, layout, torchcompat
@@ -147,6 +152,7 @@ class CheckpointManager:
         self._closed = False
         self._create_only_checked = False
         self.last_restored_step: int | None = None
+        heartbeat.start()
 
     # --- saving ---------------------------------------------------------------------------
     def save(self, step: int, state: Mapping[str, Any]) -> SaveHandle:
@@ -163,6 +169,7 @@ class CheckpointManager:
             layout.check_step(step)
         except ValueError as exc:
             raise InvalidStateError(str(exc)) from None
+        heartbeat.report_step(step)
         self._raise_pending()
         running = self._running()
         if len(running) >= self.config.max_in_flight:
@@ -278,6 +285,7 @@ class CheckpointManager:
         except Exception as exc:
             raise self._wrap(exc, step, progress["key"]) from exc
         total = time.perf_counter() - t0
+        heartbeat.report_committed(step)
         return SaveResult(step, committed=True, bytes=nbytes, snapshot_seconds=snap.seconds, total_seconds=total)
 
     def _after_commit(self, step: int) -> None:
@@ -343,8 +351,11 @@ class CheckpointManager:
             coordinator=None if explicit else self._coordinator, agree_timeout=self.config.commit_timeout,
             template=template, rank_local=rank_local)
         if result is None:
+            heartbeat.report_restored()
             return None
         self.last_restored_step = result[0]
+        heartbeat.report_committed(result[0])
+        heartbeat.report_restored()
         return result[1]
 
     def verify(self, step: int) -> VerifyReport:

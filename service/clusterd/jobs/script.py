@@ -9,14 +9,19 @@ import shlex
 
 from clusterd.jobs.directives import header_end
 
-# Values only known when the job (re)starts: Slurm's restart count, and the newest committed
-# checkpoint step, read from storage by the job's own clusterctl (-1 when none or unreadable).
-_RUNTIME_ENV = [
-    'export CLUSTERCTL_RESTART_COUNT="${SLURM_RESTART_COUNT:-0}"',
-    "CLUSTERCTL_RESUME_STEP=-1",
+RESUME_STEP = "CLUSTERCTL_RESUME_STEP"
+
+# Values only known when the job (re)starts. Slurm's restart count costs nothing.
+_RESTART_ENV = ['export CLUSTERCTL_RESTART_COUNT="${SLURM_RESTART_COUNT:-0}"']
+# The newest committed checkpoint step, read from storage by the job's own clusterctl (-1 when none
+# or unreadable): a fresh Python process and a LIST, 0.5-3 s on the path from the batch script
+# starting to the first training step of every (re)start. So it is computed only for scripts that
+# mention it; programs learn the step from CheckpointManager.restore() / latest_step() themselves.
+_RESUME_ENV = [
+    f"{RESUME_STEP}=-1",
     'if [ -n "${CLUSTERCTL_CHECKPOINT_URI:-}" ] && command -v clusterctl >/dev/null 2>&1; then '
-    'CLUSTERCTL_RESUME_STEP="$(clusterctl checkpoints latest "$CLUSTERCTL_CHECKPOINT_URI" 2>/dev/null || echo -1)"; fi',
-    "export CLUSTERCTL_RESUME_STEP",
+    f'{RESUME_STEP}="$(clusterctl checkpoints latest "$CLUSTERCTL_CHECKPOINT_URI" 2>/dev/null || echo -1)"; fi',
+    f"export {RESUME_STEP}",
 ]
 
 
@@ -25,12 +30,14 @@ def inject_environment(script: str, env: dict[str, str]) -> str:
 
     Values travel inside the script (quoted), never in sbatch's own environment, where sbatch
     would read SLURM_*/SBATCH_* variables as options; one line keeps the body's line numbers
-    one off at most, so shell errors still point near the user's own lines.
+    one off at most, so shell errors still point near the user's own lines. CLUSTERCTL_RESUME_STEP
+    is looked up only when ``script`` mentions it (a generated command script: when its argv does).
     """
     lines = script.split("\n")  # only newlines: str.splitlines() would also split on \x0c, \u2028, ...
     end = header_end(lines)
     exports = [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
-    line = "; ".join([*exports, *_RUNTIME_ENV]) + "  # environment added by clusterd"
+    runtime = [*_RESTART_ENV, *(_RESUME_ENV if RESUME_STEP in script else [])]
+    line = "; ".join([*exports, *runtime]) + "  # environment added by clusterd"
     return "\n".join([*lines[:end], line, *lines[end:]])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -114,3 +115,36 @@ def test_directive_values_are_bounded_like_their_spec_fields(line: str, says: st
     with pytest.raises(InvalidArgument) as err:
         validate_spec(spec, facts, LimitsConfig())
     assert err.value.field == "spec.script" and "script line 2" in err.value.message and says in err.value.message
+
+
+def prelude(script: str) -> str:
+    """The line inject_environment added (a checkpoint URI in the job's environment)."""
+    out = inject_environment(script, job_environment({}, record_id=3, checkpoint_uri="s3://b/run"))
+    return next(line for line in out.splitlines() if line.endswith("# environment added by clusterd"))
+
+
+def run_prelude(line: str, then: str, tmp_path: Path) -> str:
+    """Run the line under bash with a fake ``clusterctl`` first on PATH that says step 41."""
+    fake = tmp_path / "bin" / "clusterctl"
+    fake.parent.mkdir(exist_ok=True)
+    fake.write_text('#!/bin/sh\n[ "$1 $2 $3" = "checkpoints latest s3://b/run" ] && echo 41\n')
+    fake.chmod(0o755)
+    env = {"PATH": f"{fake.parent}:/usr/bin:/bin", "SLURM_RESTART_COUNT": "2"}
+    return subprocess.run(["bash", "-c", f"{line}\n{then}"], capture_output=True, text=True, env=env,
+                          check=True, timeout=30).stdout  # fmt: skip
+
+
+def test_resume_step_is_looked_up_only_for_scripts_that_mention_it(tmp_path: Path) -> None:
+    """`clusterctl checkpoints latest` costs 0.5-3 s before every (re)start: not for scripts that ignore it."""
+    show = 'echo "restart=$CLUSTERCTL_RESTART_COUNT resume=${CLUSTERCTL_RESUME_STEP-unset}"'
+    command = prelude(command_script(["python3", "train.py"]))
+    assert "checkpoints latest" not in command
+    assert run_prelude(command, show, tmp_path) == "restart=2 resume=unset\n"
+    plain = prelude("#!/bin/bash\n#SBATCH -N 2\nexec srun python3 train.py\n")
+    assert "checkpoints latest" not in plain
+    for body in ('python3 train.py --from "$CLUSTERCTL_RESUME_STEP"', "echo ${CLUSTERCTL_RESUME_STEP}"):
+        line = prelude(f"#!/bin/bash\n#SBATCH -N 2\n{body}\n")
+        assert "checkpoints latest" in line
+        assert run_prelude(line, show, tmp_path) == "restart=2 resume=41\n"
+    asked = prelude(command_script(["bash", "-c", "echo $CLUSTERCTL_RESUME_STEP"]))
+    assert run_prelude(asked, show, tmp_path) == "restart=2 resume=41\n"

@@ -1,0 +1,382 @@
+"""Per-rank heartbeats to clusterd: liveness, step progress and the exit status of a training process.
+
+Why: Slurm notices a dead node after SlurmdTimeout (tens of seconds) and never notices a rank
+that hangs (a stuck collective, SIGSTOP) or that crashed while its peers wait. clusterd's failure
+detector learns all three from these beats: one small unary ``JobService.Heartbeat`` call per
+interval from a daemon thread, with the newest step the rank reported, the newest committed
+checkpoint step it saw, whether ``restore()`` returned, and one last beat with the exit status.
+
+Configured only from the environment clusterd puts in the job; with no configuration every call
+here is a cheap no-op (this module imports nothing heavy; grpc is imported by the sender thread):
+
+- ``CLUSTERCTL_HEARTBEAT_ADDR`` (``unix:/path`` or ``host:port``) and ``CLUSTERCTL_HEARTBEAT_TOKEN``
+  (both required), ``CLUSTERCTL_RECORD_ID``, ``CLUSTERCTL_HEARTBEAT_INTERVAL`` (seconds, default 1.0;
+  the server's reply overrides it); TLS from CLUSTERCTL_CA/CERT/KEY as in :mod:`clusterctl.client`.
+- Slurm's SLURM_JOB_ID, SLURM_RESTART_COUNT, SLURM_PROCID/SLURM_NTASKS, SLURMD_NODENAME.
+- ``CLUSTERCTL_HEARTBEAT=0`` turns it off.
+
+What can go wrong, and what happens then: a down or old service (UNAVAILABLE, UNIMPLEMENTED) only
+means beats are dropped, logged once at INFO; nothing here raises into the trainer or blocks it
+(a report is a field update under a lock). A forked child (DataLoader workers) never inherits the
+sender and starts none by itself; ``multiprocessing`` children do not start one either.
+
+Exit status: an uncaught exception (chained ``sys.excepthook``) is 1 (130 for KeyboardInterrupt);
+``sys.exit(n)`` is recorded by a wrapper that then calls the original; anything else that reaches
+``atexit`` is 0. A bare ``raise SystemExit(n)`` is invisible to Python code by then and is sent as
+0 (Slurm's own exit status stays authoritative); ``os._exit`` and fatal signals send nothing, which
+the service sees as silence.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from .digits import parse_digits
+from .slurm_env import rank_and_world_size
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL = 1.0
+MIN_INTERVAL, MAX_INTERVAL = 0.05, 600.0
+MAX_DEADLINE = 2.0  # per beat; never more than the interval
+FINAL_DEADLINE = 1.0  # the exiting beat delays the process exit by at most this (plus a pending connect)
+_INT32 = (1 << 31) - 1
+
+
+@dataclass(frozen=True)
+class HeartbeatConfig:
+    """Where and as whom a rank sends its beats (read from the job's environment)."""
+
+    addr: str
+    token: str
+    record_id: int = 0
+    job_id: str = ""
+    restart_count: int = 0
+    rank: int = 0
+    world_size: int = 1
+    node: str = ""
+    interval: float = DEFAULT_INTERVAL
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> HeartbeatConfig | None:
+        """The configuration in ``env`` (default os.environ), or None when heartbeats are off."""
+        env = os.environ if env is None else env
+        if env.get("CLUSTERCTL_HEARTBEAT", "").strip().lower() in ("0", "false", "no", "off"):
+            return None
+        addr = env.get("CLUSTERCTL_HEARTBEAT_ADDR", "").strip()
+        token = env.get("CLUSTERCTL_HEARTBEAT_TOKEN", "").strip()
+        if not addr or not token:
+            return None
+        rank, world = rank_and_world_size(env)
+        return cls(
+            addr=addr,
+            token=token,
+            record_id=_number(env, "CLUSTERCTL_RECORD_ID"),
+            job_id=env.get("SLURM_JOB_ID", ""),
+            restart_count=_number(env, "SLURM_RESTART_COUNT"),
+            rank=rank,
+            world_size=world,
+            node=env.get("SLURMD_NODENAME", ""),
+            interval=_seconds(env.get("CLUSTERCTL_HEARTBEAT_INTERVAL", "")),
+        )
+
+
+def _number(env: Mapping[str, str], name: str) -> int:
+    return parse_digits(env.get(name, "").strip()) or 0
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        return DEFAULT_INTERVAL
+    return min(MAX_INTERVAL, max(MIN_INTERVAL, value)) if math.isfinite(value) and value > 0 else DEFAULT_INTERVAL
+
+
+class HeartbeatSender:
+    """One rank's beats: a daemon thread sends the current state every interval (see the module doc)."""
+
+    def __init__(self, config: HeartbeatConfig) -> None:
+        self.config = config
+        self.pid = os.getpid()
+        self.interval = config.interval
+        self.sent = 0  # beats the service answered
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._ready = threading.Event()  # the channel exists (or could not be made)
+        self._stop = threading.Event()
+        self._step = self._committed = -1
+        self._restored = self._closed = self._warned = False
+        self._urgent = True  # the first step reported (in this process, then after restore) goes out at once
+        self._call: Callable[..., Any] | None = None
+        self._request: Callable[..., Any] = dict
+        self._channel: Any = None
+        self._thread = threading.Thread(target=self._run, name="clusterctl-heartbeat", daemon=True)
+
+    def start(self) -> HeartbeatSender:
+        self._thread.start()
+        return self
+
+    # --- reports from the training process (cheap; never block) ---------------------------
+    def report_step(self, step: int) -> None:
+        with self._lock:
+            self._step = max(self._step, int(step))
+            urgent, self._urgent = self._urgent, False
+        if urgent:
+            self._wake.set()
+
+    def report_committed(self, step: int) -> None:
+        with self._lock:
+            self._committed = max(self._committed, int(step))
+
+    def report_restored(self) -> None:
+        with self._lock:
+            self._restored = self._urgent = True
+        self._wake.set()
+
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
+    # --- the sender thread -----------------------------------------------------------------
+    def _connect(self) -> None:
+        try:
+            from .client import open_channel, resolve_addr
+            from .v1 import jobs_pb2, jobs_pb2_grpc
+
+            backoff = max(100, int(min(self.interval, MAX_DEADLINE) * 1000))
+            self._channel = open_channel(
+                resolve_addr(self.config.addr),
+                options=[
+                    ("grpc.initial_reconnect_backoff_ms", backoff),
+                    ("grpc.min_reconnect_backoff_ms", backoff),
+                    ("grpc.max_reconnect_backoff_ms", max(backoff, 2000)),
+                    ("grpc.enable_retries", 0),
+                ],
+            )
+            self._request = jobs_pb2.HeartbeatRequest
+            self._call = jobs_pb2_grpc.JobServiceStub(self._channel).Heartbeat
+        except Exception as exc:
+            log.info("clusterctl heartbeats are off: cannot open a channel to %s: %s", self.config.addr, exc)
+        finally:
+            self._ready.set()
+
+    def _run(self) -> None:
+        self._connect()
+        if self._call is None:
+            return
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+            started = time.monotonic()
+            self._beat()
+            self._wake.wait(max(0.0, started + self.interval - time.monotonic()))
+            self._wake.clear()
+
+    def _beat(self, *, exit_code: int | None = None, deadline: float | None = None) -> bool:
+        """Send the current state once; False when the service did not answer (logged once)."""
+        call = self._call
+        if call is None:
+            return False
+        c = self.config
+        with self._lock:
+            fields = {"step": self._step, "committed_step": self._committed, "restored": self._restored}
+        if exit_code is not None:
+            fields.update(exiting=True, exit_code=max(-_INT32 - 1, min(_INT32, exit_code)))
+        request = self._request(
+            record_id=c.record_id,
+            token=c.token,
+            job_id=c.job_id,
+            restart_count=c.restart_count,
+            rank=c.rank,
+            world_size=c.world_size,
+            node=c.node,
+            pid=os.getpid(),
+            **fields,
+        )
+        timeout = deadline if deadline is not None else min(self.interval, MAX_DEADLINE)
+        try:
+            reply = call(request, timeout=max(MIN_INTERVAL, timeout))
+        except Exception as exc:  # grpc.RpcError (UNAVAILABLE, UNIMPLEMENTED, DEADLINE_EXCEEDED, ...) or worse
+            if not self._warned:
+                self._warned = True
+                code = exc.code().name if hasattr(exc, "code") and callable(exc.code) else type(exc).__name__
+                log.info(
+                    "clusterctl heartbeats to %s are not getting through (%s); training goes on, beats are dropped",
+                    self.config.addr,
+                    code,
+                )
+            return False
+        self.sent += 1
+        wanted = reply.interval.seconds + reply.interval.nanos / 1e9
+        if wanted > 0:
+            self.interval = min(MAX_INTERVAL, max(MIN_INTERVAL, wanted))
+        if reply.stop:
+            self._stop.set()
+        return True
+
+    def finish(self, exit_code: int) -> None:
+        """Send the one exiting beat with ``exit_code`` and stop the thread (at most ~FINAL_DEADLINE s)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._wake.set()
+        if self._ready.wait(FINAL_DEADLINE):
+            self._beat(exit_code=exit_code, deadline=min(self.interval, FINAL_DEADLINE))
+        if self._channel is not None:
+            self._channel.close()
+
+
+# --- the process-wide sender --------------------------------------------------------------
+_lock = threading.Lock()
+_sender: HeartbeatSender | None = None
+_checked = False  # the environment was looked at in this process
+_auto = True  # report_* may start the sender (False in a forked child)
+_abandoned: list[HeartbeatSender] = []  # a parent's senders, kept alive in a forked child (never touched)
+_exit_code: int | None = None
+_hooked = False
+
+
+def start() -> HeartbeatSender | None:
+    """Start this process's sender when the environment configures one (idempotent); never raises."""
+    global _sender, _checked
+    if _checked:
+        return _sender
+    with _lock:
+        if not _checked:
+            try:
+                _sender = _start_from_env()
+            except Exception as exc:  # a bug here must not stop training
+                log.info("clusterctl heartbeats are off: %s", exc)
+            _checked = True
+    return _sender
+
+
+def _start_from_env() -> HeartbeatSender | None:
+    mp = sys.modules.get("multiprocessing")
+    if mp is not None and mp.parent_process() is not None:
+        return None  # a worker of the rank (spawned DataLoader worker, pool), not the rank
+    config = HeartbeatConfig.from_env()
+    if config is None:
+        return None
+    _install_exit_hooks()
+    return HeartbeatSender(config).start()
+
+
+def _current() -> HeartbeatSender | None:
+    if _checked:
+        return _sender
+    return start() if _auto else None
+
+
+def report_step(step: int) -> None:
+    """This rank finished training step ``step``: the first one after start/restore is sent at once."""
+    try:
+        if (s := _current()) is not None:
+            s.report_step(step)
+    except Exception as exc:
+        log.debug("heartbeat report_step: %s", exc)
+
+
+def report_committed(step: int) -> None:
+    """Checkpoint step ``step`` is committed (as this rank saw it)."""
+    try:
+        if (s := _current()) is not None:
+            s.report_committed(step)
+    except Exception as exc:
+        log.debug("heartbeat report_committed: %s", exc)
+
+
+def report_restored() -> None:
+    """``restore()`` returned in this run (with a state or with None); sent at once."""
+    try:
+        if (s := _current()) is not None:
+            s.report_restored()
+    except Exception as exc:
+        log.debug("heartbeat report_restored: %s", exc)
+
+
+def stop_requested() -> bool:
+    """True once the service answered a beat with ``stop``: the job is being restarted, exit soon."""
+    s = _sender if _checked else None
+    return s is not None and s.stop_requested()
+
+
+# --- exit status ------------------------------------------------------------------------------
+def _note_exit(code: int) -> None:
+    global _exit_code
+    _exit_code = code
+
+
+def _status_code(status: object) -> int:
+    """The process exit status Python derives from ``sys.exit(status)``."""
+    if status is None:
+        return 0
+    if isinstance(status, int):
+        return status
+    return 1  # a message: printed to stderr, exit status 1
+
+
+def _install_exit_hooks() -> None:
+    """atexit + a chained sys.excepthook + a sys.exit wrapper, once per process (see module doc)."""
+    global _hooked
+    if _hooked:
+        return
+    _hooked = True
+    previous_hook, previous_exit = sys.excepthook, sys.exit
+
+    def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        _note_exit(130 if issubclass(kind, KeyboardInterrupt) else 1)
+        previous_hook(kind, value, tb)
+
+    def exit(status: Any = None) -> NoReturn:
+        _note_exit(_status_code(status))
+        previous_exit(status)
+        raise SystemExit(status)  # not reached: the original raises
+
+    sys.excepthook = excepthook
+    sys.exit = exit
+    atexit.register(_at_exit)
+
+
+def _at_exit() -> None:
+    s = _sender
+    if s is None or s.pid != os.getpid():
+        return
+    try:
+        s.finish(0 if _exit_code is None else _exit_code)
+    except Exception as exc:
+        log.debug("heartbeat at exit: %s", exc)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child keeps no sender: its grpc channel belongs to the parent (never used or closed)."""
+    global _sender, _checked, _auto, _exit_code, _lock
+    if _sender is not None:
+        _abandoned.append(_sender)
+    _sender, _checked, _auto, _exit_code = None, False, False, None
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+__all__ = [
+    "HeartbeatConfig",
+    "HeartbeatSender",
+    "report_committed",
+    "report_restored",
+    "report_step",
+    "start",
+    "stop_requested",
+]

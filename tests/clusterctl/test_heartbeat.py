@@ -1,0 +1,237 @@
+"""The heartbeat sender against a fake JobService on a unix socket (tests.support.heartbeat).
+
+In-process tests drive a :class:`HeartbeatSender` directly; everything that touches the
+process-wide sender or the exit hooks runs in a child Python process.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clusterctl.heartbeat import DEFAULT_INTERVAL, HeartbeatConfig, HeartbeatSender
+from tests.support.heartbeat import FakeJobService, child_env, heartbeat_env, serve
+
+
+@pytest.fixture
+def sock(tmp_path: Path) -> Path:
+    return tmp_path / "hb.sock"
+
+
+@pytest.fixture
+def fake(sock: Path) -> Iterator[FakeJobService]:
+    service = FakeJobService()
+    with serve(sock, service):
+        yield service
+
+
+def sender(sock: Path, **extra: str) -> HeartbeatSender:
+    config = HeartbeatConfig.from_env(heartbeat_env(sock, **extra))
+    assert config is not None
+    return HeartbeatSender(config)
+
+
+def run_child(code: str, env: dict[str, str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=child_env(env), capture_output=True,
+                          text=True, timeout=timeout)  # fmt: skip
+
+
+def test_config_from_env() -> None:
+    config = HeartbeatConfig.from_env(heartbeat_env(Path("/x.sock")))
+    assert config == HeartbeatConfig(addr="unix:/x.sock", token="hb-token", record_id=42, job_id="1234",
+                                     restart_count=2, rank=1, world_size=2, node="node7", interval=0.2)  # fmt: skip
+    assert HeartbeatConfig.from_env(heartbeat_env(Path("/x.sock"), CLUSTERCTL_HEARTBEAT="0")) is None
+    assert HeartbeatConfig.from_env({"CLUSTERCTL_HEARTBEAT_ADDR": "unix:/x"}) is None  # no token: not configured
+    assert HeartbeatConfig.from_env({}) is None
+    odd = HeartbeatConfig.from_env({"CLUSTERCTL_HEARTBEAT_ADDR": "h:1", "CLUSTERCTL_HEARTBEAT_TOKEN": "t",
+                                    "CLUSTERCTL_HEARTBEAT_INTERVAL": "nan", "CLUSTERCTL_RECORD_ID": "-3"})  # fmt: skip
+    assert odd is not None and (odd.interval, odd.record_id, odd.rank, odd.world_size) == (DEFAULT_INTERVAL, 0, 0, 1)
+    tiny = HeartbeatConfig.from_env(heartbeat_env(Path("/x"), CLUSTERCTL_HEARTBEAT_INTERVAL="0.000001"))
+    assert tiny is not None and tiny.interval == 0.05
+
+
+def test_beats_carry_the_fields_from_the_environment(sock: Path, fake: FakeJobService) -> None:
+    s = sender(sock).start()
+    try:
+        _, first = fake.wait_for(lambda r: True)
+        assert (first.record_id, first.token, first.job_id, first.restart_count) == (42, "hb-token", "1234", 2)
+        assert (first.rank, first.world_size, first.node, first.pid) == (1, 2, "node7", os.getpid())
+        assert (first.step, first.committed_step, first.restored, first.exiting) == (-1, -1, False, False)
+        s.report_committed(9)
+        s.report_step(12)
+        _, later = fake.wait_for(lambda r: r.step == 12 and r.committed_step == 9)
+        assert not later.exiting
+        before = len(fake.beats)
+        time.sleep(0.7)  # CLUSTERCTL_HEARTBEAT_INTERVAL=0.2: a few more beats, not dozens
+        assert 2 <= len(fake.beats) - before <= 6
+    finally:
+        s.finish(0)
+    assert fake.requests()[-1].exiting and fake.requests()[-1].exit_code == 0
+
+
+def test_the_reply_interval_wins(sock: Path) -> None:
+    fake = FakeJobService(interval=0.05)
+    with serve(sock, fake):
+        s = sender(sock, CLUSTERCTL_HEARTBEAT_INTERVAL="30").start()
+        try:
+            fake.wait_for(lambda r: True)
+            time.sleep(0.6)
+            assert len(fake.beats) >= 6, "a 30 s interval overridden by the server's 0.05 s"
+            assert s.interval == 0.05
+        finally:
+            s.finish(0)
+    slow = FakeJobService(interval=30)
+    with serve(sock, slow):
+        s = sender(sock).start()  # asks for 0.2 s, the server says 30 s
+        try:
+            slow.wait_for(lambda r: True)
+            time.sleep(0.6)
+            assert len(slow.beats) == 1
+        finally:
+            s.finish(0)
+
+
+def test_the_first_step_after_restore_is_sent_at_once(sock: Path, fake: FakeJobService) -> None:
+    s = sender(sock, CLUSTERCTL_HEARTBEAT_INTERVAL="30").start()
+    try:
+        fake.wait_for(lambda r: True)
+        s.report_committed(99)
+        t0 = time.monotonic()
+        s.report_restored()
+        arrived, beat = fake.wait_for(lambda r: r.restored, timeout=2)
+        assert arrived - t0 < 0.5 and beat.committed_step == 99 and beat.step == -1
+        t0 = time.monotonic()
+        s.report_step(100)
+        arrived, beat = fake.wait_for(lambda r: r.step == 100, timeout=2)
+        assert arrived - t0 < 0.5 and beat.restored
+        n = len(fake.beats)
+        s.report_step(101)  # later steps wait for the interval
+        time.sleep(0.5)
+        assert len(fake.beats) == n
+    finally:
+        s.finish(0)
+
+
+def test_stop_in_a_reply_is_seen(sock: Path) -> None:
+    fake = FakeJobService(stop=True)
+    with serve(sock, fake):
+        s = sender(sock).start()
+        try:
+            fake.wait_for(lambda r: True)
+            deadline = time.monotonic() + 5
+            while not s.stop_requested() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert s.stop_requested()
+        finally:
+            s.finish(0)
+
+
+def report_timings(s: HeartbeatSender, calls: int = 2000) -> list[float]:
+    times = []
+    for i in range(calls):
+        t0 = time.perf_counter()
+        s.report_step(i)
+        s.report_committed(i)
+        if i % 500 == 0:
+            s.report_restored()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+@pytest.mark.parametrize("server", ["absent", "unimplemented", "stopped"])
+def test_a_missing_service_never_raises_or_delays_training(sock: Path, server: str) -> None:
+    s = sender(sock, CLUSTERCTL_HEARTBEAT_INTERVAL="0.05")
+    if server == "unimplemented":  # an older clusterd: no Heartbeat method
+        with serve(sock, None):
+            s.start()
+            time.sleep(0.3)
+            times = report_timings(s)
+    elif server == "stopped":
+        fake = FakeJobService()
+        with serve(sock, fake):
+            s.start()
+            fake.wait_for(lambda r: True)
+        time.sleep(0.2)
+        times = report_timings(s)
+    else:
+        s.start()
+        time.sleep(0.3)
+        times = report_timings(s)
+    assert statistics.median(times) < 1e-3 and max(times) < 0.02, (statistics.median(times), max(times))
+    assert not s.stop_requested()
+    t0 = time.monotonic()
+    s.finish(3)  # the exiting beat has nowhere to go: bounded by FINAL_DEADLINE
+    assert time.monotonic() - t0 < 1.5
+
+
+CHILD = """
+import sys, time
+from clusterctl import heartbeat
+assert heartbeat.start() is not None
+heartbeat.report_step(5)
+time.sleep(0.1)
+{ending}
+"""
+
+
+@pytest.mark.parametrize(("ending", "code"), [
+    ("pass", 0),
+    ("sys.exit(3)", 3),
+    ("raise ValueError('boom')", 1),
+    ("from clusterctl.slurm_env import RequeueOnSignal; RequeueOnSignal().exit()", 85),
+])  # fmt: skip
+def test_the_last_beat_carries_the_exit_status(sock: Path, fake: FakeJobService, ending: str, code: int) -> None:
+    t0 = time.monotonic()
+    done = run_child(CHILD.format(ending=ending), heartbeat_env(sock))
+    assert done.returncode == code, done.stderr
+    assert time.monotonic() - t0 < 10
+    beats = fake.requests()
+    assert [b.exiting for b in beats].count(True) == 1 and beats[-1].exiting, beats
+    assert beats[-1].exit_code == code and beats[-1].step == 5 and beats[-1].pid != os.getpid()
+    if code == 1:  # the original excepthook still ran
+        assert "ValueError: boom" in done.stderr
+
+
+def test_off_switch_and_no_configuration_send_nothing(sock: Path, fake: FakeJobService) -> None:
+    code = """
+    from clusterctl import heartbeat
+    assert heartbeat.start() is None and heartbeat.start() is None
+    heartbeat.report_step(1); heartbeat.report_restored(); heartbeat.report_committed(1)
+    assert not heartbeat.stop_requested()
+    import sys; assert "grpc" not in sys.modules, "unconfigured heartbeats import nothing heavy"
+    """
+    for env in (heartbeat_env(sock, CLUSTERCTL_HEARTBEAT="0"), {}):
+        done = run_child(code, env)
+        assert done.returncode == 0, done.stderr
+    time.sleep(0.3)
+    assert fake.beats == []
+
+
+def test_report_calls_start_lazily_and_forked_children_send_nothing(sock: Path, fake: FakeJobService) -> None:
+    code = """
+    import os, sys, time
+    from clusterctl import heartbeat
+    heartbeat.report_step(1)  # starts the sender in this process
+    pid = os.fork()
+    if pid == 0:  # a DataLoader-style worker: its reports and its exit go nowhere
+        heartbeat.report_step(999)
+        sys.exit(7)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 7
+    heartbeat.report_step(2)
+    time.sleep(0.3)
+    """
+    done = run_child(code, heartbeat_env(sock))
+    assert done.returncode == 0, done.stderr
+    beats = fake.requests()
+    assert {b.pid for b in beats} == {beats[0].pid}
+    assert all(b.step != 999 for b in beats) and beats[-1].exiting and beats[-1].exit_code == 0
+    assert [b.exiting for b in beats].count(True) == 1
