@@ -39,7 +39,7 @@ class Detection:
     job_id: str
     restart_count: int  # the run it concerns: a decision about an older run is void
     cause: str  # "NODE_FAILURE", "RANK_HUNG" or "RANK_FAILED" (supervisor.policy.Cause values)
-    node: str
+    nodes: tuple[str, ...]  # the dead nodes (all of this run's found at once), or the failed rank's node
     ranks: tuple[int, ...]
     detected_by: str  # "heartbeat+probe", "heartbeat", "rank-exit"
     failed_at: float  # wall clock: the last sign of life of what failed
@@ -116,7 +116,7 @@ class Detector:
             return None  # a single rank's exit status is the job's own: Slurm's view and the policy decide
         for rank, beat in sorted(run.ranks.items()):
             if beat.exiting and beat.exit_code not in _OK_EXITS:
-                return Detection(run.record_id, run.job_id, run.restart_count, "RANK_FAILED", beat.node, (rank,),
+                return Detection(run.record_id, run.job_id, run.restart_count, "RANK_FAILED", (beat.node,), (rank,),
                                  "rank-exit", beat.seen_wall, time.time(),
                                  f"rank {rank} on {beat.node} exited with status {beat.exit_code}",
                                  exit_code=beat.exit_code)  # fmt: skip
@@ -129,17 +129,22 @@ class Detector:
         for rank, beat in run.ranks.items():
             if not beat.exiting and now - beat.seen > suspect:
                 silent.setdefault(beat.node, []).append(rank)
+        alive = dict(zip(silent, await asyncio.gather(*(self._node_alive(nodes.get(n)) for n in silent)), strict=True))
+        dead = sorted(n for n, ok in alive.items() if not ok)
+        if dead:  # every dead node of the run in one decision: two failures at once are one restart
+            ranks = sorted(r for n in dead for r in silent[n])
+            last = max(run.ranks[r].seen for r in ranks)
+            who = f"rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))}"
+            return Detection(run.record_id, run.job_id, run.restart_count, "NODE_FAILURE", tuple(dead), tuple(ranks),
+                             "heartbeat+probe", max(run.ranks[r].seen_wall for r in ranks), time.time(),
+                             f"node{'s' if len(dead) > 1 else ''} {', '.join(dead)} unreachable: {who} silent "
+                             f"{now - last:.1f}s, slurmd not answering")  # fmt: skip
         for node, ranks in sorted(silent.items()):
             last = max(run.ranks[r].seen for r in ranks)
             last_wall = max(run.ranks[r].seen_wall for r in ranks)
             who = f"rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, sorted(ranks)))}"
-            if not await self._node_alive(nodes.get(node)):
-                return Detection(run.record_id, run.job_id, run.restart_count, "NODE_FAILURE", node, tuple(ranks),
-                                 "heartbeat+probe", last_wall, time.time(),
-                                 f"node {node} unreachable: {who} silent {now - last:.1f}s, "
-                                 "slurmd not answering")  # fmt: skip
             if now - last > run.hang_timeout:
-                return Detection(run.record_id, run.job_id, run.restart_count, "RANK_HUNG", node, tuple(ranks),
+                return Detection(run.record_id, run.job_id, run.restart_count, "RANK_HUNG", (node,), tuple(ranks),
                                  "heartbeat", last_wall, time.time(),
                                  f"{who} on {node} silent {now - last:.1f}s (hang timeout {run.hang_timeout:g}s) "
                                  "while the node answers")  # fmt: skip

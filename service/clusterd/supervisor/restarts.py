@@ -174,12 +174,13 @@ class Restarter:
             return _NOTHING  # another run by now, or a restart already under way
         cause = Cause(det.cause)
         node_dead = cause == Cause.NODE_FAILURE
-        term = Termination(cause, (det.node,) if node_dead else (), det.exit_code, det.detail, nodes=rec.nodes)
+        term = Termination(cause, det.nodes if node_dead else (), det.exit_code, det.detail, nodes=rec.nodes)
         policy = effective_policy(rec.spec.restart_policy, self._defaults)
         decision = decide(term, policy, rec, rec.checkpoint_step)
         if node_dead:
-            # Whatever the policy says of this job, the node is dead: Slurm must stop using it.
-            await self._node_down(det.node, det.detail)
+            # Whatever the policy says of this job, the nodes are dead: Slurm must stop using them.
+            for node in det.nodes:
+                await self._node_down(node, det.detail)
         if not decision.requeue:
             if not node_dead:
                 with contextlib.suppress(SlurmError):
@@ -190,7 +191,7 @@ class Restarter:
                              phases={"failed": det.failed_at, "detected": det.detected_at})  # fmt: skip
         rec.acked_restarts = sj.restart_count + 1
         if policy.exclude_failed_nodes and node_dead:
-            rec.excluded_nodes = tuple(sorted(set(rec.excluded_nodes) | {det.node}))
+            rec.excluded_nodes = tuple(sorted(set(rec.excluded_nodes) | set(det.nodes)))
         rec.terminal = False
         rec.needs_release = True
         rec.backoff_seconds = policy.backoff_seconds

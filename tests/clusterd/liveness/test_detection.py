@@ -97,7 +97,7 @@ async def test_silent_rank_on_unreachable_node_is_a_dead_node(live: Live) -> Non
     live.prober.dead.add("10.0.0.2")
     await beat_both_then_silence(live, job_id, record, token, keep=0)
     found = await live.daemon.detector.check_once()
-    assert [d.cause for d in found] == ["NODE_FAILURE"] and found[0].node == "node2"
+    assert [d.cause for d in found] == ["NODE_FAILURE"] and found[0].nodes == ("node2",)
     node2 = next(n for n in live.slurm.nodes if n.name == "node2")
     assert node2.state == NodeState.DOWN and "clusterd:" in node2.reason
     assert live.prober.probes.count("10.0.0.2") == 2  # confirmed once before the verdict
