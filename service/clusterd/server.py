@@ -76,14 +76,14 @@ class ClusterDaemon:
         self.progress = ProgressReader(ProgressBudget(
             seconds=sup.progress_read_seconds, max_keys=sup.progress_max_keys, interval=sup.progress_interval_seconds,
             retry_after=sup.progress_retry_seconds, workers=sup.progress_workers))  # fmt: skip
-        self.restarter = Restarter(self.backend, self.store, self.bus, self.progress, config.restart)
+        self.liveness = LivenessTable()
+        self.restarter = Restarter(self.backend, self.store, self.bus, self.progress, config.restart, self.liveness)
         self.reconciler = Reconciler(self.store, self.bus, self.restarter, self.progress, kick=self.poller.kick,
                                      hurry=self.poller.hurry)  # fmt: skip
         self.poller.subscribe(self.reconciler)
         # Liveness: heartbeats from the jobs' ranks, a detector that decides in seconds what Slurm
         # would see after SlurmdTimeout, acted on by the reconciler's restarter.
         live = config.liveness
-        self.liveness = LivenessTable()
         self.heartbeats = HeartbeatService(self.store, self.liveness, live, self.reconciler.on_first_step)
         self.detector = Detector(
             self.liveness, TcpProber(live.probe_timeout_seconds), self.reconciler.on_detected,

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from clusterd.liveness.probe import NodeProber
-from clusterd.liveness.table import LivenessTable, Run
+from clusterd.liveness.table import LivenessTable, RankBeat, Run
 from clusterd.slurm.types import JobState, NodeState, SlurmNode
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,25 @@ class Detection:
     detected_at: float
     detail: str
     exit_code: int = 0
+
+
+def crashed_rank(run: Run) -> tuple[int, RankBeat] | None:
+    """The first rank of a multi-rank run that reported exiting with a failure status, if any.
+
+    A single rank's exit status is the job's own (Slurm's view and the exit-code policy decide);
+    in a multi-rank job, one rank failing while its peers ran is a rank failure, and the peers'
+    own exit (killed by srun, a collective timing out) is its consequence.
+    """
+    if run.world_size <= 1:
+        return None
+    for rank, beat in sorted(run.ranks.items()):
+        if beat.exiting and beat.exit_code not in _OK_EXITS:
+            return rank, beat
+    return None
+
+
+def crash_detail(rank: int, beat: RankBeat) -> str:
+    return f"rank {rank} on {beat.node} exited with status {beat.exit_code}"
 
 
 @dataclass(frozen=True)
@@ -112,15 +131,13 @@ class Detector:
         return found
 
     def _crashed(self, run: Run) -> Detection | None:
-        if run.world_size <= 1:
-            return None  # a single rank's exit status is the job's own: Slurm's view and the policy decide
-        for rank, beat in sorted(run.ranks.items()):
-            if beat.exiting and beat.exit_code not in _OK_EXITS:
-                return Detection(run.record_id, run.job_id, run.restart_count, "RANK_FAILED", (beat.node,), (rank,),
-                                 "rank-exit", beat.seen_wall, time.time(),
-                                 f"rank {rank} on {beat.node} exited with status {beat.exit_code}",
-                                 exit_code=beat.exit_code)  # fmt: skip
-        return None
+        failed = crashed_rank(run)
+        if failed is None:
+            return None
+        rank, beat = failed
+        return Detection(run.record_id, run.job_id, run.restart_count, "RANK_FAILED", (beat.node,), (rank,),
+                         "rank-exit", beat.seen_wall, time.time(), crash_detail(rank, beat),
+                         exit_code=beat.exit_code)  # fmt: skip
 
     async def _silent(self, run: Run, nodes: dict[str, SlurmNode]) -> Detection | None:
         now = time.monotonic()

@@ -62,6 +62,9 @@ class HeartbeatService:
                     max(req.world_size, 1), req.node, req.pid, req.step, req.committed_step, req.restored,
                     req.exiting, req.exit_code)  # fmt: skip
         run, first = self._table.record(beat, interval=known.interval, hang_timeout=known.hang_timeout)
+        if req.exiting:
+            log.info("job %s run %d: rank %d/%d on %s exits with status %d", beat.job_id, beat.restart_count,
+                     beat.rank, beat.world_size, beat.node, beat.exit_code)  # fmt: skip
         if first and run.restart_count > 0:
             await self._first_step(run)
         return known.interval, run.decided and run.restart_count == req.restart_count

@@ -79,6 +79,7 @@ class Termination:
     detail: str = ""
     slurm_requeued: bool = False  # Slurm already put the job back to PENDING by itself
     nodes: tuple[str, ...] = ()  # the nodes of the run that ended, as last seen running
+    detected_by: str = "slurm"  # "slurm": from Slurm's view; "rank-exit": a rank's own exit report
 
 
 def classify(rec: JobRecord, before_nodes: tuple[str, ...], sj: SlurmJob, down: frozenset[str]) -> Termination | None:

@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 
 from clusterd.config import RestartDefaults
 from clusterd.errors import SlurmError, SlurmUnavailable
-from clusterd.liveness.detector import Detection
+from clusterd.liveness.detector import Detection, crash_detail, crashed_rank
+from clusterd.liveness.table import LivenessTable
 from clusterd.observability.metrics import REQUEUES
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.types import JobState, SlurmJob
@@ -73,8 +74,10 @@ class Restarter:
         events: EventSink,
         progress: ProgressReader,
         defaults: RestartDefaults,
+        liveness: LivenessTable | None = None,
     ) -> None:
         self._backend = backend
+        self._liveness = liveness
         self._store = store
         self._events = events
         self._progress = progress
@@ -96,7 +99,7 @@ class Restarter:
         term = classify(rec, before_nodes, sj, down)
         if term is None:
             return _NOTHING
-        term = self._first_look(rec, term)
+        term = self._first_look(rec, self._what_the_ranks_said(rec, sj, term))
         step = self._settled_step(rec, term)
         if step is None:
             return _NOTHING  # look again next poll, once the progress read has caught up
@@ -239,6 +242,25 @@ class Restarter:
         self._ended_at.pop(rec.record_id, None)
         self._ending.pop(rec.record_id, None)
 
+    def _what_the_ranks_said(self, rec: JobRecord, sj: SlurmJob, term: Termination) -> Termination:
+        """A run that failed with an exit code is a rank failure when a rank's last heartbeat said so.
+
+        srun ends the whole step when one rank fails: the job's exit code is then that rank's or
+        a peer's (killed, or its collective timed out), and the job would be stopped as a plain
+        failure. The rank's own exit report says what happened, and the policy treats it as such.
+        """
+        if term.cause != Cause.EXIT_CODE or self._liveness is None:
+            return term
+        run = self._liveness.get(rec.record_id)
+        if run is None or run.restart_count != sj.restart_count:
+            return term
+        failed = crashed_rank(run)
+        if failed is None:
+            return term
+        rank, beat = failed
+        return replace(term, cause=Cause.RANK_FAILED, exit_code=beat.exit_code, detail=crash_detail(rank, beat),
+                       detected_by="rank-exit")  # fmt: skip
+
     def _first_look(self, rec: JobRecord, term: Termination) -> Termination:
         """How the run ended as first seen: while the decision waits for a progress read, Slurm
         moves on (the dead node leaves the job's list, the job turns PENDING). A later look only
@@ -280,8 +302,11 @@ class Restarter:
         excluded = rec.excluded_nodes
         if policy.exclude_failed_nodes and term.failed_nodes:
             excluded = tuple(sorted(set(excluded) | set(term.failed_nodes)))
-        entry = RestartEntry(term.cause.value, term.failed_nodes, time.time(), step, term.exit_code, decision.reason,
-                             nodes_before=len(term.nodes))  # fmt: skip
+        now = time.time()
+        failed = sj.end_time if sj.end_time and sj.state.terminal else self._ended_at.get(rec.record_id, now)
+        entry = RestartEntry(term.cause.value, term.failed_nodes, now, step, term.exit_code, decision.reason,
+                             nodes_before=len(term.nodes), detected_by=term.detected_by,
+                             phases={"failed": min(failed, now), "detected": now})  # fmt: skip
         # Persist the decision before acting on it: a crash after this line re-issues, never repeats.
         rec.acked_restarts = sj.restart_count + (0 if term.slurm_requeued else 1)
         rec.excluded_nodes = excluded
@@ -297,6 +322,7 @@ class Restarter:
                 await self._backend.requeue(rec.job_id)
             except SlurmError as exc:
                 log.warning("job %s: scontrol requeue failed (%s); will retry", rec.job_id, exc)
+        await self.amend_phase(rec, "requeued", time.time())
         await self._release(rec, exclude=excluded or None)
         self._events.publish(JobEvent(EventType.RESTARTED, rec, message=decision.reason))
 
