@@ -5,9 +5,12 @@ checks with one LIST that every rank's manifest and shard exist with the sizes t
 manifests promise (so all ranks reject a step with a missing or truncated shard alike), then
 reads this rank's manifest (size and digest must match the marker) and shard (size, then every
 chunk's xxh3 against the manifest), and only then parses the bounds-checked safetensors header
-and rebuilds the tree. Data problems raise :class:`CorruptCheckpointError`, which makes
-``restore()`` fall back to the previous step; storage outages propagate (falling back on a
-network blip would silently lose progress).
+and rebuilds the tree. The structure LIST, the manifest and a small shard are requested together
+(three requests, one round trip): a restart's restore is LIST, GET marker, then those.
+
+Data problems raise :class:`CorruptCheckpointError`, which makes ``restore()`` fall back to the
+previous step; storage outages propagate (falling back on a network blip would silently lose
+progress).
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Callable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future, wait
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from ..storage import ObjectNotFoundError, Storage, StorageError
 from . import checksum, layout
@@ -31,6 +36,7 @@ from .shard import ParsedShard, parse_shard
 
 log = logging.getLogger(__name__)
 VERIFY_WINDOW = 64 << 20
+PREFETCH_BYTES = 32 << 20  # a shard this small is read whole, together with its manifest (see _first_reads)
 
 
 def read_marker(storage: Storage, step: int) -> CommitMarker:
@@ -139,6 +145,44 @@ class StepReader:
         return self.manifest(rank).tree
 
 
+def _read_whole(storage: Storage, key: str, size: int, step: int) -> np.ndarray:
+    buf = np.empty(size, dtype=np.uint8)
+    try:
+        storage.read_into(key, buf.data)
+    except ObjectNotFoundError:
+        raise CorruptCheckpointError(f"step {step}: shard {key} is missing", step=step, key=key) from None
+    return buf
+
+
+def _first_reads(storage: Storage, marker: CommitMarker, reader: StepReader, rank: int, *, prefetch: bool,
+                 executor: Executor | None) -> ShardManifest:
+    """The structure LIST, ``rank``'s manifest and, for a small shard of our own, the whole shard: at once.
+
+    They are independent once the marker is read, so a restore pays one round trip for the three
+    instead of three in a row. The shard's bytes are checked against the manifest before anything
+    reads them. Errors are raised in the order of the serial version: the structure first.
+    """
+    if executor is None:
+        check_structure(storage, marker)
+        return reader.manifest(rank)
+    entry = marker.shards[rank]
+    structure = executor.submit(check_structure, storage, marker)
+    pending: list[Future[Any]] = [structure]
+    shard = None
+    if prefetch and 0 < entry.shard_size <= PREFETCH_BYTES:
+        key = layout.shard_key(marker.step, marker.attempt, rank, marker.world_size)
+        shard = executor.submit(_read_whole, storage, key, entry.shard_size, marker.step)
+        pending.append(shard)
+    try:
+        m = reader.manifest(rank)
+    finally:
+        wait(pending)
+    structure.result()
+    if shard is not None:
+        reader.ranges.add_read(rank, 0, shard.result())
+    return m
+
+
 def load_step(storage: Storage, step: int, *, rank: int, world_size: int | None, executor: Executor | None,
               template: Any = None, rank_local: RankLocalPolicy = "error") -> Any:
     """Verify and decode one rank's state of one committed step, at the layout wanted now.
@@ -155,11 +199,10 @@ def load_step(storage: Storage, step: int, *, rank: int, world_size: int | None,
     foreign = world_size is not None and marker.world_size != world_size
     if not foreign and not 0 <= rank < marker.world_size:
         raise RestoreError(f"rank {rank} is out of range: step {step} has ranks 0..{marker.world_size - 1}")
-    check_structure(storage, marker)
     reader = StepReader(storage, marker, executor)
     base = 0 if foreign else rank
     try:
-        m = reader.manifest(base)
+        m = _first_reads(storage, marker, reader, base, prefetch=not foreign, executor=executor)
         asm = Assembler(tree=reader.tree, want=reader.ranges.want, view=reader.ranges.view, base_rank=base,
                         saved_world=marker.world_size, rank=rank, world_size=world_size or marker.world_size,
                         foreign=foreign, rank_local=rank_local, step=step)
