@@ -36,7 +36,7 @@ def fake(sock: Path) -> Iterator[FakeJobService]:
 def sender(sock: Path, **extra: str) -> HeartbeatSender:
     config = HeartbeatConfig.from_env(heartbeat_env(sock, **extra))
     assert config is not None
-    return HeartbeatSender(config)
+    return HeartbeatSender(config, start_grace=0)
 
 
 def run_child(code: str, env: dict[str, str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -118,6 +118,22 @@ def test_the_first_step_after_restore_is_sent_at_once(sock: Path, fake: FakeJobS
         assert len(fake.beats) == n
     finally:
         s.finish(0)
+
+
+def test_the_sender_connects_after_restore_or_a_grace_period(sock: Path, fake: FakeJobService) -> None:
+    config = HeartbeatConfig.from_env(heartbeat_env(sock))
+    assert config is not None
+    idle = HeartbeatSender(config, start_grace=0.6).start()
+    restored = HeartbeatSender(config, start_grace=30).start()
+    try:
+        time.sleep(0.3)
+        assert fake.beats == []  # neither restored nor stepped yet: grpc not even imported for them
+        restored.report_restored()
+        fake.wait_for(lambda r: r.restored, timeout=2)
+        fake.wait_for(lambda r: not r.restored, timeout=2, what="a beat once the grace period ran out")
+    finally:
+        idle.finish(0)
+        restored.finish(0)
 
 
 def test_stop_in_a_reply_is_seen(sock: Path) -> None:
