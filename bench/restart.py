@@ -1,15 +1,16 @@
 """Restart bench: from a requeued job's batch script starting to its first training step.
 
-    python -m bench.restart                   # hidden 64 (the tests' job) and 2048 (~17 MiB), 7 runs each
+    python -m bench.restart                   # hidden 64 (the tests' job) and 2048 (~16 MiB), 7 runs each
     python -m bench.restart --hidden 64 --runs 9
 
 What one restart costs on the critical path, phase by phase, for the real ``examples/train.py``
 resuming from a committed checkpoint: the environment line clusterd puts in a command
-submission's batch script (bash; before this bench's round it ran ``clusterctl checkpoints
-latest``), then in a fresh Python process: interpreter start, ``import numpy``, ``import
-clusterctl.checkpoint``, ``CheckpointManager(...)``, ``restore()`` (its storage requests listed by
-kind), and the first ``STEP`` line. The script runs unchanged under a small driver that times
-those points (``time.monotonic``, shared by the processes of one machine).
+submission's batch script (bash), then in a fresh Python process: interpreter start, ``import
+numpy``, ``import clusterctl.checkpoint``, ``CheckpointManager(...)``, ``restore()`` (its storage
+requests listed by kind), the first ``STEP`` line, and the arrival of the first-step heartbeat at
+a fake JobService (tests/support/heartbeat.py). The script runs unchanged under a small driver
+that times those points (``time.monotonic``, shared by the processes of one machine); the same
+runs with heartbeats off are timed too.
 
 Anchor, measured in the same run (alternating with ours) on the same arrays: a fresh process that
 imports numpy and boto3, makes an S3 client, fetches the arrays saved by ``np.savez`` with ONE
@@ -17,7 +18,7 @@ imports numpy and boto3, makes an S3 client, fetches the arrays saved by ``np.sa
 plus ``np.load`` (and ``torch.load`` of the same tensors when torch is installed). S3: the AWS_*
 variables when AWS_ENDPOINT_URL is set (``--bucket``, default $CLUSTERCTL_BUCKET), else a private
 SeaweedFS (tests/support/s3server.py). Absolute times on a shared 2-core machine are noise; the
-ratios are the result.
+ratios are the result. Another checkout is measured with its own PYTHONPATH and ``--examples``.
 """
 
 from __future__ import annotations
