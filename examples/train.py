@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--fail-at", type=int, default=-1, help="exit 1 at this step (crash-loop tests)")
     parser.add_argument("--exit-code", type=int, default=1)
+    parser.add_argument("--crash-rank", type=int, default=-1,
+                        help="this rank alone exits 1 at --crash-at, in the first run only (a transient fault)")
+    parser.add_argument("--crash-at", type=int, default=-1)
     args = parser.parse_args(argv)
     if not args.ckpt:
         parser.error("--ckpt or CLUSTERCTL_CHECKPOINT_URI is required")
@@ -95,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
             if step == args.fail_at:
                 print(f"FAIL at step {step}", flush=True)
                 return args.exit_code
+            if rank == args.crash_rank and step == args.crash_at and os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
+                print(f"CRASH rank {rank} at step {step}", flush=True)
+                return 1
             x, y = batch(step, rank, 64, dim)
             loss = train_step(params, x, y, lr=0.05)
             print(f"STEP {step} rank {rank} loss {loss:.5f}", flush=True)

@@ -8,6 +8,8 @@ the stack's demo service. Without a stack these skip, unless CLUSTERCTL_REQUIRE_
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,10 +27,15 @@ def stack() -> Stack:
 
 @pytest.fixture(scope="module")
 def daemon(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = Daemon(stack, tmp_path_factory.mktemp("clusterd"))
+    # Its socket is where the jobs' ranks can reach it (group clusterctl, under the stack's run/):
+    # their heartbeats are how it detects dead nodes and hung ranks.
+    state = tmp_path_factory.mktemp("clusterd")
+    sockets = stack.dir / "run" / f"test-{state.name}-{os.getpid()}"
+    d = Daemon(stack, state, socket_dir=sockets, socket_group="clusterctl")
     d.start()
     yield d
     d.stop()
+    shutil.rmtree(sockets, ignore_errors=True)
 
 
 @pytest.fixture
@@ -36,3 +43,12 @@ def alice_dir() -> Iterator[Path]:
     """A directory of alice's own (the stack's default token user), as her submit directory would be."""
     with user_dir("alice") as path:
         yield path
+
+
+@pytest.fixture
+def killed_nodes(stack: Stack) -> Iterator[list[str]]:
+    """Nodes a test killed (stack.sh kill-node): revived afterwards, whatever the test's outcome."""
+    nodes: list[str] = []
+    yield nodes
+    for node in nodes:
+        stack.stack_sh("revive-node", node)

@@ -5,8 +5,11 @@
 #   stack.sh up                  start everything (idempotent), print the env file path
 #   stack.sh down [--purge]      stop everything we started, remove namespaces + bridge
 #   stack.sh status              one line per component + sinfo; exit 0 iff all up
-#   stack.sh kill-node NODE      kill -9 the node's slurmd and everything in its namespace
-#   stack.sh revive-node NODE    restart the node's slurmd and resume it until usable
+#   stack.sh kill-node NODE [--power-off]
+#                                kill -9 the node's slurmd and everything in its namespace; with
+#                                --power-off also take its link down first, as a machine that lost
+#                                power: connections to it time out instead of being refused
+#   stack.sh revive-node NODE    bring its link up, restart its slurmd, resume it until usable
 #   stack.sh env                 print the path of the env file
 set -euo pipefail
 
@@ -27,7 +30,7 @@ source "$STACK_HOME/lib/jobenv.sh"
 source "$STACK_HOME/lib/clusterd.sh"
 
 usage() {
-    sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -132,9 +135,17 @@ cmd_status() {
 }
 
 cmd_kill_node() {
-    local n="$1"
+    local n="$1" mode="${2:-}"
     check_node "$n"
     netns_exists "$n" || die "namespace $n does not exist (is the stack up?)"
+    case "$mode" in
+    "") ;;
+    --power-off)
+        log "powering off node $n: link down"
+        ip link set "$(node_veth "$n")" down
+        ;;
+    *) usage ;;
+    esac
     log "killing node $n (slurmd + every process in netns $n)"
     slurmd_kill "$n"
 }
@@ -144,6 +155,7 @@ cmd_revive_node() {
     check_node "$n"
     load_subnet
     netns_exists "$n" || die "namespace $n does not exist (is the stack up?)"
+    ip link set "$(node_veth "$n")" up  # after kill-node --power-off
     SLURM_CONFIG_CHANGED=0
     slurmd_start "$n"
     wait_nodes_usable "$STACK_TIMEOUT" "$n" || die "node $n did not come back"
@@ -158,7 +170,7 @@ main() {
     up) require_root; take_lock; cmd_up "$@" ;;
     down) require_root; take_lock; cmd_down "$@" ;;
     status) cmd_status ;;
-    kill-node) [[ $# -eq 1 ]] || usage; require_root; cmd_kill_node "$1" ;;
+    kill-node) [[ $# -ge 1 && $# -le 2 ]] || usage; require_root; cmd_kill_node "$@" ;;
     revive-node) [[ $# -eq 1 ]] || usage; require_root; cmd_revive_node "$1" ;;
     env)
         [[ -s "$ENV_FILE" ]] || die "no env file yet: run '$0 up' first"

@@ -84,6 +84,7 @@ class RestartDefaults:
     backoff_seconds: float = 0.0
     exclude_failed_nodes: bool = True
     no_progress_limit: int = 3
+    on_rank_failure: bool = True  # a rank of a multi-rank job crashed or hung while its node stayed up
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,27 @@ class SupervisorConfig:
     progress_interval_seconds: float = 10.0  # between reads of one running job
     progress_retry_seconds: float = 300.0  # after a read over budget or failing
     progress_workers: int = 4  # reads in flight at once, all jobs together
+
+
+@dataclass(frozen=True)
+class LivenessConfig:
+    """Failure detection from the jobs themselves (clusterd.liveness), ahead of Slurm's SlurmdTimeout.
+
+    Each rank's client library beats every ``heartbeat_interval_seconds``; a rank silent for
+    ``suspect_after_intervals`` intervals makes its node a suspect, and the node is probed
+    (slurmd's port, ``probe_timeout_seconds``, confirmed once more): unreachable is a dead node; a
+    node that answers while the rank stays silent for the job's hang timeout is a hung rank.
+    """
+
+    enabled: bool = True
+    # What jobs dial to reach clusterd; empty = the listen address when it is a unix socket (jobs
+    # on other machines need a TCP address here), else heartbeats stay off.
+    heartbeat_addr: str = ""
+    heartbeat_interval_seconds: float = 1.0
+    suspect_after_intervals: float = 2.0
+    hang_timeout_seconds: float = 30.0
+    probe_timeout_seconds: float = 1.0
+    check_every_seconds: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -124,6 +146,7 @@ class Config:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     restart: RestartDefaults = field(default_factory=RestartDefaults)
     supervisor: SupervisorConfig = field(default_factory=SupervisorConfig)
+    liveness: LivenessConfig = field(default_factory=LivenessConfig)
 
     @property
     def db_path(self) -> Path:

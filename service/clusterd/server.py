@@ -20,6 +20,10 @@ from clusterd.auth.tokens import TokenStore
 from clusterd.config import Config
 from clusterd.errors import SlurmError
 from clusterd.jobs.manager import JobManager
+from clusterd.liveness.detector import Detector, JobView
+from clusterd.liveness.heartbeats import HeartbeatService
+from clusterd.liveness.probe import TcpProber
+from clusterd.liveness.table import LivenessTable
 from clusterd.observability.metrics import SLURM_INFO, MetricsServer, start_metrics_server
 from clusterd.placement import TopologyPlacer
 from clusterd.security.audit import AuditLog
@@ -57,8 +61,11 @@ class ClusterDaemon:
         with private_files():
             self.store = JobStore(config.db_path)
             self.audit = AuditLog(config.audit_path)
-        self.bus = EventBus(queue_size=config.limits.watch_queue_size, max_subscribers=config.limits.max_watchers,
-                            max_per_user=config.limits.max_watchers_per_user)
+        self.bus = EventBus(
+            queue_size=config.limits.watch_queue_size,
+            max_subscribers=config.limits.max_watchers,
+            max_per_user=config.limits.max_watchers_per_user,
+        )
         # Supervision in three parts, wired here and nowhere else: the queue cache polls Slurm and
         # hands each snapshot to the reconciler, which writes the store, publishes to the bus and
         # lets the restarter act; checkpoint progress is read by its own task, off the poll path.
@@ -70,8 +77,19 @@ class ClusterDaemon:
             seconds=sup.progress_read_seconds, max_keys=sup.progress_max_keys, interval=sup.progress_interval_seconds,
             retry_after=sup.progress_retry_seconds, workers=sup.progress_workers))  # fmt: skip
         self.restarter = Restarter(self.backend, self.store, self.bus, self.progress, config.restart)
-        self.reconciler = Reconciler(self.store, self.bus, self.restarter, self.progress, kick=self.poller.kick)
+        self.reconciler = Reconciler(self.store, self.bus, self.restarter, self.progress, kick=self.poller.kick,
+                                     hurry=self.poller.hurry)  # fmt: skip
         self.poller.subscribe(self.reconciler)
+        # Liveness: heartbeats from the jobs' ranks, a detector that decides in seconds what Slurm
+        # would see after SlurmdTimeout, acted on by the reconciler's restarter.
+        live = config.liveness
+        self.liveness = LivenessTable()
+        self.heartbeats = HeartbeatService(self.store, self.liveness, live, self.reconciler.on_first_step)
+        self.detector = Detector(
+            self.liveness, TcpProber(live.probe_timeout_seconds), self.reconciler.on_detected,
+            jobs=self._job_view, nodes=lambda: {n.name: n for n in self.poller.snapshot.nodes},
+            suspect_after_intervals=live.suspect_after_intervals, check_every=live.check_every_seconds,
+        )  # fmt: skip
         self.placer = TopologyPlacer(self.poller)
         self.quotas = Quotas(self.store, config.limits)
         self.manager = JobManager(config, self.backend, self.store, self.poller, self.bus, self.placer,
@@ -87,7 +105,12 @@ class ClusterDaemon:
         self._tokens_task: asyncio.Task[None] | None = None
         self._retention_task: asyncio.Task[None] | None = None
         self._progress_task: asyncio.Task[None] | None = None
+        self._detector_task: asyncio.Task[None] | None = None
         self._metrics: MetricsServer | None = None
+
+    def _job_view(self, job_id: str) -> JobView | None:
+        sj = self.poller.snapshot.jobs.get(job_id)
+        return JobView(sj.state, sj.restart_count) if sj is not None else None
 
     @property
     def metrics_port(self) -> int | None:
@@ -108,7 +131,7 @@ class ClusterDaemon:
                 ("grpc.max_send_message_length", limit),
             ],
         )
-        jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(self.manager, self.bus), server)
+        jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(self.manager, self.bus, self.heartbeats), server)
         cluster_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(self.poller, self.placer), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection((*_SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
@@ -128,6 +151,8 @@ class ClusterDaemon:
             self.poller.set_health(True)
         self.poller.subscribe_health(self._health_changed)
         self._progress_task = asyncio.create_task(self.progress.run(self._stop))
+        if self.config.liveness.enabled:
+            self._detector_task = asyncio.create_task(self.detector.run(self._stop))
         with contextlib.suppress(SlurmError):
             version = await self.backend.version()
             kind = getattr(self.backend, "name", type(self.backend).__name__)  # what "auto" chose, too
@@ -179,10 +204,12 @@ class ClusterDaemon:
         if self._server is not None:
             await self._server.stop(self.config.shutdown_grace_seconds)
             self._server = None
-        for task in (self._poll_task, self._tokens_task, self._retention_task, self._progress_task):
+        tasks = (self._poll_task, self._tokens_task, self._retention_task, self._progress_task, self._detector_task)
+        for task in tasks:
             if task is not None:
                 await task
         self._poll_task = self._tokens_task = self._retention_task = self._progress_task = None
+        self._detector_task = None
         await self.manager.drain(self.config.shutdown_grace_seconds)
         self.progress.close()
         if self._metrics is not None:

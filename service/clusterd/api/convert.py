@@ -14,6 +14,9 @@ from clusterd.store.records import ArrayTask, JobRecord
 from clusterd.supervisor import array_view
 from clusterd.supervisor.events import JobEvent
 
+# RestartEntry.phases keys, each shown as RestartRecord.<phase>_at.
+_PHASES = ("failed", "detected", "requeued", "running", "first_step")
+
 
 def _ts(value: float | None) -> Timestamp | None:
     if not value:
@@ -73,10 +76,15 @@ def job_status(rec: JobRecord, *, with_spec: bool = False) -> jobs_pb2.JobStatus
             detail=entry.detail,
             nodes_before=entry.nodes_before,
             nodes_after=entry.nodes_after,
+            detected_by=entry.detected_by,
         )
         ts = _ts(entry.time)
         if ts is not None:
             r.time.CopyFrom(ts)
+        for phase, when in entry.phases.items():
+            ts = _ts(when)
+            if ts is not None and phase in _PHASES:
+                getattr(r, f"{phase}_at").CopyFrom(ts)
     _sbatch_view(msg, rec)
     if rec.array:
         msg.array = rec.array

@@ -10,6 +10,7 @@ from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
 from clusterd.api import convert
 from clusterd.auth.identity import Identity, current_identity
 from clusterd.jobs.manager import JobManager
+from clusterd.liveness.heartbeats import HeartbeatService
 from clusterd.slurm.arrays import split_task_id
 from clusterd.store.records import JobRecord
 from clusterd.supervisor.events import EventBus, EventType, JobEvent
@@ -30,9 +31,18 @@ def _status(rec: JobRecord, asked: str, *, with_spec: bool = False) -> jobs_pb2.
 
 
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
-    def __init__(self, manager: JobManager, bus: EventBus) -> None:
+    def __init__(self, manager: JobManager, bus: EventBus, heartbeats: HeartbeatService) -> None:
         self._manager = manager
         self._bus = bus
+        self._heartbeats = heartbeats
+
+    async def Heartbeat(
+        self, request: jobs_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> jobs_pb2.HeartbeatResponse:
+        interval, stop = await self._heartbeats.beat(request)
+        reply = jobs_pb2.HeartbeatResponse(stop=stop)
+        reply.interval.FromNanoseconds(int(interval * 1e9))
+        return reply
 
     async def SubmitJob(
         self, request: jobs_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext

@@ -39,6 +39,7 @@ from clusterd.jobs.script import inject_environment, job_environment
 from clusterd.jobs.submission import persisted_spec, same_request, settle_directories, with_signal
 from clusterd.jobs.users import UnixUser, resolve_unix_user
 from clusterd.jobs.validate import validate_spec
+from clusterd.liveness import credentials
 from clusterd.security.audit import AuditLog, status_name
 from clusterd.security.limits import Quotas
 from clusterd.slurm.arrays import split_task_id
@@ -94,8 +95,15 @@ def _audited(method: str) -> Callable[[_Call], _Call]:
                 raise
             finally:
                 if self._audit is not None:
-                    self._audit.record(user=ident.user, admin=ident.admin, method=method, job_id=job_id,
-                                       request_id=getattr(target, "request_id", ""), result=result, error=error)
+                    self._audit.record(
+                        user=ident.user,
+                        admin=ident.admin,
+                        method=method,
+                        job_id=job_id,
+                        request_id=getattr(target, "request_id", ""),
+                        result=result,
+                        error=error,
+                    )
 
         return cast(_Call, call)
 
@@ -174,6 +182,8 @@ class JobManager:
     ) -> JobRecord:
         variables = dict(request.export.variables) if request.export.mode is not ExportMode.NONE else {}
         env = job_environment(variables, record_id=rec.record_id, checkpoint_uri=spec.checkpoint_uri)
+        beat_env, rec.heartbeat_token_sha256 = credentials.issue(spec, self._config.liveness, self._config.listen)
+        env.update(beat_env)
         request = replace(
             request, user=unix_user.name, comment=rec.comment_tag, script=inject_environment(request.script, env)
         )

@@ -140,6 +140,19 @@ def scancel_argv(job_id: str) -> list[str]:
     return ["scancel", job_id]
 
 
+# Running steps of one job, one id per line (``J.0``); the batch and extern steps are not listed.
+def steps_argv(job_id: str) -> list[str]:
+    return ["squeue", "--steps", f"--jobs={job_id}", "--noheader", "--format=%i"]
+
+
+def kill_step_argv(step_ids: list[str]) -> list[str]:
+    return ["scancel", "--signal=KILL", *step_ids]
+
+
+def node_down_argv(node: str, reason: str) -> list[str]:
+    return ["scontrol", "update", f"nodename={node}", "state=down", f"reason={reason}"]
+
+
 def requeue_argv(job_id: str) -> list[str]:
     return ["scontrol", "requeue", job_id]
 

@@ -30,6 +30,19 @@ class SlurmBackend(Protocol):
         """Put a running or finished job back to PENDING under the same job id."""
         ...
 
+    async def kill_steps(self, job_id: str) -> None:
+        """SIGKILL every running step of a job, not its batch shell.
+
+        The steps end at once and srun, still alive, collects their exits; killing the batch shell
+        first would leave each step's slurmstepd retrying to reach a dead srun for seconds, and the
+        job COMPLETING (unable to start again) meanwhile.
+        """
+        ...
+
+    async def set_node_down(self, node: str, reason: str) -> None:
+        """Mark a node DOWN with a reason: Slurm stops and requeues (``--requeue``) its jobs at once."""
+        ...
+
     async def update_job(
         self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_after: int | None = None
     ) -> None:

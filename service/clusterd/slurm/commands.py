@@ -55,6 +55,15 @@ class CommandsBackend:
     async def requeue(self, job_id: str) -> None:
         await self.runner.run(argv.requeue_argv(job_id))
 
+    async def kill_steps(self, job_id: str) -> None:
+        listed = await self.runner.run(argv.steps_argv(job_id))
+        steps = [s for s in listed.stdout.split() if s.startswith(f"{job_id}.") and s[len(job_id) + 1 :].isdigit()]
+        if steps:
+            await self.runner.run(argv.kill_step_argv(steps), check=False)  # a step that just ended is fine
+
+    async def set_node_down(self, node: str, reason: str) -> None:
+        await self.runner.run(argv.node_down_argv(node, reason))
+
     async def update_job(
         self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_after: int | None = None
     ) -> None:

@@ -107,6 +107,19 @@ class FakeSlurm:
             job = self.jobs[one]
             self.jobs[one] = replace(job, state=JobState.PENDING, restart_count=job.restart_count + 1)
 
+    async def kill_steps(self, job_id: str) -> None:
+        self.calls["kill_steps"] += 1
+        if job_id in self.jobs and self.jobs[job_id].state == JobState.RUNNING:
+            self.jobs[job_id] = replace(self.jobs[job_id], state=JobState.FAILED, exit_code=137)
+
+    async def set_node_down(self, node: str, reason: str) -> None:
+        self.calls["set_node_down"] += 1
+        self.nodes = [replace(n, state=NodeState.DOWN, reason=reason) if n.name == node else n for n in self.nodes]
+        for job_id, job in list(self.jobs.items()):
+            if job.state == JobState.RUNNING and node in job.nodes and job.requeue:
+                self.jobs[job_id] = replace(job, state=JobState.PENDING, reason="BeginTime", nodes=(),
+                                            restart_count=job.restart_count + 1)  # fmt: skip
+
     async def update_job(
         self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_after: int | None = None
     ) -> None:

@@ -247,6 +247,9 @@ def _flat_node(n: dict[str, Any]) -> SlurmNode:
         features=_csv(n.get("active_features") or n.get("features")),
         reason=_text(n.get("reason")),
         flags=tuple(flags),
+        address=_text(n.get("address")),
+        port=_number(n.get("port")) or 0,
+        slurmd_started=float(_number(n.get("slurmd_start_time")) or 0),
     )
 
 

@@ -352,6 +352,12 @@ class PyslurmBackend:
 
         return CommandsBackend(self._config)
 
+    async def kill_steps(self, job_id: str) -> None:
+        await self._commands().kill_steps(job_id)
+
+    async def set_node_down(self, node: str, reason: str) -> None:
+        await self._commands().set_node_down(node, reason)
+
     async def update_job(
         self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_after: int | None = None
     ) -> None:

@@ -239,6 +239,17 @@ class RestdBackend:
         with _observed(command):
             await self._commands().requeue(_check_job_id(command, job_id))
 
+    async def kill_steps(self, job_id: str) -> None:
+        """Steps are signalled through the commands backend (one endpoint per version is not worth it)."""
+        command = "scancel steps"
+        with _observed(command):
+            await self._commands().kill_steps(_check_job_id(command, job_id))
+
+    async def set_node_down(self, node: str, reason: str) -> None:
+        command = "scontrol update node"
+        with _observed(command):
+            await self._commands().set_node_down(node, reason)
+
     async def update_job(
         self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_after: int | None = None
     ) -> None:

@@ -77,6 +77,9 @@ class SlurmNode:
     features: tuple[str, ...] = ()
     reason: str = ""
     flags: tuple[str, ...] = ()  # raw extra state flags, e.g. ("DRAIN", "NOT_RESPONDING")
+    address: str = ""  # where slurmd listens (NodeAddr); "" when the report does not say
+    port: int = 0  # slurmd's port; 0 when the report does not say
+    slurmd_started: float = 0.0  # when this node's slurmd last started (unix seconds; 0: unknown)
 
     @property
     def cpus_free(self) -> int:

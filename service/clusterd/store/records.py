@@ -34,6 +34,10 @@ class RestartEntry:
     detail: str = ""
     nodes_before: int = 0  # nodes of the run that ended (0: unknown)
     nodes_after: int = 0  # nodes of the next run, once it started (0: not yet)
+    detected_by: str = ""  # "heartbeat+probe", "heartbeat", "rank-exit", "slurm", ...
+    # Wall-clock times of the recovery's phases (failed, detected, requeued, running, first_step):
+    # a phase is absent until it happened (or when it cannot be known, e.g. no heartbeats).
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -103,6 +107,8 @@ class JobRecord:
     superseded: bool = False
     array: str = ""  # --array as Slurm took it ("0-9%2"); empty for a plain job
     array_tasks: dict[int, ArrayTask] = field(default_factory=dict)  # task id -> its last seen state
+    # SHA-256 of the job's heartbeat token (CLUSTERCTL_HEARTBEAT_TOKEN): only the job holds the token.
+    heartbeat_token_sha256: str = ""
 
     def snapshot(self) -> JobRecord:
         """A copy that later updates of this record cannot change (events carry these)."""

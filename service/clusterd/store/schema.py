@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 
-VERSION = 3
+VERSION = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -50,6 +50,8 @@ CREATE TABLE IF NOT EXISTS restarts (
     detail      TEXT NOT NULL,
     nodes_before INTEGER NOT NULL DEFAULT 0,
     nodes_after INTEGER NOT NULL DEFAULT 0,
+    detected_by TEXT NOT NULL DEFAULT '',
+    phases      TEXT NOT NULL DEFAULT '{}',
     PRIMARY KEY (record_id, seq)
 );
 """
@@ -71,8 +73,14 @@ INSERT INTO specs(record_id, spec) SELECT record_id, spec FROM jobs_v1;
 DROP TABLE jobs_v1;
 """
 
-# Version 3 records the node count before and after each restart (elastic -N MIN-MAX jobs).
-_RESTART_COLUMNS = ("nodes_before", "nodes_after")
+# Columns added to restarts since version 1: version 3 records the node count before and after each
+# restart (elastic -N MIN-MAX jobs), version 4 how a failure was detected and its recovery's phases.
+_RESTART_COLUMNS = {
+    "nodes_before": "INTEGER NOT NULL DEFAULT 0",
+    "nodes_after": "INTEGER NOT NULL DEFAULT 0",
+    "detected_by": "TEXT NOT NULL DEFAULT ''",
+    "phases": "TEXT NOT NULL DEFAULT '{}'",
+}
 
 
 def migrate(db: sqlite3.Connection) -> None:
@@ -95,9 +103,9 @@ def migrate(db: sqlite3.Connection) -> None:
                 if statement.strip():
                     db.execute(statement)
         have = {row[1] for row in db.execute("PRAGMA table_info(restarts)")}
-        for column in _RESTART_COLUMNS:
-            if column not in have:  # a version 1 or 2 table: CREATE ... IF NOT EXISTS kept its columns
-                db.execute(f"ALTER TABLE restarts ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+        for column, kind in _RESTART_COLUMNS.items():
+            if column not in have:  # an older table: CREATE ... IF NOT EXISTS kept its columns
+                db.execute(f"ALTER TABLE restarts ADD COLUMN {column} {kind}")
         db.execute(f"PRAGMA user_version={VERSION}")
         db.execute("COMMIT")
     except BaseException:

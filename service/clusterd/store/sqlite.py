@@ -35,7 +35,7 @@ _OBSERVED = (
     "name", "reason", "nodes", "partition", "exit_code", "exit_signal", "submit_time", "start_time",
     "end_time", "restart_count", "final_reason", "checkpoint_step", "excluded_nodes",
     "placement_explanation", "error", "user_cancelled", "acked_restarts", "final_cause",
-    "needs_release", "backoff_seconds", "array", "array_tasks",
+    "needs_release", "backoff_seconds", "array", "array_tasks", "heartbeat_token_sha256",
 )  # fmt: skip
 _ROW = "jobs.record_id, user, request_id, job_id, phase, terminal, superseded, state, tasks, created, observed"
 _FINISHED = "(terminal != 0 OR phase = 'failed')"
@@ -102,9 +102,20 @@ class JobStore:
         for chunk in _chunks(ids):
             marks = ",".join("?" * len(chunk))
             for r in self._db.execute(f"SELECT * FROM restarts WHERE record_id IN ({marks}) ORDER BY seq", chunk):
-                restarts[r["record_id"]].append(RestartEntry(
-                    r["cause"], tuple(json.loads(r["nodes"])), r["time"], r["step"], r["exit_code"], r["detail"],
-                    r["nodes_before"], r["nodes_after"]))
+                restarts[r["record_id"]].append(
+                    RestartEntry(
+                        r["cause"],
+                        tuple(json.loads(r["nodes"])),
+                        r["time"],
+                        r["step"],
+                        r["exit_code"],
+                        r["detail"],
+                        r["nodes_before"],
+                        r["nodes_after"],
+                        r["detected_by"],
+                        json.loads(r["phases"]),
+                    )
+                )
         out = []
         for row in rows:
             spec = jobs_pb2.JobSpec()
@@ -202,20 +213,21 @@ class JobStore:
             (seq,) = self._db.execute("SELECT COUNT(*) FROM restarts WHERE record_id=?", (rec.record_id,)).fetchone()
             self._db.execute(
                 "INSERT INTO restarts(record_id, seq, cause, nodes, time, step, exit_code, detail, nodes_before, "
-                "nodes_after) SELECT ?,?,?,?,?,?,?,?,?,? WHERE EXISTS "
+                "nodes_after, detected_by, phases) SELECT ?,?,?,?,?,?,?,?,?,?,?,? WHERE EXISTS "
                 "(SELECT 1 FROM jobs WHERE record_id=? AND superseded=0)",
                 (rec.record_id, seq, entry.cause, json.dumps(list(entry.failed_nodes)), entry.time,
                  entry.checkpoint_step, entry.exit_code, entry.detail, entry.nodes_before, entry.nodes_after,
-                 rec.record_id),
+                 entry.detected_by, json.dumps(entry.phases, sort_keys=True), rec.record_id),
             )  # fmt: skip
             self._update(rec)
 
     def _amend_restart(self, rec: JobRecord, entry: RestartEntry) -> None:
         with self._lock, self._transaction():
             self._db.execute(
-                "UPDATE restarts SET nodes_after=?, detail=? WHERE record_id=? AND seq=? AND EXISTS "
+                "UPDATE restarts SET nodes_after=?, detail=?, phases=? WHERE record_id=? AND seq=? AND EXISTS "
                 "(SELECT 1 FROM jobs WHERE record_id=? AND superseded=0)",
-                (entry.nodes_after, entry.detail, rec.record_id, len(rec.restarts) - 1, rec.record_id),
+                (entry.nodes_after, entry.detail, json.dumps(entry.phases, sort_keys=True), rec.record_id,
+                 len(rec.restarts) - 1, rec.record_id),
             )  # fmt: skip
 
     def _query(self, sql: str, params: tuple[Any, ...], *, with_spec: bool) -> list[JobRecord]:
@@ -282,9 +294,7 @@ class JobStore:
         rows = await asyncio.to_thread(self._query, sql, (record_id,), with_spec=True)
         return rows[0] if rows else None
 
-    async def get_by_job_id(
-        self, job_id: str, *, user: str | None = None, with_spec: bool = True
-    ) -> JobRecord | None:
+    async def get_by_job_id(self, job_id: str, *, user: str | None = None, with_spec: bool = True) -> JobRecord | None:
         """The record Slurm id ``job_id`` names now (the current one), else the newest that held it.
 
         With ``user``, only that user's records: after Slurm reused an id, each owner finds their

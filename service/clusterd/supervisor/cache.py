@@ -74,6 +74,7 @@ class QueueCache:
         self._interval = interval
         self._default_partition = default_partition
         self._wake = asyncio.Event()
+        self._hurry_until = 0.0
         self._polls = 0
         self._topology_failing = False  # the last topology fetch failed (logged once per bad spell)
         self._listeners: list[SnapshotListener] = []
@@ -104,6 +105,16 @@ class QueueCache:
 
     def kick(self) -> None:
         """Poll now instead of at the end of the interval (e.g. right after a submit or cancel)."""
+        self._wake.set()
+
+    def hurry(self, seconds: float) -> None:
+        """Poll as often as allowed (every ``_MIN_POLL_GAP``) for ``seconds``, starting now.
+
+        A recovery in flight needs each of Slurm's steps seen at once (the requeued job leaving
+        COMPLETING, held on BeginTime, running again); a normal interval would add its length to
+        every one of them.
+        """
+        self._hurry_until = max(self._hurry_until, time.monotonic() + seconds)
         self._wake.set()
 
     async def poll_once(self) -> None:
@@ -162,6 +173,8 @@ class QueueCache:
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 delay = min(delay * 2, _MAX_BACKOFF)
                 self.set_health(False)
+            if time.monotonic() < self._hurry_until:
+                delay = min(delay, _MIN_POLL_GAP)
             waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())]
             _, pending = await asyncio.wait(waiters, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
             for fut in pending:

@@ -30,6 +30,8 @@ class Cause(enum.Enum):
     NO_PROGRESS = "NO_PROGRESS"
     RESTARTS_EXHAUSTED = "RESTARTS_EXHAUSTED"
     REQUEUE_REQUESTED = "REQUEUE_REQUESTED"  # exit 85: the job checkpointed and asked to come back
+    RANK_HUNG = "RANK_HUNG"  # a rank stopped beating while its node answered (clusterd.liveness)
+    RANK_FAILED = "RANK_FAILED"  # a rank of a multi-rank job crashed while its node stayed up
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class Policy:
     backoff_seconds: float
     exclude_failed_nodes: bool
     no_progress_limit: int
+    on_rank_failure: bool = True
 
 
 def effective_policy(spec: jobs_pb2.RestartPolicy, defaults: RestartDefaults) -> Policy:
@@ -64,6 +67,7 @@ def effective_policy(spec: jobs_pb2.RestartPolicy, defaults: RestartDefaults) ->
         backoff_seconds=backoff,
         exclude_failed_nodes=bool(pick("exclude_failed_nodes")),
         no_progress_limit=int(pick("no_progress_limit")),  # type: ignore[call-overload]
+        on_rank_failure=bool(pick("on_rank_failure")),
     )
 
 
@@ -168,6 +172,8 @@ def decide(term: Termination, policy: Policy, rec: JobRecord, current_step: int)
         Cause.TIME_LIMIT: policy.on_time_limit,
         Cause.EXIT_CODE: term.exit_code in policy.retryable_exit_codes,
         Cause.REQUEUE_REQUESTED: True,
+        Cause.RANK_HUNG: policy.on_rank_failure,
+        Cause.RANK_FAILED: policy.on_rank_failure,
     }.get(term.cause, False)
     if allowed and term.cause == Cause.TIME_LIMIT and current_step <= step_at_start(rec.restarts):
         return Decision(False, f"{term.detail} with no new checkpoint: not requeued (it would start over)",

@@ -14,6 +14,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from clusterd.liveness.detector import Detection
+from clusterd.liveness.table import Run
 from clusterd.observability.metrics import CHECKPOINT_COMMITS, CHECKPOINT_STEP, JOBS_BY_STATE
 from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store.records import JobRecord, Phase
@@ -30,6 +32,7 @@ log = logging.getLogger(__name__)
 # A live job missing from this many consecutive polls has left Slurm's memory (MinJobAge).
 _MISSING_POLLS = 3
 _ADOPT_GRACE_SECONDS = 5.0
+_RECOVERY_HURRY_SECONDS = 3.0  # fast polls after each look at a job being brought back (see QueueCache.hurry)
 
 
 def job_of(rec: JobRecord, snap: ClusterSnapshot) -> SlurmJob | None:
@@ -104,18 +107,41 @@ class Reconciler:
         progress: ProgressReader,
         *,
         kick: Callable[[], None],
+        hurry: Callable[[float], None] | None = None,
     ) -> None:
         self._store = store
         self._events = events
         self._restarter = restarter
         self._progress = progress
         self._kick = kick
+        self._hurry = hurry or (lambda seconds: kick())
+        self._snapshot: ClusterSnapshot | None = None
         self._missing: dict[str, int] = {}
         # Records whose last look changed nothing and that need no periodic action, as they were
         # seen: a poll skips them while all three stay the same.
         self._settled: dict[int, _Seen] = {}
 
+    async def on_detected(self, det: Detection) -> None:
+        """A failure the liveness detector found: the restarter acts on it under the record's lock."""
+        async with self._store.record_lock(det.record_id):
+            rec = await self._store.get_by_record(det.record_id)
+            if rec is None or rec.terminal or self._snapshot is None:
+                return
+            outcome = await self._restarter.on_detected(rec, det, job_of(rec, self._snapshot))
+        if outcome.kick:
+            self._hurry(_RECOVERY_HURRY_SECONDS)
+
+    async def on_first_step(self, run: Run) -> None:
+        """A restarted run reported its first training step: the last phase of its recovery."""
+        if run.first_step_wall is None:
+            return
+        async with self._store.record_lock(run.record_id):
+            rec = await self._store.get_by_record(run.record_id)
+            if rec is not None and not rec.terminal and rec.acked_restarts == run.restart_count:
+                await self._restarter.amend_phase(rec, "first_step", run.first_step_wall)
+
     async def on_snapshot(self, snapshot: ClusterSnapshot) -> None:
+        self._snapshot = snapshot
         states: Counter[str] = Counter()
         settled: dict[int, _Seen] = {}
         for row in await self._store.live():
@@ -165,8 +191,8 @@ class Reconciler:
         outcome = await self._restarter.on_observed(rec, before_nodes, sj, snap.down_nodes)
         if outcome.finish is not None:
             await self.finish(rec, outcome.finish)
-        if outcome.kick:
-            self._kick()
+        if outcome.kick or rec.needs_release:
+            self._hurry(_RECOVERY_HURRY_SECONDS)
 
     async def _reconcile_array(self, rec: JobRecord, snap: ClusterSnapshot) -> None:
         """One array job: per-task state from its elements, per-task restarts, the array's end."""

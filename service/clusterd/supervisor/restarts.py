@@ -9,6 +9,7 @@ returned :class:`Outcome` (finishing the record, polling again soon).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -16,7 +17,8 @@ import time
 from dataclasses import dataclass, replace
 
 from clusterd.config import RestartDefaults
-from clusterd.errors import SlurmError
+from clusterd.errors import SlurmError, SlurmUnavailable
+from clusterd.liveness.detector import Detection
 from clusterd.observability.metrics import REQUEUES
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.types import JobState, SlurmJob
@@ -39,13 +41,17 @@ from clusterd.supervisor.sink import EventSink
 log = logging.getLogger(__name__)
 
 _REISSUE_AFTER_SECONDS = 15.0  # a decided requeue that Slurm has not shown by then is sent again
-_RELEASE_EVERY_SECONDS = 3.0  # how often a held (BeginTime) requeued job is released again
+_RELEASE_EVERY_SECONDS = 1.0  # how often a held (BeginTime) requeued job is released again
 # A requeued job launched within the same second its previous run's credential was revoked is
 # killed by slurmd ("Job credential revoked"): start the next run a few seconds after the decision.
 _MIN_RESTART_DELAY_SECONDS = 3.0
 # How long a decision waits for a progress read that began after the run ended (a job often
 # commits its last checkpoint just before it exits); past this it decides on what is known.
 _PROGRESS_WAIT_SECONDS = 10.0
+# After a detected rank failure the job's steps are killed; then the requeue is retried this long
+# while Slurm is still ending the run (a requeue refused as "in transition").
+_REQUEUE_RETRY_SECONDS = 5.0
+_REQUEUE_RETRY_GAP = 0.2
 
 
 @dataclass(frozen=True)
@@ -154,6 +160,79 @@ class Restarter:
             kicked = True
         return kicked
 
+    async def on_detected(self, rec: JobRecord, det: Detection, sj: SlurmJob | None) -> Outcome:
+        """Act on a failure the liveness detector found in the run Slurm still shows RUNNING.
+
+        A dead node is marked DOWN with the reason (Slurm stops and requeues its jobs at once, and
+        gives it no new ones); a hung or crashed rank's steps are killed and the job requeued. The
+        restart is recorded first, with how it was detected and when, so the reconciler sees an
+        expected requeue (never a second restart for the same failure) and releases it unheld.
+        """
+        if rec.terminal or rec.user_cancelled or sj is None or sj.state != JobState.RUNNING:
+            return _NOTHING
+        if sj.restart_count != det.restart_count or sj.restart_count != rec.acked_restarts:
+            return _NOTHING  # another run by now, or a restart already under way
+        cause = Cause(det.cause)
+        node_dead = cause == Cause.NODE_FAILURE
+        term = Termination(cause, det.nodes if node_dead else (), det.exit_code, det.detail, nodes=rec.nodes)
+        policy = effective_policy(rec.spec.restart_policy, self._defaults)
+        decision = decide(term, policy, rec, rec.checkpoint_step)
+        if node_dead:
+            # Whatever the policy says of this job, the nodes are dead: Slurm must stop using them.
+            for node in det.nodes:
+                await self._node_down(node, det.detail)
+        if not decision.requeue:
+            if not node_dead:
+                with contextlib.suppress(SlurmError):
+                    await self._backend.kill_steps(rec.job_id)  # not left running with a dead rank
+            return Outcome(kick=True)  # the reconciler classifies the end and stops the job
+        entry = RestartEntry(cause.value, term.failed_nodes, det.detected_at, rec.checkpoint_step, det.exit_code,
+                             decision.reason, nodes_before=len(rec.nodes), detected_by=det.detected_by,
+                             phases={"failed": det.failed_at, "detected": det.detected_at})  # fmt: skip
+        rec.acked_restarts = sj.restart_count + 1
+        if policy.exclude_failed_nodes and node_dead:
+            rec.excluded_nodes = tuple(sorted(set(rec.excluded_nodes) | set(det.nodes)))
+        rec.terminal = False
+        rec.needs_release = True
+        rec.backoff_seconds = policy.backoff_seconds
+        await self._store.record_restart(rec, entry)
+        REQUEUES.labels(cause=cause.value).inc()
+        log.info("job %s: restart %d (%s, detected by %s)", rec.job_id, len(rec.restarts), decision.reason,
+                 det.detected_by)  # fmt: skip
+        if not node_dead:  # a dead node's jobs were requeued by Slurm when it went DOWN
+            await self._kill_and_requeue(rec.job_id)
+        await self.amend_phase(rec, "requeued", time.time())
+        await self._release(rec, exclude=rec.excluded_nodes or None)
+        self._events.publish(JobEvent(EventType.RESTARTED, rec, message=decision.reason))
+        return Outcome(kick=True)
+
+    async def amend_phase(self, rec: JobRecord, phase: str, when: float) -> None:
+        """Note when the newest restart reached ``phase`` (once: the first time counts)."""
+        if rec.restarts and phase not in rec.restarts[-1].phases:
+            last = rec.restarts[-1]
+            await self._store.amend_last_restart(rec, replace(last, phases={**last.phases, phase: when}))
+
+    async def _node_down(self, node: str, why: str) -> None:
+        try:
+            await self._backend.set_node_down(node, f"clusterd: {why}"[:200])
+        except SlurmError as exc:
+            log.warning("cannot mark node %s down (%s); Slurm will after SlurmdTimeout", node, exc)
+
+    async def _kill_and_requeue(self, job_id: str) -> None:
+        """Kill the steps (srun collects their exits at once), then requeue, retried while Slurm ends the run."""
+        with contextlib.suppress(SlurmError):
+            await self._backend.kill_steps(job_id)
+        deadline = time.monotonic() + _REQUEUE_RETRY_SECONDS
+        while True:
+            try:
+                await self._backend.requeue(job_id)
+                return
+            except SlurmError as exc:
+                if time.monotonic() >= deadline:
+                    log.warning("job %s: scontrol requeue failed (%s); will retry", job_id, exc)
+                    return
+            await asyncio.sleep(_REQUEUE_RETRY_GAP)
+
     def forget(self, rec: JobRecord) -> None:
         for key in [k for k in self._released_at if k == rec.job_id or k.startswith(f"{rec.job_id}_")]:
             del self._released_at[key]
@@ -190,6 +269,7 @@ class Restarter:
         """Record on the newest restart how many nodes the run after it got (once)."""
         if rec.restarts and not rec.restarts[-1].nodes_after:
             entry = resumed(rec.restarts[-1], len(sj.nodes))
+            entry = replace(entry, phases={"running": time.time(), **entry.phases})
             await self._store.amend_last_restart(rec, entry)
             if entry.nodes_before and entry.nodes_after != entry.nodes_before:
                 log.info("job %s: resumed on %d nodes (was %d)", rec.job_id, entry.nodes_after, entry.nodes_before)
@@ -243,6 +323,8 @@ class Restarter:
         last = rec.restarts[-1].time if rec.restarts else time.time()
         wait = max(rec.backoff_seconds, _MIN_RESTART_DELAY_SECONDS)
         remaining = max(0, math.ceil(last + wait - time.time()))
+        if exclude is None and remaining > 0:
+            return  # a later look releases it with StartTime=now, which makes Slurm schedule it at once
         self._released_at[rec.job_id] = time.monotonic()
         try:
             await self._backend.update_job(rec.job_id, exclude_nodes=exclude, start_after=remaining)
@@ -256,6 +338,9 @@ class Restarter:
         log.warning("job %s: requeue decided but not seen in Slurm; sending it again", rec.job_id)
         try:
             await self._backend.requeue(rec.job_id)
+        except SlurmUnavailable as exc:  # Slurm did not answer: nothing was refused, try again later
+            log.warning("job %s: requeue not sent, Slurm unavailable (%s); retrying", rec.job_id, exc)
+            return _NOTHING
         except SlurmError as exc:
             log.error("job %s: cannot requeue: %s", rec.job_id, exc)
             rec.final_cause = Cause.RESTARTS_EXHAUSTED.value

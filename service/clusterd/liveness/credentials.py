@@ -1,0 +1,59 @@
+"""The job's heartbeat credential: a random token in the job's environment, its digest in the record.
+
+Only the job (its owner's processes) holds the token; the store keeps its SHA-256, so a copy of
+the database cannot beat for a job. The token names nothing but its record: a leaked token lets
+its holder report liveness for that one job, and nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+from clusterctl.v1 import jobs_pb2
+from clusterd.config import LivenessConfig
+from clusterd.security.unixsock import socket_path
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def matches(token: str, sha256: str) -> bool:
+    return bool(sha256) and hmac.compare_digest(digest(token), sha256)
+
+
+def heartbeat_addr(config: LivenessConfig, listen: str) -> str:
+    """Where jobs send heartbeats: configured, else the service's own unix socket, else nowhere."""
+    if not config.enabled:
+        return ""
+    if config.heartbeat_addr:
+        return config.heartbeat_addr
+    return listen if socket_path(listen) is not None else ""
+
+
+def interval_of(spec: jobs_pb2.JobSpec, config: LivenessConfig) -> float:
+    d = spec.restart_policy.heartbeat_interval
+    seconds = d.seconds + d.nanos / 1e9
+    return seconds if seconds > 0 else config.heartbeat_interval_seconds
+
+
+def hang_timeout_of(spec: jobs_pb2.JobSpec, config: LivenessConfig) -> float:
+    d = spec.restart_policy.hang_timeout
+    seconds = d.seconds + d.nanos / 1e9
+    return seconds if seconds > 0 else config.hang_timeout_seconds
+
+
+def issue(spec: jobs_pb2.JobSpec, config: LivenessConfig, listen: str) -> tuple[dict[str, str], str]:
+    """(the job's CLUSTERCTL_HEARTBEAT_* variables, the token's digest); ({}, "") when heartbeats are off."""
+    addr = heartbeat_addr(config, listen)
+    if not addr:
+        return {}, ""
+    token = secrets.token_urlsafe(32)
+    env = {
+        "CLUSTERCTL_HEARTBEAT_ADDR": addr,
+        "CLUSTERCTL_HEARTBEAT_TOKEN": token,
+        "CLUSTERCTL_HEARTBEAT_INTERVAL": f"{interval_of(spec, config):g}",
+    }
+    return env, digest(token)

@@ -1,0 +1,165 @@
+"""Turn heartbeats into decisions: a dead node, a hung rank, a crashed rank.
+
+Every ``check_every`` seconds, for each run whose job Slurm shows RUNNING in that same run:
+
+- a rank that reported its own exit with a failure status -> RANK_FAILED (its node is fine);
+- ranks silent for ``suspect_after`` intervals make their node a suspect; the node is probed
+  twice: unreachable both times (or already DOWN in Slurm) -> NODE_FAILURE of that node;
+- a silent rank on a node that answers -> RANK_HUNG once its silence passes the hang timeout.
+
+A slow but alive rank still beats (the beat comes from its own thread), so it is never a
+suspect for long; a rank silent because its node is CPU-starved has a node that answers, so it
+meets the hang timeout, not the node verdict. One decision per run: later silence of the same
+run is the consequence of the first failure, not a second one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from clusterd.liveness.probe import NodeProber
+from clusterd.liveness.table import LivenessTable, Run
+from clusterd.slurm.types import JobState, NodeState, SlurmNode
+
+log = logging.getLogger(__name__)
+
+_OK_EXITS = frozenset({0, 85})  # finished, or checkpointed and asked to be requeued (REQUEUE_EXIT_CODE)
+_PROBE_GAP_SECONDS = 0.2  # between the two probes that confirm an unreachable node
+_FORGET_AFTER_SECONDS = 120.0  # a run whose job Slurm no longer shows running is dropped after this
+
+
+@dataclass(frozen=True)
+class Detection:
+    record_id: int
+    job_id: str
+    restart_count: int  # the run it concerns: a decision about an older run is void
+    cause: str  # "NODE_FAILURE", "RANK_HUNG" or "RANK_FAILED" (supervisor.policy.Cause values)
+    nodes: tuple[str, ...]  # the dead nodes (all of this run's found at once), or the failed rank's node
+    ranks: tuple[int, ...]
+    detected_by: str  # "heartbeat+probe", "heartbeat", "rank-exit"
+    failed_at: float  # wall clock: the last sign of life of what failed
+    detected_at: float
+    detail: str
+    exit_code: int = 0
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What the detector needs of Slurm's view of one job."""
+
+    state: JobState
+    restart_count: int
+
+
+Act = Callable[[Detection], Awaitable[None]]
+
+
+class Detector:
+    def __init__(
+        self,
+        table: LivenessTable,
+        prober: NodeProber,
+        act: Act,
+        *,
+        jobs: Callable[[str], JobView | None],
+        nodes: Callable[[], dict[str, SlurmNode]],
+        suspect_after_intervals: float,
+        check_every: float,
+        default_port: int = 6818,
+    ) -> None:
+        self._table = table
+        self._prober = prober
+        self._act = act
+        self._jobs = jobs
+        self._nodes = nodes
+        self._suspect_after = suspect_after_intervals
+        self._check_every = check_every
+        self._default_port = default_port
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.check_once()
+            except Exception:
+                log.exception("liveness check failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self._check_every)
+
+    async def check_once(self) -> list[Detection]:
+        found = []
+        nodes = self._nodes()
+        for run in self._table.runs():
+            view = self._jobs(run.job_id)
+            if view is None or view.state.terminal:
+                gone = run.gone_since = run.gone_since or time.monotonic()
+                if time.monotonic() - gone > _FORGET_AFTER_SECONDS:
+                    self._table.forget(run.record_id)
+                continue
+            run.gone_since = 0.0
+            if run.decided or view.state != JobState.RUNNING or view.restart_count != run.restart_count:
+                continue  # not running this run (yet, or any more): Slurm's own view decides
+            detection = self._crashed(run) or await self._silent(run, nodes)
+            if detection is not None and not run.decided:
+                run.decided = True
+                found.append(detection)
+                log.warning("job %s: %s (%s)", run.job_id, detection.detail, detection.detected_by)
+                await self._act(detection)
+        return found
+
+    def _crashed(self, run: Run) -> Detection | None:
+        if run.world_size <= 1:
+            return None  # a single rank's exit status is the job's own: Slurm's view and the policy decide
+        for rank, beat in sorted(run.ranks.items()):
+            if beat.exiting and beat.exit_code not in _OK_EXITS:
+                return Detection(run.record_id, run.job_id, run.restart_count, "RANK_FAILED", (beat.node,), (rank,),
+                                 "rank-exit", beat.seen_wall, time.time(),
+                                 f"rank {rank} on {beat.node} exited with status {beat.exit_code}",
+                                 exit_code=beat.exit_code)  # fmt: skip
+        return None
+
+    async def _silent(self, run: Run, nodes: dict[str, SlurmNode]) -> Detection | None:
+        now = time.monotonic()
+        suspect = run.interval * self._suspect_after
+        silent: dict[str, list[int]] = {}
+        for rank, beat in run.ranks.items():
+            if not beat.exiting and now - beat.seen > suspect:
+                silent.setdefault(beat.node, []).append(rank)
+        alive = dict(zip(silent, await asyncio.gather(*(self._node_alive(nodes.get(n)) for n in silent)), strict=True))
+        dead = sorted(n for n, ok in alive.items() if not ok)
+        if dead:  # every dead node of the run in one decision: two failures at once are one restart
+            ranks = sorted(r for n in dead for r in silent[n])
+            last = max(run.ranks[r].seen for r in ranks)
+            who = f"rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))}"
+            return Detection(run.record_id, run.job_id, run.restart_count, "NODE_FAILURE", tuple(dead), tuple(ranks),
+                             "heartbeat+probe", max(run.ranks[r].seen_wall for r in ranks), time.time(),
+                             f"node{'s' if len(dead) > 1 else ''} {', '.join(dead)} unreachable: {who} silent "
+                             f"{now - last:.1f}s, slurmd not answering")  # fmt: skip
+        for node, ranks in sorted(silent.items()):
+            last = max(run.ranks[r].seen for r in ranks)
+            last_wall = max(run.ranks[r].seen_wall for r in ranks)
+            who = f"rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, sorted(ranks)))}"
+            if now - last > run.hang_timeout:
+                return Detection(run.record_id, run.job_id, run.restart_count, "RANK_HUNG", (node,), tuple(ranks),
+                                 "heartbeat", last_wall, time.time(),
+                                 f"{who} on {node} silent {now - last:.1f}s (hang timeout {run.hang_timeout:g}s) "
+                                 "while the node answers")  # fmt: skip
+        return None
+
+    async def _node_alive(self, node: SlurmNode | None) -> bool:
+        """Unreachable twice in a row (or DOWN in Slurm already) is dead; unknown nodes count as alive."""
+        if node is None:
+            return True
+        if node.state == NodeState.DOWN:
+            return False
+        if not node.address:
+            return True  # no address to probe: leave the verdict to Slurm
+        port = node.port or self._default_port
+        if await self._prober.reachable(node.address, port):
+            return True
+        await asyncio.sleep(_PROBE_GAP_SECONDS)
+        return await self._prober.reachable(node.address, port)

@@ -1,0 +1,99 @@
+"""The latest heartbeat of every rank of every supervised run, in memory (lost on restart, by design).
+
+A run is one start of a job: Slurm's restart count tells runs apart, so beats from a previous run
+still draining cannot keep a new run alive, and the decision about a run is taken once.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+_MAX_RANKS = 65_536  # one job's ranks the table keeps: a bound on what one job's beats can cost
+
+
+@dataclass
+class RankBeat:
+    node: str
+    pid: int
+    seen: float  # time.monotonic() of the newest beat
+    seen_wall: float  # time.time() of the same beat (restart records are wall-clock)
+    step: int = -1
+    committed_step: int = -1
+    restored: bool = False
+    exiting: bool = False
+    exit_code: int = 0
+
+
+@dataclass
+class Run:
+    """The beats of one run of one job, and what was already concluded from them."""
+
+    record_id: int
+    job_id: str
+    restart_count: int
+    interval: float
+    hang_timeout: float
+    world_size: int = 1
+    ranks: dict[int, RankBeat] = field(default_factory=dict)
+    first_step_wall: float | None = None  # first beat of this run that carried a training step
+    decided: bool = False  # a failure was acted on: later silence of this run is its consequence
+    gone_since: float = 0.0  # monotonic time since which Slurm has not shown the job live (0: it does)
+
+    def committed_step(self) -> int:
+        return max((b.committed_step for b in self.ranks.values()), default=-1)
+
+
+@dataclass(frozen=True)
+class Beat:
+    """One heartbeat as the service took it (already authenticated)."""
+
+    record_id: int
+    job_id: str
+    restart_count: int
+    rank: int
+    world_size: int
+    node: str
+    pid: int
+    step: int
+    committed_step: int
+    restored: bool
+    exiting: bool
+    exit_code: int
+
+
+class LivenessTable:
+    def __init__(self) -> None:
+        self._runs: dict[int, Run] = {}  # record id -> its newest run
+
+    def record(self, beat: Beat, *, interval: float, hang_timeout: float) -> tuple[Run, bool]:
+        """Take one beat; returns its run and whether this beat is the run's first training step.
+
+        A beat from an older run than the one known is dropped (its run was already replaced).
+        """
+        run = self._runs.get(beat.record_id)
+        if run is not None and beat.restart_count < run.restart_count:
+            return run, False
+        if run is None or beat.restart_count > run.restart_count or run.job_id != beat.job_id:
+            run = Run(beat.record_id, beat.job_id, beat.restart_count, interval, hang_timeout)
+            self._runs[beat.record_id] = run
+        run.interval, run.hang_timeout = interval, hang_timeout
+        run.world_size = max(run.world_size, beat.world_size)
+        if beat.rank not in run.ranks and len(run.ranks) >= _MAX_RANKS:
+            return run, False
+        now, wall = time.monotonic(), time.time()
+        run.ranks[beat.rank] = RankBeat(beat.node, beat.pid, now, wall, beat.step, beat.committed_step,
+                                        beat.restored, beat.exiting, beat.exit_code)  # fmt: skip
+        first = beat.step >= 0 and run.first_step_wall is None
+        if first:
+            run.first_step_wall = wall
+        return run, first
+
+    def runs(self) -> list[Run]:
+        return list(self._runs.values())
+
+    def get(self, record_id: int) -> Run | None:
+        return self._runs.get(record_id)
+
+    def forget(self, record_id: int) -> None:
+        self._runs.pop(record_id, None)

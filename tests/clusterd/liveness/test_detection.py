@@ -1,0 +1,186 @@
+"""Heartbeats -> detection -> restart, through the service with FakeSlurm and a stand-in prober."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+
+from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
+from clusterd.config import LivenessConfig
+from clusterd.server import ClusterDaemon
+from clusterd.slurm.fake import FakeSlurm
+from clusterd.slurm.types import JobState, NodeState
+
+from ..conftest import USER_A, auth, make_config
+
+INTERVAL, HANG = 0.1, 0.6
+
+
+@dataclass
+class Prober:
+    dead: set[str] = field(default_factory=set)  # addresses that do not answer
+    probes: list[str] = field(default_factory=list)
+
+    async def reachable(self, address: str, port: int) -> bool:
+        self.probes.append(address)
+        return address not in self.dead
+
+
+@dataclass
+class Live:
+    daemon: ClusterDaemon
+    slurm: FakeSlurm
+    jobs: jobs_pb2_grpc.JobServiceStub
+    prober: Prober
+
+    async def submit(self, **policy: object) -> tuple[str, int, str]:
+        """A 2-node job with fast heartbeats, RUNNING on node1+node2; returns (job id, record id, token)."""
+        rp = jobs_pb2.RestartPolicy(heartbeat_interval=Duration(nanos=int(INTERVAL * 1e9)),
+                                    hang_timeout=Duration(nanos=int(HANG * 1e9)), **policy)  # type: ignore[arg-type]  # fmt: skip
+        spec = jobs_pb2.JobSpec(command=["train"], nodes=2, restart_policy=rp)
+        job = (await self.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec), metadata=auth(USER_A))).job
+        script = self.slurm.submitted[-1].script
+        token = re.search(r"CLUSTERCTL_HEARTBEAT_TOKEN=(\S+?);", script)
+        record = re.search(r"CLUSTERCTL_RECORD_ID=(\d+);", script)
+        assert token and record, script
+        self.slurm.set_state(job.job_id, JobState.RUNNING, nodes=("node1", "node2"))
+        await self.daemon.poller.poll_once()
+        return job.job_id, int(record.group(1)), token.group(1).strip("'")
+
+    async def beat(
+        self, job_id: str, record: int, token: str, rank: int, **fields: object
+    ) -> jobs_pb2.HeartbeatResponse:
+        req = jobs_pb2.HeartbeatRequest(record_id=record, token=token, job_id=job_id, rank=rank, world_size=2,
+                                        node=f"node{rank + 1}", **fields)  # type: ignore[arg-type]  # fmt: skip
+        return await self.jobs.Heartbeat(req)
+
+    async def status(self, job_id: str) -> jobs_pb2.JobStatus:
+        return (await self.jobs.GetJob(jobs_pb2.GetJobRequest(job_id=job_id), metadata=auth(USER_A))).job
+
+
+@pytest.fixture
+async def live(tmp_path: Path) -> AsyncIterator[Live]:
+    slurm = FakeSlurm.cluster()
+    slurm.nodes = [replace(n, address=f"10.0.0.{i}", port=6818) for i, n in enumerate(slurm.nodes, 1)]
+    config = replace(make_config(tmp_path), liveness=LivenessConfig(heartbeat_addr="unix:/run/test.sock",
+                                                                      check_every_seconds=3600))  # fmt: skip
+    daemon = ClusterDaemon(config, backend=slurm)
+    prober = Prober()
+    daemon.detector._prober = prober  # the probe's verdict is the test's to give
+    await daemon.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}")
+    try:
+        yield Live(daemon, slurm, jobs_pb2_grpc.JobServiceStub(channel), prober)
+    finally:
+        await channel.close()
+        await daemon.stop()
+
+
+async def beat_both_then_silence(live: Live, job_id: str, record: int, token: str, *, keep: int) -> None:
+    """Both ranks beat; then only rank ``keep`` does, for longer than the suspect window."""
+    for rank in (0, 1):
+        await live.beat(job_id, record, token, rank, step=5, committed_step=4)
+    for _ in range(4):
+        await asyncio.sleep(INTERVAL)
+        await live.beat(job_id, record, token, keep, step=6)
+
+
+async def test_silent_rank_on_unreachable_node_is_a_dead_node(live: Live) -> None:
+    job_id, record, token = await live.submit()
+    live.prober.dead.add("10.0.0.2")
+    await beat_both_then_silence(live, job_id, record, token, keep=0)
+    found = await live.daemon.detector.check_once()
+    assert [d.cause for d in found] == ["NODE_FAILURE"] and found[0].nodes == ("node2",)
+    node2 = next(n for n in live.slurm.nodes if n.name == "node2")
+    assert node2.state == NodeState.DOWN and "clusterd:" in node2.reason
+    assert live.prober.probes.count("10.0.0.2") == 2  # confirmed once before the verdict
+    job = await live.status(job_id)
+    assert [r.cause for r in job.restarts] == [jobs_pb2.TERMINATION_CAUSE_NODE_FAILURE]
+    restart = job.restarts[0]
+    assert restart.detected_by == "heartbeat+probe" and list(restart.failed_nodes) == ["node2"]
+    assert restart.failed_at.ToSeconds() <= restart.detected_at.ToSeconds() <= restart.requeued_at.ToSeconds()
+    assert "node2" in job.excluded_nodes
+    # The surviving rank is told to stop; a second look at the same run decides nothing more.
+    assert (await live.beat(job_id, record, token, 0, step=7)).stop
+    await asyncio.sleep(INTERVAL * 3)
+    assert await live.daemon.detector.check_once() == []
+    assert len((await live.status(job_id)).restarts) == 1
+
+
+async def test_silent_rank_on_answering_node_is_hung_only_after_the_hang_timeout(live: Live) -> None:
+    job_id, record, token = await live.submit()
+    await beat_both_then_silence(live, job_id, record, token, keep=0)
+    assert await live.daemon.detector.check_once() == []  # suspect, node answers: not yet
+    assert live.slurm.calls["set_node_down"] == 0 and live.slurm.calls["requeue"] == 0
+    await asyncio.sleep(HANG)
+    found = await live.daemon.detector.check_once()
+    assert [d.cause for d in found] == ["RANK_HUNG"]
+    job = await live.status(job_id)
+    assert [r.cause for r in job.restarts] == [jobs_pb2.TERMINATION_CAUSE_RANK_HUNG]
+    assert not job.restarts[0].failed_nodes and not job.excluded_nodes  # a healthy node is not excluded
+    assert live.slurm.calls["kill_steps"] == 1 and live.slurm.calls["requeue"] == 1
+    assert live.slurm.calls["set_node_down"] == 0
+
+
+async def test_late_but_arriving_beats_are_not_a_hang(live: Live) -> None:
+    """A CPU-starved rank beats late (several intervals) but beats: never declared dead or hung."""
+    job_id, record, token = await live.submit()
+    for _ in range(4):
+        for rank in (0, 1):
+            await live.beat(job_id, record, token, rank, step=1)
+        await asyncio.sleep(HANG * 0.7)  # far beyond the suspect window, inside the hang timeout
+        assert await live.daemon.detector.check_once() == []
+    assert not (await live.status(job_id)).restarts
+
+
+async def test_a_rank_that_exits_with_a_failure_is_a_rank_failure(live: Live) -> None:
+    job_id, record, token = await live.submit()
+    await live.beat(job_id, record, token, 0, step=3)
+    await live.beat(job_id, record, token, 1, step=3, exiting=True, exit_code=1)
+    found = await live.daemon.detector.check_once()
+    assert [d.cause for d in found] == ["RANK_FAILED"] and found[0].detected_by == "rank-exit"
+    job = await live.status(job_id)
+    assert [r.cause for r in job.restarts] == [jobs_pb2.TERMINATION_CAUSE_RANK_FAILED]
+    assert live.slurm.calls["set_node_down"] == 0
+
+
+async def test_a_rank_that_asks_to_be_requeued_is_not_a_failure(live: Live) -> None:
+    job_id, record, token = await live.submit()
+    await live.beat(job_id, record, token, 0, exiting=True, exit_code=85)
+    await live.beat(job_id, record, token, 1, exiting=True, exit_code=0)
+    assert await live.daemon.detector.check_once() == []
+
+
+async def test_recovery_phases_running_and_first_step(live: Live) -> None:
+    job_id, record, token = await live.submit()
+    await live.beat(job_id, record, token, 0, step=1)
+    await live.beat(job_id, record, token, 1, step=1, exiting=True, exit_code=9)
+    await live.daemon.detector.check_once()
+    live.slurm.set_state(job_id, JobState.RUNNING, nodes=("node3", "node4"))
+    await live.daemon.poller.poll_once()
+    await live.beat(job_id, record, token, 0, restart_count=1, restored=True, step=-1)  # no step yet
+    assert not (await live.status(job_id)).restarts[0].HasField("first_step_at")
+    await live.beat(job_id, record, token, 0, restart_count=1, restored=True, step=2)
+    restart = (await live.status(job_id)).restarts[0]
+    assert restart.requeued_at.ToNanoseconds() <= restart.running_at.ToNanoseconds()
+    assert restart.running_at.ToNanoseconds() <= restart.first_step_at.ToNanoseconds()
+
+
+async def test_heartbeats_need_the_jobs_own_token(live: Live) -> None:
+    job_id, record, token = await live.submit()
+    for rec_id, tok in ((record, "x" * 43), (record + 1000, token), (record, "")):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await live.beat(job_id, rec_id, tok, 0)
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await live.jobs.Heartbeat(jobs_pb2.HeartbeatRequest(record_id=record, token=token, rank=5, world_size=2))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "rank" in (err.value.details() or "")
+    reply = await live.beat(job_id, record, token, 0)
+    assert abs(reply.interval.ToNanoseconds() / 1e9 - INTERVAL) < 1e-6 and not reply.stop
