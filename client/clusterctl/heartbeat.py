@@ -204,24 +204,24 @@ class HeartbeatSender:
             fields = {"step": self._step, "committed_step": self._committed, "restored": self._restored}
         if exit_code is not None:
             fields.update(exiting=True, exit_code=max(-_INT32 - 1, min(_INT32, exit_code)))
-        request = self._request(
-            record_id=c.record_id,
-            token=c.token,
-            job_id=c.job_id,
-            restart_count=c.restart_count,
-            rank=c.rank,
-            world_size=c.world_size,
-            node=c.node,
-            pid=os.getpid(),
-            **fields,
-        )
         timeout = deadline if deadline is not None else min(self.interval, MAX_DEADLINE)
-        try:
+        try:  # building the request is inside: a field out of protobuf's range (a huge SLURM_PROCID) is dropped too
+            request = self._request(
+                record_id=c.record_id,
+                token=c.token,
+                job_id=c.job_id,
+                restart_count=c.restart_count,
+                rank=c.rank,
+                world_size=c.world_size,
+                node=c.node,
+                pid=os.getpid(),
+                **fields,
+            )
             reply = call(request, timeout=max(MIN_INTERVAL, timeout))
         except Exception as exc:  # grpc.RpcError (UNAVAILABLE, UNIMPLEMENTED, DEADLINE_EXCEEDED, ...) or worse
             if not self._warned:
                 self._warned = True
-                code = exc.code().name if hasattr(exc, "code") and callable(exc.code) else type(exc).__name__
+                code = exc.code().name if hasattr(exc, "code") and callable(exc.code) else repr(exc)
                 log.info(
                     "clusterctl heartbeats to %s are not getting through (%s); training goes on, beats are dropped",
                     self.config.addr,

@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -186,6 +187,18 @@ def test_a_missing_service_never_raises_or_delays_training(sock: Path, server: s
     t0 = time.monotonic()
     s.finish(3)  # the exiting beat has nowhere to go: bounded by FINAL_DEADLINE
     assert time.monotonic() - t0 < 1.5
+
+
+def test_values_out_of_protobuf_range_drop_beats_not_the_thread(
+    sock: Path, fake: FakeJobService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    crashes: list[object] = []
+    monkeypatch.setattr(threading, "excepthook", crashes.append)
+    s = sender(sock, SLURM_PROCID=str(1 << 40), SLURM_NTASKS=str(1 << 41)).start()  # ranks beyond uint32
+    s.report_step(1 << 70)  # beyond int64
+    time.sleep(0.5)
+    s.finish(0)
+    assert crashes == [] and fake.beats == [] and s.sent == 0
 
 
 CHILD = """
