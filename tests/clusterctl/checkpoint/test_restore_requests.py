@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from clusterctl.checkpoint import CheckpointManager, layout, restore
+from clusterctl.checkpoint import CheckpointManager, Replicated, Sharded, layout, restore
 from clusterctl.storage import MemoryStorage
 
 from .helpers import fast_config
@@ -78,3 +78,56 @@ def test_a_corrupt_prefetched_shard_still_falls_back() -> None:
     with pytest.warns(UserWarning, match="falling back"):
         assert ckpt.restore()["step"] == 4
     ckpt.close()
+
+
+ROWS = np.arange(12 * 2, dtype=np.float32).reshape(12, 2)
+
+
+def save_sharded(storage: MemoryStorage, world: int) -> None:
+    config = fast_config(run_id=f"w{world}", gc_on_commit=False)
+    managers = [CheckpointManager("/unused", rank=r, world_size=world, keep=0, storage=storage, config=config)
+                for r in range(world)]  # fmt: skip
+    size = 12 // world
+    handles = [m.save(1, {"w": Sharded(ROWS[m.rank * size:(m.rank + 1) * size], ROWS.shape, m.rank * size),
+                          "rep": Replicated({f"r{i}": np.full(3, i) for i in range(8)})})
+               for m in managers]  # fmt: skip
+    for h in handles:
+        assert h.result().committed
+    for m in managers:
+        m.close()
+
+
+def test_other_ranks_manifests_are_read_together_when_resharding() -> None:
+    storage = MemoryStorage()
+    save_sharded(storage, 3)
+    together = threading.Barrier(2, timeout=10)  # ranks 1 and 2: base rank 0's manifest comes first
+
+    def gate(op: str, key: str) -> None:
+        if "manifest" in key and "rank-00000" not in key:
+            together.wait()
+
+    storage.fault = gate
+    with CheckpointManager("/unused", rank=0, world_size=2, storage=storage, config=fast_config()) as ckpt:
+        state = ckpt.restore()
+    np.testing.assert_array_equal(state["w"], ROWS[:6])
+    assert state["rep"]["r7"].tolist() == [7, 7, 7]
+
+
+def test_ranks_needed() -> None:
+    leaf = {"t": "ndarray", "dtype": "<f4", "shape": [2]}
+    tree = {
+        "t": "map",
+        "items": [
+            ["a", {**leaf, "rank": 2}],
+            ["b", {"t": "replicated", "v": {"t": "list", "items": [{**leaf, "rank": 1}, {"t": "json", "v": 3}]}}],
+            ["c", {"t": "json", "v": "x"}],
+        ],
+    }
+    assert restore.ranks_needed(tree, foreign=False, world=4) == {1, 2}
+    assert restore.ranks_needed(tree, foreign=True, world=4) == {0, 1, 2, 3}  # a rank-local JSON value
+    only_rep = {"t": "replicated", "v": {"t": "json", "v": 1}}
+    assert restore.ranks_needed(only_rep, foreign=True, world=4) == set()
+    sharded = {"t": "map", "items": [["w", {"t": "sharded", "gshape": [4], "offset": [0], "v": leaf}]]}
+    assert restore.ranks_needed(sharded, foreign=False, world=3) == set()
+    assert restore.ranks_needed(sharded, foreign=True, world=3) == {0, 1, 2}
+    assert restore.ranks_needed({"t": "map", "items": [["a", {**leaf, "rank": 9}]]}, foreign=False, world=4) == set()
