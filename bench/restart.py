@@ -1,15 +1,16 @@
 """Restart bench: from a requeued job's batch script starting to its first training step.
 
-    python -m bench.restart                   # hidden 64 (the tests' job) and 2048 (~17 MiB), 7 runs each
+    python -m bench.restart                   # hidden 64 (the tests' job) and 2048 (~16 MiB), 7 runs each
     python -m bench.restart --hidden 64 --runs 9
 
 What one restart costs on the critical path, phase by phase, for the real ``examples/train.py``
 resuming from a committed checkpoint: the environment line clusterd puts in a command
-submission's batch script (bash; before this bench's round it ran ``clusterctl checkpoints
-latest``), then in a fresh Python process: interpreter start, ``import numpy``, ``import
-clusterctl.checkpoint``, ``CheckpointManager(...)``, ``restore()`` (its storage requests listed by
-kind), and the first ``STEP`` line. The script runs unchanged under a small driver that times
-those points (``time.monotonic``, shared by the processes of one machine).
+submission's batch script (bash), then in a fresh Python process: interpreter start, ``import
+numpy``, ``import clusterctl.checkpoint``, ``CheckpointManager(...)``, ``restore()`` (its storage
+requests listed by kind), the first ``STEP`` line, and the arrival of the first-step heartbeat at
+a fake JobService (tests/support/heartbeat.py). The script runs unchanged under a small driver
+that times those points (``time.monotonic``, shared by the processes of one machine); the same
+runs with heartbeats off are timed too.
 
 Anchor, measured in the same run (alternating with ours) on the same arrays: a fresh process that
 imports numpy and boto3, makes an S3 client, fetches the arrays saved by ``np.savez`` with ONE
@@ -17,7 +18,7 @@ imports numpy and boto3, makes an S3 client, fetches the arrays saved by ``np.sa
 plus ``np.load`` (and ``torch.load`` of the same tensors when torch is installed). S3: the AWS_*
 variables when AWS_ENDPOINT_URL is set (``--bucket``, default $CLUSTERCTL_BUCKET), else a private
 SeaweedFS (tests/support/s3server.py). Absolute times on a shared 2-core machine are noise; the
-ratios are the result.
+ratios are the result. Another checkout is measured with its own PYTHONPATH and ``--examples``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.checkpoint import print_rows
+from tests.support.heartbeat import FakeJobService, heartbeat_env, serve
 from tests.support.paths import ROOT
 from tests.support.s3server import get_server
 
@@ -45,13 +47,14 @@ Row = tuple[str, str, str, str, str]
 DRIVER = r"""
 import time
 T = {"start": time.monotonic()}
-import builtins, json, runpy, sys
+import builtins, json, os, runpy, sys
 args = json.loads(sys.argv[1])
 import numpy
 T["numpy"] = time.monotonic()
 import clusterctl.checkpoint
 T["import"] = time.monotonic()
-T["boto3_at_import"] = "boto3" in sys.modules
+T["aws_at_import"] = "botocore" in sys.modules
+T["pid"] = os.getpid()
 from clusterctl.checkpoint import manager
 
 calls = []
@@ -94,7 +97,6 @@ try:
 except SystemExit:
     pass
 T["calls"] = calls
-T["boto3_at_end"] = "boto3" in sys.modules
 with open(args["out"], "w") as f:
     json.dump(T, f)
 """
@@ -216,57 +218,50 @@ def run_size(hidden: int, opts: argparse.Namespace, env: dict[str, str], bucket:
     line = prelude_line(uri)
     argv = ["--ckpt", uri, "--steps", str(steps + 1), "--every", "1000000", "--hidden", str(hidden)]
     ours: list[dict[str, Any]] = []
+    bare: list[dict[str, Any]] = []
     anchors: list[dict[str, Any]] = []
     preludes: list[float] = []
-    for _ in range(opts.runs):  # alternate, so both see the same background load
-        preludes.append(timed_bash(line, cenv))
-        t0, got = run_json(DRIVER, {"train": train, "argv": argv}, cenv)
-        got["exec"] = t0
-        ours.append(got)
-        t0, got = run_json(ANCHOR, {"endpoint": env.get("AWS_ENDPOINT_URL"), "bucket": bucket, "key": key}, cenv)
-        got["exec"] = t0
-        anchors.append(got)
+    sock = Path(tempfile.mkdtemp(prefix="ccbench-hb-")) / "hb.sock"
+    service = FakeJobService()
+    beating = {**cenv, **heartbeat_env(sock, SLURM_PROCID="0", SLURM_NTASKS="1", CLUSTERCTL_HEARTBEAT_INTERVAL="1")}
+    with serve(sock, service):
+        for _ in range(opts.runs):  # alternate, so all three see the same background load
+            preludes.append(timed_bash(line, cenv))
+            t0, got = run_json(DRIVER, {"train": train, "argv": argv}, beating)
+            ours.append({**got, "exec": t0})
+            t0, got = run_json(DRIVER, {"train": train, "argv": argv}, {**cenv, "CLUSTERCTL_HEARTBEAT": "0"})
+            bare.append({**got, "exec": t0})
+            t0, got = run_json(ANCHOR, {"endpoint": env.get("AWS_ENDPOINT_URL"), "bucket": bucket, "key": key}, cenv)
+            anchors.append({**got, "exec": t0})
     for run in ours:
         assert "RESUMED from step" in run.get("resumed_line", ""), run.get("resumed_line")
+        try:
+            run["beat"], _ = service.wait_for(lambda b, pid=run["pid"]: b.pid == pid and b.step == steps, timeout=1)
+        except AssertionError:  # a checkout without the heartbeat client: time the STEP line instead
+            run["beat"] = None
+    beats = all(r["beat"] is not None for r in ours)
+    if not beats:
+        for r in ours:
+            r["beat"] = r["step"]
 
     def phase(runs: list[dict[str, Any]], a: str, b: str) -> float:
         return median([r[b] - r[a] for r in runs])
 
     rows: list[Row] = []
-    total = [p + r["step"] - r["exec"] for p, r in zip(preludes, ours, strict=True)]
-    anchor_total = [r["load"] - r["exec"] for r in anchors]
-    rows.append(("batch script env line (bash)", ms(median(preludes)), "-", "", ""))
-    rows.append(("python start", ms(phase(ours, "exec", "start")), ms(phase(anchors, "exec", "start")), "", ""))
-    rows.append(("import numpy", ms(phase(ours, "start", "numpy")), ms(phase(anchors, "start", "numpy")), "", ""))
-    boto = "boto3 in" if all(r["boto3_at_import"] for r in ours) else "no boto3"
-    rows.append(
-        (
-            f"import clusterctl.checkpoint ({boto})",
-            ms(phase(ours, "numpy", "import")),
-            f"import boto3 {ms(phase(anchors, 'numpy', 'boto3'))}",
-            "",
-            "",
-        )
-    )
-    rows.append(
-        (
-            "CheckpointManager(uri)",
-            ms(phase(ours, "import", "manager")),
-            f"boto3.client {ms(phase(anchors, 'boto3', 'client'))}",
-            "",
-            "",
-        )
-    )
-    rows.append(("  (train.py between init and restore)", ms(phase(ours, "manager", "restore0")), "-", "", ""))
-    rows.append(
-        (
-            "restore()",
-            ms(phase(ours, "restore0", "restore")),
-            f"GET+np.load {ms(phase(anchors, 'client', 'load'))}",
-            "",
-            "",
-        )
-    )
+    aws = "botocore in" if all(r["aws_at_import"] for r in ours) else "no botocore"
+    anchor_total = median([r["load"] - r["exec"] for r in anchors])
+    for metric, value, anchor in [
+        ("batch script env line (bash)", median(preludes), None),
+        ("python start", phase(ours, "exec", "start"), f"{ms(phase(anchors, 'exec', 'start'))}"),
+        ("import numpy", phase(ours, "start", "numpy"), f"{ms(phase(anchors, 'start', 'numpy'))}"),
+        (f"import clusterctl.checkpoint ({aws})", phase(ours, "numpy", "import"),
+         f"import boto3 {ms(phase(anchors, 'numpy', 'boto3'))}"),
+        ("CheckpointManager(uri)", phase(ours, "import", "manager"),
+         f"boto3.client {ms(phase(anchors, 'boto3', 'client'))}"),
+        ("  (train.py between init and restore)", phase(ours, "manager", "restore0"), None),
+        ("restore()", phase(ours, "restore0", "restore"), f"GET+np.load {ms(phase(anchors, 'client', 'load'))}"),
+    ]:  # fmt: skip
+        rows.append((metric, ms(value), anchor or "-", "", ""))
     kinds: dict[str, list[float]] = {}
     counts: dict[str, list[int]] = {}
     for r in ours:
@@ -274,34 +269,27 @@ def run_size(hidden: int, opts: argparse.Namespace, env: dict[str, str], bucket:
         per: dict[str, list[list[Any]]] = {}
         for c in inside:
             per.setdefault(request_kind(c[0], c[1]), []).append(c)
+        per["requests in flight (union)"] = inside
         for kind, cs in per.items():
             kinds.setdefault(kind, []).append(spans(cs, r["restore0"], r["restore"]))
             counts.setdefault(kind, []).append(len(cs))
-        kinds.setdefault("requests in flight (union)", []).append(spans(inside, r["restore0"], r["restore"]))
-        counts.setdefault("requests in flight (union)", []).append(len(inside))
     for kind in sorted(kinds, key=lambda k: (k.startswith("requests"), k)):
-        n = max(counts[kind])
-        rows.append((f"  {kind} x{n}", ms(median(kinds[kind])), "", "", ""))
+        rows.append((f"  {kind} x{max(counts[kind])}", ms(median(kinds[kind])), "", "", ""))
     rows.append(("first step (restore returned -> STEP line)", ms(phase(ours, "restore", "step")), "-", "", ""))
-    rows.append(
-        (
-            "TOTAL: script start -> first step / fresh process -> arrays loaded",
-            ms(median(total)),
-            ms(median(anchor_total)),
-            f"{median(total) / median(anchor_total):.2f}x",
-            "(lower = faster)",
-        )
-    )
-    py_total = [r["restore"] - r["exec"] for r in ours]
-    rows.append(
-        (
-            "  exec -> restored state (python only)",
-            ms(median(py_total)),
-            ms(median(anchor_total)),
-            f"{median(py_total) / median(anchor_total):.2f}x",
-            "<= 1.0x",
-        )
-    )
+    if beats:
+        rows.append(("first-step heartbeat arrives at the service", ms(phase(ours, "step", "beat")), "-", "", ""))
+    else:
+        rows.append(("first-step heartbeat arrives at the service", "-", "no beats (no heartbeat client)", "", ""))
+    total = median([p + r["beat"] - r["exec"] for p, r in zip(preludes, ours, strict=True)])
+    what = "beat" if beats else "line"
+    rows.append((f"TOTAL: script start -> first-step {what} / fresh process -> arrays", ms(total),
+                 ms(anchor_total), f"{total / anchor_total:.2f}x", "(lower = faster)"))  # fmt: skip
+    for label, runs in (("heartbeats on", ours), ("heartbeats off", bare)):
+        python = median([r["restore"] - r["exec"] for r in runs])
+        rows.append((f"  exec -> restored state, {label}", ms(python), ms(anchor_total),
+                     f"{python / anchor_total:.2f}x", "(lower = faster)"))  # fmt: skip
+    off = median([r["step"] - r["exec"] for r in bare])
+    rows.append(("  exec -> first STEP line, heartbeats off", ms(off), "-", "", ""))
 
     # --- in-process, warm: restore() against one GET + np.load / torch.load of the same arrays ---
     warm, plain = [], []

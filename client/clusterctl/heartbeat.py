@@ -18,7 +18,9 @@ here is a cheap no-op (this module imports nothing heavy; grpc is imported by th
 What can go wrong, and what happens then: a down or old service (UNAVAILABLE, UNIMPLEMENTED) only
 means beats are dropped, logged once at INFO; nothing here raises into the trainer or blocks it
 (a report is a field update under a lock). A forked child (DataLoader workers) never inherits the
-sender and starts none by itself; ``multiprocessing`` children do not start one either.
+sender and starts none by itself; ``multiprocessing`` children do not start one either. The
+sender connects (and imports grpc) when ``restore()`` returns or the first step is reported, at
+most START_GRACE seconds after it started, so that its ~90 ms of CPU does not delay the restore.
 
 Exit status: an uncaught exception (chained ``sys.excepthook``) is 1 (130 for KeyboardInterrupt);
 ``sys.exit(n)`` is recorded by a wrapper that then calls the original; anything else that reaches
@@ -49,6 +51,7 @@ DEFAULT_INTERVAL = 1.0
 MIN_INTERVAL, MAX_INTERVAL = 0.05, 600.0
 MAX_DEADLINE = 2.0  # per beat; never more than the interval
 FINAL_DEADLINE = 1.0  # the exiting beat delays the process exit by at most this (plus a pending connect)
+START_GRACE = 1.0  # seconds the sender waits for restore()/the first step before importing grpc (see below)
 _INT32 = (1 << 31) - 1
 
 
@@ -105,13 +108,15 @@ def _seconds(text: str) -> float:
 class HeartbeatSender:
     """One rank's beats: a daemon thread sends the current state every interval (see the module doc)."""
 
-    def __init__(self, config: HeartbeatConfig) -> None:
+    def __init__(self, config: HeartbeatConfig, *, start_grace: float = START_GRACE) -> None:
         self.config = config
+        self.start_grace = start_grace
         self.pid = os.getpid()
         self.interval = config.interval
         self.sent = 0  # beats the service answered
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._go = threading.Event()  # restore() returned or a step was reported: connect now
         self._ready = threading.Event()  # the channel exists (or could not be made)
         self._stop = threading.Event()
         self._step = self._committed = -1
@@ -132,6 +137,7 @@ class HeartbeatSender:
             self._step = max(self._step, int(step))
             urgent, self._urgent = self._urgent, False
         if urgent:
+            self._go.set()
             self._wake.set()
 
     def report_committed(self, step: int) -> None:
@@ -141,6 +147,7 @@ class HeartbeatSender:
     def report_restored(self) -> None:
         with self._lock:
             self._restored = self._urgent = True
+        self._go.set()
         self._wake.set()
 
     def stop_requested(self) -> bool:
@@ -170,6 +177,11 @@ class HeartbeatSender:
             self._ready.set()
 
     def _run(self) -> None:
+        # grpc's import and the channel cost ~90 ms of CPU under the GIL: taken while the rank is still
+        # importing and restoring, they would delay its first step by as much. So the sender connects
+        # once restore() returned or a step was reported, or after start_grace seconds at the latest
+        # (liveness during a long restore), then sends at once what it has.
+        self._go.wait(self.start_grace)
         self._connect()
         if self._call is None:
             return
@@ -192,24 +204,24 @@ class HeartbeatSender:
             fields = {"step": self._step, "committed_step": self._committed, "restored": self._restored}
         if exit_code is not None:
             fields.update(exiting=True, exit_code=max(-_INT32 - 1, min(_INT32, exit_code)))
-        request = self._request(
-            record_id=c.record_id,
-            token=c.token,
-            job_id=c.job_id,
-            restart_count=c.restart_count,
-            rank=c.rank,
-            world_size=c.world_size,
-            node=c.node,
-            pid=os.getpid(),
-            **fields,
-        )
         timeout = deadline if deadline is not None else min(self.interval, MAX_DEADLINE)
-        try:
+        try:  # building the request is inside: a field out of protobuf's range (a huge SLURM_PROCID) is dropped too
+            request = self._request(
+                record_id=c.record_id,
+                token=c.token,
+                job_id=c.job_id,
+                restart_count=c.restart_count,
+                rank=c.rank,
+                world_size=c.world_size,
+                node=c.node,
+                pid=os.getpid(),
+                **fields,
+            )
             reply = call(request, timeout=max(MIN_INTERVAL, timeout))
         except Exception as exc:  # grpc.RpcError (UNAVAILABLE, UNIMPLEMENTED, DEADLINE_EXCEEDED, ...) or worse
             if not self._warned:
                 self._warned = True
-                code = exc.code().name if hasattr(exc, "code") and callable(exc.code) else type(exc).__name__
+                code = exc.code().name if hasattr(exc, "code") and callable(exc.code) else repr(exc)
                 log.info(
                     "clusterctl heartbeats to %s are not getting through (%s); training goes on, beats are dropped",
                     self.config.addr,
@@ -230,8 +242,11 @@ class HeartbeatSender:
             if self._closed:
                 return
             self._closed = True
+        self._go.set()
         self._wake.set()
-        if self._ready.wait(FINAL_DEADLINE):
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(FINAL_DEADLINE)  # a regular beat in flight must not arrive after the last one
+        if self._ready.is_set():
             self._beat(exit_code=exit_code, deadline=min(self.interval, FINAL_DEADLINE))
         if self._channel is not None:
             self._channel.close()

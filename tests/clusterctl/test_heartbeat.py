@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,7 +37,7 @@ def fake(sock: Path) -> Iterator[FakeJobService]:
 def sender(sock: Path, **extra: str) -> HeartbeatSender:
     config = HeartbeatConfig.from_env(heartbeat_env(sock, **extra))
     assert config is not None
-    return HeartbeatSender(config)
+    return HeartbeatSender(config, start_grace=0)
 
 
 def run_child(code: str, env: dict[str, str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -120,6 +121,22 @@ def test_the_first_step_after_restore_is_sent_at_once(sock: Path, fake: FakeJobS
         s.finish(0)
 
 
+def test_the_sender_connects_after_restore_or_a_grace_period(sock: Path, fake: FakeJobService) -> None:
+    config = HeartbeatConfig.from_env(heartbeat_env(sock))
+    assert config is not None
+    idle = HeartbeatSender(config, start_grace=0.6).start()
+    restored = HeartbeatSender(config, start_grace=30).start()
+    try:
+        time.sleep(0.3)
+        assert fake.beats == []  # neither restored nor stepped yet: grpc not even imported for them
+        restored.report_restored()
+        fake.wait_for(lambda r: r.restored, timeout=2)
+        fake.wait_for(lambda r: not r.restored, timeout=2, what="a beat once the grace period ran out")
+    finally:
+        idle.finish(0)
+        restored.finish(0)
+
+
 def test_stop_in_a_reply_is_seen(sock: Path) -> None:
     fake = FakeJobService(stop=True)
     with serve(sock, fake):
@@ -170,6 +187,18 @@ def test_a_missing_service_never_raises_or_delays_training(sock: Path, server: s
     t0 = time.monotonic()
     s.finish(3)  # the exiting beat has nowhere to go: bounded by FINAL_DEADLINE
     assert time.monotonic() - t0 < 1.5
+
+
+def test_values_out_of_protobuf_range_drop_beats_not_the_thread(
+    sock: Path, fake: FakeJobService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    crashes: list[object] = []
+    monkeypatch.setattr(threading, "excepthook", crashes.append)
+    s = sender(sock, SLURM_PROCID=str(1 << 40), SLURM_NTASKS=str(1 << 41)).start()  # ranks beyond uint32
+    s.report_step(1 << 70)  # beyond int64
+    time.sleep(0.5)
+    s.finish(0)
+    assert crashes == [] and fake.beats == [] and s.sent == 0
 
 
 CHILD = """

@@ -76,6 +76,29 @@ class RangeReader:
         except ObjectNotFoundError:
             raise CorruptCheckpointError(f"step {m.step}: shard {m.shard_key} is missing", step=m.step,
                                          key=m.shard_key) from None
+        self._verify(m, begin, end, buf)
+        return rank, begin, buf
+
+    def add_read(self, rank: int, begin: int, buf: np.ndarray) -> None:
+        """Bytes ``[begin, begin + buf.nbytes)`` of ``rank``'s shard, read before its manifest was known
+        (a restore fetches a small shard together with the manifest): checked now, then served by view().
+
+        Raises:
+            CorruptCheckpointError: a chunk fails its checksum, or the range does not lie on chunk bounds.
+        """
+        m = self._manifest(rank)
+        end = begin + buf.nbytes
+        if self._find(rank, begin, end) is not None:
+            return  # already read (a format 1 manifest reads its whole shard)
+        if not 0 <= begin <= end <= m.shard_size or self._widen(m, begin, end) != (begin, end):
+            raise CorruptCheckpointError(f"step {m.step}: bytes [{begin}, {end}) are not whole chunks of shard "
+                                         f"{m.shard_key}", step=m.step, key=m.shard_key)
+        self._verify(m, begin, end, buf)
+        self.bytes_read += buf.nbytes
+        bisect.insort(self._buffers.setdefault(rank, []), (begin, buf), key=lambda x: x[0])
+
+    @staticmethod
+    def _verify(m: ShardManifest, begin: int, end: int, buf: np.ndarray) -> None:
         starts = m.starts()
         first = bisect.bisect_left(starts, begin)
         for i in range(first, bisect.bisect_left(starts, end)):
@@ -84,7 +107,6 @@ class RangeReader:
                 raise CorruptCheckpointError(
                     f"step {m.step}: shard {m.shard_key} bytes [{lo}, {hi}) fail their xxh3 checksum",
                     step=m.step, key=m.shard_key)
-        return rank, begin, buf
 
     def fetch(self) -> None:
         """Read and verify everything wanted so far (in parallel over ranges).

@@ -5,9 +5,13 @@ checks with one LIST that every rank's manifest and shard exist with the sizes t
 manifests promise (so all ranks reject a step with a missing or truncated shard alike), then
 reads this rank's manifest (size and digest must match the marker) and shard (size, then every
 chunk's xxh3 against the manifest), and only then parses the bounds-checked safetensors header
-and rebuilds the tree. Data problems raise :class:`CorruptCheckpointError`, which makes
-``restore()`` fall back to the previous step; storage outages propagate (falling back on a
-network blip would silently lose progress).
+and rebuilds the tree. The structure LIST, the manifest and a small shard are requested together
+(three requests, one round trip): a restart's restore is LIST, GET marker, then those. Other ranks'
+manifests that the restore will need (resharding, replicated leaves) are then read in parallel.
+
+Data problems raise :class:`CorruptCheckpointError`, which makes ``restore()`` fall back to the
+previous step; storage outages propagate (falling back on a network blip would silently lose
+progress).
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Callable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future, wait
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from ..storage import ObjectNotFoundError, Storage, StorageError
 from . import checksum, layout
@@ -31,6 +37,7 @@ from .shard import ParsedShard, parse_shard
 
 log = logging.getLogger(__name__)
 VERIFY_WINDOW = 64 << 20
+PREFETCH_BYTES = 32 << 20  # a shard this small is read whole, together with its manifest (see _first_reads)
 
 
 def read_marker(storage: Storage, step: int) -> CommitMarker:
@@ -120,15 +127,33 @@ class StepReader:
     def __init__(self, storage: Storage, marker: CommitMarker, executor: Executor | None) -> None:
         self.storage = storage
         self.marker = marker
+        self.executor = executor
         self._manifests: dict[int, ShardManifest] = {}
+        self._read: dict[int, ShardManifest] = {}  # fetched ahead by prefetch(), not yet handed out
         self.ranges = RangeReader(storage, self.manifest, executor)
+
+    def prefetch(self, ranks: set[int]) -> None:
+        """Read these ranks' manifests now, in parallel: a restore that needs other ranks' manifests
+        (resharding, replicated leaves stored by other ranks) pays one round trip, not one per rank.
+
+        Raises:
+            CorruptCheckpointError: a manifest is missing or does not match the marker.
+        """
+        todo = sorted(r for r in ranks if 0 <= r < self.marker.world_size and r not in self._manifests
+                      and r not in self._read)  # fmt: skip
+        if self.executor is None or len(todo) < 2:
+            return  # read on demand, as before
+        for r, m in zip(todo, self.executor.map(lambda r: read_manifest(self.storage, self.marker, r), todo),
+                        strict=True):  # fmt: skip
+            self._read[r] = m
 
     def manifest(self, rank: int) -> ShardManifest:
         """Rank ``rank``'s manifest (read and checked once); format 1 trees get byte ranges from the header."""
         if not 0 <= rank < self.marker.world_size:
             raise ValueError(f"rank {rank} is not in the saved world of {self.marker.world_size}")
         if rank not in self._manifests:
-            m = self._manifests[rank] = read_manifest(self.storage, self.marker, rank)
+            ahead = self._read.pop(rank, None)
+            m = self._manifests[rank] = ahead or read_manifest(self.storage, self.marker, rank)
             if m.version == 1:
                 self.ranges.want(rank, 0, m.shard_size)
                 self.ranges.fetch()
@@ -137,6 +162,72 @@ class StepReader:
 
     def tree(self, rank: int) -> dict[str, Any]:
         return self.manifest(rank).tree
+
+
+def ranks_needed(tree: Any, *, foreign: bool, world: int) -> set[int]:
+    """The saved ranks whose manifests a restore of ``tree`` (our base rank's) will read besides the base.
+
+    The writers of replicated leaves (``"rank": r``); at another world size every rank when the tree
+    holds a sharded leaf (its pieces are looked up in every rank) or a rank-local JSON value (compared
+    across ranks). A malformed tree gives what it gives: the assembler reports it.
+    """
+    out: set[int] = set()
+    everyone = False
+    stack: list[tuple[Any, bool]] = [(tree, False)]
+    while stack and not everyone:
+        node, replicated = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        kind, rank, items = node.get("t"), node.get("rank"), node.get("items")
+        if isinstance(rank, int) and not isinstance(rank, bool):
+            out.add(rank)
+        everyone = foreign and (kind == "sharded" or (kind == "json" and not replicated))
+        if kind == "replicated":
+            stack.append((node.get("v"), True))
+        elif isinstance(items, dict):
+            stack.extend((child, replicated) for child in items.values())
+        elif isinstance(items, list):
+            stack.extend((i[1] if kind == "map" and isinstance(i, list) and len(i) == 2 else i, replicated)
+                         for i in items)  # fmt: skip
+    return set(range(world)) if everyone else {r for r in out if 0 <= r < world}
+
+
+def _read_whole(storage: Storage, key: str, size: int, step: int) -> np.ndarray:
+    buf = np.empty(size, dtype=np.uint8)
+    try:
+        storage.read_into(key, buf.data)
+    except ObjectNotFoundError:
+        raise CorruptCheckpointError(f"step {step}: shard {key} is missing", step=step, key=key) from None
+    return buf
+
+
+def _first_reads(storage: Storage, marker: CommitMarker, reader: StepReader, rank: int, *, prefetch: bool,
+                 executor: Executor | None) -> ShardManifest:
+    """The structure LIST, ``rank``'s manifest and, for a small shard of our own, the whole shard: at once.
+
+    They are independent once the marker is read, so a restore pays one round trip for the three
+    instead of three in a row. The shard's bytes are checked against the manifest before anything
+    reads them. Errors are raised in the order of the serial version: the structure first.
+    """
+    if executor is None:
+        check_structure(storage, marker)
+        return reader.manifest(rank)
+    entry = marker.shards[rank]
+    structure = executor.submit(check_structure, storage, marker)
+    pending: list[Future[Any]] = [structure]
+    shard = None
+    if prefetch and 0 < entry.shard_size <= PREFETCH_BYTES:
+        key = layout.shard_key(marker.step, marker.attempt, rank, marker.world_size)
+        shard = executor.submit(_read_whole, storage, key, entry.shard_size, marker.step)
+        pending.append(shard)
+    try:
+        m = reader.manifest(rank)
+    finally:
+        wait(pending)
+    structure.result()
+    if shard is not None:
+        reader.ranges.add_read(rank, 0, shard.result())
+    return m
 
 
 def load_step(storage: Storage, step: int, *, rank: int, world_size: int | None, executor: Executor | None,
@@ -155,11 +246,11 @@ def load_step(storage: Storage, step: int, *, rank: int, world_size: int | None,
     foreign = world_size is not None and marker.world_size != world_size
     if not foreign and not 0 <= rank < marker.world_size:
         raise RestoreError(f"rank {rank} is out of range: step {step} has ranks 0..{marker.world_size - 1}")
-    check_structure(storage, marker)
     reader = StepReader(storage, marker, executor)
     base = 0 if foreign else rank
     try:
-        m = reader.manifest(base)
+        m = _first_reads(storage, marker, reader, base, prefetch=not foreign, executor=executor)
+        reader.prefetch(ranks_needed(m.tree, foreign=foreign, world=marker.world_size) - {base})
         asm = Assembler(tree=reader.tree, want=reader.ranges.want, view=reader.ranges.view, base_rank=base,
                         saved_world=marker.world_size, rank=rank, world_size=world_size or marker.world_size,
                         foreign=foreign, rank_local=rank_local, step=step)

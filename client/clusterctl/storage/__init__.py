@@ -1,6 +1,7 @@
-"""Object storage behind one interface: S3 (boto3), POSIX files (Lustre-aware), in-memory (tests).
+"""Object storage behind one interface: S3 (botocore), POSIX files (Lustre-aware), in-memory (tests).
 
 ``open_storage(uri)`` picks the backend from the URI. See ``base.Storage`` for the semantics.
+botocore (~100 ms to import) is imported only when an S3 URI is opened.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .errors import (
 )
 from .memory import MemoryStorage
 from .posix import PosixOptions, PosixStorage
+from .s3options import S3Options
 from .uri import StorageURI, parse_uri
 
 __all__ = [
@@ -41,5 +43,3 @@ def open_storage(uri: str, *, s3: S3Options | None = None, posix: PosixOptions |
         return S3Storage(parsed.bucket, parsed.prefix, s3)
     return PosixStorage(parsed.prefix, posix)
 
-
-from .s3 import S3Options  # noqa: E402  (boto3 import kept after the light modules)

@@ -1,4 +1,4 @@
-"""S3 backend (AWS, MinIO, SeaweedFS, Ceph) on boto3 low-level calls.
+"""S3 backend (AWS, MinIO, SeaweedFS, Ceph) on botocore low-level calls.
 
 Why low-level calls rather than ``upload_fileobj``: the checkpoint layer already holds the shard
 in one staging buffer and has checksummed exactly those bytes; parts are sent straight from
@@ -16,12 +16,12 @@ from __future__ import annotations
 import io
 import logging
 import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import boto3
+import botocore.session
 from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
@@ -43,6 +43,7 @@ from .errors import (
     StorageError,
     StorageUnavailableError,
 )
+from .s3options import S3Options
 from .threads import nice_initializer, read_part_size, run_all
 
 log = logging.getLogger(__name__)
@@ -56,39 +57,6 @@ _TRANSIENT_CODES = {
 _NOT_FOUND_CODES = {"NoSuchKey", "NotFound", "404", "NoSuchUpload"}
 _DENIED_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403", "AllAccessDisabled"}
 _EXISTS_CODES = {"PreconditionFailed", "412", "ConditionalRequestConflict"}
-
-
-@dataclass(frozen=True)
-class S3Options:
-    """Connection and transfer settings. ``None`` fields fall back to the AWS_* environment.
-
-    Attributes:
-        endpoint_url: e.g. ``http://127.0.0.1:8333``; None = AWS_ENDPOINT_URL(_S3) or AWS.
-        region: None = AWS_REGION / AWS_DEFAULT_REGION, else ``us-east-1``.
-        access_key_id, secret_access_key, session_token: None = the standard credential chain.
-        part_size: multipart part size in bytes (S3 minimum 5 MiB except the last part).
-        multipart_threshold: objects larger than this use multipart (None = part_size).
-        max_concurrency: parallel part uploads / ranged downloads (bounded pool).
-        connect_timeout, read_timeout: per-request deadlines in seconds.
-        max_attempts: tries per request, including the first, for transient errors.
-        backoff_initial, backoff_max: exponential backoff bounds in seconds (with jitter).
-        thread_nice: nice increment of the I/O worker threads (0 = same priority as the caller).
-    """
-
-    endpoint_url: str | None = None
-    region: str | None = None
-    access_key_id: str | None = None
-    secret_access_key: str | None = None
-    session_token: str | None = None
-    part_size: int = 64 << 20
-    multipart_threshold: int | None = None
-    max_concurrency: int = 8
-    connect_timeout: float = 5.0
-    read_timeout: float = 60.0
-    max_attempts: int = 5
-    backoff_initial: float = 0.25
-    backoff_max: float = 8.0
-    thread_nice: int = 0
 
 
 def _error_code(exc: ClientError) -> str:
@@ -203,6 +171,29 @@ def _read_body_into(resp: dict[str, Any], view: memoryview) -> int:
     return got
 
 
+def new_client(opts: S3Options) -> Any:
+    """A botocore S3 client for ``opts`` (botocore directly: boto3 adds ~40 ms of imports and nothing used here)."""
+    endpoint = opts.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    config = Config(
+        s3={"addressing_style": "path"},
+        connect_timeout=opts.connect_timeout,
+        read_timeout=opts.read_timeout,
+        retries={"total_max_attempts": 1, "mode": "standard"},
+        max_pool_connections=opts.max_concurrency + 4,
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+    return botocore.session.Session().create_client(
+        "s3",
+        region_name=opts.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+        endpoint_url=endpoint or None,
+        aws_access_key_id=opts.access_key_id,
+        aws_secret_access_key=opts.secret_access_key,
+        aws_session_token=opts.session_token,
+        config=config,
+    )
+
+
 class S3Storage:
     """Objects under ``s3://bucket/prefix``."""
 
@@ -215,29 +206,37 @@ class S3Storage:
         if opts.part_size < 5 << 20:
             raise ValueError(f"part_size {opts.part_size} is below the S3 minimum of 5 MiB")
         self._threshold = opts.multipart_threshold or opts.part_size
-        if client is None:
-            session = boto3.session.Session(
-                aws_access_key_id=opts.access_key_id,
-                aws_secret_access_key=opts.secret_access_key,
-                aws_session_token=opts.session_token,
-                region_name=opts.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-                or "us-east-1",
-            )
-            endpoint = opts.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-            config = Config(
-                s3={"addressing_style": "path"},
-                connect_timeout=opts.connect_timeout,
-                read_timeout=opts.read_timeout,
-                retries={"total_max_attempts": 1, "mode": "standard"},
-                max_pool_connections=opts.max_concurrency + 4,
-                request_checksum_calculation="when_required",
-                response_checksum_validation="when_required",
-            )
-            client = session.client("s3", endpoint_url=endpoint or None, config=config)
         # Any: the calls below pass optional headers as **kwargs, which the typed stubs cannot follow.
-        self.client: Any = client
+        self._client: Any = client
+        self._client_error: BaseException | None = None
+        self._client_ready = threading.Event()
+        if client is None:  # ~60 ms of botocore set-up, overlapped with whatever the caller does next
+            threading.Thread(target=self._make_client, name="s3-client", daemon=True).start()
+        else:
+            self._client_ready.set()
         self._pool = ThreadPoolExecutor(max_workers=max(1, opts.max_concurrency), thread_name_prefix="s3-io",
                                         initializer=nice_initializer(opts.thread_nice))
+
+    def _make_client(self) -> None:
+        try:
+            self._client = new_client(self.options)
+        except BaseException as exc:
+            self._client_error = exc
+        finally:
+            self._client_ready.set()
+
+    @property
+    def client(self) -> Any:
+        """The botocore S3 client (made in a background thread; the first use waits for it).
+
+        Raises:
+            Whatever botocore raised while making it (a malformed endpoint URL, partial credentials).
+        """
+        if self._client is None:
+            self._client_ready.wait()
+            if self._client_error is not None:
+                raise self._client_error
+        return self._client
 
     @property
     def uri(self) -> str:
@@ -354,11 +353,21 @@ class S3Storage:
         full = f"{self.prefix}/{prefix}" if self.prefix else prefix
 
         def once() -> list[ObjectInfo]:
-            out = []
-            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full):
+            # Pages by hand: botocore's paginator loads its own JSON model on first use (~8 ms of a
+            # restart's critical path), for a loop this short.
+            out: list[ObjectInfo] = []
+            token: dict[str, str] = {}
+            while True:
+                page = self.client.list_objects_v2(Bucket=self.bucket, Prefix=full, **token)
                 for obj in page.get("Contents", []):
                     out.append(ObjectInfo(self._rel(obj["Key"]), int(obj["Size"]), obj["LastModified"].timestamp()))
-            return out
+                following = page.get("NextContinuationToken") if page.get("IsTruncated") else None
+                if not following:
+                    return out
+                if following == token.get("ContinuationToken"):
+                    raise StorageError(f"LIST {self.uri}/{prefix}: the server repeated its continuation token",
+                                       key=prefix)
+                token = {"ContinuationToken": following}
 
         return sorted(self._call("LIST", prefix, once), key=lambda o: o.key)
 

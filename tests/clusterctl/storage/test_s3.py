@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import time
 import uuid
 from typing import Any
@@ -14,6 +15,7 @@ from clusterctl.storage import (
     ObjectExistsError,
     ObjectNotFoundError,
     S3Options,
+    StorageError,
     StorageUnavailableError,
 )
 from clusterctl.storage.s3 import S3Storage, is_transient
@@ -155,4 +157,34 @@ def test_list_and_abort_orphaned_uploads(s3_server: Any) -> None:
     assert upload.key == "steps/x" and upload.started > time.time() - 600
     st.abort_incomplete(upload)
     assert st.list_incomplete("steps/") == []
+    st.close()
+
+
+class PagedClient:
+    """ListObjectsV2 in pages of two keys (what S3 does past 1,000), optionally repeating a token."""
+
+    def __init__(self, keys: list[str], *, stuck: bool = False) -> None:
+        self.keys = keys
+        self.stuck = stuck
+        self.calls: list[dict[str, Any]] = []
+
+    def list_objects_v2(self, **kw: Any) -> dict[str, Any]:
+        self.calls.append(kw)
+        start = 0 if self.stuck else int(kw.get("ContinuationToken", "0"))
+        page = self.keys[start:start + 2]
+        when = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+        out: dict[str, Any] = {"Contents": [{"Key": k, "Size": 1, "LastModified": when} for k in page]}
+        if start + 2 < len(self.keys):
+            out.update(IsTruncated=True, NextContinuationToken=str(start + 2))
+        return out
+
+
+def test_listing_follows_continuation_tokens() -> None:
+    keys = [f"p/commits/{i:03d}.json" for i in range(5)]
+    client = PagedClient(keys)
+    st = S3Storage("b", "p", client=client)
+    assert [o.key for o in st.list_objects("commits/")] == [k[2:] for k in keys]
+    assert [c.get("ContinuationToken") for c in client.calls] == [None, "2", "4"]
+    with pytest.raises(StorageError, match="repeated its continuation token"):
+        S3Storage("b", "p", client=PagedClient(keys, stuck=True)).list_objects("commits/")
     st.close()
