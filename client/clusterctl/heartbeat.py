@@ -73,7 +73,7 @@ class HeartbeatConfig:
     def from_env(cls, env: Mapping[str, str] | None = None) -> HeartbeatConfig | None:
         """The configuration in ``env`` (default os.environ), or None when heartbeats are off."""
         env = os.environ if env is None else env
-        if env.get("CLUSTERCTL_HEARTBEAT", "").strip().lower() in ("0", "false", "no", "off"):
+        if _opted_out(env):
             return None
         addr = env.get("CLUSTERCTL_HEARTBEAT_ADDR", "").strip()
         token = env.get("CLUSTERCTL_HEARTBEAT_TOKEN", "").strip()
@@ -327,6 +327,10 @@ def stop_requested() -> bool:
     return s is not None and s.stop_requested()
 
 
+def _opted_out(env: Mapping[str, str]) -> bool:
+    return env.get("CLUSTERCTL_HEARTBEAT", "").strip().lower() in ("0", "false", "no", "off")
+
+
 # --- exit status ------------------------------------------------------------------------------
 def _note_exit(code: int) -> None:
     global _exit_code
@@ -395,3 +399,8 @@ __all__ = [
     "start",
     "stop_requested",
 ]
+
+# The exit hooks go in at import, in a job that beats: ``sys.exit(main())`` looks ``sys.exit`` up
+# before ``main()`` runs (and starts the sender), so a wrapper installed later never sees the code.
+if os.environ.get("CLUSTERCTL_HEARTBEAT_ADDR") and not _opted_out(os.environ):
+    _install_exit_hooks()
