@@ -172,7 +172,8 @@ class ClusterDaemon:
         loop = asyncio.get_running_loop()
         web = WebApp(cfg, self.views, self.tokens, self.limiter, loop) if cfg.web.enabled else None
         scheme = "https" if cfg.tls.cert_file and web is not None else "http"
-        shared = web is not None and cfg.web.listen in ("", cfg.metrics_listen)
+        same = cfg.web.listen == cfg.metrics_listen and not cfg.web.listen.endswith(":0")  # two ":0" are two ports
+        shared = web is not None and (not cfg.web.listen or same)
         if cfg.metrics_listen:
             if shared:
                 self._metrics = serve(cfg.metrics_listen, combined(web), config=cfg)

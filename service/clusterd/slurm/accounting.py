@@ -52,7 +52,7 @@ def _job(j: dict[str, Any]) -> SlurmJob:
     task = number(array.get("task_id")) if array_id else None
     user = j.get("user")
     return SlurmJob(
-        job_id=str(number(j.get("job_id")) or j.get("job_id")),
+        job_id=str(number(j["job_id"]) or j["job_id"]),
         name=str(j.get("name") or ""),
         user=str(user.get("name") if isinstance(user, dict) else user or ""),
         state=job_state(current),
