@@ -441,9 +441,20 @@ class JobManager:
             rec.placement_explanation = "adopted: submitted with sbatch, placed by Slurm"
             await self._store.save(rec)
         self._bus.publish(JobEvent(EventType.SUBMITTED, rec, message=f"adopted by {ident.user}"))
-        self._cache.kick()
+        await self._await_tag(parent, rec.comment_tag)
         log.info("adopted job %s for %s (record %s)", parent, rec.user, rec.record_id)
         return rec, False
+
+    async def _await_tag(self, job_id: str, tag: str) -> None:
+        """Until a poll shows the adopted job's new tag, the cache still calls it someone else's job
+        (``_owned`` refuses a cancel then): wait a few polls for it, at most."""
+        deadline = time.monotonic() + min(max(3 * self._config.poll_interval_seconds, 5.0), 15.0)
+        while time.monotonic() < deadline:
+            self._cache.kick()
+            seen = self._cache.snapshot.jobs.get(job_id)
+            if seen is None or seen.comment == tag:
+                return
+            await asyncio.sleep(0.2)
 
 
 def _relayed(exc: SlurmError) -> str:

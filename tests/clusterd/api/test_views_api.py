@@ -3,6 +3,7 @@ tests/integration/test_job_views.py proves them on the real stack)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import replace
 
@@ -12,6 +13,12 @@ import pytest
 from clusterctl.v1 import jobs_pb2
 from clusterd.slurm.types import JobState, SlurmJob
 from tests.clusterd.conftest import ADMIN, USER_A, USER_B, Harness, auth, code_of, command_request
+
+
+async def _polls(h: Harness, count: int = 5) -> None:
+    for _ in range(count):
+        await asyncio.sleep(0.1)
+        await h.poll()
 
 
 async def _submitted(h: Harness, user: str, name: str = "job") -> str:
@@ -76,7 +83,8 @@ async def test_adopt_tags_the_owners_plain_sbatch_job_and_supervises_it(harness:
     assert code == grpc.StatusCode.PERMISSION_DENIED
     code = await code_of(harness.jobs.AdoptJob(jobs_pb2.AdoptJobRequest(job_id="900"), metadata=auth(ADMIN)))
     assert code == grpc.StatusCode.PERMISSION_DENIED  # owner only, admins included
-    resp = await harness.jobs.AdoptJob(jobs_pb2.AdoptJobRequest(job_id="900"), metadata=auth(USER_A))
+    call = harness.jobs.AdoptJob(jobs_pb2.AdoptJobRequest(job_id="900"), metadata=auth(USER_A))
+    resp, _ = await asyncio.gather(call, _polls(harness))  # adopt answers once a poll shows the new tag
     assert not resp.already and resp.job.state == jobs_pb2.JOB_STATE_RUNNING
     assert slurm.jobs["900"].comment.startswith("clusterctl-record:") and slurm.jobs["900"].requeue
     await harness.poll()
