@@ -196,6 +196,7 @@ def test_adopt_a_plain_sbatch_job(views_daemon: Daemon, stack: Stack, alice_dir:
     job_id = sbatch.stdout.strip().split(";")[0]
     alice, bob = views_daemon.client("alice"), views_daemon.client("bob")
     try:
+
         def adopted() -> jobs_pb2.AdoptJobResponse | None:
             try:
                 return alice.adopt(job_id)
