@@ -238,3 +238,36 @@ def test_dashboard_api_tokens_and_ownership(views_daemon: Daemon, alice_dir: Pat
     assert status == 200 and job.job_id in {j["job_id"] for j in body["jobs"]}
     status, body = _http(views_daemon, "/api/topology", "alice")
     assert status == 200 and body["topology"]["nodes"] and body["topology"]["switches"][0]["gpus_total"] > 0
+
+
+def test_checkpoints_panel_lists_and_verifies_the_newest_step(
+    views_daemon: Daemon, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numpy as np
+
+    from clusterctl.checkpoint import CheckpointManager
+
+    for key, value in stack.env.items():
+        if key.startswith("AWS_"):
+            monkeypatch.setenv(key, value)
+    uri = f"s3://{stack.env['CLUSTERCTL_BUCKET']}/views-{uuid.uuid4().hex[:8]}"
+    ckpt = CheckpointManager(uri, rank=0, world_size=1)
+    for step in (1, 2):
+        ckpt.save(step, {"w": np.arange(1000, dtype=np.float32) * step}).result(timeout=60)
+    ckpt.close()
+    alice = views_daemon.client("alice")
+    job = alice.submit(jobs_pb2.JobSpec(name="ckpt", command=["true"], checkpoint_uri=uri)).job
+    with pytest.raises(ServiceError) as err:
+        views_daemon.client("bob").checkpoints(job.job_id)
+    assert err.value.code_name == "PERMISSION_DENIED"
+
+    def verified() -> jobs_pb2.ListJobCheckpointsResponse | None:
+        listing = alice.checkpoints(job.job_id)
+        assert not listing.error, listing.error
+        return listing if listing.checkpoints and listing.checkpoints[-1].verification == "verified" else None
+
+    listing = wait_for(verified, timeout=60, what="the newest step verified")
+    assert [c.step for c in listing.checkpoints] == [1, 2] and listing.uri == uri
+    assert listing.checkpoints[0].verification == "unverified" and listing.checkpoints[-1].bytes >= 4000
+    status, body = _http(views_daemon, f"/api/jobs/{job.job_id}/checkpoints", "alice")
+    assert status == 200 and body["checkpoints"][-1]["verification"] == "verified"
