@@ -12,6 +12,10 @@ test_tools=()
 command -v docker-compose >/dev/null || test_tools+=(docker-compose)
 command -v logrotate >/dev/null || test_tools+=(logrotate)
 command -v systemd-analyze >/dev/null || test_tools+=(systemd)
+# The dashboard's browser test (tests/integration/test_dashboard_browser.py) drives Debian's chromium
+# through its chromium-driver with Selenium (pip, dev extra): ~300 MB and about a minute, once.
+command -v chromium >/dev/null || test_tools+=(chromium)
+command -v chromedriver >/dev/null || test_tools+=(chromium-driver)
 if ((${#test_tools[@]})); then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${test_tools[@]}" >/dev/null ||
         { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${test_tools[@]}" >/dev/null; }

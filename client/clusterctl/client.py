@@ -201,6 +201,48 @@ class ClusterClient:
         finally:
             stream.cancel()
 
+    def read_log(
+        self, job_id: str, *, stderr: bool = False, tail_lines: int = 0, follow: bool = False
+    ) -> Iterator[jobs_pb2.JobLogChunk]:
+        """A job's output in chunks, read by the service with the job owner's rights.
+
+        ``follow`` keeps the stream open (no deadline) until the job ends, across requeues.
+        """
+        request = jobs_pb2.ReadJobLogRequest(
+            job_id=job_id, tail_lines=tail_lines, follow=follow,
+            stream=jobs_pb2.LOG_STREAM_STDERR if stderr else jobs_pb2.LOG_STREAM_STDOUT,
+        )  # fmt: skip
+        stream = self.jobs.ReadJobLog(request, metadata=self._metadata(), timeout=None if follow else self.timeout * 10)
+        try:
+            yield from stream
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise _service_error(exc) from None
+        finally:
+            stream.cancel()
+
+    def history(self, request: jobs_pb2.ListHistoryRequest) -> jobs_pb2.ListHistoryResponse:
+        return self._call(self.jobs.ListHistory, request)
+
+    def hold(self, job_id: str) -> jobs_pb2.JobStatus:
+        return self._call(self.jobs.HoldJob, jobs_pb2.HoldJobRequest(job_id=job_id)).job
+
+    def release(self, job_id: str) -> jobs_pb2.JobStatus:
+        return self._call(self.jobs.ReleaseJob, jobs_pb2.ReleaseJobRequest(job_id=job_id)).job
+
+    def queue(
+        self, *, partition: str = "", states: list[jobs_pb2.JobState] | None = None
+    ) -> jobs_pb2.ListQueueResponse:
+        request = jobs_pb2.ListQueueRequest(partition=partition, states=states or [])
+        return self._call(self.jobs.ListQueue, request)
+
+    def adopt(self, job_id: str, *, checkpoint_uri: str = "") -> jobs_pb2.AdoptJobResponse:
+        return self._call(self.jobs.AdoptJob, jobs_pb2.AdoptJobRequest(job_id=job_id, checkpoint_uri=checkpoint_uri))
+
+    def checkpoints(self, job_id: str) -> jobs_pb2.ListJobCheckpointsResponse:
+        return self._call(self.jobs.ListJobCheckpoints, jobs_pb2.ListJobCheckpointsRequest(job_id=job_id))
+
     # -- cluster -----------------------------------------------------------------------------
 
     def topology(self) -> cluster_pb2.Topology:

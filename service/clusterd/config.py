@@ -124,6 +124,38 @@ class LivenessConfig:
 
 
 @dataclass(frozen=True)
+class ViewsConfig:
+    """What users may see of jobs beyond their records: logs, history, the whole queue, checkpoints."""
+
+    # `list --all` / ListQueue: everyone's jobs with squeue's public fields, as squeue shows them
+    # unless slurm.conf sets PrivateData=jobs (then set this false: each user sees their own only).
+    public_queue: bool = True
+    accounting: str = "auto"  # auto: history also asks Slurm accounting (sacct) when slurmdbd is there | off
+    history_default_days: float = 7.0  # the time window of `history` without --since
+    max_tail_lines: int = 100_000  # `logs --tail N` bound
+    log_chunk_bytes: int = 64 << 10  # bytes per ReadJobLog message
+    follow_interval_seconds: float = 0.5  # how often `logs -f` looks for appended output
+    # The interpreter the setpriv'd opener of output files runs as the job's user (stdlib only):
+    # empty = /usr/bin/python3, else clusterd's own.
+    reader_python: str = ""
+    checkpoint_list_seconds: float = 10.0  # time budget of listing one job's checkpoints
+    checkpoint_verify_max_bytes: int = 1 << 30  # the newest step is verified (read back) up to this size
+    checkpoint_cache_seconds: float = 30.0  # a job's checkpoint listing is reused this long
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    """The read-only dashboard and its JSON API (/api/...), authenticated with the gRPC bearer tokens."""
+
+    enabled: bool = False
+    # host:port; empty = the metrics listener (metrics_listen), which then serves /metrics, / and /api/.
+    # Bearer tokens cross it: plaintext only on loopback, unless [tls] is set (then HTTPS) or allow_insecure.
+    listen: str = ""
+    max_concurrent: int = 16  # requests served at once; more get 503
+    log_tail_lines: int = 200  # lines of a job's log the page shows
+
+
+@dataclass(frozen=True)
 class Config:
     # unix:/ABSOLUTE/PATH (socket 0660 and its directory 0750, both group socket_group) or host:port,
     # which needs [tls] unless allow_insecure.
@@ -147,6 +179,8 @@ class Config:
     restart: RestartDefaults = field(default_factory=RestartDefaults)
     supervisor: SupervisorConfig = field(default_factory=SupervisorConfig)
     liveness: LivenessConfig = field(default_factory=LivenessConfig)
+    views: ViewsConfig = field(default_factory=ViewsConfig)
+    web: WebConfig = field(default_factory=WebConfig)
 
     @property
     def db_path(self) -> Path:

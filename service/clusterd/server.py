@@ -15,10 +15,14 @@ from grpc_reflection.v1alpha import reflection
 from clusterctl.v1 import cluster_pb2, cluster_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 from clusterd.api.cluster_servicer import ClusterServicer
 from clusterd.api.interceptor import AuthInterceptor
-from clusterd.api.jobs_servicer import JobServicer
+from clusterd.api.views import JobViews
+from clusterd.api.views_servicer import ViewsJobServicer
 from clusterd.auth.tokens import TokenStore
 from clusterd.config import Config
 from clusterd.errors import SlurmError
+from clusterd.jobs.checkpoints import CheckpointViews
+from clusterd.jobs.history import History
+from clusterd.jobs.logs import JobLogs
 from clusterd.jobs.manager import JobManager
 from clusterd.liveness.detector import Detector, JobView
 from clusterd.liveness.heartbeats import HeartbeatService
@@ -39,6 +43,8 @@ from clusterd.supervisor.events import EventBus
 from clusterd.supervisor.progress import ProgressBudget, ProgressReader
 from clusterd.supervisor.reconciler import Reconciler
 from clusterd.supervisor.restarts import Restarter
+from clusterd.web.app import WebApp
+from clusterd.web.server import check_web_transport, combined, serve
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +58,7 @@ class ClusterDaemon:
     def __init__(self, config: Config, backend: SlurmBackend | None = None) -> None:
         """Raises ConfigError (unsafe transport, unreadable certificates), TokenFileError."""
         check_transport(config)
+        check_web_transport(config)
         self._credentials = server_credentials(config.tls)
         path = socket_path(config.listen)
         self._socket = prepare_socket_dir(path, config.socket_group) if path is not None else None
@@ -94,6 +101,12 @@ class ClusterDaemon:
         self.quotas = Quotas(self.store, config.limits)
         self.manager = JobManager(config, self.backend, self.store, self.poller, self.bus, self.placer,
                                   quotas=self.quotas, audit=self.audit)  # fmt: skip
+        # What users see beyond their records (logs, history, the queue, checkpoints): one facade
+        # for the gRPC views and the web dashboard alike.
+        self.checkpoints = CheckpointViews(self.manager, config.views)
+        self.views = JobViews(self.manager, JobLogs(self.manager, self.store, self.bus, self.poller, config.views),
+                              History(self.store, self.backend, config.views, config.limits), self.checkpoints,
+                              self.poller, self.placer, config.views)  # fmt: skip
         self.tokens = TokenStore(config.tokens_file)
         self.limiter = RateLimiter(config.limits.requests_per_second, config.limits.burst)
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
@@ -107,6 +120,7 @@ class ClusterDaemon:
         self._progress_task: asyncio.Task[None] | None = None
         self._detector_task: asyncio.Task[None] | None = None
         self._metrics: MetricsServer | None = None
+        self._web: MetricsServer | None = None  # the dashboard's own listener, when not the metrics one
 
     def _job_view(self, job_id: str) -> JobView | None:
         sj = self.poller.snapshot.jobs.get(job_id)
@@ -115,6 +129,14 @@ class ClusterDaemon:
     @property
     def metrics_port(self) -> int | None:
         return self._metrics.port if self._metrics is not None else None
+
+    @property
+    def web_port(self) -> int | None:
+        """The dashboard's port (the metrics port when it shares that listener); None when off."""
+        if not self.config.web.enabled:
+            return None
+        server = self._web or self._metrics
+        return server.port if server is not None else None
 
     async def start(self) -> None:
         limit = self.config.limits.max_message_bytes
@@ -131,7 +153,8 @@ class ClusterDaemon:
                 ("grpc.max_send_message_length", limit),
             ],
         )
-        jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(self.manager, self.bus, self.heartbeats), server)
+        servicer = ViewsJobServicer(self.manager, self.bus, self.heartbeats, views=self.views)
+        jobs_pb2_grpc.add_JobServiceServicer_to_server(servicer, server)
         cluster_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(self.poller, self.placer), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection((*_SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
@@ -158,9 +181,7 @@ class ClusterDaemon:
             kind = getattr(self.backend, "name", type(self.backend).__name__)  # what "auto" chose, too
             SLURM_INFO.labels(version=version, backend=kind).set(1)
             log.info("Slurm %s via the %s backend", version, kind)
-        if self.config.metrics_listen:
-            self._metrics = start_metrics_server(self.config.metrics_listen)
-            log.info("metrics on http://%s/metrics", self.config.metrics_listen)
+        self._start_http()
         await server.start()
         self._server = server
         self._tokens_task = asyncio.create_task(self.tokens.watch(self._stop, self.config.tokens_reload_seconds))
@@ -169,6 +190,26 @@ class ClusterDaemon:
             group = self.config.socket_group
             mode = f"unix socket, group {group}" if group else "unix socket, owner only"
         log.info("clusterd listening on %s (%s)", self.config.listen, mode)
+
+    def _start_http(self) -> None:
+        """/metrics, and the dashboard on its own listener or sharing the metrics one."""
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        web = WebApp(cfg, self.views, self.tokens, self.limiter, loop) if cfg.web.enabled else None
+        scheme = "https" if cfg.tls.cert_file and web is not None else "http"
+        same = cfg.web.listen == cfg.metrics_listen and not cfg.web.listen.endswith(":0")  # two ":0" are two ports
+        shared = web is not None and (not cfg.web.listen or same)
+        if cfg.metrics_listen:
+            if shared:
+                self._metrics = serve(cfg.metrics_listen, combined(web), config=cfg)
+                log.info("metrics on %s://%s/metrics, dashboard on %s://%s/", scheme, cfg.metrics_listen, scheme,
+                         cfg.metrics_listen)  # fmt: skip
+            else:
+                self._metrics = start_metrics_server(cfg.metrics_listen)
+                log.info("metrics on http://%s/metrics", cfg.metrics_listen)
+        if web is not None and not shared:
+            self._web = serve(cfg.web.listen, web, config=cfg)
+            log.info("dashboard on %s://%s/", scheme, cfg.web.listen)
 
     def _health_changed(self, ok: bool) -> None:
         self._health_task = asyncio.ensure_future(self._set_health(ok))
@@ -212,8 +253,10 @@ class ClusterDaemon:
         self._detector_task = None
         await self.manager.drain(self.config.shutdown_grace_seconds)
         self.progress.close()
-        if self._metrics is not None:
-            await asyncio.to_thread(self._metrics.stop)
-            self._metrics = None
+        for http in (self._metrics, self._web):
+            if http is not None:
+                await asyncio.to_thread(http.stop)
+        self._metrics = self._web = None
+        self.checkpoints.close()
         self.store.close()
         await asyncio.to_thread(self.audit.close)

@@ -37,6 +37,12 @@ def register(subparsers: Any) -> None:
     who = p.add_mutually_exclusive_group()
     who.add_argument("--all-users", "-a", action="store_true", help="everyone's jobs (admins only)")
     who.add_argument("--user", "-u", metavar="USER", default="", help="another user's jobs (admins only)")
+    who.add_argument(
+        "--all",
+        dest="queue",
+        action="store_true",
+        help="the whole queue like squeue: everyone's jobs, with the fields squeue shows everyone",
+    )
     p.add_argument("--finished", action="store_true", help="include jobs that have finished")
     p.add_argument(
         "--state",
@@ -87,6 +93,10 @@ def list_jobs(args: argparse.Namespace) -> int:
         states = [render.parse_job_state(s) for item in args.state for s in split_list(item)]
     except ValueError as exc:
         raise ArgumentError(f"argument --state: {exc}") from None
+    if args.queue:
+        from clusterctl.cli import views  # views builds on this module
+
+        return views.queue(args, states)
     jobs = args.make_client().list_jobs(
         states=states,
         user="*" if args.all_users else args.user,

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from clusterctl.cli import cluster, jobs, submit
+from clusterctl.cli import cluster, jobs, submit, views
 from clusterctl.cli.options import (
     ArgumentError,
     ClientFactory,
@@ -41,6 +41,7 @@ def build_parser() -> CliParser:
     sub.required = True
     submit.register(sub)
     jobs.register(sub)
+    views.register(sub)
     cluster.register(sub)
     _register_checkpoints(sub)
     return parser

@@ -100,9 +100,24 @@ def event_type(kind: int) -> str:
         return f"EVENT_{kind}"
 
 
+# squeue/sacct's short state codes (``squeue -t PD``, ``sacct -s CD``).
+SHORT_STATES = {
+    "PD": "PENDING", "R": "RUNNING", "S": "SUSPENDED", "CG": "COMPLETING", "CD": "COMPLETED", "F": "FAILED",
+    "CA": "CANCELLED", "TO": "TIMEOUT", "NF": "NODE_FAIL", "PR": "PREEMPTED", "OOM": "OUT_OF_MEMORY",
+    "RQ": "REQUEUED", "BF": "BOOT_FAIL", "DL": "DEADLINE",
+}  # fmt: skip
+
+
+def short_state(state: int) -> str:
+    """squeue's ST column: ``PD``, ``R``, ``CD``... (the long name where Slurm has no short one)."""
+    name = job_state(state)
+    return next((short for short, long in SHORT_STATES.items() if long == name), name)
+
+
 def parse_job_state(text: str) -> int:
-    """``running``/``RUNNING``/``JOB_STATE_RUNNING`` -> the enum number; ValueError otherwise."""
+    """``running``/``RUNNING``/``JOB_STATE_RUNNING``/Slurm's ``R`` -> the enum number; ValueError otherwise."""
     name = text.strip().upper().replace("-", "_")
+    name = SHORT_STATES.get(name, name)
     if not name.startswith("JOB_STATE_"):
         name = "JOB_STATE_" + name
     try:

@@ -57,6 +57,12 @@ class JobEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_EVENT_TYPE_RESTARTED: _ClassVar[JobEventType]
     JOB_EVENT_TYPE_FINISHED: _ClassVar[JobEventType]
     JOB_EVENT_TYPE_CHECKPOINT: _ClassVar[JobEventType]
+
+class LogStream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LOG_STREAM_UNSPECIFIED: _ClassVar[LogStream]
+    LOG_STREAM_STDOUT: _ClassVar[LogStream]
+    LOG_STREAM_STDERR: _ClassVar[LogStream]
 TERMINATION_CAUSE_UNSPECIFIED: TerminationCause
 TERMINATION_CAUSE_NODE_FAILURE: TerminationCause
 TERMINATION_CAUSE_PREEMPTED: TerminationCause
@@ -94,6 +100,9 @@ JOB_EVENT_TYPE_STATE_CHANGED: JobEventType
 JOB_EVENT_TYPE_RESTARTED: JobEventType
 JOB_EVENT_TYPE_FINISHED: JobEventType
 JOB_EVENT_TYPE_CHECKPOINT: JobEventType
+LOG_STREAM_UNSPECIFIED: LogStream
+LOG_STREAM_STDOUT: LogStream
+LOG_STREAM_STDERR: LogStream
 
 class RestartPolicy(_message.Message):
     __slots__ = ("max_restarts", "on_node_failure", "on_preemption", "on_time_limit", "retryable_exit_codes", "fatal_exit_codes", "backoff", "exclude_failed_nodes", "no_progress_limit", "signal_before_timeout_seconds", "heartbeat_interval", "hang_timeout", "on_rank_failure")
@@ -451,3 +460,207 @@ class HeartbeatResponse(_message.Message):
     interval: _duration_pb2.Duration
     stop: bool
     def __init__(self, interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stop: _Optional[bool] = ...) -> None: ...
+
+class ReadJobLogRequest(_message.Message):
+    __slots__ = ("job_id", "stream", "tail_lines", "follow")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    TAIL_LINES_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    stream: LogStream
+    tail_lines: int
+    follow: bool
+    def __init__(self, job_id: _Optional[str] = ..., stream: _Optional[_Union[LogStream, str]] = ..., tail_lines: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
+
+class JobLogChunk(_message.Message):
+    __slots__ = ("data", "path", "offset", "notice", "state", "restart_count")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NOTICE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    RESTART_COUNT_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    path: str
+    offset: int
+    notice: str
+    state: JobState
+    restart_count: int
+    def __init__(self, data: _Optional[bytes] = ..., path: _Optional[str] = ..., offset: _Optional[int] = ..., notice: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., restart_count: _Optional[int] = ...) -> None: ...
+
+class ListHistoryRequest(_message.Message):
+    __slots__ = ("states", "name", "user", "since", "until", "limit")
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    states: _containers.RepeatedScalarFieldContainer[JobState]
+    name: str
+    user: str
+    since: _timestamp_pb2.Timestamp
+    until: _timestamp_pb2.Timestamp
+    limit: int
+    def __init__(self, states: _Optional[_Iterable[_Union[JobState, str]]] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class HistoryEntry(_message.Message):
+    __slots__ = ("job_id", "name", "user", "state", "exit_code", "exit_signal", "has_exit_code", "elapsed", "restart_count", "nodes", "submit_time", "start_time", "end_time", "partition", "final_reason", "source")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    HAS_EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_FIELD_NUMBER: _ClassVar[int]
+    RESTART_COUNT_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    SUBMIT_TIME_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    FINAL_REASON_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    name: str
+    user: str
+    state: JobState
+    exit_code: int
+    exit_signal: int
+    has_exit_code: bool
+    elapsed: _duration_pb2.Duration
+    restart_count: int
+    nodes: _containers.RepeatedScalarFieldContainer[str]
+    submit_time: _timestamp_pb2.Timestamp
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    partition: str
+    final_reason: str
+    source: str
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., has_exit_code: _Optional[bool] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., restart_count: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., partition: _Optional[str] = ..., final_reason: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
+
+class ListHistoryResponse(_message.Message):
+    __slots__ = ("jobs", "accounting", "accounting_note")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNTING_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNTING_NOTE_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[HistoryEntry]
+    accounting: bool
+    accounting_note: str
+    def __init__(self, jobs: _Optional[_Iterable[_Union[HistoryEntry, _Mapping]]] = ..., accounting: _Optional[bool] = ..., accounting_note: _Optional[str] = ...) -> None: ...
+
+class HoldJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class HoldJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: JobStatus
+    def __init__(self, job: _Optional[_Union[JobStatus, _Mapping]] = ...) -> None: ...
+
+class ReleaseJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class ReleaseJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: JobStatus
+    def __init__(self, job: _Optional[_Union[JobStatus, _Mapping]] = ...) -> None: ...
+
+class ListQueueRequest(_message.Message):
+    __slots__ = ("partition", "states")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    partition: str
+    states: _containers.RepeatedScalarFieldContainer[JobState]
+    def __init__(self, partition: _Optional[str] = ..., states: _Optional[_Iterable[_Union[JobState, str]]] = ...) -> None: ...
+
+class QueueEntry(_message.Message):
+    __slots__ = ("job_id", "partition", "name", "user", "state", "reason", "nodes", "submit_time", "start_time", "mine", "supervised")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    SUBMIT_TIME_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    MINE_FIELD_NUMBER: _ClassVar[int]
+    SUPERVISED_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    partition: str
+    name: str
+    user: str
+    state: JobState
+    reason: str
+    nodes: _containers.RepeatedScalarFieldContainer[str]
+    submit_time: _timestamp_pb2.Timestamp
+    start_time: _timestamp_pb2.Timestamp
+    mine: bool
+    supervised: bool
+    def __init__(self, job_id: _Optional[str] = ..., partition: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., mine: _Optional[bool] = ..., supervised: _Optional[bool] = ...) -> None: ...
+
+class ListQueueResponse(_message.Message):
+    __slots__ = ("jobs", "as_of")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    AS_OF_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[QueueEntry]
+    as_of: _timestamp_pb2.Timestamp
+    def __init__(self, jobs: _Optional[_Iterable[_Union[QueueEntry, _Mapping]]] = ..., as_of: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class AdoptJobRequest(_message.Message):
+    __slots__ = ("job_id", "checkpoint_uri")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_URI_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    checkpoint_uri: str
+    def __init__(self, job_id: _Optional[str] = ..., checkpoint_uri: _Optional[str] = ...) -> None: ...
+
+class AdoptJobResponse(_message.Message):
+    __slots__ = ("job", "already")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_FIELD_NUMBER: _ClassVar[int]
+    job: JobStatus
+    already: bool
+    def __init__(self, job: _Optional[_Union[JobStatus, _Mapping]] = ..., already: _Optional[bool] = ...) -> None: ...
+
+class ListJobCheckpointsRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class CheckpointInfo(_message.Message):
+    __slots__ = ("step", "bytes", "world_size", "committed_at", "verification", "detail")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_AT_FIELD_NUMBER: _ClassVar[int]
+    VERIFICATION_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    bytes: int
+    world_size: int
+    committed_at: _timestamp_pb2.Timestamp
+    verification: str
+    detail: str
+    def __init__(self, step: _Optional[int] = ..., bytes: _Optional[int] = ..., world_size: _Optional[int] = ..., committed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., verification: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class ListJobCheckpointsResponse(_message.Message):
+    __slots__ = ("uri", "checkpoints", "error")
+    URI_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    uri: str
+    checkpoints: _containers.RepeatedCompositeFieldContainer[CheckpointInfo]
+    error: str
+    def __init__(self, uri: _Optional[str] = ..., checkpoints: _Optional[_Iterable[_Union[CheckpointInfo, _Mapping]]] = ..., error: _Optional[str] = ...) -> None: ...

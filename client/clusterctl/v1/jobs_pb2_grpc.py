@@ -69,6 +69,41 @@ class JobServiceStub:
                 request_serializer=clusterctl_dot_v1_dot_jobs__pb2.HeartbeatRequest.SerializeToString,
                 response_deserializer=clusterctl_dot_v1_dot_jobs__pb2.HeartbeatResponse.FromString,
                 _registered_method=True)
+        self.ReadJobLog = channel.unary_stream(
+                '/clusterctl.v1.JobService/ReadJobLog',
+                request_serializer=clusterctl_dot_v1_dot_jobs__pb2.ReadJobLogRequest.SerializeToString,
+                response_deserializer=clusterctl_dot_v1_dot_jobs__pb2.JobLogChunk.FromString,
+                _registered_method=True)
+        self.ListHistory = channel.unary_unary(
+                '/clusterctl.v1.JobService/ListHistory',
+                request_serializer=clusterctl_dot_v1_dot_jobs__pb2.ListHistoryRequest.SerializeToString,
+                response_deserializer=clusterctl_dot_v1_dot_jobs__pb2.ListHistoryResponse.FromString,
+                _registered_method=True)
+        self.HoldJob = channel.unary_unary(
+                '/clusterctl.v1.JobService/HoldJob',
+                request_serializer=clusterctl_dot_v1_dot_jobs__pb2.HoldJobRequest.SerializeToString,
+                response_deserializer=clusterctl_dot_v1_dot_jobs__pb2.HoldJobResponse.FromString,
+                _registered_method=True)
+        self.ReleaseJob = channel.unary_unary(
+                '/clusterctl.v1.JobService/ReleaseJob',
+                request_serializer=clusterctl_dot_v1_dot_jobs__pb2.ReleaseJobRequest.SerializeToString,
+                response_deserializer=clusterctl_dot_v1_dot_jobs__pb2.ReleaseJobResponse.FromString,
+                _registered_method=True)
+        self.ListQueue = channel.unary_unary(
+                '/clusterctl.v1.JobService/ListQueue',
+                request_serializer=clusterctl_dot_v1_dot_jobs__pb2.ListQueueRequest.SerializeToString,
+                response_deserializer=clusterctl_dot_v1_dot_jobs__pb2.ListQueueResponse.FromString,
+                _registered_method=True)
+        self.AdoptJob = channel.unary_unary(
+                '/clusterctl.v1.JobService/AdoptJob',
+                request_serializer=clusterctl_dot_v1_dot_jobs__pb2.AdoptJobRequest.SerializeToString,
+                response_deserializer=clusterctl_dot_v1_dot_jobs__pb2.AdoptJobResponse.FromString,
+                _registered_method=True)
+        self.ListJobCheckpoints = channel.unary_unary(
+                '/clusterctl.v1.JobService/ListJobCheckpoints',
+                request_serializer=clusterctl_dot_v1_dot_jobs__pb2.ListJobCheckpointsRequest.SerializeToString,
+                response_deserializer=clusterctl_dot_v1_dot_jobs__pb2.ListJobCheckpointsResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -119,6 +154,55 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadJobLog(self, request, context):
+        """A job's stdout or stderr, read with the job owner's rights: the tail, the whole file, or
+        followed like `tail -f` (across requeues) until the job ends. Chunks, in file order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListHistory(self, request, context):
+        """Finished jobs: the service's records, and Slurm accounting's when slurmdbd is configured.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def HoldJob(self, request, context):
+        """scontrol uhold / release: a pending job the caller owns stays pending until released.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQueue(self, request, context):
+        """The whole queue as squeue shows it to everyone: other users' jobs with public fields only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AdoptJob(self, request, context):
+        """Put a job the caller submitted with plain sbatch under the service's supervision.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListJobCheckpoints(self, request, context):
+        """A job's committed checkpoints: step, size, and whether the service verified them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -156,6 +240,41 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.Heartbeat,
                     request_deserializer=clusterctl_dot_v1_dot_jobs__pb2.HeartbeatRequest.FromString,
                     response_serializer=clusterctl_dot_v1_dot_jobs__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'ReadJobLog': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadJobLog,
+                    request_deserializer=clusterctl_dot_v1_dot_jobs__pb2.ReadJobLogRequest.FromString,
+                    response_serializer=clusterctl_dot_v1_dot_jobs__pb2.JobLogChunk.SerializeToString,
+            ),
+            'ListHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListHistory,
+                    request_deserializer=clusterctl_dot_v1_dot_jobs__pb2.ListHistoryRequest.FromString,
+                    response_serializer=clusterctl_dot_v1_dot_jobs__pb2.ListHistoryResponse.SerializeToString,
+            ),
+            'HoldJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.HoldJob,
+                    request_deserializer=clusterctl_dot_v1_dot_jobs__pb2.HoldJobRequest.FromString,
+                    response_serializer=clusterctl_dot_v1_dot_jobs__pb2.HoldJobResponse.SerializeToString,
+            ),
+            'ReleaseJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseJob,
+                    request_deserializer=clusterctl_dot_v1_dot_jobs__pb2.ReleaseJobRequest.FromString,
+                    response_serializer=clusterctl_dot_v1_dot_jobs__pb2.ReleaseJobResponse.SerializeToString,
+            ),
+            'ListQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueue,
+                    request_deserializer=clusterctl_dot_v1_dot_jobs__pb2.ListQueueRequest.FromString,
+                    response_serializer=clusterctl_dot_v1_dot_jobs__pb2.ListQueueResponse.SerializeToString,
+            ),
+            'AdoptJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.AdoptJob,
+                    request_deserializer=clusterctl_dot_v1_dot_jobs__pb2.AdoptJobRequest.FromString,
+                    response_serializer=clusterctl_dot_v1_dot_jobs__pb2.AdoptJobResponse.SerializeToString,
+            ),
+            'ListJobCheckpoints': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobCheckpoints,
+                    request_deserializer=clusterctl_dot_v1_dot_jobs__pb2.ListJobCheckpointsRequest.FromString,
+                    response_serializer=clusterctl_dot_v1_dot_jobs__pb2.ListJobCheckpointsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -347,6 +466,195 @@ class JobService:
             '/clusterctl.v1.JobService/Heartbeat',
             clusterctl_dot_v1_dot_jobs__pb2.HeartbeatRequest.SerializeToString,
             clusterctl_dot_v1_dot_jobs__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadJobLog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/clusterctl.v1.JobService/ReadJobLog',
+            clusterctl_dot_v1_dot_jobs__pb2.ReadJobLogRequest.SerializeToString,
+            clusterctl_dot_v1_dot_jobs__pb2.JobLogChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clusterctl.v1.JobService/ListHistory',
+            clusterctl_dot_v1_dot_jobs__pb2.ListHistoryRequest.SerializeToString,
+            clusterctl_dot_v1_dot_jobs__pb2.ListHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HoldJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clusterctl.v1.JobService/HoldJob',
+            clusterctl_dot_v1_dot_jobs__pb2.HoldJobRequest.SerializeToString,
+            clusterctl_dot_v1_dot_jobs__pb2.HoldJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clusterctl.v1.JobService/ReleaseJob',
+            clusterctl_dot_v1_dot_jobs__pb2.ReleaseJobRequest.SerializeToString,
+            clusterctl_dot_v1_dot_jobs__pb2.ReleaseJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clusterctl.v1.JobService/ListQueue',
+            clusterctl_dot_v1_dot_jobs__pb2.ListQueueRequest.SerializeToString,
+            clusterctl_dot_v1_dot_jobs__pb2.ListQueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AdoptJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clusterctl.v1.JobService/AdoptJob',
+            clusterctl_dot_v1_dot_jobs__pb2.AdoptJobRequest.SerializeToString,
+            clusterctl_dot_v1_dot_jobs__pb2.AdoptJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobCheckpoints(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clusterctl.v1.JobService/ListJobCheckpoints',
+            clusterctl_dot_v1_dot_jobs__pb2.ListJobCheckpointsRequest.SerializeToString,
+            clusterctl_dot_v1_dot_jobs__pb2.ListJobCheckpointsResponse.FromString,
             options,
             channel_credentials,
             insecure,

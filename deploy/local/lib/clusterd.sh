@@ -82,6 +82,7 @@ write_env_file() {
 # clusterctl local stack -- source me: . $ENV_FILE
 export CLUSTERCTL_ADDR=$CLUSTERD_LISTEN
 export CLUSTERCTL_METRICS=http://$CLUSTERD_METRICS_LISTEN/metrics
+export CLUSTERCTL_WEB=http://$CLUSTERD_METRICS_LISTEN/
 export CLUSTERCTL_TOKEN=$(token_of alice)
 export CLUSTERCTL_TOKEN_BOB=$(token_of bob)
 export CLUSTERCTL_TOKEN_ADMIN=$(token_of root)

@@ -35,6 +35,7 @@ from clusterd.errors import (
     SlurmUnavailable,
     key_line,
 )
+from clusterd.jobs import adopt as adopt_checks
 from clusterd.jobs.script import inject_environment, job_environment
 from clusterd.jobs.submission import persisted_spec, same_request, settle_directories, with_signal
 from clusterd.jobs.users import UnixUser, resolve_unix_user
@@ -51,6 +52,7 @@ from clusterd.store.sqlite import JobStore
 from clusterd.supervisor import array_view
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventBus, EventType, JobEvent
+from clusterd.supervisor.reconciler import observe
 
 log = logging.getLogger(__name__)
 
@@ -386,6 +388,83 @@ class JobManager:
         self._bus.publish(JobEvent(EventType.RESTARTED, rec, message=entry.detail))
         self._cache.kick()
         return rec
+
+    # -- hold / release ---------------------------------------------------------------------
+
+    @_audited("HoldJob")
+    async def hold(self, ident: Identity, job_id: str) -> JobRecord:
+        """``scontrol uhold``: a pending job (or array task) stays pending until released."""
+        return await self._set_hold(ident, job_id, hold=True)
+
+    @_audited("ReleaseJob")
+    async def release(self, ident: Identity, job_id: str) -> JobRecord:
+        return await self._set_hold(ident, job_id, hold=False)
+
+    async def _set_hold(self, ident: Identity, job_id: str, *, hold: bool) -> JobRecord:
+        rec = await self.get(ident, job_id, with_spec=False)
+        parent, _task = check_job_id(job_id)
+        verb = "hold" if hold else "release"
+        if rec.terminal:
+            raise FailedPrecondition(f"job {job_id} has ended ({rec.state.value}); nothing to {verb}")
+        async with self._store.record_lock(rec.record_id):
+            await self._owned(parent, rec.record_id)
+            try:
+                await (self._backend.hold if hold else self._backend.release)(job_id)
+            except SlurmUnavailable:
+                raise  # UNAVAILABLE: retryable, unlike a refusal
+            except SlurmError as exc:
+                raise FailedPrecondition(f"Slurm cannot {verb} job {job_id}: {exc.detail}") from exc
+        self._cache.kick()
+        return rec
+
+    # -- adopt ------------------------------------------------------------------------------
+
+    @_audited("AdoptJob")
+    async def adopt(self, ident: Identity, job_id: str, checkpoint_uri: str = "") -> tuple[JobRecord, bool]:
+        """Supervise the caller's plain-sbatch job ``job_id``: returns (record, already supervised).
+
+        Raises InvalidArgument, NotFound, PermissionDenied (not the owner), FailedPrecondition.
+        """
+        parent, task = check_job_id(job_id)
+        if task is not None:
+            raise InvalidArgument("job_id", "adopt the whole job, not one array task")
+        uri = adopt_checks.check_checkpoint_uri(checkpoint_uri)
+        job = adopt_checks.adoptable(ident, parent, self._cache.snapshot)
+        current = await self._store.get_by_job_id(parent, with_spec=False)
+        if current is not None and not current.superseded and current.adopts(job):
+            return current, True
+        spec = adopt_checks.adoption_spec(job, uri)
+        rec, created = await self._quotas.reserve_submit(ident.user, spec, tasks=1)
+        if not created:
+            return await self._await_existing(rec), True
+        async with self._store.record_lock(rec.record_id):
+            try:
+                await self._backend.mark_supervised(parent, rec.comment_tag)
+            except SlurmError as exc:
+                await self._fail(rec, str(exc))
+                if isinstance(exc, SlurmUnavailable):
+                    raise
+                raise FailedPrecondition(f"Slurm cannot update job {parent}: {exc.detail}") from exc
+            rec.job_id, rec.phase, rec.partition = parent, Phase.SUBMITTED, job.partition
+            observe(rec, job)
+            rec.acked_restarts = job.restart_count  # restarts before adoption are not the service's to handle
+            rec.placement_explanation = "adopted: submitted with sbatch, placed by Slurm"
+            await self._store.save(rec)
+        self._bus.publish(JobEvent(EventType.SUBMITTED, rec, message=f"adopted by {ident.user}"))
+        await self._await_tag(parent, rec.comment_tag)
+        log.info("adopted job %s for %s (record %s)", parent, rec.user, rec.record_id)
+        return rec, False
+
+    async def _await_tag(self, job_id: str, tag: str) -> None:
+        """Until a poll shows the adopted job's new tag, the cache still calls it someone else's job
+        (``_owned`` refuses a cancel then): wait a few polls for it, at most."""
+        deadline = time.monotonic() + min(max(3 * self._config.poll_interval_seconds, 5.0), 15.0)
+        while time.monotonic() < deadline:
+            self._cache.kick()
+            seen = self._cache.snapshot.jobs.get(job_id)
+            if seen is None or seen.comment == tag:
+                return
+            await asyncio.sleep(0.2)
 
 
 def _relayed(exc: SlurmError) -> str:

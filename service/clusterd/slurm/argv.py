@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from clusterctl.hostlist import compress_hostlist
@@ -165,6 +166,30 @@ def update_job_argv(job_id: str, *, exclude_nodes: tuple[str, ...] | None, start
     if start_after is not None:
         argv.append("StartTime=now" if start_after <= 0 else f"StartTime=now+{int(start_after)}")
     return argv
+
+
+def hold_argv(job_id: str) -> list[str]:
+    """``uhold``, not ``hold``: run by root, ``hold`` is an admin hold the user could not release."""
+    return ["scontrol", "uhold", job_id]
+
+
+def release_argv(job_id: str) -> list[str]:
+    return ["scontrol", "release", job_id]
+
+
+def supervise_argv(job_id: str, comment: str) -> list[str]:
+    """Adoption: the record's tag as the job's comment, and requeueable (restarts need it)."""
+    return ["scontrol", "update", f"jobid={job_id}", f"Comment={comment}", "Requeue=1"]
+
+
+def sacct_argv(*, since: float, until: float, user: str | None) -> list[str]:
+    """``sacct --json`` for jobs that ran in [since, until): every user's (root) or one user's."""
+    who = ["--allusers"] if user is None else [f"--user={user}"]
+    return ["sacct", "--json", f"--starttime={_sacct_time(since)}", f"--endtime={_sacct_time(until)}", *who]
+
+
+def _sacct_time(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(seconds))
 
 
 SQUEUE_ARGV = ["squeue", "--all", "--json"]

@@ -62,3 +62,27 @@ class SlurmBackend(Protocol):
     async def partitions(self) -> list[str]: ...
 
     async def version(self) -> str: ...
+
+    async def hold(self, job_id: str) -> None:
+        """Hold a pending job as a user hold (``scontrol uhold``), which its user may release."""
+        ...
+
+    async def release(self, job_id: str) -> None:
+        """Release a held job (user or admin hold): it may start again."""
+        ...
+
+    async def mark_supervised(self, job_id: str, comment: str) -> None:
+        """Tag a job submitted without the service with its record's comment and make it requeueable.
+
+        Adoption: the supervisor recognises a job by that comment (JobRecord.adopts) and requeues
+        it after failures, which Slurm refuses for a job submitted with ``--no-requeue``.
+        """
+        ...
+
+    async def accounting_jobs(self, *, since: float, until: float, user: str | None) -> list[SlurmJob] | None:
+        """Jobs Slurm accounting (slurmdbd) knows that ended in [since, until), of ``user`` (None: all).
+
+        Returns None when the cluster keeps no accounting (``AccountingStorageType=none``).
+        Raises SlurmError / SlurmUnavailable like the other reads.
+        """
+        ...

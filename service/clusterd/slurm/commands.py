@@ -9,8 +9,9 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from clusterd.config import SlurmConfig
-from clusterd.errors import SlurmError, SlurmUnavailable
+from clusterd.errors import SlurmError, SlurmUnavailable, says_unavailable
 from clusterd.slurm import argv, parse
+from clusterd.slurm.accounting import ACCOUNTING_DISABLED, parse_sacct
 from clusterd.slurm.request import JobRequest
 from clusterd.slurm.runner import CommandRunner, RunAs
 from clusterd.slurm.topology_text import parse_topology
@@ -90,6 +91,26 @@ class CommandsBackend:
     async def version(self) -> str:
         result = await self.runner.run(argv.VERSION_ARGV)
         return parse.parse_version(result.stdout)
+
+    async def hold(self, job_id: str) -> None:
+        await self.runner.run(argv.hold_argv(job_id))
+
+    async def release(self, job_id: str) -> None:
+        await self.runner.run(argv.release_argv(job_id))
+
+    async def mark_supervised(self, job_id: str, comment: str) -> None:
+        await self.runner.run(argv.supervise_argv(job_id, comment))
+
+    async def accounting_jobs(self, *, since: float, until: float, user: str | None) -> list[SlurmJob] | None:
+        result = await self.runner.run(argv.sacct_argv(since=since, until=until, user=user), check=False)
+        if result.returncode != 0:
+            said = f"{result.stdout}\n{result.stderr}"
+            if ACCOUNTING_DISABLED in said:
+                return None
+            if says_unavailable(said):
+                raise SlurmUnavailable("sacct", result.returncode, said)
+            raise SlurmError("sacct", result.returncode, said)
+        return await _parsed("sacct", parse_sacct, result.stdout)
 
 
 async def _parsed(command: str, parser: Callable[[str], list[T]], text: str) -> list[T]:

@@ -26,6 +26,8 @@ class FakeSlurm:
     submitted: list[JobRequest] = field(default_factory=list)
     calls: Counter[str] = field(default_factory=Counter)
     fail_submit: str = ""  # when set, sbatch "refuses" with this message
+    accounting: list[SlurmJob] | None = None  # finished jobs slurmdbd knows; None: no accounting
+    held: set[str] = field(default_factory=set)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
 
     @classmethod
@@ -144,3 +146,35 @@ class FakeSlurm:
 
     async def version(self) -> str:
         return "22.05.8"
+
+    async def hold(self, job_id: str) -> None:
+        self.calls["hold"] += 1
+        job = self.jobs.get(self.task(*_split(job_id)) if "_" in job_id else job_id)
+        if job is None or job.state != JobState.PENDING:
+            raise SlurmError("scontrol", 1, "scontrol: error: Job is no longer pending execution for job " + job_id)
+        self.held.add(job_id)
+        self.jobs[job.job_id] = replace(job, reason="JobHeldUser")
+
+    async def release(self, job_id: str) -> None:
+        self.calls["release"] += 1
+        if job_id not in self.held:
+            raise SlurmError("scontrol", 1, "scontrol: error: Job is not held for job " + job_id)
+        self.held.discard(job_id)
+        for one in self._resolve(job_id):
+            self.jobs[one] = replace(self.jobs[one], reason="")
+
+    async def mark_supervised(self, job_id: str, comment: str) -> None:
+        self.calls["mark_supervised"] += 1
+        self.jobs[job_id] = replace(self.jobs[job_id], comment=comment, requeue=True)
+
+    async def accounting_jobs(self, *, since: float, until: float, user: str | None) -> list[SlurmJob] | None:
+        self.calls["accounting_jobs"] += 1
+        if self.accounting is None:
+            return None
+        return [j for j in self.accounting if (user is None or j.user == user)
+                and j.end_time is not None and since <= j.end_time < until]  # fmt: skip
+
+
+def _split(job_id: str) -> tuple[str, int]:
+    parent, _, task = job_id.partition("_")
+    return parent, int(task)

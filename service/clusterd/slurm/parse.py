@@ -180,6 +180,9 @@ def _job(j: dict[str, Any]) -> SlurmJob:
         requeue=bool(j.get("requeue", False)),
         comment=_text(j.get("comment")),
         batch_host=_text(j.get("batch_host")),
+        stdout=_text(j.get("standard_output")),
+        stderr=_text(j.get("standard_error")),
+        working_directory=_text(j.get("current_working_directory")),
     )
 
 

@@ -389,6 +389,20 @@ class PyslurmBackend:
     async def topology(self) -> list[SlurmSwitch]:
         return await self._commands().topology()
 
+    # Hold/release/adoption/accounting: Slurm's commands, as for topology (pyslurm's hold runs with
+    # root's rights here, an admin hold the user could not release).
+    async def hold(self, job_id: str) -> None:
+        await self._commands().hold(job_id)
+
+    async def release(self, job_id: str) -> None:
+        await self._commands().release(job_id)
+
+    async def mark_supervised(self, job_id: str, comment: str) -> None:
+        await self._commands().mark_supervised(job_id, comment)
+
+    async def accounting_jobs(self, *, since: float, until: float, user: str | None) -> list[SlurmJob] | None:
+        return await self._commands().accounting_jobs(since=since, until=until, user=user)
+
     async def partitions(self) -> list[str]:
         def load() -> list[str]:
             return [str(getattr(p, "name", p)) for p in _values(self._pyslurm.Partitions.load())]

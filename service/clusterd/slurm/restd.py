@@ -274,6 +274,27 @@ class RestdBackend:
             resp = await self._send("GET", await self._path("nodes"), command)
             return await _parsed(command, parse.parse_sinfo, resp.text)
 
+    async def hold(self, job_id: str) -> None:
+        """``scontrol uhold`` through the commands backend: a REST hold signed for root would be an
+        admin hold, which the job's user could not release."""
+        with _observed("scontrol uhold"):
+            await self._commands().hold(_check_job_id("scontrol uhold", job_id))
+
+    async def release(self, job_id: str) -> None:
+        with _observed("scontrol release"):
+            await self._commands().release(_check_job_id("scontrol release", job_id))
+
+    async def mark_supervised(self, job_id: str, comment: str) -> None:
+        """``scontrol update Comment= Requeue=1`` through the commands backend (one verified path)."""
+        with _observed("scontrol update"):
+            await self._commands().mark_supervised(_check_job_id("scontrol update", job_id), comment)
+
+    async def accounting_jobs(self, *, since: float, until: float, user: str | None) -> list[SlurmJob] | None:
+        """``sacct --json`` through the commands backend: slurmrestd serves /slurmdb/ only when its
+        own slurmdbd plugin is loaded, while sacct reaches slurmdbd wherever the cluster has one."""
+        with _observed("sacct"):
+            return await self._commands().accounting_jobs(since=since, until=until, user=user)
+
     async def topology(self) -> list[SlurmSwitch]:
         """No REST topology endpoint exists: ``scontrol show topology`` through the commands backend."""
         with _observed("scontrol show topology"):

@@ -127,6 +127,11 @@ class SlurmJob:
     array_job_id: str = ""
     array_task_id: int | None = None
     array_pending: str = ""
+    # Where the batch script's output goes, with Slurm's %-patterns (squeue shows them unexpanded),
+    # and its working directory: what adopting a plain sbatch job records for `clusterctl logs`.
+    stdout: str = ""
+    stderr: str = ""
+    working_directory: str = ""
 
     @property
     def in_array(self) -> bool:

@@ -317,6 +317,28 @@ class JobStore:
         rows = await asyncio.to_thread(self._rows, sql, ())
         return [LiveRow(int(rid), Phase(phase), job_id or "", float(updated)) for rid, phase, job_id, updated in rows]
 
+    async def finished(
+        self, *, user: str | None, since: float, until: float, limit: int,
+        states: frozenset[JobState] = frozenset(), name_glob: str = "",
+    ) -> list[JobRecord]:  # fmt: skip
+        """Submitted records that finished in [since, until), newest end first, as compact rows.
+
+        ``name_glob`` is matched with SQLite's GLOB (``*``, ``?``, ``[...]``; case-sensitive).
+        """
+        clauses = ["phase=?", "terminal=1", "finished >= ?", "finished < ?"]
+        params: list[Any] = [Phase.SUBMITTED.value, since, until]
+        if states:
+            clauses.append(f"state IN ({','.join('?' * len(states))})")
+            params.extend(sorted(s.value for s in states))
+        if user is not None:
+            clauses.append("user=?")
+            params.append(user)
+        if name_glob:
+            clauses.append("json_extract(observed, '$.name') GLOB ?")
+            params.append(name_glob)
+        sql = f"SELECT {_ROW} FROM jobs WHERE {' AND '.join(clauses)} ORDER BY finished DESC, record_id DESC LIMIT ?"
+        return await asyncio.to_thread(self._query, sql, (*params, limit), with_spec=False)
+
     async def list(
         self, *, user: str | None, include_finished: bool, limit: int, states: frozenset[JobState] = frozenset()
     ) -> list[JobRecord]:

@@ -1,0 +1,104 @@
+"""The dashboard's HTTP edge over FakeSlurm: tokens, ownership, read-only, headers, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
+from clusterd.config import ConfigError, WebConfig
+from clusterd.server import ClusterDaemon
+from clusterd.slurm.fake import FakeSlurm
+from clusterd.web.server import check_web_transport
+from tests.clusterd.conftest import TOKENS, USER_A, USER_B, auth, command_request, make_config, running
+
+
+def _get(port: int, path: str, token: str | None, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+async def get(port: int, path: str, user: str | None = USER_A, method: str = "GET") -> tuple[int, Any]:
+    status, _headers, body = await asyncio.to_thread(_get, port, path, TOKENS[user] if user else None, method)
+    return status, json.loads(body) if body.startswith(b"{") else body
+
+
+def _web_config(tmp_path: Path, **web: Any) -> Any:
+    return replace(make_config(tmp_path), metrics_listen="127.0.0.1:0", web=WebConfig(enabled=True, **web))
+
+
+async def _submit(daemon: ClusterDaemon, user: str) -> str:
+    import grpc
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as channel:
+        resp = await jobs_pb2_grpc.JobServiceStub(channel).SubmitJob(command_request(name="web"), metadata=auth(user))
+    return resp.job.job_id
+
+
+async def test_api_needs_a_token_and_shows_only_the_callers_jobs(tmp_path: Path) -> None:
+    async with running(_web_config(tmp_path)) as daemon:
+        port = daemon.web_port
+        assert port is not None and port == daemon.metrics_port  # one listener: /metrics and the dashboard
+        alice_job = await _submit(daemon, USER_A)
+        await daemon.poller.poll_once()
+        assert (await get(port, "/api/jobs", user=None))[0] == 401
+        status, _, _ = await asyncio.to_thread(_get, port, "/api/jobs", "not-a-token")
+        assert status == 401
+        status, body = await get(port, "/api/jobs")
+        assert status == 200 and [j["job_id"] for j in body["jobs"]] == [alice_job]
+        status, body = await get(port, f"/api/jobs/{alice_job}", user=USER_B)
+        assert status == 403 and body["code"] == "PERMISSION_DENIED"
+        status, body = await get(port, f"/api/jobs/{alice_job}")
+        assert status == 200 and body["job"]["user"] == USER_A
+        status, body = await get(port, "/api/jobs/1;2")
+        assert status == 400 and body["error"].startswith("job_id:")
+        status, body = await get(port, "/api/history?state=bogus")
+        assert status == 400 and body["error"].startswith("state:")
+        assert (await get(port, f"/api/jobs/{alice_job}", method="DELETE"))[0] == 405
+        assert (await get(port, "/api/nothing"))[0] == 404
+        status, body = await get(port, "/api/whoami", user=USER_B)
+        assert body == {"user": USER_B, "admin": False}
+
+
+async def test_page_is_served_locally_with_a_strict_policy(tmp_path: Path) -> None:
+    async with running(_web_config(tmp_path)) as daemon:
+        port = daemon.web_port
+        assert port is not None
+        status, headers, body = await asyncio.to_thread(_get, port, "/", None)
+        assert status == 200 and b"/static/app.js" in body and b"http" not in body.split(b"<body>")[0]
+        assert "script-src 'self'" in headers["Content-Security-Policy"] and headers["Cache-Control"] == "no-store"
+        status, _, js = await asyncio.to_thread(_get, port, "/static/app.js", None)
+        assert status == 200 and b"innerHTML" not in js  # user text is set as text, never parsed as markup
+        status, _, metrics = await asyncio.to_thread(_get, port, "/metrics", None)
+        assert status == 200 and b"clusterd_rpcs" in metrics
+
+
+def test_plaintext_tokens_beyond_loopback_are_refused(tmp_path: Path) -> None:
+    cfg = replace(_web_config(tmp_path), metrics_listen="0.0.0.0:9464", allow_insecure=False)
+    with pytest.raises(ConfigError, match="plaintext"):
+        check_web_transport(cfg)
+    check_web_transport(replace(cfg, allow_insecure=True))
+    check_web_transport(replace(cfg, metrics_listen="127.0.0.1:9464"))
+
+
+async def test_own_listener_when_configured(tmp_path: Path) -> None:
+    cfg = _web_config(tmp_path, listen="127.0.0.1:0")
+    async with running(cfg, FakeSlurm.cluster()) as daemon:
+        assert daemon.web_port not in (None, daemon.metrics_port)
+        assert daemon.web_port is not None
+        status, body = await get(daemon.web_port, "/api/topology")
+        assert status == 200 and body["topology"]["roots"] == ["spine"]
+        assert (await get(daemon.web_port, "/api/queue"))[0] == 200
+        _ = jobs_pb2  # the API answers the proto messages' JSON
