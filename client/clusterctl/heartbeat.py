@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from .digits import parse_digits
-from .slurm_env import rank_and_world_size
+from .ranks import rank_and_world_size
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +152,10 @@ class HeartbeatSender:
 
     def stop_requested(self) -> bool:
         return self._stop.is_set()
+
+    def beat_now(self) -> None:
+        self._go.set()
+        self._wake.set()
 
     # --- the sender thread -----------------------------------------------------------------
     def _connect(self) -> None:
@@ -319,6 +323,15 @@ def report_restored() -> None:
             s.report_restored()
     except Exception as exc:
         log.debug("heartbeat report_restored: %s", exc)
+
+
+def beat_now() -> None:
+    """Send a beat now instead of at the end of the interval (the answer may carry ``stop``)."""
+    try:
+        if (s := _current()) is not None:
+            s.beat_now()
+    except Exception as exc:
+        log.debug("heartbeat beat_now: %s", exc)
 
 
 def stop_requested() -> bool:

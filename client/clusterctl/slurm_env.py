@@ -18,36 +18,18 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import FrameType
 from typing import Any, NoReturn
 
-from clusterctl.digits import parse_digits
+from clusterctl import heartbeat
+from clusterctl.ranks import rank_and_world_size as rank_and_world_size  # re-exported: its public home
 
 REQUEUE_EXIT_CODE = 85
 """Exit status that means "requeue me": the job stopped on purpose (time limit approaching,
 preemption) after a committed checkpoint and wants to continue from it. clusterd's restart
 policy treats it as retryable without counting it as a failure; 85 is outside the ranges used by
 shells (126-165 = signals/exec errors), Slurm and Python (1, 2)."""
-
-
-def _env_int(env: Mapping[str, str], name: str) -> int | None:
-    value = env.get(name)
-    return None if value is None else parse_digits(value.strip())
-
-
-def rank_and_world_size(env: Mapping[str, str] | None = None) -> tuple[int, int]:
-    """(rank, world_size): SLURM_PROCID/SLURM_NTASKS, then torch.distributed, then (0, 1)."""
-    env = os.environ if env is None else env
-    rank, world = _env_int(env, "SLURM_PROCID"), _env_int(env, "SLURM_NTASKS")
-    if rank is not None and world is not None and 0 <= rank < world:
-        return rank, world
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        dist = getattr(torch, "distributed", None)
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank()), int(dist.get_world_size())
-    return 0, 1
 
 
 def slurm_run_id(env: Mapping[str, str] | None = None) -> str | None:
@@ -125,10 +107,29 @@ class RequeueOnSignal:
         the error propagates (the process exits non-zero with a traceback, and the job is not
         marked as a clean requeue: its last committed step is older than it believes).
         """
-        ckpt.wait()
-        if step is not None and ckpt.latest_step() != step:
-            ckpt.save(step, state).result(timeout=timeout)
-        ckpt.close()
+        def finish() -> None:
+            ckpt.wait()
+            if step is not None and ckpt.latest_step() != step:
+                ckpt.save(step, state).result(timeout=timeout)
+            ckpt.close()
+
+        errors: list[BaseException] = []
+        worker = threading.Thread(target=_capture(finish, errors), name="clusterctl-final-save", daemon=True)
+        worker.start()
+        # While the final save waits on its peers, ask clusterd whether this run is being restarted
+        # already (a peer crashed, hung or lost its node): then no commit can come, and waiting out
+        # Slurm's KillWait only delays the next run. Leave at once, without running exit hooks that
+        # would join the stuck save's threads.
+        while worker.is_alive():
+            heartbeat.beat_now()
+            worker.join(_STOP_POLL_SECONDS)
+            if worker.is_alive() and heartbeat.stop_requested():
+                print("clusterctl: the run is being restarted (a peer failed): leaving without the final save",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                sys.stdout.flush()
+                os._exit(self.exit_code)
+        if errors:
+            raise errors[0]
         self.exit()
 
     def exit(self) -> NoReturn:
@@ -140,3 +141,16 @@ class RequeueOnSignal:
         sys.stdout.flush()
         sys.stderr.flush()
         sys.exit(self.exit_code)
+
+
+_STOP_POLL_SECONDS = 0.25  # how often a final save waiting on its peers asks whether to give up
+
+
+def _capture(fn: Callable[[], None], errors: list[BaseException]) -> Callable[[], None]:
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # re-raised in the signalled thread
+            errors.append(exc)
+
+    return run

@@ -46,6 +46,10 @@ _RELEASE_EVERY_SECONDS = 1.0  # how often a held (BeginTime) requeued job is rel
 # A requeued job launched within the same second its previous run's credential was revoked is
 # killed by slurmd ("Job credential revoked"): start the next run a few seconds after the decision.
 _MIN_RESTART_DELAY_SECONDS = 3.0
+# ... which is only a bound while the run's end has not been seen: once Slurm holds the requeued
+# job (PENDING, BeginTime), the credential was revoked before that look, and a start in the next
+# second is safe.
+_CREDENTIAL_GAP_SECONDS = 1.2
 # How long a decision waits for a progress read that began after the run ended (a job often
 # commits its last checkpoint just before it exits); past this it decides on what is known.
 _PROGRESS_WAIT_SECONDS = 10.0
@@ -83,6 +87,7 @@ class Restarter:
         self._progress = progress
         self._defaults = defaults
         self._released_at: dict[str, float] = {}
+        self._held_since: dict[str, float] = {}  # job -> when Slurm was first seen holding its requeue
         self._ended_at: dict[int, float] = {}  # record -> when its run's end was first seen
         self._ending: dict[int, Termination] = {}  # record -> how its run ended, as first seen
 
@@ -239,6 +244,7 @@ class Restarter:
     def forget(self, rec: JobRecord) -> None:
         for key in [k for k in self._released_at if k == rec.job_id or k.startswith(f"{rec.job_id}_")]:
             del self._released_at[key]
+        self._held_since.pop(rec.job_id, None)
         self._ended_at.pop(rec.record_id, None)
         self._ending.pop(rec.record_id, None)
 
@@ -335,22 +341,33 @@ class Restarter:
         seconds, whenever the job is held on its begin time, until it runs.
         """
         if sj.state == JobState.PENDING and sj.reason == "BeginTime":
+            held = self._held_since.setdefault(rec.job_id, time.time())
             if time.monotonic() - self._released_at.get(rec.job_id, 0.0) >= _RELEASE_EVERY_SECONDS:
-                await self._release(rec, exclude=None)
+                await self._release(rec, held_since=held)
         elif sj.state == JobState.RUNNING or sj.state.terminal:
             rec.needs_release = False
             self._released_at.pop(rec.job_id, None)
+            self._held_since.pop(rec.job_id, None)
             await self._store.save(rec)
 
-    async def _release(self, rec: JobRecord, exclude: tuple[str, ...] | None) -> None:
-        """Exclude failed nodes and start the pending job now (or when its backoff ends)."""
-        if exclude is None and rec.excluded_nodes:
-            exclude = rec.excluded_nodes
+    async def _release(
+        self, rec: JobRecord, exclude: tuple[str, ...] | None = None, *, held_since: float | None = None
+    ) -> None:
+        """Exclude failed nodes and start the pending job now (or when its backoff ends).
+
+        ``exclude`` is given at the decision (the job may still be ending); later looks pass
+        ``held_since`` (when Slurm was first seen holding it) and release only once the start may
+        happen at once: ``StartTime=now`` makes slurmctld schedule the job right away, where a
+        future StartTime waits for its next scheduling pass.
+        """
+        decision = exclude is not None
+        exclude = exclude if decision else (rec.excluded_nodes or None)
         last = rec.restarts[-1].time if rec.restarts else time.time()
-        wait = max(rec.backoff_seconds, _MIN_RESTART_DELAY_SECONDS)
-        remaining = max(0, math.ceil(last + wait - time.time()))
-        if exclude is None and remaining > 0:
-            return  # a later look releases it with StartTime=now, which makes Slurm schedule it at once
+        gap = held_since + _CREDENTIAL_GAP_SECONDS if held_since is not None else last + _MIN_RESTART_DELAY_SECONDS
+        ready = max(last + rec.backoff_seconds, gap)
+        remaining = max(0, math.ceil(ready - time.time()))
+        if not decision and ready > time.time():
+            return  # a later look (the poll hurries during recoveries) releases it with StartTime=now
         self._released_at[rec.job_id] = time.monotonic()
         try:
             await self._backend.update_job(rec.job_id, exclude_nodes=exclude, start_after=remaining)
