@@ -45,6 +45,15 @@ def job_of(rec: JobRecord, snap: ClusterSnapshot) -> SlurmJob | None:
     return sj if sj is not None and rec.adopts(sj) else None
 
 
+def failed_nodes(snap: ClusterSnapshot, run_started: float | None) -> frozenset[str]:
+    """Nodes that count as failed for a run that started at ``run_started``: DOWN now, or back
+    already but with a slurmd started after the run began (ReturnToService brought a node that
+    died back before this poll: its jobs were lost all the same)."""
+    if not run_started:
+        return snap.down_nodes
+    return snap.down_nodes | {n.name for n in snap.nodes if n.slurmd_started > run_started}
+
+
 def observe(rec: JobRecord, sj: SlurmJob) -> bool:
     """Copy what Slurm says into the record; True when anything a client can see changed."""
     before = (rec.state, rec.reason, rec.nodes, rec.exit_code, rec.restart_count, rec.start_time, rec.end_time)
@@ -182,13 +191,13 @@ class Reconciler:
             await self._handle_missing(rec)
             return
         self._missing.pop(rec.job_id, None)
-        previous, before_nodes = rec.state, rec.nodes
+        previous, before_nodes, run_started = rec.state, rec.nodes, rec.start_time
         if observe(rec, sj):
             await self._store.save(rec)
             self._events.publish(JobEvent(EventType.STATE_CHANGED, rec, previous_state=previous))
         if rec.spec.checkpoint_uri:
             await self._fold_progress(rec, sj)
-        outcome = await self._restarter.on_observed(rec, before_nodes, sj, snap.down_nodes)
+        outcome = await self._restarter.on_observed(rec, before_nodes, sj, failed_nodes(snap, run_started))
         if outcome.finish is not None:
             await self.finish(rec, outcome.finish)
         if outcome.kick or rec.needs_release:

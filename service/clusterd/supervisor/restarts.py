@@ -50,6 +50,7 @@ _MIN_RESTART_DELAY_SECONDS = 3.0
 # job (PENDING, BeginTime), the credential was revoked before that look, and a start in the next
 # second is safe.
 _CREDENTIAL_GAP_SECONDS = 1.2
+_EXCLUDE_FOR_SECONDS = 600.0  # a node that failed a job is kept out of its restarts this long
 # How long a decision waits for a progress read that began after the run ended (a job often
 # commits its last checkpoint just before it exits); past this it decides on what is known.
 _PROGRESS_WAIT_SECONDS = 10.0
@@ -198,6 +199,7 @@ class Restarter:
                              decision.reason, nodes_before=len(rec.nodes), detected_by=det.detected_by,
                              phases={"failed": det.failed_at, "detected": det.detected_at})  # fmt: skip
         rec.acked_restarts = sj.restart_count + 1
+        rec.excluded_nodes = still_excluded(rec, det.detected_at)
         if policy.exclude_failed_nodes and node_dead:
             rec.excluded_nodes = tuple(sorted(set(rec.excluded_nodes) | set(det.nodes)))
         rec.terminal = False
@@ -281,6 +283,11 @@ class Restarter:
         final = rec.user_cancelled or term.cause in (Cause.COMPLETED, Cause.CANCELLED, Cause.OUT_OF_MEMORY)
         if not rec.spec.checkpoint_uri or final:  # the step cannot change the decision
             return rec.checkpoint_step
+        run = self._liveness.get(rec.record_id) if self._liveness is not None else None
+        if run is not None and run.restart_count == rec.acked_restarts and run.committed_step() >= 0:
+            # The ranks reported their newest commit in their heartbeats: no storage read to wait for.
+            self._ended_at.pop(rec.record_id, None)
+            return max(run.committed_step(), rec.checkpoint_step)
         now = time.time()
         ended = self._ended_at.setdefault(rec.record_id, now)
         reading = self._progress.reading(rec.record_id)
@@ -305,10 +312,16 @@ class Restarter:
     async def _restart(
         self, rec: JobRecord, sj: SlurmJob, term: Termination, policy: Policy, decision: Decision, step: int
     ) -> None:
-        excluded = rec.excluded_nodes
+        now = time.time()
+        excluded = still_excluded(rec, now)
         if policy.exclude_failed_nodes and term.failed_nodes:
             excluded = tuple(sorted(set(excluded) | set(term.failed_nodes)))
-        now = time.time()
+        if term.slurm_requeued and sj.restart_count > rec.acked_restarts + 1:
+            # Slurm requeued it more than once between two looks: each of those is a restart too.
+            for _ in range(sj.restart_count - rec.acked_restarts - 1):
+                await self._store.record_restart(rec, RestartEntry(
+                    term.cause.value, (), now, step, 0, f"{term.detail or term.cause.value.lower()} "
+                    "(an earlier requeue by Slurm, seen late)", detected_by="slurm"))  # fmt: skip
         failed = sj.end_time if sj.end_time and sj.state.terminal else self._ended_at.get(rec.record_id, now)
         entry = RestartEntry(term.cause.value, term.failed_nodes, now, step, term.exit_code, decision.reason,
                              nodes_before=len(term.nodes), detected_by=term.detected_by,
@@ -401,3 +414,13 @@ class Restarter:
                 log.warning("job %s: cannot cancel Slurm's own requeue: %s", rec.job_id, exc)
         rec.final_cause = (decision.final_cause or term.cause).value
         return Outcome(finish=decision.reason)
+
+
+def still_excluded(rec: JobRecord, now: float) -> tuple[str, ...]:
+    """The job's excluded nodes that still deserve it: the user's own (--exclude), and those that
+    failed it within the last ``_EXCLUDE_FOR_SECONDS``. A node that failed once long ago (or was
+    merely slow) is healthy again as far as this job can know; excluding it for good would shrink
+    the job's cluster with every failure."""
+    failed = {n for r in rec.restarts for n in r.failed_nodes}
+    recent = {n for r in rec.restarts if now - r.time < _EXCLUDE_FOR_SECONDS for n in r.failed_nodes}
+    return tuple(sorted(n for n in rec.excluded_nodes if n not in failed or n in recent))

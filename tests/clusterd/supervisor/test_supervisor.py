@@ -243,3 +243,69 @@ async def test_stop_lets_a_running_submission_record_its_job_before_closing_the_
     slurm.release.set()
     await stopping
     assert closed_with == [1]  # the store closed only after sbatch answered and the record was saved
+
+
+async def test_a_double_requeue_between_polls_is_two_restarts(harness: Harness) -> None:
+    job_id = await submit(harness)
+    harness.slurm.set_state(job_id, JobState.RUNNING, nodes=("node1",))
+    await harness.poll()
+    harness.slurm.set_state(job_id, JobState.PENDING, nodes=(), restart_count=2, reason="BeginTime")
+    await harness.poll()
+    job = await status(harness, job_id)
+    assert len(job.restarts) == 2 and "seen late" in job.restarts[0].detail
+
+
+async def test_reissued_requeue_survives_an_unavailable_slurm(harness: Harness) -> None:
+    from clusterd.errors import SlurmUnavailable
+    from clusterd.supervisor import restarts
+
+    job_id = await submit(harness, retryable_exit_codes=[1])
+    await run_then_end(harness, job_id, JobState.FAILED, exit_code=1)  # decided: requeue sent
+    harness.slurm.set_state(job_id, JobState.FAILED, exit_code=1, restart_count=0)  # ...but never shown
+    original, calls = harness.slurm.requeue, []
+
+    async def unavailable(job: str) -> None:
+        calls.append(job)
+        raise SlurmUnavailable("scontrol", None, "timed out")
+
+    harness.slurm.requeue = unavailable  # type: ignore[method-assign]
+    old = restarts._REISSUE_AFTER_SECONDS
+    restarts._REISSUE_AFTER_SECONDS = 0.0
+    try:
+        await harness.poll()
+        await harness.poll()
+    finally:
+        restarts._REISSUE_AFTER_SECONDS = old
+        harness.slurm.requeue = original  # type: ignore[method-assign]
+    assert calls and not (await status(harness, job_id)).terminal  # still supervised, retried later
+
+
+def test_exclusions_expire_but_the_users_own_stay() -> None:
+    import time as _time
+
+    from clusterd.store.records import JobRecord, Phase, RestartEntry
+    from clusterd.supervisor.restarts import still_excluded
+
+    now = _time.time()
+    rec = JobRecord(1, "u", "r", jobs_pb2.JobSpec(), Phase.SUBMITTED, now, excluded_nodes=("n1", "n2", "n9"),
+                    restarts=[RestartEntry("NODE_FAILURE", ("n1",), now - 3600, -1),
+                              RestartEntry("NODE_FAILURE", ("n2",), now - 60, -1)])  # fmt: skip
+    assert still_excluded(rec, now) == ("n2", "n9")  # n1 failed an hour ago; n9 is the user's --exclude
+
+
+async def test_a_node_back_before_the_poll_is_still_a_node_failure(harness: Harness) -> None:
+    """ReturnToService brought the dead node back before the next poll: its slurmd started after the
+    run did, so the requeue Slurm made is a node failure of that node, which is then excluded."""
+    import time as _time
+
+    job_id = await submit(harness)
+    started = _time.time() - 30
+    harness.slurm.set_state(job_id, JobState.RUNNING, nodes=("node1", "node2"), start_time=started)
+    await harness.poll()
+    harness.slurm.nodes = [replace(n, slurmd_started=_time.time()) if n.name == "node2" else n
+                           for n in harness.slurm.nodes]  # fmt: skip
+    harness.slurm.set_state(job_id, JobState.PENDING, nodes=(), restart_count=1, reason="BeginTime")
+    await harness.poll()
+    job = await status(harness, job_id)
+    assert [r.cause for r in job.restarts] == [jobs_pb2.TERMINATION_CAUSE_NODE_FAILURE]
+    assert list(job.restarts[0].failed_nodes) == ["node2"] and "node2" in job.excluded_nodes
