@@ -57,6 +57,7 @@ _RESTART_TOGGLES = (
     ("requeue-on-preemption", "on_preemption", "restart when preempted"),
     ("requeue-on-timeout", "on_time_limit", "restart when the time limit is hit"),
     ("exclude-failed-nodes", "exclude_failed_nodes", "keep a failed node out of the restarted job"),
+    ("requeue-on-rank-failure", "on_rank_failure", "restart when one rank crashes or hangs on a healthy node"),
 )
 
 
@@ -150,6 +151,18 @@ def _add_restart_options(p: argparse.ArgumentParser) -> None:
         metavar="K",
         type=argtype(positive_int),
         help="stop after K restarts without a new checkpoint",
+    )
+    rp.add_argument(
+        "--hang-timeout",
+        metavar="DURATION",
+        type=argtype(duration_seconds),
+        help="a rank silent this long on a node that answers is hung: restart the job (heartbeats)",
+    )
+    rp.add_argument(
+        "--heartbeat-interval",
+        metavar="DURATION",
+        type=argtype(duration_seconds),
+        help="how often each rank's client library reports to clusterd",
     )
     rp.add_argument(
         "--signal-before",
@@ -275,6 +288,10 @@ def _restart_policy(args: argparse.Namespace) -> jobs_pb2.RestartPolicy:
         policy.no_progress_limit = args.no_progress_limit
     if args.signal_before is not None:
         policy.signal_before_timeout_seconds = args.signal_before
+    if args.hang_timeout is not None:
+        policy.hang_timeout.CopyFrom(Duration(seconds=args.hang_timeout))
+    if args.heartbeat_interval is not None:
+        policy.heartbeat_interval.CopyFrom(Duration(seconds=args.heartbeat_interval))
     return policy
 
 

@@ -102,6 +102,14 @@ def _validate_restart(policy: jobs_pb2.RestartPolicy) -> None:
         _count("spec.restart_policy.no_progress_limit", policy.no_progress_limit, _MAX_RESTARTS)
     if policy.HasField("signal_before_timeout_seconds"):
         _count("spec.restart_policy.signal_before_timeout_seconds", policy.signal_before_timeout_seconds, 65535)
+    # Heartbeats cost the service a call per rank per interval: no faster than 10 per second.
+    for name, low, high, words in (("heartbeat_interval", 0.1, 300.0, "0.1 s and 5 minutes"),
+                                   ("hang_timeout", 1.0, 86400.0, "1 s and 1 day")):  # fmt: skip
+        if policy.HasField(name):
+            d = getattr(policy, name)
+            seconds = d.seconds + d.nanos / 1e9
+            if not low <= seconds <= high:
+                raise InvalidArgument(f"spec.restart_policy.{name}", f"must be between {words}")
 
 
 def _validate_placement(p: cluster_pb2.PlacementPreference, facts: ClusterFacts, nodes: int) -> None:

@@ -164,3 +164,15 @@ def test_shell_metacharacters_in_free_text_are_data_not_code() -> None:
     hostile = "$(touch /tmp/pwned); `id` | rm -rf / && echo 'x\" ;"
     job = validate_spec(spec(name=hostile, command=["echo", hostile], environment={"X": hostile}), FACTS, LIMITS)
     assert job.name == hostile
+
+
+@pytest.mark.parametrize(("field", "seconds"), [("heartbeat_interval", 0.01), ("heartbeat_interval", 600),
+                                                ("hang_timeout", 0.5), ("hang_timeout", 10**6)])  # fmt: skip
+def test_liveness_settings_out_of_range_are_refused(field: str, seconds: float) -> None:
+    from google.protobuf.duration_pb2 import Duration
+
+    d = Duration()
+    d.FromNanoseconds(int(seconds * 1e9))
+    with pytest.raises(InvalidArgument) as err:
+        validate_spec(spec(command=["true"], restart_policy=jobs_pb2.RestartPolicy(**{field: d})), FACTS, LIMITS)
+    assert err.value.field == f"spec.restart_policy.{field}"
