@@ -169,8 +169,6 @@ def test_shell_metacharacters_in_free_text_are_data_not_code() -> None:
 @pytest.mark.parametrize(("field", "seconds"), [("heartbeat_interval", 0.01), ("heartbeat_interval", 600),
                                                 ("hang_timeout", 0.5), ("hang_timeout", 10**6)])  # fmt: skip
 def test_liveness_settings_out_of_range_are_refused(field: str, seconds: float) -> None:
-    from google.protobuf.duration_pb2 import Duration
-
     d = Duration()
     d.FromNanoseconds(int(seconds * 1e9))
     with pytest.raises(InvalidArgument) as err:
