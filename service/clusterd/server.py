@@ -124,7 +124,7 @@ class ClusterDaemon:
 
     def _job_view(self, job_id: str) -> JobView | None:
         sj = self.poller.snapshot.jobs.get(job_id)
-        return JobView(sj.state, sj.restart_count) if sj is not None else None
+        return JobView(sj.state, sj.restart_count, sj.nodes) if sj is not None else None
 
     @property
     def metrics_port(self) -> int | None:

@@ -73,6 +73,7 @@ class JobView:
 
     state: JobState
     restart_count: int
+    nodes: tuple[str, ...] = ()  # the run's allocation: beats naming another node are not believed
 
 
 Act = Callable[[Detection], Awaitable[None]]
@@ -122,7 +123,7 @@ class Detector:
             run.gone_since = 0.0
             if run.decided or view.state != JobState.RUNNING or view.restart_count != run.restart_count:
                 continue  # not running this run (yet, or any more): Slurm's own view decides
-            detection = self._crashed(run) or await self._silent(run, nodes)
+            detection = self._crashed(run) or await self._silent(run, nodes, frozenset(view.nodes))
             if detection is not None and not run.decided:
                 run.decided = True
                 found.append(detection)
@@ -139,11 +140,15 @@ class Detector:
                          "rank-exit", beat.seen_wall, time.time(), crash_detail(rank, beat),
                          exit_code=beat.exit_code)  # fmt: skip
 
-    async def _silent(self, run: Run, nodes: dict[str, SlurmNode]) -> Detection | None:
+    async def _silent(self, run: Run, nodes: dict[str, SlurmNode], allocated: frozenset[str]) -> Detection | None:
+        """Silent ranks -> a dead node (probed) or a hung rank. A beat is the job's word: only nodes
+        of the job's own allocation are ever probed or declared dead on it."""
         now = time.monotonic()
         suspect = run.interval * self._suspect_after
         silent: dict[str, list[int]] = {}
         for rank, beat in run.ranks.items():
+            if beat.node not in allocated:
+                continue
             if not beat.exiting and now - beat.seen > suspect:
                 silent.setdefault(beat.node, []).append(rank)
         alive = dict(zip(silent, await asyncio.gather(*(self._node_alive(nodes.get(n)) for n in silent)), strict=True))

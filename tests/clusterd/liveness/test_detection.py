@@ -20,7 +20,7 @@ from clusterd.slurm.types import JobState, NodeState
 
 from ..conftest import USER_A, auth, make_config
 
-INTERVAL, HANG = 0.1, 0.6
+INTERVAL, HANG = 0.1, 1.0
 
 
 @dataclass
@@ -43,7 +43,7 @@ class Live:
     async def submit(self, **policy: object) -> tuple[str, int, str]:
         """A 2-node job with fast heartbeats, RUNNING on node1+node2; returns (job id, record id, token)."""
         rp = jobs_pb2.RestartPolicy(heartbeat_interval=Duration(nanos=int(INTERVAL * 1e9)),
-                                    hang_timeout=Duration(nanos=int(HANG * 1e9)), **policy)  # type: ignore[arg-type]  # fmt: skip
+                                    hang_timeout=Duration(seconds=int(HANG)), **policy)  # type: ignore[arg-type]  # fmt: skip
         spec = jobs_pb2.JobSpec(command=["train"], nodes=2, restart_policy=rp)
         job = (await self.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec), metadata=auth(USER_A))).job
         script = self.slurm.submitted[-1].script
@@ -184,3 +184,18 @@ async def test_heartbeats_need_the_jobs_own_token(live: Live) -> None:
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "rank" in (err.value.details() or "")
     reply = await live.beat(job_id, record, token, 0)
     assert abs(reply.interval.ToNanoseconds() / 1e9 - INTERVAL) < 1e-6 and not reply.stop
+
+
+async def test_a_beat_naming_a_node_outside_the_allocation_is_not_believed(live: Live) -> None:
+    """A job's beats are its own word: naming someone else's node cannot get that node probed or
+    marked down, however silent the rank then goes."""
+    job_id, record, token = await live.submit()
+    live.prober.dead.add("10.0.0.5")
+    await live.beat(job_id, record, token, 0, step=1)
+    await live.jobs.Heartbeat(jobs_pb2.HeartbeatRequest(record_id=record, token=token, job_id=job_id, rank=1,
+                                                        world_size=2, node="node5", step=1))  # fmt: skip
+    for _ in range(4):
+        await asyncio.sleep(INTERVAL)
+        await live.beat(job_id, record, token, 0, step=2)
+    assert await live.daemon.detector.check_once() == []
+    assert "10.0.0.5" not in live.prober.probes and live.slurm.calls["set_node_down"] == 0
