@@ -46,7 +46,7 @@ def make_backend(name: str, stack: Stack, *, unreachable: Path | None = None) ->
         from clusterd.slurm.commands import CommandsBackend
 
         conf = unreachable_slurm_conf(stack, unreachable) if unreachable else stack.slurm_conf
-        return CommandsBackend(SlurmConfig(slurm_conf=conf, command_timeout_seconds=30))
+        return CommandsBackend(SlurmConfig(slurm_conf=conf, bin_dir=stack.slurm_bin, command_timeout_seconds=30))
     if name == "slurmrestd":
         from clusterd.slurm.restd import RestdBackend
 
@@ -56,7 +56,7 @@ def make_backend(name: str, stack: Stack, *, unreachable: Path | None = None) ->
         if unreachable:
             url = f"http://127.0.0.1:{free_port()}"
         cfg = SlurmConfig(restd_url=str(url), jwt_key_file=str(key), slurm_conf=stack.slurm_conf,
-                          command_timeout_seconds=30)  # fmt: skip
+                          bin_dir=stack.slurm_bin, command_timeout_seconds=30)  # fmt: skip
         return RestdBackend(cfg)
     if name == "pyslurm":
         try:

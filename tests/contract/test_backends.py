@@ -56,7 +56,7 @@ async def wait_job(
 def squeue_user(stack: Stack, job_id: str) -> str:
     """The job's owner as Slurm's own squeue prints it (independent of the backend under test)."""
     out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%u"], capture_output=True, text=True, timeout=30,
-                         env={"PATH": "/usr/bin:/bin", "SLURM_CONF": stack.slurm_conf}, check=True)  # fmt: skip
+                         env={"PATH": stack.command_path(), "SLURM_CONF": stack.slurm_conf}, check=True)  # fmt: skip
     return out.stdout.strip()
 
 
@@ -64,8 +64,8 @@ def tag() -> str:
     return f"contract-{uuid.uuid4().hex[:8]}"
 
 
-async def test_version(backend: SlurmBackend) -> None:
-    assert (await backend.version()).startswith("22.05.")
+async def test_version(backend: SlurmBackend, stack: Stack) -> None:
+    assert (await backend.version()).startswith(stack.slurm_version + ".")
 
 
 async def test_partitions(backend: SlurmBackend) -> None:
@@ -149,7 +149,7 @@ async def test_service_options_reach_slurm(backend: SlurmBackend, stack: Stack, 
     args = submit_args(alice, nodes=2, signal=Signal("USR1", 60), switches=Switches(1, 30), hold=True)
     job_id = await backend.submit(args)
     try:
-        env = {"PATH": "/usr/bin:/bin", "SLURM_CONF": stack.slurm_conf}
+        env = {"PATH": stack.command_path(), "SLURM_CONF": stack.slurm_conf}
         shown = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30,
                                env=env, check=True)  # fmt: skip
         # sbatch keeps seconds; the scontrol update slurmrestd's submit needs rounds the wait up to minutes.

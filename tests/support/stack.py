@@ -47,11 +47,26 @@ class Stack:
     def slurm_conf(self) -> str:
         return self.env.get("SLURM_CONF", "/etc/slurm/slurm.conf")
 
+    @property
+    def slurm_version(self) -> str:
+        """The release the stack runs (``stack.sh up --slurm VER``); stacks before versions ran 22.05."""
+        return self.env.get("CLUSTERCTL_SLURM_VERSION", "22.05")
+
+    @property
+    def slurm_bin(self) -> str:
+        """Where this release's sbatch & co are (wrappers into its chroot); "" = the host's, on PATH."""
+        return self.env.get("CLUSTERCTL_SLURM_BIN", "")
+
+    def command_path(self, base: str = "/usr/bin:/bin") -> str:
+        """A PATH whose Slurm commands are this stack's release."""
+        return f"{self.slurm_bin}:{base}" if self.slurm_bin else base
+
     def slurm_env(self) -> dict[str, str]:
-        """This process's environment with the stack's SLURM_CONF, for running Slurm commands."""
+        """This process's environment with the stack's SLURM_CONF and Slurm commands first on PATH."""
         env = dict(os.environ)
         if "SLURM_CONF" in self.env:
             env["SLURM_CONF"] = self.env["SLURM_CONF"]
+        env["PATH"] = self.command_path(env.get("PATH", "/usr/bin:/bin"))
         return env
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
