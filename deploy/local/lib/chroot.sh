@@ -24,6 +24,15 @@ case "$SLURM_VERSION" in
 *) die "no chroot recipe for Slurm $SLURM_VERSION (known: 24.11, 26.05)" ;;
 esac
 
+# What only the newer release has (slurm.conf(5) of 26.05): requeue_delay replaces the ~120 s
+# cred_expire wait of a requeued job, and jobs may ask for an expedited requeue
+# (sbatch --requeue=expedite); clusterd detects both at start and `clusterd check` reports them.
+CHROOT_CONF_LINES=""
+if [[ "$SLURM_VERSION" == 26.05 ]]; then
+    SCHED_PARAMS="$SCHED_PARAMS,requeue_delay=5"
+    CHROOT_CONF_LINES="SlurmctldParameters=enable_expedited_requeue"
+fi
+
 CHROOT_CACHE="${CLUSTERCTL_CHROOT_CACHE:-/var/cache/clusterctl}"
 CHROOT="$CHROOT_CACHE/slurm-$SLURM_VERSION"
 CHROOT_PACKAGES=(slurmctld slurmd slurm-client slurmrestd slurm-wlm-jwt-plugin munge python3 python3-venv ca-certificates)
@@ -278,6 +287,7 @@ write_slurm_config() {
 # the chroot (the same path inside it), authentication through this stack's own munged.
 PluginDir=$(chroot_libdir)/slurm-wlm
 AuthInfo=socket=$MUNGE_SOCKET
+$CHROOT_CONF_LINES
 EOF
     cp "$tpl/topology.conf" "$tpl/gres.conf" "$tmp/"
     cat >"$tmp/cgroup.conf" <<EOF

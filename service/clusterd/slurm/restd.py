@@ -217,8 +217,10 @@ class RestdBackend:
             entry = await asyncio.to_thread(_passwd, request.user)
             api = await self._spec()
             switches = request.switches.render() if api.defers_switches and request.switches else None
-            base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "HOME": entry.pw_dir,
-                    "LOGNAME": entry.pw_name}  # fmt: skip
+            # The PATH jobs start with is slurm.job_path, as with sbatch (CommandsBackend): the service's
+            # own PATH may not exist where jobs run (seen on a chroot's nodes: no job venv on it).
+            path = self._config.job_path or os.environ.get("PATH", "/usr/bin:/bin")
+            base = {"PATH": path, "LANG": "C.UTF-8", "HOME": entry.pw_dir, "LOGNAME": entry.pw_name}
             body = api.submit_body(replace(request, user=entry.pw_name), base)
             user = entry.pw_name
             resp = await self._send("POST", await self._path("job/submit"), command, user=user, body=body)
