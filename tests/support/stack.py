@@ -13,7 +13,15 @@ import pytest
 
 from .paths import ROOT
 
-STACK_DIR = Path(os.environ.get("CLUSTERCTL_STACK_DIR", "/var/lib/clusterctl-stack"))
+HOST_STACK_DIR = Path("/var/lib/clusterctl-stack")  # the 22.05 stack (the host's Slurm packages)
+STACK_DIR = Path(os.environ.get("CLUSTERCTL_STACK_DIR", str(HOST_STACK_DIR)))
+
+
+def stack_dir_for(version: str | None) -> Path:
+    """The state dir of ``deploy/local/stack.sh up --slurm VERSION`` (None: the suite's, STACK_DIR)."""
+    if version is None:
+        return STACK_DIR
+    return HOST_STACK_DIR if version == "22.05" else Path(f"{HOST_STACK_DIR}-{version}")
 
 
 def read_env_file(path: Path) -> dict[str, str]:
