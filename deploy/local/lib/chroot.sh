@@ -314,6 +314,10 @@ jobenv_up() {
     want="$(cd "$REPO_ROOT" && find pyproject.toml client service -name '*.py' -o -name 'pyproject.toml' |
         sort | xargs cat | sha256sum | cut -c1-16)"
     stamp="$JOBENV/.clusterctl-source"
+    if [[ -e "$JOBENV" ]] && ! chroot_run "$JOBENV/bin/python" -c '' >/dev/null 2>&1; then
+        log "the job environment does not run in the (rebuilt?) chroot: making it again"
+        rm -rf --one-file-system "$JOBENV"
+    fi
     if [[ ! -x "$JOBENV/bin/python" ]]; then
         log "creating the job Python environment in $JOBENV (the chroot's python3)"
         chroot_run python3 -m venv "$JOBENV" || die "python3 -m venv in $CHROOT failed"
