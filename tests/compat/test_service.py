@@ -1,6 +1,6 @@
 """clusterd end to end on each release and backend variant: a command job in the job environment,
 and the node-death recovery the service exists for (requeue on healthy nodes, resume from the
-newest checkpoint). The recovery checks are tests/integration/test_recovery.py's own."""
+newest checkpoint). The recovery checks are tests.support.training's, as in tests/integration."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import time
 import uuid
 
 from clusterctl.v1 import jobs_pb2
-from tests.integration.test_recovery import EVERY, TOTAL, check_resume, finished, log_of, training_with_checkpoints
 from tests.support.daemon import Daemon
 from tests.support.stack import Stack
+from tests.support.training import EVERY, TOTAL, check_resume, finished, log_of, training_with_checkpoints
 from tests.support.wait import wait_for
 
 
