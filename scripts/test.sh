@@ -48,8 +48,9 @@ for ver in ${CLUSTERCTL_COMPAT_SLURM-24.11 26.05}; do
     if ! bash deploy/local/stack.sh status --slurm "$ver" >/dev/null 2>&1; then
         started=1
         trap 'bash deploy/local/stack.sh down --slurm "$ver" >/dev/null 2>&1 || true' EXIT
-        bash deploy/local/stack.sh up --slurm "$ver"
     fi
+    # Always `up` (idempotent, a few seconds): it refreshes a running stack's job venv to this checkout.
+    bash deploy/local/stack.sh up --slurm "$ver"
     CLUSTERCTL_STACK_DIR="$(bash deploy/local/stack.sh env --slurm "$ver" | xargs dirname)" \
         python -m pytest -q -p no:cacheprovider tests/compat tests/contract
     if [ "$started" = 1 ]; then
