@@ -50,7 +50,7 @@ from pathlib import Path
 from clusterctl.client import ClusterClient
 from clusterctl.v1 import jobs_pb2
 from tests.support.daemon import Daemon
-from tests.support.stack import STACK_DIR, Stack, read_env_file
+from tests.support.stack import Stack, stack_dir_for
 
 SLURM_COMMANDS = ("sbatch", "scancel", "scontrol", "squeue", "sinfo")
 RPC_TYPES = ("REQUEST_JOB_INFO", "REQUEST_NODE_INFO", "REQUEST_PARTITION_INFO")
@@ -62,17 +62,23 @@ PROBE_USER = "nobody"
 # -- the stack ---------------------------------------------------------------------------------
 
 
-def slurm_env() -> dict[str, str]:
-    """This environment plus the stack's SLURM_CONF (from its env file when there is one)."""
-    env = dict(os.environ)
-    env_file = STACK_DIR / "env"
-    if "SLURM_CONF" not in env and env_file.exists() and (conf := read_env_file(env_file).get("SLURM_CONF")):
-        env["SLURM_CONF"] = conf
+def load_stack(version: str | None) -> Stack:
+    """The stack of ``--slurm VERSION`` (deploy/local/stack.sh up --slurm VERSION), else the suite's."""
+    directory = stack_dir_for(version)
+    if not (directory / "env").exists():
+        how = f" --slurm {version}" if version else ""
+        raise SystemExit(f"no stack in {directory}: run deploy/local/stack.sh up{how}")
+    return Stack.load(directory)
+
+
+def slurm_env(stack: Stack) -> dict[str, str]:
+    """This environment with the stack's SLURM_CONF and its release's Slurm commands first on PATH."""
+    env = stack.slurm_env()
     env.setdefault("SLURM_CONF", "/etc/slurm/slurm.conf")
     return env
 
 
-def write_config(directory: Path, slurm_conf: str, user: str) -> tuple[Path, str]:
+def write_config(directory: Path, slurm_conf: str, user: str, bin_dir: str = "") -> tuple[Path, str]:
     """A clusterd config of our own: own tokens file and job root, so a restart of the stack (which
     may regenerate its tokens or remove its state dir) does not pull the ground from under us."""
     token = secrets.token_hex(16)
@@ -82,7 +88,7 @@ def write_config(directory: Path, slurm_conf: str, user: str) -> tuple[Path, str
     config = directory / "clusterd.toml"
     config.write_text(
         f'tokens_file = "{tokens}"\n\n[slurm]\nbackend = "commands"\nslurm_conf = "{slurm_conf}"\n'
-        f'default_partition = "debug"\njob_root = "{directory / "jobs"}"\n'
+        f'default_partition = "debug"\njob_root = "{directory / "jobs"}"\nbin_dir = "{bin_dir}"\n'
     )
     return config, token
 
@@ -118,14 +124,15 @@ def wait_queue_clear(name: str, env: dict[str, str], timeout: float = 30.0) -> N
 # -- our own clusterd --------------------------------------------------------------------------
 
 
-def bench_daemon(env: dict[str, str], config: Path, state_dir: Path, poll_interval: float,
-                 metrics_port: int | None = None, extra_env: dict[str, str] | None = None) -> Daemon:
+def bench_daemon(stack: Stack, env: dict[str, str], config: Path, state_dir: Path, poll_interval: float,
+                 metrics_port: int | None = None, extra_env: dict[str, str] | None = None) -> Daemon:  # fmt: skip
     """Our own clusterd (tests.support.daemon) with the bench's ``config``, on loopback TCP as measured
-    before; ``env``'s SLURM_CONF (see :func:`slurm_env`) and CLUSTERD_* settings reach the process."""
+    before; the stack's SLURM_CONF and PATH (see :func:`slurm_env`) and CLUSTERD_* settings reach it."""
     settings = {k: v for k, v in env.items() if k.startswith("CLUSTERD_")}
-    stack = Stack(STACK_DIR, {"SLURM_CONF": env["SLURM_CONF"]})
-    return Daemon(stack, state_dir, poll_interval, metrics_port=metrics_port, config=config, tcp=True,
-                  extra_env={**settings, **(extra_env or {})})  # fmt: skip
+    keep = ("SLURM_CONF", "CLUSTERCTL_SLURM_BIN", "CLUSTERCTL_SLURM_VERSION")
+    slurm = {k: v for k, v in stack.env.items() if k in keep}
+    return Daemon(Stack(stack.dir, slurm), state_dir, poll_interval, metrics_port=metrics_port, config=config,
+                  tcp=True, extra_env={**settings, **(extra_env or {})})  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -137,13 +144,13 @@ def running(daemon: Daemon) -> Iterator[Daemon]:
         daemon.stop()
 
 
-def make_wrappers(directory: Path, log: Path, user: pwd.struct_passwd) -> None:
+def make_wrappers(directory: Path, log: Path, user: pwd.struct_passwd, search_path: str) -> None:
     """Slurm commands that append their name to ``log`` and exec the real binary; the read-only
     ones (squeue, sinfo, scontrol show) as ``user``, so that sdiag counts them under that user."""
     directory.mkdir(parents=True, exist_ok=True)
     as_user = f"setpriv --reuid={user.pw_uid} --regid={user.pw_gid} --clear-groups"
     for prog in SLURM_COMMANDS:
-        real = shutil.which(prog)
+        real = shutil.which(prog, path=search_path)  # the stack's release (its wrappers come first on its PATH)
         if real is None:
             raise SystemExit(f"{prog} not found on PATH")
         if prog in ("squeue", "sinfo"):
@@ -438,6 +445,9 @@ def main() -> None:
     p.add_argument("--tick", type=float, default=10.0, help="one job submitted every TICK s in the watch windows")
     p.add_argument("--rounds", type=int, help="interleaved rounds the window is split into (default 3; 1 quick)")
     p.add_argument("--user", default="alice", help="the token's user (default alice)")
+    p.add_argument("--slurm", action="append", choices=("22.05", "24.11", "26.05"), metavar="VER",
+                   help="the stack of this Slurm release (stack.sh up --slurm VER); repeat to run each and print "
+                        "the submit figures side by side (default: CLUSTERCTL_STACK_DIR's stack)")  # fmt: skip
     args = p.parse_args()
     window = args.window or (10.0 if args.quick else 60.0)
     n_seq = args.sequential or (10 if args.quick else 50)
@@ -446,13 +456,30 @@ def main() -> None:
 
     if os.geteuid() != 0:
         raise SystemExit("run as root: raw sbatch uses --uid, and clusterd runs jobs as the token's user")
-    env = slurm_env()
+    results: dict[str, list[tuple[str, str, str, str]]] = {}
+    for version in args.slurm or [None]:
+        rows = run_one(args, version, window, n_seq, n_conc, rounds)
+        results[version or load_stack(None).slurm_version] = rows
+    if len(results) > 1:  # the submit figures of every release side by side
+        print()
+        print("submit figures per Slurm release (clusterd / raw sbatch / ours/raw)")
+        print(f"{'':44} " + " ".join(f"{v:>26}" for v in results))
+        for i, (label, *_) in enumerate(next(iter(results.values()))):
+            cells = [" / ".join(rows[i][1:]) for rows in results.values()]
+            print(f"{label:44} " + " ".join(f"{c:>26}" for c in cells))
+
+
+def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq: int, n_conc: int,
+            rounds: int) -> list[tuple[str, str, str, str]]:  # fmt: skip
+    """One release's run (the stack of ``--slurm VERSION``): prints its tables, returns the submit rows."""
+    stack = load_stack(version)
+    env = slurm_env(stack)
     user = pwd.getpwnam(args.user)
     prober = pwd.getpwnam(PROBE_USER)
     name = f"ccbench-{os.getpid()}"
     tmp = Path(tempfile.mkdtemp(prefix="ccbench-"))
     tmp.chmod(0o755)  # the job root is under it: the user's jobs write their output there
-    config, token = write_config(tmp, env["SLURM_CONF"], args.user)
+    config, token = write_config(tmp, env["SLURM_CONF"], args.user, stack.slurm_bin)
     sub = Submitter("", token, name, env, user.pw_uid, user.pw_gid)
     started = time.monotonic()
     print(f"submit bench: job name {name}, state under {tmp}, window {window:g} s, poll interval "
@@ -461,7 +488,7 @@ def main() -> None:
     try:
         wait_for_slurm(env)
         # 2. submissions, on a clusterd that runs the real binaries directly
-        with running(bench_daemon(env, config, tmp / "submit", args.poll_interval)) as d:
+        with running(bench_daemon(stack, env, config, tmp / "submit", args.poll_interval)) as d:
             sub.addr = d.addr
             print(f"[sequential: {n_seq} each way]", file=sys.stderr)
             seq_ours, seq_raw = sequential(sub, n_seq)
@@ -490,8 +517,8 @@ def main() -> None:
         # stack's own clusterd, other users) spreads over every condition: idle and the naive pollers
         # with no clusterd of ours running; 1 and N watchers on a clusterd whose commands are counted.
         cmd_log = tmp / "commands.log"
-        make_wrappers(tmp / "bin", cmd_log, prober)
-        wd = bench_daemon(env, config, tmp / "watch", args.poll_interval,
+        make_wrappers(tmp / "bin", cmd_log, prober, env["PATH"])
+        wd = bench_daemon(stack, env, config, tmp / "watch", args.poll_interval,
                           extra_env={"CLUSTERD_SLURM__BIN_DIR": str(tmp / "bin")})  # fmt: skip
         sub_window = window / rounds
         idle, naive, w1, wn, c1, cn = (Counter[str]() for _ in range(6))
@@ -538,7 +565,7 @@ def main() -> None:
                  ratio(conc_ours, conc_raw)))  # fmt: skip
 
     print()
-    print(f"submit bench on the local stack: {name}, {elapsed:.0f} s")
+    print(f"submit bench on the local stack, Slurm {stack.slurm_version}: {name}, {elapsed:.0f} s")
     print(f"{'':44} {'clusterd':>10} {'raw sbatch':>11} {'ours/raw':>9}")
     for label, a, b, c in rows:
         print(f"{label:44} {a:>10} {b:>11} {c:>9}")
@@ -583,6 +610,7 @@ def main() -> None:
         f"background (idle window, no clusterd of ours): {idle.get('total', 0)} RPCs; "
         f"per type: {', '.join([f'{k} {v}' for k, v in idle.most_common() if k != 'total' and ':' not in k][:6])}"
     )
+    return rows
 
 
 if __name__ == "__main__":

@@ -2,6 +2,9 @@
 # The whole test suite, from nothing: install (apt + pip), bring up the real local stack (Slurm in
 # network namespaces, SeaweedFS S3), run lint, types and every test, and take the stack down again
 # if this script brought it up. README's test command and .ci/run both call exactly this.
+# Then the Slurm compatibility suite (tests/compat + tests/contract) on each newer release in
+# CLUSTERCTL_COMPAT_SLURM (default "24.11 26.05"; "" skips), each on its own stack
+# (deploy/local/stack.sh up --slurm VER: a debootstrap chroot, built once and cached).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh >/dev/null
@@ -38,3 +41,20 @@ if [ "$started_stack" = 1 ]; then
     bash deploy/local/stack.sh down
     trap - EXIT
 fi
+
+for ver in ${CLUSTERCTL_COMPAT_SLURM-24.11 26.05}; do
+    echo "== compat: Slurm $ver"
+    started=0
+    if ! bash deploy/local/stack.sh status --slurm "$ver" >/dev/null 2>&1; then
+        started=1
+        trap 'bash deploy/local/stack.sh down --slurm "$ver" >/dev/null 2>&1 || true' EXIT
+    fi
+    # Always `up` (idempotent, a few seconds): it refreshes a running stack's job venv to this checkout.
+    bash deploy/local/stack.sh up --slurm "$ver"
+    CLUSTERCTL_STACK_DIR="$(bash deploy/local/stack.sh env --slurm "$ver" | xargs dirname)" \
+        python -m pytest -q -p no:cacheprovider tests/compat tests/contract
+    if [ "$started" = 1 ]; then
+        bash deploy/local/stack.sh down --slurm "$ver"
+        trap - EXIT
+    fi
+done

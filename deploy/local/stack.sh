@@ -11,9 +11,57 @@
 #                                power: connections to it time out instead of being refused
 #   stack.sh revive-node NODE    bring its link up, restart its slurmd, resume it until usable
 #   stack.sh env                 print the path of the env file
+#
+#   --slurm 22.05|24.11|26.05    which Slurm (any command; default 22.05, the host's packages):
+#                                24.11 (Debian trixie) and 26.05 (sid) run from a debootstrap chroot
+#                                as their own cluster beside the host's, state in
+#                                /var/lib/clusterctl-stack-VER (lib/chroot.sh). Without --slurm, a
+#                                command acts on the stack CLUSTERCTL_SLURM or CLUSTERCTL_STACK_DIR
+#                                names (its slurm-version file), else on 22.05's.
 set -euo pipefail
 
 STACK_HOME="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+SLURM_VERSIONS=(22.05 24.11 26.05)
+HOST_STACK_DIR=/var/lib/clusterctl-stack
+
+# recorded_version DIR -> the Slurm release the stack in DIR was made for (22.05 before versions).
+recorded_version() { if [[ -s "$1/slurm-version" ]]; then cat "$1/slurm-version"; else echo 22.05; fi; }
+
+# Pick the release (--slurm, then CLUSTERCTL_SLURM, then the stack dir's record) and the state dir:
+# a CLUSTERCTL_STACK_DIR that holds another release's stack (e.g. exported by the 22.05 env file)
+# is not used for this one.
+select_slurm() {
+    local args=() dir
+    SLURM_VERSION=""
+    while (($#)); do
+        case "$1" in
+        --slurm) [[ $# -ge 2 ]] || usage; SLURM_VERSION="$2"; shift 2 ;;
+        --slurm=*) SLURM_VERSION="${1#--slurm=}"; shift ;;
+        *) args+=("$1"); shift ;;
+        esac
+    done
+    SLURM_VERSION="${SLURM_VERSION:-${CLUSTERCTL_SLURM:-}}"
+    dir="${CLUSTERCTL_STACK_DIR:-}"
+    if [[ -z "$SLURM_VERSION" ]]; then
+        SLURM_VERSION="$(recorded_version "${dir:-$HOST_STACK_DIR}")"
+    elif [[ -n "$dir" && -d "$dir" && "$(recorded_version "$dir")" != "$SLURM_VERSION" ]]; then
+        unset CLUSTERCTL_STACK_DIR # another release's stack: use this release's own dir
+    fi
+    [[ " ${SLURM_VERSIONS[*]} " == *" $SLURM_VERSION "* ]] ||
+        { echo "[stack] ERROR: --slurm $SLURM_VERSION: known releases are ${SLURM_VERSIONS[*]}" >&2; exit 2; }
+    if [[ "$SLURM_VERSION" != 22.05 && -z "${CLUSTERCTL_STACK_DIR:-}" ]]; then
+        export CLUSTERCTL_STACK_DIR="$HOST_STACK_DIR-$SLURM_VERSION"
+    fi
+    ARGS=("${args[@]}")
+}
+
+usage() {
+    sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+
+select_slurm "$@"
+set -- "${ARGS[@]}"
 # shellcheck source=lib/common.sh
 source "$STACK_HOME/lib/common.sh"
 # shellcheck source=lib/net.sh
@@ -28,11 +76,10 @@ source "$STACK_HOME/lib/s3.sh"
 source "$STACK_HOME/lib/jobenv.sh"
 # shellcheck source=lib/clusterd.sh
 source "$STACK_HOME/lib/clusterd.sh"
-
-usage() {
-    sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
-    exit 2
-}
+if [[ "$SLURM_VERSION" != 22.05 ]]; then
+    # shellcheck source=lib/chroot.sh
+    source "$STACK_HOME/lib/chroot.sh"
+fi
 
 require_root() { ((EUID == 0)) || die "must run as root (network namespaces, slurmd, mknod)"; }
 
@@ -40,8 +87,10 @@ require_root() { ((EUID == 0)) || die "must run as root (network namespaces, slu
 # they do not inherit (and hold) the lock.
 take_lock() {
     mkdir -p /run/lock
-    exec 9>/run/lock/clusterctl-stack.lock
-    flock -w 300 9 || die "another stack.sh is still running (lock /run/lock/clusterctl-stack.lock)"
+    local lock=/run/lock/clusterctl-stack.lock
+    [[ "$SLURM_VERSION" == 22.05 ]] || lock="/run/lock/clusterctl-stack-$SLURM_VERSION.lock"
+    exec 9>"$lock"
+    flock -w 300 9 || die "another stack.sh is still running (lock $lock)"
 }
 
 check_node() {
@@ -75,7 +124,7 @@ cmd_up() {
     jobenv_up
     write_env_file
     clusterd_up
-    log "stack up in $((SECONDS - t0))s"
+    log "stack up in $((SECONDS - t0))s (Slurm $SLURM_VERSION)"
     echo "$ENV_FILE"
 }
 
@@ -90,6 +139,7 @@ cmd_down() {
     slurmctld_down
     munge_down
     net_down
+    [[ "$SLURM_VERSION" == 22.05 ]] || chroot_umount
     if ((purge)); then
         log "purging $STATE and the generated Slurm config"
         remove_slurm_config
@@ -114,10 +164,10 @@ cmd_status() {
         if pid_alive "$1"; then printf 'pid %s ' "$(pid_of "$1")"; fi
     }
     status_line munge "$(up_if munge_works)" ""
-    status_line slurmctld "$(up_if slurmctld_running)" "$(pid_text "$RUN/slurmctld.pid")on $BRIDGE_ADDR:6817"
+    status_line slurmctld "$(up_if slurmctld_running)" "$(pid_text "$RUN/slurmctld.pid")on $BRIDGE_ADDR:$SLURMCTLD_PORT"
     for n in "${NODES[@]}"; do
         status_line "slurmd $n" "$(up_if slurmd_running "$n")" \
-            "$(pid_text "$(slurmd_pidfile "$n")")netns $n $(node_addr "$n")"
+            "$(pid_text "$(slurmd_pidfile "$n")")netns $(node_ns "$n") $(node_addr "$n")"
     done
     status_line slurmrestd "$(up_if slurmrestd_running)" "$(pid_text "$RUN/slurmrestd.pid")http://$RESTD_LISTEN (JWT)"
     status_line weed "$(up_if weed_running)" "$(pid_text "$RUN/weed.pid")s3 http://$BRIDGE_ADDR:$S3_PORT"

@@ -29,6 +29,7 @@ from clusterd.security.transport import check_transport, restd_exposure, server_
 from clusterd.security.unixsock import socket_path
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.factory import make_backend
+from clusterd.slurm.features import detect
 from clusterd.slurm.version import SlurmVersion, SlurmVersionError
 
 if TYPE_CHECKING:
@@ -228,6 +229,12 @@ async def check_slurm(config: Config, out: Findings, backend: SlurmBackend | Non
                          f"partitions {', '.join(partitions)}, {len(switches)} switches")  # fmt: skip
     if not usable:
         out.add("slurm", WARN, "no node is usable now: jobs will pend")
+    try:
+        features = await detect(config.slurm, backend)
+    except SlurmError as exc:
+        out.add("slurm-features", WARN, f"could not read the release's options: {exc}")
+    else:
+        out.add("slurm-features", OK, f"Slurm {features.version}: " + "; ".join(features.describe()))
 
 
 def check_storage(uris: list[str], out: Findings) -> None:

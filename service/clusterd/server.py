@@ -37,6 +37,7 @@ from clusterd.security.transport import check_transport, parse_cn_map, server_cr
 from clusterd.security.unixsock import prepare_socket_dir, secure_socket, socket_path
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.factory import make_backend
+from clusterd.slurm.features import detect
 from clusterd.store.sqlite import JobStore
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventBus
@@ -177,10 +178,10 @@ class ClusterDaemon:
         if self.config.liveness.enabled:
             self._detector_task = asyncio.create_task(self.detector.run(self._stop))
         with contextlib.suppress(SlurmError):
-            version = await self.backend.version()
+            features = await detect(self.config.slurm, self.backend)  # the release and what it offers
             kind = getattr(self.backend, "name", type(self.backend).__name__)  # what "auto" chose, too
-            SLURM_INFO.labels(version=version, backend=kind).set(1)
-            log.info("Slurm %s via the %s backend", version, kind)
+            SLURM_INFO.labels(version=features.version, backend=kind).set(1)
+            log.info("Slurm %s via the %s backend: %s", features.version, kind, "; ".join(features.describe()))
         self._start_http()
         await server.start()
         self._server = server

@@ -2,70 +2,31 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 import subprocess
 import time
-import uuid
-from collections.abc import Callable
 
 import pytest
 
 from clusterd.errors import SlurmError, SlurmUnavailable
 from clusterd.slurm.base import SlurmBackend
-from clusterd.slurm.request import JobRequest, Signal, Switches
-from clusterd.slurm.types import JobState, SlurmJob
+from clusterd.slurm.request import Signal, Switches
+from clusterd.slurm.types import JobState
+from tests.support.backends import JobUser, submit_args, tag, wait_job
 from tests.support.stack import Stack
 
-from .conftest import JobUser
-
 pytestmark = pytest.mark.slurm
-
-SLEEP_SCRIPT = "#!/bin/bash\nsleep 300\n"
-
-
-def submit_args(user: JobUser, script: str = SLEEP_SCRIPT, **fields: object) -> JobRequest:
-    """What JobManager hands a backend: the job's user, its directories, the validated fields."""
-    defaults: dict[str, object] = {
-        "name": tag(),
-        "time_limit_seconds": 600,
-        "stdout": "contract-%j.out",
-        "working_directory": str(user.job_dir),
-        "submit_directory": str(user.job_dir),
-    }
-    return JobRequest(script=script, user=user.name, **{**defaults, **fields})  # type: ignore[arg-type]
-
-
-async def find_job(backend: SlurmBackend, job_id: str) -> SlurmJob | None:
-    return next((j for j in await backend.list_jobs() if j.job_id == job_id), None)
-
-
-async def wait_job(
-    backend: SlurmBackend, job_id: str, ok: Callable[[SlurmJob], bool], what: str, timeout: float = 90.0
-) -> SlurmJob:
-    deadline = time.monotonic() + timeout
-    job = None
-    while time.monotonic() < deadline:
-        job = await find_job(backend, job_id)
-        if job is not None and ok(job):
-            return job
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"job {job_id}: timed out waiting for {what}; last seen {job}")
 
 
 def squeue_user(stack: Stack, job_id: str) -> str:
     """The job's owner as Slurm's own squeue prints it (independent of the backend under test)."""
     out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%u"], capture_output=True, text=True, timeout=30,
-                         env={"PATH": "/usr/bin:/bin", "SLURM_CONF": stack.slurm_conf}, check=True)  # fmt: skip
+                         env={"PATH": stack.command_path(), "SLURM_CONF": stack.slurm_conf}, check=True)  # fmt: skip
     return out.stdout.strip()
 
 
-def tag() -> str:
-    return f"contract-{uuid.uuid4().hex[:8]}"
-
-
-async def test_version(backend: SlurmBackend) -> None:
-    assert (await backend.version()).startswith("22.05.")
+async def test_version(backend: SlurmBackend, stack: Stack) -> None:
+    assert (await backend.version()).startswith(stack.slurm_version + ".")
 
 
 async def test_partitions(backend: SlurmBackend) -> None:
@@ -149,7 +110,7 @@ async def test_service_options_reach_slurm(backend: SlurmBackend, stack: Stack, 
     args = submit_args(alice, nodes=2, signal=Signal("USR1", 60), switches=Switches(1, 30), hold=True)
     job_id = await backend.submit(args)
     try:
-        env = {"PATH": "/usr/bin:/bin", "SLURM_CONF": stack.slurm_conf}
+        env = {"PATH": stack.command_path(), "SLURM_CONF": stack.slurm_conf}
         shown = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30,
                                env=env, check=True)  # fmt: skip
         # sbatch keeps seconds; the scontrol update slurmrestd's submit needs rounds the wait up to minutes.

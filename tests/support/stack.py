@@ -13,7 +13,15 @@ import pytest
 
 from .paths import ROOT
 
-STACK_DIR = Path(os.environ.get("CLUSTERCTL_STACK_DIR", "/var/lib/clusterctl-stack"))
+HOST_STACK_DIR = Path("/var/lib/clusterctl-stack")  # the 22.05 stack (the host's Slurm packages)
+STACK_DIR = Path(os.environ.get("CLUSTERCTL_STACK_DIR", str(HOST_STACK_DIR)))
+
+
+def stack_dir_for(version: str | None) -> Path:
+    """The state dir of ``deploy/local/stack.sh up --slurm VERSION`` (None: the suite's, STACK_DIR)."""
+    if version is None:
+        return STACK_DIR
+    return HOST_STACK_DIR if version == "22.05" else Path(f"{HOST_STACK_DIR}-{version}")
 
 
 def read_env_file(path: Path) -> dict[str, str]:
@@ -47,11 +55,26 @@ class Stack:
     def slurm_conf(self) -> str:
         return self.env.get("SLURM_CONF", "/etc/slurm/slurm.conf")
 
+    @property
+    def slurm_version(self) -> str:
+        """The release the stack runs (``stack.sh up --slurm VER``); stacks before versions ran 22.05."""
+        return self.env.get("CLUSTERCTL_SLURM_VERSION", "22.05")
+
+    @property
+    def slurm_bin(self) -> str:
+        """Where this release's sbatch & co are (wrappers into its chroot); "" = the host's, on PATH."""
+        return self.env.get("CLUSTERCTL_SLURM_BIN", "")
+
+    def command_path(self, base: str = "/usr/bin:/bin") -> str:
+        """A PATH whose Slurm commands are this stack's release."""
+        return f"{self.slurm_bin}:{base}" if self.slurm_bin else base
+
     def slurm_env(self) -> dict[str, str]:
-        """This process's environment with the stack's SLURM_CONF, for running Slurm commands."""
+        """This process's environment with the stack's SLURM_CONF and Slurm commands first on PATH."""
         env = dict(os.environ)
         if "SLURM_CONF" in self.env:
             env["SLURM_CONF"] = self.env["SLURM_CONF"]
+        env["PATH"] = self.command_path(env.get("PATH", "/usr/bin:/bin"))
         return env
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:

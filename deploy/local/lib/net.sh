@@ -4,6 +4,7 @@
 # Layout (PREFIX is a private /24 chosen once and remembered in $STATE/subnet):
 #   bridge $BRIDGE        PREFIX.1/24   (root namespace: slurmctld, SeaweedFS)
 #   netns nodeN, eth0     PREFIX.(10+N)/24, veth peer "ccv-nodeN" enslaved to the bridge
+# (a stack of another Slurm version, lib/chroot.sh, prefixes both names: NETNS_PREFIX, VETH_PREFIX)
 # Nothing is routed or NATed: the namespaces reach only the bridge subnet.
 
 SUBNET_CANDIDATES=(10.77.0 10.78.0 10.79.0 172.30.77 192.168.177)
@@ -70,9 +71,13 @@ load_subnet() {
 
 node_index() { echo "${1#node}"; }
 node_addr() { echo "$SUBNET_PREFIX.$((10 + $(node_index "$1")))"; }
-node_veth() { echo "ccv-$1"; }
+NETNS_PREFIX="${NETNS_PREFIX:-}"
+VETH_PREFIX="${VETH_PREFIX:-ccv-}"
+node_ns() { echo "$NETNS_PREFIX$1"; }
+node_veth() { echo "$VETH_PREFIX$1"; }
 
-netns_exists() { ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$1"; }
+# netns_exists NODE -> 0 when the node's namespace exists.
+netns_exists() { ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$(node_ns "$1")"; }
 
 net_up() {
     choose_subnet
@@ -86,32 +91,33 @@ net_up() {
     fi
     ip link set "$BRIDGE" up
     write_netns_hosts
-    local n veth addr
+    local n ns veth addr
     for n in "${NODES[@]}"; do
+        ns="$(node_ns "$n")"
         veth="$(node_veth "$n")"
         addr="$(node_addr "$n")"
-        netns_exists "$n" || ip netns add "$n"
-        ip -n "$n" link set lo up
-        if ! ip -n "$n" link show eth0 >/dev/null 2>&1; then
+        netns_exists "$n" || ip netns add "$ns"
+        ip -n "$ns" link set lo up
+        if ! ip -n "$ns" link show eth0 >/dev/null 2>&1; then
             ip link del "$veth" >/dev/null 2>&1 || true
             ip link add "$veth" type veth peer name "$veth-p"
-            ip link set "$veth-p" netns "$n"
-            ip -n "$n" link set "$veth-p" name eth0
+            ip link set "$veth-p" netns "$ns"
+            ip -n "$ns" link set "$veth-p" name eth0
         fi
         ip link set "$veth" master "$BRIDGE"
         ip link set "$veth" up
-        if ! ip -n "$n" -4 addr show dev eth0 | grep -q "inet $addr/24"; then
-            ip -n "$n" -4 addr flush dev eth0
-            ip -n "$n" addr add "$addr/24" dev eth0
+        if ! ip -n "$ns" -4 addr show dev eth0 | grep -q "inet $addr/24"; then
+            ip -n "$ns" -4 addr flush dev eth0
+            ip -n "$ns" addr add "$addr/24" dev eth0
         fi
-        ip -n "$n" link set eth0 up
+        ip -n "$ns" link set eth0 up
     done
     local deadline=$((SECONDS + 15))
     # The bridge forwards only once a port leaves the "listening" state (no STP: immediate,
     # but the first ping can still be lost). Make sure every namespace reaches the bridge.
     command -v ping >/dev/null 2>&1 || return 0
     for n in "${NODES[@]}"; do
-        until ip netns exec "$n" ping -c1 -W1 "$BRIDGE_ADDR" >/dev/null 2>&1; do
+        until ip netns exec "$(node_ns "$n")" ping -c1 -W1 "$BRIDGE_ADDR" >/dev/null 2>&1; do
             ((SECONDS < deadline)) || die "namespace $n cannot reach $BRIDGE_ADDR over $BRIDGE"
             sleep 0.2
         done
@@ -121,9 +127,10 @@ net_up() {
 # /etc/netns/NODE/hosts replaces /etc/hosts for processes started with `ip netns exec NODE`:
 # node names and the controller's name resolve to their bridge-subnet addresses there.
 write_netns_hosts() {
-    local n m
+    local n m d
     for n in "${NODES[@]}"; do
-        mkdir -p "/etc/netns/$n"
+        d="/etc/netns/$(node_ns "$n")"
+        mkdir -p "$d"
         {
             echo "$NETNS_HOSTS_MARKER"
             printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n'
@@ -131,26 +138,28 @@ write_netns_hosts() {
             for m in "${NODES[@]}"; do
                 printf '%s\t%s\n' "$(node_addr "$m")" "$m"
             done
-        } >"/etc/netns/$n/hosts.tmp"
-        mv -f "/etc/netns/$n/hosts.tmp" "/etc/netns/$n/hosts"
+        } >"$d/hosts.tmp"
+        mv -f "$d/hosts.tmp" "$d/hosts"
     done
 }
 
 remove_netns_hosts() {
-    local n
+    local n d
     for n in "${NODES[@]}"; do
-        if [[ -f "/etc/netns/$n/hosts" ]] && head -n1 "/etc/netns/$n/hosts" | grep -qxF "$NETNS_HOSTS_MARKER"; then
-            rm -f "/etc/netns/$n/hosts"
-            rmdir "/etc/netns/$n" 2>/dev/null || true
+        d="/etc/netns/$(node_ns "$n")"
+        if [[ -f "$d/hosts" ]] && head -n1 "$d/hosts" | grep -qxF "$NETNS_HOSTS_MARKER"; then
+            rm -f "$d/hosts"
+            rmdir "$d" 2>/dev/null || true
         fi
     done
     rmdir /etc/netns 2>/dev/null || true
 }
 
-# Kill every process left in a namespace (job steps, stray slurmd).
+# netns_kill_all NODE: kill every process left in the node's namespace (job steps, stray slurmd).
 netns_kill_all() {
-    local n="$1" pids
-    netns_exists "$n" || return 0
+    local n pids
+    n="$(node_ns "$1")"
+    netns_exists "$1" || return 0
     pids="$(ip netns pids "$n" 2>/dev/null | tr '\n' ' ')"
     if [[ -n "${pids// /}" ]]; then
         # shellcheck disable=SC2086
@@ -169,7 +178,7 @@ net_down() {
         netns_kill_all "$n"
         ip link del "$(node_veth "$n")" >/dev/null 2>&1 || true
         if netns_exists "$n"; then
-            ip netns del "$n" || warn "could not delete namespace $n"
+            ip netns del "$(node_ns "$n")" || warn "could not delete namespace $(node_ns "$n")"
         fi
     done
     if ip link show "$BRIDGE" >/dev/null 2>&1; then

@@ -90,7 +90,8 @@ write_slurm_config() {
     tmp="$(mktemp -d)"
     render "$tpl/slurm.conf" "$tmp/slurm.conf" \
         "CTLD_HOST=$(hostname -s)" "BRIDGE_ADDR=$BRIDGE_ADDR" "STATE=$STATE" \
-        "SLURMD_TIMEOUT=$SLURMD_TIMEOUT" "JWT_KEY=$JWT_KEY_FILE" "NODE_LINES=$(node_lines)"
+        "SLURMD_TIMEOUT=$SLURMD_TIMEOUT" "JWT_KEY=$JWT_KEY_FILE" "NODE_LINES=$(node_lines)" \
+        "CTLD_PORT=$SLURMCTLD_PORT" "SLURMD_PORT=$SLURMD_PORT" "SCHED_PARAMS=$SCHED_PARAMS"
     cp "$tpl/topology.conf" "$tmp/topology.conf"
     cp "$tpl/gres.conf" "$tmp/gres.conf"
     cp "$tpl/cgroup.conf" "$tmp/cgroup.conf"
@@ -128,8 +129,8 @@ slurmctld_up() {
             return 0
         fi
     fi
-    log "starting slurmctld on $BRIDGE_ADDR:6817"
-    /usr/sbin/slurmctld -f "$SLURM_CONF_PATH" 9>&- 2>>"$LOGS/slurmctld.stderr" ||
+    log "starting slurmctld on $BRIDGE_ADDR:$SLURMCTLD_PORT"
+    "${SLURM_EXEC[@]}" /usr/sbin/slurmctld -f "$SLURM_CONF_PATH" 9>&- 2>>"$LOGS/slurmctld.stderr" ||
         {
             show_tail "$LOGS/slurmctld.stderr" "$LOGS/slurmctld.log"
             die "slurmctld failed to start"
@@ -158,9 +159,9 @@ slurmd_start() {
     mkdir -p "$STATE/slurm/spool/$n"
     # Own UTS namespace: `hostname` in a job prints the node name, which resolves (through
     # /etc/netns/$n/hosts, bind-mounted by `ip netns exec`) to the node's address.
-    # shellcheck disable=SC2016  # $1/$2 expand in the inner shell
-    ip netns exec "$n" unshare --uts /bin/sh -c 'hostname "$1" && exec /usr/sbin/slurmd -N "$1" -f "$2"' \
-        slurmd-launch "$n" "$SLURM_CONF_PATH" 9>&- 2>>"$LOGS/slurmd-$n.stderr" ||
+    # shellcheck disable=SC2016  # $1/$@ expand in the inner shell
+    ip netns exec "$(node_ns "$n")" unshare --uts /bin/sh -c 'hostname "$1" && shift && exec "$@"' \
+        slurmd-launch "$n" "${SLURM_EXEC[@]}" /usr/sbin/slurmd -N "$n" -f "$SLURM_CONF_PATH" 9>&- 2>>"$LOGS/slurmd-$n.stderr" ||
         {
             show_tail "$LOGS/slurmd-$n.stderr" "$LOGS/slurmd-$n.log"
             die "slurmd $n failed to start"
@@ -191,8 +192,8 @@ slurmd_down() {
 # X-SLURM-USER-TOKEN, and slurmctld (AuthAltTypes=auth/jwt) acts as that user. SLURM_JWT=daemon
 # makes slurmrestd pass the caller's token on to slurmctld instead of authenticating with munge.
 # It refuses to run as root/SlurmUser, hence -u/-g $RESTD_USER after opening its socket.
-# Only openapi/v0.0.38 is loaded: the slurmdbd plugins (dbv0.0.x) need an accounting daemon
-# this stack does not run.
+# Only openapi/v0.0.38 (22.05; openapi/slurmctld from 23.11 on) is loaded: the slurmdbd plugins
+# (dbv0.0.x, openapi/slurmdbd) need an accounting daemon this stack does not run.
 slurmrestd_running() { pid_alive "$RUN/slurmrestd.pid"; }
 
 slurmrestd_up() {
@@ -206,7 +207,7 @@ slurmrestd_up() {
     log "starting slurmrestd on $RESTD_LISTEN (JWT)"
     (
         export SLURM_JWT=daemon SLURM_CONF="$SLURM_CONF_PATH"
-        setsid /usr/sbin/slurmrestd -f "$SLURM_CONF_PATH" -a rest_auth/jwt -s openapi/v0.0.38 \
+        setsid "${SLURM_EXEC[@]}" /usr/sbin/slurmrestd -f "$SLURM_CONF_PATH" -a rest_auth/jwt -s "$RESTD_PLUGINS" \
             -u "$RESTD_USER" -g "$RESTD_USER" "$RESTD_LISTEN" \
             </dev/null >>"$LOGS/slurmrestd.log" 2>&1 9>&- &
         echo $! >"$RUN/slurmrestd.pid"

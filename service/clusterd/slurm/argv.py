@@ -192,7 +192,10 @@ def _sacct_time(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(seconds))
 
 
-SQUEUE_ARGV = ["squeue", "--all", "--json"]
+# --states=all: newer releases' squeue --json honours squeue's default filter (pending, running,
+# completing), so a job that finished or was cancelled would vanish from the poll instead of being
+# seen in its final state (seen on 24.11 and 26.05). 22.05 ignores filters with --json: same output.
+SQUEUE_ARGV = ["squeue", "--all", "--states=all", "--json"]
 SINFO_ARGV = ["sinfo", "--json"]
 TOPOLOGY_ARGV = ["scontrol", "show", "topology"]
 PARTITIONS_ARGV = ["scontrol", "show", "partition", "--oneliner"]

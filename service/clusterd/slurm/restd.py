@@ -170,21 +170,33 @@ class RestdBackend:
             return self._api
         async with self._api_lock:
             if not self._api:
-                with _observed("GET openapi"):
-                    resp = await self._send("GET", "/openapi/v3", "GET openapi")
-                    paths = _json(resp, "GET openapi").get("paths") or {}
-                    offered = {m.group(1) for p in paths if (m := _VERSION_PATH_RE.match(str(p)))}
-                    chosen = choose(offered)
-                    if chosen is None:
-                        text = (
-                            f"slurmrestd offers API versions {sorted(offered) or 'none'}; "
-                            f"clusterd speaks {list(KNOWN_API_VERSIONS)}: set slurm.restd_api_version "
-                            "or use the commands backend"
-                        )
-                        raise _error("GET openapi", resp.status_code, text)
-                    log.info("slurmrestd API %s chosen (server offers %s)", chosen, sorted(offered))
-                    self._api = chosen
+                offered = await self.offered_versions()
+                chosen = choose(offered)
+                if chosen is None:
+                    text = (
+                        f"slurmrestd offers API versions {sorted(offered) or 'none'}; "
+                        f"clusterd speaks {list(KNOWN_API_VERSIONS)}: set slurm.restd_api_version "
+                        "or use the commands backend"
+                    )
+                    raise _error("GET openapi", 200, text)
+                log.info("slurmrestd API %s chosen (server offers %s)", chosen, sorted(offered))
+                self._api = chosen
         return self._api
+
+    async def offered_versions(self) -> set[str]:
+        """The API versions the server's ``GET /openapi/v3`` lists (``{"v0.0.42", ...}``).
+
+        Each release serves its newest data_parser version and the two or three before it (24.11:
+        v0.0.40-42; 26.05: v0.0.42-45); ``clusterd check`` and the compatibility suite read this.
+        """
+        with _observed("GET openapi"):
+            resp = await self._send("GET", "/openapi/v3", "GET openapi")
+            paths = _json(resp, "GET openapi").get("paths") or {}
+            return {m.group(1) for p in paths if (m := _VERSION_PATH_RE.match(str(p)))}
+
+    async def api_version(self) -> str:
+        """The API version this backend speaks (configured, else chosen from what the server offers)."""
+        return await self._api_version()
 
     async def _spec(self) -> RestApi:
         return api_for(await self._api_version())
@@ -205,8 +217,10 @@ class RestdBackend:
             entry = await asyncio.to_thread(_passwd, request.user)
             api = await self._spec()
             switches = request.switches.render() if api.defers_switches and request.switches else None
-            base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "HOME": entry.pw_dir,
-                    "LOGNAME": entry.pw_name}  # fmt: skip
+            # The PATH jobs start with is slurm.job_path, as with sbatch (CommandsBackend): the service's
+            # own PATH may not exist where jobs run (seen on a chroot's nodes: no job venv on it).
+            path = self._config.job_path or os.environ.get("PATH", "/usr/bin:/bin")
+            base = {"PATH": path, "LANG": "C.UTF-8", "HOME": entry.pw_dir, "LOGNAME": entry.pw_name}
             body = api.submit_body(replace(request, user=entry.pw_name), base)
             user = entry.pw_name
             resp = await self._send("POST", await self._path("job/submit"), command, user=user, body=body)

@@ -105,6 +105,24 @@ async def test_submit_is_signed_for_the_jobs_user(tmp_path: Path) -> None:
     assert calls("POST job/submit", "ok") == before + 1
 
 
+@pytest.mark.parametrize("api", ["v0.0.38", "v0.0.42", "v0.0.45"])
+async def test_jobs_start_with_the_configured_job_path(tmp_path: Path, api: str) -> None:
+    """slurm.job_path reaches the job as with sbatch: seen on 24.11's nodes, clusterd's own PATH had no job venv."""
+    me = pwd.getpwuid(os.geteuid())
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"job_id": 7})
+
+    b = backend(tmp_path, handler, job_path="/opt/jobenv/bin:/usr/bin:/bin", restd_api_version=api)
+    assert await b.submit(args(user=me.pw_name)) == "7"
+    job = json.loads(seen[-1].content)["job"]
+    env = job["environment"]
+    path = env["PATH"] if isinstance(env, dict) else dict(e.split("=", 1) for e in env)["PATH"]
+    assert path == "/opt/jobenv/bin:/usr/bin:/bin"
+
+
 async def test_slurms_errors_become_slurm_error_with_its_words(tmp_path: Path) -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         err = {"errors": [{"error_code": 2000, "error": "Invalid partition name specified"}]}
