@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from pathlib import Path
@@ -38,8 +39,12 @@ def test_lfs_failure_is_only_a_warning(tmp_path: Path, monkeypatch: pytest.Monke
                                        caplog: pytest.LogCaptureFixture) -> None:
     fake_lfs(tmp_path, rc=1)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    # Another test's logging set-up may have disabled or raised this logger: this one reads it.
+    logger = logging.getLogger("clusterctl.storage.posix")
+    monkeypatch.setattr(logger, "disabled", False)
     st = PosixStorage(str(tmp_path / "root"))
-    st.prepare_prefix("steps/x/")
+    with caplog.at_level(logging.WARNING, logger=logger.name):
+        st.prepare_prefix("steps/x/")
     st.put("steps/x/a", b"1")
     assert "lfs setstripe" in caplog.text and st.get("steps/x/a") == b"1"
     st.close()
