@@ -88,7 +88,8 @@ def submit(mode: str, stack: Stack, ours: Clusterd, steps: int, *extra: str) -> 
     jobdir = stack.dir / "jobs" / "alice"
     if mode == "clusterd":
         policy = jobs_pb2.RestartPolicy(hang_timeout=Duration(seconds=HANG_SECONDS))
-        spec = jobs_pb2.JobSpec(name=name, command=train_args(stack, uri, steps, *extra), nodes=2,
+        # Whole nodes, as training jobs have them: a node's death then hits one job, not every job packed on it.
+        spec = jobs_pb2.JobSpec(name=name, command=train_args(stack, uri, steps, *extra), nodes=2, exclusive=True,
                                 environment=aws, restart_policy=policy)  # fmt: skip
         job_id = ours.client.submit(spec).job.job_id
         return Job(job_id, name, jobdir / f"{name}-{job_id}.out")
@@ -97,7 +98,7 @@ def submit(mode: str, stack: Stack, ours: Clusterd, steps: int, *extra: str) -> 
               f":/usr/bin:/bin\nexec srun --kill-on-bad-exit=1 {shlex.join(train_args(stack, uri, steps, *extra))}\n")
     out = subprocess.run(
         ["sbatch", "--parsable", "--uid=alice", "--gid=alice", f"--chdir={jobdir}", "--requeue",
-         "--open-mode=append", "-N2", f"--job-name={name}", f"--output={jobdir}/{name}-%j.out"],
+         "--open-mode=append", "-N2", "--exclusive", f"--job-name={name}", f"--output={jobdir}/{name}-%j.out"],
         input=script, capture_output=True, text=True, check=True, env=stack.slurm_env(),
     ).stdout  # fmt: skip
     job_id = out.strip().split(";")[0]
