@@ -8,7 +8,6 @@ the stack's demo service. Without a stack these skip, unless CLUSTERCTL_REQUIRE_
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,15 +26,12 @@ def stack() -> Stack:
 
 @pytest.fixture(scope="module")
 def daemon(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    # Its socket is where the jobs' ranks can reach it (group clusterctl, under the stack's run/):
-    # their heartbeats are how it detects dead nodes and hung ranks.
-    state = tmp_path_factory.mktemp("clusterd")
-    sockets = stack.dir / "run" / f"test-{state.name}-{os.getpid()}"
-    d = Daemon(stack, state, socket_dir=sockets, socket_group="clusterctl")
+    d = Daemon.reachable_by_jobs(stack, tmp_path_factory.mktemp("clusterd"))
     d.start()
     yield d
     d.stop()
-    shutil.rmtree(sockets, ignore_errors=True)
+    assert d.socket_dir is not None
+    shutil.rmtree(d.socket_dir, ignore_errors=True)
 
 
 @pytest.fixture

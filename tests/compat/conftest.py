@@ -10,6 +10,7 @@ version the running slurmrestd does not serve is skipped with the versions it do
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -80,10 +81,12 @@ def compat_daemon(
         extra = {"CLUSTERD_SLURM__BACKEND": "slurmrestd", "CLUSTERD_SLURM__RESTD_URL": cfg.restd_url,
                  "CLUSTERD_SLURM__JWT_KEY_FILE": cfg.jwt_key_file,
                  "CLUSTERD_SLURM__RESTD_API_VERSION": api}  # fmt: skip
-    d = Daemon(stack, tmp_path_factory.mktemp("clusterd-compat"), extra_env=extra)
+    d = Daemon.reachable_by_jobs(stack, tmp_path_factory.mktemp("clusterd-compat"), extra_env=extra)
     d.start()
     yield d
     d.stop()
+    assert d.socket_dir is not None
+    shutil.rmtree(d.socket_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -40,4 +40,7 @@ def test_node_death_requeues_and_resumes_from_checkpoint(compat_daemon: Daemon, 
     done = finished(compat_daemon, job.job_id)
     assert done.state == jobs_pb2.JOB_STATE_COMPLETED, done
     assert done.restarts[0].cause == jobs_pb2.TERMINATION_CAUSE_NODE_FAILURE and victim in done.excluded_nodes
+    # Found by the ranks' heartbeats and a probe of the node's slurmd (its address and port from the
+    # release's node records), not by Slurm after SlurmdTimeout.
+    assert done.restarts[0].detected_by == "heartbeat+probe", done.restarts[0]
     check_resume(stack, name, done, victim, EVERY, TOTAL)

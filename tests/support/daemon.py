@@ -118,6 +118,13 @@ class Daemon:
     def tail(self) -> str:
         return self.log_path.read_text()[-3000:] if self.log_path and self.log_path.exists() else ""
 
+    @classmethod
+    def reachable_by_jobs(cls, stack: Stack, state_dir: Path, **kwargs: Any) -> Daemon:
+        """One whose socket the jobs' ranks can reach (group clusterctl, under the stack's run/):
+        their heartbeats are how it detects dead nodes and hung ranks. Remove ``socket_dir`` after."""
+        sockets = stack.dir / "run" / f"test-{state_dir.name}-{os.getpid()}"
+        return cls(stack, state_dir, socket_dir=sockets, socket_group="clusterctl", **kwargs)
+
     def client(self, user: str = "alice") -> ClusterClient:
         return ClusterClient(self.addr, self.stack.tokens[user])
 

@@ -195,6 +195,13 @@ chroot_sync_users() {
             echo "${gline%%:*}:x:$gid:" >>"$CHROOT/etc/group"
         fi
     done
+    # The group that may reach clusterd's socket, with the same gid and members: the jobs' ranks
+    # (inside the chroot) send their heartbeats there.
+    gline="$(getent group "$CLUSTERD_SOCKET_GROUP")"
+    if [[ -n "$gline" && "$(chroot "$CHROOT" getent group "$CLUSTERD_SOCKET_GROUP")" != "$gline" ]]; then
+        sed -i "/^$CLUSTERD_SOCKET_GROUP:/d" "$CHROOT/etc/group"
+        echo "$gline" >>"$CHROOT/etc/group"
+    fi
     chroot "$CHROOT" getent passwd "$RESTD_USER" >/dev/null ||
         chroot_run useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$RESTD_USER"
 }

@@ -197,6 +197,11 @@ def _sacct_time(seconds: float) -> str:
 # seen in its final state (seen on 24.11 and 26.05). 22.05 ignores filters with --json: same output.
 SQUEUE_ARGV = ["squeue", "--all", "--states=all", "--json"]
 SINFO_ARGV = ["sinfo", "--json"]
+# Newer releases group sinfo --json by state and leave each node's address out (seen on 24.11 and
+# 26.05: "addresses": []), which the liveness probe needs; scontrol prints one record per node with
+# address and slurmd port, in the same NODE shape slurmrestd's GET nodes has. 22.05 has no --json here.
+NODES_JSON_ARGV = ["scontrol", "show", "nodes", "--json"]
+NODES_JSON_FROM = (23, 11)  # the oldest release it is used on (verified: 24.11, 26.05)
 TOPOLOGY_ARGV = ["scontrol", "show", "topology"]
 PARTITIONS_ARGV = ["scontrol", "show", "partition", "--oneliner"]
 VERSION_ARGV = ["sbatch", "--version"]

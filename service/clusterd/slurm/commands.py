@@ -16,6 +16,7 @@ from clusterd.slurm.request import JobRequest
 from clusterd.slurm.runner import CommandRunner, RunAs
 from clusterd.slurm.topology_text import parse_topology
 from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch
+from clusterd.slurm.version import SlurmVersion, SlurmVersionError
 
 T = TypeVar("T")
 
@@ -28,6 +29,7 @@ class CommandsBackend:
             bin_dir=config.bin_dir, slurm_conf=config.slurm_conf, timeout=config.command_timeout_seconds
         )
         self._job_path = config.job_path
+        self._nodes_command: list[str] | None = None  # see _nodes_argv
 
     async def submit(self, request: JobRequest) -> str:
         """sbatch runs as the job's user, in its submit directory, with a minimal environment.
@@ -75,8 +77,22 @@ class CommandsBackend:
         return await _parsed("squeue", parse.parse_squeue, result.stdout)
 
     async def list_nodes(self) -> list[SlurmNode]:
-        result = await self.runner.run(argv.SINFO_ARGV)
-        return await _parsed("sinfo", parse.parse_sinfo, result.stdout)
+        nodes_argv = await self._nodes_argv()
+        result = await self.runner.run(nodes_argv)
+        return await _parsed(nodes_argv[0], parse.parse_sinfo, result.stdout)
+
+    async def _nodes_argv(self) -> list[str]:
+        """``scontrol show nodes --json`` where the release has it (node addresses, slurmd ports), else sinfo.
+
+        Decided once from ``sbatch --version``; a version we cannot read keeps sinfo, which works everywhere.
+        """
+        if self._nodes_command is None:
+            try:
+                release = SlurmVersion.parse(await self.version()).release
+            except SlurmVersionError:
+                release = (0, 0)
+            self._nodes_command = argv.NODES_JSON_ARGV if release >= argv.NODES_JSON_FROM else argv.SINFO_ARGV
+        return self._nodes_command
 
     async def topology(self) -> list[SlurmSwitch]:
         result = await self.runner.run(argv.TOPOLOGY_ARGV, check=False)

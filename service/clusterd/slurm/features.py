@@ -6,6 +6,8 @@ Verified against real daemons (deploy/local/stack.sh up --slurm 22.05|24.11|26.0
   24.11: v0.0.40-42; 26.05: v0.0.42-45). The slurmrestd backend speaks the newest both sides know.
 * ``squeue``/``sinfo --json`` filters: 22.05 ignores them, newer releases honour them, including
   squeue's default state filter, so the poll asks ``--states=all`` (else finished jobs vanish).
+* Node records: newer ``sinfo --json`` groups nodes and names no addresses; the commands backend
+  reads ``scontrol show nodes --json`` there (address and slurmd port, for the liveness probe).
 * ``SchedulerParameters=requeue_delay=N`` (25.11+): a requeued job waits N seconds instead of
   ``cred_expire`` (120 s). clusterd releases requeued jobs itself (``StartTime=now``) on every
   release, so this changes nothing while clusterd runs; it shortens recovery while clusterd is down.
@@ -63,6 +65,8 @@ class SlurmFeatures:
             out.append(f"REST {self.rest_used} used (slurmrestd serves {offered})")
         if self.json_filters:
             out.append("squeue/sinfo --json honour filters: the poll asks --states=all")
+            out.append("nodes (commands backend) from scontrol show nodes --json: newer sinfo --json leaves out "
+                       "the node addresses the liveness probe needs")  # fmt: skip
         else:
             out.append("squeue/sinfo --json ignore filters: the poll reads the whole queue and filters here")
         if self.requeue_delay_seconds is not None:
