@@ -68,7 +68,14 @@ def finished(daemon: Daemon, job_id: str, timeout: float = 300) -> jobs_pb2.JobS
                     interval=1, what=f"job {job_id} to finish")  # fmt: skip
 
 
-def check_resume(stack: Stack, name: str, job: jobs_pb2.JobStatus, victim: str, every: int, total: int) -> None:
+def check_resume(stack: Stack, name: str, job: jobs_pb2.JobStatus, victim: str, every: int, total: int, *,
+                 exact_restart_step: bool = True) -> None:  # fmt: skip
+    """The job resumed on other nodes from a checkpoint within one interval of where the dead rank stopped.
+
+    ``exact_restart_step=False`` lets the restart record's step lag the resumed one by up to one
+    interval: a heartbeat-detected restart records the step the service last read, and a checkpoint
+    committed since that read is still the one the job restores (seen in tests/compat, 2 of 5 runs).
+    """
     runs = runs_of(log_of(stack, name, job.job_id))
     assert len(runs) >= 2, [r.header for r in runs]
     first, second = runs[0], runs[1]
@@ -85,7 +92,10 @@ def check_resume(stack: Stack, name: str, job: jobs_pb2.JobStatus, victim: str, 
     for rank in (0, 1):
         assert second.steps[rank][0] == resumed + 1
         assert runs[-1].steps[rank][-1] == total - 1
-    assert job.restarts[0].checkpoint_step == resumed
+    if exact_restart_step:
+        assert job.restarts[0].checkpoint_step == resumed
+    else:
+        assert resumed - every <= job.restarts[0].checkpoint_step <= resumed, (job.restarts[0], resumed)
 
 
 EVERY, TOTAL = 20, 500  # checkpoint interval and length (steps of 0.1 s) of the node-death runs
