@@ -141,8 +141,13 @@ class HeartbeatSender:
             self._wake.set()
 
     def report_committed(self, step: int) -> None:
+        """Sent at once (commits are rare): a failure right after a commit must not leave clusterd
+        deciding on the step before it."""
         with self._lock:
+            newer = int(step) > self._committed
             self._committed = max(self._committed, int(step))
+        if newer:
+            self._wake.set()
 
     def report_restored(self) -> None:
         with self._lock:

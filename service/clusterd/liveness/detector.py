@@ -20,7 +20,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clusterd.liveness.probe import NodeProber
 from clusterd.liveness.table import LivenessTable, RankBeat, Run
@@ -46,6 +46,7 @@ class Detection:
     detected_at: float
     detail: str
     exit_code: int = 0
+    committed_step: int = -1  # the newest checkpoint step the run's ranks reported committed
 
 
 def crashed_rank(run: Run) -> tuple[int, RankBeat] | None:
@@ -125,6 +126,7 @@ class Detector:
                 continue  # not running this run (yet, or any more): Slurm's own view decides
             detection = self._crashed(run) or await self._silent(run, nodes, frozenset(view.nodes))
             if detection is not None and not run.decided:
+                detection = replace(detection, committed_step=run.committed_step())
                 run.decided = True
                 found.append(detection)
                 log.warning("job %s: %s (%s)", run.job_id, detection.detail, detection.detected_by)

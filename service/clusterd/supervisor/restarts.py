@@ -185,6 +185,8 @@ class Restarter:
         node_dead = cause == Cause.NODE_FAILURE
         term = Termination(cause, det.nodes if node_dead else (), det.exit_code, det.detail, nodes=rec.nodes)
         policy = effective_policy(rec.spec.restart_policy, self._defaults)
+        # The ranks' own reports are newer than the last storage read: the step the job resumes from.
+        rec.checkpoint_step = max(rec.checkpoint_step, det.committed_step)
         decision = decide(term, policy, rec, rec.checkpoint_step)
         if node_dead:
             # Whatever the policy says of this job, the nodes are dead: Slurm must stop using them.

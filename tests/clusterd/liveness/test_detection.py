@@ -105,6 +105,7 @@ async def test_silent_rank_on_unreachable_node_is_a_dead_node(live: Live) -> Non
     assert [r.cause for r in job.restarts] == [jobs_pb2.TERMINATION_CAUSE_NODE_FAILURE]
     restart = job.restarts[0]
     assert restart.detected_by == "heartbeat+probe" and list(restart.failed_nodes) == ["node2"]
+    assert restart.checkpoint_step == 4  # the ranks' own report, ahead of any storage read
     assert restart.failed_at.ToSeconds() <= restart.detected_at.ToSeconds() <= restart.requeued_at.ToSeconds()
     assert "node2" in job.excluded_nodes
     # The surviving rank is told to stop; a second look at the same run decides nothing more.
