@@ -62,6 +62,9 @@ def values() -> dict[str, dict[str, str]]:
             "BRIDGE_ADDR": CTLD_HOST,
             "STATE": STATE,
             "SLURMD_TIMEOUT": str(SLURMD_TIMEOUT),
+            "CTLD_PORT": "6817",  # Slurm's default ports: each service is its own container here
+            "SLURMD_PORT": "6818",
+            "SCHED_PARAMS": "bf_interval=5,sched_interval=5",  # deploy/local/lib/common.sh's
             "JWT_KEY": JWT_KEY,
             "NODE_LINES": node_lines(),
         },
