@@ -69,10 +69,6 @@ class HeartbeatService:
             await self._first_step(run)
         return known.interval, run.decided and run.restart_count == req.restart_count
 
-    def forget(self, record_id: int) -> None:
-        self._known.pop(record_id, None)
-        self._table.forget(record_id)
-
     async def _lookup(self, record_id: int) -> _Known | None:
         known = self._known.get(record_id)
         if known is not None:
