@@ -172,7 +172,10 @@ def test_hold_release_and_the_whole_queue(views_daemon: Daemon) -> None:
         assert bob.get(bobs.job_id).state == jobs_pb2.JOB_STATE_RUNNING
         bob.release(bobs.job_id)
         # alice sees bob's job as squeue shows it to everyone, and nothing more.
-        queue = {j.job_id: j for j in alice.queue().jobs}
+        # Right after a release Slurm shows the job's reason as None until its scheduler looks again.
+        queue = wait_for(lambda: (q := {j.job_id: j for j in alice.queue().jobs}).get(later.job_id)
+                         and q[later.job_id].reason == "BeginTime" and q,
+                         timeout=30, what="BeginTime again")  # fmt: skip
         theirs, mine = queue[bobs.job_id], queue[later.job_id]
         assert (theirs.user, theirs.name, theirs.mine, theirs.supervised) == ("bob", bobs.name, False, False)
         assert theirs.state == jobs_pb2.JOB_STATE_RUNNING and theirs.nodes
