@@ -191,15 +191,7 @@ class ClusterClient:
     def watch(self, job_ids: list[str] | None = None, *, include_initial: bool = True) -> Iterator[jobs_pb2.JobEvent]:
         """Stream job events until the server ends the stream or the caller stops iterating."""
         request = jobs_pb2.WatchJobsRequest(job_ids=job_ids or [], include_initial=include_initial)
-        stream = self.jobs.WatchJobs(request, metadata=self._metadata())
-        try:
-            yield from stream
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.CANCELLED:
-                return
-            raise _service_error(exc) from None
-        finally:
-            stream.cancel()
+        yield from _drain(self.jobs.WatchJobs(request, metadata=self._metadata()))
 
     def read_log(
         self, job_id: str, *, stderr: bool = False, tail_lines: int = 0, follow: bool = False
@@ -212,15 +204,8 @@ class ClusterClient:
             job_id=job_id, tail_lines=tail_lines, follow=follow,
             stream=jobs_pb2.LOG_STREAM_STDERR if stderr else jobs_pb2.LOG_STREAM_STDOUT,
         )  # fmt: skip
-        stream = self.jobs.ReadJobLog(request, metadata=self._metadata(), timeout=None if follow else self.timeout * 10)
-        try:
-            yield from stream
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.CANCELLED:
-                return
-            raise _service_error(exc) from None
-        finally:
-            stream.cancel()
+        timeout = None if follow else self.timeout * 10
+        yield from _drain(self.jobs.ReadJobLog(request, metadata=self._metadata(), timeout=timeout))
 
     def history(self, request: jobs_pb2.ListHistoryRequest) -> jobs_pb2.ListHistoryResponse:
         return self._call(self.jobs.ListHistory, request)
@@ -268,3 +253,18 @@ def _service_error(exc: grpc.RpcError) -> ServiceError:
 
 __all__ = ["ClusterClient", "ServiceError", "UsageError", "new_request_id", "open_channel", "resolve_addr",
            "resolve_token"]
+
+
+def _drain(stream: Any) -> Iterator[Any]:
+    """A server stream's messages; its end by cancellation is a plain end, other errors ServiceError.
+
+    The stream is cancelled when the caller stops iterating early, so the server stops sending.
+    """
+    try:
+        yield from stream
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.CANCELLED:
+            return
+        raise _service_error(exc) from None
+    finally:
+        stream.cancel()
