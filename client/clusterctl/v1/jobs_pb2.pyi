@@ -402,26 +402,30 @@ class RequeueJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[JobStatus, _Mapping]] = ...) -> None: ...
 
 class WatchJobsRequest(_message.Message):
-    __slots__ = ("job_ids", "include_initial")
+    __slots__ = ("job_ids", "include_initial", "resume_token")
     JOB_IDS_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_INITIAL_FIELD_NUMBER: _ClassVar[int]
+    RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
     job_ids: _containers.RepeatedScalarFieldContainer[str]
     include_initial: bool
-    def __init__(self, job_ids: _Optional[_Iterable[str]] = ..., include_initial: _Optional[bool] = ...) -> None: ...
+    resume_token: str
+    def __init__(self, job_ids: _Optional[_Iterable[str]] = ..., include_initial: _Optional[bool] = ..., resume_token: _Optional[str] = ...) -> None: ...
 
 class JobEvent(_message.Message):
-    __slots__ = ("type", "job", "time", "previous_state", "message")
+    __slots__ = ("type", "job", "time", "previous_state", "message", "resume_token")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_STATE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
     type: JobEventType
     job: JobStatus
     time: _timestamp_pb2.Timestamp
     previous_state: JobState
     message: str
-    def __init__(self, type: _Optional[_Union[JobEventType, str]] = ..., job: _Optional[_Union[JobStatus, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., previous_state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ...) -> None: ...
+    resume_token: str
+    def __init__(self, type: _Optional[_Union[JobEventType, str]] = ..., job: _Optional[_Union[JobStatus, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., previous_state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ..., resume_token: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("record_id", "token", "job_id", "restart_count", "rank", "world_size", "node", "pid", "step", "committed_step", "restored", "exiting", "exit_code")
