@@ -156,6 +156,24 @@ class WebConfig:
 
 
 @dataclass(frozen=True)
+class HAConfig:
+    """Several replicas on one shared store (clusterd.ha): one leader supervises, all serve the API.
+
+    The leader holds the store's "supervisor" lease and renews it every ``renew_seconds``; a leader
+    that has not renewed for ``lease_seconds`` is replaced by the first follower to try (followers
+    try as often as the leader renews). Failover therefore takes at most about
+    ``lease_seconds + renew_seconds`` plus one queue poll. With one replica (SQLite) the lease
+    is taken at start and kept; nothing else changes.
+    """
+
+    lease_seconds: float = 3.0
+    renew_seconds: float = 1.0
+    replica_name: str = ""  # shown in health, metrics and the lease row; empty = "<hostname>:<pid>"
+    event_poll_seconds: float = 0.1  # how often a replica reads events other replicas logged
+    event_retention_seconds: float = 3600.0  # how far back a watcher's resume_token can reach
+
+
+@dataclass(frozen=True)
 class Config:
     # unix:/ABSOLUTE/PATH (socket 0660 and its directory 0750, both group socket_group) or host:port,
     # which needs [tls] unless allow_insecure.
@@ -181,6 +199,7 @@ class Config:
     liveness: LivenessConfig = field(default_factory=LivenessConfig)
     views: ViewsConfig = field(default_factory=ViewsConfig)
     web: WebConfig = field(default_factory=WebConfig)
+    ha: HAConfig = field(default_factory=HAConfig)
 
     @property
     def db_path(self) -> Path:

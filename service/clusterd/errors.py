@@ -40,6 +40,15 @@ class AlreadyExists(ServiceError):
     """A request id reused for a different request: the message names the first job."""
 
 
+class Unavailable(ServiceError):
+    """This replica cannot serve the call now and another one can (e.g. a follower asked for the
+    leader's work): the caller retries elsewhere."""
+
+
+class OutOfRange(ServiceError):
+    """A position (a watch's resume token) the service no longer keeps or never gave out."""
+
+
 class SlurmError(ServiceError):
     """A Slurm command failed; ``stderr`` carries Slurm's own words for the caller."""
 

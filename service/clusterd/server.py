@@ -20,6 +20,8 @@ from clusterd.api.views_servicer import ViewsJobServicer
 from clusterd.auth.tokens import TokenStore
 from clusterd.config import Config
 from clusterd.errors import SlurmError
+from clusterd.ha.fencing import FencedBackend
+from clusterd.ha.leadership import Leadership
 from clusterd.jobs.checkpoints import CheckpointViews
 from clusterd.jobs.history import History
 from clusterd.jobs.logs import JobLogs
@@ -28,7 +30,7 @@ from clusterd.liveness.detector import Detector, JobView
 from clusterd.liveness.heartbeats import HeartbeatService
 from clusterd.liveness.probe import TcpProber
 from clusterd.liveness.table import LivenessTable
-from clusterd.observability.metrics import SLURM_INFO, MetricsServer, start_metrics_server
+from clusterd.observability.metrics import SLURM_INFO, MetricsServer
 from clusterd.placement import TopologyPlacer
 from clusterd.security.audit import AuditLog
 from clusterd.security.files import private_dir, private_files
@@ -41,6 +43,7 @@ from clusterd.slurm.features import detect
 from clusterd.store.sqlite import JobStore
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventBus
+from clusterd.supervisor.journal import EventJournal
 from clusterd.supervisor.progress import ProgressBudget, ProgressReader
 from clusterd.supervisor.reconciler import Reconciler
 from clusterd.supervisor.restarts import Restarter
@@ -49,6 +52,8 @@ from clusterd.web.server import check_web_transport, combined, serve
 
 log = logging.getLogger(__name__)
 
+# SERVING only on the replica that holds the supervisor lease (load balancers, `stack.sh kill-leader`).
+LEADER_HEALTH = "clusterd.leader"
 _SERVICES = (
     jobs_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
     cluster_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name,
@@ -74,6 +79,16 @@ class ClusterDaemon:
             max_subscribers=config.limits.max_watchers,
             max_per_user=config.limits.max_watchers_per_user,
         )
+        # Every event goes through the store's log to every replica's bus (resume tokens are its
+        # positions); producers publish into the journal, watchers subscribe to the bus.
+        ha = config.ha
+        self.journal = EventJournal(self.store, self.bus, poll_seconds=ha.event_poll_seconds,
+                                    retention_seconds=ha.event_retention_seconds)  # fmt: skip
+        # One replica of several leads: it alone supervises (requeues, releases, marks nodes down),
+        # and each of its Slurm writes is fenced by the lease epoch.
+        self.leadership = Leadership(self.store, ha)
+        self.leadership.subscribe(self._leadership_changed)
+        fenced = FencedBackend(self.backend, self.leadership)
         # Supervision in three parts, wired here and nowhere else: the queue cache polls Slurm and
         # hands each snapshot to the reconciler, which writes the store, publishes to the bus and
         # lets the restarter act; checkpoint progress is read by its own task, off the poll path.
@@ -85,14 +100,15 @@ class ClusterDaemon:
             seconds=sup.progress_read_seconds, max_keys=sup.progress_max_keys, interval=sup.progress_interval_seconds,
             retry_after=sup.progress_retry_seconds, workers=sup.progress_workers))  # fmt: skip
         self.liveness = LivenessTable()
-        self.restarter = Restarter(self.backend, self.store, self.bus, self.progress, config.restart, self.liveness)
-        self.reconciler = Reconciler(self.store, self.bus, self.restarter, self.progress, kick=self.poller.kick,
-                                     hurry=self.poller.hurry)  # fmt: skip
+        self.restarter = Restarter(fenced, self.store, self.journal, self.progress, config.restart, self.liveness)
+        self.reconciler = Reconciler(self.store, self.journal, self.restarter, self.progress, kick=self.poller.kick,
+                                     hurry=self.poller.hurry, may_act=lambda: self.leadership.is_leader)  # fmt: skip
         self.poller.subscribe(self.reconciler)
         # Liveness: heartbeats from the jobs' ranks, a detector that decides in seconds what Slurm
         # would see after SlurmdTimeout, acted on by the reconciler's restarter.
         live = config.liveness
-        self.heartbeats = HeartbeatService(self.store, self.liveness, live, self.reconciler.on_first_step)
+        self.heartbeats = HeartbeatService(self.store, self.liveness, live, self.reconciler.on_first_step,
+                                           leading=lambda: self.leadership.is_leader)  # fmt: skip
         self.detector = Detector(
             self.liveness, TcpProber(live.probe_timeout_seconds), self.reconciler.on_detected,
             jobs=self._job_view, nodes=lambda: {n.name: n for n in self.poller.snapshot.nodes},
@@ -100,7 +116,7 @@ class ClusterDaemon:
         )  # fmt: skip
         self.placer = TopologyPlacer(self.poller)
         self.quotas = Quotas(self.store, config.limits)
-        self.manager = JobManager(config, self.backend, self.store, self.poller, self.bus, self.placer,
+        self.manager = JobManager(config, self.backend, self.store, self.poller, self.journal, self.placer,
                                   quotas=self.quotas, audit=self.audit)  # fmt: skip
         # What users see beyond their records (logs, history, the queue, checkpoints): one facade
         # for the gRPC views and the web dashboard alike.
@@ -120,6 +136,10 @@ class ClusterDaemon:
         self._retention_task: asyncio.Task[None] | None = None
         self._progress_task: asyncio.Task[None] | None = None
         self._detector_task: asyncio.Task[None] | None = None
+        self._lease_task: asyncio.Task[None] | None = None
+        self._journal_task: asyncio.Task[None] | None = None
+        self._journal_stop = asyncio.Event()  # after the last submit drained: its events are logged too
+        self._serving = False
         self._metrics: MetricsServer | None = None
         self._web: MetricsServer | None = None  # the dashboard's own listener, when not the metrics one
 
@@ -154,7 +174,7 @@ class ClusterDaemon:
                 ("grpc.max_send_message_length", limit),
             ],
         )
-        servicer = ViewsJobServicer(self.manager, self.bus, self.heartbeats, views=self.views)
+        servicer = ViewsJobServicer(self.manager, self.bus, self.heartbeats, self.journal, views=self.views)
         jobs_pb2_grpc.add_JobServiceServicer_to_server(servicer, server)
         cluster_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(self.poller, self.placer), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -168,6 +188,10 @@ class ClusterDaemon:
         if self._socket is not None:
             secure_socket(self._socket)
         await self._set_health(False)
+        await self.journal.start()
+        self._journal_task = asyncio.create_task(self.journal.run(self._journal_stop))
+        await self.leadership.step()  # one replica alone leads from its first poll on
+        self._lease_task = asyncio.create_task(self.leadership.run(self._stop))
         # First poll before serving, so validation knows the partitions and nodes.
         with contextlib.suppress(Exception):
             await self.poller.poll_once()
@@ -202,12 +226,12 @@ class ClusterDaemon:
         shared = web is not None and (not cfg.web.listen or same)
         if cfg.metrics_listen:
             if shared:
-                self._metrics = serve(cfg.metrics_listen, combined(web), config=cfg)
+                self._metrics = serve(cfg.metrics_listen, combined(web, self.role), config=cfg)
                 log.info("metrics on %s://%s/metrics, dashboard on %s://%s/", scheme, cfg.metrics_listen, scheme,
                          cfg.metrics_listen)  # fmt: skip
             else:
-                self._metrics = start_metrics_server(cfg.metrics_listen)
-                log.info("metrics on http://%s/metrics", cfg.metrics_listen)
+                self._metrics = serve(cfg.metrics_listen, combined(None, self.role))
+                log.info("metrics on http://%s/metrics, health on /healthz", cfg.metrics_listen)
         if web is not None and not shared:
             self._web = serve(cfg.web.listen, web, config=cfg)
             log.info("dashboard on %s://%s/", scheme, cfg.web.listen)
@@ -215,10 +239,23 @@ class ClusterDaemon:
     def _health_changed(self, ok: bool) -> None:
         self._health_task = asyncio.ensure_future(self._set_health(ok))
 
+    def _leadership_changed(self, leading: bool) -> None:
+        self.liveness.clear()  # beats start anew with the leadership: no stale silence to act on
+        log.info("%s is now the %s", self.leadership.holder, "leader" if leading else "follower")
+        self._health_task = asyncio.ensure_future(self._set_health(self._serving))
+
+    def role(self) -> dict[str, object]:
+        """What /healthz says: leader, follower, or not ready (not serving the API yet)."""
+        role = ("leader" if self.leadership.is_leader else "follower") if self._serving else "not ready"
+        return {"role": role, "replica": self.leadership.holder, "epoch": self.leadership.epoch}
+
     async def _set_health(self, ok: bool) -> None:
-        status = health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
-        for name in ("", *_SERVICES):
-            result = self.health.set(name, status)
+        self._serving = ok
+        serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+        status = serving if ok else not_serving
+        leading = serving if ok and self.leadership.is_leader else not_serving
+        for name, value in (("", status), *((n, status) for n in _SERVICES), (LEADER_HEALTH, leading)):
+            result = self.health.set(name, value)
             if asyncio.iscoroutine(result):
                 await result
 
@@ -246,13 +283,18 @@ class ClusterDaemon:
         if self._server is not None:
             await self._server.stop(self.config.shutdown_grace_seconds)
             self._server = None
-        tasks = (self._poll_task, self._tokens_task, self._retention_task, self._progress_task, self._detector_task)
+        tasks = (self._poll_task, self._tokens_task, self._retention_task, self._progress_task, self._detector_task,
+                 self._lease_task)  # fmt: skip
         for task in tasks:
             if task is not None:
                 await task
         self._poll_task = self._tokens_task = self._retention_task = self._progress_task = None
-        self._detector_task = None
+        self._detector_task = self._lease_task = None
         await self.manager.drain(self.config.shutdown_grace_seconds)
+        self._journal_stop.set()
+        if self._journal_task is not None:
+            await self._journal_task
+            self._journal_task = None
         self.progress.close()
         for http in (self._metrics, self._web):
             if http is not None:

@@ -161,6 +161,7 @@ def job_event(event: JobEvent) -> jobs_pb2.JobEvent:
         type=f"JOB_EVENT_TYPE_{event.type.value}",
         job=job_status(event.record),
         message=event.message,
+        resume_token=str(event.seq) if event.seq else "",
     )
     if event.previous_state is not None:
         msg.previous_state = job_state(event.previous_state)

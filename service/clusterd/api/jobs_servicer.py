@@ -13,7 +13,9 @@ from clusterd.jobs.manager import JobManager
 from clusterd.liveness.heartbeats import HeartbeatService
 from clusterd.slurm.arrays import split_task_id
 from clusterd.store.records import JobRecord
+from clusterd.errors import FailedPrecondition, InvalidArgument, OutOfRange
 from clusterd.supervisor.events import EventBus, EventType, JobEvent
+from clusterd.supervisor.journal import EventJournal
 
 
 def _visible(ident: Identity, rec: JobRecord, job_ids: frozenset[str]) -> bool:
@@ -31,10 +33,14 @@ def _status(rec: JobRecord, asked: str, *, with_spec: bool = False) -> jobs_pb2.
 
 
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
-    def __init__(self, manager: JobManager, bus: EventBus, heartbeats: HeartbeatService) -> None:
+    def __init__(
+        self, manager: JobManager, bus: EventBus, heartbeats: HeartbeatService, journal: EventJournal | None = None
+    ) -> None:
+        """``journal``: the event log that resume tokens point into (None: resuming is refused)."""
         self._manager = manager
         self._bus = bus
         self._heartbeats = heartbeats
+        self._journal = journal
 
     async def Heartbeat(
         self, request: jobs_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
@@ -83,9 +89,11 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     ) -> AsyncIterator[jobs_pb2.JobEvent]:
         ident = current_identity()
         job_ids = self._manager.watch_ids(request.job_ids)
-        # Subscribe before the snapshot so no event between the two is lost; unsubscribe on every
-        # exit, including a snapshot that fails (unknown or foreign job id). The bus caps watchers
-        # per user as well as in all.
+        after = await self._resume_position(request.resume_token)
+        # Subscribe before the snapshot or the replay so no event between them and the live stream
+        # is lost; an event both replayed and delivered live is sent once (by its log position).
+        # Unsubscribe on every exit, including a snapshot that fails (unknown or foreign job id).
+        # The bus caps watchers per user as well as in all.
         sub = self._bus.subscribe(lambda ev: _visible(ident, ev.record, job_ids), user=ident.user)
         try:
             if request.include_initial:
@@ -95,7 +103,33 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                     initial = await self._manager.list(ident, user="", include_finished=False, limit=0)
                 for rec in initial:
                     yield convert.job_event(JobEvent(EventType.SNAPSHOT, rec))
+            if after is not None and self._journal is not None:
+                async for event in self._journal.replay(after):
+                    after = event.seq
+                    if _visible(ident, event.record, job_ids):
+                        yield convert.job_event(event)
             async for event in sub:
+                if after is not None and 0 < event.seq <= after:
+                    continue  # replayed already
                 yield convert.job_event(event)
         finally:
             self._bus.unsubscribe(sub)
+
+    async def _resume_position(self, token: str) -> int | None:
+        """The log position a resume token names; None for a fresh watch."""
+        if not token:
+            return None
+        if not token.isdigit() or len(token) > 19:
+            raise InvalidArgument("resume_token", "not a token this service gave out (JobEvent.resume_token)")
+        if self._journal is None:
+            raise FailedPrecondition("this service keeps no event log to resume from")
+        after = int(token)
+        oldest, newest = await self._journal.bounds()
+        if oldest and after < oldest - 1:
+            raise OutOfRange(
+                f"resume_token {token} is older than the event log keeps (oldest {oldest}, "
+                "ha.event_retention_seconds); watch again with include_initial"
+            )
+        if after > newest:
+            raise OutOfRange(f"resume_token {token} is past the newest event ({newest})")
+        return after

@@ -51,7 +51,8 @@ from clusterd.store.records import ArrayTask, JobRecord, Phase, RestartEntry
 from clusterd.store.sqlite import JobStore
 from clusterd.supervisor import array_view
 from clusterd.supervisor.cache import QueueCache
-from clusterd.supervisor.events import EventBus, EventType, JobEvent
+from clusterd.supervisor.events import EventType, JobEvent
+from clusterd.supervisor.sink import EventSink
 from clusterd.supervisor.reconciler import observe
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ class JobManager:
         backend: SlurmBackend,
         store: JobStore,
         cache: QueueCache,
-        bus: EventBus,
+        bus: EventSink,
         placer: Placer,
         *,
         quotas: Quotas | None = None,

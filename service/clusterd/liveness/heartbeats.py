@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from clusterctl.v1 import jobs_pb2
 from clusterd.config import LivenessConfig
-from clusterd.errors import InvalidArgument, Unauthenticated
+from clusterd.errors import InvalidArgument, Unauthenticated, Unavailable
 from clusterd.liveness import credentials
 from clusterd.liveness.table import Beat, LivenessTable, Run
 from clusterd.store.sqlite import JobStore
@@ -34,8 +34,13 @@ FirstStep = Callable[[Run], Awaitable[None]]
 
 
 class HeartbeatService:
-    def __init__(self, store: JobStore, table: LivenessTable, config: LivenessConfig, first_step: FirstStep) -> None:
+    def __init__(
+        self, store: JobStore, table: LivenessTable, config: LivenessConfig, first_step: FirstStep,
+        *, leading: Callable[[], bool] = lambda: True,
+    ) -> None:  # fmt: skip
+        """``leading``: whether this replica supervises now; only the leader's detector listens."""
         self._store = store
+        self._leading = leading
         self._table = table
         self._config = config
         self._first_step = first_step
@@ -47,7 +52,10 @@ class HeartbeatService:
         Raises:
             Unauthenticated: no record with that id, or the token is not its token.
             InvalidArgument: a field out of range.
+            Unavailable: this replica is a follower (the ranks try the next address).
         """
+        if not self._leading():
+            raise Unavailable("this clusterd replica is a follower; heartbeats go to the leader")
         if not req.token or req.record_id <= 0:
             raise Unauthenticated("heartbeat needs record_id and token (CLUSTERCTL_RECORD_ID, "
                                   "CLUSTERCTL_HEARTBEAT_TOKEN)")  # fmt: skip

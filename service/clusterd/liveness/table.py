@@ -95,5 +95,9 @@ class LivenessTable:
     def get(self, record_id: int) -> Run | None:
         return self._runs.get(record_id)
 
+    def clear(self) -> None:
+        """Forget every run: this replica stopped (or started) supervising; beats start it anew."""
+        self._runs.clear()
+
     def forget(self, record_id: int) -> None:
         self._runs.pop(record_id, None)

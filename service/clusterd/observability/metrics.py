@@ -88,6 +88,21 @@ SLURM_INFO = Gauge(
     ["version", "backend"],
     registry=REGISTRY,
 )
+LEASE_EPOCH = Gauge(
+    "clusterd_lease_epoch",
+    "Epoch of the supervisor lease this replica holds or last held (0: never held it)",
+    registry=REGISTRY,
+)
+IS_LEADER = Gauge(
+    "clusterd_is_leader",
+    "1 while this replica holds the supervisor lease (runs requeues and releases), else 0",
+    registry=REGISTRY,
+)
+FAILOVERS = Counter(
+    "clusterd_failovers",
+    "Times this replica took the supervisor lease over from an earlier holder (epoch above 1)",
+    registry=REGISTRY,
+)
 CHECKPOINT_COMMITS = Counter(
     "clusterd_checkpoint_commits_seen",
     "Times the supervisor saw a running job's newest committed checkpoint step advance, by job",

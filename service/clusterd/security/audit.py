@@ -27,12 +27,14 @@ from clusterd.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    OutOfRange,
     PermissionDenied,
     ResourceExhausted,
     ServiceError,
     SlurmError,
     SlurmUnavailable,
     Unauthenticated,
+    Unavailable,
 )
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,8 @@ STATUS_NAMES: tuple[tuple[type[ServiceError], str], ...] = (
     (FailedPrecondition, "FAILED_PRECONDITION"),
     (ResourceExhausted, "RESOURCE_EXHAUSTED"),
     (AlreadyExists, "ALREADY_EXISTS"),
+    (Unavailable, "UNAVAILABLE"),
+    (OutOfRange, "OUT_OF_RANGE"),
     (SlurmUnavailable, "UNAVAILABLE"),
     (SlurmError, "INTERNAL"),
 )

@@ -37,6 +37,7 @@ class JobEvent:
     previous_state: JobState | None = None
     message: str = ""
     time: float = field(default_factory=time.time)
+    seq: int = 0  # position in the store's event log (0: not logged yet, or a SNAPSHOT): the resume token
 
 
 _CLOSED = object()

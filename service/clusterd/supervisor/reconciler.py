@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from clusterd.ha.leadership import Deposed
 from clusterd.liveness.detector import Detection
 from clusterd.liveness.table import Run
 from clusterd.observability.metrics import CHECKPOINT_COMMITS, CHECKPOINT_STEP, JOBS_BY_STATE
@@ -117,7 +118,11 @@ class Reconciler:
         *,
         kick: Callable[[], None],
         hurry: Callable[[float], None] | None = None,
+        may_act: Callable[[], bool] = lambda: True,
     ) -> None:
+        """``may_act``: whether this replica supervises now (it holds the lease); a follower's
+        reconciler looks at nothing and forgets what it knew, so a leadership it gains later starts
+        from the store and Slurm, not from a stale memory."""
         self._store = store
         self._events = events
         self._restarter = restarter
@@ -129,9 +134,24 @@ class Reconciler:
         # Records whose last look changed nothing and that need no periodic action, as they were
         # seen: a poll skips them while all three stay the same.
         self._settled: dict[int, _Seen] = {}
+        self._may_act = may_act
+        self._standing_by = False
+
+    def _acting(self) -> bool:
+        if self._may_act():
+            self._standing_by = False
+            return True
+        if not self._standing_by:
+            self._standing_by = True
+            self._missing.clear()
+            self._settled.clear()
+            self._restarter.reset()
+        return False
 
     async def on_detected(self, det: Detection) -> None:
         """A failure the liveness detector found: the restarter acts on it under the record's lock."""
+        if not self._acting():
+            return
         async with self._store.record_lock(det.record_id):
             rec = await self._store.get_by_record(det.record_id)
             if rec is None or rec.terminal or self._snapshot is None:
@@ -142,7 +162,7 @@ class Reconciler:
 
     async def on_first_step(self, run: Run) -> None:
         """A restarted run reported its first training step: the last phase of its recovery."""
-        if run.first_step_wall is None:
+        if run.first_step_wall is None or not self._acting():
             return
         async with self._store.record_lock(run.record_id):
             rec = await self._store.get_by_record(run.record_id)
@@ -151,6 +171,14 @@ class Reconciler:
 
     async def on_snapshot(self, snapshot: ClusterSnapshot) -> None:
         self._snapshot = snapshot
+        if not self._acting():
+            return
+        try:
+            await self._reconcile(snapshot)
+        except Deposed as exc:  # the lease lapsed mid-poll: the new leader redoes what was left
+            log.warning("stopped supervising mid-poll: %s", exc)
+
+    async def _reconcile(self, snapshot: ClusterSnapshot) -> None:
         states: Counter[str] = Counter()
         settled: dict[int, _Seen] = {}
         for row in await self._store.live():

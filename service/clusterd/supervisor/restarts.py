@@ -245,6 +245,13 @@ class Restarter:
                     return
             await asyncio.sleep(_REQUEUE_RETRY_GAP)
 
+    def reset(self) -> None:
+        """Forget every timer: this replica stopped supervising (another one leads now)."""
+        self._released_at.clear()
+        self._held_since.clear()
+        self._ended_at.clear()
+        self._ending.clear()
+
     def forget(self, rec: JobRecord) -> None:
         for key in [k for k in self._released_at if k == rec.job_id or k.startswith(f"{rec.job_id}_")]:
             del self._released_at[key]

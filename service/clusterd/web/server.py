@@ -9,6 +9,7 @@ the same rule clusterd applies to its gRPC port.
 from __future__ import annotations
 
 import ipaddress
+import json
 import socket
 import ssl
 import threading
@@ -76,12 +77,21 @@ def check_web_transport(config: Config) -> None:
         )
 
 
-def combined(web: Wsgi | None) -> Wsgi:
-    """/metrics for Prometheus; everything else to the dashboard (404 without one)."""
+def combined(web: Wsgi | None, health: Callable[[], dict[str, Any]] | None = None) -> Wsgi:
+    """/metrics for Prometheus, /healthz (``health()`` as JSON: 200 when it says the replica serves,
+    else 503) for load balancers and the stack's scripts; everything else to the dashboard."""
     metrics = make_wsgi_app(REGISTRY)
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if environ.get("PATH_INFO", "") == "/metrics" or web is None:
+        path = environ.get("PATH_INFO", "")
+        if path == "/healthz" and health is not None:
+            state = health()
+            body = json.dumps(state, sort_keys=True).encode()
+            status = "200 OK" if state.get("role") in ("leader", "follower") else "503 Service Unavailable"
+            start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
+                                    ("Cache-Control", "no-store")])  # fmt: skip
+            return [body]
+        if path == "/metrics" or web is None:
             return metrics(environ, start_response)
         return web(environ, start_response)
 

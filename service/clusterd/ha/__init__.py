@@ -1,0 +1,1 @@
+"""Several clusterd replicas on one store: the supervisor lease and the fencing of Slurm actions."""

@@ -1,0 +1,149 @@
+"""The store's event log between the replicas: every job event is logged first, then delivered.
+
+One delivery path for every replica and every event: a producer (the leader's reconciler and
+restarter, any replica's submit or requeue handler) publishes into the journal, which appends the
+events to the store's log in order; each replica tails the log and hands what it reads to its own
+EventBus, which fans it out to that replica's WatchJobs and log followers. The log's sequence number
+is the event's resume token, so a watcher that loses its replica resumes on another one from the
+next event: no gap, no duplicate (the store keeps sequence order equal to commit order).
+
+A local append wakes the local tail at once; other replicas' events are read every
+``poll_seconds``. If the store is unreachable, events wait in the outbox, in order, and are
+appended when it answers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+
+from clusterd.slurm.types import JobState
+from clusterd.store.base import JobStore
+from clusterd.store.records import EventRow, LoggedEvent
+from clusterd.supervisor.events import EventBus, EventType, JobEvent
+
+log = logging.getLogger(__name__)
+
+_BATCH = 1000
+_RETRY_SECONDS = 0.5
+_PRUNE_EVERY_SECONDS = 60.0
+
+
+def _row(event: JobEvent) -> EventRow:
+    previous = event.previous_state.value if event.previous_state is not None else ""
+    return EventRow(event.record, event.type.value, previous, event.message, event.time)
+
+
+def _event(logged: LoggedEvent) -> JobEvent:
+    previous = JobState(logged.previous_state) if logged.previous_state else None
+    return JobEvent(EventType(logged.type), logged.record, previous, logged.message, logged.time, seq=logged.seq)
+
+
+class EventJournal:
+    """An EventSink that logs into the store and feeds ``bus`` from the log (this replica's tail)."""
+
+    def __init__(
+        self, store: JobStore, bus: EventBus, *, poll_seconds: float = 0.1, retention_seconds: float = 3600.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:  # fmt: skip
+        self._store = store
+        self._bus = bus
+        self._poll = poll_seconds
+        self._retention = retention_seconds
+        self._outbox: list[JobEvent] = []
+        self._queued = asyncio.Event()
+        self._appended = asyncio.Event()
+        self._cursor = 0
+        self._started = False
+        self._clock = clock
+
+    def publish(self, event: JobEvent) -> None:
+        """Queue ``event`` for the log (never blocks: the caller holds a record lock)."""
+        self._outbox.append(replace(event, record=event.record.snapshot()))
+        self._queued.set()
+
+    async def start(self) -> None:
+        """Begin the tail at the log's newest event: live watchers want what happens from now on."""
+        self._cursor = (await self._store.event_bounds())[1]
+        self._started = True
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Append and tail until ``stop``; then append what is still queued and deliver it."""
+        if not self._started:
+            await self.start()
+        writer = asyncio.create_task(self._write(stop))
+        try:
+            await self._tail(stop)
+        finally:
+            await writer
+            with contextlib.suppress(Exception):
+                await self._read()
+
+    async def _write(self, stop: asyncio.Event) -> None:
+        while True:
+            if not self._outbox:
+                if stop.is_set():
+                    return
+                waiter = asyncio.ensure_future(self._queued.wait())
+                stopper = asyncio.ensure_future(stop.wait())
+                await asyncio.wait((waiter, stopper), return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                stopper.cancel()
+                self._queued.clear()
+                continue
+            batch = self._outbox[:_BATCH]
+            try:
+                await self._store.append_events([_row(e) for e in batch])
+            except Exception:
+                log.warning("event log append failed; %d event(s) wait in order", len(self._outbox), exc_info=True)
+                if stop.is_set():
+                    return  # shutting down with the store gone: what cannot be logged is lost here
+                await asyncio.sleep(_RETRY_SECONDS)
+                continue
+            del self._outbox[: len(batch)]
+            self._appended.set()
+
+    async def _tail(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        pruned = loop.time()
+        while not stop.is_set():
+            try:
+                full = await self._read()
+            except Exception:
+                log.warning("event log read failed", exc_info=True)
+                full = False
+            if full:
+                continue
+            if loop.time() - pruned > _PRUNE_EVERY_SECONDS:
+                pruned = loop.time()
+                with contextlib.suppress(Exception):
+                    await self._store.prune_events(older_than=self._clock() - self._retention)
+            self._appended.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._appended.wait(), self._poll)
+
+    async def _read(self) -> bool:
+        """Deliver the log's events after the cursor; True when a whole batch came (read again)."""
+        batch = await self._store.events_after(self._cursor, limit=_BATCH)
+        for logged in batch:
+            self._cursor = logged.seq
+            self._bus.publish(_event(logged))
+        return len(batch) == _BATCH
+
+    async def replay(self, after: int) -> AsyncIterator[JobEvent]:
+        """The logged events after position ``after``, in order (a watcher resuming)."""
+        while True:
+            batch = await self._store.events_after(after, limit=_BATCH)
+            for logged in batch:
+                after = logged.seq
+                yield _event(logged)
+            if len(batch) < _BATCH:
+                return
+
+    async def bounds(self) -> tuple[int, int]:
+        """(oldest kept, newest) positions in the log; (0, 0) when it is empty."""
+        return await self._store.event_bounds()

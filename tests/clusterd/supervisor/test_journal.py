@@ -1,0 +1,105 @@
+"""The event log between replicas: what one replica publishes, every replica's watchers get, in order."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from clusterctl.v1 import jobs_pb2
+from clusterd.slurm.types import JobState
+from clusterd.store.records import JobRecord, Phase
+from clusterd.store.sqlite import SqliteJobStore
+from clusterd.supervisor.events import EventBus, EventType, JobEvent
+from clusterd.supervisor.journal import EventJournal
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteJobStore]:
+    s = SqliteJobStore(tmp_path / "db.sqlite3")
+    await s.open()
+    yield s
+    await s.close()
+
+
+def _record(record_id: int, user: str = "alice") -> JobRecord:
+    return JobRecord(record_id, user, "", jobs_pb2.JobSpec(), Phase.SUBMITTED, time.time(), job_id=str(100 + record_id))
+
+
+async def _take(sub: object, n: int) -> list[JobEvent]:
+    out: list[JobEvent] = []
+
+    async def read() -> None:
+        async for ev in sub:  # type: ignore[attr-defined]
+            out.append(ev)
+            if len(out) == n:
+                return
+
+    await asyncio.wait_for(read(), 5)
+    return out
+
+
+async def test_every_replica_delivers_every_event_in_log_order(store: SqliteJobStore) -> None:
+    buses = [EventBus(), EventBus()]
+    journals = [EventJournal(store, bus, poll_seconds=0.02) for bus in buses]
+    subs = [bus.subscribe(lambda ev: True) for bus in buses]
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(j.run(stop)) for j in journals]
+    await asyncio.sleep(0.05)
+    for i in range(10):  # both replicas produce, interleaved
+        rec = _record(i)
+        rec.state = JobState.RUNNING
+        journals[i % 2].publish(JobEvent(EventType.STATE_CHANGED, rec, previous_state=JobState.PENDING, message=str(i)))
+    seen = [await _take(sub, 10) for sub in subs]
+    stop.set()
+    await asyncio.gather(*tasks)
+    seqs = [[e.seq for e in s] for s in seen]
+    assert seqs[0] == seqs[1] == sorted(set(seqs[0]))
+    assert sorted(e.message for e in seen[0]) == sorted(str(i) for i in range(10))
+    first = seen[0][0]
+    assert first.record.state is JobState.RUNNING and first.previous_state is JobState.PENDING
+
+
+async def test_replay_resumes_after_a_position(store: SqliteJobStore) -> None:
+    bus = EventBus()
+    journal = EventJournal(store, bus, poll_seconds=0.02)
+    sub = bus.subscribe(lambda ev: True)
+    stop = asyncio.Event()
+    task = asyncio.create_task(journal.run(stop))
+    await asyncio.sleep(0.05)
+    for i in range(5):
+        journal.publish(JobEvent(EventType.SUBMITTED, _record(i)))
+    live = await _take(sub, 5)
+    stop.set()
+    await task
+    replayed = [e async for e in journal.replay(live[1].seq)]
+    assert [e.seq for e in replayed] == [e.seq for e in live[2:]]
+    assert await journal.bounds() == (live[0].seq, live[-1].seq)
+
+
+async def test_events_wait_in_order_while_the_store_fails(store: SqliteJobStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    bus = EventBus()
+    journal = EventJournal(store, bus, poll_seconds=0.02)
+    sub = bus.subscribe(lambda ev: True)
+    real = store.append_events
+    failures = [2]
+
+    async def flaky(events):  # type: ignore[no-untyped-def]
+        if failures[0]:
+            failures[0] -= 1
+            raise OSError("database unreachable")
+        return await real(events)
+
+    monkeypatch.setattr(store, "append_events", flaky)
+    monkeypatch.setattr("clusterd.supervisor.journal._RETRY_SECONDS", 0.01)
+    stop = asyncio.Event()
+    task = asyncio.create_task(journal.run(stop))
+    for i in range(3):
+        journal.publish(JobEvent(EventType.SUBMITTED, _record(i), message=str(i)))
+    got = await _take(sub, 3)
+    stop.set()
+    await task
+    assert [e.message for e in got] == ["0", "1", "2"]
