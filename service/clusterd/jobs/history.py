@@ -20,7 +20,7 @@ from clusterd.errors import InvalidArgument, PermissionDenied, SlurmError
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store.records import JobRecord
-from clusterd.store.sqlite import JobStore
+from clusterd.store.base import JobStore
 
 log = logging.getLogger(__name__)
 

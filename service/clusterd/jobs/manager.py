@@ -48,7 +48,7 @@ from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.request import ExportMode, JobRequest
 from clusterd.slurm.types import JobState
 from clusterd.store.records import ArrayTask, JobRecord, Phase, RestartEntry
-from clusterd.store.sqlite import JobStore
+from clusterd.store.base import JobStore
 from clusterd.supervisor import array_view
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventBus, EventType, JobEvent

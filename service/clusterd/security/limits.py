@@ -21,7 +21,7 @@ from clusterd.config import LimitsConfig
 from clusterd.errors import ResourceExhausted
 from clusterd.store.bounds import UserBounds
 from clusterd.store.records import JobRecord
-from clusterd.store.sqlite import JobStore
+from clusterd.store.base import JobStore
 
 log = logging.getLogger(__name__)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import stat
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -12,16 +13,17 @@ from clusterctl.v1 import jobs_pb2
 from clusterd.errors import ResourceExhausted
 from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store import schema
+from clusterd.store.base import JobStore
 from clusterd.store.bounds import UserBounds
 from clusterd.store.records import JobRecord, Phase, RestartEntry
-from clusterd.store.sqlite import JobStore
+from clusterd.store.sqlite import SqliteJobStore
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> JobStore:
-    s = JobStore(tmp_path / "state" / "db.sqlite3")
-    yield s  # type: ignore[misc]
-    s.close()
+async def store(tmp_path: Path) -> AsyncIterator[SqliteJobStore]:
+    s = SqliteJobStore(tmp_path / "state" / "db.sqlite3")
+    yield s
+    await s.close()
 
 
 def spec(script_bytes: int = 0, **kw: object) -> jobs_pb2.JobSpec:
@@ -139,7 +141,7 @@ async def test_finished_records_are_kept_by_count_and_age(store: JobStore) -> No
     assert sorted(r.job_id for r in left) == ["3", "9"]  # live records are never pruned
 
 
-async def test_the_writes_a_submit_acknowledges_commit_with_a_full_sync(store: JobStore) -> None:
+async def test_the_writes_a_submit_acknowledges_commit_with_a_full_sync(store: SqliteJobStore) -> None:
     statements: list[str] = []
     store._db.set_trace_callback(statements.append)
     rec = await submitted(store, "alice", "1")  # reserve, then the save that records Slurm's id
@@ -151,18 +153,18 @@ async def test_the_writes_a_submit_acknowledges_commit_with_a_full_sync(store: J
     assert syncs == [full, begin, commit, normal] * 2 + [begin, commit]
 
 
-def test_files_are_private(tmp_path: Path) -> None:
+async def test_files_are_private(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir(mode=0o755)
     db = state / "clusterd.sqlite3"
     db.touch(mode=0o644)
-    store = JobStore(db)
+    store = SqliteJobStore(db)
     try:
         assert stat.S_IMODE(state.stat().st_mode) == 0o700
         for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
             assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     finally:
-        store.close()
+        await store.close()
 
 
 async def test_version_1_databases_are_migrated(tmp_path: Path) -> None:
@@ -185,7 +187,7 @@ async def test_version_1_databases_are_migrated(tmp_path: Path) -> None:
     db.execute("INSERT INTO restarts VALUES (7, 0, 'NODE_FAILURE', '[\"n1\"]', 1.5, 2, 0, '')")
     db.commit()
     db.close()
-    store = JobStore(path)
+    store = SqliteJobStore(path)
     try:
         rec = await store.get_by_job_id("55")
         assert rec is not None and rec.record_id == 7 and rec.state is JobState.COMPLETED and rec.terminal
@@ -195,7 +197,7 @@ async def test_version_1_databases_are_migrated(tmp_path: Path) -> None:
         assert "REFERENCES jobs(" in restarts_sql
         await submitted(store, "bob", "55")  # a reused id no longer collides
     finally:
-        store.close()
+        await store.close()
 
 
 def test_adoption_needs_the_tag_and_the_owner() -> None:
