@@ -1,4 +1,5 @@
-"""JobStore on its own: idempotent reservation, Slurm id reuse, compact rows, per-user bounds, files."""
+"""JobStore on its own, SQLite and PostgreSQL alike: idempotent reservation, Slurm id reuse, compact rows,
+per-user bounds, files."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from clusterd.store.sqlite import SqliteJobStore
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteJobStore]:
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqliteJobStore]:
     s = SqliteJobStore(tmp_path / "state" / "db.sqlite3")
     yield s
     await s.close()
@@ -141,7 +142,8 @@ async def test_finished_records_are_kept_by_count_and_age(store: JobStore) -> No
     assert sorted(r.job_id for r in left) == ["3", "9"]  # live records are never pruned
 
 
-async def test_the_writes_a_submit_acknowledges_commit_with_a_full_sync(store: SqliteJobStore) -> None:
+async def test_the_writes_a_submit_acknowledges_commit_with_a_full_sync(sqlite_store: SqliteJobStore) -> None:
+    store = sqlite_store
     statements: list[str] = []
     store._db.set_trace_callback(statements.append)
     rec = await submitted(store, "alice", "1")  # reserve, then the save that records Slurm's id
