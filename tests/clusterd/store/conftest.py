@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -46,3 +47,18 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     await s.open()
     yield s
     await s.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[JobStore, JobStore]]:
+    """Two store instances on one database, as two replicas (SQLite: two connections to one file)."""
+    pair: list[JobStore] = []
+    for _ in range(2):
+        if request.param == "sqlite":
+            pair.append(SqliteJobStore(tmp_path / "state" / "db.sqlite3"))
+        else:
+            pair.append(PostgresJobStore(request.getfixturevalue("pg_url"), pool_min=1, pool_max=8))
+    await asyncio.gather(*(s.open() for s in pair))
+    yield pair[0], pair[1]
+    for s in pair:
+        await s.close()

@@ -16,7 +16,7 @@ from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store import schema
 from clusterd.store.base import JobStore
 from clusterd.store.bounds import UserBounds
-from clusterd.store.records import JobRecord, Phase, RestartEntry
+from clusterd.store.records import EventRow, JobRecord, Phase, RestartEntry
 from clusterd.store.sqlite import SqliteJobStore
 
 
@@ -209,3 +209,40 @@ def test_adoption_needs_the_tag_and_the_owner() -> None:
     assert not rec.adopts(SlurmJob(job_id="2", name="j", user="mallory", state=JobState.PENDING,
                                    comment="clusterctl-record:12"))  # fmt: skip
     assert not rec.adopts(SlurmJob(job_id="3", name="j", user="alice", state=JobState.PENDING, comment="x"))
+
+
+async def test_finished_filters_by_window_state_user_and_name_glob(store: JobStore) -> None:
+    for user, job_id, name in (("alice", "1", "train-1"), ("alice", "2", "eval"), ("bob", "3", "train-2")):
+        rec = await submitted(store, user, job_id)
+        rec.name = name
+        await finish(store, rec)
+    live = await submitted(store, "alice", "4")
+    assert live.job_id == "4"
+    everything = await store.finished(user=None, since=0.0, until=float("inf"), limit=10)
+    assert [r.job_id for r in everything] == ["3", "2", "1"] and all(r.spec.ByteSize() == 0 for r in everything)
+    glob = await store.finished(user=None, since=0.0, until=float("inf"), limit=10, name_glob="train-[0-9]")
+    assert [r.job_id for r in glob] == ["3", "1"]
+    mine = await store.finished(user="alice", since=0.0, until=float("inf"), limit=10, name_glob="*")
+    assert [r.job_id for r in mine] == ["2", "1"]
+    failed = await store.finished(user=None, since=0.0, until=float("inf"), limit=10,
+                                  states=frozenset({JobState.FAILED}))  # fmt: skip
+    assert failed == []
+    assert await store.finished(user=None, since=0.0, until=1.0, limit=10) == []
+
+
+async def test_version_4_databases_gain_the_event_log_and_leases(tmp_path: Path) -> None:
+    path = tmp_path / "v4.sqlite3"
+    store = SqliteJobStore(path)
+    kept = await submitted(store, "alice", "5")
+    await store.close()
+    db = sqlite3.connect(path)
+    db.executescript("DROP TABLE events; DROP TABLE leases; PRAGMA user_version=4;")
+    db.close()
+    store = SqliteJobStore(path)
+    try:
+        assert store._db.execute("PRAGMA user_version").fetchone()[0] == schema.VERSION == 5
+        assert await store.get_by_record(kept.record_id) is not None
+        assert await store.append_events([EventRow(kept, "SUBMITTED", "", "", 1.0)]) == [1]
+        assert await store.acquire_lease("supervisor", "r1", 5.0) is not None
+    finally:
+        await store.close()
