@@ -40,7 +40,7 @@ from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.request import JobRequest
 from clusterd.store.records import Phase
-from clusterd.store.sqlite import JobStore
+from clusterd.store.sqlite import SqliteJobStore
 
 # Unix accounts every Debian host has (clusterd maps callers to Unix users); root is the admin.
 USERS = ("daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp")
@@ -125,7 +125,7 @@ def ms(values: list[float]) -> str:
 
 async def save_ms(directory: Path, synchronous: str, saves: int) -> float:
     """Mean time of one record save (one transaction) under ``synchronous``."""
-    store = JobStore(directory / f"sync-{synchronous}.sqlite3")
+    store = SqliteJobStore(directory / f"sync-{synchronous}.sqlite3")
     try:
         store._db.execute(f"PRAGMA synchronous={synchronous}")
         rec, _ = await store.reserve("u", "", jobs_pb2.JobSpec(command=["true"]))
@@ -136,7 +136,7 @@ async def save_ms(directory: Path, synchronous: str, saves: int) -> float:
             await store.save(rec)
         return (time.perf_counter() - started) * 1000 / saves
     finally:
-        store.close()
+        await store.close()
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ import tomllib
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 
 class ConfigError(ValueError):
@@ -156,6 +157,27 @@ class WebConfig:
 
 
 @dataclass(frozen=True)
+class StoreConfig:
+    """Where job records live: empty url = SQLite under state_dir (one replica); a PostgreSQL URL
+    (``postgresql:///clusterd?host=/run/postgresql``) lets several replicas share one database."""
+
+    url: str = ""
+    pool_min: int = 2  # connections each replica keeps open (PostgreSQL)
+    pool_max: int = 20  # at most this many at once; record locks each hold one while held
+
+    def __post_init__(self) -> None:
+        if self.url and urlsplit(self.url).scheme not in ("postgresql", "postgres"):
+            raise ConfigError(
+                "store.url: expected empty (SQLite under state_dir) or a PostgreSQL URL "
+                f"postgresql://[user@][host][:port]/dbname[?host=/socket/dir], got scheme {urlsplit(self.url).scheme!r}"
+            )
+        if self.pool_min < 1 or self.pool_max < self.pool_min:
+            raise ConfigError(
+                f"store.pool_min/pool_max: need 1 <= pool_min <= pool_max, got {self.pool_min}/{self.pool_max}"
+            )
+
+
+@dataclass(frozen=True)
 class HAConfig:
     """Several replicas on one shared store (clusterd.ha): one leader supervises, all serve the API.
 
@@ -200,6 +222,7 @@ class Config:
     views: ViewsConfig = field(default_factory=ViewsConfig)
     web: WebConfig = field(default_factory=WebConfig)
     ha: HAConfig = field(default_factory=HAConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
 
     @property
     def db_path(self) -> Path:

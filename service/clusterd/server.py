@@ -40,7 +40,7 @@ from clusterd.security.unixsock import prepare_socket_dir, secure_socket, socket
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.factory import make_backend
 from clusterd.slurm.features import detect
-from clusterd.store.sqlite import JobStore
+from clusterd.store.factory import open_store
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventBus
 from clusterd.supervisor.journal import EventJournal
@@ -72,7 +72,7 @@ class ClusterDaemon:
         self.backend = backend or make_backend(config.slurm)
         private_dir(Path(config.state_dir))
         with private_files():
-            self.store = JobStore(config.db_path)
+            self.store = open_store(config)
             self.audit = AuditLog(config.audit_path)
         self.bus = EventBus(
             queue_size=config.limits.watch_queue_size,
@@ -160,6 +160,7 @@ class ClusterDaemon:
         return server.port if server is not None else None
 
     async def start(self) -> None:
+        await self.store.open()  # PostgreSQL connects and migrates here (SQLite did in open_store)
         limit = self.config.limits.max_message_bytes
         server = grpc.aio.server(
             interceptors=[
@@ -301,5 +302,5 @@ class ClusterDaemon:
                 await asyncio.to_thread(http.stop)
         self._metrics = self._web = None
         self.checkpoints.close()
-        self.store.close()
+        await self.store.close()
         await asyncio.to_thread(self.audit.close)

@@ -15,7 +15,7 @@ from clusterctl.v1 import cluster_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 from clusterd.config import Config, LimitsConfig, RestartDefaults, SlurmConfig
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
-from clusterd.store.sqlite import JobStore
+from clusterd.store.base import JobStore
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.progress import ProgressReader
 from clusterd.supervisor.reconciler import Reconciler

@@ -19,8 +19,8 @@ from clusterd.config import LimitsConfig, ViewsConfig
 from clusterd.errors import InvalidArgument, PermissionDenied, SlurmError
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.types import JobState, SlurmJob
+from clusterd.store.base import JobStore
 from clusterd.store.records import JobRecord
-from clusterd.store.sqlite import JobStore
 
 log = logging.getLogger(__name__)
 

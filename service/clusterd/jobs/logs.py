@@ -29,8 +29,8 @@ from clusterd.jobs.manager import JobManager, check_job_id
 from clusterd.jobs.outputs import OutputJob, expand
 from clusterd.security.useropen import FileMissing, Owner, open_as, owner_of
 from clusterd.slurm.types import JobState
+from clusterd.store.base import JobStore
 from clusterd.store.records import JobRecord
-from clusterd.store.sqlite import JobStore
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventBus
 

@@ -47,8 +47,8 @@ from clusterd.slurm.arrays import split_task_id
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.request import ExportMode, JobRequest
 from clusterd.slurm.types import JobState
+from clusterd.store.base import JobStore
 from clusterd.store.records import ArrayTask, JobRecord, Phase, RestartEntry
-from clusterd.store.sqlite import JobStore
 from clusterd.supervisor import array_view
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventType, JobEvent

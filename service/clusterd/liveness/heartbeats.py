@@ -15,7 +15,7 @@ from clusterd.config import LivenessConfig
 from clusterd.errors import InvalidArgument, Unauthenticated, Unavailable
 from clusterd.liveness import credentials
 from clusterd.liveness.table import Beat, LivenessTable, Run
-from clusterd.store.sqlite import JobStore
+from clusterd.store.base import JobStore
 
 log = logging.getLogger(__name__)
 

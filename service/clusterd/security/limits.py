@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from clusterctl.v1 import jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.errors import ResourceExhausted
+from clusterd.store.base import JobStore
 from clusterd.store.bounds import UserBounds
 from clusterd.store.records import JobRecord
-from clusterd.store.sqlite import JobStore
 
 log = logging.getLogger(__name__)
 

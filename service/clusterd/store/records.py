@@ -128,3 +128,46 @@ class JobRecord:
         when sbatch runs with the caller's rights, the service's account when it cannot.
         """
         return job.comment == self.comment_tag and job.user in (self.user, _SERVICE_ACCOUNT)
+
+
+@dataclass(frozen=True)
+class LiveRow:
+    """A record the reconciler still follows, undecoded: ``updated`` changes with every save."""
+
+    record_id: int
+    phase: Phase
+    job_id: str
+    updated: float
+
+
+@dataclass(frozen=True)
+class EventRow:
+    """One event a writer appends to the store's event log (every replica tails the log)."""
+
+    record: JobRecord  # the record as of the event; only its row fields are kept (not the spec)
+    type: str  # "SUBMITTED", "STATE_CHANGED", "RESTARTED", "FINISHED", "CHECKPOINT"
+    previous_state: str  # a JobState value, or ""
+    message: str
+    time: float
+
+
+@dataclass(frozen=True)
+class LoggedEvent:
+    """An event read back from the log; ``seq`` is its position (a watcher's resume token)."""
+
+    seq: int
+    record: JobRecord  # compact: spec left empty, decoded like list() rows
+    type: str
+    previous_state: str
+    message: str
+    time: float
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A named lease row: who holds it, its fencing epoch, and how long it still runs."""
+
+    name: str
+    holder: str
+    epoch: int
+    expires_in: float  # seconds left by the DATABASE's clock (<= 0: expired)

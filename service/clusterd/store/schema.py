@@ -1,4 +1,4 @@
-"""The SQLite schema of the job store and its one migration.
+"""The SQLite schema of the job store and its migrations.
 
 Specs live in their own table: a job row stays a few hundred bytes however large its spec, so
 listing, counting and polling never read (or walk the overflow pages of) multi-MiB blobs. A Slurm
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 
-VERSION = 4
+VERSION = 5
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -54,6 +54,22 @@ CREATE TABLE IF NOT EXISTS restarts (
     phases      TEXT NOT NULL DEFAULT '{}',
     PRIMARY KEY (record_id, seq)
 );
+CREATE TABLE IF NOT EXISTS events (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    record_id   INTEGER NOT NULL,
+    type        TEXT NOT NULL,
+    previous_state TEXT NOT NULL,
+    message     TEXT NOT NULL,
+    time        REAL NOT NULL,
+    record      TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_time ON events(time);
+CREATE TABLE IF NOT EXISTS leases (
+    name        TEXT PRIMARY KEY,
+    holder      TEXT NOT NULL,
+    epoch       INTEGER NOT NULL,
+    expires     REAL NOT NULL
+);
 """
 
 # Version 1 kept the spec inline and made job_id UNIQUE (which wedged on a reused Slurm id).
@@ -73,6 +89,8 @@ INSERT INTO specs(record_id, spec) SELECT record_id, spec FROM jobs_v1;
 DROP TABLE jobs_v1;
 """
 
+# Version 5 added the event log (events: AUTOINCREMENT, so a seq is never reused after a prune) and
+# leases; both are new tables, which SCHEMA's CREATE ... IF NOT EXISTS adds to a version 4 database.
 # Columns added to restarts since version 1: version 3 records the node count before and after each
 # restart (elastic -N MIN-MAX jobs), version 4 how a failure was detected and its recovery's phases.
 _RESTART_COLUMNS = {

@@ -14,42 +14,25 @@ database's mode) 0600.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 import os
 import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from clusterctl.v1 import jobs_pb2
 from clusterd.slurm.types import JobState
-from clusterd.store import bounds, schema
-from clusterd.store.records import ArrayTask, JobRecord, Phase, RestartEntry
+from clusterd.store import bounds, codec, schema
+from clusterd.store.records import EventRow, JobRecord, Lease, LiveRow, LoggedEvent, Phase, RestartEntry
 
-# Observed fields kept as one JSON column: they change together on every poll.
-_OBSERVED = (
-    "name", "reason", "nodes", "partition", "exit_code", "exit_signal", "submit_time", "start_time",
-    "end_time", "restart_count", "final_reason", "checkpoint_step", "excluded_nodes",
-    "placement_explanation", "error", "user_cancelled", "acked_restarts", "final_cause",
-    "needs_release", "backoff_seconds", "array", "array_tasks", "heartbeat_token_sha256",
-)  # fmt: skip
 _ROW = "jobs.record_id, user, request_id, job_id, phase, terminal, superseded, state, tasks, created, observed"
 _FINISHED = "(terminal != 0 OR phase = 'failed')"
 _LIVE = "terminal = 0 AND phase != 'failed'"
-
-
-def _observed_json(rec: JobRecord) -> str:
-    data: dict[str, Any] = {}
-    for name in _OBSERVED:
-        value = getattr(rec, name)
-        if name == "array_tasks":
-            value = {str(i): t.to_json() for i, t in sorted(value.items())}
-        data[name] = list(value) if isinstance(value, tuple) else value
-    return json.dumps(data, sort_keys=True)
 
 
 def _private(path: Path) -> None:
@@ -62,16 +45,8 @@ def _private(path: Path) -> None:
             os.chmod(name, 0o600)
 
 
-@dataclass(frozen=True)
-class LiveRow:
-    record_id: int
-    phase: Phase
-    job_id: str
-    updated: float
-
-
-class JobStore:
-    """Async facade over one SQLite connection guarded by a lock."""
+class SqliteJobStore:
+    """Async facade over one SQLite connection guarded by a lock (one replica: the embedded default)."""
 
     def __init__(self, path: str | Path) -> None:
         self._path = Path(path)
@@ -86,7 +61,13 @@ class JobStore:
             self._db.execute("PRAGMA busy_timeout=5000")
             schema.migrate(self._db)
 
-    def close(self) -> None:
+    async def open(self) -> None:
+        """Nothing to do: the constructor connected and migrated (kept for the JobStore seam)."""
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._close)
+
+    def _close(self) -> None:
         with self._lock:
             self._db.close()
 
@@ -102,39 +83,14 @@ class JobStore:
         for chunk in _chunks(ids):
             marks = ",".join("?" * len(chunk))
             for r in self._db.execute(f"SELECT * FROM restarts WHERE record_id IN ({marks}) ORDER BY seq", chunk):
-                restarts[r["record_id"]].append(
-                    RestartEntry(
-                        r["cause"],
-                        tuple(json.loads(r["nodes"])),
-                        r["time"],
-                        r["step"],
-                        r["exit_code"],
-                        r["detail"],
-                        r["nodes_before"],
-                        r["nodes_after"],
-                        r["detected_by"],
-                        json.loads(r["phases"]),
-                    )
-                )
+                restarts[r["record_id"]].append(codec.restart_from(r))
         out = []
         for row in rows:
-            spec = jobs_pb2.JobSpec()
+            spec = None
             if with_spec:
                 (blob,) = self._db.execute("SELECT spec FROM specs WHERE record_id=?", (row["record_id"],)).fetchone()
-                spec.ParseFromString(blob)
-            rec = JobRecord(
-                record_id=row["record_id"], user=row["user"], request_id=row["request_id"], spec=spec,
-                phase=Phase(row["phase"]), created=row["created"], job_id=row["job_id"] or "",
-                terminal=bool(row["terminal"]), superseded=bool(row["superseded"]), tasks=row["tasks"],
-                restarts=restarts[row["record_id"]],
-            )  # fmt: skip
-            for name, value in json.loads(row["observed"]).items():
-                if name == "array_tasks":
-                    rec.array_tasks = {int(i): ArrayTask.from_json(t) for i, t in value.items()}
-                elif name in _OBSERVED:
-                    setattr(rec, name, tuple(value) if name in ("nodes", "excluded_nodes") else value)
-            rec.state = JobState(row["state"])
-            out.append(rec)
+                spec = jobs_pb2.JobSpec.FromString(blob)
+            out.append(codec.record_from(row, json.loads(row["observed"]), restarts[row["record_id"]], spec))
         return out
 
     def _usage(self, user: str) -> bounds.Usage:
@@ -196,7 +152,7 @@ class JobStore:
         self._db.execute(
             "UPDATE jobs SET job_id=?, phase=?, state=?, observed=?, terminal=?, updated=?, "
             "finished=CASE WHEN ? THEN COALESCE(finished, ?) END WHERE record_id=?",
-            (rec.job_id or None, rec.phase.value, rec.state.value, _observed_json(rec), int(rec.terminal), now,
+            (rec.job_id or None, rec.phase.value, rec.state.value, codec.observed_json(rec), int(rec.terminal), now,
              int(finished), now, rec.record_id),
         )  # fmt: skip
 
@@ -248,6 +204,72 @@ class JobStore:
             )]  # fmt: skip
             self._delete(ids)
         return len(ids)
+
+    def _append_events(self, events: Sequence[EventRow]) -> list[int]:
+        with self._lock, self._transaction():
+            return [
+                int(self._db.execute(
+                    "INSERT INTO events(record_id, type, previous_state, message, time, record) VALUES (?,?,?,?,?,?)",
+                    (e.record.record_id, e.type, e.previous_state, e.message, e.time,
+                     codec.event_record_json(e.record)),
+                ).lastrowid or 0)
+                for e in events
+            ]  # fmt: skip
+
+    def _events_after(self, seq: int, limit: int) -> list[LoggedEvent]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, type, previous_state, message, time, record FROM events "
+                "WHERE seq > ? ORDER BY seq LIMIT ?",
+                (seq, limit),
+            ).fetchall()
+        return [LoggedEvent(r["seq"], codec.event_record_from(r["record"]), r["type"], r["previous_state"],
+                            r["message"], r["time"]) for r in rows]  # fmt: skip
+
+    def _lease(self, name: str) -> Lease | None:
+        row = self._db.execute("SELECT name, holder, epoch, expires FROM leases WHERE name=?", (name,)).fetchone()
+        if row is None:
+            return None
+        return Lease(row["name"], row["holder"], int(row["epoch"]), float(row["expires"]) - time.time())
+
+    def _acquire_lease(self, name: str, holder: str, ttl: float) -> Lease | None:
+        with self._lock, self._transaction():
+            now = time.time()
+            row = self._db.execute("SELECT holder, epoch, expires FROM leases WHERE name=?", (name,)).fetchone()
+            if row is None:
+                epoch = 1
+            elif row["expires"] > now and row["holder"] != holder:
+                return None  # another holder's live lease
+            else:
+                kept = row["expires"] > now and row["holder"] == holder
+                epoch = int(row["epoch"]) if kept else int(row["epoch"]) + 1
+            self._db.execute(
+                "INSERT INTO leases(name, holder, epoch, expires) VALUES (?,?,?,?) ON CONFLICT(name) DO UPDATE "
+                "SET holder=excluded.holder, epoch=excluded.epoch, expires=excluded.expires",
+                (name, holder, epoch, now + ttl),
+            )
+            return self._lease(name)
+
+    def _renew_lease(self, name: str, holder: str, epoch: int, ttl: float) -> bool:
+        with self._lock, self._transaction():
+            now = time.time()
+            cur = self._db.execute(
+                "UPDATE leases SET expires=? WHERE name=? AND holder=? AND epoch=? AND expires > ?",
+                (now + ttl, name, holder, epoch, now),
+            )
+            return cur.rowcount == 1
+
+    def _current_lease(self, name: str) -> Lease | None:
+        with self._lock:
+            return self._lease(name)
+
+    def _release_lease(self, name: str, holder: str, epoch: int) -> None:
+        with self._lock, self._transaction():
+            now = time.time()
+            self._db.execute(
+                "UPDATE leases SET expires=? WHERE name=? AND holder=? AND epoch=? AND expires > ?",
+                (now, name, holder, epoch, now),
+            )
 
     # -- async API ---------------------------------------------------------------------------
 
@@ -360,6 +382,41 @@ class JobStore:
         """Delete finished records that ended before ``older_than`` or past each user's newest
         ``keep_per_user`` (0 = no count bound); returns how many went."""
         return await asyncio.to_thread(self._prune, older_than, keep_per_user)
+
+
+    async def append_events(self, events: Sequence[EventRow]) -> builtins.list[int]:
+        """Append in one transaction; seqs (AUTOINCREMENT: never reused) follow commit order."""
+        if not events:
+            return []
+        return await asyncio.to_thread(self._append_events, events)
+
+    async def events_after(self, seq: int, *, limit: int = 1000) -> builtins.list[LoggedEvent]:
+        return await asyncio.to_thread(self._events_after, seq, limit)
+
+    async def event_bounds(self) -> tuple[int, int]:
+        sql = "SELECT COALESCE(MIN(seq), 0), COALESCE(MAX(seq), 0) FROM events"
+        rows = await asyncio.to_thread(self._rows, sql, ())
+        return int(rows[0][0]), int(rows[0][1])
+
+    async def prune_events(self, *, older_than: float) -> int:
+        return await asyncio.to_thread(self._delete_events, older_than)
+
+    def _delete_events(self, older_than: float) -> int:
+        with self._lock, self._transaction():
+            return self._db.execute("DELETE FROM events WHERE time < ?", (older_than,)).rowcount
+
+    async def acquire_lease(self, name: str, holder: str, ttl: float) -> Lease | None:
+        """Times by this machine's clock: SQLite serves one replica, so there is no other clock."""
+        return await asyncio.to_thread(self._acquire_lease, name, holder, ttl)
+
+    async def renew_lease(self, name: str, holder: str, epoch: int, ttl: float) -> bool:
+        return await asyncio.to_thread(self._renew_lease, name, holder, epoch, ttl)
+
+    async def current_lease(self, name: str) -> Lease | None:
+        return await asyncio.to_thread(self._current_lease, name)
+
+    async def release_lease(self, name: str, holder: str, epoch: int) -> None:
+        await asyncio.to_thread(self._release_lease, name, holder, epoch)
 
 
 class _Transaction:

@@ -19,8 +19,8 @@ from clusterd.liveness.detector import Detection
 from clusterd.liveness.table import Run
 from clusterd.observability.metrics import CHECKPOINT_COMMITS, CHECKPOINT_STEP, JOBS_BY_STATE
 from clusterd.slurm.types import JobState, SlurmJob
+from clusterd.store.base import JobStore
 from clusterd.store.records import JobRecord, Phase
-from clusterd.store.sqlite import JobStore
 from clusterd.supervisor import array_view
 from clusterd.supervisor.cache import ClusterSnapshot
 from clusterd.supervisor.events import EventType, JobEvent

@@ -23,8 +23,8 @@ from clusterd.liveness.table import LivenessTable
 from clusterd.observability.metrics import REQUEUES
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.types import JobState, SlurmJob
+from clusterd.store.base import JobStore
 from clusterd.store.records import JobRecord, RestartEntry
-from clusterd.store.sqlite import JobStore
 from clusterd.supervisor.events import EventType, JobEvent
 from clusterd.supervisor.policy import (
     Cause,

@@ -16,7 +16,8 @@ from clusterd.jobs.manager import JobManager
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.request import JobRequest
 from clusterd.slurm.types import JobState, SlurmJob
-from clusterd.store.sqlite import JobStore
+from clusterd.store.base import JobStore
+from clusterd.store.sqlite import SqliteJobStore
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventBus
 from clusterd.supervisor.progress import ProgressBudget, ProgressReader
@@ -51,14 +52,14 @@ def no_placement(job: JobRequest, pref: cluster_pb2.PlacementPreference) -> tupl
 async def world(tmp_path: Path) -> AsyncIterator[World]:
     config = make_config(tmp_path, max_jobs_per_user=3)
     slurm = FakeSlurm.cluster()
-    store = JobStore(config.db_path)
+    store = SqliteJobStore(config.db_path)
     bus = EventBus()
     progress = ProgressReader(ProgressBudget(interval=3600))
     poller = supervised(slurm, store, bus, progress, config.restart, default_partition="debug")
     await poller.poll_once()
     yield World(JobManager(config, slurm, store, poller, bus, no_placement), slurm, store, poller)
     progress.close()
-    store.close()
+    await store.close()
 
 
 async def test_get_resolves_ownership(world: World) -> None:

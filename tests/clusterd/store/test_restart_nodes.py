@@ -8,11 +8,11 @@ from pathlib import Path
 from clusterctl.v1 import jobs_pb2
 from clusterd.store import schema
 from clusterd.store.records import Phase, RestartEntry
-from clusterd.store.sqlite import JobStore
+from clusterd.store.sqlite import SqliteJobStore
 
 
 async def _restarted_record(path: Path) -> int:
-    store = JobStore(path)
+    store = SqliteJobStore(path)
     try:
         rec, _ = await store.reserve("alice", "r", jobs_pb2.JobSpec(command=["x"], nodes=2, max_nodes=3))
         rec.phase, rec.job_id = Phase.SUBMITTED, "5"
@@ -22,19 +22,19 @@ async def _restarted_record(path: Path) -> int:
                                                          nodes_before=3, nodes_after=2))  # fmt: skip
         return rec.record_id
     finally:
-        store.close()
+        await store.close()
 
 
 async def test_amended_restart_is_read_back(tmp_path: Path) -> None:
     record_id = await _restarted_record(tmp_path / "db.sqlite3")
-    store = JobStore(tmp_path / "db.sqlite3")
+    store = SqliteJobStore(tmp_path / "db.sqlite3")
     try:
         rec = await store.get_by_record(record_id)
         assert rec is not None
         (entry,) = rec.restarts
         assert (entry.nodes_before, entry.nodes_after, entry.detail) == (3, 2, "d; resumed")
     finally:
-        store.close()
+        await store.close()
 
 
 async def test_version_2_restarts_table_gains_the_node_columns(tmp_path: Path) -> None:
@@ -46,7 +46,7 @@ async def test_version_2_restarts_table_gains_the_node_columns(tmp_path: Path) -
     db.execute("PRAGMA user_version=2")
     db.commit()
     db.close()
-    store = JobStore(path)
+    store = SqliteJobStore(path)
     try:
         assert store._db.execute("PRAGMA user_version").fetchone()[0] == schema.VERSION
         rec = await store.get_by_record(record_id)
@@ -54,4 +54,4 @@ async def test_version_2_restarts_table_gains_the_node_columns(tmp_path: Path) -
         (entry,) = rec.restarts
         assert (entry.nodes_before, entry.nodes_after, entry.failed_nodes) == (0, 0, ("n3",))
     finally:
-        store.close()
+        await store.close()

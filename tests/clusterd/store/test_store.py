@@ -1,9 +1,11 @@
-"""JobStore on its own: idempotent reservation, Slurm id reuse, compact rows, per-user bounds, files."""
+"""JobStore on its own, SQLite and PostgreSQL alike: idempotent reservation, Slurm id reuse, compact rows,
+per-user bounds, files."""
 
 from __future__ import annotations
 
 import sqlite3
 import stat
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -12,16 +14,17 @@ from clusterctl.v1 import jobs_pb2
 from clusterd.errors import ResourceExhausted
 from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store import schema
+from clusterd.store.base import JobStore
 from clusterd.store.bounds import UserBounds
-from clusterd.store.records import JobRecord, Phase, RestartEntry
-from clusterd.store.sqlite import JobStore
+from clusterd.store.records import EventRow, JobRecord, Phase, RestartEntry
+from clusterd.store.sqlite import SqliteJobStore
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> JobStore:
-    s = JobStore(tmp_path / "state" / "db.sqlite3")
-    yield s  # type: ignore[misc]
-    s.close()
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqliteJobStore]:
+    s = SqliteJobStore(tmp_path / "state" / "db.sqlite3")
+    yield s
+    await s.close()
 
 
 def spec(script_bytes: int = 0, **kw: object) -> jobs_pb2.JobSpec:
@@ -139,7 +142,8 @@ async def test_finished_records_are_kept_by_count_and_age(store: JobStore) -> No
     assert sorted(r.job_id for r in left) == ["3", "9"]  # live records are never pruned
 
 
-async def test_the_writes_a_submit_acknowledges_commit_with_a_full_sync(store: JobStore) -> None:
+async def test_the_writes_a_submit_acknowledges_commit_with_a_full_sync(sqlite_store: SqliteJobStore) -> None:
+    store = sqlite_store
     statements: list[str] = []
     store._db.set_trace_callback(statements.append)
     rec = await submitted(store, "alice", "1")  # reserve, then the save that records Slurm's id
@@ -151,18 +155,18 @@ async def test_the_writes_a_submit_acknowledges_commit_with_a_full_sync(store: J
     assert syncs == [full, begin, commit, normal] * 2 + [begin, commit]
 
 
-def test_files_are_private(tmp_path: Path) -> None:
+async def test_files_are_private(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir(mode=0o755)
     db = state / "clusterd.sqlite3"
     db.touch(mode=0o644)
-    store = JobStore(db)
+    store = SqliteJobStore(db)
     try:
         assert stat.S_IMODE(state.stat().st_mode) == 0o700
         for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
             assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     finally:
-        store.close()
+        await store.close()
 
 
 async def test_version_1_databases_are_migrated(tmp_path: Path) -> None:
@@ -185,7 +189,7 @@ async def test_version_1_databases_are_migrated(tmp_path: Path) -> None:
     db.execute("INSERT INTO restarts VALUES (7, 0, 'NODE_FAILURE', '[\"n1\"]', 1.5, 2, 0, '')")
     db.commit()
     db.close()
-    store = JobStore(path)
+    store = SqliteJobStore(path)
     try:
         rec = await store.get_by_job_id("55")
         assert rec is not None and rec.record_id == 7 and rec.state is JobState.COMPLETED and rec.terminal
@@ -195,7 +199,7 @@ async def test_version_1_databases_are_migrated(tmp_path: Path) -> None:
         assert "REFERENCES jobs(" in restarts_sql
         await submitted(store, "bob", "55")  # a reused id no longer collides
     finally:
-        store.close()
+        await store.close()
 
 
 def test_adoption_needs_the_tag_and_the_owner() -> None:
@@ -205,3 +209,40 @@ def test_adoption_needs_the_tag_and_the_owner() -> None:
     assert not rec.adopts(SlurmJob(job_id="2", name="j", user="mallory", state=JobState.PENDING,
                                    comment="clusterctl-record:12"))  # fmt: skip
     assert not rec.adopts(SlurmJob(job_id="3", name="j", user="alice", state=JobState.PENDING, comment="x"))
+
+
+async def test_finished_filters_by_window_state_user_and_name_glob(store: JobStore) -> None:
+    for user, job_id, name in (("alice", "1", "train-1"), ("alice", "2", "eval"), ("bob", "3", "train-2")):
+        rec = await submitted(store, user, job_id)
+        rec.name = name
+        await finish(store, rec)
+    live = await submitted(store, "alice", "4")
+    assert live.job_id == "4"
+    everything = await store.finished(user=None, since=0.0, until=float("inf"), limit=10)
+    assert [r.job_id for r in everything] == ["3", "2", "1"] and all(r.spec.ByteSize() == 0 for r in everything)
+    glob = await store.finished(user=None, since=0.0, until=float("inf"), limit=10, name_glob="train-[0-9]")
+    assert [r.job_id for r in glob] == ["3", "1"]
+    mine = await store.finished(user="alice", since=0.0, until=float("inf"), limit=10, name_glob="*")
+    assert [r.job_id for r in mine] == ["2", "1"]
+    failed = await store.finished(user=None, since=0.0, until=float("inf"), limit=10,
+                                  states=frozenset({JobState.FAILED}))  # fmt: skip
+    assert failed == []
+    assert await store.finished(user=None, since=0.0, until=1.0, limit=10) == []
+
+
+async def test_version_4_databases_gain_the_event_log_and_leases(tmp_path: Path) -> None:
+    path = tmp_path / "v4.sqlite3"
+    store = SqliteJobStore(path)
+    kept = await submitted(store, "alice", "5")
+    await store.close()
+    db = sqlite3.connect(path)
+    db.executescript("DROP TABLE events; DROP TABLE leases; PRAGMA user_version=4;")
+    db.close()
+    store = SqliteJobStore(path)
+    try:
+        assert store._db.execute("PRAGMA user_version").fetchone()[0] == schema.VERSION == 5
+        assert await store.get_by_record(kept.record_id) is not None
+        assert await store.append_events([EventRow(kept, "SUBMITTED", "", "", 1.0)]) == [1]
+        assert await store.acquire_lease("supervisor", "r1", 5.0) is not None
+    finally:
+        await store.close()

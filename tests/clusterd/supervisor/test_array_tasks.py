@@ -17,8 +17,9 @@ from clusterd.slurm.arrays import task_indices
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.request import ArraySpec, JobRequest
 from clusterd.slurm.types import JobState
+from clusterd.store.base import JobStore
 from clusterd.store.records import JobRecord, Phase
-from clusterd.store.sqlite import JobStore
+from clusterd.store.sqlite import SqliteJobStore
 from clusterd.supervisor import reconciler
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventType, JobEvent
@@ -64,13 +65,13 @@ class World:
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
     slurm = FakeSlurm.cluster()
-    store = JobStore(tmp_path / "db.sqlite3")
+    store = SqliteJobStore(tmp_path / "db.sqlite3")
     events = Events()
     progress = ProgressReader(ProgressBudget(interval=3600), lister=lambda uri, keys, deadline: -1)
     cache = supervised(slurm, store, events, progress)
     yield World(slurm, store, events, cache)
     progress.close()
-    store.close()
+    await store.close()
 
 
 async def test_tasks_are_tracked_one_by_one_and_the_array_state_is_derived(world: World) -> None:

@@ -16,8 +16,9 @@ from clusterctl.v1 import jobs_pb2
 from clusterd.api.convert import job_status
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.types import JobState, NodeState, SlurmJob
+from clusterd.store.base import JobStore
 from clusterd.store.records import JobRecord, Phase, RestartEntry
-from clusterd.store.sqlite import JobStore
+from clusterd.store.sqlite import SqliteJobStore
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import JobEvent
 from clusterd.supervisor.policy import resumed
@@ -66,11 +67,11 @@ class World:
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
     slurm = FakeSlurm.cluster()
-    store = JobStore(tmp_path / "db.sqlite3")
+    store = SqliteJobStore(tmp_path / "db.sqlite3")
     progress = ProgressReader(ProgressBudget(interval=3600), lister=lambda uri, keys, deadline: -1)
     cache = supervised(slurm, store, _Sink(), progress)
     yield World(slurm, store, cache, progress)
-    store.close()
+    await store.close()
 
 
 def test_resumed_names_a_change_of_world_size_only() -> None:

@@ -12,8 +12,9 @@ import pytest
 from clusterctl.v1 import jobs_pb2
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.types import JobState, SlurmJob
+from clusterd.store.base import JobStore
 from clusterd.store.records import JobRecord, Phase
-from clusterd.store.sqlite import JobStore
+from clusterd.store.sqlite import SqliteJobStore
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventType, JobEvent
 from clusterd.supervisor.progress import ProgressBudget, ProgressReader
@@ -71,13 +72,13 @@ class World:
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
     slurm = FakeSlurm.cluster()
-    store = JobStore(tmp_path / "db.sqlite3")
+    store = SqliteJobStore(tmp_path / "db.sqlite3")
     events, steps, kicks = Events(), Steps(), []
     progress = ProgressReader(ProgressBudget(interval=3600), lister=steps)
     cache = supervised(slurm, store, events, progress, kick=lambda: kicks.append(1))
     yield World(slurm, store, events, steps, progress, cache, kicks)
     progress.close()
-    store.close()
+    await store.close()
 
 
 async def test_state_changes_are_saved_and_published_once(world: World) -> None:
