@@ -58,7 +58,8 @@ class Replicas:
     def __post_init__(self) -> None:
         for i in range(self.count):
             name = f"replica-{chr(ord('a') + i)}"
-            self.daemons.append(Daemon.reachable_by_jobs(self.stack, self.base / name, poll_interval=self.poll_interval))
+            daemon = Daemon.reachable_by_jobs(self.stack, self.base / name, poll_interval=self.poll_interval)
+            self.daemons.append(daemon)
         beats = ",".join(d.addr for d in self.daemons)
         for i, d in enumerate(self.daemons):
             d.extra_env = {

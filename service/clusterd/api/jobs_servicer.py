@@ -9,11 +9,11 @@ import grpc
 from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
 from clusterd.api import convert
 from clusterd.auth.identity import Identity, current_identity
+from clusterd.errors import FailedPrecondition, InvalidArgument, OutOfRange
 from clusterd.jobs.manager import JobManager
 from clusterd.liveness.heartbeats import HeartbeatService
 from clusterd.slurm.arrays import split_task_id
 from clusterd.store.records import JobRecord
-from clusterd.errors import FailedPrecondition, InvalidArgument, OutOfRange
 from clusterd.supervisor.events import EventBus, EventType, JobEvent
 from clusterd.supervisor.journal import EventJournal
 

@@ -52,8 +52,8 @@ from clusterd.store.records import ArrayTask, JobRecord, Phase, RestartEntry
 from clusterd.supervisor import array_view
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventType, JobEvent
-from clusterd.supervisor.sink import EventSink
 from clusterd.supervisor.reconciler import observe
+from clusterd.supervisor.sink import EventSink
 
 log = logging.getLogger(__name__)
 

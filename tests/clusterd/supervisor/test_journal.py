@@ -80,7 +80,9 @@ async def test_replay_resumes_after_a_position(store: SqliteJobStore) -> None:
     assert await journal.bounds() == (live[0].seq, live[-1].seq)
 
 
-async def test_events_wait_in_order_while_the_store_fails(store: SqliteJobStore, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_events_wait_in_order_while_the_store_fails(
+    store: SqliteJobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     bus = EventBus()
     journal = EventJournal(store, bus, poll_seconds=0.02)
     sub = bus.subscribe(lambda ev: True)

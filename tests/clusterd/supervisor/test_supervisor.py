@@ -233,9 +233,9 @@ async def test_stop_lets_a_running_submission_record_its_job_before_closing_the_
     closed_with: list[int] = []
     close = daemon.store.close
 
-    def close_after_submit() -> None:
+    async def close_after_submit() -> None:
         closed_with.append(slurm.calls["submit"])
-        close()
+        await close()
 
     daemon.store.close = close_after_submit  # type: ignore[method-assign]
     stopping = asyncio.create_task(daemon.stop())
