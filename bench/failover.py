@@ -37,7 +37,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from clusterctl.client import ClusterClient
 from clusterctl.v1 import jobs_pb2
-from tests.support.postgres import Postgres
+from tests.support.postgres import SKIP_REASON, get_cluster
 from tests.support.replicas import LEASE_SECONDS, Replicas
 from tests.support.stack import Stack
 from tests.support.wait import wait_for
@@ -123,23 +123,21 @@ def main() -> int:
     args = parser.parse_args()
     stack = Stack.load()
     base = Path(tempfile.mkdtemp(prefix="ccbench-failover-"))
-    with Postgres.start(base / "pg") as pg:
-        group = Replicas(stack, base, pg.database("failover"))
-        group.start()
-        try:
-            results = []
-            for _ in range(args.repeats):
-                results.append(one_failover(stack, group))
-                print("  " + ", ".join(f"{k} {v:.2f} s" for k, v in results[-1].items()), flush=True)
-                group.daemons[0].wait_serving()
-                group.daemons[1].wait_serving()
-            for d in group.daemons:
-                d.wait_serving()
-            two = throughput(stack, [d.addr for d in group.daemons], args.seconds)
-            group.daemons[1].stop()
-            one = throughput(stack, [group.daemons[0].addr], args.seconds)
-        finally:
-            group.stop()
+    cluster = get_cluster()
+    if cluster is None:
+        raise SystemExit(SKIP_REASON)
+    group = Replicas(stack, base, cluster.new_database())
+    group.start()
+    try:
+        results = []
+        for _ in range(args.repeats):
+            results.append(one_failover(stack, group))
+            print("  " + ", ".join(f"{k} {v:.2f} s" for k, v in results[-1].items()), flush=True)
+        two = throughput(stack, [d.addr for d in group.daemons], args.seconds)
+        group.daemons[1].stop()
+        one = throughput(stack, [group.daemons[0].addr], args.seconds)
+    finally:
+        group.stop()
     subprocess.run(["rm", "-rf", str(base)], check=False)
     print(f"\nfailover bench: 2 replicas, PostgreSQL store, lease {LEASE_SECONDS:g} s; seconds after the "
           f"leader stopped (SIGSTOP, then SIGKILL), medians of {args.repeats}")  # fmt: skip
