@@ -9,18 +9,23 @@ checkpoint step it saw, whether ``restore()`` returned, and one last beat with t
 Configured only from the environment clusterd puts in the job; with no configuration every call
 here is a cheap no-op (this module imports nothing heavy; grpc is imported by the sender thread):
 
-- ``CLUSTERCTL_HEARTBEAT_ADDR`` (``unix:/path`` or ``host:port``) and ``CLUSTERCTL_HEARTBEAT_TOKEN``
-  (both required), ``CLUSTERCTL_RECORD_ID``, ``CLUSTERCTL_HEARTBEAT_INTERVAL`` (seconds, default 1.0;
-  the server's reply overrides it); TLS from CLUSTERCTL_CA/CERT/KEY as in :mod:`clusterctl.client`.
+- ``CLUSTERCTL_HEARTBEAT_ADDR`` (``unix:/path`` or ``host:port``, or a comma-separated list of
+  clusterd replicas) and ``CLUSTERCTL_HEARTBEAT_TOKEN`` (both required), ``CLUSTERCTL_RECORD_ID``,
+  ``CLUSTERCTL_HEARTBEAT_INTERVAL`` (seconds, default 1.0; the server's reply overrides it); TLS
+  from CLUSTERCTL_CA/CERT/KEY as in :mod:`clusterctl.client`.
 - Slurm's SLURM_JOB_ID, SLURM_RESTART_COUNT, SLURM_PROCID/SLURM_NTASKS, SLURMD_NODENAME.
 - ``CLUSTERCTL_HEARTBEAT=0`` turns it off.
 
 What can go wrong, and what happens then: a down or old service (UNAVAILABLE, UNIMPLEMENTED) only
-means beats are dropped, logged once at INFO; nothing here raises into the trainer or blocks it
-(a report is a field update under a lock). A forked child (DataLoader workers) never inherits the
-sender and starts none by itself; ``multiprocessing`` children do not start one either. The
-sender connects (and imports grpc) when ``restore()`` returns or the first step is reported, at
-most START_GRACE seconds after it started, so that its ~90 ms of CPU does not delay the restore.
+means beats are dropped, logged once at INFO. With several replicas only the leader takes beats (a
+follower answers UNAVAILABLE): a beat answered UNAVAILABLE or DEADLINE_EXCEEDED sends the next one
+to the next address in the list, so the sender finds the leader within one round (no retries inside
+a beat: another comes every interval anyway; only the exiting beat tries each address once).
+Nothing here raises into the trainer or blocks it (a report is a field update under a lock). A
+forked child (DataLoader workers) never inherits the sender and starts none by itself;
+``multiprocessing`` children do not start one either. The sender connects (and imports grpc) when
+``restore()`` returns or the first step is reported, at most START_GRACE seconds after it started,
+so that its ~90 ms of CPU does not delay the restore.
 
 Exit status: an uncaught exception (chained ``sys.excepthook``) is 1 (130 for KeyboardInterrupt);
 ``sys.exit(n)`` is recorded by a wrapper that then calls the original; anything else that reaches
@@ -120,11 +125,14 @@ class HeartbeatSender:
         self._ready = threading.Event()  # the channel exists (or could not be made)
         self._stop = threading.Event()
         self._step = self._committed = -1
-        self._restored = self._closed = self._warned = False
+        self._restored = self._closed = self._warned = self._rotated = False
         self._urgent = True  # the first step reported (in this process, then after restore) goes out at once
-        self._call: Callable[..., Any] | None = None
+        self._call: Callable[..., Any] | None = None  # Heartbeat at the current address (None: heartbeats off)
         self._request: Callable[..., Any] = dict
-        self._channel: Any = None
+        self._addrs: tuple[str, ...] = ()
+        self._index = 0  # the address beats go to; moves on after an UNAVAILABLE/DEADLINE_EXCEEDED answer
+        self._channels: dict[int, Any] = {}
+        self._calls: dict[int, Callable[..., Any]] = {}
         self._thread = threading.Thread(target=self._run, name="clusterctl-heartbeat", daemon=True)
 
     def start(self) -> HeartbeatSender:
@@ -165,12 +173,27 @@ class HeartbeatSender:
     # --- the sender thread -----------------------------------------------------------------
     def _connect(self) -> None:
         try:
-            from .client import open_channel, resolve_addr
-            from .v1 import jobs_pb2, jobs_pb2_grpc
+            from .failover import split_addrs
+            from .v1 import jobs_pb2
+
+            self._addrs = split_addrs(self.config.addr)
+            self._request = jobs_pb2.HeartbeatRequest
+            self._call = self._open(0)
+        except Exception as exc:
+            log.info("clusterctl heartbeats are off: cannot open a channel to %s: %s", self.config.addr, exc)
+        finally:
+            self._ready.set()
+
+    def _open(self, index: int) -> Callable[..., Any]:
+        """The Heartbeat call of address ``index`` (its channel is made on first use)."""
+        call = self._calls.get(index)
+        if call is None:
+            from .client import open_channel
+            from .v1 import jobs_pb2_grpc
 
             backoff = max(100, int(min(self.interval, MAX_DEADLINE) * 1000))
-            self._channel = open_channel(
-                resolve_addr(self.config.addr),
+            channel = open_channel(
+                self._addrs[index],
                 options=[
                     ("grpc.initial_reconnect_backoff_ms", backoff),
                     ("grpc.min_reconnect_backoff_ms", backoff),
@@ -178,12 +201,23 @@ class HeartbeatSender:
                     ("grpc.enable_retries", 0),
                 ],
             )
-            self._request = jobs_pb2.HeartbeatRequest
-            self._call = jobs_pb2_grpc.JobServiceStub(self._channel).Heartbeat
-        except Exception as exc:
-            log.info("clusterctl heartbeats are off: cannot open a channel to %s: %s", self.config.addr, exc)
-        finally:
-            self._ready.set()
+            self._channels[index] = channel
+            call = self._calls[index] = jobs_pb2_grpc.JobServiceStub(channel).Heartbeat
+        return call
+
+    def _rotate(self) -> bool:
+        """Send the next beats to the next address (the leader may be there); False with one address."""
+        if len(self._addrs) < 2:
+            return False
+        index = (self._index + 1) % len(self._addrs)
+        try:
+            call = self._open(index)
+        except Exception as exc:  # the same options opened the first channel: not expected
+            log.debug("heartbeat: cannot open a channel to %s: %s", self._addrs[index], exc)
+            return False
+        self._index, self._call = index, call
+        log.debug("clusterctl heartbeats go to %s now", self._addrs[index])
+        return True
 
     def _run(self) -> None:
         # grpc's import and the channel cost ~90 ms of CPU under the GIL: taken while the rank is still
@@ -205,6 +239,7 @@ class HeartbeatSender:
 
     def _beat(self, *, exit_code: int | None = None, deadline: float | None = None) -> bool:
         """Send the current state once; False when the service did not answer (logged once)."""
+        self._rotated = False
         call = self._call
         if call is None:
             return False
@@ -228,9 +263,11 @@ class HeartbeatSender:
             )
             reply = call(request, timeout=max(MIN_INTERVAL, timeout))
         except Exception as exc:  # grpc.RpcError (UNAVAILABLE, UNIMPLEMENTED, DEADLINE_EXCEEDED, ...) or worse
+            code = exc.code().name if hasattr(exc, "code") and callable(exc.code) else repr(exc)
+            if code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
+                self._rotated = self._rotate()  # a follower ("follower; ...") or a dead replica: try the next
             if not self._warned:
                 self._warned = True
-                code = exc.code().name if hasattr(exc, "code") and callable(exc.code) else repr(exc)
                 log.info(
                     "clusterctl heartbeats to %s are not getting through (%s); training goes on, beats are dropped",
                     self.config.addr,
@@ -256,9 +293,14 @@ class HeartbeatSender:
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(FINAL_DEADLINE)  # a regular beat in flight must not arrive after the last one
         if self._ready.is_set():
-            self._beat(exit_code=exit_code, deadline=min(self.interval, FINAL_DEADLINE))
-        if self._channel is not None:
-            self._channel.close()
+            # Each address at most once (the leader is one of them), within FINAL_DEADLINE in all.
+            end = time.monotonic() + min(self.interval, FINAL_DEADLINE)
+            for _ in self._addrs or ("",):
+                left = end - time.monotonic()
+                if left <= 0 or self._beat(exit_code=exit_code, deadline=left) or not self._rotated:
+                    break
+        for channel in self._channels.values():
+            channel.close()
 
 
 # --- the process-wide sender --------------------------------------------------------------

@@ -18,7 +18,7 @@ from clusterctl.cli import arrays, render
 from clusterctl.cli.options import ArgumentError, add_json_option, command_parent, describe_service_error
 from clusterctl.cli.values import argtype, positive_int, split_list
 from clusterctl.digits import is_digits
-from clusterctl.errors import ServiceError
+from clusterctl.errors import ResumeExpired, ServiceError
 from clusterctl.v1 import jobs_pb2
 
 _RECONNECTS = 5  # the service restarting under a long watch should not end it
@@ -119,8 +119,9 @@ def follow(client: Any, job_ids: list[str], *, until_done: bool) -> Iterator[job
     """Yield WatchJobs events, reconnecting when the stream drops, until every job is terminal.
 
     With ``until_done`` the generator returns once each of ``job_ids`` has been seen terminal;
-    otherwise it runs until the caller stops (Ctrl-C). A dropped stream (service restart,
-    UNAVAILABLE) is re-opened a few times with a snapshot so no final state is missed.
+    otherwise it runs until the caller stops (Ctrl-C). The client itself continues a stream that
+    broke at another replica; when no replica answered for a while (UNAVAILABLE) or the service
+    cannot resume it (too old), it is re-opened a few times with a snapshot so no final state is missed.
     """
     pending = set(job_ids)
     failures = 0
@@ -132,6 +133,8 @@ def follow(client: Any, job_ids: list[str], *, until_done: bool) -> Iterator[job
                 pending -= _finished_ids(event.job, pending)
                 if until_done and not pending:
                     return
+        except ResumeExpired:
+            pass  # the service's event log no longer reaches back to our last event: a fresh snapshot
         except ServiceError as exc:
             if exc.code_name != "UNAVAILABLE" or failures >= _RECONNECTS:
                 raise

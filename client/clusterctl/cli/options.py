@@ -19,8 +19,9 @@ from collections.abc import Callable
 from typing import Any
 
 from clusterctl.cli.values import argtype, duration_seconds, hostlist, positive_int, positive_seconds
-from clusterctl.client import DEFAULT_ADDR, DEFAULT_TIMEOUT, ClusterClient, resolve_addr
+from clusterctl.client import DEFAULT_ADDR, DEFAULT_TIMEOUT, ClusterClient, split_addrs
 from clusterctl.errors import ServiceError
+from clusterctl.failover import resolve_retry_seconds
 from clusterctl.v1 import cluster_pb2
 
 ClientFactory = Callable[[argparse.Namespace], Any]
@@ -63,7 +64,8 @@ def add_connection_options(parser: argparse.ArgumentParser, *, top_level: bool) 
     group.add_argument(
         "--addr",
         metavar="ADDR",
-        help=f"clusterd address: unix:/PATH or HOST:PORT (default: $CLUSTERCTL_ADDR or {DEFAULT_ADDR})",
+        help="clusterd address: unix:/PATH or HOST:PORT, or a comma-separated list of replicas "
+        f"(default: $CLUSTERCTL_ADDR or {DEFAULT_ADDR})",
         **({"default": None} | suppress),
     )
     group.add_argument("--token", nargs="?", action=_RefuseToken, help=argparse.SUPPRESS)
@@ -93,9 +95,14 @@ def command_parent() -> argparse.ArgumentParser:
 
 
 def default_client_factory(args: argparse.Namespace) -> ClusterClient:
-    """The real gRPC client, configured from the options or the CLUSTERCTL_* environment."""
+    """The real gRPC client, configured from the options or the CLUSTERCTL_* environment.
+
+    Failing over between replicas lasts at most --timeout (or CLUSTERCTL_RETRY_SECONDS when shorter):
+    a command never waits much longer than the deadline it was given.
+    """
     return ClusterClient(addr=args.addr, timeout=args.timeout, ca=getattr(args, "ca", None),
-                         cert=getattr(args, "cert", None), key=getattr(args, "key", None))
+                         cert=getattr(args, "cert", None), key=getattr(args, "key", None),
+                         retry_seconds=min(resolve_retry_seconds(), args.timeout))  # fmt: skip
 
 
 def token_given() -> bool:
@@ -189,7 +196,7 @@ def describe_service_error(exc: ServiceError, args: argparse.Namespace) -> str:
             return f"{message} (the token was rejected: check CLUSTERCTL_TOKEN or CLUSTERCTL_TOKEN_FILE)"
         return f"{message} (no token given: set CLUSTERCTL_TOKEN or CLUSTERCTL_TOKEN_FILE)"
     if exc.code_name in ("UNAVAILABLE", "DEADLINE_EXCEEDED") and "clusterd" not in message:
-        addr = resolve_addr(args.addr)
+        addr = ", ".join(exc.addresses or split_addrs(args.addr))  # every replica tried, when it failed over
         return f"cannot reach clusterd at {addr}: {message} (check CLUSTERCTL_ADDR or --addr)"
     if exc.code_name in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
         return f"{message} (check CLUSTERCTL_ADDR or --addr)"
