@@ -114,7 +114,7 @@ def test_leader_deaths_lose_and_duplicate_nothing(replicas: Replicas, stack: Sta
         s.start()
 
     client = replicas.client("alice")
-    name = f"{tag}-train"
+    name = f"train-{tag}"
     job = client.submit(train_spec(stack, name, "--steps", str(TOTAL), "--every", str(EVERY),
                                    "--step-seconds", "0.1")).job  # fmt: skip
     running = wait_for(lambda: (j := client.get(job.job_id)).state == jobs_pb2.JOB_STATE_RUNNING
@@ -149,11 +149,13 @@ def test_leader_deaths_lose_and_duplicate_nothing(replicas: Replicas, stack: Sta
     # -- every acknowledged request id is exactly one Slurm job; no id is two
     acked = [r for s in submitters for r in s.acked]
     assert len(acked) > CLIENTS * 20, len(acked)
-    names = wait_for(lambda: (c := _slurm_names(stack, tag)) and sum(c.values()) >= len(acked) and c,
-                     timeout=30, what="the held jobs in squeue")  # fmt: skip
+    deadline = time.monotonic() + 30  # squeue shows a just-accepted job a moment later
+    while sum((names := _slurm_names(stack, tag)).values()) < len(acked) and time.monotonic() < deadline:
+        time.sleep(0.5)
     lost = [r for r in acked if names[r] == 0]
     duplicated = {r: n for r, n in names.items() if n > 1}
-    assert not lost and not duplicated, (lost[:5], duplicated)
+    assert not lost and not duplicated, (f"{len(lost)} of {len(acked)} lost", _records(replicas.store_url, lost[:5]),
+                                         duplicated)  # fmt: skip
     assert sum(names.values()) <= len(acked) + sum(len(s.unacked) for s in submitters)
 
     # -- the training job: requeued once for its one failure, and done
@@ -181,7 +183,15 @@ def _logged(url: str) -> list[int]:
     """Log positions of every event of alice's jobs, read from PostgreSQL itself."""
     with psycopg.connect(url) as conn:
         rows = conn.execute("SELECT seq, record FROM events ORDER BY seq").fetchall()
-    return [int(seq) for seq, record in rows if json.loads(record).get("user") == "alice"]
+    return [int(seq) for seq, record in rows if (record if isinstance(record, dict) else json.loads(record))
+            .get("user") == "alice"]  # fmt: skip
+
+
+def _records(url: str, request_ids: list[str]) -> list[tuple[object, ...]]:
+    """What the store says of ``request_ids`` (for a failure's message)."""
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT request_id, phase, job_id, state, observed->>'error', observed->>'final_reason' "
+                            "FROM jobs WHERE request_id = ANY(%s)", (request_ids,)).fetchall()  # fmt: skip
 
 
 def _first_difference(seen: list[int], logged: list[int]) -> str:
