@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import stat
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -244,7 +244,7 @@ class ClusterClient:
 
     def watch(
         self, job_ids: list[str] | None = None, *, include_initial: bool = True, resume_token: str = ""
-    ) -> Iterator[jobs_pb2.JobEvent]:
+    ) -> Generator[jobs_pb2.JobEvent, None, None]:
         """Stream job events until the server ends the stream or the caller stops iterating.
 
         One unbroken stream across replicas: when it breaks (UNAVAILABLE: the replica died) it is
@@ -278,7 +278,7 @@ class ClusterClient:
 
     def read_log(
         self, job_id: str, *, stderr: bool = False, tail_lines: int = 0, follow: bool = False
-    ) -> Iterator[jobs_pb2.JobLogChunk]:
+    ) -> Generator[jobs_pb2.JobLogChunk, None, None]:
         """A job's output in chunks, read by the service with the job owner's rights.
 
         ``follow`` keeps the stream open (no deadline) until the job ends, across requeues. A stream

@@ -15,11 +15,13 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 
 from clusterctl.heartbeat import DEFAULT_INTERVAL, HeartbeatConfig, HeartbeatSender
-from tests.support.heartbeat import FakeJobService, child_env, heartbeat_env, serve
+from tests.support.heartbeat import FakeJobService, HeartbeatRequest, child_env, heartbeat_env, serve
 
 
 @pytest.fixture
@@ -264,3 +266,35 @@ def test_report_calls_start_lazily_and_forked_children_send_nothing(sock: Path, 
     assert {b.pid for b in beats} == {beats[0].pid}
     assert all(b.step != 999 for b in beats) and beats[-1].exiting and beats[-1].exit_code == 0
     assert [b.exiting for b in beats].count(True) == 1
+
+
+class Replica(FakeJobService):
+    """A clusterd replica: only the leader takes beats, a follower answers UNAVAILABLE like clusterd's."""
+
+    def __init__(self, *, leader: bool) -> None:
+        super().__init__()
+        self.leader = leader
+        self.refused = 0
+
+    def Heartbeat(self, request: HeartbeatRequest, context: Any) -> Any:
+        if not self.leader:
+            self.refused += 1
+            context.abort(grpc.StatusCode.UNAVAILABLE, "follower; the leader is another replica")
+        return super().Heartbeat(request, context)
+
+
+def test_beats_rotate_to_the_leader_among_several_addresses(tmp_path: Path) -> None:
+    a, b = Replica(leader=False), Replica(leader=True)
+    with serve(tmp_path / "a.sock", a), serve(tmp_path / "b.sock", b):
+        addrs = f"unix:{tmp_path / 'a.sock'},unix:{tmp_path / 'b.sock'}"
+        config = HeartbeatConfig.from_env(heartbeat_env(tmp_path / "a.sock", CLUSTERCTL_HEARTBEAT_ADDR=addrs))
+        assert config is not None
+        s = HeartbeatSender(config, start_grace=0).start()
+        b.wait_for(lambda r: True, what="a beat at the leader b")
+        assert a.refused == 1  # one beat went to the follower, the next one to the next address
+        a.leader, b.leader = True, False  # b is deposed, a leads
+        a.wait_for(lambda r: True, what="a beat at the new leader a")
+        a.leader, b.leader = False, True  # and back, right before the exit: the exiting beat tries the next one
+        s.finish(3)
+        b.wait_for(lambda r: r.exiting and r.exit_code == 3, timeout=2, what="the exiting beat at the leader")
+        assert not any(r.exiting for r in a.requests())
