@@ -114,4 +114,5 @@ class Replicas:
         return at
 
     def client(self, user: str = "alice") -> ClusterClient:
-        return ClusterClient(self.addr, self.stack.tokens[user])
+        # A short per-attempt deadline: a call stuck on a frozen (SIGSTOPped) replica fails over soon.
+        return ClusterClient(self.addr, self.stack.tokens[user], timeout=5.0)

@@ -90,6 +90,9 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         ident = current_identity()
         job_ids = self._manager.watch_ids(request.job_ids)
         after = await self._resume_position(request.resume_token)
+        # The log's position before the snapshot is read: the SNAPSHOT events carry it, so a watch
+        # that breaks before its first logged event resumes from there (at least once, never a gap).
+        snapshot_at = (await self._journal.bounds())[1] if request.include_initial and self._journal else 0
         # Subscribe before the snapshot or the replay so no event between them and the live stream
         # is lost; an event both replayed and delivered live is sent once (by its log position).
         # Unsubscribe on every exit, including a snapshot that fails (unknown or foreign job id).
@@ -102,7 +105,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                 else:
                     initial = await self._manager.list(ident, user="", include_finished=False, limit=0)
                 for rec in initial:
-                    yield convert.job_event(JobEvent(EventType.SNAPSHOT, rec))
+                    yield convert.job_event(JobEvent(EventType.SNAPSHOT, rec, seq=snapshot_at))
             if after is not None and self._journal is not None:
                 async for event in self._journal.replay(after):
                     after = event.seq
