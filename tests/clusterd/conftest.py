@@ -16,6 +16,7 @@ from clusterd.config import Config, LimitsConfig, RestartDefaults, SlurmConfig
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.store.base import JobStore
+from clusterd.store.sqlite import SqliteJobStore
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.progress import ProgressReader
 from clusterd.supervisor.reconciler import Reconciler
@@ -128,3 +129,12 @@ def supervised(
     restarter = Restarter(slurm, store, events, progress, defaults or RestartDefaults())
     cache.subscribe(Reconciler(store, events, restarter, progress, kick=kick))
     return cache
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqliteJobStore]:
+    """An opened SQLite store of this test's own (tests/clusterd/store runs both stores)."""
+    store = SqliteJobStore(tmp_path / "db.sqlite3")
+    await store.open()
+    yield store
+    await store.close()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -28,16 +26,8 @@ class Clock:
         return self.now
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteJobStore]:
-    s = SqliteJobStore(tmp_path / "db.sqlite3")
-    await s.open()
-    yield s
-    await s.close()
-
-
-async def test_one_leads_the_other_follows(store: SqliteJobStore) -> None:
-    a, b = Leadership(store, CONFIG, holder="a"), Leadership(store, CONFIG, holder="b")
+async def test_one_leads_the_other_follows(sqlite_store: SqliteJobStore) -> None:
+    a, b = Leadership(sqlite_store, CONFIG, holder="a"), Leadership(sqlite_store, CONFIG, holder="b")
     await a.step()
     await b.step()
     assert a.is_leader and not b.is_leader
@@ -47,14 +37,14 @@ async def test_one_leads_the_other_follows(store: SqliteJobStore) -> None:
     assert a.epoch == 1
 
 
-async def test_a_leader_that_stops_renewing_is_replaced_and_fenced(store: SqliteJobStore) -> None:
+async def test_a_leader_that_stops_renewing_is_replaced_and_fenced(sqlite_store: SqliteJobStore) -> None:
     clock = Clock()
-    a, b = Leadership(store, CONFIG, holder="a", clock=clock), Leadership(store, CONFIG, holder="b")
+    a, b = Leadership(sqlite_store, CONFIG, holder="a", clock=clock), Leadership(sqlite_store, CONFIG, holder="b")
     await a.step()
     await asyncio.sleep(TTL * 1.5)  # a is frozen: it renews nothing
     await b.step()
     assert b.is_leader and b.epoch == 2
-    # a's own clock did not move (the worst case): it still believes it leads, until it asks the store
+    # a's own clock did not move (the worst case): it still believes it leads, until it asks the sqlite_store
     assert a.is_leader
     fake = FakeSlurm.cluster()
     with pytest.raises(Deposed, match="held by b at epoch 2"):
@@ -64,9 +54,9 @@ async def test_a_leader_that_stops_renewing_is_replaced_and_fenced(store: Sqlite
     assert not a.is_leader and b.is_leader
 
 
-async def test_a_frozen_leader_knows_by_its_own_clock(store: SqliteJobStore) -> None:
+async def test_a_frozen_leader_knows_by_its_own_clock(sqlite_store: SqliteJobStore) -> None:
     clock = Clock()
-    a = Leadership(store, CONFIG, holder="a", clock=clock)
+    a = Leadership(sqlite_store, CONFIG, holder="a", clock=clock)
     changes: list[bool] = []
     a.subscribe(changes.append)
     await a.step()
@@ -77,8 +67,8 @@ async def test_a_frozen_leader_knows_by_its_own_clock(store: SqliteJobStore) -> 
     assert changes == [True]
 
 
-async def test_fenced_reads_pass_and_writes_happen_while_leading(store: SqliteJobStore) -> None:
-    a = Leadership(store, CONFIG, holder="a")
+async def test_fenced_reads_pass_and_writes_happen_while_leading(sqlite_store: SqliteJobStore) -> None:
+    a = Leadership(sqlite_store, CONFIG, holder="a")
     await a.step()
     fake = FakeSlurm.cluster()
     fenced = FencedBackend(fake, a)
@@ -87,16 +77,16 @@ async def test_fenced_reads_pass_and_writes_happen_while_leading(store: SqliteJo
     assert await fenced.list_nodes()
 
 
-async def test_release_hands_over_at_once(store: SqliteJobStore) -> None:
-    a, b = Leadership(store, CONFIG, holder="a"), Leadership(store, CONFIG, holder="b")
+async def test_release_hands_over_at_once(sqlite_store: SqliteJobStore) -> None:
+    a, b = Leadership(sqlite_store, CONFIG, holder="a"), Leadership(sqlite_store, CONFIG, holder="b")
     await a.step()
     await a.release()
     await b.step()
     assert b.is_leader and not a.is_leader and b.epoch == 2
 
 
-async def test_run_renews_until_stopped(store: SqliteJobStore) -> None:
-    a, b = Leadership(store, CONFIG, holder="a"), Leadership(store, CONFIG, holder="b")
+async def test_run_renews_until_stopped(sqlite_store: SqliteJobStore) -> None:
+    a, b = Leadership(sqlite_store, CONFIG, holder="a"), Leadership(sqlite_store, CONFIG, holder="b")
     stop = asyncio.Event()
     task = asyncio.create_task(a.run(stop))
     await asyncio.sleep(TTL * 3)
@@ -108,6 +98,6 @@ async def test_run_renews_until_stopped(store: SqliteJobStore) -> None:
     assert b.is_leader
 
 
-def test_renewing_slower_than_the_lease_is_refused(store: SqliteJobStore) -> None:
+def test_renewing_slower_than_the_lease_is_refused(sqlite_store: SqliteJobStore) -> None:
     with pytest.raises(ConfigError, match="renew_seconds"):
-        Leadership(store, HAConfig(lease_seconds=1.0, renew_seconds=2.0))
+        Leadership(sqlite_store, HAConfig(lease_seconds=1.0, renew_seconds=2.0))

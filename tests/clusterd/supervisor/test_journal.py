@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -15,14 +13,6 @@ from clusterd.store.records import JobRecord, Phase
 from clusterd.store.sqlite import SqliteJobStore
 from clusterd.supervisor.events import EventBus, EventType, JobEvent
 from clusterd.supervisor.journal import EventJournal
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteJobStore]:
-    s = SqliteJobStore(tmp_path / "db.sqlite3")
-    await s.open()
-    yield s
-    await s.close()
 
 
 def _record(record_id: int, user: str = "alice") -> JobRecord:
@@ -42,9 +32,9 @@ async def _take(sub: object, n: int) -> list[JobEvent]:
     return out
 
 
-async def test_every_replica_delivers_every_event_in_log_order(store: SqliteJobStore) -> None:
+async def test_every_replica_delivers_every_event_in_log_order(sqlite_store: SqliteJobStore) -> None:
     buses = [EventBus(), EventBus()]
-    journals = [EventJournal(store, bus, poll_seconds=0.02) for bus in buses]
+    journals = [EventJournal(sqlite_store, bus, poll_seconds=0.02) for bus in buses]
     subs = [bus.subscribe(lambda ev: True) for bus in buses]
     stop = asyncio.Event()
     tasks = [asyncio.create_task(j.run(stop)) for j in journals]
@@ -63,9 +53,9 @@ async def test_every_replica_delivers_every_event_in_log_order(store: SqliteJobS
     assert first.record.state is JobState.RUNNING and first.previous_state is JobState.PENDING
 
 
-async def test_replay_resumes_after_a_position(store: SqliteJobStore) -> None:
+async def test_replay_resumes_after_a_position(sqlite_store: SqliteJobStore) -> None:
     bus = EventBus()
-    journal = EventJournal(store, bus, poll_seconds=0.02)
+    journal = EventJournal(sqlite_store, bus, poll_seconds=0.02)
     sub = bus.subscribe(lambda ev: True)
     stop = asyncio.Event()
     task = asyncio.create_task(journal.run(stop))
@@ -81,12 +71,12 @@ async def test_replay_resumes_after_a_position(store: SqliteJobStore) -> None:
 
 
 async def test_events_wait_in_order_while_the_store_fails(
-    store: SqliteJobStore, monkeypatch: pytest.MonkeyPatch
+    sqlite_store: SqliteJobStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bus = EventBus()
-    journal = EventJournal(store, bus, poll_seconds=0.02)
+    journal = EventJournal(sqlite_store, bus, poll_seconds=0.02)
     sub = bus.subscribe(lambda ev: True)
-    real = store.append_events
+    real = sqlite_store.append_events
     failures = [2]
 
     async def flaky(events):  # type: ignore[no-untyped-def]
@@ -95,7 +85,7 @@ async def test_events_wait_in_order_while_the_store_fails(
             raise OSError("database unreachable")
         return await real(events)
 
-    monkeypatch.setattr(store, "append_events", flaky)
+    monkeypatch.setattr(sqlite_store, "append_events", flaky)
     monkeypatch.setattr("clusterd.supervisor.journal._RETRY_SECONDS", 0.01)
     stop = asyncio.Event()
     task = asyncio.create_task(journal.run(stop))
