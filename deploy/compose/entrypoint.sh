@@ -4,7 +4,9 @@
 #   slurmctld   munged + slurmctld in the foreground
 #   slurmd      munged + fake GPUs + slurmd -N <hostname> in the foreground
 #   slurmrestd  munged + slurmrestd (JWT auth) on 0.0.0.0:6820, as the unprivileged slurmrestd user
-#   clusterd    munged + tokens (first start) + clusterd serve
+#   tokens      create the API tokens in the shared clusterd volume (first start only), then exit
+#   clusterd    munged + tokens (first start) + clusterd serve --config $CLUSTERD_CONFIG
+#               (compose's replicas clusterd-a/-b: /etc/clusterd/clusterd-ha.toml)
 #   health-slurmd | health-slurmrestd   healthchecks that need more than one command
 # Mirrors deploy/local/lib/{slurm,host,clusterd}.sh; paths come from deploy/compose/generated.
 set -euo pipefail
@@ -127,12 +129,16 @@ slurmrestd)
     exec /usr/sbin/slurmrestd -f "$SLURM_CONF" -a rest_auth/jwt -s openapi/v0.0.38 \
         -u slurmrestd -g slurmrestd "$@" 0.0.0.0:6820
     ;;
+tokens)
+    # One service makes them, so two replicas starting at once do not both write the file.
+    ensure_tokens
+    ;;
 clusterd)
     start_munge
     mkdir -p "$STATE/clusterd" "$STATE/jobs"
     chmod 755 "$STATE" "$STATE/jobs"
     ensure_tokens
-    exec clusterd serve --config /etc/clusterd/clusterd.toml "$@"
+    exec clusterd serve --config "${CLUSTERD_CONFIG:-/etc/clusterd/clusterd.toml}" "$@"
     ;;
 health-slurmd)
     case "$(node_state "${SLURMD_NODENAME:-$(hostname -s)}")" in
@@ -144,7 +150,7 @@ health-slurmrestd)
     exec 3<>/dev/tcp/127.0.0.1/6820
     ;;
 "")
-    sed -n '2,9p' "$0" >&2
+    sed -n '2,11p' "$0" >&2
     exit 2
     ;;
 *)

@@ -39,6 +39,12 @@ SLURM_CONF = "/etc/slurm/slurm.conf"
 JWT_KEY = f"{STATE}/keys/jwt_hs256.key"  # written by the `keys` init service, volume `keys`
 CLUSTERD_LISTEN = "0.0.0.0:50051"  # published on the host's loopback only (compose.yaml)
 METRICS_LISTEN = "0.0.0.0:9464"  # published on the host's loopback only (compose.yaml)
+# HA (issue 19): two replicas on one PostgreSQL; the password reaches libpq as PGPASSWORD (compose.yaml),
+# so the generated config holds none.
+REPLICAS = ("clusterd-a", "clusterd-b")  # compose service name = hostname
+CLUSTERD_PORT = CLUSTERD_LISTEN.rsplit(":", 1)[1]
+STORE_URL = "postgresql://clusterd@postgres:5432/clusterd"  # service `postgres`, POSTGRES_USER/POSTGRES_DB
+HA_CONFIG = "clusterd-ha.toml"  # = clusterd.toml + templates/clusterd-ha.toml; the replicas' CLUSTERD_CONFIG
 VENV = "/opt/clusterd/venv"  # clusterctl + clusterd in the image; world-readable, so jobs use it
 JOB_PATH = f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin"
 
@@ -75,9 +81,14 @@ def values() -> dict[str, dict[str, str]]:
             "LISTEN": CLUSTERD_LISTEN,
             "SOCKET_GROUP": "",  # unused: compose listens on TCP (CLUSTERD_ALLOW_INSECURE, host loopback only)
             "METRICS_LISTEN": METRICS_LISTEN,
+            "CLUSTERD_STATE_DIR": f"{STATE}/clusterd",  # each replica's own volume
             "STATE": STATE,
             "SLURM_CONF": SLURM_CONF,
             "JOB_PATH": JOB_PATH,
+        },
+        HA_CONFIG: {
+            "STORE_URL": STORE_URL,
+            "HEARTBEAT_ADDR": ",".join(f"{r}:{CLUSTERD_PORT}" for r in REPLICAS),  # jobs dial by compose DNS name
         },
     }
 
@@ -98,6 +109,10 @@ def render_all() -> dict[str, str]:
         # The templates' first line names stack.sh (its marker for files it may overwrite); here
         # it would lie about where the file came from, so it is replaced by this generator's own.
         out[name] = f"{header(name)}\n{rest}" if first.startswith(LOCAL_HEADER) else f"{header(name)}\n{text}"
+    # The HA template is a tail: appended to clusterd.toml, as stack.sh up --ha writes each replica's config.
+    base = out["clusterd.toml"].partition("\n")[2]
+    ha_header = header(HA_CONFIG).replace(f"templates/{HA_CONFIG}", f"templates/clusterd.toml + {HA_CONFIG}")
+    out[HA_CONFIG] = f"{ha_header}\n{base}\n{render_file(TEMPLATES / HA_CONFIG, values()[HA_CONFIG])}"
     return out
 
 

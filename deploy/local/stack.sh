@@ -2,7 +2,10 @@
 # Single-machine clusterctl test stack: Slurm (6 nodes in network namespaces), munge,
 # SeaweedFS S3, and clusterd. See deploy/local/README.md.
 #
-#   stack.sh up                  start everything (idempotent), print the env file path
+#   stack.sh up [--ha|--no-ha]   start everything (idempotent), print the env file path; --ha:
+#                                PostgreSQL and two clusterd replicas (clusterd-a, clusterd-b, each
+#                                restarted when it dies) instead of one clusterd with SQLite. The
+#                                choice is kept until `down`: a plain `up` keeps HA, --no-ha leaves it
 #   stack.sh down [--purge]      stop everything we started, remove namespaces + bridge
 #   stack.sh status              one line per component + sinfo; exit 0 iff all up
 #   stack.sh kill-node NODE [--power-off]
@@ -10,6 +13,8 @@
 #                                --power-off also take its link down first, as a machine that lost
 #                                power: connections to it time out instead of being refused
 #   stack.sh revive-node NODE    bring its link up, restart its slurmd, resume it until usable
+#   stack.sh kill-leader         (HA) SIGKILL the leading replica's clusterd; its supervisor restarts it
+#   stack.sh freeze-leader SECS  (HA) SIGSTOP the leading replica's clusterd for SECS seconds, then SIGCONT
 #   stack.sh env                 print the path of the env file
 #
 #   --slurm 22.05|24.11|26.05    which Slurm (any command; default 22.05, the host's packages):
@@ -56,7 +61,7 @@ select_slurm() {
 }
 
 usage() {
-    sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -76,6 +81,8 @@ source "$STACK_HOME/lib/s3.sh"
 source "$STACK_HOME/lib/jobenv.sh"
 # shellcheck source=lib/clusterd.sh
 source "$STACK_HOME/lib/clusterd.sh"
+# shellcheck source=lib/ha.sh
+source "$STACK_HOME/lib/ha.sh"
 if [[ "$SLURM_VERSION" != 22.05 ]]; then
     # shellcheck source=lib/chroot.sh
     source "$STACK_HOME/lib/chroot.sh"
@@ -100,8 +107,15 @@ check_node() {
 }
 
 cmd_up() {
-    local t0=$SECONDS n
+    local t0=$SECONDS n ha=0
+    case "${1:-}" in
+    --ha) ha=1 ;;
+    --no-ha) ha=0 ;;
+    "") ha_recorded && ha=1 ;; # an HA stack stays HA until `down` or --no-ha
+    *) usage ;;
+    esac
     mkdir -p "$LOGS"
+    ((ha)) && APT_EXTRA=("${HA_EXTRA_PACKAGES[@]}")
     install_packages
     ensure_users
     ensure_fake_gpus
@@ -122,9 +136,18 @@ cmd_up() {
     weed_wait_ready
     log "s3: bucket $BUCKET ready at $(s3_endpoint)"
     jobenv_up
-    write_env_file
-    clusterd_up
-    log "stack up in $((SECONDS - t0))s (Slurm $SLURM_VERSION)"
+    if ((ha)); then
+        clusterd_down # switching from one clusterd: its SQLite store stays in $STATE/clusterd
+        touch "$HA_MARK"
+        write_env_file
+        ha_up
+    else
+        ha_recorded && log "leaving HA: stopping the replicas and PostgreSQL (its data stays in $PG_DATA)"
+        ha_down
+        write_env_file
+        clusterd_up
+    fi
+    log "stack up in $((SECONDS - t0))s (Slurm $SLURM_VERSION$( ((ha)) && echo ", HA: PostgreSQL + ${REPLICAS[*]}"))"
     echo "$ENV_FILE"
 }
 
@@ -133,6 +156,7 @@ cmd_down() {
     [[ "${1:-}" == "--purge" ]] && purge=1
     load_subnet
     clusterd_down
+    ha_down
     weed_down
     slurmrestd_down
     slurmd_down "${NODES[@]}"
@@ -171,7 +195,13 @@ cmd_status() {
     done
     status_line slurmrestd "$(up_if slurmrestd_running)" "$(pid_text "$RUN/slurmrestd.pid")http://$RESTD_LISTEN (JWT)"
     status_line weed "$(up_if weed_running)" "$(pid_text "$RUN/weed.pid")s3 http://$BRIDGE_ADDR:$S3_PORT"
-    if clusterd_installed; then
+    if ha_recorded; then
+        status_line postgresql "$(up_if pg_running)" "$(pid_text "$PG_PIDFILE")socket $PG_SOCKET_DIR, database $PG_DB"
+        for n in "${REPLICAS[@]}"; do
+            status_line "$n" "$(up_if replica_running "$n")" \
+                "$(pid_text "$(replica_pidfile "$n")")$(replica_status_role "$n") on $(replica_listen "$n"), metrics http://$(replica_metrics "$n")/metrics$(replica_supervised "$n" || echo ", NO SUPERVISOR")"
+        done
+    elif clusterd_installed; then
         status_line clusterd "$(up_if clusterd_running)" \
             "$(pid_text "$CLUSTERD_PID")on $CLUSTERD_LISTEN, metrics http://$CLUSTERD_METRICS_LISTEN/metrics"
     else
@@ -212,6 +242,30 @@ cmd_revive_node() {
     log "node $n is $(node_state "$n")"
 }
 
+cmd_kill_leader() {
+    local name pid epoch
+    ha_recorded || die "not an HA stack: '$0 up --ha' first"
+    read -r name pid epoch < <(wait_leader "$STACK_TIMEOUT") || die "no leader to kill"
+    kill -KILL "$pid"
+    log "killed the leader $name (clusterd pid $pid${epoch:+, lease epoch $epoch}) with SIGKILL; its supervisor restarts it as a follower"
+    echo "$name $pid"
+}
+
+cmd_freeze_leader() {
+    local secs="$1" name pid epoch
+    [[ "$secs" =~ ^[0-9]+([.][0-9]+)?$ ]] || usage
+    ha_recorded || die "not an HA stack: '$0 up --ha' first"
+    read -r name pid epoch < <(wait_leader "$STACK_TIMEOUT") || die "no leader to freeze"
+    trap 'kill -CONT "$pid" 2>/dev/null' EXIT
+    kill -STOP "$pid"
+    log "froze the leader $name (clusterd pid $pid${epoch:+, lease epoch $epoch}) with SIGSTOP for ${secs}s"
+    echo "$name $pid"
+    sleep "$secs"
+    kill -CONT "$pid" 2>/dev/null || true
+    trap - EXIT
+    log "thawed $name (pid $pid) with SIGCONT"
+}
+
 main() {
     local cmd="${1:-}"
     [[ -n "$cmd" ]] || usage
@@ -222,6 +276,8 @@ main() {
     status) cmd_status ;;
     kill-node) [[ $# -ge 1 && $# -le 2 ]] || usage; require_root; cmd_kill_node "$@" ;;
     revive-node) [[ $# -eq 1 ]] || usage; require_root; cmd_revive_node "$1" ;;
+    kill-leader) [[ $# -eq 0 ]] || usage; require_root; cmd_kill_leader ;;
+    freeze-leader) [[ $# -eq 1 ]] || usage; require_root; cmd_freeze_leader "$1" ;;
     env)
         [[ -s "$ENV_FILE" ]] || die "no env file yet: run '$0 up' first"
         echo "$ENV_FILE"

@@ -13,7 +13,9 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ import pytest
 import yaml
 
 from clusterctl.hostlist import expand_hostlist
-from clusterd.config import load_config
+from clusterd.config import Config, load_config
 from deploy.compose import generate  # not installed: found from the checkout (tests/__init__.py)
 from deploy.render import RenderError, placeholders, render_file, render_text
 
@@ -69,6 +71,10 @@ def slurm_setting(key: str) -> str:
 
 def slurmd_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {name: s for name, s in services.items() if s.get("command") == ["slurmd"]}
+
+
+def replica_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {name: s for name, s in services.items() if s.get("command") == ["clusterd"]}
 
 
 def depends_on(service: dict[str, Any]) -> dict[str, str]:
@@ -129,7 +135,9 @@ def test_renderer_refuses_unrendered_placeholders() -> None:
     assert render_text("a=@A@\n\n", {"A": "x & @B@"}) == "a=x & @B@\n"  # literal, one pass, one newline
 
 
-@pytest.mark.parametrize("name", ["slurm.conf", "topology.conf", "gres.conf", "cgroup.conf", "clusterd.toml"])
+@pytest.mark.parametrize(
+    "name", ["slurm.conf", "topology.conf", "gres.conf", "cgroup.conf", "clusterd.toml", "clusterd-ha.toml"]
+)
 def test_python_render_equals_bash_render(name: str, tmp_path: Path) -> None:
     """The same template and values give the same bytes through deploy/local's bash ``render``."""
     vals = generate.values()[name]
@@ -237,12 +245,12 @@ def test_volumes_are_declared_and_shared_where_slurm_needs_them(
     ctld = services[generate.CTLD_HOST]
     assert mounted_volume(ctld, slurm_setting("StateSaveLocation")), "slurmctld state would die with the container"
     jwt_key = slurm_setting("AuthAltParameters").removeprefix("jwt_key=")
-    key_holders = [ctld, *slurmd_services(services).values(), services["clusterd"]]
+    key_holders = [ctld, *slurmd_services(services).values(), *replica_services(services).values()]
     assert {mounted_volume(s, jwt_key) for s in key_holders} == {"keys"}
     assert mounted_volume(services["keys"], jwt_key) == "keys"
     # Jobs run on the nodes in the directories clusterd creates: one volume for all of them.
     job_root = load_config(GENERATED / "clusterd.toml", environ={}).slurm.job_root
-    job_holders = [services["clusterd"], *slurmd_services(services).values()]
+    job_holders = [*replica_services(services).values(), *slurmd_services(services).values()]
     assert {mounted_volume(s, job_root) for s in job_holders} == {"jobs"}
 
 
@@ -259,3 +267,58 @@ def test_build_paths_exist(services: dict[str, dict[str, Any]]) -> None:
         for src in (s for sources in copies for s in sources):
             assert (ctx / src).exists(), f"{dockerfile}: COPY source {src} is missing"
     assert (COMPOSE_DIR / "entrypoint.sh").stat().st_mode & 0o111, "entrypoint.sh must be executable"
+
+
+# ----------------------------------------------------------------- HA: postgres + two replicas
+
+
+def ha_config() -> dict[str, Any]:
+    return tomllib.loads((GENERATED / generate.HA_CONFIG).read_text())
+
+
+def test_ha_config_is_the_single_config_plus_store_ha_and_both_heartbeat_addresses() -> None:
+    single = tomllib.loads((GENERATED / "clusterd.toml").read_text())
+    ha = ha_config()
+    assert {k: v for k, v in ha.items() if k not in ("store", "ha", "liveness")} == single
+    assert ha["store"]["url"] == generate.STORE_URL and ha["ha"]["lease_seconds"] > ha["ha"]["renew_seconds"]
+    port = single["listen"].rsplit(":", 1)[1]
+    assert ha["liveness"]["heartbeat_addr"].split(",") == [f"{r}:{port}" for r in generate.REPLICAS]
+
+
+def test_ha_config_loads() -> None:
+    if not {"store", "ha"} <= {f.name for f in fields(Config)}:
+        pytest.skip("this clusterd.config has no [store]/[ha] yet (issue 19)")
+    cfg = load_config(GENERATED / generate.HA_CONFIG, environ={"CLUSTERD_ALLOW_INSECURE": "true"})
+    assert asdict(cfg)["store"]["url"] == generate.STORE_URL
+    assert cfg.liveness.heartbeat_addr.count(",") == len(generate.REPLICAS) - 1
+
+
+def test_replicas_share_postgres_tokens_and_jobs_but_not_state(services: dict[str, dict[str, Any]]) -> None:
+    replicas = replica_services(services)
+    assert sorted(replicas) == sorted(generate.REPLICAS)
+    assert all(s.get("hostname") == name for name, s in replicas.items())
+    # The [store] url names the postgres service, with the user and database it creates.
+    pg = services["postgres"]
+    url = ha_config()["store"]["url"]
+    m = re.fullmatch(r"postgresql://(\w+)@([\w-]+):5432/(\w+)", url)
+    assert m, url
+    assert m.group(2) == "postgres" and pg["image"].startswith("postgres:")
+    assert (m.group(1), m.group(3)) == (pg["environment"]["POSTGRES_USER"], pg["environment"]["POSTGRES_DB"])
+    assert "pg_isready" in pg["healthcheck"]["test"] and mounted_volume(pg, "/var/lib/postgresql/data")
+    cfg = load_config(GENERATED / "clusterd.toml", environ={})
+    dockerfile = (COMPOSE_DIR / "Dockerfile").read_text()
+    assert f"generated/{generate.HA_CONFIG}" in dockerfile and "/etc/clusterd/" in dockerfile
+    state_volumes, ports = set(), []
+    for name, svc in replicas.items():
+        env = svc["environment"]
+        assert env["CLUSTERD_CONFIG"] == f"/etc/clusterd/{generate.HA_CONFIG}", name
+        assert env["PGPASSWORD"] == pg["environment"]["POSTGRES_PASSWORD"], f"{name}: not postgres's password"
+        deps = depends_on(svc)
+        assert deps.get("postgres") == "service_healthy" and deps.get("tokens") == ONE_SHOT, name
+        assert svc.get("restart") == "unless-stopped", f"{name} must come back when it dies"
+        assert mounted_volume(svc, cfg.tokens_file) == mounted_volume(services["tokens"], cfg.tokens_file)
+        state_volumes.add(mounted_volume(svc, cfg.state_dir))
+        ports += [p.rsplit(":", 1)[0] for p in svc["ports"]]
+    assert len(state_volumes) == len(replicas), "each replica has its own state_dir volume (audit log)"
+    assert None not in state_volumes and not state_volumes & {mounted_volume(services["tokens"], cfg.tokens_file)}
+    assert len(ports) == len(set(ports)), f"host ports published twice: {ports}"

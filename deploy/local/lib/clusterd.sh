@@ -2,6 +2,7 @@
 # clusterd configuration, tokens, process, and the env file for shells.
 
 CLUSTERD_CONFIG="$STATE/clusterd.toml"
+CLUSTERD_STATE_DIR="$STATE/clusterd"
 TOKENS_FILE="$STATE/tokens.toml"
 ENV_FILE="$STATE/env"
 
@@ -68,9 +69,12 @@ token_of() {
     plain_tokens | awk -v want="$1" '$1 == want { print $2; exit }'
 }
 
+# write_clusterd_config: $CLUSTERD_CONFIG from the template, for $CLUSTERD_LISTEN, $CLUSTERD_METRICS_LISTEN
+# and $CLUSTERD_STATE_DIR (lib/ha.sh sets all four as locals to write each replica's).
 write_clusterd_config() {
     render "$STACK_HOME/templates/clusterd.toml" "$CLUSTERD_CONFIG" \
-        "LISTEN=$CLUSTERD_LISTEN" "SOCKET_GROUP=$CLUSTERD_SOCKET_GROUP" "METRICS_LISTEN=$CLUSTERD_METRICS_LISTEN" "STATE=$STATE" "SLURM_CONF=$SLURM_CONF_PATH" "JOB_PATH=$(job_path)"
+        "LISTEN=$CLUSTERD_LISTEN" "SOCKET_GROUP=$CLUSTERD_SOCKET_GROUP" "METRICS_LISTEN=$CLUSTERD_METRICS_LISTEN" \
+        "CLUSTERD_STATE_DIR=$CLUSTERD_STATE_DIR" "STATE=$STATE" "SLURM_CONF=$SLURM_CONF_PATH" "JOB_PATH=$(job_path)"
     chmod 644 "$CLUSTERD_CONFIG"
 }
 
@@ -80,7 +84,7 @@ write_env_file() {
         umask 077
         cat >"$ENV_FILE.tmp" <<EOF
 # clusterctl local stack -- source me: . $ENV_FILE
-export CLUSTERCTL_ADDR=$CLUSTERD_LISTEN
+export CLUSTERCTL_ADDR=$(if ha_recorded; then ha_addrs; else echo "$CLUSTERD_LISTEN"; fi)
 export CLUSTERCTL_METRICS=http://$CLUSTERD_METRICS_LISTEN/metrics
 export CLUSTERCTL_WEB=http://$CLUSTERD_METRICS_LISTEN/
 export CLUSTERCTL_TOKEN=$(token_of alice)
@@ -101,6 +105,7 @@ export CLUSTERCTL_JWT_KEY=$JWT_KEY_FILE
 export CLUSTERCTL_JOB_PYTHON=$JOBENV/bin/python
 export CLUSTERCTL_EXAMPLES=$JOB_EXAMPLES
 EOF
+        if ha_recorded; then ha_env_lines >>"$ENV_FILE.tmp"; else echo "export CLUSTERCTL_HA=0" >>"$ENV_FILE.tmp"; fi
         mv -f "$ENV_FILE.tmp" "$ENV_FILE"
     )
 }

@@ -31,7 +31,7 @@ BUCKET=clusterctl
 CLUSTERD_SOCKET="$STATE/run/clusterd/clusterd.sock"
 CLUSTERD_LISTEN="unix:$CLUSTERD_SOCKET"
 CLUSTERD_SOCKET_GROUP=clusterctl
-CLUSTERD_METRICS_LISTEN="127.0.0.1:9464"
+CLUSTERD_METRICS_LISTEN="127.0.0.1:${CLUSTERCTL_METRICS_PORT:-9464}" # up --ha: replica i on this port + i
 
 # slurmrestd (loopback only) and the HS256 key that both slurmctld and clusterd sign/verify JWTs with.
 RESTD_LISTEN="127.0.0.1:6820"

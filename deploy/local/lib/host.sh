@@ -4,9 +4,11 @@
 # slurmrestd + slurm-wlm-jwt-plugin: the REST API with JWT auth (clusterd's slurmrestd backend).
 APT_PACKAGES=(slurmctld slurmd slurm-client slurmrestd slurm-wlm-jwt-plugin munge iproute2 openssl procps iputils-ping curl)
 
+APT_EXTRA=() # what this `up` needs besides (up --ha: lib/ha.sh's HA_EXTRA_PACKAGES)
+
 install_packages() {
     local missing=() p
-    for p in "${APT_PACKAGES[@]}"; do
+    for p in "${APT_PACKAGES[@]}" "${APT_EXTRA[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
     done
     if ((${#missing[@]})); then
