@@ -59,7 +59,7 @@ class Clusterd:
     def __init__(self, stack: Stack) -> None:
         state = Path(tempfile.mkdtemp(prefix="ccbench-recovery-"))
         self.sockets = stack.dir / "run" / f"bench-{state.name}"
-        self.daemon = Daemon(stack, state, metrics_port=None, socket_dir=self.sockets, socket_group="clusterctl")
+        self.daemon = Daemon(stack, state, socket_dir=self.sockets, socket_group="clusterctl")
         self.daemon.start()
         self.client = ClusterClient(self.daemon.addr, stack.env["CLUSTERCTL_TOKEN"])
 
