@@ -301,7 +301,8 @@ def main() -> int:
     tables = {}
     for version in args.slurm or [None]:
         tables[version or stack_for(None).slurm_version] = run_one(args, version)
-    side_by_side(tables)
+    if any(t.get("node kill") or t.get(NATIVE) for t in tables.values()):
+        side_by_side(tables)
     return 0
 
 
