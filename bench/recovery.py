@@ -17,7 +17,8 @@ stack's S3), on the same local stack, with the same SlurmdTimeout. Faults:
    of the run with the failure (1.0 = the failure cost nothing).
 
 Run as root with the stack up: ``python -m bench.recovery`` (about 35 min with the defaults;
-``--repeats 1 --minutes 3`` for about 10 min).
+``--repeats 1 --minutes 3`` for about 10 min). ``--slurm VER`` runs on the stack of that release
+(``stack.sh up --slurm VER``); repeated, each release in turn, then the node-kill figures side by side.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from google.protobuf.duration_pb2 import Duration
 from clusterctl.client import ClusterClient
 from clusterctl.v1 import jobs_pb2
 from tests.support.daemon import Daemon
-from tests.support.stack import Stack
+from tests.support.stack import Stack, stack_for
 from tests.support.training import train_pids
 from tests.support.wait import wait_for
 
@@ -58,7 +59,7 @@ class Clusterd:
     def __init__(self, stack: Stack) -> None:
         state = Path(tempfile.mkdtemp(prefix="ccbench-recovery-"))
         self.sockets = stack.dir / "run" / f"bench-{state.name}"
-        self.daemon = Daemon(stack, state, metrics_port=None, socket_dir=self.sockets, socket_group="clusterctl")
+        self.daemon = Daemon(stack, state, socket_dir=self.sockets, socket_group="clusterctl")
         self.daemon.start()
         self.client = ClusterClient(self.daemon.addr, stack.env["CLUSTERCTL_TOKEN"])
 
@@ -115,7 +116,8 @@ def squeue(stack: Stack, job_id: str) -> tuple[str, int, list[str]] | None:
     show = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True,
                           env=stack.slurm_env()).stdout  # fmt: skip
     m = re.search(r"Restarts=(\d+)", show)
-    hosts = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True).stdout.split()
+    hosts = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True,
+                           env=stack.slurm_env()).stdout.split()  # fmt: skip
     return state, int(m.group(1)) if m else 0, hosts
 
 
@@ -150,7 +152,7 @@ def inject(fault: str, stack: Stack, job: Job, nodes: list[str]) -> tuple[float,
         t = time.time()
         stack.stack_sh("kill-node", victim, "--power-off")
     elif fault == "rank hang":
-        (pid,) = train_pids(victim)
+        (pid,) = train_pids(stack.netns(victim))
         t = time.time()
         os.kill(pid, signal.SIGSTOP)
     else:  # rank crash: already scheduled by --crash-at; its time is when the rank exited
@@ -217,17 +219,20 @@ def goodput(stack: Stack, ours: Clusterd, minutes: float) -> tuple[float, float,
     return (ends[clean.job_id] - started[clean.job_id], ends[failing.job_id] - started[failing.job_id], back)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=3, help="runs per fault (medians)")
-    parser.add_argument("--native-repeats", type=int, default=3, help="node kills with Slurm's own requeue")
-    parser.add_argument("--minutes", type=float, default=10.0, help="length of each goodput run")
-    parser.add_argument("--faults", default="node kill,node power-off,rank crash,rank hang")
-    parser.add_argument("--skip-goodput", action="store_true")
-    args = parser.parse_args()
-    stack = Stack.load()
+NATIVE = "node kill, Slurm's own requeue"
+
+
+def median_of(results: list[dict[str, float]], column: str) -> float | None:
+    values = [r[column] for r in results if column in r and r[column] == r[column]]
+    return statistics.median(values) if values else None
+
+
+def run_one(args: argparse.Namespace, version: str | None) -> dict[str, list[dict[str, float]]]:
+    """One release's runs (the stack of ``--slurm VERSION``): prints its phase table, returns the results."""
+    stack = stack_for(version)
     ours = Clusterd(stack)
     table: dict[str, list[dict[str, float]]] = {}
+    print(f"[Slurm {stack.slurm_version}: stack {stack.dir}]", flush=True)
     try:
         for fault in args.faults.split(","):
             for _ in range(args.repeats):
@@ -237,28 +242,25 @@ def main() -> int:
                                                  for k, v in result.items()), flush=True)  # fmt: skip
         for _ in range(args.native_repeats):
             result = one_recovery("node kill", stack, ours, mode="sbatch")
-            table.setdefault("node kill, Slurm's own requeue", []).append(result)
+            table.setdefault(NATIVE, []).append(result)
             print(f"  native node kill: {result}", flush=True)
         good = None if args.skip_goodput else goodput(stack, ours, args.minutes)
     finally:
         ours.close()
-    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
+                            env=stack.slurm_env()).stdout  # fmt: skip
     m = re.search(r"SlurmdTimeout\s*=\s*(\S+)", config)
-    print(f"\nrecovery bench: 2-node train.py job, same stack, SlurmdTimeout={m.group(1) if m else '?'}, "
-          f"hang timeout {HANG_SECONDS} s; seconds after the fault, medians")  # fmt: skip
+    print(f"\nrecovery bench: Slurm {stack.slurm_version}, 2-node train.py job, same stack, "
+          f"SlurmdTimeout={m.group(1) if m else '?'}, hang timeout {HANG_SECONDS} s; seconds after the fault, medians")
     cols = (*PHASES, "first_step (log)")
     print(f"{'fault':34}{'n':>3}" + "".join(f"{c:>18}" for c in cols) + "  detected by")
-    anchor = statistics.median(r["first_step"] for r in table.get("node kill, Slurm's own requeue", [])) \
-        if table.get("node kill, Slurm's own requeue") else None  # fmt: skip
     for fault, results in table.items():
-        cells = []
-        for c in cols:
-            values = [r[c] for r in results if c in r and r[c] == r[c]]
-            cells.append(f"{statistics.median(values):18.1f}" if values else f"{'-':>18}")
+        cells = [f"{v:18.1f}" if (v := median_of(results, c)) is not None else f"{'-':>18}" for c in cols]
         by = ",".join(sorted({str(r.get("by", "slurm")) for r in results}))
         print(f"{fault:34}{len(results):>3}" + "".join(cells) + f"  {by}")
-    if anchor is not None and "node kill" in table:
-        ours_first = statistics.median(r["first_step"] for r in table["node kill"])
+    anchor = median_of(table.get(NATIVE, []), "first_step")
+    ours_first = median_of(table.get("node kill", []), "first_step")
+    if anchor is not None and ours_first is not None:
         print(f"node kill -> first step: clusterd {ours_first:.1f} s vs Slurm's own requeue {anchor:.1f} s "
               f"= {anchor / ours_first:.1f}x faster")  # fmt: skip
     else:
@@ -267,6 +269,40 @@ def main() -> int:
         clean, failing, back = good
         print(f"goodput, {args.minutes:g}-min run with one node death: {clean / failing:.3f} of the failure-free run "
               f"(wall {failing:.0f} s vs {clean:.0f} s, measured concurrently; first step {back:.1f} s after the kill)")
+    return table
+
+
+def side_by_side(tables: dict[str, dict[str, list[dict[str, float]]]]) -> None:
+    """Node death -> running again and -> first step, ours vs Slurm's own requeue, one row per release."""
+    print("\nnode kill, per Slurm release (medians, seconds after the kill; ratio = Slurm's own / ours)")
+    head = ("release", "n ours/own", "running ours", "running own", "ratio", "1st step ours", "1st step own", "ratio")
+    print(f"{head[0]:8}{head[1]:>12}" + "".join(f"{h:>15}" for h in head[2:]))
+    for version, table in tables.items():
+        ours, own = table.get("node kill", []), table.get(NATIVE, [])
+        cells = []
+        for column in ("running", "first_step"):
+            a, b = median_of(ours, column), median_of(own, column)
+            cells += [f"{a:15.1f}" if a is not None else f"{'-':>15}", f"{b:15.1f}" if b is not None else f"{'-':>15}",
+                      f"{b / a:14.1f}x" if a and b is not None else f"{'-':>15}"]  # fmt: skip
+        print(f"{version:8}{f'{len(ours)}/{len(own)}':>12}" + "".join(cells))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3, help="runs per fault (medians)")
+    parser.add_argument("--native-repeats", type=int, default=3, help="node kills with Slurm's own requeue")
+    parser.add_argument("--minutes", type=float, default=10.0, help="length of each goodput run")
+    parser.add_argument("--faults", default="node kill,node power-off,rank crash,rank hang")
+    parser.add_argument("--skip-goodput", action="store_true")
+    parser.add_argument("--slurm", action="append", choices=("22.05", "24.11", "26.05"), metavar="VER",
+                        help="the stack of this Slurm release (stack.sh up --slurm VER); repeat to run each and "
+                             "print the node-kill figures side by side (default: CLUSTERCTL_STACK_DIR's)")  # fmt: skip
+    args = parser.parse_args()
+    tables = {}
+    for version in args.slurm or [None]:
+        tables[version or stack_for(None).slurm_version] = run_one(args, version)
+    if any(t.get("node kill") or t.get(NATIVE) for t in tables.values()):
+        side_by_side(tables)
     return 0
 
 

@@ -50,7 +50,7 @@ from pathlib import Path
 from clusterctl.client import ClusterClient
 from clusterctl.v1 import jobs_pb2
 from tests.support.daemon import Daemon
-from tests.support.stack import Stack, stack_dir_for
+from tests.support.stack import Stack, stack_for
 
 SLURM_COMMANDS = ("sbatch", "scancel", "scontrol", "squeue", "sinfo")
 RPC_TYPES = ("REQUEST_JOB_INFO", "REQUEST_NODE_INFO", "REQUEST_PARTITION_INFO")
@@ -60,15 +60,6 @@ PROBE_USER = "nobody"
 
 
 # -- the stack ---------------------------------------------------------------------------------
-
-
-def load_stack(version: str | None) -> Stack:
-    """The stack of ``--slurm VERSION`` (deploy/local/stack.sh up --slurm VERSION), else the suite's."""
-    directory = stack_dir_for(version)
-    if not (directory / "env").exists():
-        how = f" --slurm {version}" if version else ""
-        raise SystemExit(f"no stack in {directory}: run deploy/local/stack.sh up{how}")
-    return Stack.load(directory)
 
 
 def slurm_env(stack: Stack) -> dict[str, str]:
@@ -459,7 +450,7 @@ def main() -> None:
     results: dict[str, list[tuple[str, str, str, str]]] = {}
     for version in args.slurm or [None]:
         rows = run_one(args, version, window, n_seq, n_conc, rounds)
-        results[version or load_stack(None).slurm_version] = rows
+        results[version or stack_for(None).slurm_version] = rows
     if len(results) > 1:  # the submit figures of every release side by side
         print()
         print("submit figures per Slurm release (clusterd / raw sbatch / ours/raw)")
@@ -472,7 +463,7 @@ def main() -> None:
 def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq: int, n_conc: int,
             rounds: int) -> list[tuple[str, str, str, str]]:  # fmt: skip
     """One release's run (the stack of ``--slurm VERSION``): prints its tables, returns the submit rows."""
-    stack = load_stack(version)
+    stack = stack_for(version)
     env = slurm_env(stack)
     user = pwd.getpwnam(args.user)
     prober = pwd.getpwnam(PROBE_USER)

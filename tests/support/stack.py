@@ -65,6 +65,11 @@ class Stack:
         """Where this release's sbatch & co are (wrappers into its chroot); "" = the host's, on PATH."""
         return self.env.get("CLUSTERCTL_SLURM_BIN", "")
 
+    def netns(self, node: str) -> str:
+        """The network namespace of Slurm node ``node`` (a chroot release's stack prefixes it: s2411-node2)."""
+        version = self.slurm_version
+        return node if version == "22.05" else f"s{version.replace('.', '')}-{node}"
+
     def command_path(self, base: str = "/usr/bin:/bin") -> str:
         """A PATH whose Slurm commands are this stack's release."""
         return f"{self.slurm_bin}:{base}" if self.slurm_bin else base
@@ -85,6 +90,15 @@ class Stack:
         script = ROOT / "deploy" / "local" / "stack.sh"
         return subprocess.run(["bash", str(script), *args], capture_output=True, text=True, timeout=300,
                               env={**os.environ, "CLUSTERCTL_STACK_DIR": str(self.dir)})  # fmt: skip
+
+
+def stack_for(version: str | None) -> Stack:
+    """For a bench: the stack of ``--slurm VERSION`` (None: the suite's); exits saying how to start it."""
+    directory = stack_dir_for(version)
+    if not (directory / "env").exists():
+        how = f" --slurm {version}" if version else ""
+        raise SystemExit(f"no stack in {directory}: run deploy/local/stack.sh up{how}")
+    return Stack.load(directory)
 
 
 def missing(what: str) -> None:
