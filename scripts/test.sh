@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from nothing: install (apt + pip), bring up the real local stack (Slurm in
 # network namespaces, SeaweedFS S3), run lint, types and every test, and take the stack down again
-# if this script brought it up. README's test command and .ci/run both call exactly this.
+# if this script brought it up. README's test command and .ci/run both call exactly this. Between
+# the two, the stack is switched to its HA mode (up --ha) for tests/integration/test_ha_stack.py.
 # Then the Slurm compatibility suite (tests/compat + tests/contract) on each newer release in
 # CLUSTERCTL_COMPAT_SLURM (default "24.11 26.05"; "" skips), each on its own stack
 # (deploy/local/stack.sh up --slurm VER: a debootstrap chroot, built once and cached).
@@ -19,6 +20,9 @@ command -v systemd-analyze >/dev/null || test_tools+=(systemd)
 # through its chromium-driver with Selenium (pip, dev extra): ~300 MB and about a minute, once.
 command -v chromium >/dev/null || test_tools+=(chromium)
 command -v chromedriver >/dev/null || test_tools+=(chromium-driver)
+# PostgreSQL for the store's tests and the HA fault test (tests/support/postgres.py starts its own
+# throwaway clusters with initdb/pg_ctl; the stack's --ha mode runs one too).
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || test_tools+=(postgresql)
 if ((${#test_tools[@]})); then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${test_tools[@]}" >/dev/null ||
         { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${test_tools[@]}" >/dev/null; }
@@ -37,6 +41,11 @@ echo "== ruff"; ruff check .
 echo "== mypy"; mypy
 echo "== pytest"
 python -m pytest -q -p no:cacheprovider "$@"
+# The stack's own HA mode, as an operator drives it: PostgreSQL and two replicas, one killed.
+echo "== ha: stack.sh up --ha"
+bash deploy/local/stack.sh up --ha
+python -m pytest -q -p no:cacheprovider tests/integration/test_ha_stack.py
+bash deploy/local/stack.sh up --no-ha
 if [ "$started_stack" = 1 ]; then
     bash deploy/local/stack.sh down
     trap - EXIT
