@@ -46,12 +46,13 @@ SLURM_BACKUP_TAKEOVER = 120.0  # SlurmctldTimeout's default (slurm.conf(5)): Slu
 
 
 def _sleep_spec(tag: str) -> jobs_pb2.JobSpec:
-    policy = jobs_pb2.RestartPolicy(max_restarts=3, backoff=Duration(seconds=0))
-    return jobs_pb2.JobSpec(name=tag, command=["sleep", "3007"], restart_policy=policy)
+    # Its `sleep` killed, the job exits 3: a retryable failure, so the supervisor decides a requeue.
+    policy = jobs_pb2.RestartPolicy(max_restarts=3, backoff=Duration(seconds=0), retryable_exit_codes=[3])
+    return jobs_pb2.JobSpec(name=tag, command=["bash", "-c", "sleep 3007; exit 3"], restart_policy=policy)
 
 
 def _kill_job_process(stack: Stack, node: str) -> None:
-    """SIGKILL the job's ``sleep 3007`` in ``node``'s namespace: the job fails, its node stays fine."""
+    """SIGKILL the job's ``sleep 3007`` in ``node``'s namespace: the job exits 3, its node stays fine."""
     ns = stack.netns(node)
     pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, check=True).stdout.split()
     for pid in pids:
@@ -82,8 +83,8 @@ def one_failover(stack: Stack, group: Replicas) -> dict[str, float]:
     submitted = time.time() - t0
     done = wait_for(lambda: (j := client.get(job.job_id)).restarts and j, timeout=60, interval=0.1,
                     what="the requeue decision")  # fmt: skip
-    phases = done.restarts[0].phases
-    decided = phases["detected"] - t0 if "detected" in phases else done.restarts[0].time.seconds - t0
+    restart = done.restarts[0]
+    decided = (restart.detected_at if restart.HasField("detected_at") else restart.time).ToNanoseconds() / 1e9 - t0
     leader.start()
     client.cancel(job.job_id)
     subprocess.run(["scancel", "-u", "alice", "--name", f"{tag}-probe"], env=stack.slurm_env(), check=False)
