@@ -23,7 +23,6 @@ from prometheus_client import (
     Histogram,
     PlatformCollector,
     ProcessCollector,
-    start_http_server,
 )
 
 from clusterd.errors import SlurmError, SlurmUnavailable
@@ -165,14 +164,3 @@ class MetricsServer:
         self.httpd.server_close()
         self.thread.join(timeout=5)
 
-
-def start_metrics_server(listen: str) -> MetricsServer:
-    """Serve ``/metrics`` on ``host:port`` (port 0 picks a free one). Raises OSError, ValueError."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"metrics_listen must be host:port, got {listen!r}")
-    try:
-        httpd, thread = start_http_server(int(port), addr=host.strip("[]") or "127.0.0.1", registry=REGISTRY)
-    except OSError as exc:
-        raise OSError(exc.errno, f"cannot serve metrics on {listen} (metrics_listen): {exc.strerror}") from exc
-    return MetricsServer(httpd, thread)

@@ -171,13 +171,35 @@ def test_serve_refuses_bad_log_settings(tmp_path: Path) -> None:
 def test_metrics_port_taken_is_named(tmp_path: Path) -> None:
     import socket
 
-    from clusterd.observability.metrics import start_metrics_server
+    from clusterd.config import ConfigError
+    from clusterd.web.server import combined, serve
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with pytest.raises(OSError, match=f"cannot serve metrics on 127.0.0.1:{port} \\(metrics_listen\\)"):
-            start_metrics_server(f"127.0.0.1:{port}")
-    with pytest.raises(ValueError, match="host:port"):
-        start_metrics_server("9464")
+        with pytest.raises(OSError, match=f"cannot serve HTTP on 127.0.0.1:{port}"):
+            serve(f"127.0.0.1:{port}", combined(None))
+    with pytest.raises(ConfigError, match="host:port"):
+        serve("9464", combined(None))
+
+
+def test_healthz_says_the_role_and_refuses_when_not_ready() -> None:
+    import json
+    import urllib.error
+    import urllib.request
+
+    from clusterd.web.server import combined, serve
+
+    state = {"role": "follower", "replica": "a", "epoch": 0}
+    server = serve("127.0.0.1:0", combined(None, lambda: state))
+    try:
+        url = f"http://127.0.0.1:{server.port}/healthz"
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            assert reply.status == 200 and json.loads(reply.read())["role"] == "follower"
+        state["role"] = "not ready"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url, timeout=5)
+        assert refused.value.code == 503 and json.loads(refused.value.read())["role"] == "not ready"
+    finally:
+        server.stop()
