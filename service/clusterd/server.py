@@ -90,8 +90,9 @@ class ClusterDaemon:
         self.leadership.subscribe(self._leadership_changed)
         fenced = FencedBackend(self.backend, self.leadership)
         # Supervision in three parts, wired here and nowhere else: the queue cache polls Slurm and
-        # hands each snapshot to the reconciler, which writes the store, publishes to the bus and
-        # lets the restarter act; checkpoint progress is read by its own task, off the poll path.
+        # hands each snapshot to the reconciler, which (on the leader only) writes the store,
+        # publishes into the journal and lets the restarter act; checkpoint progress is read by its
+        # own task, off the poll path. Every replica polls: its API validates and shows from it.
         self.poller = QueueCache(
             self.backend, interval=config.poll_interval_seconds, default_partition=config.slurm.default_partition
         )
