@@ -58,6 +58,7 @@ class EventJournal:
         self._queued = asyncio.Event()
         self._appended = asyncio.Event()
         self._cursor = 0
+        self._appended_up_to = 0  # the newest position this replica appended
         self._started = False
         self._clock = clock
 
@@ -65,6 +66,15 @@ class EventJournal:
         """Queue ``event`` for the log (never blocks: the caller holds a record lock)."""
         self._outbox.append(replace(event, record=event.record.snapshot()))
         self._queued.set()
+
+    @property
+    def idle(self) -> bool:
+        """Whether every event this replica published has been logged and delivered to its bus.
+
+        Delivery is asynchronous: a watch that starts right after a change may still be handed that
+        change's event. Tests (and a shutdown) that need "everything so far is out" wait for this.
+        """
+        return not self._outbox and self._cursor >= self._appended_up_to
 
     async def start(self) -> None:
         """Begin the tail at the log's newest event: live watchers want what happens from now on."""
@@ -97,7 +107,7 @@ class EventJournal:
                 continue
             batch = self._outbox[:_BATCH]
             try:
-                await self._store.append_events([_row(e) for e in batch])
+                seqs = await self._store.append_events([_row(e) for e in batch])
             except Exception:
                 log.warning("event log append failed; %d event(s) wait in order", len(self._outbox), exc_info=True)
                 if stop.is_set():
@@ -105,6 +115,7 @@ class EventJournal:
                 await asyncio.sleep(_RETRY_SECONDS)
                 continue
             del self._outbox[: len(batch)]
+            self._appended_up_to = max(self._appended_up_to, *seqs)
             self._appended.set()
 
     async def _tail(self, stop: asyncio.Event) -> None:

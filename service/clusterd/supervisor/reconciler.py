@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 # A live job missing from this many consecutive polls has left Slurm's memory (MinJobAge).
 _MISSING_POLLS = 3
 _ADOPT_GRACE_SECONDS = 5.0
+_CLOCK_SKEW_SECONDS = 30.0  # between slurmctld's clock (submit times) and the service's (record times)
 _RECOVERY_HURRY_SECONDS = 3.0  # fast polls after each look at a job being brought back (see QueueCache.hurry)
 
 
@@ -100,6 +101,15 @@ def _quiet(rec: JobRecord, sj: SlurmJob) -> bool:
     if rec.phase is not Phase.SUBMITTED or sj.state.terminal or rec.needs_release:
         return False
     return sj.restart_count <= rec.acked_restarts
+
+
+def _submitted_since(job: SlurmJob, rec: JobRecord) -> bool:
+    """Whether ``job`` can be the submission ``rec`` reserved: not submitted before the reservation.
+
+    Record ids (and so comment tags) start again in a new store, while Slurm keeps an older store's
+    jobs: a job older than the record is another store's, never this crashed submission.
+    """
+    return not job.submit_time or job.submit_time >= rec.created - _CLOCK_SKEW_SECONDS
 
 
 # What a skipped record looked like: Slurm's view, the store's stamp, the progress table's step.
@@ -293,7 +303,7 @@ class Reconciler:
         """A submission that was in flight when the service stopped: find it in Slurm by its tag."""
         if time.time() - rec.created < _ADOPT_GRACE_SECONDS:
             return  # reserved an instant ago: its handler may not hold the record lock yet
-        match = next((j for j in snap.jobs.values() if rec.adopts(j)), None)  # its tag AND its user
+        match = next((j for j in snap.jobs.values() if rec.adopts(j) and _submitted_since(j, rec)), None)
         if match is not None:
             rec.job_id = match.array_job_id or match.job_id  # any task of an array names the array
             rec.phase = Phase.SUBMITTED

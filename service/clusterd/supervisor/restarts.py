@@ -219,9 +219,15 @@ class Restarter:
         return Outcome(kick=True)
 
     async def amend_phase(self, rec: JobRecord, phase: str, when: float) -> None:
-        """Note when the newest restart reached ``phase`` (once: the first time counts)."""
+        """Note when the newest restart reached ``phase`` (once: the first time counts).
+
+        A run whose first step beat came before the poll that showed it RUNNING was running by that
+        step: its "running" is never noted later than its "first_step".
+        """
         if rec.restarts and phase not in rec.restarts[-1].phases:
             last = rec.restarts[-1]
+            if phase == "running" and "first_step" in last.phases:
+                when = min(when, last.phases["first_step"])
             await self._store.amend_last_restart(rec, replace(last, phases={**last.phases, phase: when}))
 
     async def _node_down(self, node: str, why: str) -> None:

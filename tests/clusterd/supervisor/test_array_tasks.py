@@ -7,7 +7,7 @@ restart policy applied to one task at a time.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -177,6 +177,19 @@ async def test_a_crashed_array_submission_is_adopted_under_the_arrays_id(
     adopted = await world.get(array_id)
     assert adopted.record_id == rec.record_id and adopted.phase is Phase.SUBMITTED and adopted.array == "0-1"
     assert adopted.array_tasks[0].state == JobState.RUNNING and adopted.state == JobState.RUNNING
+
+
+async def test_a_job_older_than_the_record_is_not_its_crashed_submission(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new store numbers records from 1 again: an earlier store's job with the same tag stays unadopted."""
+    rec, _ = await world.store.reserve("alice", "req-1", jobs_pb2.JobSpec(command=["x"]))
+    old = await world.slurm.submit(JobRequest(script="#!/bin/sh\n", name="old", user="alice", comment=rec.comment_tag))
+    world.slurm.jobs[old] = replace(world.slurm.jobs[old], submit_time=rec.created - 600)
+    monkeypatch.setattr(reconciler, "_ADOPT_GRACE_SECONDS", 0.0)
+    await world.cache.poll_once()
+    fresh = await world.store.get_by_record(rec.record_id)
+    assert fresh is not None and fresh.phase is Phase.FAILED and not fresh.job_id
 
 
 async def test_a_requeued_task_held_on_begin_time_is_released(world: World) -> None:
