@@ -29,6 +29,12 @@ class Row(Protocol):
     def __getitem__(self, key: str, /) -> Any: ...
 
 
+def superseded_reason(job_id: str) -> str:
+    """The final reason a record gets when Slurm gave its job id to a newer job."""
+    return (f"Slurm gave job id {job_id} to a newer job (slurmctld lost its state); "
+            "what became of this one is unknown")  # fmt: skip
+
+
 def observed(rec: JobRecord) -> dict[str, Any]:
     data: dict[str, Any] = {}
     for name in OBSERVED:

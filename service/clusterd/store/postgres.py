@@ -235,8 +235,7 @@ class PostgresJobStore:
             return False  # pruned, or frozen: Slurm's id now names another record's job
         assigns = bool(rec.job_id) and row["job_id"] != rec.job_id
         if assigns:
-            reason = (f"Slurm gave job id {rec.job_id} to a newer job (slurmctld lost its state); "
-                      "what became of this one is unknown")  # fmt: skip
+            reason = codec.superseded_reason(rec.job_id)
             await conn.execute(
                 "UPDATE jobs SET superseded=true, updated=%s, finished=COALESCE(finished, %s), "
                 "state=CASE WHEN NOT terminal THEN 'UNKNOWN' ELSE state END, "

@@ -139,8 +139,7 @@ class SqliteJobStore:
         if row is None or row["superseded"]:
             return  # pruned, or frozen: Slurm's id now names another record's job
         if rec.job_id and row["job_id"] != rec.job_id:
-            reason = (f"Slurm gave job id {rec.job_id} to a newer job (slurmctld lost its state); "
-                      "what became of this one is unknown")  # fmt: skip
+            reason = codec.superseded_reason(rec.job_id)
             self._db.execute(
                 "UPDATE jobs SET superseded=1, updated=?, finished=COALESCE(finished, ?), "
                 "state=CASE WHEN terminal=0 THEN 'UNKNOWN' ELSE state END, "
