@@ -219,15 +219,9 @@ class Restarter:
         return Outcome(kick=True)
 
     async def amend_phase(self, rec: JobRecord, phase: str, when: float) -> None:
-        """Note when the newest restart reached ``phase`` (once: the first time counts).
-
-        A run whose first step beat came before the poll that showed it RUNNING was running by that
-        step: its "running" is never noted later than its "first_step".
-        """
+        """Note when the newest restart reached ``phase`` (once: the first time counts)."""
         if rec.restarts and phase not in rec.restarts[-1].phases:
             last = rec.restarts[-1]
-            if phase == "running" and "first_step" in last.phases:
-                when = min(when, last.phases["first_step"])
             await self._store.amend_last_restart(rec, replace(last, phases={**last.phases, phase: when}))
 
     async def _node_down(self, node: str, why: str) -> None:
@@ -319,7 +313,9 @@ class Restarter:
         """Record on the newest restart how many nodes the run after it got (once)."""
         if rec.restarts and not rec.restarts[-1].nodes_after:
             entry = resumed(rec.restarts[-1], len(sj.nodes))
-            entry = replace(entry, phases={"running": time.time(), **entry.phases})
+            # Seen RUNNING by this poll, but running no later than its first step if that beat came first.
+            running = min(time.time(), entry.phases.get("first_step", float("inf")))
+            entry = replace(entry, phases={"running": running, **entry.phases})
             await self._store.amend_last_restart(rec, entry)
             if entry.nodes_before and entry.nodes_after != entry.nodes_before:
                 log.info("job %s: resumed on %d nodes (was %d)", rec.job_id, entry.nodes_after, entry.nodes_before)
