@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 # SERVING only on the replica that holds the supervisor lease (load balancers, `stack.sh kill-leader`).
 LEADER_HEALTH = "clusterd.leader"
+_EMBEDDED_EVENT_POLL_SECONDS = 5.0
 _SERVICES = (
     jobs_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
     cluster_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name,
@@ -82,7 +83,10 @@ class ClusterDaemon:
         # Every event goes through the store's log to every replica's bus (resume tokens are its
         # positions); producers publish into the journal, watchers subscribe to the bus.
         ha = config.ha
-        self.journal = EventJournal(self.store, self.bus, poll_seconds=ha.event_poll_seconds,
+        # Only a shared store has events other processes wrote: the embedded one's tail is woken by
+        # its own appends and reads again now and then as a backstop, not ten times a second.
+        poll = ha.event_poll_seconds if config.store.url else max(ha.event_poll_seconds, _EMBEDDED_EVENT_POLL_SECONDS)
+        self.journal = EventJournal(self.store, self.bus, poll_seconds=poll,
                                     retention_seconds=ha.event_retention_seconds)  # fmt: skip
         # One replica of several leads: it alone supervises (requeues, releases, marks nodes down),
         # and each of its Slurm writes is fenced by the lease epoch.

@@ -43,6 +43,16 @@ def _event(logged: LoggedEvent) -> JobEvent:
     return JobEvent(EventType(logged.type), logged.record, previous, logged.message, logged.time, seq=logged.seq)
 
 
+async def _either(first: asyncio.Event, second: asyncio.Event, *, timeout: float | None = None) -> None:
+    """Until either event is set (or ``timeout`` seconds pass)."""
+    waiters = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
 class EventJournal:
     """An EventSink that logs into the store and feeds ``bus`` from the log (this replica's tail)."""
 
@@ -98,11 +108,7 @@ class EventJournal:
             if not self._outbox:
                 if stop.is_set():
                     return
-                waiter = asyncio.ensure_future(self._queued.wait())
-                stopper = asyncio.ensure_future(stop.wait())
-                await asyncio.wait((waiter, stopper), return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
-                stopper.cancel()
+                await _either(self._queued, stop)
                 self._queued.clear()
                 continue
             batch = self._outbox[:_BATCH]
@@ -122,6 +128,7 @@ class EventJournal:
         loop = asyncio.get_running_loop()
         pruned = loop.time()
         while not stop.is_set():
+            self._appended.clear()  # before the read: an append during it wakes the next wait
             try:
                 full = await self._read()
             except Exception:
@@ -133,9 +140,7 @@ class EventJournal:
                 pruned = loop.time()
                 with contextlib.suppress(Exception):
                     await self._store.prune_events(older_than=self._clock() - self._retention)
-            self._appended.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._appended.wait(), self._poll)
+            await _either(self._appended, stop, timeout=self._poll)
 
     async def _read(self) -> bool:
         """Deliver the log's events after the cursor; True when a whole batch came (read again)."""
