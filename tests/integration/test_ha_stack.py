@@ -8,16 +8,15 @@ new leader takes over in seconds, and the killed replica comes back as a followe
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import urllib.request
 import uuid
 
 import pytest
 
 from clusterctl.client import ClusterClient
 from clusterctl.v1 import jobs_pb2
+from tests.support.replicas import healthz
 from tests.support.stack import Stack
 from tests.support.wait import wait_for
 
@@ -25,15 +24,8 @@ pytestmark = pytest.mark.slurm
 
 
 def _roles(stack: Stack) -> list[tuple[str, int]]:
-    out = []
-    for url in stack.env["CLUSTERCTL_HEALTHZ"].split(","):
-        try:
-            with urllib.request.urlopen(url, timeout=2) as reply:
-                data = json.loads(reply.read())
-        except (OSError, ValueError):
-            data = {}
-        out.append((str(data.get("role", "down")), int(data.get("epoch", 0))))
-    return out
+    states = [healthz(url) for url in stack.env["CLUSTERCTL_HEALTHZ"].split(",")]
+    return [(str(h.get("role", "down")), int(str(h.get("epoch", 0)))) for h in states]
 
 
 def test_kill_leader_on_the_ha_stack(stack: Stack) -> None:

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,23 +25,27 @@ from .wait import wait_for
 LEASE_SECONDS = 3.0
 
 
-def health(daemon: Daemon) -> dict[str, object]:
-    """The replica's /healthz ({"role": "leader"|"follower"|"not ready", ...}); {} when it does not answer."""
-    if daemon.proc is None or daemon.proc.poll() is not None:
+def healthz(url: str) -> dict[str, object]:
+    """A replica's /healthz ({"role": "leader"|"follower"|"not ready", ...}); {} when it does not answer."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as reply:
+            body = reply.read()
+    except urllib.error.HTTPError as exc:  # 503 (not ready) carries the JSON too
+        body = exc.read()
+    except OSError:
         return {}
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{daemon.metrics_port}/healthz", timeout=2) as reply:
-            data: dict[str, object] = json.loads(reply.read())
-            return data
-    except OSError as exc:  # 503 (not ready) carries the JSON too
-        body = getattr(exc, "read", None)
-        if body is not None:
-            try:
-                data = json.loads(body())
-                return data
-            except ValueError:
-                return {}
+        data: dict[str, object] = json.loads(body)
+    except ValueError:
         return {}
+    return data
+
+
+def health(daemon: Daemon) -> dict[str, object]:
+    """``daemon``'s /healthz; {} when it is not running or does not answer."""
+    if daemon.proc is None or daemon.proc.poll() is not None:
+        return {}
+    return healthz(f"http://127.0.0.1:{daemon.metrics_port}/healthz")
 
 
 @dataclass
