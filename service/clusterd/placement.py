@@ -11,7 +11,7 @@ from dataclasses import replace
 from clusterctl.v1 import cluster_pb2
 from clusterd.errors import InvalidArgument
 from clusterd.slurm.request import JobRequest, Switches
-from clusterd.supervisor.cache import QueueCache
+from clusterd.supervisor.cache import ClusterSnapshot, QueueCache
 from clusterd.topology.demand import PlacementRequest
 from clusterd.topology.errors import InvalidPlacementRequest
 from clusterd.topology.model import TopologyModel
@@ -50,10 +50,14 @@ def placement_request(
 class TopologyPlacer:
     def __init__(self, cache: QueueCache) -> None:
         self._cache = cache
+        self._built: tuple[ClusterSnapshot, TopologyModel] | None = None
 
     def model(self) -> TopologyModel:
+        """The model of the cache's latest snapshot, built once per snapshot (every submit plans on it)."""
         snap = self._cache.snapshot
-        return TopologyModel.build(list(snap.switches), list(snap.nodes))
+        if self._built is None or self._built[0] is not snap:
+            self._built = (snap, TopologyModel.build(list(snap.switches), list(snap.nodes)))
+        return self._built[1]
 
     def dry_run(self, request: PlacementRequest, *, field: str = "placement") -> Plan:
         try:

@@ -130,7 +130,7 @@ class SqliteJobStore:
             )
             self._db.execute("INSERT INTO specs(record_id, spec) VALUES (?, ?)", (cur.lastrowid, spec))
             row = self._db.execute(f"SELECT {_ROW} FROM jobs WHERE record_id=?", (cur.lastrowid,)).fetchone()
-        return self._records([row], with_spec=False)[0], True
+        return codec.record_from(row, json.loads(row["observed"]), [], None), True  # new: no restarts yet
 
     def _update(self, rec: JobRecord) -> None:
         """Write ``rec``; a record given a Slurm id another record holds supersedes that one."""
