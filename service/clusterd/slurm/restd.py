@@ -39,6 +39,7 @@ from clusterd.observability.metrics import observed_slurm_call
 from clusterd.slurm import parse
 from clusterd.slurm.commands import CommandsBackend
 from clusterd.slurm.request import JobRequest
+from clusterd.slurm.restd_submit import Unexpressible
 from clusterd.slurm.restd_versions import KNOWN_API_VERSIONS, RestApi, api_for, choose
 from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch
 
@@ -211,7 +212,11 @@ class RestdBackend:
 
     # ------------------------------------------------------------------ SlurmBackend
     async def submit(self, request: JobRequest) -> str:
-        """POST job/submit signed for the job's user: slurmctld sees the caller, not clusterd."""
+        """POST job/submit signed for the job's user: slurmctld sees the caller, not clusterd.
+
+        A request this API version cannot carry (:class:`Unexpressible`) goes to sbatch, run as
+        the caller by the commands backend: the same job, one process more.
+        """
         command = "POST job/submit"
         with _observed(command):
             entry = await asyncio.to_thread(_passwd, request.user)
@@ -221,7 +226,11 @@ class RestdBackend:
             # own PATH may not exist where jobs run (seen on a chroot's nodes: no job venv on it).
             path = self._config.job_path or os.environ.get("PATH", "/usr/bin:/bin")
             base = {"PATH": path, "LANG": "C.UTF-8", "HOME": entry.pw_dir, "LOGNAME": entry.pw_name}
-            body = api.submit_body(replace(request, user=entry.pw_name), base)
+            try:
+                body = api.submit_body(replace(request, user=entry.pw_name), base)
+            except Unexpressible as exc:
+                log.info("submitting with sbatch: %s", exc.detail)
+                return await self._commands().submit(request)
             user = entry.pw_name
             resp = await self._send("POST", await self._path("job/submit"), command, user=user, body=body)
             data = _json(resp, command)

@@ -22,15 +22,15 @@ Body = dict[str, Any]
 Render = Callable[[Body, JobRequest], None]
 
 
-def refused(text: str) -> SlurmError:
-    """A submission refused before sending: no HTTP status, nothing reached Slurm."""
-    exc = SlurmError(COMMAND, 0, text)
+class Unexpressible(SlurmError):
+    """A request this API version cannot carry as asked, found before sending (nothing reached
+    Slurm): RestdBackend submits it with sbatch instead, which can."""
+
+
+def refuse(option: str, why: str) -> Unexpressible:
+    exc = Unexpressible(COMMAND, 0, f"cannot express {option} through slurmrestd: {why}")
     exc.args = (f"{COMMAND} failed (not sent): {exc.detail}",)
     return exc
-
-
-def refuse(option: str, why: str) -> SlurmError:
-    return refused(f"cannot express {option} through slurmrestd: {why}")
 
 
 def minutes(seconds: int) -> int:
@@ -81,9 +81,11 @@ def _time(job: Body, req: JobRequest) -> None:
 
 
 def _signal(job: Body, req: JobRequest) -> None:
-    """v0.0.38 advertises ``B:`` but its parser answers "Invalid SIGNAL specification", so the
-    signal goes to the job's steps (``SIG@T``): training run with srun still gets it."""
+    """``SIG@T`` to the job's steps. v0.0.38 advertises ``B:`` but its parser answers "Invalid
+    SIGNAL specification": a batch-shell signal is refused here (sbatch sends it instead)."""
     if req.signal is not None:
+        if req.signal.batch_only:
+            raise refuse(f"--signal={req.signal.render()}", "v0.0.38 refuses B: (Invalid SIGNAL specification)")
         job["signal"] = f"{req.signal.name}@{req.signal.seconds}"
 
 

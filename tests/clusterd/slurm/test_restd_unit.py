@@ -53,10 +53,10 @@ def test_export_none_sends_no_submit_environment() -> None:
     assert job["environment"] == {"USER": "alice"}
 
 
-def test_batch_signal_goes_to_steps_and_switches_are_deferred() -> None:
-    """v0.0.38 refuses B: and disables required_switches: the signal is adapted, switches set later."""
-    job = job_description(args(signal=Signal("USR1", 120), switches=Switches(1, 300)), BASE_ENV)["job"]
-    assert job["signal"] == "USR1@120" and "switches" not in json.dumps(job)
+def test_step_signal_is_sent_and_switches_are_deferred() -> None:
+    """v0.0.38 disables required_switches: RestdBackend sets them after the submit."""
+    job = job_description(args(signal=Signal("USR1", 120, batch_only=False), switches=Switches(1, 300)), BASE_ENV)
+    assert job["job"]["signal"] == "USR1@120" and "switches" not in json.dumps(job)
 
 
 # ---------------------------------------------------------------- the backend over a mock transport
@@ -194,3 +194,30 @@ async def test_unknown_server_api_is_refused(tmp_path: Path) -> None:
     b = backend(tmp_path, lambda request: openapi(["/slurm/v0.0.99/jobs"]))
     with pytest.raises(SlurmError, match=r"v0\.0\.99"):
         await b.partitions()
+
+
+async def test_a_request_the_api_cannot_carry_is_submitted_with_sbatch(tmp_path: Path) -> None:
+    """v0.0.38 cannot send B:USR1 to the batch shell: the commands backend (sbatch) submits it, and
+    nothing is POSTed."""
+
+    class Sbatch:
+        requests: list[JobRequest] = []
+
+        async def submit(self, request: JobRequest) -> str:
+            self.requests.append(request)
+            return "77"
+
+    posts: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            posts.append(request.url.path)
+        return openapi([f"{V38}/jobs"]) if request.url.path == "/openapi/v3" else httpx.Response(200, json=META)
+
+    rb = backend(tmp_path, handler)
+    sbatch = Sbatch()
+    rb._fallback = sbatch  # type: ignore[assignment]
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    req = args(user=me, signal=Signal("USR1", 120))
+    assert await rb.submit(req) == "77"
+    assert sbatch.requests == [req] and posts == []
