@@ -3,6 +3,8 @@ per-user bounds, files."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import sqlite3
 import stat
 from collections.abc import AsyncIterator
@@ -142,17 +144,47 @@ async def test_finished_records_are_kept_by_count_and_age(store: JobStore) -> No
     assert sorted(r.job_id for r in left) == ["3", "9"]  # live records are never pruned
 
 
-async def test_the_writes_a_submit_acknowledges_commit_with_a_full_sync(sqlite_store: SqliteJobStore) -> None:
-    store = sqlite_store
-    statements: list[str] = []
-    store._db.set_trace_callback(statements.append)
-    rec = await submitted(store, "alice", "1")  # reserve, then the save that records Slurm's id
+def count_syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The fds the store fsyncs itself from now on (SQLite's own syncs happen in C, unseen)."""
+    synced: list[int] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
+
+
+async def test_the_writes_a_submit_acknowledges_are_synced_to_disk(
+    sqlite_store: SqliteJobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reservation and the save that records Slurm's id sync the WAL before they return; a
+    poller update (re-derived from Slurm at the next poll) does not."""
+    synced = count_syncs(monkeypatch)
+    rec = await submitted(sqlite_store, "alice", "1")
+    assert len(synced) == 2
     rec.state = JobState.RUNNING
-    await store.save(rec)  # a poller update: re-derived from Slurm, NORMAL is enough
-    syncs = [s for s in statements if s.startswith(("PRAGMA synchronous", "BEGIN", "COMMIT"))]
-    full, normal, begin, commit = ("PRAGMA synchronous=FULL", "PRAGMA synchronous=NORMAL", "BEGIN IMMEDIATE",
-                                   "COMMIT")  # fmt: skip
-    assert syncs == [full, begin, commit, normal] * 2 + [begin, commit]
+    await sqlite_store.save(rec)
+    assert len(synced) == 2
+
+
+async def test_concurrent_writes_share_a_commit_and_fail_alone(
+    sqlite_store: SqliteJobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Group commit: 16 reservations at once take fewer syncs than 16, and one refused by its
+    bound is undone alone while the others stand."""
+    synced = count_syncs(monkeypatch)
+    tight = UserBounds(max_live_tasks=1)
+    calls = [sqlite_store.reserve(f"user{i}", "", spec(0)) for i in range(15)]
+    calls.insert(7, sqlite_store.reserve("user3", "", spec(0), limits=tight))  # user3's second: over its bound
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    refused = [r for r in results if isinstance(r, BaseException)]
+    assert len(refused) == 1 and isinstance(refused[0], ResourceExhausted)
+    assert len(synced) < 16
+    kept = [r for r in results if not isinstance(r, BaseException)]
+    assert len(await sqlite_store.live()) == 15 == len({rec.user for rec, _ in kept})
 
 
 async def test_files_are_private(tmp_path: Path) -> None:
