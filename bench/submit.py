@@ -69,19 +69,37 @@ def slurm_env(stack: Stack) -> dict[str, str]:
     return env
 
 
-def write_config(directory: Path, slurm_conf: str, user: str, bin_dir: str = "") -> tuple[Path, str]:
+def write_config(directory: Path, slurm_conf: str, user: str, bin_dir: str = "",
+                 restd: tuple[str, str] | None = None, token: str = "") -> tuple[Path, str]:  # fmt: skip
     """A clusterd config of our own: own tokens file and job root, so a restart of the stack (which
-    may regenerate its tokens or remove its state dir) does not pull the ground from under us."""
-    token = secrets.token_hex(16)
+    may regenerate its tokens or remove its state dir) does not pull the ground from under us.
+
+    ``restd`` = (slurmrestd URL, JWT key file): the slurmrestd backend instead of Slurm's commands
+    (written beside as ``clusterd-slurmrestd.toml``, sharing ``token``). The per-user rate limit
+    keeps its refill but gets a burst no phase exhausts: what is measured is the submit path, not
+    the limiter's refusal."""
     tokens = directory / "tokens.toml"
-    tokens.write_text(f'[[token]]\nuser = "{user}"\ntoken = "{token}"\nadmin = false\n')
-    tokens.chmod(0o600)
-    config = directory / "clusterd.toml"
+    if not token:
+        token = secrets.token_hex(16)
+        tokens.write_text(f'[[token]]\nuser = "{user}"\ntoken = "{token}"\nadmin = false\n')
+        tokens.chmod(0o600)
+    backend = f'backend = "slurmrestd"\nrestd_url = "{restd[0]}"\njwt_key_file = "{restd[1]}"\n' if restd else (
+        'backend = "commands"\n')  # fmt: skip
+    config = directory / ("clusterd-slurmrestd.toml" if restd else "clusterd.toml")
     config.write_text(
-        f'tokens_file = "{tokens}"\n\n[slurm]\nbackend = "commands"\nslurm_conf = "{slurm_conf}"\n'
+        f'tokens_file = "{tokens}"\n\n[limits]\nburst = 100000\n\n[slurm]\n{backend}slurm_conf = "{slurm_conf}"\n'
         f'default_partition = "debug"\njob_root = "{directory / "jobs"}"\nbin_dir = "{bin_dir}"\n'
     )
     return config, token
+
+
+def restd_of(stack: Stack, backend: str) -> tuple[str, str] | None:
+    """The stack's slurmrestd (URL, JWT key) when ``backend`` asks for it; ``auto``: when the stack has one."""
+    url, key = stack.env.get("CLUSTERCTL_RESTD_URL", ""), stack.env.get("CLUSTERCTL_JWT_KEY", "")
+    have = bool(url and key and os.path.exists(key))
+    if backend == "slurmrestd" and not have:
+        raise SystemExit("--backend slurmrestd: the stack's env file names no slurmrestd (CLUSTERCTL_RESTD_URL)")
+    return (url, key) if have and backend != "commands" else None
 
 
 def wait_for_slurm(env: dict[str, str], timeout: float = 300.0) -> None:
@@ -436,6 +454,9 @@ def main() -> None:
     p.add_argument("--tick", type=float, default=10.0, help="one job submitted every TICK s in the watch windows")
     p.add_argument("--rounds", type=int, help="interleaved rounds the window is split into (default 3; 1 quick)")
     p.add_argument("--user", default="alice", help="the token's user (default alice)")
+    p.add_argument("--backend", choices=("auto", "commands", "slurmrestd"), default="auto",
+                   help="the Slurm backend of the submit phases' clusterd (default auto: slurmrestd where the "
+                        "stack runs one, as the stack's own clusterd does; else sbatch)")  # fmt: skip
     p.add_argument("--slurm", action="append", choices=("22.05", "24.11", "26.05"), metavar="VER",
                    help="the stack of this Slurm release (stack.sh up --slurm VER); repeat to run each and print "
                         "the submit figures side by side (default: CLUSTERCTL_STACK_DIR's stack)")  # fmt: skip
@@ -471,6 +492,10 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
     tmp = Path(tempfile.mkdtemp(prefix="ccbench-"))
     tmp.chmod(0o755)  # the job root is under it: the user's jobs write their output there
     config, token = write_config(tmp, env["SLURM_CONF"], args.user, stack.slurm_bin)
+    restd = restd_of(stack, args.backend)
+    submit_config = config if restd is None else write_config(tmp, env["SLURM_CONF"], args.user, stack.slurm_bin,
+                                                              restd, token)[0]  # fmt: skip
+    backend = "slurmrestd" if restd else "commands"
     sub = Submitter("", token, name, env, user.pw_uid, user.pw_gid)
     started = time.monotonic()
     print(f"submit bench: job name {name}, state under {tmp}, window {window:g} s, poll interval "
@@ -479,7 +504,7 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
     try:
         wait_for_slurm(env)
         # 2. submissions, on a clusterd that runs the real binaries directly
-        with running(bench_daemon(stack, env, config, tmp / "submit", args.poll_interval)) as d:
+        with running(bench_daemon(stack, env, submit_config, tmp / "submit", args.poll_interval)) as d:
             sub.addr = d.addr
             print(f"[sequential: {n_seq} each way]", file=sys.stderr)
             seq_ours, seq_raw = sequential(sub, n_seq)
@@ -556,7 +581,8 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
                  ratio(conc_ours, conc_raw)))  # fmt: skip
 
     print()
-    print(f"submit bench on the local stack, Slurm {stack.slurm_version}: {name}, {elapsed:.0f} s")
+    print(f"submit bench on the local stack, Slurm {stack.slurm_version}, clusterd's backend {backend}: {name}, "
+          f"{elapsed:.0f} s")  # fmt: skip
     print(f"{'':44} {'clusterd':>10} {'raw sbatch':>11} {'ours/raw':>9}")
     for label, a, b, c in rows:
         print(f"{label:44} {a:>10} {b:>11} {c:>9}")
