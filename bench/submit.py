@@ -456,7 +456,7 @@ def main() -> None:
     p.add_argument("--user", default="alice", help="the token's user (default alice)")
     p.add_argument("--backend", choices=("auto", "commands", "slurmrestd"), default="auto",
                    help="the Slurm backend of the submit phases' clusterd (default auto: slurmrestd where the "
-                        "stack runs one, as the stack's own clusterd does; else sbatch)")  # fmt: skip
+                        "stack runs one, else sbatch)")  # fmt: skip
     p.add_argument("--slurm", action="append", choices=("22.05", "24.11", "26.05"), metavar="VER",
                    help="the stack of this Slurm release (stack.sh up --slurm VER); repeat to run each and print "
                         "the submit figures side by side (default: CLUSTERCTL_STACK_DIR's stack)")  # fmt: skip
