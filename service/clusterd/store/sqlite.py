@@ -112,6 +112,8 @@ class SqliteJobStore:
                 outcomes = [(None, exc)] * len(queued)
             finally:
                 self._group = None
+                if self._db.in_transaction:  # left open only by a failure: roll it back, not on
+                    self._db.execute("ROLLBACK")
         for (_, done), (value, error) in zip(queued, outcomes, strict=True):
             loop.call_soon_threadsafe(_settle, done, value, error)
 
@@ -473,7 +475,8 @@ class _Group:
     """One transaction shared by the queued writes of a group commit (store thread, store lock held).
 
     Each write runs in a savepoint; its own ``with self._transaction()`` is then this object,
-    which only notes whether it asked for a durable commit (the group's commit is FULL if any did).
+    which only notes whether it asked for a durable commit (the group's WAL is then synced after
+    the commit, before any of its writers hears back).
     """
 
     def __init__(self, db: sqlite3.Connection, wal: str) -> None:
@@ -502,12 +505,7 @@ class _Group:
         would have at this commit (a PRAGMA set inside a transaction only applies to the next one)."""
         if not self._db.in_transaction:
             return
-        try:
-            self._db.execute("COMMIT")
-        except BaseException:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-            raise
+        self._db.execute("COMMIT")  # a failed COMMIT leaves the transaction to the caller's ROLLBACK
         if self.durable:
             fd = os.open(self._wal, os.O_RDONLY | os.O_CLOEXEC)
             try:
