@@ -69,15 +69,14 @@ def slurm_env(stack: Stack) -> dict[str, str]:
     return env
 
 
-def write_config(directory: Path, slurm_conf: str, user: str, bin_dir: str = "",
-                 restd: tuple[str, str] | None = None, token: str = "") -> tuple[Path, str]:  # fmt: skip
+def write_config(directory: Path, slurm_conf: str, user: str, bin_dir: str = "", restd: tuple[str, str] | None = None,
+                 token: str = "", burst: int = 0) -> tuple[Path, str]:  # fmt: skip
     """A clusterd config of our own: own tokens file and job root, so a restart of the stack (which
     may regenerate its tokens or remove its state dir) does not pull the ground from under us.
 
     ``restd`` = (slurmrestd URL, JWT key file): the slurmrestd backend instead of Slurm's commands
-    (written beside as ``clusterd-slurmrestd.toml``, sharing ``token``). The per-user rate limit
-    keeps its refill but gets a burst no phase exhausts: what is measured is the submit path, not
-    the limiter's refusal."""
+    (written beside as ``clusterd-slurmrestd.toml``, sharing ``token``). ``burst``: the per-user rate
+    limit's bucket (0: the default), so that a submit phase measures the submit path, not refusals."""
     tokens = directory / "tokens.toml"
     if not token:
         token = secrets.token_hex(16)
@@ -85,9 +84,10 @@ def write_config(directory: Path, slurm_conf: str, user: str, bin_dir: str = "",
         tokens.chmod(0o600)
     backend = f'backend = "slurmrestd"\nrestd_url = "{restd[0]}"\njwt_key_file = "{restd[1]}"\n' if restd else (
         'backend = "commands"\n')  # fmt: skip
+    limits = f"[limits]\nburst = {burst}\n\n" if burst else ""
     config = directory / ("clusterd-slurmrestd.toml" if restd else "clusterd.toml")
     config.write_text(
-        f'tokens_file = "{tokens}"\n\n[limits]\nburst = 100000\n\n[slurm]\n{backend}slurm_conf = "{slurm_conf}"\n'
+        f'tokens_file = "{tokens}"\n\n{limits}[slurm]\n{backend}slurm_conf = "{slurm_conf}"\n'
         f'default_partition = "debug"\njob_root = "{directory / "jobs"}"\nbin_dir = "{bin_dir}"\n'
     )
     return config, token
@@ -491,10 +491,11 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
     name = f"ccbench-{os.getpid()}"
     tmp = Path(tempfile.mkdtemp(prefix="ccbench-"))
     tmp.chmod(0o755)  # the job root is under it: the user's jobs write their output there
-    config, token = write_config(tmp, env["SLURM_CONF"], args.user, stack.slurm_bin)
+    # A burst the submit phases never exhaust (they measure the submit path, not the limiter).
+    config, token = write_config(tmp, env["SLURM_CONF"], args.user, stack.slurm_bin, burst=100_000)
     restd = restd_of(stack, args.backend)
     submit_config = config if restd is None else write_config(tmp, env["SLURM_CONF"], args.user, stack.slurm_bin,
-                                                              restd, token)[0]  # fmt: skip
+                                                              restd, token, burst=100_000)[0]  # fmt: skip
     backend = "slurmrestd" if restd else "commands"
     sub = Submitter("", token, name, env, user.pw_uid, user.pw_gid)
     started = time.monotonic()
