@@ -148,14 +148,28 @@ class Detector:
         now = time.monotonic()
         suspect = run.interval * self._suspect_after
         silent: dict[str, list[int]] = {}
+        lagging: dict[str, list[int]] = {}  # missed a beat, not yet suspect
         for rank, beat in run.ranks.items():
-            if beat.node not in allocated:
+            if beat.node not in allocated or beat.exiting:
                 continue
-            if not beat.exiting and now - beat.seen > suspect:
+            quiet = now - beat.seen
+            if quiet > suspect:
                 silent.setdefault(beat.node, []).append(rank)
+            elif quiet > run.interval:
+                lagging.setdefault(beat.node, []).append(rank)
         alive = dict(zip(silent, await asyncio.gather(*(self._node_alive(nodes.get(n)) for n in silent)), strict=True))
         dead = sorted(n for n, ok in alive.items() if not ok)
-        if dead:  # every dead node of the run in one decision: two failures at once are one restart
+        if dead:
+            # Nodes that died with it beat last up to one interval later, so they may still be short of
+            # the suspect window: a node of the run that missed a beat is probed now, so that two
+            # failures at once are one restart, not two.
+            late = [n for n in lagging if n not in silent]
+            for node, ok in zip(late, await asyncio.gather(*(self._node_alive(nodes.get(n)) for n in late)),
+                                strict=True):  # fmt: skip
+                if not ok:
+                    dead.append(node)
+                    silent[node] = lagging[node]
+            dead.sort()
             ranks = sorted(r for n in dead for r in silent[n])
             last = max(run.ranks[r].seen for r in ranks)
             who = f"rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))}"

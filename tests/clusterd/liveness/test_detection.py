@@ -115,6 +115,23 @@ async def test_silent_rank_on_unreachable_node_is_a_dead_node(live: Live) -> Non
     assert len((await live.status(job_id)).restarts) == 1
 
 
+async def test_two_nodes_dying_together_are_one_restart(live: Live) -> None:
+    """Their ranks' last beats differ by up to one interval: when node1's ranks pass the suspect
+    window, node2's have only missed a beat, and are probed with it, so both go in one decision."""
+    job_id, record, token = await live.submit()
+    live.prober.dead |= {"10.0.0.1", "10.0.0.2"}
+    for rank in (0, 1):
+        await live.beat(job_id, record, token, rank, step=5, committed_step=4)
+    suspect = live.daemon.detector._suspect_after * INTERVAL
+    await asyncio.sleep(suspect - INTERVAL / 2)
+    await live.beat(job_id, record, token, 1, step=5)  # node2's last word, half an interval before the end
+    await asyncio.sleep(INTERVAL)
+    found = await live.daemon.detector.check_once()
+    assert [(d.cause, d.nodes) for d in found] == [("NODE_FAILURE", ("node1", "node2"))]
+    job = await live.status(job_id)
+    assert len(job.restarts) == 1 and sorted(job.restarts[0].failed_nodes) == ["node1", "node2"]
+
+
 async def test_silent_rank_on_answering_node_is_hung_only_after_the_hang_timeout(live: Live) -> None:
     job_id, record, token = await live.submit()
     await beat_both_then_silence(live, job_id, record, token, keep=0)
