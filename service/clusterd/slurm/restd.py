@@ -218,21 +218,20 @@ class RestdBackend:
         the caller by the commands backend: the same job, one process more.
         """
         command = "POST job/submit"
+        entry = await asyncio.to_thread(_passwd, request.user)
+        api = await self._spec()
+        switches = request.switches.render() if api.defers_switches and request.switches else None
+        # The PATH jobs start with is slurm.job_path, as with sbatch (CommandsBackend): the service's
+        # own PATH may not exist where jobs run (seen on a chroot's nodes: no job venv on it).
+        path = self._config.job_path or os.environ.get("PATH", "/usr/bin:/bin")
+        base = {"PATH": path, "LANG": "C.UTF-8", "HOME": entry.pw_dir, "LOGNAME": entry.pw_name}
+        try:
+            body = api.submit_body(replace(request, user=entry.pw_name), base)
+        except Unexpressible as exc:  # before the POST is observed: no call to slurmrestd is counted
+            log.info("submitting with sbatch: %s", exc.detail)
+            return await self._commands().submit(request)
         with _observed(command):
-            entry = await asyncio.to_thread(_passwd, request.user)
-            api = await self._spec()
-            switches = request.switches.render() if api.defers_switches and request.switches else None
-            # The PATH jobs start with is slurm.job_path, as with sbatch (CommandsBackend): the service's
-            # own PATH may not exist where jobs run (seen on a chroot's nodes: no job venv on it).
-            path = self._config.job_path or os.environ.get("PATH", "/usr/bin:/bin")
-            base = {"PATH": path, "LANG": "C.UTF-8", "HOME": entry.pw_dir, "LOGNAME": entry.pw_name}
-            try:
-                body = api.submit_body(replace(request, user=entry.pw_name), base)
-            except Unexpressible as exc:
-                log.info("submitting with sbatch: %s", exc.detail)
-                return await self._commands().submit(request)
-            user = entry.pw_name
-            resp = await self._send("POST", await self._path("job/submit"), command, user=user, body=body)
+            resp = await self._send("POST", await self._path("job/submit"), command, user=entry.pw_name, body=body)
             data = _json(resp, command)
             job_id = data.get("job_id")
             # A held job comes back with a job id AND an informational "errors" entry.

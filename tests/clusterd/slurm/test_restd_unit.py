@@ -219,5 +219,7 @@ async def test_a_request_the_api_cannot_carry_is_submitted_with_sbatch(tmp_path:
     rb._fallback = sbatch  # type: ignore[assignment]
     me = pwd.getpwuid(os.geteuid()).pw_name
     req = args(user=me, signal=Signal("USR1", 120))
+    before = calls("POST job/submit", "ok")
     assert await rb.submit(req) == "77"
     assert sbatch.requests == [req] and posts == []
+    assert calls("POST job/submit", "ok") == before  # no slurmrestd call is counted for it
