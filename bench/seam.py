@@ -17,10 +17,10 @@ import functools
 import os
 import pwd
 import statistics
-import subprocess
 import time
 from collections.abc import Awaitable, Callable
 
+from bench.submit import cancel_by_name, raw_sbatch_argv
 from clusterd.config import SlurmConfig
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.commands import CommandsBackend
@@ -68,8 +68,7 @@ async def main() -> None:
     request = JobRequest(script="#!/bin/bash\ntrue\n", name=name, user=args.user, partition="debug",
                          working_directory="/tmp", submit_directory="/tmp", stdout="/dev/null")  # fmt: skip
     sbatch = os.path.join(stack.slurm_bin, "sbatch") if stack.slurm_bin else "sbatch"
-    argv = [sbatch, "--parsable", f"--uid={user.pw_uid}", f"--gid={user.pw_gid}", f"--job-name={name}",
-            "--chdir=/tmp", "--output=/dev/null", "--wrap", "true"]  # fmt: skip
+    argv = raw_sbatch_argv(sbatch, user.pw_uid, user.pw_gid, name)
 
     async def raw() -> None:
         proc = await asyncio.create_subprocess_exec(*argv, env=env, stdout=asyncio.subprocess.PIPE,
@@ -94,13 +93,13 @@ async def main() -> None:
         for way in [*ways, *reversed(ways)]:  # ABBA halves
             rate, _ = await timed(ways[way], args.jobs // 2, args.workers)
             rates[way].append(rate)
-            subprocess.run(["scancel", f"--name={name}"], env=env, capture_output=True, timeout=60)
+            cancel_by_name(name, env)
             await asyncio.sleep(2)
         for _ in range(args.sequential):  # interleaved one by one
             for way, submit in ways.items():
                 sequential[way] += (await timed(submit, 1, 1))[1]
     finally:
-        subprocess.run(["scancel", f"--name={name}"], env=env, capture_output=True, timeout=60)
+        cancel_by_name(name, env)
     anchor_rate = statistics.mean(rates["raw sbatch"])
     anchor_p50 = statistics.median(sequential["raw sbatch"])
     print(f"seam bench, Slurm {stack.slurm_version}: {args.jobs} jobs each way, {args.workers} workers")

@@ -187,6 +187,12 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[rank - 1]
 
 
+def raw_sbatch_argv(sbatch: str, uid: int, gid: int, name: str) -> list[str]:
+    """The anchor: root's ``sbatch --uid`` of the same tiny job the service submits."""
+    return [sbatch, "--parsable", f"--uid={uid}", f"--gid={gid}", f"--job-name={name}", "--chdir=/tmp",
+            "--output=/dev/null", "--wrap", "true"]  # fmt: skip
+
+
 @dataclass
 class Submitter:
     """Both ways of submitting the same tiny job."""
@@ -207,8 +213,7 @@ class Submitter:
         return time.perf_counter() - t0
 
     def raw(self) -> float:
-        argv = ["sbatch", "--parsable", f"--uid={self.uid}", f"--gid={self.gid}", f"--job-name={self.name}",
-                "--chdir=/tmp", "--output=/dev/null", "--wrap", "true"]  # fmt: skip
+        argv = raw_sbatch_argv("sbatch", self.uid, self.gid, self.name)
         t0 = time.perf_counter()
         out = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=60)
         elapsed = time.perf_counter() - t0

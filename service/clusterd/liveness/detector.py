@@ -142,6 +142,11 @@ class Detector:
                          "rank-exit", beat.seen_wall, time.time(), crash_detail(rank, beat),
                          exit_code=beat.exit_code)  # fmt: skip
 
+    async def _unreachable(self, names: list[str], nodes: dict[str, SlurmNode]) -> list[str]:
+        """Those of ``names`` whose slurmd does not answer (probed together)."""
+        alive = await asyncio.gather(*(self._node_alive(nodes.get(n)) for n in names))
+        return [n for n, ok in zip(names, alive, strict=True) if not ok]
+
     async def _silent(self, run: Run, nodes: dict[str, SlurmNode], allocated: frozenset[str]) -> Detection | None:
         """Silent ranks -> a dead node (probed) or a hung rank. A beat is the job's word: only nodes
         of the job's own allocation are ever probed or declared dead on it."""
@@ -157,18 +162,14 @@ class Detector:
                 silent.setdefault(beat.node, []).append(rank)
             elif quiet > run.interval:
                 lagging.setdefault(beat.node, []).append(rank)
-        alive = dict(zip(silent, await asyncio.gather(*(self._node_alive(nodes.get(n)) for n in silent)), strict=True))
-        dead = sorted(n for n, ok in alive.items() if not ok)
+        dead = await self._unreachable(list(silent), nodes)
         if dead:
             # Nodes that died with it beat last up to one interval later, so they may still be short of
             # the suspect window: a node of the run that missed a beat is probed now, so that two
             # failures at once are one restart, not two.
-            late = [n for n in lagging if n not in silent]
-            for node, ok in zip(late, await asyncio.gather(*(self._node_alive(nodes.get(n)) for n in late)),
-                                strict=True):  # fmt: skip
-                if not ok:
-                    dead.append(node)
-                    silent[node] = lagging[node]
+            for node in await self._unreachable([n for n in lagging if n not in silent], nodes):
+                silent[node] = lagging[node]
+                dead.append(node)
             dead.sort()
             ranks = sorted(r for n in dead for r in silent[n])
             last = max(run.ranks[r].seen for r in ranks)

@@ -81,8 +81,7 @@ class SqliteJobStore:
 
     async def _run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)`` on the store's thread (the caller's context vars ride along)."""
-        call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self._thread, call)
+        return await asyncio.get_running_loop().run_in_executor(self._thread, _bound(fn, *args, **kwargs))
 
     async def _write(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """``fn`` in the next group commit: the writes queued while the store thread was busy share
@@ -91,7 +90,7 @@ class SqliteJobStore:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[T] = loop.create_future()
         with self._queued_lock:
-            self._queued.append((functools.partial(contextvars.copy_context().run, fn, *args, **kwargs), done))
+            self._queued.append((_bound(fn, *args, **kwargs), done))
             first = len(self._queued) == 1
         if first:
             self._thread.submit(self._commit_queued, loop)
@@ -518,6 +517,11 @@ class _Group:
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         return None  # the savepoint around the write undoes it on an exception
+
+
+def _bound(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Callable[[], T]:
+    """``fn(*args, **kwargs)`` to run on the store's thread in the caller's context (its context vars)."""
+    return functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
 
 
 def _settle(done: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
