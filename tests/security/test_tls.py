@@ -20,7 +20,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import grpc
-import httpx
 import pytest
 
 from clusterctl.client import ClusterClient
@@ -32,6 +31,7 @@ from clusterd.main import main
 from clusterd.security.transport import check_transport, is_loopback, parse_cn_map
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.restd import _make_client
+from clusterd.slurm.restd_http import HttpFailure
 from tests.clusterd.conftest import USER_A, auth, base_config, code_of, command_request, running, stub
 from tests.support.daemon import Daemon
 from tests.support.stack import Stack
@@ -326,11 +326,17 @@ def https_server(pki: tuple[CA, Pair]) -> Iterator[str]:
 async def test_restd_https_is_verified_against_restd_ca_file(tmp_path: Path, pki: tuple[CA, Pair],
                                                              https_server: str) -> None:  # fmt: skip
     ca, _ = pki
-    async with _make_client(https_server, 5, ca_file=str(ca.pem)) as client:
-        assert (await client.get("/openapi/v3")).status_code in (404, 501)  # TLS verified, then an HTTP answer
-    async with _make_client(https_server, 5, ca_file=str(CA(tmp_path, "other-ca").pem)) as client:
-        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
-            await client.get("/openapi/v3")
+    client = _make_client(https_server, 5, ca_file=str(ca.pem))
+    try:  # TLS verified, then an HTTP answer
+        assert (await client.request("GET", "/openapi/v3", headers={})).status in (404, 501)
+    finally:
+        await client.aclose()
+    client = _make_client(https_server, 5, ca_file=str(CA(tmp_path, "other-ca").pem))
+    try:
+        with pytest.raises(HttpFailure, match="CERTIFICATE_VERIFY_FAILED"):
+            await client.request("GET", "/openapi/v3", headers={})
+    finally:
+        await client.aclose()
     with pytest.raises(SlurmError, match="is not https"):
         _make_client("http://127.0.0.1:6820", 5, ca_file=str(ca.pem))
 

@@ -8,6 +8,7 @@ here, exactly as clusterd would from a SlurmConfig pointed at the stack.
 from __future__ import annotations
 
 import asyncio
+import json as _json
 import pwd
 import shutil
 import time
@@ -22,6 +23,8 @@ import pytest
 from clusterd.config import SlurmConfig
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.request import JobRequest
+from clusterd.slurm.restd import RestdBackend
+from clusterd.slurm.restd_http import Reply
 from clusterd.slurm.types import SlurmJob
 
 from .ports import free_port
@@ -29,6 +32,7 @@ from .stack import Stack, missing
 
 SLEEP_SCRIPT = "#!/bin/bash\nsleep 300\n"
 PYSLURM_RELEASE = "25.11"  # the only Slurm release PyPI's pyslurm builds against
+RESTD_KEY = b"k" * 32  # restd_backend's JWT key
 
 
 @dataclass(frozen=True)
@@ -79,8 +83,6 @@ def make_backend(name: str, stack: Stack, *, unreachable: Path | None = None, ap
         conf = unreachable_slurm_conf(stack, unreachable) if unreachable else stack.slurm_conf
         return CommandsBackend(SlurmConfig(slurm_conf=conf, bin_dir=stack.slurm_bin, command_timeout_seconds=30))
     if name == "slurmrestd":
-        from clusterd.slurm.restd import RestdBackend
-
         url = f"http://127.0.0.1:{free_port()}" if unreachable else ""
         return RestdBackend(restd_config(stack, api_version=api_version, url=url))
     if name == "pyslurm":
@@ -138,3 +140,46 @@ async def wait_job(
             return job
         await asyncio.sleep(0.5)
     raise AssertionError(f"job {job_id}: timed out waiting for {what}; last seen {job}")
+
+
+# ---------------------------------------------------------------- slurmrestd without a server
+@dataclass(frozen=True)
+class Sent:
+    """One request the slurmrestd backend sent (``content``: the JSON body's bytes, or b"")."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    content: bytes
+
+
+def answer(status: int = 200, *, json: Any = None, text: str = "") -> Reply:
+    """slurmrestd's answer: a JSON document, or plain text."""
+    body = _json.dumps(json).encode() if json is not None else text.encode()
+    return Reply(status, "OK" if status < 400 else "Error", body)
+
+
+class FakeRestdHttp:
+    """:class:`clusterd.slurm.restd_http.RestdHttp` answered by ``handler(Sent) -> Reply`` (which may
+    raise HttpFailure): the backend's logic tested without a slurmrestd; the aiohttp client itself
+    is tested over real sockets (tests/clusterd/slurm/test_restd_http.py)."""
+
+    def __init__(self, handler: Callable[[Sent], Reply]) -> None:
+        self._handler = handler
+
+    async def request(self, method: str, path: str, *, headers: dict[str, str], body: Any = None) -> Reply:
+        content = _json.dumps(body).encode() if body is not None else b""
+        return self._handler(Sent(method, path, dict(headers), content))
+
+    async def aclose(self) -> None:
+        pass
+
+
+def restd_backend(
+    tmp_path: Path, handler: Callable[[Sent], Reply], *, fallback: Any = None, **cfg: Any
+) -> RestdBackend:
+    """A RestdBackend signing with a throwaway key (``RESTD_KEY``) whose HTTP is ``handler``."""
+    key = tmp_path / "jwt.key"
+    key.write_bytes(RESTD_KEY)
+    config = SlurmConfig(restd_url="http://restd.invalid:6820", jwt_key_file=str(key), **cfg)
+    return RestdBackend(config, client=FakeRestdHttp(handler), fallback=fallback)

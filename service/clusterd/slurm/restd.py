@@ -23,14 +23,12 @@ import logging
 import os
 import pwd
 import re
-import ssl
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx
 import jwt
 
 from clusterd.config import SlurmConfig
@@ -39,6 +37,7 @@ from clusterd.observability.metrics import observed_slurm_call
 from clusterd.slurm import parse
 from clusterd.slurm.commands import CommandsBackend
 from clusterd.slurm.request import JobRequest
+from clusterd.slurm.restd_http import AiohttpClient, HttpFailure, Reply, RestdHttp
 from clusterd.slurm.restd_submit import Unexpressible
 from clusterd.slurm.restd_versions import KNOWN_API_VERSIONS, RestApi, api_for, choose
 from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch
@@ -94,7 +93,7 @@ class RestdBackend:
         self,
         config: SlurmConfig,
         *,
-        client: httpx.AsyncClient | None = None,
+        client: RestdHttp | None = None,
         fallback: CommandsBackend | None = None,
     ) -> None:
         if not config.restd_url:
@@ -140,27 +139,27 @@ class RestdBackend:
     # ------------------------------------------------------------------ HTTP
     async def _send(
         self, method: str, path: str, command: str, *, user: str = SLURM_USER, body: dict[str, Any] | None = None
-    ) -> httpx.Response:
+    ) -> Reply:
         """One request; transport failures are SlurmUnavailable, HTTP errors SlurmError (Slurm's words)."""
         try:
             headers = self._headers(user)
         except (OSError, jwt.PyJWTError) as exc:
             raise _error(command, None, f"cannot make a JWT for {user!r}: {exc}") from exc
         try:
-            resp = await self._client.request(method, path, headers=headers, json=body)
-        except httpx.TimeoutException as exc:
-            raise SlurmUnavailable(command, None, f"slurmrestd at {self._config.restd_url}: {exc!r}") from exc
-        except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
-            text = f"slurmrestd at {self._config.restd_url}: {exc!r}"
+            resp = await self._client.request(method, path, headers=headers, body=body)
+        except HttpFailure as exc:
+            text = f"slurmrestd at {self._config.restd_url}: {exc}"
+            if exc.timeout:
+                raise SlurmUnavailable(command, None, text) from exc
             raise _error(command, None, text, unavailable=True) from exc
-        if resp.status_code >= 400:
+        if resp.status >= 400:
             try:
                 detail = _error_text(resp.json())
             except ValueError:
                 detail = ""
-            detail = detail or resp.text.strip()[:300] or resp.reason_phrase
-            unavailable = resp.status_code in (502, 503, 504) or says_unavailable(detail)
-            raise _error(command, resp.status_code, detail, unavailable=unavailable)
+            detail = detail or resp.text.strip()[:300] or resp.reason
+            unavailable = resp.status in (502, 503, 504) or says_unavailable(detail)
+            raise _error(command, resp.status, detail, unavailable=unavailable)
         return resp
 
     async def _api_version(self) -> str:
@@ -237,7 +236,7 @@ class RestdBackend:
             # A held job comes back with a job id AND an informational "errors" entry.
             if not (isinstance(job_id, int) and not isinstance(job_id, bool) and job_id > 0):
                 text = _error_text(data) or f"no job id in the answer: {resp.text[:200]!r}"
-                raise _error(command, resp.status_code, text, unavailable=says_unavailable(text))
+                raise _error(command, resp.status, text, unavailable=says_unavailable(text))
         if switches is not None:
             await self._set_switches(str(job_id), switches)
         return str(job_id)
@@ -347,24 +346,12 @@ class RestdBackend:
             return str(release)
 
 
-def _make_client(url: str, timeout: float, *, ca_file: str = "") -> httpx.AsyncClient:
-    """``unix:///path`` -> a client over that socket; ``https://`` verified against ``ca_file`` (or the
-    system CAs); ``http://`` plain TCP, which clusterd.security.transport allows on loopback only."""
-    if url.startswith("unix://"):
-        transport = httpx.AsyncHTTPTransport(uds=url.removeprefix("unix://"))
-        return httpx.AsyncClient(transport=transport, base_url="http://slurmrestd", timeout=timeout)
-    if not url.startswith(("http://", "https://")):
-        raise _error(BACKEND, None, f"slurm.restd_url {url!r}: expected https://host:port, http://host:port "
-                                    "or unix:///path")  # fmt: skip
-    if ca_file and not url.startswith("https://"):
-        raise _error(BACKEND, None, f"slurm.restd_ca_file is set but slurm.restd_url {url!r} is not https://")
-    verify: ssl.SSLContext | bool = True
-    if ca_file:
-        try:
-            verify = ssl.create_default_context(cafile=ca_file)
-        except (OSError, ssl.SSLError) as exc:
-            raise _error(BACKEND, None, f"slurm.restd_ca_file {ca_file}: {exc}") from exc
-    return httpx.AsyncClient(base_url=url.rstrip("/"), timeout=timeout, verify=verify)
+def _make_client(url: str, timeout: float, *, ca_file: str = "") -> AiohttpClient:
+    """The HTTP client for ``slurm.restd_url`` (see :class:`AiohttpClient`); a bad URL is a SlurmError."""
+    try:
+        return AiohttpClient(url, timeout, ca_file=ca_file)
+    except ValueError as exc:
+        raise _error(BACKEND, None, str(exc)) from exc
 
 
 def _passwd(user: str) -> pwd.struct_passwd:
@@ -375,21 +362,21 @@ def _passwd(user: str) -> pwd.struct_passwd:
         raise _error("POST job/submit", None, f"user {user!r} has no Unix account on this host") from None
 
 
-def _json(resp: httpx.Response, command: str) -> dict[str, Any]:
+def _json(resp: Reply, command: str) -> dict[str, Any]:
     try:
         data = resp.json()
     except ValueError as exc:
-        raise _error(command, resp.status_code, f"not JSON: {resp.text[:200]!r}") from exc
+        raise _error(command, resp.status, f"not JSON: {resp.text[:200]!r}") from exc
     if not isinstance(data, dict):
-        raise _error(command, resp.status_code, "expected a JSON object")
+        raise _error(command, resp.status, "expected a JSON object")
     return data
 
 
-def _check_errors(resp: httpx.Response, command: str) -> dict[str, Any]:
+def _check_errors(resp: Reply, command: str) -> dict[str, Any]:
     data = _json(resp, command)
     text = _error_text(data)
     if text:
-        raise _error(command, resp.status_code, text, unavailable=says_unavailable(text))
+        raise _error(command, resp.status, text, unavailable=says_unavailable(text))
     return data
 
 

@@ -6,17 +6,19 @@ import json
 import os
 import pwd
 from pathlib import Path
+from typing import Any
 
-import httpx
 import jwt
 import pytest
 
-from clusterd.config import SlurmConfig
 from clusterd.errors import SlurmError, SlurmUnavailable
 from clusterd.observability.metrics import REGISTRY
 from clusterd.slurm.request import Export, ExportMode, JobRequest, Signal, Switches
 from clusterd.slurm.restd import RestdBackend
+from clusterd.slurm.restd_http import HttpFailure, Reply
 from clusterd.slurm.restd_submit import job_description
+from tests.support.backends import RESTD_KEY as KEY
+from tests.support.backends import Sent, answer, restd_backend
 
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 SCRIPT = "#!/bin/bash\necho hi\n"
@@ -59,22 +61,17 @@ def test_step_signal_is_sent_and_switches_are_deferred() -> None:
     assert job["job"]["signal"] == "USR1@120" and "switches" not in json.dumps(job)
 
 
-# ---------------------------------------------------------------- the backend over a mock transport
-KEY = b"k" * 32
+# ---------------------------------------------------------------- the backend over a fake HTTP client
 V38 = "/slurm/v0.0.38"
 META = {"meta": {"Slurm": {"release": "22.05.8", "version": {"major": 22, "minor": 5, "micro": 8}}}}
 
 
-def backend(tmp_path: Path, handler: object, **cfg: object) -> RestdBackend:
-    key = tmp_path / "jwt.key"
-    key.write_bytes(KEY)
-    config = SlurmConfig(restd_url="http://restd.invalid:6820", jwt_key_file=str(key), **cfg)  # type: ignore[arg-type]
-    client = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url=config.restd_url)  # type: ignore[arg-type]
-    return RestdBackend(config, client=client)
+def backend(tmp_path: Path, handler: Any, **cfg: Any) -> RestdBackend:
+    return restd_backend(tmp_path, handler, **cfg)
 
 
-def openapi(paths: list[str]) -> httpx.Response:
-    return httpx.Response(200, json={"paths": {p: {"get": {}} for p in paths}})
+def openapi(paths: list[str]) -> Reply:
+    return answer(200, json={"paths": {p: {"get": {}} for p in paths}})
 
 
 def calls(command: str, outcome: str) -> float:
@@ -84,20 +81,20 @@ def calls(command: str, outcome: str) -> float:
 
 async def test_submit_is_signed_for_the_jobs_user(tmp_path: Path) -> None:
     me = pwd.getpwuid(os.geteuid())
-    seen: list[httpx.Request] = []
+    seen: list[Sent] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: Sent) -> Reply:
         seen.append(request)
-        if request.url.path == "/openapi/v3":
+        if request.path == "/openapi/v3":
             return openapi([f"{V38}/jobs", "/slurm/v0.0.37/jobs", "/slurm/v0.0.99/jobs"])
         # a held job: Slurm sends a job id AND an informational error
-        return httpx.Response(200, json={**META, "job_id": 42, "errors": [{"error": "Job is in held state"}]})
+        return answer(200, json={**META, "job_id": 42, "errors": [{"error": "Job is in held state"}]})
 
     b = backend(tmp_path, handler)
     before = calls("POST job/submit", "ok")
     assert await b.submit(args(hold=True, user=me.pw_name)) == "42"
     submit = seen[-1]
-    assert (submit.method, submit.url.path) == ("POST", f"{V38}/job/submit")
+    assert (submit.method, submit.path) == ("POST", f"{V38}/job/submit")
     assert submit.headers["X-SLURM-USER-NAME"] == me.pw_name
     claims = jwt.decode(submit.headers["X-SLURM-USER-TOKEN"], KEY, algorithms=["HS256"])
     assert claims["sun"] == me.pw_name and claims["exp"] - claims["iat"] == 600
@@ -109,11 +106,11 @@ async def test_submit_is_signed_for_the_jobs_user(tmp_path: Path) -> None:
 async def test_jobs_start_with_the_configured_job_path(tmp_path: Path, api: str) -> None:
     """slurm.job_path reaches the job as with sbatch: seen on 24.11's nodes, clusterd's own PATH had no job venv."""
     me = pwd.getpwuid(os.geteuid())
-    seen: list[httpx.Request] = []
+    seen: list[Sent] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: Sent) -> Reply:
         seen.append(request)
-        return httpx.Response(200, json={"job_id": 7})
+        return answer(200, json={"job_id": 7})
 
     b = backend(tmp_path, handler, job_path="/opt/jobenv/bin:/usr/bin:/bin", restd_api_version=api)
     assert await b.submit(args(user=me.pw_name)) == "7"
@@ -124,9 +121,9 @@ async def test_jobs_start_with_the_configured_job_path(tmp_path: Path, api: str)
 
 
 async def test_slurms_errors_become_slurm_error_with_its_words(tmp_path: Path) -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: Sent) -> Reply:
         err = {"errors": [{"error_code": 2000, "error": "Invalid partition name specified"}]}
-        return httpx.Response(500, json={**META, **err})
+        return answer(500, json={**META, **err})
 
     b = backend(tmp_path, handler, restd_api_version="v0.0.38")
     before = calls("POST job/submit", "error")
@@ -139,17 +136,17 @@ async def test_slurms_errors_become_slurm_error_with_its_words(tmp_path: Path) -
 
 
 async def test_controller_down_behind_restd_is_unavailable(tmp_path: Path) -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: Sent) -> Reply:
         err = {"errors": [{"error": "Unable to contact slurm controller (connect failure)"}]}
-        return httpx.Response(500, json=err)
+        return answer(500, json=err)
 
     with pytest.raises(SlurmUnavailable):
         await backend(tmp_path, handler, restd_api_version="v0.0.38").list_jobs()
 
 
 async def test_connection_refused_is_unavailable(tmp_path: Path) -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("connection refused", request=request)
+    def handler(request: Sent) -> Reply:
+        raise HttpFailure("connection refused")
 
     before = calls("GET jobs", "unavailable")
     with pytest.raises(SlurmUnavailable):
@@ -158,11 +155,11 @@ async def test_connection_refused_is_unavailable(tmp_path: Path) -> None:
 
 
 async def test_job_ids_must_be_digits_and_nothing_is_sent(tmp_path: Path) -> None:
-    seen: list[httpx.Request] = []
+    seen: list[Sent] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: Sent) -> Reply:
         seen.append(request)
-        return httpx.Response(200, json={"errors": []})
+        return answer(200, json={"errors": []})
 
     b = backend(tmp_path, handler, restd_api_version="v0.0.38")
     for bad in ("1/../../nodes", "12;x", "", "1 2"):
@@ -174,15 +171,15 @@ async def test_job_ids_must_be_digits_and_nothing_is_sent(tmp_path: Path) -> Non
 
 
 async def test_update_body_and_version(tmp_path: Path) -> None:
-    seen: list[httpx.Request] = []
+    seen: list[Sent] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: Sent) -> Reply:
         seen.append(request)
-        return httpx.Response(200, json={**META, "errors": []})
+        return answer(200, json={**META, "errors": []})
 
     b = backend(tmp_path, handler, restd_api_version="v0.0.38")
     await b.update_job("7", exclude_nodes=("node1", "node3"), start_after=3)
-    assert (seen[-1].method, seen[-1].url.path) == ("POST", f"{V38}/job/7")
+    assert (seen[-1].method, seen[-1].path) == ("POST", f"{V38}/job/7")
     assert json.loads(seen[-1].content) == {"exclude_nodes": "node1,node3", "begin_time": "now+3"}
     assert seen[-1].headers["X-SLURM-USER-NAME"] == "root"
     await b.update_job("7", start_after=0)
@@ -209,10 +206,10 @@ async def test_a_request_the_api_cannot_carry_is_submitted_with_sbatch(tmp_path:
 
     posts: list[str] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: Sent) -> Reply:
         if request.method == "POST":
-            posts.append(request.url.path)
-        return openapi([f"{V38}/jobs"]) if request.url.path == "/openapi/v3" else httpx.Response(200, json=META)
+            posts.append(request.path)
+        return openapi([f"{V38}/jobs"]) if request.path == "/openapi/v3" else answer(200, json=META)
 
     rb = backend(tmp_path, handler)
     sbatch = Sbatch()

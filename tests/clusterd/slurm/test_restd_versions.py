@@ -1,8 +1,8 @@
 """slurmrestd data_parser versions (v0.0.40..v0.0.45) without a server: request bodies and detection.
 
 The bodies are checked against the documented JOB_DESC_MSG keys (see restd_versions' docstring);
-the backend runs over httpx.MockTransport serving documented 26.05 responses (tests/fixtures/slurm,
-``*_26.05_documented_*``: built from Slurm's schemas, not captured).
+the backend runs over a fake HTTP client (tests.support.backends) serving documented 26.05
+responses (tests/fixtures/slurm, ``*_26.05_documented_*``: built from Slurm's schemas, not captured).
 """
 
 from __future__ import annotations
@@ -13,16 +13,17 @@ import pwd
 from pathlib import Path
 from typing import Any
 
-import httpx
 import jwt
 import pytest
 
-from clusterd.config import SlurmConfig
 from clusterd.errors import SlurmError
 from clusterd.slurm.request import ArraySpec, JobRequest, Signal, Switches
 from clusterd.slurm.restd import RestdBackend
+from clusterd.slurm.restd_http import Reply
 from clusterd.slurm.restd_versions import INFINITE, KNOWN_API_VERSIONS, api_for, choose, number
 from clusterd.slurm.types import JobState, NodeState
+from tests.support.backends import RESTD_KEY as KEY
+from tests.support.backends import Sent, answer, restd_backend
 from tests.support.paths import SLURM_FIXTURES
 
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
@@ -120,8 +121,7 @@ def test_update_bodies(version: str) -> None:
     assert api_for("v0.0.38").update_body(exclude_nodes=(), start_after=0) == {"exclude_nodes": "", "begin_time": "now"}
 
 
-# ---------------------------------------------------------------- the backend over a mock transport
-KEY = b"k" * 32
+# ---------------------------------------------------------------- the backend over a fake HTTP client
 
 
 def fixture(name: str) -> Any:
@@ -136,14 +136,10 @@ class NoCommands:
 
 
 def backend(tmp_path: Path, handler: Any, **cfg: Any) -> RestdBackend:
-    key = tmp_path / "jwt.key"
-    key.write_bytes(KEY)
-    config = SlurmConfig(restd_url="http://restd.invalid:6820", jwt_key_file=str(key), **cfg)
-    client = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url=config.restd_url)
-    return RestdBackend(config, client=client, fallback=NoCommands())  # type: ignore[arg-type]
+    return restd_backend(tmp_path, handler, fallback=NoCommands(), **cfg)
 
 
-def slurm_26_05(seen: list[httpx.Request]) -> Any:
+def slurm_26_05(seen: list[Sent]) -> Any:
     responses = {
         ("GET", "/openapi/v3"): fixture("restd_openapi_26.05_documented_paths.json"),
         ("POST", "/slurm/v0.0.45/job/submit"): fixture("restd_submit_26.05_documented_response.json"),
@@ -153,24 +149,24 @@ def slurm_26_05(seen: list[httpx.Request]) -> Any:
         ("GET", "/slurm/v0.0.45/partitions"): fixture("restd_partitions_26.05_documented.json"),
     }
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: Sent) -> Reply:
         seen.append(request)
-        path = request.url.path
+        path = request.path
         if request.method in ("POST", "DELETE") and path.startswith("/slurm/v0.0.45/job/") and path[19:].isdigit():
-            return httpx.Response(200, json={"results": [], "errors": [], "warnings": []})
-        answer = responses.get((request.method, request.url.path))
-        return httpx.Response(200, json=answer) if answer else httpx.Response(404, text="no such path")
+            return answer(200, json={"results": [], "errors": [], "warnings": []})
+        known = responses.get((request.method, request.path))
+        return answer(200, json=known) if known else answer(404, text="no such path")
 
     return handler
 
 
 async def test_detects_v0045_and_submits_the_documented_body(tmp_path: Path) -> None:
     me = pwd.getpwuid(os.geteuid())
-    seen: list[httpx.Request] = []
+    seen: list[Sent] = []
     b = backend(tmp_path, slurm_26_05(seen))
     a = args(nodes=2, gpus_per_node=4, signal=Signal("USR1", 120), switches=Switches(1, 300), user=me.pw_name)
     assert await b.submit(a) == "4711"
-    assert [(r.method, r.url.path) for r in seen] == [("GET", "/openapi/v3"), ("POST", "/slurm/v0.0.45/job/submit")]
+    assert [(r.method, r.path) for r in seen] == [("GET", "/openapi/v3"), ("POST", "/slurm/v0.0.45/job/submit")]
     submit = seen[-1]
     assert submit.headers["X-SLURM-USER-NAME"] == me.pw_name
     assert jwt.decode(submit.headers["X-SLURM-USER-TOKEN"], KEY, algorithms=["HS256"])["sun"] == me.pw_name
@@ -183,7 +179,7 @@ async def test_detects_v0045_and_submits_the_documented_body(tmp_path: Path) -> 
 
 
 async def test_reads_update_cancel_and_version_over_v0045(tmp_path: Path) -> None:
-    seen: list[httpx.Request] = []
+    seen: list[Sent] = []
     b = backend(tmp_path, slurm_26_05(seen))
     jobs = {j.job_id: j for j in await b.list_jobs()}
     assert jobs["24"].state is JobState.RUNNING and jobs["24"].nodes == ("node2", "node3")
@@ -194,30 +190,30 @@ async def test_reads_update_cancel_and_version_over_v0045(tmp_path: Path) -> Non
     assert await b.partitions() == ["debug", "batch"]
     await b.update_job("32", exclude_nodes=("node4",), start_after=0)
     update = seen[-1]
-    assert (update.method, update.url.path) == ("POST", "/slurm/v0.0.45/job/32")
+    assert (update.method, update.path) == ("POST", "/slurm/v0.0.45/job/32")
     sent = json.loads(update.content)
     assert sent["excluded_nodes"] == ["node4"] and sent["begin_time"]["set"] is True
     await b.cancel("32")
-    assert (seen[-1].method, seen[-1].url.path) == ("DELETE", "/slurm/v0.0.45/job/32")
-    assert sum(r.url.path == "/openapi/v3" for r in seen) == 1  # detected once
+    assert (seen[-1].method, seen[-1].path) == ("DELETE", "/slurm/v0.0.45/job/32")
+    assert sum(r.path == "/openapi/v3" for r in seen) == 1  # detected once
 
 
 async def test_configured_version_skips_detection(tmp_path: Path) -> None:
-    seen: list[httpx.Request] = []
+    seen: list[Sent] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: Sent) -> Reply:
         seen.append(request)
-        return httpx.Response(200, json={"job_id": 9, "errors": [], "warnings": []})
+        return answer(200, json={"job_id": 9, "errors": [], "warnings": []})
 
     b = backend(tmp_path, handler, restd_api_version="v0.0.42")
     assert await b.submit(args(time_limit_seconds=300, user=pwd.getpwuid(os.geteuid()).pw_name)) == "9"
-    assert [r.url.path for r in seen] == ["/slurm/v0.0.42/job/submit"]
+    assert [r.path for r in seen] == ["/slurm/v0.0.42/job/submit"]
     assert json.loads(seen[0].content)["job"]["time_limit"] == number(5)
 
 
 async def test_server_with_only_unknown_versions_is_a_clear_error(tmp_path: Path) -> None:
     paths = {"paths": {"/slurm/v0.0.39/jobs": {}, "/slurm/v0.0.46/jobs": {}, "/openapi/v3": {}}}
-    b = backend(tmp_path, lambda request: httpx.Response(200, json=paths))
+    b = backend(tmp_path, lambda request: answer(200, json=paths))
     with pytest.raises(SlurmError) as info:
         await b.list_jobs()
     text = str(info.value)
