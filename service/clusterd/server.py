@@ -71,6 +71,7 @@ class ClusterDaemon:
         self._socket = prepare_socket_dir(path, config.socket_group) if path is not None else None
         self.config = config
         self.backend = backend or make_backend(config.slurm)
+        self._owns_backend = backend is None  # one it made holds connections (slurmrestd's) to close
         private_dir(Path(config.state_dir))
         with private_files():
             self.store = open_store(config)
@@ -307,5 +308,8 @@ class ClusterDaemon:
                 await asyncio.to_thread(http.stop)
         self._metrics = self._web = None
         self.checkpoints.close()
+        close = getattr(self.backend, "aclose", None)
+        if self._owns_backend and close is not None:
+            await close()
         await self.store.close()
         await asyncio.to_thread(self.audit.close)

@@ -1,9 +1,11 @@
-"""-N MIN-MAX at submission: feasible when MIN fits, never pinned to a node count or list."""
+"""TopologyPlacer at submission: -N MIN-MAX is feasible when MIN fits (never pinned to a node count
+or list); a request shape is planned once per snapshot."""
 
 from __future__ import annotations
 
 import pytest
 
+import clusterd.placement
 from clusterctl.v1 import cluster_pb2
 from clusterd.errors import InvalidArgument
 from clusterd.placement import TopologyPlacer
@@ -45,3 +47,26 @@ async def test_an_infeasible_script_nodelist_names_spec_script() -> None:
     with pytest.raises(InvalidArgument) as err:  # the #SBATCH --nodelist node has too few CPUs
         (await placer())(job(1, None, nodelist=("node1",), cpus_per_task=100000), cluster_pb2.PlacementPreference())
     assert err.value.field == "spec.script"
+
+
+async def test_a_shape_is_planned_once_per_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    p = await placer()
+    planned: list[object] = []
+    real = clusterd.placement.plan
+
+    def counting(model: object, request: object) -> object:
+        planned.append(request)
+        return real(model, request)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(clusterd.placement, "plan", counting)
+    pref = cluster_pb2.PlacementPreference()
+    first = p(job(2, None), pref)
+    assert p(job(2, None), pref) == first and len(planned) == 1  # the same shape: remembered
+    p(job(3, None), pref)
+    assert len(planned) == 2  # another shape: planned
+    await p._cache.poll_once()  # a new snapshot: node states may have changed
+    assert p(job(2, None), pref) == first and len(planned) == 3
+    with pytest.raises(InvalidArgument):
+        p(job(7, None), pref)
+    with pytest.raises(InvalidArgument):
+        p(job(7, None), pref)
