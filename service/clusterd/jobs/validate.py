@@ -227,6 +227,10 @@ def _script_body(spec: jobs_pb2.JobSpec, limits: LimitsConfig) -> str:
         raise InvalidArgument("spec.script", "contains a NUL byte")
     if not script.startswith("#!"):
         raise InvalidArgument("spec.script", "must start with an interpreter line such as '#!/bin/bash'")
+    if "\r\n" in script:  # sbatch's own check, for every backend: slurmrestd would take it, and bash trips on \r
+        lineno = script.count("\n", 0, script.index("\r\n")) + 1
+        raise InvalidArgument("spec.script", f"script line {lineno}: DOS line breaks (\\r\\n), which sbatch "
+                                             "refuses too; convert the script with dos2unix")  # fmt: skip
     return script
 
 

@@ -174,3 +174,10 @@ def test_liveness_settings_out_of_range_are_refused(field: str, seconds: float) 
     with pytest.raises(InvalidArgument) as err:
         validate_spec(spec(command=["true"], restart_policy=jobs_pb2.RestartPolicy(**{field: d})), FACTS, LIMITS)
     assert err.value.field == f"spec.restart_policy.{field}"
+
+
+def test_dos_line_breaks_are_refused_naming_the_line() -> None:
+    """sbatch refuses them on the client side; slurmrestd would not, so validation does for every backend."""
+    with pytest.raises(InvalidArgument) as info:
+        validate_spec(jobs_pb2.JobSpec(script="#!/bin/bash\n#SBATCH -t 1\r\ntrue\r\n"), FACTS, LIMITS)
+    assert info.value.field == "spec.script" and "script line 2: DOS line breaks" in str(info.value)
