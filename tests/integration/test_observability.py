@@ -17,7 +17,7 @@ from tests.support.wait import wait_for
 pytestmark = pytest.mark.slurm
 
 
-def test_request_id_follows_a_submit_down_to_sbatch_and_scancel(daemon: Daemon) -> None:
+def test_request_id_follows_a_submit_down_to_slurm_and_back(daemon: Daemon) -> None:
     rid = f"it-{uuid.uuid4().hex[:10]}"
     before = daemon.metrics()
     with grpc.insecure_channel(daemon.addr) as channel:
@@ -32,25 +32,34 @@ def test_request_id_follows_a_submit_down_to_sbatch_and_scancel(daemon: Daemon) 
         stub.CancelJob(jobs_pb2.CancelJobRequest(job_id=job_id), metadata=[auth, ("x-request-id", rid + "-c")])
 
     records = daemon.log_records()
-    sbatch = [r for r in records if r.get("request_id") == rid and r["message"] == "slurm sbatch ok"]
-    assert len(sbatch) == 1, [r for r in records if r.get("request_id") == rid]
-    argv = sbatch[0]["argv"]
-    # sbatch runs as alice herself (no --uid from root): the log line names the identity it ran with.
-    assert argv[0] == "sbatch" and not [a for a in argv if a.startswith("--uid")] and sbatch[0]["run_as"] == "alice"
-    assert "--job-name=obs-probe" in argv and sbatch[0]["user"] == "alice"
-    rpc = [r for r in records if r.get("request_id") == rid and r["message"].startswith("rpc ")]
+    backend = next(k.split('backend="')[1].split('"')[0] for k in before if k.startswith("clusterd_slurm_info{"))
+    submit, cancel, queue = _COMMANDS[backend]
+    mine = [r for r in records if r.get("request_id") == rid]
+    call = [r for r in mine if r["message"] == f"slurm {submit} ok"]
+    assert len(call) == 1, mine
+    if backend == "commands":
+        argv = call[0]["argv"]
+        # sbatch runs as alice herself (no --uid from root): the log line names the identity it ran with.
+        assert argv[0] == "sbatch" and not [a for a in argv if a.startswith("--uid")] and call[0]["run_as"] == "alice"
+        assert "--job-name=obs-probe" in argv and call[0]["user"] == "alice"
+    rpc = [r for r in mine if r["message"].startswith("rpc ")]
     assert rpc and rpc[0]["method"] == "JobService/SubmitJob" and rpc[0]["code"] == "OK"
-    assert [r["argv"] for r in records if r.get("request_id") == rid + "-c" and r["message"].startswith("slurm ")] == [
-        ["scancel", job_id]
-    ]
+    cancelled = [r for r in records if r.get("request_id") == rid + "-c" and r["message"].startswith("slurm ")]
+    assert [r["message"] for r in cancelled] == [f"slurm {cancel} ok"]
+    if backend == "commands":
+        assert [r["argv"] for r in cancelled] == [["scancel", job_id]]
 
     polls = "clusterd_queue_poll_latency_seconds_count{}"
     after = wait_for(lambda: (m := daemon.metrics())[polls] > before[polls] and m, timeout=10, what="a later poll")
     key = 'clusterd_rpcs_total{code="OK",method="JobService/SubmitJob"}'
     assert after[key] == before.get(key, 0) + 1
-    calls = 'clusterd_slurm_calls_total{backend="commands",command="sbatch",outcome="ok"}'
+    calls = f'clusterd_slurm_calls_total{{backend="{backend}",command="{submit}",outcome="ok"}}'
     assert after[calls] == before.get(calls, 0) + 1
-    assert after['clusterd_slurm_calls_total{backend="commands",command="squeue",outcome="ok"}'] > 0
+    assert after[f'clusterd_slurm_calls_total{{backend="{backend}",command="{queue}",outcome="ok"}}'] > 0
+
+
+# Each backend's names for a submit, a cancel and the queue read, on the log lines and metrics.
+_COMMANDS = {"commands": ("sbatch", "scancel", "squeue"), "slurmrestd": ("POST job/submit", "DELETE job", "GET jobs")}
 
 
 def test_clusterd_check_on_the_stack(stack: Stack, tmp_path) -> None:  # type: ignore[no-untyped-def]
