@@ -6,8 +6,9 @@ What is measured, and why (issue 2, "Benchmark"):
    vs ``sbatch --parsable --uid=alice --wrap true`` run directly as root, interleaved one by one so
    that both see the same machine. Ours includes auth, validation, placement, the SQLite record
    and the sbatch the service runs itself, so the ratio is the price of the service per submit.
-2. Throughput with 16 concurrent clients (threads, each its own ClusterClient) vs 16 concurrent
-   raw sbatch processes, the same number of jobs each (two halves, in ABBA order).
+2. Throughput with 16 concurrent clients (threads, each its own ClusterClient, connected before the
+   clock starts, as a launcher's long-lived client is) vs 16 concurrent raw sbatch processes, the
+   same number of jobs each (two halves, in ABBA order).
 3. slurmctld's load from watchers: ``sdiag`` RPC counts (JOB_INFO, NODE_INFO, PARTITION_INFO, total)
    with 1 and with 100 WatchJobs streams open on our own clusterd (poll interval fixed), minus an
    idle window with no clusterd of ours (the stack's own clusterd and other users of slurmctld are
@@ -236,8 +237,9 @@ def sequential(sub: Submitter, count: int) -> tuple[list[float], list[float]]:
     return ours, raw
 
 
-def concurrent(work: Callable[[int], None], clients: int, total: int) -> float:
-    """Seconds for ``total`` submissions spread over ``clients`` threads started together."""
+def concurrent(work: Callable[[int, int], None], clients: int, total: int) -> float:
+    """Seconds for ``total`` submissions spread over ``clients`` threads started together
+    (``work(i, k)``: client ``i`` submits ``k`` jobs)."""
     per = [total // clients + (1 if i < total % clients else 0) for i in range(clients)]
     barrier = threading.Barrier(clients + 1)
     errors: list[BaseException] = []
@@ -245,7 +247,7 @@ def concurrent(work: Callable[[int], None], clients: int, total: int) -> float:
     def run(i: int) -> None:
         barrier.wait()
         try:
-            work(per[i])
+            work(i, per[i])
         except BaseException as exc:
             errors.append(exc)
 
@@ -517,12 +519,15 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
             cancel_by_name(name, env)
             wait_queue_clear(name, env)
 
-            def ours_work(k: int) -> None:
-                with ClusterClient(sub.addr, token) as client:
-                    for _ in range(k):
-                        sub.ours(client)
+            pool = [ClusterClient(sub.addr, token) for _ in range(args.clients)]
+            for client in pool:
+                client.list_jobs(limit=1)  # connected and authenticated before any clock starts
 
-            def raw_work(k: int) -> None:
+            def ours_work(i: int, k: int) -> None:
+                for _ in range(k):
+                    sub.ours(pool[i])
+
+            def raw_work(i: int, k: int) -> None:
                 for _ in range(k):
                     sub.raw()
 
@@ -534,6 +539,8 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
                 cancel_by_name(name, env)
                 wait_queue_clear(name, env)
             conc_ours, conc_raw = n_conc / spent["ours"], n_conc / spent["raw"]
+            for client in pool:
+                client.close()
 
         # 3. slurmctld's load, in interleaved rounds (ABBA order) so that the background's drift (the
         # stack's own clusterd, other users) spreads over every condition: idle and the naive pollers
