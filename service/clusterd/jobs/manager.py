@@ -210,7 +210,6 @@ class JobManager:
         rec.array = rec.spec.array  # persisted_spec resolved it (#SBATCH --array included)
         await self._store.save(rec)
         self._bus.publish(JobEvent(EventType.SUBMITTED, rec))
-        self._cache.kick()
         log.info("submitted job %s for %s (record %s)", job_id, rec.user, rec.record_id)
         return rec
 

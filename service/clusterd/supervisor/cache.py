@@ -104,7 +104,11 @@ class QueueCache:
         )
 
     def kick(self) -> None:
-        """Poll now instead of at the end of the interval (e.g. right after a submit or cancel)."""
+        """Poll now instead of at the end of the interval (after a cancel, a requeue).
+
+        Not after a submit: the record already says PENDING, and a submit storm would turn the one
+        poll per interval into one every ``_MIN_POLL_GAP``, each reading the whole queue while
+        slurmctld is busiest (bench/README.md)."""
         self._wake.set()
 
     def hurry(self, seconds: float) -> None:
@@ -179,7 +183,7 @@ class QueueCache:
             _, pending = await asyncio.wait(waiters, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
             for fut in pending:
                 fut.cancel()
-            # Kicks (after submits, cancels) coalesce: a burst of submissions costs a few polls, not one each.
+            # Kicks (after cancels, requeues) coalesce: a burst of them costs a few polls, not one each.
             gap = min(self._interval, _MIN_POLL_GAP) - (time.monotonic() - started)
             if gap > 0 and not stop.is_set():
                 await asyncio.sleep(gap)
