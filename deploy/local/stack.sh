@@ -193,7 +193,7 @@ cmd_status() {
         status_line "slurmd $n" "$(up_if slurmd_running "$n")" \
             "$(pid_text "$(slurmd_pidfile "$n")")netns $(node_ns "$n") $(node_addr "$n")"
     done
-    status_line slurmrestd "$(up_if slurmrestd_running)" "$(pid_text "$RUN/slurmrestd.pid")http://$RESTD_LISTEN (JWT)"
+    status_line slurmrestd "$(up_if slurmrestd_running)" "$(pid_text "$RUN/slurmrestd.pid")http://$RESTD_LISTEN, unix:$RESTD_SOCKET (JWT)"
     status_line weed "$(up_if weed_running)" "$(pid_text "$RUN/weed.pid")s3 http://$BRIDGE_ADDR:$S3_PORT"
     if ha_recorded; then
         status_line postgresql "$(up_if pg_running)" "$(pid_text "$PG_PIDFILE")socket $PG_SOCKET_DIR, database $PG_DB"

@@ -40,6 +40,10 @@ RESTD_PLUGINS=openapi/v0.0.38
 JWT_KEY_FILE="$STATE/slurm/jwt_hs256.key"
 
 RUN="$STATE/run"
+# clusterd's way to slurmrestd: a unix socket in a directory only slurmrestd's user and root enter (no
+# other local user can connect to it, or stand in for it while slurmrestd is down and collect the
+# users' JWTs clusterd sends, as one could by binding a loopback port first).
+RESTD_SOCKET="$RUN/slurmrestd/restd.sock"
 LOGS="$STATE/log"
 # Fallback install location for weed/boto3 when pip may not touch the system Python.
 TOOLS="$STATE/tools"

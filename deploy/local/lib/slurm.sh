@@ -191,7 +191,8 @@ slurmd_down() {
 # The REST API on loopback, JWT only (rest_auth/jwt): every request carries X-SLURM-USER-NAME and
 # X-SLURM-USER-TOKEN, and slurmctld (AuthAltTypes=auth/jwt) acts as that user. SLURM_JWT=daemon
 # makes slurmrestd pass the caller's token on to slurmctld instead of authenticating with munge.
-# It refuses to run as root/SlurmUser, hence -u/-g $RESTD_USER after opening its socket.
+# It refuses to run as root/SlurmUser, hence -u/-g $RESTD_USER. It listens on the TCP port (tests
+# and curl) and on $RESTD_SOCKET, which clusterd uses (in a directory only it and root enter).
 # Only openapi/v0.0.38 (22.05; openapi/slurmctld from 23.11 on) is loaded: the slurmdbd plugins
 # (dbv0.0.x, openapi/slurmdbd) need an accounting daemon this stack does not run.
 slurmrestd_running() { pid_alive "$RUN/slurmrestd.pid"; }
@@ -204,16 +205,23 @@ slurmrestd_up() {
             return 0
         fi
     fi
-    log "starting slurmrestd on $RESTD_LISTEN (JWT)"
+    log "starting slurmrestd on $RESTD_LISTEN and $RESTD_SOCKET (JWT)"
+    # slurmrestd binds its unix socket after dropping to $RESTD_USER (whose uid is the chroot's own
+    # under lib/chroot.sh): the directory is that user's alone, and root's (clusterd's).
+    local restd_uid
+    restd_uid="$("${SLURM_EXEC[@]}" id -u "$RESTD_USER")"
+    install -d -m 0700 -o "$restd_uid" -g 0 "$(dirname "$RESTD_SOCKET")"
+    rm -f "$RESTD_SOCKET"
     (
         export SLURM_JWT=daemon SLURM_CONF="$SLURM_CONF_PATH"
         setsid "${SLURM_EXEC[@]}" /usr/sbin/slurmrestd -f "$SLURM_CONF_PATH" -a rest_auth/jwt -s "$RESTD_PLUGINS" \
-            -u "$RESTD_USER" -g "$RESTD_USER" "$RESTD_LISTEN" \
+            -u "$RESTD_USER" -g "$RESTD_USER" "$RESTD_LISTEN" "unix:$RESTD_SOCKET" \
             </dev/null >>"$LOGS/slurmrestd.log" 2>&1 9>&- &
         echo $! >"$RUN/slurmrestd.pid"
     )
     local host="${RESTD_LISTEN%:*}" port="${RESTD_LISTEN##*:}"
-    if ! wait_for "slurmrestd on $RESTD_LISTEN" 20 tcp_open "$host" "$port" || ! slurmrestd_running; then
+    if ! wait_for "slurmrestd on $RESTD_LISTEN" 20 tcp_open "$host" "$port" ||
+        ! wait_for "slurmrestd on $RESTD_SOCKET" 10 test -S "$RESTD_SOCKET" || ! slurmrestd_running; then
         show_tail "$LOGS/slurmrestd.log"
         die "slurmrestd did not start (log: $LOGS/slurmrestd.log; is $RESTD_LISTEN taken?)"
     fi
