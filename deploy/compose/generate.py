@@ -85,6 +85,7 @@ def values() -> dict[str, dict[str, str]]:
             "STATE": STATE,
             "SLURM_CONF": SLURM_CONF,
             "JOB_PATH": JOB_PATH,
+            "SLURM_BACKEND": 'backend = "commands"',
         },
         HA_CONFIG: {
             "STORE_URL": STORE_URL,

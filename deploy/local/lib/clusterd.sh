@@ -72,10 +72,12 @@ token_of() {
 # write_clusterd_config: $CLUSTERD_CONFIG from the template, for $CLUSTERD_LISTEN, $CLUSTERD_METRICS_LISTEN
 # and $CLUSTERD_STATE_DIR (lib/ha.sh sets all four as locals to write each replica's).
 write_clusterd_config() {
+    local backend
+    backend="$(printf 'backend = "slurmrestd"\nrestd_url = "unix://%s"\njwt_key_file = "%s"' "$RESTD_SOCKET" "$JWT_KEY_FILE")"
     render "$STACK_HOME/templates/clusterd.toml" "$CLUSTERD_CONFIG" \
         "LISTEN=$CLUSTERD_LISTEN" "SOCKET_GROUP=$CLUSTERD_SOCKET_GROUP" "METRICS_LISTEN=$CLUSTERD_METRICS_LISTEN" \
         "CLUSTERD_STATE_DIR=$CLUSTERD_STATE_DIR" "STATE=$STATE" "SLURM_CONF=$SLURM_CONF_PATH" "JOB_PATH=$(job_path)" \
-        "RESTD_URL=unix://$RESTD_SOCKET" "JWT_KEY=$JWT_KEY_FILE"
+        "SLURM_BACKEND=$backend"
     chmod 644 "$CLUSTERD_CONFIG"
 }
 
