@@ -53,6 +53,12 @@ def base_environment(req: JobRequest, base: Mapping[str, str]) -> dict[str, str]
     return env
 
 
+def login_environment(req: JobRequest) -> bool:
+    """sbatch --export=NONE or a list without ALL implies --get-user-env: slurmd starts the job from
+    the user's login environment (HOME, the login PATH) under the named variables."""
+    return req.export.mode is not ExportMode.ALL
+
+
 def _key(key: str, field: str) -> Render:
     """Copy a field to ``key`` when set (not None, "", () or False)."""
 
@@ -145,7 +151,9 @@ RENDERERS: dict[str, Render] = {
     "requeue": lambda job, r: job.update(requeue=r.requeue),
     "open_append": lambda job, r: job.update(open_mode="append" if r.open_append else "truncate"),
     "signal": _signal,
-    "export": _none,  # the environment (base_environment)
+    # --get-user-env's argument as a string ("": no timeout, as the implied option has); the schema
+    # says boolean, but 22.05 refuses true ("Invalid get user environment specification").
+    "export": lambda job, r: job.update(get_user_environment="") if login_environment(r) else None,
 }
 
 

@@ -217,6 +217,12 @@ def _signal(job: Body, req: JobRequest, _api: RestApi, _now: float) -> None:
             job["kill_warning_flags"] = ["BATCH_JOB"]
 
 
+def _export(_job: Body, req: JobRequest, api: RestApi, _now: float) -> None:
+    if restd_submit.login_environment(req):  # JOB_DESC_MSG has no get-user-env field
+        raise refuse(f"--export={req.export.mode.value}",
+                     f"{api.name} cannot ask for the user's login environment (sbatch --get-user-env)")
+
+
 DP_RENDERERS: dict[str, DpRender] = {
     "script": lambda job, r, _a, _n: job.update(script=r.script),  # 23.11 reads the top level, newer job.script
     "name": _key("name", "name"),
@@ -257,7 +263,7 @@ DP_RENDERERS: dict[str, DpRender] = {
     "requeue": lambda job, r, _a, _n: job.update(requeue=r.requeue),
     "open_append": lambda job, r, _a, _n: job.update(open_mode=["APPEND" if r.open_append else "TRUNCATE"]),
     "signal": _signal,
-    "export": _none,  # the environment, below
+    "export": _export,  # the environment: below
 }
 
 
