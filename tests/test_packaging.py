@@ -15,7 +15,7 @@ SERVICE_ONLY = {
     "grpcio-health-checking": "grpc_health",
     "grpcio-reflection": "grpc_reflection",
     "prometheus-client": "prometheus_client",
-    "aiohttp": "aiohttp",
+    "h11": "h11",
     "pyjwt": "jwt",
     "python-json-logger": "pythonjsonlogger",
 }

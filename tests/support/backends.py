@@ -161,7 +161,7 @@ def answer(status: int = 200, *, json: Any = None, text: str = "") -> Reply:
 
 class FakeRestdHttp:
     """:class:`clusterd.slurm.restd_http.RestdHttp` answered by ``handler(Sent) -> Reply`` (which may
-    raise HttpFailure): the backend's logic tested without a slurmrestd; the aiohttp client itself
+    raise HttpFailure): the backend's logic tested without a slurmrestd; the HTTP client itself
     is tested over real sockets (tests/clusterd/slurm/test_restd_http.py)."""
 
     def __init__(self, handler: Callable[[Sent], Reply]) -> None:

@@ -2,7 +2,7 @@
 
 ``auto`` prefers pyslurm (the C API: no process per call) where it matches the running Slurm and
 falls back to Slurm's own commands, which work everywhere; the log says which and why. Backends
-are imported lazily so a site without aiohttp/pyslurm still starts with ``commands``.
+are imported lazily so a site without h11/pyslurm still starts with ``commands``.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from clusterd.observability.metrics import observed_slurm_call
 from clusterd.slurm import parse
 from clusterd.slurm.commands import CommandsBackend
 from clusterd.slurm.request import JobRequest
-from clusterd.slurm.restd_http import AiohttpClient, HttpFailure, Reply, RestdHttp
+from clusterd.slurm.restd_http import H11Client, HttpFailure, Reply, RestdHttp
 from clusterd.slurm.restd_submit import Unexpressible
 from clusterd.slurm.restd_versions import KNOWN_API_VERSIONS, RestApi, api_for, choose
 from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch
@@ -346,10 +346,10 @@ class RestdBackend:
             return str(release)
 
 
-def _make_client(url: str, timeout: float, *, ca_file: str = "") -> AiohttpClient:
-    """The HTTP client for ``slurm.restd_url`` (see :class:`AiohttpClient`); a bad URL is a SlurmError."""
+def _make_client(url: str, timeout: float, *, ca_file: str = "") -> H11Client:
+    """The HTTP client for ``slurm.restd_url`` (see :class:`H11Client`); a bad URL is a SlurmError."""
     try:
-        return AiohttpClient(url, timeout, ca_file=ca_file)
+        return H11Client(url, timeout, ca_file=ca_file)
     except ValueError as exc:
         raise _error(BACKEND, None, str(exc)) from exc
 

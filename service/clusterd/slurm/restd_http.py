@@ -1,20 +1,30 @@
 """HTTP to slurmrestd: one request in, one :class:`Reply` out (status and body bytes).
 
 The slurmrestd backend (``clusterd.slurm.restd``) speaks Slurm's REST API through :class:`RestdHttp`;
-:class:`AiohttpClient` is the concrete client. aiohttp because a submit storm is where its cost
-shows: over 16 concurrent keep-alive requests it spends about 0.1 ms of Python per request where
-httpx spent about 1 ms (bench/README.md), and every millisecond of clusterd's single event loop is
-a millisecond no other submit gets.
+:class:`H11Client` is the concrete client: h11 parses HTTP/1.1, asyncio streams carry it, and idle
+keep-alive connections wait in a list. Two reasons, both measured (bench/README.md):
+
+- A submit storm is where a client's cost shows, and every millisecond of clusterd's one event loop
+  is a millisecond no other submit gets: about 0.08 ms of Python per request over 16 concurrent
+  requests, where aiohttp spent 0.12 ms, httpcore 0.7 ms and httpx about 1 ms.
+- slurmrestd 26.05 follows some error answers it closes on (``Connection: Close``) with a second,
+  plain-text copy. An answer is read exactly to its end and what follows is never parsed, so that
+  copy is dropped with the connection; aiohttp parses every byte it receives and, when both copies
+  arrive in one read, fails the whole request with "Data after `Connection: close`", losing
+  Slurm's words (and the submit's outcome) to a race.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import ssl
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
-import aiohttp
+import h11
 
 
 @dataclass(frozen=True)
@@ -43,7 +53,7 @@ class HttpFailure(Exception):
 
 
 class RestdHttp(Protocol):
-    """What the slurmrestd backend needs of HTTP (a test gives a fake; clusterd an AiohttpClient)."""
+    """What the slurmrestd backend needs of HTTP (a test gives a fake; clusterd an H11Client)."""
 
     async def request(self, method: str, path: str, *, headers: dict[str, str], body: Any = None) -> Reply:
         """``body`` is sent as JSON when not None. Raises :class:`HttpFailure` when no answer comes."""
@@ -52,19 +62,27 @@ class RestdHttp(Protocol):
     async def aclose(self) -> None: ...
 
 
-class AiohttpClient:
+class H11Client:
     """Keep-alive connections to one slurmrestd: ``unix:///path``, ``https://`` (verified against
     ``ca_file`` or the system CAs) or ``http://`` (which clusterd.security.transport allows on
-    loopback only). The URL is checked here (ValueError); the session opens on the first request,
-    inside the event loop that uses it."""
+    loopback only). The URL is checked here (ValueError); connections open on demand, inside the
+    event loop that uses them, and wait idle for the next request until the server closes them."""
 
     def __init__(self, url: str, timeout: float, *, ca_file: str = "") -> None:
-        self._ssl: ssl.SSLContext | bool = False
-        self._unix = ""
+        self._ssl: ssl.SSLContext | None = None
+        self._unix, self._prefix, self._address = "", "", ("", 0)
         if url.startswith("unix://"):
-            self._unix, self._base = url.removeprefix("unix://"), "http://slurmrestd"
+            self._unix, self._host = url.removeprefix("unix://"), "slurmrestd"
         elif url.startswith(("http://", "https://")):
-            self._base = url.rstrip("/")
+            parts = urlsplit(url)
+            try:
+                port = parts.port or (443 if parts.scheme == "https" else 80)
+            except ValueError as exc:
+                raise ValueError(f"slurm.restd_url {url!r}: {exc}") from exc
+            if not parts.hostname:
+                raise ValueError(f"slurm.restd_url {url!r}: no host")
+            # A path is a prefix: slurmrestd behind a proxy that routes on one.
+            self._host, self._address, self._prefix = parts.netloc, (parts.hostname, port), parts.path.rstrip("/")
         else:
             raise ValueError(f"slurm.restd_url {url!r}: expected https://host:port, http://host:port or unix:///path")
         if ca_file and not url.startswith("https://"):
@@ -74,31 +92,112 @@ class AiohttpClient:
                 self._ssl = ssl.create_default_context(cafile=ca_file or None)
             except (OSError, ssl.SSLError) as exc:
                 raise ValueError(f"slurm.restd_ca_file {ca_file}: {exc}") from exc
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
-        self._session: aiohttp.ClientSession | None = None
-
-    def _open(self) -> aiohttp.ClientSession:
-        connector: aiohttp.BaseConnector = (
-            aiohttp.UnixConnector(path=self._unix) if self._unix else aiohttp.TCPConnector(ssl=self._ssl)
-        )
-        return aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+        self._timeout = timeout
+        self._idle: list[_Connection] = []
 
     async def request(self, method: str, path: str, *, headers: dict[str, str], body: Any = None) -> Reply:
-        if self._session is None:
-            self._session = self._open()
-        data = None
+        content = b"" if body is None else json.dumps(body).encode()
+        head = [("Host", self._host), *headers.items(), ("Content-Length", str(len(content)))]
         if body is not None:
-            data = json.dumps(body).encode()
-            headers = {**headers, "Content-Type": "application/json"}
+            head.append(("Content-Type", "application/json"))
+        request = h11.Request(method=method, target=self._prefix + path, headers=head)
         try:
-            async with self._session.request(method, self._base + path, headers=headers, data=data) as resp:
-                return Reply(resp.status, resp.reason or "", await resp.read())
+            async with asyncio.timeout(self._timeout):
+                while self._idle:
+                    conn = self._idle.pop()
+                    if conn.closed:
+                        continue
+                    try:
+                        return await self._exchange(conn, request, content)
+                    except _Unanswered:
+                        continue  # the server closed it while idle: nothing was read, so send again
+                return await self._exchange(await self._connect(), request, content)
         except TimeoutError as exc:
-            raise HttpFailure(f"no answer in {self._timeout.total:g} s", timeout=True) from exc
-        except aiohttp.ClientError as exc:
+            raise HttpFailure(f"no answer in {self._timeout:g} s", timeout=True) from exc
+        except (OSError, h11.ProtocolError, _Unanswered) as exc:
             raise HttpFailure(repr(exc)) from exc
 
+    async def _connect(self) -> _Connection:
+        if self._unix:
+            return _Connection(*await asyncio.open_unix_connection(self._unix))
+        host, port = self._address
+        return _Connection(*await asyncio.open_connection(host, port, ssl=self._ssl))
+
+    async def _exchange(self, conn: _Connection, request: h11.Request, content: bytes) -> Reply:
+        done = False
+        try:
+            reply = await conn.exchange(request, content)
+            done = True
+        finally:
+            if done and conn.recycle() and len(self._idle) < _MAX_IDLE:
+                self._idle.append(conn)
+            else:
+                conn.close()
+        return reply
+
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+        for conn in idle:
+            await conn.wait_closed()
+
+
+_READ = 256 * 1024
+_MAX_IDLE = 64  # more than clusterd's submit concurrency; beyond it a burst's extra connections close
+
+
+class _Unanswered(Exception):
+    """The connection ended before a byte of the answer: the server had closed it."""
+
+
+class _Connection:
+    """One HTTP/1.1 connection: h11 keeps its state, asyncio streams carry the bytes."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader, self._writer = reader, writer
+        self._h11 = h11.Connection(h11.CLIENT)
+
+    @property
+    def closed(self) -> bool:
+        return self._reader.at_eof() or self._writer.is_closing()
+
+    async def exchange(self, request: h11.Request, content: bytes) -> Reply:
+        send = self._h11.send
+        self._writer.write(b"".join(filter(None, (send(request), send(h11.Data(data=content)) if content else b"",
+                                                  send(h11.EndOfMessage())))))  # fmt: skip
+        await self._writer.drain()
+        answered = False
+        response: h11.Response | None = None
+        chunks: list[bytes] = []
+        while True:
+            event = self._h11.next_event()
+            if event is h11.NEED_DATA:
+                data = await self._reader.read(_READ)
+                if not data and not answered:
+                    raise _Unanswered("the connection closed before an answer")
+                answered = True
+                self._h11.receive_data(data)
+            elif isinstance(event, h11.Response):
+                response = event
+            elif isinstance(event, h11.Data):
+                chunks.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage) and response is not None:
+                return Reply(response.status_code, response.reason.decode("latin-1"), b"".join(chunks))
+            elif isinstance(event, h11.ConnectionClosed):
+                raise ConnectionError("the connection closed before the answer ended")
+
+    def recycle(self) -> bool:
+        """After a complete exchange, whether both sides kept the connection alive (bytes the server
+        sent past its answer, as slurmrestd 26.05 does after an error it closes on, are never read)."""
+        if self._h11.our_state is h11.DONE and self._h11.their_state is h11.DONE:
+            self._h11.start_next_cycle()
+            return not self.closed
+        return False
+
+    def close(self) -> None:
+        self._writer.close()
+
+    async def wait_closed(self) -> None:
+        with contextlib.suppress(OSError):
+            await self._writer.wait_closed()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from clusterd.slurm.restd_http import AiohttpClient, HttpFailure
+from clusterd.slurm.restd_http import H11Client, HttpFailure
 from tests.support.ports import free_port
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -68,7 +68,7 @@ async def echo(request: web.Request) -> web.Response:
 async def test_a_json_request_and_its_answer(serve: Callable[[Handler], Awaitable[tuple[str, str, Server]]],
                                              which: str) -> None:  # fmt: skip
     tcp, unix, _ = await serve(echo)
-    client = AiohttpClient(tcp if which == "tcp" else unix, 5)
+    client = H11Client(tcp if which == "tcp" else unix, 5)
     try:
         reply = await client.request("POST", "/slurm/v0.0.38/job/submit", headers={"X-SLURM-USER-NAME": "alice"},
                                      body={"job": {"name": "x"}})  # fmt: skip
@@ -88,7 +88,7 @@ async def test_errors_come_back_as_answers_with_their_body(
         return web.Response(status=500, reason="Internal Server Error", text="not json")
 
     tcp, _, _ = await serve(refuse)
-    client = AiohttpClient(tcp + "/", 5)  # a trailing slash is not doubled
+    client = H11Client(tcp + "/", 5)  # a trailing slash is not doubled
     try:
         reply = await client.request("GET", "/slurm/v0.0.38/jobs", headers={})
         assert (reply.status, reply.reason, reply.text) == (500, "Internal Server Error", "not json")
@@ -103,7 +103,7 @@ async def test_requests_reuse_a_kept_alive_connection(
 ) -> None:
     """A submit storm must not open a connection per submit: sequential requests share one."""
     tcp, _, server = await serve(echo)
-    client = AiohttpClient(tcp, 5)
+    client = H11Client(tcp, 5)
     try:
         for _ in range(5):
             await client.request("GET", "/slurm/v0.0.38/ping", headers={})
@@ -121,7 +121,7 @@ async def test_a_connection_the_server_closed_is_not_reused(
         return web.Response(text="{}", headers={"Connection": "close"})
 
     tcp, _, server = await serve(close_after)
-    client = AiohttpClient(tcp, 5)
+    client = H11Client(tcp, 5)
     try:
         for _ in range(3):
             assert (await client.request("GET", "/slurm/v0.0.38/ping", headers={})).status == 200
@@ -131,7 +131,7 @@ async def test_a_connection_the_server_closed_is_not_reused(
 
 
 async def test_no_server_is_a_failure_not_a_timeout() -> None:
-    client = AiohttpClient(f"http://127.0.0.1:{free_port()}", 5)
+    client = H11Client(f"http://127.0.0.1:{free_port()}", 5)
     try:
         with pytest.raises(HttpFailure) as info:
             await client.request("GET", "/openapi/v3", headers={})
@@ -148,7 +148,7 @@ async def test_no_answer_in_time_is_a_timeout(serve: Callable[[Handler], Awaitab
         return web.Response(text="{}")
 
     tcp, _, _ = await serve(stall)
-    client = AiohttpClient(tcp, 0.3)
+    client = H11Client(tcp, 0.3)
     try:
         with pytest.raises(HttpFailure, match=r"no answer in 0\.3 s") as info:
             await client.request("POST", "/slurm/v0.0.38/job/submit", headers={}, body={})
@@ -166,4 +166,128 @@ async def test_no_answer_in_time_is_a_timeout(serve: Callable[[Handler], Awaitab
 ])  # fmt: skip
 def test_bad_settings_are_refused_before_any_request(url: str, ca_file: str, words: str) -> None:
     with pytest.raises(ValueError, match=words):
-        AiohttpClient(url, 5, ca_file=ca_file)
+        H11Client(url, 5, ca_file=ca_file)
+
+
+async def test_a_path_in_the_url_prefixes_every_request(
+    serve: Callable[[Handler], Awaitable[tuple[str, str, Server]]],
+) -> None:
+    """slurmrestd behind a proxy that routes on a path prefix."""
+    tcp, _, _ = await serve(echo)
+    client = H11Client(tcp + "/restd/", 5)
+    try:
+        reply = await client.request("GET", "/slurm/v0.0.40/ping", headers={})
+        assert reply.json()["path"] == "/restd/slurm/v0.0.40/ping"
+    finally:
+        await client.aclose()
+
+
+async def test_a_chunked_answer_is_read_whole(serve: Callable[[Handler], Awaitable[tuple[str, str, Server]]]) -> None:
+    async def chunked(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for part in (b'{"jobs": [', b"1, 2", b"]}"):
+            await response.write(part)
+        await response.write_eof()
+        return response
+
+    tcp, _, _ = await serve(chunked)
+    client = H11Client(tcp, 5)
+    try:
+        assert (await client.request("GET", "/slurm/v0.0.40/jobs", headers={})).json() == {"jobs": [1, 2]}
+    finally:
+        await client.aclose()
+
+
+# What slurmrestd 26.05.5 sent for a refused job update, byte for byte apart from the JSON document:
+# the answer, then a plain-text copy on the connection it had said it would close.
+DOUBLED = (
+    b"HTTP/1.1 422 UNPROCESSABLE CONTENT\r\nConnection: Close\r\nContent-Length: %d\r\n"
+    b"Content-Type: application/json\r\n\r\n%s"
+    b"HTTP/1.1 422 UNPROCESSABLE CONTENT\r\nConnection: Close\r\nContent-Length: 34\r\n"
+    b"Content-Type: text/plain\r\n\r\nJob is no longer pending execution"
+)
+
+
+async def _raw_server(
+    answer: Callable[[bytes], bytes | None], *, close_after: bool = False
+) -> tuple[str, list[int], asyncio.Server]:
+    """A bare HTTP/1.1 server writing ``answer(request_line)`` in one write (None: close without
+    an answer; ``close_after``: close after every answer); it counts the connections it accepts."""
+    accepted: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(1)
+        try:
+            while line := await reader.readline():
+                length = 0
+                while (header := await reader.readline()) not in (b"\r\n", b""):
+                    name, _, value = header.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                await reader.readexactly(length)
+                out = answer(line)
+                if out is None:
+                    break
+                writer.write(out)
+                await writer.drain()
+                if close_after or b"Connection: Close" in out:
+                    break
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", accepted, server
+
+
+async def test_a_second_answer_after_connection_close_is_dropped() -> None:
+    """slurmrestd 26.05's doubled error answer, both copies in one read: the first is the answer
+    (status and Slurm's words), the copy goes with the connection, and the next request is fine."""
+    refusal = json.dumps({"errors": [{"error": "Job is no longer pending execution", "error_number": 2073}]}).encode()
+
+    def answer(line: bytes) -> bytes:
+        if b"/job/103" in line:
+            return DOUBLED % (len(refusal), refusal)
+        return b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: application/json\r\n\r\n{}"
+
+    url, accepted, server = await _raw_server(answer)
+    client = H11Client(url, 5)
+    try:
+        for _ in range(3):
+            reply = await client.request("POST", "/slurm/v0.0.42/job/103", headers={}, body={"begin_time": 1})
+            assert (reply.status, reply.reason) == (422, "UNPROCESSABLE CONTENT")
+            assert reply.json()["errors"][0]["error_number"] == 2073
+            assert (await client.request("GET", "/slurm/v0.0.42/ping", headers={})).status == 200
+    finally:
+        await client.aclose()
+        server.close()
+    # Each refusal closes its connection, so each ping opens one, which the next refusal reuses.
+    assert len(accepted) == 4
+
+
+async def test_a_kept_alive_connection_closed_while_idle_is_replaced() -> None:
+    """A server that closes each connection after its answer without saying so: the request that
+    finds its idle connection closed goes out on a new one (the server had read none of it)."""
+    url, accepted, server = await _raw_server(lambda line: b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}",
+                                              close_after=True)  # fmt: skip
+    client = H11Client(url, 5)
+    try:
+        for _ in range(3):
+            assert (await client.request("GET", "/slurm/v0.0.42/ping", headers={})).status == 200
+    finally:
+        await client.aclose()
+        server.close()
+    assert len(accepted) == 3
+
+
+async def test_no_answer_on_a_new_connection_is_a_failure() -> None:
+    url, _, server = await _raw_server(lambda line: None)
+    client = H11Client(url, 5)
+    try:
+        with pytest.raises(HttpFailure, match="closed before an answer") as info:
+            await client.request("POST", "/slurm/v0.0.42/job/submit", headers={}, body={})
+        assert not info.value.timeout
+    finally:
+        await client.aclose()
+        server.close()
