@@ -2,16 +2,17 @@
 
 The slurmrestd backend (``clusterd.slurm.restd``) speaks Slurm's REST API through :class:`RestdHttp`;
 :class:`H11Client` is the concrete client: h11 parses HTTP/1.1, asyncio streams carry it, and idle
-keep-alive connections wait in a list. Two reasons, both measured (bench/README.md):
+keep-alive connections wait in a list. Why not a full client library:
 
-- A submit storm is where a client's cost shows, and every millisecond of clusterd's one event loop
-  is a millisecond no other submit gets: about 0.08 ms of Python per request over 16 concurrent
-  requests, where aiohttp spent 0.12 ms, httpcore 0.7 ms and httpx about 1 ms.
 - slurmrestd 26.05 follows some error answers it closes on (``Connection: Close``) with a second,
   plain-text copy. An answer is read exactly to its end and what follows is never parsed, so that
   copy is dropped with the connection; aiohttp parses every byte it receives and, when both copies
   arrive in one read, fails the whole request with "Data after `Connection: close`", losing
   Slurm's words (and the submit's outcome) to a race.
+- A submit storm is where a client's cost shows, and every millisecond of clusterd's one event loop
+  is a millisecond no other submit gets: this costs what aiohttp does (0.9-1.1x per request,
+  ``python -m bench.restd_http``), where httpx cost about 1 ms per request under 16 concurrent
+  requests (bench/README.md).
 """
 
 from __future__ import annotations
