@@ -20,27 +20,10 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 
 from clusterd.slurm.restd_http import H11Client
+from tests.support.raw_http import ok, raw_server
 
 ANSWER = b'{"job_id": 1, "step_id": "batch", "errors": [], "warnings": []}'
 Post = Callable[[], Awaitable[object]]
-
-
-async def _stub(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Keep-alive HTTP/1.1: read a request with a Content-Length body, answer the same JSON."""
-    try:
-        while await reader.readline():
-            length = 0
-            while (header := await reader.readline()) not in (b"\r\n", b""):
-                name, _, value = header.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            await reader.readexactly(length)
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                         % (len(ANSWER), ANSWER))  # fmt: skip
-    except (ConnectionError, asyncio.IncompleteReadError):
-        pass
-    finally:
-        writer.close()
 
 
 async def _per_request_ms(post: Post, requests: int, tasks: int) -> float:
@@ -57,8 +40,8 @@ async def _per_request_ms(post: Post, requests: int, tasks: int) -> float:
 
 
 async def run(requests: int, tasks: int) -> None:
-    server = await asyncio.start_server(_stub, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    server = await raw_server(lambda line: ok(ANSWER))
+    url = server.url
     body = {"job": {"name": "bench", "script": "#!/bin/sh\ntrue\n"}}
     h11_client = H11Client(url, 10)
     session = aiohttp.ClientSession()

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from clusterd.slurm.restd_http import H11Client, HttpFailure
 from tests.support.ports import free_port
+from tests.support.raw_http import ok, raw_server
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -210,37 +211,6 @@ DOUBLED = (
 )
 
 
-async def _raw_server(
-    answer: Callable[[bytes], bytes | None], *, close_after: bool = False
-) -> tuple[str, list[int], asyncio.Server]:
-    """A bare HTTP/1.1 server writing ``answer(request_line)`` in one write (None: close without
-    an answer; ``close_after``: close after every answer); it counts the connections it accepts."""
-    accepted: list[int] = []
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted.append(1)
-        try:
-            while line := await reader.readline():
-                length = 0
-                while (header := await reader.readline()) not in (b"\r\n", b""):
-                    name, _, value = header.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                await reader.readexactly(length)
-                out = answer(line)
-                if out is None:
-                    break
-                writer.write(out)
-                await writer.drain()
-                if close_after or b"Connection: Close" in out:
-                    break
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    return f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", accepted, server
-
-
 async def test_a_second_answer_after_connection_close_is_dropped() -> None:
     """slurmrestd 26.05's doubled error answer, both copies in one read: the first is the answer
     (status and Slurm's words), the copy goes with the connection, and the next request is fine."""
@@ -249,10 +219,10 @@ async def test_a_second_answer_after_connection_close_is_dropped() -> None:
     def answer(line: bytes) -> bytes:
         if b"/job/103" in line:
             return DOUBLED % (len(refusal), refusal)
-        return b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: application/json\r\n\r\n{}"
+        return ok(b"{}")
 
-    url, accepted, server = await _raw_server(answer)
-    client = H11Client(url, 5)
+    server = await raw_server(answer)
+    client = H11Client(server.url, 5)
     try:
         for _ in range(3):
             reply = await client.request("POST", "/slurm/v0.0.42/job/103", headers={}, body={"begin_time": 1})
@@ -263,27 +233,26 @@ async def test_a_second_answer_after_connection_close_is_dropped() -> None:
         await client.aclose()
         server.close()
     # Each refusal closes its connection, so each ping opens one, which the next refusal reuses.
-    assert len(accepted) == 4
+    assert len(server.accepted) == 4
 
 
 async def test_a_kept_alive_connection_closed_while_idle_is_replaced() -> None:
     """A server that closes each connection after its answer without saying so: the request that
     finds its idle connection closed goes out on a new one (the server had read none of it)."""
-    url, accepted, server = await _raw_server(lambda line: b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}",
-                                              close_after=True)  # fmt: skip
-    client = H11Client(url, 5)
+    server = await raw_server(lambda line: ok(b"{}"), close_after=True)
+    client = H11Client(server.url, 5)
     try:
         for _ in range(3):
             assert (await client.request("GET", "/slurm/v0.0.42/ping", headers={})).status == 200
     finally:
         await client.aclose()
         server.close()
-    assert len(accepted) == 3
+    assert len(server.accepted) == 3
 
 
 async def test_no_answer_on_a_new_connection_is_a_failure() -> None:
-    url, _, server = await _raw_server(lambda line: None)
-    client = H11Client(url, 5)
+    server = await raw_server(lambda line: None)
+    client = H11Client(server.url, 5)
     try:
         with pytest.raises(HttpFailure, match="closed before an answer") as info:
             await client.request("POST", "/slurm/v0.0.42/job/submit", headers={}, body={})
