@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import ssl
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -104,19 +105,30 @@ class H11Client:
         request = h11.Request(method=method, target=self._prefix + path, headers=head)
         try:
             async with asyncio.timeout(self._timeout):
-                while self._idle:
-                    conn = self._idle.pop()
-                    if conn.closed:
-                        continue
+                while conn := self._reusable():
                     try:
                         return await self._exchange(conn, request, content)
                     except _Unanswered:
-                        continue  # the server closed it while idle: nothing was read, so send again
+                        # Closed by the server while idle, most likely: send again where that is
+                        # safe (RFC 9112 9.3.1); a POST (a submit) might have been read, so it fails.
+                        if method not in _IDEMPOTENT:
+                            raise
                 return await self._exchange(await self._connect(), request, content)
         except TimeoutError as exc:
             raise HttpFailure(f"no answer in {self._timeout:g} s", timeout=True) from exc
         except (OSError, h11.ProtocolError, _Unanswered) as exc:
             raise HttpFailure(repr(exc)) from exc
+
+    def _reusable(self) -> _Connection | None:
+        """The most recently used idle connection still open and not idle for long (a server or
+        proxy closes idle connections after its own timeout; a submit storm reuses them in ms)."""
+        now = time.monotonic()
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed and now - conn.idle_since < _IDLE_EXPIRY:
+                return conn
+            conn.close()
+        return None
 
     async def _connect(self) -> _Connection:
         if self._unix:
@@ -146,10 +158,12 @@ class H11Client:
 
 _READ = 256 * 1024
 _MAX_IDLE = 64  # more than clusterd's submit concurrency; beyond it a burst's extra connections close
+_IDLE_EXPIRY = 4.0  # seconds; under common servers' keep-alive timeouts (Apache's is 5 s)
+_IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 
 
 class _Unanswered(Exception):
-    """The connection ended before a byte of the answer: the server had closed it."""
+    """The connection ended or failed before a byte of the answer."""
 
 
 class _Connection:
@@ -158,6 +172,7 @@ class _Connection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._reader, self._writer = reader, writer
         self._h11 = h11.Connection(h11.CLIENT)
+        self.idle_since = 0.0
 
     @property
     def closed(self) -> bool:
@@ -165,20 +180,22 @@ class _Connection:
 
     async def exchange(self, request: h11.Request, content: bytes) -> Reply:
         send = self._h11.send
-        self._writer.write(b"".join(filter(None, (send(request), send(h11.Data(data=content)) if content else b"",
-                                                  send(h11.EndOfMessage())))))  # fmt: skip
-        await self._writer.drain()
-        answered = False
+        try:
+            self._writer.write(b"".join(filter(None, (send(request), send(h11.Data(data=content)) if content else b"",
+                                                      send(h11.EndOfMessage())))))  # fmt: skip
+            await self._writer.drain()
+            data = await self._reader.read(_READ)
+        except OSError as exc:
+            raise _Unanswered(f"the connection failed before an answer: {exc!r}") from exc
+        if not data:
+            raise _Unanswered("the connection closed before an answer")
+        self._h11.receive_data(data)
         response: h11.Response | None = None
         chunks: list[bytes] = []
         while True:
             event = self._h11.next_event()
             if event is h11.NEED_DATA:
-                data = await self._reader.read(_READ)
-                if not data and not answered:
-                    raise _Unanswered("the connection closed before an answer")
-                answered = True
-                self._h11.receive_data(data)
+                self._h11.receive_data(await self._reader.read(_READ))
             elif isinstance(event, h11.Response):
                 response = event
             elif isinstance(event, h11.Data):
@@ -193,6 +210,7 @@ class _Connection:
         sent past its answer, as slurmrestd 26.05 does after an error it closes on, are never read)."""
         if self._h11.our_state is h11.DONE and self._h11.their_state is h11.DONE:
             self._h11.start_next_cycle()
+            self.idle_since = time.monotonic()
             return not self.closed
         return False
 

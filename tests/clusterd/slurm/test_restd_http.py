@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from clusterd.slurm import restd_http
 from clusterd.slurm.restd_http import H11Client, HttpFailure
 from tests.support.ports import free_port
 from tests.support.raw_http import ok, raw_server
@@ -244,6 +245,44 @@ async def test_a_kept_alive_connection_closed_while_idle_is_replaced() -> None:
     try:
         for _ in range(3):
             assert (await client.request("GET", "/slurm/v0.0.42/ping", headers={})).status == 200
+    finally:
+        await client.aclose()
+        server.close()
+    assert len(server.accepted) == 3
+
+
+@pytest.mark.parametrize(("method", "sent"), [("GET", 3), ("POST", 2)])
+async def test_only_an_idempotent_request_is_sent_again(method: str, sent: int) -> None:
+    """A kept-alive connection that closes on the next request without an answer: a GET goes out
+    again on a new connection; a POST (a submit, which the server may have acted on) fails."""
+    seen: list[bytes] = []
+
+    def answer(line: bytes) -> bytes | None:
+        seen.append(line)
+        return None if len(seen) == 2 else ok(b"{}")
+
+    server = await raw_server(answer)
+    client = H11Client(server.url, 5)
+    try:
+        assert (await client.request(method, "/slurm/v0.0.42/job/submit", headers={}, body={})).status == 200
+        if method == "GET":
+            assert (await client.request(method, "/slurm/v0.0.42/job/submit", headers={}, body={})).status == 200
+        else:
+            with pytest.raises(HttpFailure, match="closed before an answer"):
+                await client.request(method, "/slurm/v0.0.42/job/submit", headers={}, body={})
+    finally:
+        await client.aclose()
+        server.close()
+    assert len(seen) == sent
+
+
+async def test_a_connection_idle_too_long_is_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(restd_http, "_IDLE_EXPIRY", 0.0)
+    server = await raw_server(lambda line: ok(b"{}"))
+    client = H11Client(server.url, 5)
+    try:
+        for _ in range(3):
+            assert (await client.request("POST", "/slurm/v0.0.42/job/submit", headers={}, body={})).status == 200
     finally:
         await client.aclose()
         server.close()
