@@ -158,7 +158,9 @@ class H11Client:
 
 _READ = 256 * 1024
 _MAX_IDLE = 64  # more than clusterd's submit concurrency; beyond it a burst's extra connections close
-_IDLE_EXPIRY = 4.0  # seconds; under common servers' keep-alive timeouts (Apache's is 5 s)
+# Seconds. slurmrestd itself keeps an idle connection open (22.05: still answering after 60 s);
+# a proxy in front of it may not (Apache's default keep-alive timeout is 5 s).
+_IDLE_EXPIRY = 4.0
 _IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 
 
