@@ -96,6 +96,7 @@ class H11Client:
                 raise ValueError(f"slurm.restd_ca_file {ca_file}: {exc}") from exc
         self._timeout = timeout
         self._idle: list[_Connection] = []
+        self._closed = False
 
     async def request(self, method: str, path: str, *, headers: dict[str, str], body: Any = None) -> Reply:
         content = b"" if body is None else json.dumps(body).encode()
@@ -142,13 +143,15 @@ class H11Client:
             reply = await conn.exchange(request, content)
             done = True
         finally:
-            if done and conn.recycle() and len(self._idle) < _MAX_IDLE:
+            if done and conn.recycle() and len(self._idle) < _MAX_IDLE and not self._closed:
                 self._idle.append(conn)
             else:
                 conn.close()
         return reply
 
     async def aclose(self) -> None:
+        """Closes the idle connections; one still in use closes when its request ends."""
+        self._closed = True
         idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
