@@ -96,6 +96,7 @@ class H11Client:
                 raise ValueError(f"slurm.restd_ca_file {ca_file}: {exc}") from exc
         self._timeout = timeout
         self._idle: list[_Connection] = []
+        self._slots = asyncio.Semaphore(_MAX_CONNECTIONS)
         self._closed = False
 
     async def request(self, method: str, path: str, *, headers: dict[str, str], body: Any = None) -> Reply:
@@ -105,7 +106,7 @@ class H11Client:
             head.append(("Content-Type", "application/json"))
         request = h11.Request(method=method, target=self._prefix + path, headers=head)
         try:
-            async with asyncio.timeout(self._timeout):
+            async with asyncio.timeout(self._timeout), self._slots:
                 while conn := self._reusable():
                     try:
                         return await self._exchange(conn, request, content)
@@ -143,7 +144,7 @@ class H11Client:
             reply = await conn.exchange(request, content)
             done = True
         finally:
-            if done and conn.recycle() and len(self._idle) < _MAX_IDLE and not self._closed:
+            if done and conn.recycle() and not self._closed:
                 self._idle.append(conn)
             else:
                 conn.close()
@@ -160,7 +161,10 @@ class H11Client:
 
 
 _READ = 256 * 1024
-_MAX_IDLE = 64  # more than clusterd's submit concurrency; beyond it a burst's extra connections close
+# Requests in flight at once, each on its own connection (more wait, inside their timeout): a
+# burst of submits must not open a connection each and exhaust slurmrestd's own limit
+# (--max-connections); 64 is well past what 16 concurrent clients need.
+_MAX_CONNECTIONS = 64
 # Seconds. slurmrestd itself keeps an idle connection open (22.05: still answering after 60 s);
 # a proxy in front of it may not (Apache's default keep-alive timeout is 5 s).
 _IDLE_EXPIRY = 4.0

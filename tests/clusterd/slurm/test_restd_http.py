@@ -116,6 +116,30 @@ async def test_requests_reuse_a_kept_alive_connection(
     assert len(set(server.peers)) <= 16
 
 
+async def test_a_burst_waits_for_a_connection_rather_than_opening_one_each(
+    serve: Callable[[Handler], Awaitable[tuple[str, str, Server]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(restd_http, "_MAX_CONNECTIONS", 4)
+    running, peak = 0, 0
+
+    async def slow(request: web.Request) -> web.Response:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.02)
+        running -= 1
+        return web.Response(text="{}")
+
+    tcp, _, server = await serve(slow)
+    client = H11Client(tcp, 5)
+    try:
+        replies = await asyncio.gather(*(client.request("GET", "/slurm/v0.0.38/ping", headers={}) for _ in range(20)))
+    finally:
+        await client.aclose()
+    assert {r.status for r in replies} == {200}
+    assert peak == 4 and len(set(server.peers)) == 4
+
+
 async def test_a_connection_the_server_closed_is_not_reused(
     serve: Callable[[Handler], Awaitable[tuple[str, str, Server]]],
 ) -> None:
