@@ -8,21 +8,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from clusterctl.v1 import cluster_pb2
 from clusterd.errors import InvalidArgument
 from clusterd.slurm.request import JobRequest, Switches
 from clusterd.supervisor.cache import ClusterSnapshot, QueueCache
-from clusterd.topology.demand import PlacementRequest
+from clusterd.topology.demand import PlacementRequest, Preference
 from clusterd.topology.errors import InvalidPlacementRequest
 from clusterd.topology.model import TopologyModel
 from clusterd.topology.planner import Plan, plan
 
-_POLICIES = {
-    cluster_pb2.PLACEMENT_POLICY_UNSPECIFIED: "pack",
-    cluster_pb2.PLACEMENT_POLICY_PACK: "pack",
-    cluster_pb2.PLACEMENT_POLICY_ANY: "any",
-    cluster_pb2.PLACEMENT_POLICY_EXACT: "exact",
-}
 DEFAULT_MAX_WAIT_SECONDS = 300
 _PLANS_KEPT = 256  # distinct request shapes remembered per snapshot (a submit storm repeats one)
 
@@ -33,18 +26,18 @@ def placement_request(
     gpus_per_node: int,
     cpus_per_node: int,
     partition: str,
-    pref: cluster_pb2.PlacementPreference,
+    pref: Preference,
 ) -> PlacementRequest:
     return PlacementRequest(
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         cpus_per_node=cpus_per_node,
         partition=partition.split(",")[0] or None,
-        policy=_POLICIES.get(pref.policy, "pack"),  # type: ignore[arg-type]
+        policy=pref.policy,
         max_wait_seconds=pref.max_wait_seconds or DEFAULT_MAX_WAIT_SECONDS,
-        switch_count=pref.switch_count or None,
-        exclude_nodes=tuple(pref.exclude_nodes),
-        nodelist=tuple(pref.nodelist),
+        switch_count=pref.switch_count,
+        exclude_nodes=pref.exclude_nodes,
+        nodelist=pref.nodelist,
     )
 
 
@@ -79,7 +72,7 @@ class TopologyPlacer:
         self._plans[request] = result
         return result
 
-    def __call__(self, job: JobRequest, pref: cluster_pb2.PlacementPreference) -> tuple[JobRequest, str]:
+    def __call__(self, job: JobRequest, pref: Preference) -> tuple[JobRequest, str]:
         """``job`` with its switches/exclude/nodelist planned, and the explanation users see."""
         if not self._cache.snapshot.nodes:
             return job, "placement not planned: the service has no node information from Slurm yet"
@@ -92,7 +85,7 @@ class TopologyPlacer:
                 pref=pref,
             ),
             exclude_nodes=tuple(dict.fromkeys([*pref.exclude_nodes, *job.exclude])),
-            nodelist=tuple(pref.nodelist) or job.nodelist,
+            nodelist=pref.nodelist or job.nodelist,
         )
         result = self.dry_run(request, field="spec.placement")
         if not result.feasible:
@@ -103,7 +96,7 @@ class TopologyPlacer:
         planned = replace(job, switches=switches, exclude=result.exclude, nodelist=result.nodelist)
         return planned, result.explanation + _range_note(job)
 
-    def _blame(self, job: JobRequest, pref: cluster_pb2.PlacementPreference) -> str:
+    def _blame(self, job: JobRequest, pref: Preference) -> str:
         """The field most likely responsible for an infeasible request."""
         nodes = self._cache.snapshot.nodes
         if job.gpus_per_node and all(n.gpus_total < job.gpus_per_node for n in nodes):
@@ -112,7 +105,7 @@ class TopologyPlacer:
             return "spec.placement.nodelist"
         if job.nodelist:  # only an #SBATCH --nodelist sets it before planning
             return "spec.script"
-        if pref.policy == cluster_pb2.PLACEMENT_POLICY_EXACT:
+        if pref.policy == "exact":
             return "spec.placement.switch_count"
         return "spec.nodes"
 

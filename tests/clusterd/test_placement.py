@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 import clusterd.placement
-from clusterctl.v1 import cluster_pb2
 from clusterd.errors import InvalidArgument
 from clusterd.placement import TopologyPlacer
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.request import JobRequest
 from clusterd.supervisor.cache import QueueCache
+from clusterd.topology.demand import Preference
 
 
 async def placer() -> TopologyPlacer:
@@ -25,27 +25,27 @@ def job(nodes: int, max_nodes: int | None, **fields: object) -> JobRequest:
 
 
 async def test_a_range_whose_max_does_not_fit_is_accepted_when_its_min_does() -> None:
-    planned, explanation = (await placer())(job(2, 10), cluster_pb2.PlacementPreference())
+    planned, explanation = (await placer())(job(2, 10), Preference())
     assert (planned.nodes, planned.max_nodes, planned.nodelist) == (2, 10, ())
     assert "Note" not in explanation
 
 
 async def test_a_range_whose_min_does_not_fit_names_spec_nodes() -> None:
     with pytest.raises(InvalidArgument) as err:
-        (await placer())(job(7, 8), cluster_pb2.PlacementPreference())
+        (await placer())(job(7, 8), Preference())
     assert err.value.field == "spec.nodes"
 
 
 async def test_tasks_per_node_with_a_range_is_explained() -> None:
-    _, explanation = (await placer())(job(2, 3, tasks_per_node=1), cluster_pb2.PlacementPreference())
+    _, explanation = (await placer())(job(2, 3, tasks_per_node=1), Preference())
     assert "starts it on 2 nodes even when 3 are free" in explanation
-    _, explicit = (await placer())(job(2, 3, tasks_per_node=1, ntasks=3), cluster_pb2.PlacementPreference())
+    _, explicit = (await placer())(job(2, 3, tasks_per_node=1, ntasks=3), Preference())
     assert "Note" not in explicit
 
 
 async def test_an_infeasible_script_nodelist_names_spec_script() -> None:
     with pytest.raises(InvalidArgument) as err:  # the #SBATCH --nodelist node has too few CPUs
-        (await placer())(job(1, None, nodelist=("node1",), cpus_per_task=100000), cluster_pb2.PlacementPreference())
+        (await placer())(job(1, None, nodelist=("node1",), cpus_per_task=100000), Preference())
     assert err.value.field == "spec.script"
 
 
@@ -59,7 +59,7 @@ async def test_a_shape_is_planned_once_per_snapshot(monkeypatch: pytest.MonkeyPa
         return real(model, request)  # type: ignore[arg-type]
 
     monkeypatch.setattr(clusterd.placement, "plan", counting)
-    pref = cluster_pb2.PlacementPreference()
+    pref = Preference()
     first = p(job(2, None), pref)
     assert p(job(2, None), pref) == first and len(planned) == 1  # the same shape: remembered
     p(job(3, None), pref)

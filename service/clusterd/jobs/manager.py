@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar, cast
 
-from clusterctl.v1 import cluster_pb2, jobs_pb2
+from clusterctl.v1 import jobs_pb2
 from clusterd.auth.identity import Identity
 from clusterd.config import Config
 from clusterd.errors import (
@@ -39,7 +39,7 @@ from clusterd.jobs import adopt as adopt_checks
 from clusterd.jobs.script import inject_environment, job_environment
 from clusterd.jobs.submission import persisted_spec, same_request, settle_directories, with_signal
 from clusterd.jobs.users import UnixUser, resolve_unix_user
-from clusterd.jobs.validate import validate_spec
+from clusterd.jobs.validate import placement_preference, validate_spec
 from clusterd.liveness import credentials
 from clusterd.security.audit import AuditLog, status_name
 from clusterd.security.limits import Quotas
@@ -54,12 +54,13 @@ from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventType, JobEvent
 from clusterd.supervisor.reconciler import observe
 from clusterd.supervisor.sink import EventSink
+from clusterd.topology.demand import Preference
 
 log = logging.getLogger(__name__)
 
 # Given a validated request and its placement preference: (the request with its placement fields
 # planned, explanation). Raises InvalidArgument when the request can never be placed.
-Placer = Callable[[JobRequest, cluster_pb2.PlacementPreference], tuple[JobRequest, str]]
+Placer = Callable[[JobRequest, Preference], tuple[JobRequest, str]]
 
 _DUPLICATE_WAIT_SECONDS = 60.0
 _Call = TypeVar("_Call", bound=Callable[..., Awaitable[Any]])
@@ -152,7 +153,7 @@ class JobManager:
     async def submit(self, ident: Identity, spec: jobs_pb2.JobSpec) -> tuple[JobRecord, bool]:
         """Returns (record, duplicate). Raises InvalidArgument before anything reaches Slurm."""
         request = validate_spec(spec, self._cache.facts(), self._config.limits)
-        request, explanation = self._placer(request, spec.placement)
+        request, explanation = self._placer(request, placement_preference(spec.placement))
         # One worker-thread hop for both blocking steps: each hop is a wake-up the submit waits for.
         unix_user, request = await asyncio.to_thread(_user_and_directories, ident.user, request, self._config)
         request = with_signal(request, spec, self._config.slurm.signal_before_timeout_seconds)

@@ -21,6 +21,7 @@ from clusterd.jobs.directives import Directive, DirectiveError, neutralise, pars
 from clusterd.jobs.script import command_script
 from clusterd.slurm.request import ArraySpec, Export, ExportMode, JobRequest
 from clusterd.slurm.types import ClusterFacts
+from clusterd.topology.demand import Policy, Preference
 
 T = TypeVar("T")
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}\Z")  # partitions, accounts, qos, node names, features
@@ -110,6 +111,26 @@ def _validate_restart(policy: jobs_pb2.RestartPolicy) -> None:
             seconds = d.seconds + d.nanos / 1e9
             if not low <= seconds <= high:
                 raise InvalidArgument(f"spec.restart_policy.{name}", f"must be between {words}")
+
+
+_POLICIES: dict[int, Policy] = {
+    cluster_pb2.PLACEMENT_POLICY_UNSPECIFIED: "pack",
+    cluster_pb2.PLACEMENT_POLICY_PACK: "pack",
+    cluster_pb2.PLACEMENT_POLICY_ANY: "any",
+    cluster_pb2.PLACEMENT_POLICY_EXACT: "exact",
+}
+
+
+def placement_preference(p: cluster_pb2.PlacementPreference) -> Preference:
+    """The API's placement preference as the placer takes it (a submit's is validated first, by
+    :func:`validate_spec`; a dry run's unknown policy plans as the default, pack)."""
+    return Preference(
+        policy=_POLICIES.get(p.policy, "pack"),
+        max_wait_seconds=p.max_wait_seconds or None,
+        switch_count=p.switch_count or None,
+        exclude_nodes=tuple(p.exclude_nodes),
+        nodelist=tuple(p.nodelist),
+    )
 
 
 def _validate_placement(p: cluster_pb2.PlacementPreference, facts: ClusterFacts, nodes: int) -> None:

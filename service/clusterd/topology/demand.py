@@ -10,6 +10,18 @@ POLICIES: tuple[str, ...] = get_args(Policy)
 
 
 @dataclass(frozen=True)
+class Preference:
+    """What a submission or a dry run asks of placement beyond its size (the API's
+    PlacementPreference in the service's own terms; None: not asked, the default applies)."""
+
+    policy: Policy = "pack"
+    max_wait_seconds: int | None = None
+    switch_count: int | None = None
+    exclude_nodes: tuple[str, ...] = ()
+    nodelist: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class PlacementRequest:
     """What a job asks of the fabric. Node names may be given as hostlist expressions."""
 
