@@ -10,9 +10,10 @@ from google.protobuf.duration_pb2 import Duration
 from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.errors import InvalidArgument
-from clusterd.jobs.validate import validate_spec
+from clusterd.jobs.validate import placement_preference, validate_spec
 from clusterd.slurm.request import parse_time_limit
 from clusterd.slurm.types import ClusterFacts
+from clusterd.topology.demand import Preference
 
 FACTS = ClusterFacts(
     partitions=frozenset({"debug", "batch"}),
@@ -181,3 +182,18 @@ def test_dos_line_breaks_are_refused_naming_the_line() -> None:
     with pytest.raises(InvalidArgument) as info:
         validate_spec(jobs_pb2.JobSpec(script="#!/bin/bash\n#SBATCH -t 1\r\ntrue\r\n"), FACTS, LIMITS)
     assert info.value.field == "spec.script" and "script line 2: DOS line breaks" in str(info.value)
+
+
+@pytest.mark.parametrize(("policy", "name"), [
+    (cluster_pb2.PLACEMENT_POLICY_UNSPECIFIED, "pack"),
+    (cluster_pb2.PLACEMENT_POLICY_PACK, "pack"),
+    (cluster_pb2.PLACEMENT_POLICY_ANY, "any"),
+    (cluster_pb2.PLACEMENT_POLICY_EXACT, "exact"),
+    (99, "pack"),  # a dry run's unknown policy (a submit's is refused first)
+])  # fmt: skip
+def test_the_placement_preference_in_the_services_terms(policy: int, name: str) -> None:
+    pref = placement_preference(
+        cluster_pb2.PlacementPreference(policy=policy, switch_count=2, exclude_nodes=["node3"], nodelist=["node1"])
+    )
+    assert pref == Preference(policy=name, switch_count=2, exclude_nodes=("node3",), nodelist=("node1",))  # type: ignore[arg-type]
+    assert placement_preference(cluster_pb2.PlacementPreference()) == Preference()
