@@ -139,15 +139,15 @@ class H11Client:
         return _Connection(*await asyncio.open_connection(host, port, ssl=self._ssl))
 
     async def _exchange(self, conn: _Connection, request: h11.Request, content: bytes) -> Reply:
-        done = False
         try:
             reply = await conn.exchange(request, content)
-            done = True
-        finally:
-            if done and conn.recycle() and not self._closed:
-                self._idle.append(conn)
-            else:
-                conn.close()
+        except BaseException:  # a failure or a cancel (the timeout) leaves it mid-exchange
+            conn.close()
+            raise
+        if conn.recycle() and not self._closed:
+            self._idle.append(conn)
+        else:
+            conn.close()
         return reply
 
     async def aclose(self) -> None:
