@@ -58,7 +58,8 @@ class Daemon:
         return f"127.0.0.1:{self.port}" if self.tcp else f"unix:{self.socket_path}"
 
     def start(self, timeout: float = 60.0) -> None:
-        """Start the process and wait until its health check says SERVING (AssertionError if not)."""
+        """Start the process and wait until its health check says SERVING (AssertionError, the
+        process stopped, if not)."""
         self.log_path = self.state_dir / "clusterd.log"
         self.state_dir.mkdir(parents=True, exist_ok=True)
         aws = {k: v for k, v in self.stack.env.items() if k.startswith("AWS_")}  # progress reads markers
@@ -71,7 +72,11 @@ class Daemon:
                 "--state-dir", str(self.state_dir), *(["--allow-insecure"] if self.tcp else [])]  # fmt: skip
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=log, env=env)
-        self.wait_serving(timeout)
+        try:
+            self.wait_serving(timeout)
+        except BaseException:
+            self.stop()  # a fixture whose start failed never reaches its own stop: no daemon left behind
+            raise
 
     def wait_serving(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
