@@ -20,7 +20,7 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable
 
-from bench.submit import cancel_by_name, raw_sbatch_argv
+from bench.submit import TINY_JOB, cancel_by_name, raw_sbatch_argv
 from clusterd.config import SlurmConfig
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.commands import CommandsBackend
@@ -65,15 +65,15 @@ async def main() -> None:
     config = SlurmConfig(slurm_conf=env.get("SLURM_CONF", ""), bin_dir=stack.slurm_bin, default_partition="debug",
                          restd_url=stack.env.get("CLUSTERCTL_RESTD_URL", ""),
                          jwt_key_file=stack.env.get("CLUSTERCTL_JWT_KEY", ""))  # fmt: skip
-    request = JobRequest(script="#!/bin/bash\ntrue\n", name=name, user=args.user, partition="debug",
+    request = JobRequest(script=TINY_JOB, name=name, user=args.user, partition="debug",
                          working_directory="/tmp", submit_directory="/tmp", stdout="/dev/null")  # fmt: skip
     sbatch = os.path.join(stack.slurm_bin, "sbatch") if stack.slurm_bin else "sbatch"
     argv = raw_sbatch_argv(sbatch, user.pw_uid, user.pw_gid, name)
 
     async def raw() -> None:
-        proc = await asyncio.create_subprocess_exec(*argv, env=env, stdout=asyncio.subprocess.PIPE,
-                                                    stderr=asyncio.subprocess.PIPE)  # fmt: skip
-        _, err = await proc.communicate()
+        pipe = asyncio.subprocess.PIPE
+        proc = await asyncio.create_subprocess_exec(*argv, env=env, stdin=pipe, stdout=pipe, stderr=pipe)
+        _, err = await proc.communicate(TINY_JOB.encode())
         if proc.returncode != 0:
             raise RuntimeError(f"sbatch failed: {err.decode().strip()}")
 

@@ -2,10 +2,13 @@
 
 What is measured, and why (issue 2, "Benchmark"):
 
-1. Submit latency p50/p95: ``ClusterClient.submit`` of a tiny ``command=["true"]`` job through gRPC
-   vs ``sbatch --parsable --uid=alice --wrap true`` run directly as root, interleaved one by one so
-   that both see the same machine. Ours includes auth, validation, placement, the SQLite record
-   and the sbatch the service runs itself, so the ratio is the price of the service per submit.
+1. Submit latency p50/p95: ``ClusterClient.submit`` of a tiny job (:data:`TINY_JOB`, ``true`` in a
+   batch script) through gRPC vs ``sbatch --parsable --uid=alice`` of the same script run directly
+   as root, interleaved one by one so that both see the same machine. The same script both ways: a
+   ``command=`` job runs ``srun`` (a job step: more slurmctld RPCs and processes per job), and the
+   jobs start while the submissions go on, on the same 2 cores. Ours includes auth, validation,
+   placement, the SQLite record and the backend's submit to Slurm, so the ratio is the price of the
+   service per submit.
 2. Throughput with 16 concurrent clients (threads, each its own ClusterClient, connected before the
    clock starts, as a launcher's long-lived client is) vs 16 concurrent raw sbatch processes, the
    same number of jobs each (two halves, in ABBA order).
@@ -45,7 +48,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from clusterctl.client import ClusterClient
@@ -58,6 +61,8 @@ RPC_TYPES = ("REQUEST_JOB_INFO", "REQUEST_NODE_INFO", "REQUEST_PARTITION_INFO")
 # The watching side's read-only queries (clusterd's polls, the naive pollers) run as this otherwise
 # idle user, so that sdiag's per-user count attributes them exactly, whatever else hits slurmctld.
 PROBE_USER = "nobody"
+# What every submission here runs, through clusterd and through raw sbatch alike.
+TINY_JOB = "#!/bin/sh\ntrue\n"
 
 
 # -- the stack ---------------------------------------------------------------------------------
@@ -189,14 +194,16 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def raw_sbatch_argv(sbatch: str, uid: int, gid: int, name: str) -> list[str]:
-    """The anchor: root's ``sbatch --uid`` of the same tiny job the service submits."""
+    """The anchor: root's ``sbatch --uid`` of the same tiny job the service submits (the script,
+    :data:`TINY_JOB`, on its stdin)."""
     return [sbatch, "--parsable", f"--uid={uid}", f"--gid={gid}", f"--job-name={name}", "--chdir=/tmp",
-            "--output=/dev/null", "--wrap", "true"]  # fmt: skip
+            "--output=/dev/null"]  # fmt: skip
 
 
 @dataclass
 class Submitter:
-    """Both ways of submitting the same tiny job."""
+    """Both ways of submitting the same tiny job; ``hold``: submitted held (``--hold`` both ways), so
+    that none of them starts while the submissions go on."""
 
     addr: str
     token: str
@@ -204,9 +211,10 @@ class Submitter:
     env: dict[str, str]
     uid: int
     gid: int
+    hold: bool = False
 
     def spec(self) -> jobs_pb2.JobSpec:
-        return jobs_pb2.JobSpec(name=self.name, command=["true"])
+        return jobs_pb2.JobSpec(name=self.name, script=TINY_JOB, hold=self.hold)
 
     def ours(self, client: ClusterClient) -> float:
         t0 = time.perf_counter()
@@ -214,9 +222,9 @@ class Submitter:
         return time.perf_counter() - t0
 
     def raw(self) -> float:
-        argv = raw_sbatch_argv("sbatch", self.uid, self.gid, self.name)
+        argv = raw_sbatch_argv("sbatch", self.uid, self.gid, self.name) + (["--hold"] if self.hold else [])
         t0 = time.perf_counter()
-        out = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=60)
+        out = subprocess.run(argv, input=TINY_JOB, capture_output=True, text=True, env=self.env, timeout=60)
         elapsed = time.perf_counter() - t0
         if out.returncode != 0 or not out.stdout.strip().split(";")[0].isdigit():
             raise RuntimeError(f"sbatch failed: {out.stderr.strip()}")
@@ -262,6 +270,29 @@ def concurrent(work: Callable[[int, int], None], clients: int, total: int) -> fl
     if errors:
         raise RuntimeError(f"{len(errors)} of {clients} clients failed: {errors[0]!r}")
     return elapsed
+
+
+def concurrent_phase(sub: Submitter, pool: list[ClusterClient], jobs: int) -> dict[str, list[float]]:
+    """``jobs`` submissions each way over ``len(pool)`` clients (ours: one ClusterClient each; raw: one
+    sbatch at a time each) in two halves, ABBA order; each half's submissions/s, by way. The queue is
+    cleared after each half, so that no half pays for the jobs of another."""
+
+    def ours_work(i: int, k: int) -> None:
+        for _ in range(k):
+            sub.ours(pool[i])
+
+    def raw_work(i: int, k: int) -> None:
+        for _ in range(k):
+            sub.raw()
+
+    halves = {"ours": [jobs // 2, jobs - jobs // 2], "raw": [jobs // 2, jobs - jobs // 2]}
+    rates: dict[str, list[float]] = {"ours": [], "raw": []}
+    for way in ("ours", "raw", "raw", "ours"):
+        k = halves[way].pop()
+        rates[way].append(k / concurrent(ours_work if way == "ours" else raw_work, len(pool), k))
+        cancel_by_name(sub.name, sub.env)
+        wait_queue_clear(sub.name, sub.env)
+    return rates
 
 
 @dataclass
@@ -505,6 +536,7 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
                                                               restd, token, burst=100_000)[0]  # fmt: skip
     backend = "slurmrestd" if restd else "commands"
     sub = Submitter("", token, name, env, user.pw_uid, user.pw_gid)
+    storms: dict[bool, dict[str, list[float]]] = {}  # held or not -> way -> its halves' submissions/s
     started = time.monotonic()
     print(f"submit bench: job name {name}, state under {tmp}, window {window:g} s, poll interval "
           f"{args.poll_interval:g} s", file=sys.stderr)  # fmt: skip
@@ -522,23 +554,10 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
             pool = [ClusterClient(sub.addr, token) for _ in range(args.clients)]
             for client in pool:
                 client.list_jobs(limit=1)  # connected and authenticated before any clock starts
-
-            def ours_work(i: int, k: int) -> None:
-                for _ in range(k):
-                    sub.ours(pool[i])
-
-            def raw_work(i: int, k: int) -> None:
-                for _ in range(k):
-                    sub.raw()
-
-            print(f"[concurrent: {n_conc} each way, {args.clients} clients, 2 halves in ABBA order]", file=sys.stderr)
-            spent = {"ours": 0.0, "raw": 0.0}
-            halves = {"ours": [n_conc // 2, n_conc - n_conc // 2], "raw": [n_conc // 2, n_conc - n_conc // 2]}
-            for way in ("ours", "raw", "raw", "ours"):
-                spent[way] += concurrent(ours_work if way == "ours" else raw_work, args.clients, halves[way].pop())
-                cancel_by_name(name, env)
-                wait_queue_clear(name, env)
-            conc_ours, conc_raw = n_conc / spent["ours"], n_conc / spent["raw"]
+            print(f"[concurrent: {n_conc} each way, {args.clients} clients, 2 halves in ABBA order; held jobs, "
+                  "then jobs that run]", file=sys.stderr)  # fmt: skip
+            for hold in (True, False):
+                storms[hold] = concurrent_phase(replace(sub, hold=hold), pool, n_conc)
             for client in pool:
                 client.close()
 
@@ -590,8 +609,10 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
     o95, r95 = percentile(seq_ours, 95) * ms, percentile(seq_raw, 95) * ms
     rows.append((f"submit latency p50 (ms, n={n_seq})", f"{o50:.1f}", f"{r50:.1f}", ratio(o50, r50)))
     rows.append((f"submit latency p95 (ms, n={n_seq})", f"{o95:.1f}", f"{r95:.1f}", ratio(o95, r95)))
-    rows.append((f"submissions/s, {args.clients} clients ({n_conc} jobs)", f"{conc_ours:.1f}", f"{conc_raw:.1f}",
-                 ratio(conc_ours, conc_raw)))  # fmt: skip
+    for hold, label in ((True, "held jobs"), (False, "jobs run")):
+        ours, raw = (n_conc / sum((n_conc / 2) / r for r in storms[hold][way]) for way in ("ours", "raw"))
+        rows.append((f"submissions/s, {args.clients} clients, {label} ({n_conc})", f"{ours:.1f}", f"{raw:.1f}",
+                     ratio(ours, raw)))  # fmt: skip
 
     print()
     print(f"submit bench on the local stack, Slurm {stack.slurm_version}, clusterd's backend {backend}: {name}, "
@@ -599,6 +620,10 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
     print(f"{'':44} {'clusterd':>10} {'raw sbatch':>11} {'ours/raw':>9}")
     for label, a, b, c in rows:
         print(f"{label:44} {a:>10} {b:>11} {c:>9}")
+    for hold, label in ((True, "held jobs"), (False, "jobs run")):
+        (o1, o2), (r1, r2) = storms[hold]["ours"], storms[hold]["raw"]
+        print(f"{args.clients} clients, {label}: submissions/s per half in run order (ABBA): ours {o1:.0f}, "
+              f"raw {r1:.0f}, raw {r2:.0f}, ours {o2:.0f}")  # fmt: skip
 
     scale = args.watchers / args.naive_pollers
     nw, npl = args.watchers, args.naive_pollers
