@@ -1,13 +1,15 @@
 """What one user may hold in the store, and the decision a submission's reservation makes with it.
 
-Pure logic, no SQL: the store reads a user's usage and finished records inside the reservation's
-transaction and calls :func:`admit`, so concurrent submissions cannot all pass one count.
+Pure logic, no SQL: the store reads a user's usage inside the reservation's transaction and calls
+:func:`admit`, then reads only as many of the oldest finished records as the answer names, so
+concurrent submissions cannot all pass one count.
 Finished records are history, expendable oldest first; live ones are the user's work, never
 dropped: when live work alone passes a bound the submission is refused, naming the limit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from clusterd.errors import ResourceExhausted
@@ -24,13 +26,45 @@ class UserBounds:
 
 @dataclass(frozen=True)
 class Usage:
+    """A user's live work and finished history, as counts and sums: the store reads them with
+    aggregate queries, so a submission costs the same with 10 finished records or 10,000."""
+
     live_tasks: int
     live_spec_bytes: int
-    finished: tuple[tuple[int, int], ...]  # (record_id, spec_bytes) of finished records, oldest first
+    finished: int  # finished records kept
+    finished_spec_bytes: int
 
 
-def admit(bounds: UserBounds, usage: Usage, *, user: str, tasks: int, spec_bytes: int) -> list[int]:
-    """The finished records to prune so the new submission fits; raises ResourceExhausted if it cannot."""
+@dataclass(frozen=True)
+class Prune:
+    """How much of the oldest finished history must go for a submission to fit."""
+
+    records: int  # at least this many of the oldest finished records
+    spec_bytes: int  # and at least this many of their spec bytes
+
+    @property
+    def needed(self) -> bool:
+        return self.records > 0 or self.spec_bytes > 0
+
+    @property
+    def rows(self) -> int | None:
+        """How many of the oldest finished records the store must read to choose (None: all of them)."""
+        return None if self.spec_bytes > 0 else self.records
+
+    def choose(self, oldest: Iterable[tuple[int, int]]) -> list[int]:
+        """The record ids to prune from ``(record_id, spec_bytes)`` of finished records, oldest first."""
+        prune: list[int] = []
+        freed = 0
+        for record_id, size in oldest:
+            if len(prune) >= self.records and freed >= self.spec_bytes:
+                break
+            prune.append(record_id)
+            freed += size
+        return prune
+
+
+def admit(bounds: UserBounds, usage: Usage, *, user: str, tasks: int, spec_bytes: int) -> Prune:
+    """What to prune so the new submission fits; raises ResourceExhausted if live work alone cannot."""
     if bounds.max_live_tasks > 0 and usage.live_tasks + tasks > bounds.max_live_tasks:
         raise ResourceExhausted(
             f"{user} already has {usage.live_tasks} queued or running task(s) and this job adds {tasks}; "
@@ -41,12 +75,7 @@ def admit(bounds: UserBounds, usage: Usage, *, user: str, tasks: int, spec_bytes
             f"{user}'s unfinished jobs hold {usage.live_spec_bytes} bytes of job specs and this one adds "
             f"{spec_bytes}; the limit is {bounds.max_spec_bytes} bytes per user (limits.max_spec_bytes_per_user)"
         )
-    prune: list[int] = []
-    finished = list(usage.finished)
-    held = usage.live_spec_bytes + spec_bytes + sum(size for _, size in finished)
-    keep = bounds.max_finished if bounds.max_finished > 0 else len(finished)
-    while finished and (len(finished) > keep or (bounds.max_spec_bytes > 0 and held > bounds.max_spec_bytes)):
-        record_id, size = finished.pop(0)
-        prune.append(record_id)
-        held -= size
-    return prune
+    held = usage.live_spec_bytes + spec_bytes + usage.finished_spec_bytes
+    records = usage.finished - bounds.max_finished if bounds.max_finished > 0 else 0
+    over = held - bounds.max_spec_bytes if bounds.max_spec_bytes > 0 else 0
+    return Prune(max(records, 0), max(over, 0))

@@ -214,11 +214,19 @@ class PostgresJobStore:
         live = await cur.fetchone()
         assert live is not None
         cur = await conn.execute(
-            f'SELECT record_id, spec_bytes FROM jobs WHERE "user"=%s AND {_FINISHED} ORDER BY finished, record_id',
+            f'SELECT COUNT(*) AS n, COALESCE(SUM(spec_bytes), 0) AS b FROM jobs WHERE "user"=%s AND {_FINISHED}',
             (user,),
         )
-        finished = tuple((int(r["record_id"]), int(r["spec_bytes"])) for r in await cur.fetchall())
-        return bounds.Usage(int(live["t"]), int(live["b"]), finished)
+        finished = await cur.fetchone()
+        assert finished is not None
+        return bounds.Usage(int(live["t"]), int(live["b"]), int(finished["n"]), int(finished["b"]))
+
+    @staticmethod
+    async def _oldest_finished(conn: Conn, user: str, rows: int | None) -> list[tuple[int, int]]:
+        """``(record_id, spec_bytes)`` of the user's finished records, oldest first (``rows``: at most)."""
+        sql = f'SELECT record_id, spec_bytes FROM jobs WHERE "user"=%s AND {_FINISHED} ORDER BY finished, record_id'
+        cur = await (conn.execute(sql + " LIMIT %s", (user, rows)) if rows is not None else conn.execute(sql, (user,)))
+        return [(int(r["record_id"]), int(r["spec_bytes"])) for r in await cur.fetchall()]
 
     @staticmethod
     async def _delete(conn: Conn, ids: list[int]) -> None:
@@ -280,8 +288,10 @@ class PostgresJobStore:
                 if row is not None:  # a failed attempt submitted nothing: this retry may submit
                     await self._delete(conn, [int(row["record_id"])])
             if limits is not None:
-                usage = await self._usage(conn, user)
-                await self._delete(conn, bounds.admit(limits, usage, user=user, tasks=tasks, spec_bytes=len(blob)))
+                prune = bounds.admit(limits, await self._usage(conn, user), user=user, tasks=tasks,
+                                     spec_bytes=len(blob))  # fmt: skip
+                if prune.needed:
+                    await self._delete(conn, prune.choose(await self._oldest_finished(conn, user, prune.rows)))
             cur = await conn.execute(
                 'INSERT INTO jobs("user", request_id, phase, tasks, spec_bytes, created, updated) '
                 f"VALUES (%s,%s,%s,%s,%s,%s,%s) RETURNING {_ROW}",

@@ -150,11 +150,16 @@ class SqliteJobStore:
             f"SELECT COALESCE(SUM(tasks), 0), COALESCE(SUM(spec_bytes), 0) FROM jobs WHERE user=? AND {_LIVE}",
             (user,),
         ).fetchall()
-        finished = self._db.execute(
-            f"SELECT record_id, spec_bytes FROM jobs WHERE user=? AND {_FINISHED} ORDER BY finished, record_id",
-            (user,),
+        ((finished, finished_bytes),) = self._db.execute(
+            f"SELECT COUNT(*), COALESCE(SUM(spec_bytes), 0) FROM jobs WHERE user=? AND {_FINISHED}", (user,)
         ).fetchall()
-        return bounds.Usage(int(tasks), int(live_bytes), tuple((int(i), int(b)) for i, b in finished))
+        return bounds.Usage(int(tasks), int(live_bytes), int(finished), int(finished_bytes))
+
+    def _oldest_finished(self, user: str, rows: int | None) -> list[tuple[int, int]]:
+        """``(record_id, spec_bytes)`` of the user's finished records, oldest first (``rows``: at most)."""
+        sql = f"SELECT record_id, spec_bytes FROM jobs WHERE user=? AND {_FINISHED} ORDER BY finished, record_id"
+        cur = self._db.execute(sql + " LIMIT ?", (user, rows)) if rows is not None else self._db.execute(sql, (user,))
+        return [(int(i), int(b)) for i, b in cur.fetchall()]
 
     def _delete(self, ids: list[int]) -> None:
         for chunk in _chunks(ids):
@@ -175,7 +180,9 @@ class SqliteJobStore:
                 if row is not None:  # a failed attempt submitted nothing: this retry may submit
                     self._delete([row["record_id"]])
             if limits is not None:
-                self._delete(bounds.admit(limits, self._usage(user), user=user, tasks=tasks, spec_bytes=len(spec)))
+                prune = bounds.admit(limits, self._usage(user), user=user, tasks=tasks, spec_bytes=len(spec))
+                if prune.needed:
+                    self._delete(prune.choose(self._oldest_finished(user, prune.rows)))
             cur = self._db.execute(
                 "INSERT INTO jobs(user, request_id, phase, tasks, spec_bytes, created, updated) VALUES (?,?,?,?,?,?,?)",
                 (user, request_id, Phase.SUBMITTING.value, tasks, len(spec), now, now),
