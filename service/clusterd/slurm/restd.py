@@ -49,6 +49,9 @@ T = TypeVar("T")
 BACKEND = "slurmrestd"
 __all__ = ["KNOWN_API_VERSIONS", "RestdBackend"]
 SLURM_USER = "root"  # SlurmUser of the clusters we run on: signs calls made for no particular user
+# How long a user's passwd entry (home directory, login name) is reused: nscd's and sssd's caches
+# keep entries longer; the account's existence is checked per submit by the manager regardless.
+_ACCOUNT_SECONDS = 60.0
 _VERSION_PATH_RE = re.compile(r"^/slurm/(v[0-9]+\.[0-9]+\.[0-9]+)/")
 
 
@@ -110,6 +113,7 @@ class RestdBackend:
         self._api_lock = asyncio.Lock()
         self._key: bytes | None = None
         self._tokens: dict[str, tuple[str, float]] = {}  # user -> (token, monotonic refresh time)
+        self._accounts: dict[str, tuple[pwd.struct_passwd, float]] = {}  # user -> (entry, monotonic expiry)
 
     async def aclose(self) -> None:
         if self._owns_client:
@@ -217,7 +221,7 @@ class RestdBackend:
         the caller by the commands backend: the same job, one process more.
         """
         command = "POST job/submit"
-        entry = await asyncio.to_thread(_passwd, request.user)
+        entry = await self._account(request.user)
         api = await self._spec()
         switches = request.switches.render() if api.defers_switches and request.switches else None
         # The PATH jobs start with is slurm.job_path, as with sbatch (CommandsBackend): the service's
@@ -240,6 +244,18 @@ class RestdBackend:
         if switches is not None:
             await self._set_switches(str(job_id), switches)
         return str(job_id)
+
+    async def _account(self, user: str) -> pwd.struct_passwd:
+        """The job's user's passwd entry, for the HOME and LOGNAME a job starts with; looked up in a
+        worker thread (NSS may read files or ask a daemon) and kept for :data:`_ACCOUNT_SECONDS`, so
+        that a submit storm does not pay a thread hop per job for what the manager just checked."""
+        cached = self._accounts.get(user)
+        now = time.monotonic()
+        if cached is not None and now < cached[1]:
+            return cached[0]
+        entry = await asyncio.to_thread(_passwd, user)
+        self._accounts[user] = (entry, now + _ACCOUNT_SECONDS)
+        return entry
 
     async def _set_switches(self, job_id: str, switches: str) -> None:
         """``scontrol update Switches=`` (v0.0.38 disables the field); a job already running keeps its nodes."""
