@@ -136,6 +136,14 @@ def wait_queue_clear(name: str, env: dict[str, str], timeout: float = 30.0) -> N
         time.sleep(1)
 
 
+def wait_settled(client: ClusterClient, timeout: float = 60.0) -> None:
+    """Until our clusterd has seen every job of ours end (its poll, after a cancel): otherwise the
+    next phase would pay for recording the last one's cancellations."""
+    deadline = time.monotonic() + timeout
+    while client.list_jobs(limit=1) and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
 # -- our own clusterd --------------------------------------------------------------------------
 
 
@@ -275,7 +283,8 @@ def concurrent(work: Callable[[int, int], None], clients: int, total: int) -> fl
 def concurrent_phase(sub: Submitter, pool: list[ClusterClient], jobs: int) -> dict[str, list[float]]:
     """``jobs`` submissions each way over ``len(pool)`` clients (ours: one ClusterClient each; raw: one
     sbatch at a time each) in two halves, ABBA order; each half's submissions/s, by way. The queue is
-    cleared after each half, so that no half pays for the jobs of another."""
+    cleared after each half, and our clusterd has recorded the end of every job of ours, so that no
+    half pays for the jobs of another."""
 
     def ours_work(i: int, k: int) -> None:
         for _ in range(k):
@@ -292,6 +301,7 @@ def concurrent_phase(sub: Submitter, pool: list[ClusterClient], jobs: int) -> di
         rates[way].append(k / concurrent(ours_work if way == "ours" else raw_work, len(pool), k))
         cancel_by_name(sub.name, sub.env)
         wait_queue_clear(sub.name, sub.env)
+        wait_settled(pool[0])
     return rates
 
 
@@ -554,6 +564,7 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
             pool = [ClusterClient(sub.addr, token) for _ in range(args.clients)]
             for client in pool:
                 client.list_jobs(limit=1)  # connected and authenticated before any clock starts
+            wait_settled(pool[0])
             print(f"[concurrent: {n_conc} each way, {args.clients} clients, 2 halves in ABBA order; held jobs, "
                   "then jobs that run]", file=sys.stderr)  # fmt: skip
             for hold in (True, False):
