@@ -11,7 +11,9 @@ What is measured, and why (issue 2, "Benchmark"):
    service per submit.
 2. Throughput with 16 concurrent clients (threads, each its own ClusterClient, connected before the
    clock starts, as a launcher's long-lived client is) vs 16 concurrent raw sbatch processes, the
-   same number of jobs each (two halves, in ABBA order).
+   same number of jobs each (two halves, in ABBA order), measured twice: with the jobs submitted
+   held (``--hold`` both ways: the price of submitting alone) and with jobs that start and end
+   during the storm, on the same cores.
 3. slurmctld's load from watchers: ``sdiag`` RPC counts (JOB_INFO, NODE_INFO, PARTITION_INFO, total)
    with 1 and with 100 WatchJobs streams open on our own clusterd (poll interval fixed), minus an
    idle window with no clusterd of ours (the stack's own clusterd and other users of slurmctld are
@@ -280,11 +282,24 @@ def concurrent(work: Callable[[int, int], None], clients: int, total: int) -> fl
     return elapsed
 
 
-def concurrent_phase(sub: Submitter, pool: list[ClusterClient], jobs: int) -> dict[str, list[float]]:
+@dataclass
+class Storm:
+    """One way's halves of a concurrent phase, in run order: (jobs, seconds) each."""
+
+    halves: list[tuple[int, float]] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return sum(k for k, _ in self.halves) / sum(t for _, t in self.halves)
+
+    def half_rates(self) -> list[float]:
+        return [k / t for k, t in self.halves]
+
+
+def concurrent_phase(sub: Submitter, pool: list[ClusterClient], jobs: int) -> dict[str, Storm]:
     """``jobs`` submissions each way over ``len(pool)`` clients (ours: one ClusterClient each; raw: one
-    sbatch at a time each) in two halves, ABBA order; each half's submissions/s, by way. The queue is
-    cleared after each half, and our clusterd has recorded the end of every job of ours, so that no
-    half pays for the jobs of another."""
+    sbatch at a time each) in two halves, ABBA order. The queue is cleared after each half, and our
+    clusterd has recorded the end of every job of ours, so that no half pays for the jobs of another."""
 
     def ours_work(i: int, k: int) -> None:
         for _ in range(k):
@@ -295,14 +310,14 @@ def concurrent_phase(sub: Submitter, pool: list[ClusterClient], jobs: int) -> di
             sub.raw()
 
     halves = {"ours": [jobs // 2, jobs - jobs // 2], "raw": [jobs // 2, jobs - jobs // 2]}
-    rates: dict[str, list[float]] = {"ours": [], "raw": []}
+    storms = {"ours": Storm(), "raw": Storm()}
     for way in ("ours", "raw", "raw", "ours"):
         k = halves[way].pop()
-        rates[way].append(k / concurrent(ours_work if way == "ours" else raw_work, len(pool), k))
+        storms[way].halves.append((k, concurrent(ours_work if way == "ours" else raw_work, len(pool), k)))
         cancel_by_name(sub.name, sub.env)
         wait_queue_clear(sub.name, sub.env)
         wait_settled(pool[0])
-    return rates
+    return storms
 
 
 @dataclass
@@ -546,7 +561,7 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
                                                               restd, token, burst=100_000)[0]  # fmt: skip
     backend = "slurmrestd" if restd else "commands"
     sub = Submitter("", token, name, env, user.pw_uid, user.pw_gid)
-    storms: dict[bool, dict[str, list[float]]] = {}  # held or not -> way -> its halves' submissions/s
+    storms: dict[bool, dict[str, Storm]] = {}  # held jobs or not -> way -> its halves
     started = time.monotonic()
     print(f"submit bench: job name {name}, state under {tmp}, window {window:g} s, poll interval "
           f"{args.poll_interval:g} s", file=sys.stderr)  # fmt: skip
@@ -621,7 +636,7 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
     rows.append((f"submit latency p50 (ms, n={n_seq})", f"{o50:.1f}", f"{r50:.1f}", ratio(o50, r50)))
     rows.append((f"submit latency p95 (ms, n={n_seq})", f"{o95:.1f}", f"{r95:.1f}", ratio(o95, r95)))
     for hold, label in ((True, "held jobs"), (False, "jobs run")):
-        ours, raw = (n_conc / sum((n_conc / 2) / r for r in storms[hold][way]) for way in ("ours", "raw"))
+        ours, raw = storms[hold]["ours"].rate, storms[hold]["raw"].rate
         rows.append((f"submissions/s, {args.clients} clients, {label} ({n_conc})", f"{ours:.1f}", f"{raw:.1f}",
                      ratio(ours, raw)))  # fmt: skip
 
@@ -632,7 +647,7 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
     for label, a, b, c in rows:
         print(f"{label:44} {a:>10} {b:>11} {c:>9}")
     for hold, label in ((True, "held jobs"), (False, "jobs run")):
-        (o1, o2), (r1, r2) = storms[hold]["ours"], storms[hold]["raw"]
+        (o1, o2), (r1, r2) = storms[hold]["ours"].half_rates(), storms[hold]["raw"].half_rates()
         print(f"{args.clients} clients, {label}: submissions/s per half in run order (ABBA): ours {o1:.0f}, "
               f"raw {r1:.0f}, raw {r2:.0f}, ours {o2:.0f}")  # fmt: skip
 
