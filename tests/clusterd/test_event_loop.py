@@ -27,6 +27,7 @@ import pytest
 
 import clusterd
 from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
+from clusterd import accounts
 from clusterd.jobs.users import resolve_unix_user
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
@@ -81,6 +82,7 @@ def guard(monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopGuard]:
 
 
 def install(guard: LoopGuard, monkeypatch: pytest.MonkeyPatch) -> None:
+    accounts.ACCOUNTS.forget()  # each account is looked up anew: a kept one would hide where lookups run
     for module, name in GUARDED:
         monkeypatch.setattr(module, name, guard.wrap(f"{module.__name__}.{name}", getattr(module, name)))
 
@@ -90,8 +92,9 @@ async def test_guard_catches_a_lookup_on_the_loop(guard: LoopGuard, monkeypatch:
     install(guard, monkeypatch)
     await asyncio.to_thread(resolve_unix_user, USER_A)
     assert guard.violations == []
+    accounts.ACCOUNTS.forget()
     resolve_unix_user(USER_A)
-    assert guard.violations and guard.violations[0].startswith("pwd.getpwnam at clusterd/jobs/users.py:")
+    assert guard.violations and guard.violations[0].startswith("pwd.getpwnam at clusterd/accounts.py:")
 
 
 async def test_serving_every_rpc_blocks_nothing_on_the_loop(tmp_path: Path, guard: LoopGuard,

@@ -7,11 +7,11 @@ thread, never on the event loop.
 from __future__ import annotations
 
 import os
-import pwd
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterd import accounts
 from clusterd.errors import FailedPrecondition
 
 
@@ -25,14 +25,14 @@ class UnixUser:
 
 
 def resolve_unix_user(name: str) -> UnixUser:
+    """``name``'s account (clusterd.accounts: kept a minute); FailedPrecondition when it has none."""
     try:
-        entry = pwd.getpwnam(name)
+        account = accounts.lookup(name)
     except KeyError:
         raise FailedPrecondition(f"user {name!r} has no Unix account on this host") from None
     if os.geteuid() != 0:
-        return UnixUser(name, None, None, entry.pw_dir)
-    groups = tuple(os.getgrouplist(entry.pw_name, entry.pw_gid))
-    return UnixUser(name, entry.pw_uid, entry.pw_gid, entry.pw_dir, groups)
+        return UnixUser(name, None, None, account.home)
+    return UnixUser(name, account.uid, account.gid, account.home, account.groups)
 
 
 def job_dir(root: str, user: UnixUser) -> str:

@@ -26,6 +26,7 @@ import stat
 import sys
 from dataclasses import dataclass
 
+from clusterd import accounts
 from clusterd.errors import FailedPrecondition, NotFound, PermissionDenied
 
 # Runs as the user: stdlib only (-I -S: no site, no user paths, no PYTHON* variables).
@@ -171,14 +172,12 @@ async def _open_via_helper(owner: Owner, path: str, field: str, python: str) -> 
 
 
 def owner_of(user: str) -> Owner:
-    """``user``'s uid, gid and groups (blocking: passwd and group lookups; call in a worker thread).
+    """``user``'s uid, gid and groups (clusterd.accounts: blocking on a miss; call in a worker thread).
 
     Raises FailedPrecondition when the user has no account on clusterd's host.
     """
-    import pwd
-
     try:
-        entry = pwd.getpwnam(user)
+        account = accounts.lookup(user)
     except KeyError:
         raise FailedPrecondition(f"user {user!r} has no Unix account on clusterd's host") from None
-    return Owner(entry.pw_name, entry.pw_uid, entry.pw_gid, tuple(os.getgrouplist(entry.pw_name, entry.pw_gid)))
+    return Owner(account.name, account.uid, account.gid, account.groups)

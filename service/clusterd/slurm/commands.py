@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pwd
 from collections.abc import Callable
 from typing import TypeVar
 
+from clusterd import accounts
 from clusterd.config import SlurmConfig
 from clusterd.errors import SlurmError, SlurmUnavailable, says_unavailable
 from clusterd.slurm import argv, parse
@@ -142,13 +142,12 @@ async def _parsed(command: str, parser: Callable[[str], list[T]], text: str) -> 
 def resolve_run_as(user: str) -> RunAs | None:
     """The identity to run sbatch with: the user's, when clusterd is root (else clusterd's own).
 
-    Blocking (passwd/group lookups): call it in a worker thread.
+    Blocking on a miss (clusterd.accounts): call it in a worker thread.
     """
     if os.geteuid() != 0:
         return None
     try:
-        entry = pwd.getpwnam(user)
+        account = accounts.lookup(user)
     except KeyError:
         raise SlurmError("sbatch", None, f"user {user!r} has no Unix account on this host") from None
-    groups = tuple(os.getgrouplist(entry.pw_name, entry.pw_gid))
-    return RunAs(entry.pw_uid, entry.pw_gid, groups, entry.pw_dir, entry.pw_name)
+    return RunAs(account.uid, account.gid, account.groups, account.home, account.name)

@@ -17,13 +17,13 @@ import asyncio
 import importlib
 import logging
 import os
-import pwd
 import subprocess
 import time
 from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from clusterd import accounts
 from clusterd.config import SlurmConfig
 from clusterd.errors import SlurmError, SlurmUnavailable, says_unavailable
 from clusterd.observability.metrics import observed_slurm_call
@@ -85,11 +85,11 @@ def _user(attrs: Attrs, req: JobRequest) -> None:
     """libslurm submits as the calling process unless root names the user (the job runs as them)."""
     if req.user and os.geteuid() == 0:
         try:
-            entry = pwd.getpwnam(req.user)
+            account = accounts.lookup(req.user)
         except KeyError:
             raise SlurmError(f"{BACKEND} submit", None, f"user {req.user!r} has no Unix account here") from None
-        attrs["user_id"] = entry.pw_uid
-        attrs["group_id"] = entry.pw_gid
+        attrs["user_id"] = account.uid
+        attrs["group_id"] = account.gid
 
 
 def _environment(attrs: Attrs, req: JobRequest) -> None:

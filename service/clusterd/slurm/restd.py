@@ -31,6 +31,8 @@ from typing import Any, TypeVar
 
 import jwt
 
+from clusterd import accounts
+from clusterd.accounts import UnixAccount
 from clusterd.config import SlurmConfig
 from clusterd.errors import SlurmError, SlurmUnavailable, says_unavailable
 from clusterd.observability.metrics import observed_slurm_call
@@ -49,9 +51,6 @@ T = TypeVar("T")
 BACKEND = "slurmrestd"
 __all__ = ["KNOWN_API_VERSIONS", "RestdBackend"]
 SLURM_USER = "root"  # SlurmUser of the clusters we run on: signs calls made for no particular user
-# How long a user's passwd entry (home directory, login name) is reused: nscd's and sssd's caches
-# keep entries longer; the account's existence is checked per submit by the manager regardless.
-_ACCOUNT_SECONDS = 60.0
 _VERSION_PATH_RE = re.compile(r"^/slurm/(v[0-9]+\.[0-9]+\.[0-9]+)/")
 
 
@@ -113,7 +112,6 @@ class RestdBackend:
         self._api_lock = asyncio.Lock()
         self._key: bytes | None = None
         self._tokens: dict[str, tuple[str, float]] = {}  # user -> (token, monotonic refresh time)
-        self._accounts: dict[str, tuple[pwd.struct_passwd, float]] = {}  # user -> (entry, monotonic expiry)
 
     async def aclose(self) -> None:
         if self._owns_client:
@@ -221,20 +219,20 @@ class RestdBackend:
         the caller by the commands backend: the same job, one process more.
         """
         command = "POST job/submit"
-        entry = await self._account(request.user)
+        account = await self._account(request.user)
         api = await self._spec()
         switches = request.switches.render() if api.defers_switches and request.switches else None
         # The PATH jobs start with is slurm.job_path, as with sbatch (CommandsBackend): the service's
         # own PATH may not exist where jobs run (seen on a chroot's nodes: no job venv on it).
         path = self._config.job_path or os.environ.get("PATH", "/usr/bin:/bin")
-        base = {"PATH": path, "LANG": "C.UTF-8", "HOME": entry.pw_dir, "LOGNAME": entry.pw_name}
+        base = {"PATH": path, "LANG": "C.UTF-8", "HOME": account.home, "LOGNAME": account.name}
         try:
-            body = api.submit_body(replace(request, user=entry.pw_name), base)
+            body = api.submit_body(replace(request, user=account.name), base)
         except Unexpressible as exc:  # before the POST is observed: no call to slurmrestd is counted
             log.info("submitting with sbatch: %s", exc.detail)
             return await self._commands().submit(request)
         with _observed(command):
-            resp = await self._send("POST", await self._path("job/submit"), command, user=entry.pw_name, body=body)
+            resp = await self._send("POST", await self._path("job/submit"), command, user=account.name, body=body)
             data = _json(resp, command)
             job_id = data.get("job_id")
             # A held job comes back with a job id AND an informational "errors" entry.
@@ -245,17 +243,11 @@ class RestdBackend:
             await self._set_switches(str(job_id), switches)
         return str(job_id)
 
-    async def _account(self, user: str) -> pwd.struct_passwd:
-        """The job's user's passwd entry, for the HOME and LOGNAME a job starts with; looked up in a
-        worker thread (NSS may read files or ask a daemon) and kept for :data:`_ACCOUNT_SECONDS`, so
-        that a submit storm does not pay a thread hop per job for what the manager just checked."""
-        cached = self._accounts.get(user)
-        now = time.monotonic()
-        if cached is not None and now < cached[1]:
-            return cached[0]
-        entry = await asyncio.to_thread(_passwd, user)
-        self._accounts[user] = (entry, now + _ACCOUNT_SECONDS)
-        return entry
+    async def _account(self, user: str) -> UnixAccount:
+        """The job's user's account, for the HOME and LOGNAME a job starts with: clusterd.accounts
+        keeps it (the manager has just looked it up), so a submit storm pays no thread hop for it."""
+        account = accounts.cached(user) if user else None
+        return account if account is not None else await asyncio.to_thread(_account_of, user)
 
     async def _set_switches(self, job_id: str, switches: str) -> None:
         """``scontrol update Switches=`` (v0.0.38 disables the field); a job already running keeps its nodes."""
@@ -370,10 +362,10 @@ def _make_client(url: str, timeout: float, *, ca_file: str = "") -> H11Client:
         raise _error(BACKEND, None, str(exc)) from exc
 
 
-def _passwd(user: str) -> pwd.struct_passwd:
-    """The job's user (clusterd's own when none is named); blocking, so called in a worker thread."""
+def _account_of(user: str) -> UnixAccount:
+    """The job's user's account (clusterd's own when none is named); blocking on a miss."""
     try:
-        return pwd.getpwnam(user) if user else pwd.getpwuid(os.geteuid())
+        return accounts.lookup(user or pwd.getpwuid(os.geteuid()).pw_name)
     except KeyError:
         raise _error("POST job/submit", None, f"user {user!r} has no Unix account on this host") from None
 
