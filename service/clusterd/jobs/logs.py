@@ -21,13 +21,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from clusterctl.v1 import jobs_pb2
+from clusterd.accounts import UnixAccount
 from clusterd.auth.identity import Identity
 from clusterd.config import ViewsConfig
 from clusterd.errors import FailedPrecondition, InvalidArgument
 from clusterd.jobs import logfile
 from clusterd.jobs.manager import JobManager, check_job_id
 from clusterd.jobs.outputs import OutputJob, expand
-from clusterd.security.useropen import FileMissing, Owner, open_as, owner_of
+from clusterd.security.useropen import FileMissing, open_as, owner_of
 from clusterd.slurm.types import JobState
 from clusterd.store.base import JobStore
 from clusterd.store.records import JobRecord
@@ -140,7 +141,7 @@ class JobLogs:
             offset += len(data)
 
     async def _follow(
-        self, ident: Identity, rec: JobRecord, task: int | None, owner: Owner, *, stderr: bool, tail_lines: int
+        self, ident: Identity, rec: JobRecord, task: int | None, owner: UnixAccount, *, stderr: bool, tail_lines: int
     ) -> AsyncIterator[LogChunk]:
         changed = asyncio.Event()
         latest = [rec]
@@ -189,7 +190,7 @@ class JobLogs:
 class _Follower:
     """One follower's file: which path, which descriptor, how far it has been read."""
 
-    def __init__(self, logs: JobLogs, owner: Owner, spec: jobs_pb2.JobSpec, tail_lines: int) -> None:
+    def __init__(self, logs: JobLogs, owner: UnixAccount, spec: jobs_pb2.JobSpec, tail_lines: int) -> None:
         self._logs = logs
         self._owner = owner
         self._spec = spec

@@ -24,9 +24,9 @@ import shutil
 import socket
 import stat
 import sys
-from dataclasses import dataclass
 
 from clusterd import accounts
+from clusterd.accounts import UnixAccount
 from clusterd.errors import FailedPrecondition, NotFound, PermissionDenied
 
 # Runs as the user: stdlib only (-I -S: no site, no user paths, no PYTHON* variables).
@@ -48,16 +48,6 @@ class FileMissing(NotFound):
     """The path does not exist (yet): a follower waits for it, a plain read reports it."""
 
 
-@dataclass(frozen=True)
-class Owner:
-    """Whose rights the file is opened with, and who must own it."""
-
-    name: str
-    uid: int
-    gid: int
-    groups: tuple[int, ...]
-
-
 def default_python(configured: str = "") -> str:
     """The opener's interpreter: configured, else the system's python3 (executable by every user),
     else clusterd's own (which may sit under a root-only directory)."""
@@ -77,7 +67,7 @@ def _refusal(err: int, path: str, field: str, owner: str) -> Exception:
 
 
 def check_opened(
-    fd: int, path: str, field: str, owner: Owner, *, also_uid: int | None = None, directory: bool = False
+    fd: int, path: str, field: str, owner: UnixAccount, *, also_uid: int | None = None, directory: bool = False
 ) -> os.stat_result:
     """fstat what was opened: a regular file (or directory) the owner holds, or it is closed and refused."""
     st = os.fstat(fd)
@@ -94,12 +84,12 @@ def check_opened(
     return st
 
 
-async def owner_opens_dir(owner: Owner, path: str, *, field: str, python: str = "") -> None:
+async def owner_opens_dir(owner: UnixAccount, path: str, *, field: str, python: str = "") -> None:
     """Check that ``owner`` may open directory ``path`` and owns it. Raises like :func:`open_as`."""
     os.close(await open_as(owner, path, field=field, python=python, directory=True))
 
 
-async def open_as(owner: Owner, path: str, *, field: str, python: str = "", directory: bool = False) -> int:
+async def open_as(owner: UnixAccount, path: str, *, field: str, python: str = "", directory: bool = False) -> int:
     """A read-only descriptor of ``path`` opened with ``owner``'s rights; the caller closes it.
 
     Raises FileMissing, PermissionDenied (no access, or not the owner's file), FailedPrecondition
@@ -128,7 +118,7 @@ def _open_here(path: str, field: str, owner: str) -> int:
         raise _refusal(exc.errno or errno.EIO, path, field, owner) from None
 
 
-async def _open_via_helper(owner: Owner, path: str, field: str, python: str) -> int:
+async def _open_via_helper(owner: UnixAccount, path: str, field: str, python: str) -> int:
     if not _SETPRIV:
         raise FailedPrecondition("setpriv (util-linux) is not installed: cannot open files as the job's user")
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -171,13 +161,12 @@ async def _open_via_helper(owner: Owner, path: str, field: str, python: str) -> 
         theirs.close()
 
 
-def owner_of(user: str) -> Owner:
+def owner_of(user: str) -> UnixAccount:
     """``user``'s uid, gid and groups (clusterd.accounts: blocking on a miss; call in a worker thread).
 
     Raises FailedPrecondition when the user has no account on clusterd's host.
     """
     try:
-        account = accounts.lookup(user)
+        return accounts.lookup(user)
     except KeyError:
         raise FailedPrecondition(f"user {user!r} has no Unix account on clusterd's host") from None
-    return Owner(account.name, account.uid, account.gid, account.groups)

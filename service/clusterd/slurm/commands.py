@@ -8,12 +8,13 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from clusterd import accounts
+from clusterd.accounts import UnixAccount
 from clusterd.config import SlurmConfig
 from clusterd.errors import SlurmError, SlurmUnavailable, says_unavailable
 from clusterd.slurm import argv, parse
 from clusterd.slurm.accounting import ACCOUNTING_DISABLED, parse_sacct
 from clusterd.slurm.request import JobRequest
-from clusterd.slurm.runner import CommandRunner, RunAs
+from clusterd.slurm.runner import CommandRunner
 from clusterd.slurm.topology_text import parse_topology
 from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch
 from clusterd.slurm.version import SlurmVersion, SlurmVersionError
@@ -139,7 +140,7 @@ async def _parsed(command: str, parser: Callable[[str], list[T]], text: str) -> 
         raise SlurmError(command, 0, str(exc)) from exc
 
 
-def resolve_run_as(user: str) -> RunAs | None:
+def resolve_run_as(user: str) -> UnixAccount | None:
     """The identity to run sbatch with: the user's, when clusterd is root (else clusterd's own).
 
     Blocking on a miss (clusterd.accounts): call it in a worker thread.
@@ -147,7 +148,6 @@ def resolve_run_as(user: str) -> RunAs | None:
     if os.geteuid() != 0:
         return None
     try:
-        account = accounts.lookup(user)
+        return accounts.lookup(user)
     except KeyError:
         raise SlurmError("sbatch", None, f"user {user!r} has no Unix account on this host") from None
-    return RunAs(account.uid, account.gid, account.groups, account.home, account.name)

@@ -10,23 +10,13 @@ import shutil
 import time
 from dataclasses import dataclass
 
+from clusterd.accounts import UnixAccount
 from clusterd.errors import SlurmError, SlurmUnavailable, says_unavailable
 from clusterd.observability.metrics import observe_slurm_call
 
 log = logging.getLogger(__name__)
 
 _READS = frozenset({"squeue", "sinfo", "scontrol show", "sbatch --version"})
-
-
-@dataclass(frozen=True)
-class RunAs:
-    """The Unix identity a command runs with: the caller's, so Slurm sees the caller, not root."""
-
-    uid: int
-    gid: int
-    groups: tuple[int, ...]
-    home: str
-    name: str
 
 
 @dataclass
@@ -59,7 +49,7 @@ class CommandRunner:
         stdin: str | None = None,
         env: dict[str, str] | None = None,
         check: bool = True,
-        run_as: RunAs | None = None,
+        run_as: UnixAccount | None = None,
         cwd: str | None = None,
     ) -> CommandResult:
         """Run ``argv``; raise SlurmUnavailable on timeout/controller errors, SlurmError on failure."""
@@ -103,7 +93,7 @@ class CommandRunner:
         argv: list[str],
         stdin: str | None,
         env: dict[str, str] | None,
-        run_as: RunAs | None,
+        run_as: UnixAccount | None,
         cwd: str | None,
     ) -> CommandResult:
         prog = argv[0]
@@ -145,7 +135,7 @@ class CommandRunner:
 _SETPRIV = shutil.which("setpriv", path="/usr/bin:/bin") or ""
 
 
-def setpriv_args(run_as: RunAs) -> list[str]:
+def setpriv_args(run_as: UnixAccount) -> list[str]:
     """The caller's uid, gid and supplementary groups, exactly (no lookups in the child)."""
     groups = ["--groups=" + ",".join(map(str, run_as.groups))] if run_as.groups else ["--clear-groups"]
     return [f"--reuid={run_as.uid}", f"--regid={run_as.gid}", *groups]
