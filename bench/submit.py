@@ -13,7 +13,11 @@ What is measured, and why (issue 2, "Benchmark"):
    clock starts, as a launcher's long-lived client is) vs 16 concurrent raw sbatch processes, the
    same number of jobs each (two halves, in ABBA order), measured twice: with the jobs submitted
    held (``--hold`` both ways: the price of submitting alone) and with jobs that start and end
-   during the storm, on the same cores.
+   during the storm, on the same cores. Beside the rates, the CPU each way costs per submission:
+   user + system seconds over its halves of our clusterd (with its children), the stack's
+   slurmrestd and slurmctld (their pid files), the raw sbatch processes and the bench's own client
+   threads, and the machine's idle share; on a shared 2-core machine this says which side is bound
+   by the cores and which by one process.
 3. slurmctld's load from watchers: ``sdiag`` RPC counts (JOB_INFO, NODE_INFO, PARTITION_INFO, total)
    with 1 and with 100 WatchJobs streams open on our own clusterd (poll interval fixed), minus an
    idle window with no clusterd of ours (the stack's own clusterd and other users of slurmctld are
@@ -39,6 +43,7 @@ import contextlib
 import os
 import pwd
 import re
+import resource
 import secrets
 import shlex
 import shutil
@@ -282,11 +287,76 @@ def concurrent(work: Callable[[int, int], None], clients: int, total: int) -> fl
     return elapsed
 
 
+# -- CPU of the processes a submission passes through ---------------------------------------------
+
+CPU_PARTS = {  # key -> label, in print order
+    "clusterd": "our clusterd (with its children)",
+    "slurmrestd": "the stack's slurmrestd",
+    "slurmctld": "the stack's slurmctld",
+    "sbatch": "raw sbatch processes",
+    "clients": "the bench's own threads (the clients)",
+}
+
+
+def process_cpu(pid: int) -> float | None:
+    """User + system seconds of process ``pid`` and of the children it waited for; None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def pid_file(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclass
+class CpuMeter:
+    """CPU seconds per part (:data:`CPU_PARTS`) and the machine's idle share over a stretch of the run.
+
+    ``pids``: the processes read from /proc (a None pid: that part is missing and printed as such).
+    The bench's own threads and its waited-for children (raw sbatch) come from getrusage, so a
+    reading is exact only while nothing else of the bench runs: around a storm's half."""
+
+    pids: dict[str, int | None]
+
+    def read(self) -> dict[str, float | None]:
+        out = {part: (process_cpu(pid) if pid is not None else None) for part, pid in self.pids.items()}
+        me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        out["clients"] = me.ru_utime + me.ru_stime
+        out["sbatch"] = children.ru_utime + children.ru_stime
+        with open("/proc/stat") as f:
+            jiffies = [int(v) for v in f.readline().split()[1:]]
+        out["machine"], out["idle"] = float(sum(jiffies)), float(jiffies[3] + jiffies[4])  # idle + iowait
+        return out
+
+
 @dataclass
 class Storm:
-    """One way's halves of a concurrent phase, in run order: (jobs, seconds) each."""
+    """One way's halves of a concurrent phase, in run order: (jobs, seconds) each, and the CPU the
+    parts spent over them (seconds; None: a part that could not be read)."""
 
     halves: list[tuple[int, float]] = field(default_factory=list)
+    cpu: dict[str, float | None] = field(default_factory=dict)
+
+    def add_cpu(self, before: dict[str, float | None], after: dict[str, float | None]) -> None:
+        for part, end in after.items():
+            start, sofar = before.get(part), self.cpu.get(part, 0.0)
+            self.cpu[part] = None if end is None or start is None or sofar is None else sofar + end - start
+
+    def ms_per_job(self, part: str) -> float | None:
+        seconds = self.cpu.get(part)
+        return None if seconds is None else 1000.0 * seconds / sum(k for k, _ in self.halves)
+
+    @property
+    def idle(self) -> float:
+        machine, idle = self.cpu.get("machine"), self.cpu.get("idle")
+        return (idle or 0.0) / machine if machine else 0.0
 
     @property
     def rate(self) -> float:
@@ -296,7 +366,7 @@ class Storm:
         return [k / t for k, t in self.halves]
 
 
-def concurrent_phase(sub: Submitter, pool: list[ClusterClient], jobs: int) -> dict[str, Storm]:
+def concurrent_phase(sub: Submitter, pool: list[ClusterClient], jobs: int, meter: CpuMeter) -> dict[str, Storm]:
     """``jobs`` submissions each way over ``len(pool)`` clients (ours: one ClusterClient each; raw: one
     sbatch at a time each) in two halves, ABBA order. The queue is cleared after each half, and our
     clusterd has recorded the end of every job of ours, so that no half pays for the jobs of another."""
@@ -313,7 +383,9 @@ def concurrent_phase(sub: Submitter, pool: list[ClusterClient], jobs: int) -> di
     storms = {"ours": Storm(), "raw": Storm()}
     for way in ("ours", "raw", "raw", "ours"):
         k = halves[way].pop()
+        before = meter.read()
         storms[way].halves.append((k, concurrent(ours_work if way == "ours" else raw_work, len(pool), k)))
+        storms[way].add_cpu(before, meter.read())
         cancel_by_name(sub.name, sub.env)
         wait_queue_clear(sub.name, sub.env)
         wait_settled(pool[0])
@@ -495,6 +567,34 @@ def naive_window(
 # -- the run -----------------------------------------------------------------------------------
 
 
+def cpu_total(storm: Storm) -> float:
+    """CPU ms per submission over the parts that could be read."""
+    return sum(ms for part in CPU_PARTS if (ms := storm.ms_per_job(part)) is not None)
+
+
+def print_cpu(storms: dict[bool, dict[str, Storm]], clients: int) -> None:
+    """Where each way's CPU goes per submission; a part that could not be read says so."""
+    print()
+    print(f"CPU per submission with {clients} clients (ms, user + system over each way's halves)")
+    print(f"{'':40} {'held: ours':>10} {'raw':>7} {'jobs run: ours':>15} {'raw':>7}")
+
+    def cell(storm: Storm, part: str, width: int) -> str:
+        ms = storm.ms_per_job(part)
+        return f"{'n/a':>{width}}" if ms is None else f"{ms:{width}.2f}"
+
+    for part, label in CPU_PARTS.items():
+        cells = [cell(storms[hold][way], part, w) for hold in (True, False) for way, w in (("ours", 10), ("raw", 7))]
+        print(f"{label:40} {cells[0]} {cells[1]} {cells[2]:>15} {cells[3]}")
+    totals = [f"{cpu_total(storms[hold][way]):.2f}" for hold in (True, False) for way in ("ours", "raw")]
+    print(f"{'total of the parts read':40} {totals[0]:>10} {totals[1]:>7} {totals[2]:>15} {totals[3]:>7}")
+    idle = [f"{storms[hold][way].idle:.0%}" for hold in (True, False) for way in ("ours", "raw")]
+    print(f"{'machine idle (all cores)':40} {idle[0]:>10} {idle[1]:>7} {idle[2]:>15} {idle[3]:>7}")
+    ways = [storm for hold in (True, False) for storm in storms[hold].values()]
+    missing = sorted({part for storm in ways for part in CPU_PARTS if storm.ms_per_job(part) is None})
+    if missing:
+        print(f"n/a: {', '.join(missing)} not readable (no pid file under the stack's run/, or the process ended)")
+
+
 def net(window: Counter[str], idle: Counter[str], key: str) -> int:
     return window.get(key, 0) - idle.get(key, 0)
 
@@ -582,8 +682,12 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
             wait_settled(pool[0])
             print(f"[concurrent: {n_conc} each way, {args.clients} clients, 2 halves in ABBA order; held jobs, "
                   "then jobs that run]", file=sys.stderr)  # fmt: skip
+            run = stack.dir / "run"
+            meter = CpuMeter({"clusterd": d.proc.pid if d.proc else None,
+                              "slurmrestd": pid_file(run / "slurmrestd.pid"),
+                              "slurmctld": pid_file(run / "slurmctld.pid")})  # fmt: skip
             for hold in (True, False):
-                storms[hold] = concurrent_phase(replace(sub, hold=hold), pool, n_conc)
+                storms[hold] = concurrent_phase(replace(sub, hold=hold), pool, n_conc, meter)
             for client in pool:
                 client.close()
 
@@ -639,6 +743,8 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
         ours, raw = storms[hold]["ours"].rate, storms[hold]["raw"].rate
         rows.append((f"submissions/s, {args.clients} clients, {label} ({n_conc})", f"{ours:.1f}", f"{raw:.1f}",
                      ratio(ours, raw)))  # fmt: skip
+        ours_ms, raw_ms = cpu_total(storms[hold]["ours"]), cpu_total(storms[hold]["raw"])
+        rows.append((f"CPU ms per submission, {label}", f"{ours_ms:.2f}", f"{raw_ms:.2f}", ratio(ours_ms, raw_ms)))
 
     print()
     print(f"submit bench on the local stack, Slurm {stack.slurm_version}, clusterd's backend {backend}: {name}, "
@@ -650,6 +756,7 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
         (o1, o2), (r1, r2) = storms[hold]["ours"].half_rates(), storms[hold]["raw"].half_rates()
         print(f"{args.clients} clients, {label}: submissions/s per half in run order (ABBA): ours {o1:.0f}, "
               f"raw {r1:.0f}, raw {r2:.0f}, ours {o2:.0f}")  # fmt: skip
+    print_cpu(storms, args.clients)
 
     scale = args.watchers / args.naive_pollers
     nw, npl = args.watchers, args.naive_pollers
