@@ -37,8 +37,8 @@ from clusterd.errors import (
 )
 from clusterd.jobs import adopt as adopt_checks
 from clusterd.jobs.script import inject_environment, job_environment
-from clusterd.jobs.submission import persisted_spec, same_request, settle_directories, with_signal
-from clusterd.jobs.users import UnixUser, resolve_unix_user
+from clusterd.jobs.submission import SettledDirectories, persisted_spec, same_request, with_signal
+from clusterd.jobs.users import UnixUser, kept_unix_user, resolve_unix_user
 from clusterd.jobs.validate import placement_preference, validate_spec
 from clusterd.liveness import credentials
 from clusterd.security.audit import AuditLog, status_name
@@ -114,15 +114,6 @@ def _audited(method: str) -> Callable[[_Call], _Call]:
     return wrap
 
 
-def _user_and_directories(name: str, request: JobRequest, config: Config) -> tuple[UnixUser, JobRequest]:
-    """The caller's Unix account and the request's directories settled with its rights (blocking)."""
-    unix_user = resolve_unix_user(name)
-    try:
-        return unix_user, settle_directories(request, unix_user, config.slurm.job_root)
-    except OSError as exc:
-        raise FailedPrecondition(f"cannot create the job directory for {unix_user.name}: {exc}") from exc
-
-
 class JobManager:
     def __init__(
         self,
@@ -146,6 +137,7 @@ class JobManager:
         self._quotas = quotas or Quotas(store, config.limits)
         self._audit = audit
         self._submits: set[asyncio.Task[JobRecord]] = set()  # shielded: they outlive a cancelled caller
+        self._settled = SettledDirectories()
 
     # -- submit -----------------------------------------------------------------------------
 
@@ -154,8 +146,7 @@ class JobManager:
         """Returns (record, duplicate). Raises InvalidArgument before anything reaches Slurm."""
         request = validate_spec(spec, self._cache.facts(), self._config.limits)
         request, explanation = self._placer(request, placement_preference(spec.placement))
-        # One worker-thread hop for both blocking steps: each hop is a wake-up the submit waits for.
-        unix_user, request = await asyncio.to_thread(_user_and_directories, ident.user, request, self._config)
+        unix_user, request = await self._user_and_directories(ident.user, request)
         request = with_signal(request, spec, self._config.slurm.signal_before_timeout_seconds)
         stored = persisted_spec(spec, request)
         rec, created = await self._quotas.reserve_submit(ident.user, stored, tasks=request.task_count)
@@ -175,6 +166,23 @@ class JobManager:
         self._submits.add(task)
         task.add_done_callback(self._submits.discard)
         return await asyncio.shield(task), False
+
+    async def _user_and_directories(self, name: str, request: JobRequest) -> tuple[UnixUser, JobRequest]:
+        """The caller's Unix account and the request's directories settled with its rights: from
+        what is kept when both are (no wait), else in one worker-thread hop for both blocking steps."""
+        root = self._config.slurm.job_root
+        unix_user = kept_unix_user(name)
+        settled = self._settled.kept(request, unix_user, root) if unix_user is not None else None
+        if unix_user is not None and settled is not None:
+            return unix_user, settled
+        return await asyncio.to_thread(self._settle, name, request)
+
+    def _settle(self, name: str, request: JobRequest) -> tuple[UnixUser, JobRequest]:
+        unix_user = resolve_unix_user(name)
+        try:
+            return unix_user, self._settled.settle(request, unix_user, self._config.slurm.job_root)
+        except OSError as exc:
+            raise FailedPrecondition(f"cannot create the job directory for {unix_user.name}: {exc}") from exc
 
     async def drain(self, timeout: float) -> None:
         """Wait up to ``timeout`` s for submissions still running (shutdown closes the store after)."""
