@@ -18,6 +18,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from clusterd.errors import (
 log = logging.getLogger(__name__)
 
 _MAX_FIELD = 256
+_COALESCE_SECONDS = 0.02  # a line waits this long at most for others to share its write
 _BATCH_LINES = 1000  # lines written at once at most (about 0.5 MB)
 
 # Each error class's status name: what the audit line says and what the gRPC edge answers.
@@ -109,11 +111,14 @@ class AuditLog:
         self._lines.put((json.dumps(entry, separators=(",", ":"), ensure_ascii=True) + "\n").encode("ascii"))
 
     def _write_lines(self) -> None:
-        """Write what is queued, in one write per wake-up: a submit storm queues lines faster than
-        a thread wakes per line. Each line is whole, so O_APPEND keeps them from interleaving."""
+        """Write what is queued, in one write per wake-up, and wake at most every
+        :data:`_COALESCE_SECONDS`: in a submit storm each wake-up would take the GIL from the event
+        loop for one line. Each line is whole, so O_APPEND keeps them from interleaving."""
         closing = False
         while not closing:
             batch = [self._lines.get()]
+            if batch[0] is not None:
+                time.sleep(_COALESCE_SECONDS)  # what else arrives meanwhile goes in the same write
             while not self._lines.empty() and len(batch) < _BATCH_LINES:
                 batch.append(self._lines.get_nowait())
             closing = None in batch
