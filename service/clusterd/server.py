@@ -84,11 +84,13 @@ class ClusterDaemon:
         # Every event goes through the store's log to every replica's bus (resume tokens are its
         # positions); producers publish into the journal, watchers subscribe to the bus.
         ha = config.ha
-        # Only a shared store has events other processes wrote: the embedded one's tail is woken by
-        # its own appends and reads again now and then as a backstop, not ten times a second.
-        poll = ha.event_poll_seconds if config.store.url else max(ha.event_poll_seconds, _EMBEDDED_EVENT_POLL_SECONDS)
+        # Only a shared store has events other processes wrote: the embedded one's journal delivers
+        # its own appends as it makes them and reads again now and then as a backstop, not ten
+        # times a second.
+        shared = bool(config.store.url)
+        poll = ha.event_poll_seconds if shared else max(ha.event_poll_seconds, _EMBEDDED_EVENT_POLL_SECONDS)
         self.journal = EventJournal(self.store, self.bus, poll_seconds=poll,
-                                    retention_seconds=ha.event_retention_seconds)  # fmt: skip
+                                    retention_seconds=ha.event_retention_seconds, sole_writer=not shared)  # fmt: skip
         # One replica of several leads: it alone supervises (requeues, releases, marks nodes down),
         # and each of its Slurm writes is fenced by the lease epoch.
         self.leadership = Leadership(self.store, ha)

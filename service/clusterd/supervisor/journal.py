@@ -8,8 +8,10 @@ is the event's resume token, so a watcher that loses its replica resumes on anot
 next event: no gap, no duplicate (the store keeps sequence order equal to commit order).
 
 A local append wakes the local tail at once; other replicas' events are read every
-``poll_seconds``. If the store is unreachable, events wait in the outbox, in order, and are
-appended when it answers again.
+``poll_seconds``. With ``sole_writer`` (the embedded store: no other process appends) the log's
+order is this journal's append order, so what it appends goes to its bus straight from the append,
+without a read back: one store round trip per batch of events instead of two. If the store is
+unreachable, events wait in the outbox, in order, and are appended when it answers again.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
 
 from clusterd.slurm.types import JobState
@@ -58,10 +60,11 @@ class EventJournal:
 
     def __init__(
         self, store: JobStore, bus: EventBus, *, poll_seconds: float = 0.1, retention_seconds: float = 3600.0,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.time, sole_writer: bool = False,
     ) -> None:  # fmt: skip
         self._store = store
         self._bus = bus
+        self._sole_writer = sole_writer
         self._poll = poll_seconds
         self._retention = retention_seconds
         self._outbox: list[JobEvent] = []
@@ -122,7 +125,10 @@ class EventJournal:
                 continue
             del self._outbox[: len(batch)]
             self._appended_up_to = max(self._appended_up_to, *seqs)
-            self._appended.set()
+            if self._sole_writer:
+                self._deliver(replace(event, seq=seq) for event, seq in zip(batch, seqs, strict=True))
+            else:
+                self._appended.set()
 
     async def _tail(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
@@ -145,10 +151,16 @@ class EventJournal:
     async def _read(self) -> bool:
         """Deliver the log's events after the cursor; True when a whole batch came (read again)."""
         batch = await self._store.events_after(self._cursor, limit=_BATCH)
-        for logged in batch:
-            self._cursor = logged.seq
-            self._bus.publish(_event(logged))
+        self._deliver(_event(logged) for logged in batch)
         return len(batch) == _BATCH
+
+    def _deliver(self, events: Iterable[JobEvent]) -> None:
+        """Hand logged events to the bus in log order, each once (a read in flight while the writer
+        delivered its own appends may return them again)."""
+        for event in events:
+            if event.seq > self._cursor:
+                self._cursor = event.seq
+                self._bus.publish(event)
 
     async def replay(self, after: int) -> AsyncIterator[JobEvent]:
         """The logged events after position ``after``, in order (a watcher resuming)."""

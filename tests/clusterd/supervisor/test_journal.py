@@ -95,3 +95,38 @@ async def test_events_wait_in_order_while_the_store_fails(
     stop.set()
     await task
     assert [e.message for e in got] == ["0", "1", "2"]
+
+
+async def test_a_sole_writer_delivers_its_appends_without_reading_them_back(
+    sqlite_store: SqliteJobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded store's one journal hands each appended batch to its bus straight away, in log
+    order and once each, even when its backstop read returns the same events again."""
+    bus = EventBus()
+    journal = EventJournal(sqlite_store, bus, poll_seconds=0.01, sole_writer=True)
+    sub = bus.subscribe(lambda ev: True)
+    reads = [0]
+    real = sqlite_store.events_after
+
+    async def counted(seq, *, limit=1000):  # type: ignore[no-untyped-def]
+        reads[0] += 1
+        return await real(0, limit=limit)  # every read returns the whole log: delivered ones again
+
+    monkeypatch.setattr(sqlite_store, "events_after", counted)
+    stop = asyncio.Event()
+    task = asyncio.create_task(journal.run(stop))
+    await asyncio.sleep(0.03)
+    for i in range(6):
+        journal.publish(JobEvent(EventType.SUBMITTED, _record(i), message=str(i)))
+        if i % 2:
+            await asyncio.sleep(0.02)  # backstop reads in between
+    got = await _take(sub, 6)
+    await asyncio.sleep(0.05)
+    stop.set()
+    await task
+    assert [e.message for e in got] == [str(i) for i in range(6)]
+    assert [e.seq for e in got] == sorted({e.seq for e in got}) and got[0].seq > 0
+    assert sub._queue.empty()  # nothing delivered twice
+    assert reads[0] > 0 and journal.idle
+    replayed = [e async for e in journal.replay(0)]
+    assert [e.seq for e in replayed] == [e.seq for e in got]
