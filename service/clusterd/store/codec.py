@@ -98,3 +98,8 @@ def event_record_json(rec: JobRecord) -> str:
 def event_record_from(data: str | Mapping[str, Any]) -> JobRecord:
     doc: Mapping[str, Any] = json.loads(data) if isinstance(data, str) else data
     return record_from(doc, doc["observed"], [restart_from(r) for r in doc["restarts"]])
+
+
+def logged_record(rec: JobRecord) -> JobRecord:
+    """``rec`` exactly as the event log gives it back (what a journal that skips the read hands out)."""
+    return event_record_from(event_record_json(rec))

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
 
 from clusterd.slurm.types import JobState
+from clusterd.store import codec
 from clusterd.store.base import JobStore
 from clusterd.store.records import EventRow, LoggedEvent
 from clusterd.supervisor.events import EventBus, EventType, JobEvent
@@ -43,6 +44,12 @@ def _row(event: JobEvent) -> EventRow:
 def _event(logged: LoggedEvent) -> JobEvent:
     previous = JobState(logged.previous_state) if logged.previous_state else None
     return JobEvent(EventType(logged.type), logged.record, previous, logged.message, logged.time, seq=logged.seq)
+
+
+def _logged(row: EventRow, seq: int) -> JobEvent:
+    """The event appended as ``row`` at ``seq``, exactly as a read of the log would give it."""
+    record = codec.logged_record(row.record)
+    return _event(LoggedEvent(seq, record, row.type, row.previous_state, row.message, row.time))
 
 
 async def _either(first: asyncio.Event, second: asyncio.Event, *, timeout: float | None = None) -> None:
@@ -115,8 +122,9 @@ class EventJournal:
                 self._queued.clear()
                 continue
             batch = self._outbox[:_BATCH]
+            rows = [_row(e) for e in batch]
             try:
-                seqs = await self._store.append_events([_row(e) for e in batch])
+                seqs = await self._store.append_events(rows)
             except Exception:
                 log.warning("event log append failed; %d event(s) wait in order", len(self._outbox), exc_info=True)
                 if stop.is_set():
@@ -126,7 +134,7 @@ class EventJournal:
             del self._outbox[: len(batch)]
             self._appended_up_to = max(self._appended_up_to, *seqs)
             if self._sole_writer:
-                self._deliver(replace(event, seq=seq) for event, seq in zip(batch, seqs, strict=True))
+                self._deliver(_logged(row, seq) for row, seq in zip(rows, seqs, strict=True))
             else:
                 self._appended.set()
 
