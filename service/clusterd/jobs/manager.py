@@ -137,7 +137,7 @@ class JobManager:
         self._quotas = quotas or Quotas(store, config.limits)
         self._audit = audit
         self._submits: set[asyncio.Task[JobRecord]] = set()  # shielded: they outlive a cancelled caller
-        self._settled = SettledDirectories()
+        self._settled = SettledDirectories(config.slurm.job_root)
 
     # -- submit -----------------------------------------------------------------------------
 
@@ -170,17 +170,15 @@ class JobManager:
     async def _user_and_directories(self, name: str, request: JobRequest) -> tuple[UnixUser, JobRequest]:
         """The caller's Unix account and the request's directories settled with its rights: from
         what is kept when both are (no wait), else in one worker-thread hop for both blocking steps."""
-        root = self._config.slurm.job_root
         unix_user = kept_unix_user(name)
-        settled = self._settled.kept(request, unix_user, root) if unix_user is not None else None
-        if unix_user is not None and settled is not None:
+        if unix_user is not None and (settled := self._settled.kept(request, unix_user)) is not None:
             return unix_user, settled
         return await asyncio.to_thread(self._settle, name, request)
 
     def _settle(self, name: str, request: JobRequest) -> tuple[UnixUser, JobRequest]:
         unix_user = resolve_unix_user(name)
         try:
-            return unix_user, self._settled.settle(request, unix_user, self._config.slurm.job_root)
+            return unix_user, self._settled.settle(request, unix_user)
         except OSError as exc:
             raise FailedPrecondition(f"cannot create the job directory for {unix_user.name}: {exc}") from exc
 

@@ -45,7 +45,7 @@ def settle_directories(request: JobRequest, user: UnixUser, job_root: str) -> Jo
 
 SETTLED_KEEP_SECONDS = 5.0
 _SETTLED_MAX = 4096  # entries; past it the memo starts over (a burst of many users' distinct directories)
-_Key = tuple[UnixUser, str, str, str, str]
+_Key = tuple[UnixUser, str, str, str]
 
 
 class SettledDirectories:
@@ -58,32 +58,35 @@ class SettledDirectories:
     submits share). A refusal is never kept; the user's rights are part of the key.
     """
 
-    def __init__(self, keep_seconds: float = SETTLED_KEEP_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, job_root: str, keep_seconds: float = SETTLED_KEEP_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._job_root = job_root
         self._keep = keep_seconds
         self._clock = clock
         self._kept: dict[_Key, tuple[str, str, str, float]] = {}
         self._lock = threading.Lock()  # settle() runs in worker threads, kept() on the event loop
 
     @staticmethod
-    def _key(request: JobRequest, user: UnixUser, job_root: str) -> _Key:
-        return user, job_root, request.submit_directory, request.working_directory, request.stdout
+    def _key(request: JobRequest, user: UnixUser) -> _Key:
+        return user, request.submit_directory, request.working_directory, request.stdout
 
-    def kept(self, request: JobRequest, user: UnixUser, job_root: str) -> JobRequest | None:
+    def kept(self, request: JobRequest, user: UnixUser) -> JobRequest | None:
         """``request`` settled as a recent pass settled it, or None; never blocks."""
         with self._lock:
-            hit = self._kept.get(self._key(request, user, job_root))
+            hit = self._kept.get(self._key(request, user))
         if hit is None or self._clock() >= hit[3]:
             return None
         return replace(request, submit_directory=hit[0], working_directory=hit[1], stdout=hit[2])
 
-    def settle(self, request: JobRequest, user: UnixUser, job_root: str) -> JobRequest:
+    def settle(self, request: JobRequest, user: UnixUser) -> JobRequest:
         """:func:`settle_directories` (blocking), its pass kept."""
-        settled = settle_directories(request, user, job_root)
+        settled = settle_directories(request, user, self._job_root)
         entry = (settled.submit_directory, settled.working_directory, settled.stdout, self._clock() + self._keep)
         with self._lock:
             if len(self._kept) >= _SETTLED_MAX:
                 self._kept.clear()
-            self._kept[self._key(request, user, job_root)] = entry
+            self._kept[self._key(request, user)] = entry
         return settled
 
 

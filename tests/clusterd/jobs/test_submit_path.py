@@ -119,14 +119,14 @@ def test_settled_directories_expire_and_key_on_the_users_rights() -> None:
     from clusterd.slurm.request import JobRequest
 
     now = [0.0]
-    memo = SettledDirectories(keep_seconds=5.0, clock=lambda: now[0])
+    memo = SettledDirectories("/tmp", keep_seconds=5.0, clock=lambda: now[0])
     with tempfile.TemporaryDirectory() as cwd:
         os.chmod(cwd, 0o755)
         user = UnixUser("nobody", 65534, 65534, "/", (65534,))
         request = JobRequest(script="#!/bin/sh\ntrue\n", name="t", user="nobody", submit_directory=cwd)
-        assert memo.kept(request, user, "/tmp") is None
-        settled = memo.settle(request, user, "/tmp")
-        assert memo.kept(request, user, "/tmp") == settled and settled.working_directory == cwd
-        assert memo.kept(request, UnixUser("nobody", 65534, 65534, "/", ()), "/tmp") is None  # other groups
+        assert memo.kept(request, user) is None
+        settled = memo.settle(request, user)
+        assert memo.kept(request, user) == settled and settled.working_directory == cwd
+        assert memo.kept(request, UnixUser("nobody", 65534, 65534, "/", ())) is None  # other groups
         now[0] = 5.0
-        assert memo.kept(request, user, "/tmp") is None
+        assert memo.kept(request, user) is None
