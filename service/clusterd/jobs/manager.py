@@ -3,7 +3,10 @@
 Submission order matters for the guarantees: validate (nothing reaches Slurm when it fails) ->
 plan placement -> reserve the request_id in the store (the database picks the one caller that may
 submit) -> sbatch -> record the Slurm id. The sbatch + record step is shielded from the caller's
-cancellation so that a disconnect cannot leave a job in Slurm that the store does not know.
+cancellation so that a disconnect cannot leave a job in Slurm that the store does not know. On a
+store that orders its work (the embedded one) the caller is answered once that record is queued,
+not yet committed: every later read sees it, and should clusterd die before the commit, the
+reservation (committed before sbatch) is what the reconciler settles from the job's comment tag.
 
 Tenancy lives here too: the reservation enforces the caller's quotas (security/limits.py), and
 every mutating call writes its audit line (security/audit.py), refusals included. A Slurm job id
@@ -215,7 +218,11 @@ class JobManager:
         rec.placement_explanation = explanation
         rec.excluded_nodes = request.exclude
         rec.array = rec.spec.array  # persisted_spec resolved it (#SBATCH --array included)
-        await self._store.save(rec)
+        saved = self._store.save_behind(rec)
+        if saved is None:
+            await self._store.save(rec)
+        else:
+            saved.add_done_callback(functools.partial(_log_unsaved, rec))
         self._bus.publish(JobEvent(EventType.SUBMITTED, rec))
         log.info("submitted job %s for %s (record %s)", job_id, rec.user, rec.record_id)
         return rec
@@ -472,6 +479,14 @@ class JobManager:
             if seen is None or seen.comment == tag:
                 return
             await asyncio.sleep(0.2)
+
+
+def _log_unsaved(rec: JobRecord, saved: asyncio.Future[None]) -> None:
+    """A submit answered before its record committed, whose commit then failed: the record stays
+    SUBMITTING, and the reconciler adopts the job by its comment tag as after a lost sbatch answer."""
+    if not saved.cancelled() and (error := saved.exception()) is not None:
+        log.error("job %s (record %s) is not recorded yet; the reconciler settles it from Slurm: %s",
+                  rec.job_id, rec.record_id, error)  # fmt: skip
 
 
 def _relayed(exc: SlurmError) -> str:

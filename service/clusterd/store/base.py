@@ -7,6 +7,7 @@ store/factory.py names a concrete class.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 from collections.abc import Sequence
 from types import TracebackType
@@ -59,6 +60,12 @@ class JobStore(Protocol):
     async def save(self, rec: JobRecord) -> None:
         """Write ``rec``; a superseded record is frozen, and giving ``rec`` a Slurm id another
         current record holds supersedes that one. Assigning a Slurm id commits durably."""
+        ...
+
+    def save_behind(self, rec: JobRecord) -> asyncio.Future[None] | None:
+        """Queue :meth:`save` of ``rec`` so that every read and write asked of this store after the
+        call, from any task, sees it, and return its outcome; None where the store cannot promise
+        that order (the caller awaits :meth:`save` instead). Lets a submit answer before its commit."""
         ...
 
     async def record_restart(self, rec: JobRecord, entry: RestartEntry) -> None:

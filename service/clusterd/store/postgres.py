@@ -308,6 +308,10 @@ class PostgresJobStore:
             if not await self._update(conn, rec):
                 await conn.execute("SET LOCAL synchronous_commit TO OFF")
 
+    def save_behind(self, rec: JobRecord) -> None:
+        """Never: a read may take another pooled connection, or another replica, before this commits."""
+        return None
+
     async def record_restart(self, rec: JobRecord, entry: RestartEntry) -> None:
         async with self._tx(durable=False) as conn:
             cur = await conn.execute("SELECT superseded FROM jobs WHERE record_id=%s FOR UPDATE", (rec.record_id,))

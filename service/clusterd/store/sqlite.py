@@ -87,6 +87,11 @@ class SqliteJobStore:
         """``fn`` in the next group commit: the writes queued while the store thread was busy share
         one transaction and one sync (each in a savepoint: one write's error undoes it alone), so
         16 concurrent submits pay about one fsync, not 16 in a row."""
+        return await self._queue(fn, *args, **kwargs)
+
+    def _queue(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> asyncio.Future[T]:
+        """Queue ``fn`` for the next group commit, now: the one store thread takes work in order, so
+        whatever the loop asks of the store after this call runs after ``fn``."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[T] = loop.create_future()
         with self._queued_lock:
@@ -94,7 +99,7 @@ class SqliteJobStore:
             first = len(self._queued) == 1
         if first:
             self._thread.submit(self._commit_queued, loop)
-        return await done
+        return done
 
     def _commit_queued(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._queued_lock:
@@ -358,6 +363,10 @@ class SqliteJobStore:
     async def save(self, rec: JobRecord) -> None:
         """Write ``rec`` (a superseded record is frozen: saving it changes nothing)."""
         await self._write(self._save, rec)
+
+    def save_behind(self, rec: JobRecord) -> asyncio.Future[None]:
+        """Queue the save of ``rec`` now; every later read and write of this store sees it."""
+        return self._queue(self._save, rec)
 
     async def record_restart(self, rec: JobRecord, entry: RestartEntry) -> None:
         """Append a restart and save the record with it, atomically."""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import sqlite3
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +20,9 @@ from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.request import JobRequest
 from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store.base import JobStore
+from clusterd.store.records import JobRecord, Phase
 from clusterd.store.sqlite import SqliteJobStore
+from clusterd.supervisor import reconciler
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventBus
 from clusterd.supervisor.progress import ProgressBudget, ProgressReader
@@ -110,6 +115,51 @@ async def test_quota_counts_live_jobs(world: World) -> None:
     await world.poller.poll_once()
     await world.submit(ALICE)
     assert world.slurm.calls["submit"] == 5
+
+
+async def test_a_submit_answers_before_its_commit_and_later_reads_wait_for_it(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded store orders its work, so the caller has its job id once the save is queued;
+    a read asked for after that (a GetJob right after the answer) runs after the commit."""
+    assert isinstance(world.store, SqliteJobStore)
+    commit = threading.Event()
+    real = world.store._save
+
+    def held_save(rec: JobRecord) -> None:
+        commit.wait(10)
+        real(rec)
+
+    monkeypatch.setattr(world.store, "_save", held_save)
+    job_id = await world.submit(ALICE)
+    read = asyncio.create_task(world.manager.get(ALICE, job_id))
+    await asyncio.sleep(0.05)
+    assert job_id and not read.done()  # answered, while the store still writes its record
+    commit.set()
+    assert (await read).phase is Phase.SUBMITTED
+
+
+async def test_a_commit_that_fails_after_the_answer_is_settled_from_slurm(
+    world: World, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The caller keeps its job id; the record stays SUBMITTING and the reconciler adopts the job
+    tagged with its comment, as after a sbatch whose answer was lost."""
+    real = world.store._save
+
+    def failing_save(rec: JobRecord) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(world.store, "_save", failing_save)
+    job_id = await world.submit(ALICE)
+    assert await world.store.get_by_record(1) is not None  # queued after the failed save
+    monkeypatch.setattr(world.store, "_save", real)
+    await asyncio.sleep(0)  # the failed save's callback
+    assert f"job {job_id} (record 1) is not recorded yet" in caplog.text and "disk I/O error" in caplog.text
+    assert await world.store.get_by_job_id(job_id) is None  # the reservation, still SUBMITTING
+    monkeypatch.setattr(reconciler, "_ADOPT_GRACE_SECONDS", 0.0)
+    await world.poller.poll_once()
+    rec = await world.store.get_by_job_id(job_id)
+    assert rec is not None and rec.phase is Phase.SUBMITTED and rec.user == USER_A
 
 
 async def test_a_reused_slurm_id_never_lets_the_old_owner_act_on_the_new_job(world: World) -> None:

@@ -187,6 +187,21 @@ async def test_concurrent_writes_share_a_commit_and_fail_alone(
     assert len(await sqlite_store.live()) == 15 == len({rec.user for rec, _ in kept})
 
 
+async def test_a_save_behind_is_seen_by_every_later_read_or_refused(store: JobStore) -> None:
+    """SQLite's one store thread takes work in order, so a read asked for right after the save was
+    queued, before its commit, already sees it; PostgreSQL cannot promise that and says so (None)."""
+    rec, _ = await store.reserve("alice", "r1", spec())
+    rec.job_id, rec.phase = "7", Phase.SUBMITTED
+    saved = store.save_behind(rec)
+    if isinstance(store, SqliteJobStore):
+        assert saved is not None and not saved.done()
+        seen = await store.get_by_job_id("7")  # committed by now (its sync may still be under way)
+        assert seen is not None and seen.phase is Phase.SUBMITTED
+        await saved
+    else:
+        assert saved is None
+
+
 async def test_files_are_private(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir(mode=0o755)
