@@ -6,10 +6,11 @@ calls from queueing behind (or blocking) the event loop's shared worker threads 
 UNIQUE(user, request_id) constraint makes idempotency hold across concurrent calls and restarts:
 the database, not an in-memory map, decides which caller submits; the same transaction enforces
 the caller's per-user bounds (store/bounds.py). Writes are group-committed (:meth:`_write`). The
-writes a submit's acknowledgement rests on (the reservation, and the save that records Slurm's job
-id) sync the WAL to disk before they return, so they survive a power loss; the reconciler's many
-updates, which the next poll re-derives from Slurm, commit with synchronous=NORMAL (bench/tenancy.py:
-a synced save costs ~5x a NORMAL one here). The files are the
+writes a submit rests on (the reservation, before sbatch, and the save that records Slurm's job
+id) sync the WAL to disk before they return, so they survive a power loss, on a sync thread that
+lets the next group commit meanwhile; the reconciler's many updates, which the next poll re-derives
+from Slurm, commit with synchronous=NORMAL (bench/tenancy.py: a synced save costs ~5x a NORMAL one
+here). The files are the
 service's alone: directory 0700, database (and the -wal/-shm files SQLite creates with the
 database's mode) 0600.
 """
@@ -61,6 +62,7 @@ class SqliteJobStore:
         self._lock = threading.RLock()  # reentrant: a group commit holds it around its writes' own
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
         self._group: _Group | None = None  # the group commit under way (store thread only)
+        self._sync = _WalSync(f"{self._path}-wal")
         self._queued: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []
         self._queued_lock = threading.Lock()
         self._record_locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -86,7 +88,8 @@ class SqliteJobStore:
     async def _write(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """``fn`` in the next group commit: the writes queued while the store thread was busy share
         one transaction and one sync (each in a savepoint: one write's error undoes it alone), so
-        16 concurrent submits pay about one fsync, not 16 in a row."""
+        16 concurrent submits pay about one fsync, not 16 in a row; the sync runs on a thread of its
+        own (:class:`_WalSync`) while this one commits the next group."""
         return await self._queue(fn, *args, **kwargs)
 
     def _queue(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> asyncio.Future[T]:
@@ -105,23 +108,29 @@ class SqliteJobStore:
         with self._queued_lock:
             queued, self._queued = self._queued, []
         outcomes: list[tuple[Any, BaseException | None]] = []
+        durable = False
         with self._lock:
-            group = self._group = _Group(self._db, f"{self._path}-wal")
+            group = self._group = _Group(self._db)
             try:
                 group.begin()
                 for call, _ in queued:
                     outcomes.append(group.part(call))
                 group.commit()
+                durable = group.durable
             except Exception as exc:  # the transaction itself failed: none of its writes stand
                 outcomes = [(None, exc)] * len(queued)
             finally:
                 self._group = None
                 if self._db.in_transaction:  # left open only by a failure: roll it back, not on
                     self._db.execute("ROLLBACK")
-        for (_, done), (value, error) in zip(queued, outcomes, strict=True):
-            loop.call_soon_threadsafe(_settle, done, value, error)
+        answer = functools.partial(_answer, loop, [done for _, done in queued], outcomes)
+        if durable:
+            self._sync.after_sync(answer)  # this thread goes on to the next group meanwhile
+        else:
+            answer(None)
 
     def _close(self) -> None:
+        self._sync.close()
         with self._lock:
             self._db.close()
 
@@ -494,10 +503,9 @@ class _Group:
     the commit, before any of its writers hears back).
     """
 
-    def __init__(self, db: sqlite3.Connection, wal: str) -> None:
+    def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
-        self._wal = wal
-        self.durable = False
+        self.durable = False  # a write asked for it: its writers hear back once the WAL is synced
 
     def begin(self) -> None:
         self._db.execute("BEGIN IMMEDIATE")
@@ -516,23 +524,73 @@ class _Group:
         return value, None
 
     def commit(self) -> None:
-        """COMMIT; when a write asked for durability, then sync the WAL file, as synchronous=FULL
-        would have at this commit (a PRAGMA set inside a transaction only applies to the next one)."""
-        if not self._db.in_transaction:
-            return
-        self._db.execute("COMMIT")  # a failed COMMIT leaves the transaction to the caller's ROLLBACK
-        if self.durable:
-            fd = os.open(self._wal, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        if self._db.in_transaction:
+            self._db.execute("COMMIT")  # a failed COMMIT leaves the transaction to the caller's ROLLBACK
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         return None  # the savepoint around the write undoes it on an exception
+
+
+class _WalSync:
+    """Syncs the WAL file, as synchronous=FULL would at a durable group's COMMIT, on a thread of its
+    own: while one sync runs, the store thread commits the next group, and one sync answers every
+    group committed before it began (a PRAGMA set inside a transaction only applies to the next one,
+    and FULL would sync every commit, inside the store thread's turn)."""
+
+    def __init__(self, wal: str) -> None:
+        self._wal = wal
+        self._waiting: list[Callable[[BaseException | None], None]] = []
+        self._changed = threading.Condition()
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="sqlite-sync", daemon=True)
+        self._thread.start()
+
+    def after_sync(self, then: Callable[[BaseException | None], None]) -> None:
+        """``then(error)`` on the sync thread once a sync begun after this call has ended."""
+        with self._changed:
+            self._waiting.append(then)
+            self._changed.notify()
+
+    def close(self) -> None:
+        """Sync for what waits, then stop."""
+        with self._changed:
+            self._closing = True
+            self._changed.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not self._waiting and not self._closing:
+                    self._changed.wait()
+                waiting, self._waiting = self._waiting, []
+            if not waiting:
+                return
+            error: BaseException | None = None
+            try:
+                fd = os.open(self._wal, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                error = exc
+            for then in waiting:
+                then(error)
+
+
+def _answer(
+    loop: asyncio.AbstractEventLoop,
+    waiters: list[asyncio.Future[Any]],
+    outcomes: list[tuple[Any, BaseException | None]],
+    sync_error: BaseException | None,
+) -> None:
+    """Each writer of a group its outcome; a failed sync fails every write of the group."""
+    for done, (value, error) in zip(waiters, outcomes, strict=True):
+        loop.call_soon_threadsafe(_settle, done, value, error or sync_error)
 
 
 def _bound(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Callable[[], T]:

@@ -7,6 +7,7 @@ import asyncio
 import os
 import sqlite3
 import stat
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -200,6 +201,44 @@ async def test_a_save_behind_is_seen_by_every_later_read_or_refused(store: JobSt
         await saved
     else:
         assert saved is None
+
+
+async def test_the_store_thread_commits_the_next_group_while_a_sync_runs(
+    sqlite_store: SqliteJobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A durable write hears back only after a sync begun after its commit; the sync has a thread
+    of its own, so meanwhile another group commits and answers (and reads see the first)."""
+    running = await submitted(sqlite_store, "alice", "1")
+    syncing, release = threading.Event(), threading.Event()
+    real = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        syncing.set()
+        release.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    reserve = asyncio.create_task(sqlite_store.reserve("bob", "r1", spec()))
+    assert await asyncio.to_thread(syncing.wait, 10)
+    running.state = JobState.RUNNING
+    await sqlite_store.save(running)  # not durable: its group answers while the sync still runs
+    assert not reserve.done() and len(await sqlite_store.live()) == 2
+    release.set()
+    rec, created = await reserve
+    assert created and rec.user == "bob"
+
+
+async def test_a_failed_sync_fails_the_writes_that_waited_for_it(
+    sqlite_store: SqliteJobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing_fsync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(OSError, match="Input/output error"):
+        await sqlite_store.reserve("alice", "r1", spec())
+    monkeypatch.undo()
+    assert (await sqlite_store.reserve("alice", "r2", spec()))[1]  # the next sync works again
 
 
 async def test_files_are_private(tmp_path: Path) -> None:
