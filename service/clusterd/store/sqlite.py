@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import contextvars
 import functools
 import json
@@ -589,8 +590,9 @@ def _answer(
     sync_error: BaseException | None,
 ) -> None:
     """Each writer of a group its outcome; a failed sync fails every write of the group."""
-    for done, (value, error) in zip(waiters, outcomes, strict=True):
-        loop.call_soon_threadsafe(_settle, done, value, error or sync_error)
+    with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting any more
+        for done, (value, error) in zip(waiters, outcomes, strict=True):
+            loop.call_soon_threadsafe(_settle, done, value, error or sync_error)
 
 
 def _bound(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Callable[[], T]:
