@@ -8,7 +8,6 @@ import os
 import sqlite3
 import stat
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,13 +20,6 @@ from clusterd.store.base import JobStore
 from clusterd.store.bounds import UserBounds
 from clusterd.store.records import EventRow, JobRecord, Phase, RestartEntry
 from clusterd.store.sqlite import SqliteJobStore
-
-
-@pytest.fixture
-async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqliteJobStore]:
-    s = SqliteJobStore(tmp_path / "state" / "db.sqlite3")
-    yield s
-    await s.close()
 
 
 def spec(script_bytes: int = 0, **kw: object) -> jobs_pb2.JobSpec:
