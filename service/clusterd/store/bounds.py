@@ -26,8 +26,8 @@ class UserBounds:
 
 @dataclass(frozen=True)
 class Usage:
-    """A user's live work and finished history, as counts and sums: the store reads them with
-    aggregate queries, so a submission costs the same with 10 finished records or 10,000."""
+    """A user's live work and finished history, as counts and sums, never the records themselves:
+    SQLite keeps them in one row per user (triggers), PostgreSQL sums them with indexed queries."""
 
     live_tasks: int
     live_spec_bytes: int

@@ -5,13 +5,70 @@ listing, counting and polling never read (or walk the overflow pages of) multi-M
 job id is not a key: Slurm reuses ids when slurmctld loses its state or FirstJobId is reset, so a
 record is its ``record_id``, and of the records that hold one Slurm id exactly one is current
 (``superseded=0``), which a partial UNIQUE index enforces.
+
+What each user holds (live tasks and spec bytes, finished records and their bytes) is kept in
+``usage`` by triggers on ``jobs``, so admitting a submission reads one row instead of summing every
+record of the user (which cost ~0.5 ms per submit at 1,500 records, on the store's one thread).
 """
 
 from __future__ import annotations
 
 import sqlite3
 
-VERSION = 5
+VERSION = 6
+
+
+def live(row: str = "") -> str:
+    """SQL that is true for a live record (not terminal, not failed); ``row``: ``NEW.``, ``OLD.`` or ''."""
+    return f"({row}terminal = 0 AND {row}phase != 'failed')"
+
+
+def finished(row: str = "") -> str:
+    """SQL that is true for a finished record: the complement of :func:`live`."""
+    return f"({row}terminal != 0 OR {row}phase = 'failed')"
+
+
+def _add(row: str) -> str:
+    """The statement adding ``row``'s record to its user's usage."""
+    up, done = live(row), finished(row)
+    return (f"INSERT INTO usage(user, live_tasks, live_bytes, finished, finished_bytes) VALUES ({row}user, "
+            f"{up} * {row}tasks, {up} * {row}spec_bytes, {done}, {done} * {row}spec_bytes) ON CONFLICT(user) DO "
+            "UPDATE SET live_tasks = live_tasks + excluded.live_tasks, live_bytes = live_bytes + excluded.live_bytes, "
+            "finished = finished + excluded.finished, finished_bytes = finished_bytes + excluded.finished_bytes;")
+
+
+def _take(row: str) -> str:
+    """The statement taking ``row``'s record out of its user's usage."""
+    up, done = live(row), finished(row)
+    return (f"UPDATE usage SET live_tasks = live_tasks - {up} * {row}tasks, live_bytes = live_bytes - {up} * "
+            f"{row}spec_bytes, finished = finished - {done}, finished_bytes = finished_bytes - {done} * "
+            f"{row}spec_bytes WHERE user = {row}user;")
+
+
+_USAGE = f"""
+CREATE TABLE IF NOT EXISTS usage (
+    user            TEXT PRIMARY KEY,
+    live_tasks      INTEGER NOT NULL,
+    live_bytes      INTEGER NOT NULL,
+    finished        INTEGER NOT NULL,
+    finished_bytes  INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS usage_insert AFTER INSERT ON jobs BEGIN {_add("NEW.")} END;
+CREATE TRIGGER IF NOT EXISTS usage_delete AFTER DELETE ON jobs BEGIN {_take("OLD.")} END;
+CREATE TRIGGER IF NOT EXISTS usage_update AFTER UPDATE OF user, phase, terminal, tasks, spec_bytes ON jobs
+    WHEN {live("OLD.")} IS NOT {live("NEW.")} OR OLD.user IS NOT NEW.user OR OLD.tasks IS NOT NEW.tasks
+         OR OLD.spec_bytes IS NOT NEW.spec_bytes
+    BEGIN {_take("OLD.")} {_add("NEW.")} END;
+"""
+
+# Counted again from the records whenever the schema is migrated (the triggers keep it after).
+_RECOUNT = f"""
+DELETE FROM usage;
+INSERT INTO usage(user, live_tasks, live_bytes, finished, finished_bytes)
+    SELECT user, SUM({live()} * tasks), SUM({live()} * spec_bytes), SUM({finished()}),
+           SUM({finished()} * spec_bytes)
+    FROM jobs GROUP BY user;
+"""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -70,7 +127,7 @@ CREATE TABLE IF NOT EXISTS leases (
     epoch       INTEGER NOT NULL,
     expires     REAL NOT NULL
 );
-"""
+""" + _USAGE
 
 # Version 1 kept the spec inline and made job_id UNIQUE (which wedged on a reused Slurm id).
 _FROM_V1 = """
@@ -112,20 +169,30 @@ def migrate(db: sqlite3.Connection) -> None:
         if "spec" in columns:
             # restarts' REFERENCES follows the rename; legacy mode keeps it naming "jobs".
             db.execute("PRAGMA legacy_alter_table=ON")
-            for statement in _FROM_V1.format(schema=SCHEMA).split(";\n"):
-                if statement.strip():
-                    db.execute(statement)
+            _run(db, _FROM_V1.format(schema=SCHEMA))
             db.execute("PRAGMA legacy_alter_table=OFF")
         else:
-            for statement in SCHEMA.split(";\n"):
-                if statement.strip():
-                    db.execute(statement)
+            _run(db, SCHEMA)
         have = {row[1] for row in db.execute("PRAGMA table_info(restarts)")}
         for column, kind in _RESTART_COLUMNS.items():
             if column not in have:  # an older table: CREATE ... IF NOT EXISTS kept its columns
                 db.execute(f"ALTER TABLE restarts ADD COLUMN {column} {kind}")
+        _run(db, _RECOUNT)
         db.execute(f"PRAGMA user_version={VERSION}")
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
         raise
+
+
+def _run(db: sqlite3.Connection, script: str) -> None:
+    """Each statement of ``script`` in turn, inside the caller's transaction (``executescript`` would
+    commit it first); statements end where SQLite says one is complete, so a trigger's body is whole."""
+    statement = ""
+    for line in script.splitlines(keepends=True):
+        statement += line
+        if sqlite3.complete_statement(statement):
+            db.execute(statement)
+            statement = ""
+    if statement.strip():
+        raise ValueError(f"an incomplete statement in the schema: {statement!r}")

@@ -40,8 +40,8 @@ from clusterd.store.records import EventRow, JobRecord, Lease, LiveRow, LoggedEv
 
 T = TypeVar("T")
 _ROW = "jobs.record_id, user, request_id, job_id, phase, terminal, superseded, state, tasks, created, observed"
-_FINISHED = "(terminal != 0 OR phase = 'failed')"
-_LIVE = "terminal = 0 AND phase != 'failed'"
+_FINISHED = schema.finished()
+_LIVE = schema.live()
 
 
 def _private(path: Path) -> None:
@@ -161,14 +161,11 @@ class SqliteJobStore:
         return out
 
     def _usage(self, user: str) -> bounds.Usage:
-        ((tasks, live_bytes),) = self._db.execute(
-            f"SELECT COALESCE(SUM(tasks), 0), COALESCE(SUM(spec_bytes), 0) FROM jobs WHERE user=? AND {_LIVE}",
-            (user,),
-        ).fetchall()
-        ((finished, finished_bytes),) = self._db.execute(
-            f"SELECT COUNT(*), COALESCE(SUM(spec_bytes), 0) FROM jobs WHERE user=? AND {_FINISHED}", (user,)
-        ).fetchall()
-        return bounds.Usage(int(tasks), int(live_bytes), int(finished), int(finished_bytes))
+        """What ``user`` holds: one row, kept by the schema's triggers on every write of ``jobs``."""
+        row = self._db.execute(
+            "SELECT live_tasks, live_bytes, finished, finished_bytes FROM usage WHERE user=?", (user,)
+        ).fetchone()
+        return bounds.Usage(*(int(v) for v in row)) if row is not None else bounds.Usage(0, 0, 0, 0)
 
     def _oldest_finished(self, user: str, rows: int | None) -> list[tuple[int, int]]:
         """``(record_id, spec_bytes)`` of the user's finished records, oldest first (``rows``: at most)."""

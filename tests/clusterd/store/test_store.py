@@ -17,7 +17,7 @@ from clusterd.errors import ResourceExhausted
 from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store import schema
 from clusterd.store.base import JobStore
-from clusterd.store.bounds import UserBounds
+from clusterd.store.bounds import Usage, UserBounds
 from clusterd.store.records import EventRow, JobRecord, Phase, RestartEntry
 from clusterd.store.sqlite import SqliteJobStore
 
@@ -276,6 +276,7 @@ async def test_version_1_databases_are_migrated(tmp_path: Path) -> None:
         restarts_sql = store._db.execute("SELECT sql FROM sqlite_master WHERE name='restarts'").fetchone()[0]
         assert "REFERENCES jobs(" in restarts_sql
         await submitted(store, "bob", "55")  # a reused id no longer collides
+        assert_usage_counted(store)
     finally:
         await store.close()
 
@@ -318,9 +319,59 @@ async def test_version_4_databases_gain_the_event_log_and_leases(tmp_path: Path)
     db.close()
     store = SqliteJobStore(path)
     try:
-        assert store._db.execute("PRAGMA user_version").fetchone()[0] == schema.VERSION == 5
+        assert store._db.execute("PRAGMA user_version").fetchone()[0] == schema.VERSION
         assert await store.get_by_record(kept.record_id) is not None
         assert await store.append_events([EventRow(kept, "SUBMITTED", "", "", 1.0)]) == [1]
         assert await store.acquire_lease("supervisor", "r1", 5.0) is not None
+    finally:
+        await store.close()
+
+
+def assert_usage_counted(store: SqliteJobStore) -> None:
+    """The usage rows the triggers keep equal what summing every record gives, for every user."""
+    live, done = schema.live(), schema.finished()
+    counted = {row[0]: tuple(row[1:]) for row in store._db.execute(
+        f"SELECT user, SUM({live} * tasks), SUM({live} * spec_bytes), SUM({done}), SUM({done} * spec_bytes) "
+        "FROM jobs GROUP BY user")}  # fmt: skip
+    kept = {row[0]: tuple(row[1:]) for row in store._db.execute("SELECT * FROM usage") if any(row[1:])}
+    assert kept == {user: sums for user, sums in counted.items() if any(sums)}
+
+
+async def test_usage_rows_follow_every_kind_of_write(sqlite_store: SqliteJobStore) -> None:
+    store = sqlite_store
+    array = await submitted(store, "alice", "1", tasks=4, size=500)
+    plain = await submitted(store, "alice", "2", request_id="r2")
+    await submitted(store, "bob", "3", size=100)
+    assert_usage_counted(store)
+    await finish(store, array)
+    plain.phase, plain.error = Phase.FAILED, "sbatch said no"
+    await store.save(plain)
+    assert_usage_counted(store)
+    retry, created = await store.reserve("alice", "r2", spec(), limits=UserBounds(max_finished=100))
+    assert created  # the failed attempt's record is deleted
+    assert_usage_counted(store)
+    await submitted(store, "bob", "1", size=50)  # alice's finished record is superseded, not deleted
+    assert_usage_counted(store)
+    assert await store.prune_finished(older_than=float("inf"), keep_per_user=0) > 0
+    assert_usage_counted(store)
+    assert store._usage("alice") == Usage(1, retry.spec.ByteSize(), 0, 0) and store._usage("carol") == Usage(0, 0, 0, 0)
+
+
+async def test_version_5_databases_count_usage_from_their_records(tmp_path: Path) -> None:
+    path = tmp_path / "v5.sqlite3"
+    store = SqliteJobStore(path)
+    await submitted(store, "alice", "5", tasks=3, size=200)
+    await finish(store, await submitted(store, "alice", "6"))
+    await store.close()
+    db = sqlite3.connect(path)
+    db.executescript("DROP TRIGGER usage_insert; DROP TRIGGER usage_delete; DROP TRIGGER usage_update; "
+                     "DROP TABLE usage; PRAGMA user_version=5;")  # fmt: skip
+    db.close()
+    store = SqliteJobStore(path)
+    try:
+        assert store._db.execute("PRAGMA user_version").fetchone()[0] == schema.VERSION
+        assert_usage_counted(store)
+        usage = store._usage("alice")
+        assert (usage.live_tasks, usage.finished) == (3, 1)
     finally:
         await store.close()
