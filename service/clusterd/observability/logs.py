@@ -44,7 +44,7 @@ def configure_logging(fmt: str = "json", level: str = "INFO", stream: TextIO | N
     else:
         handler.setFormatter(logging.Formatter(_TEXT_FORMAT))
     # No format here shows where a call was made or from which thread or process: skip finding
-    # those for every record (the logging HOWTO's "Optimization"; a third of a line's cost).
+    # those for every record (the logging HOWTO's "Optimization"; about a quarter of a line's cost).
     logging._srcfile = None
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     root = logging.getLogger()

@@ -159,6 +159,23 @@ def test_text_format_and_bad_format(tmp_path: Path) -> None:
         configure_logging("text", "WARNING")
 
 
+def test_a_json_line_has_its_fields_and_no_caller_lookup(json_logs: io.StringIO) -> None:
+    """No format shows where a line was logged from, so the record is not made to find out."""
+    seen: list[logging.LogRecord] = []
+    catch = logging.Handler()
+    catch.emit = seen.append  # type: ignore[method-assign]
+    logging.getLogger().addHandler(catch)
+    try:
+        logging.getLogger("clusterd.t").info("hello %s", "there", extra={"duration_ms": 1.5})
+    finally:
+        logging.getLogger().removeHandler(catch)
+    (line,) = log_lines(json_logs)
+    expected = {"level": "INFO", "logger": "clusterd.t", "message": "hello there", "duration_ms": 1.5}
+    assert expected.items() <= line.items()
+    assert "time" in line and "request_id" in line
+    assert (seen[0].lineno, seen[0].threadName, seen[0].processName) == (0, None, None)
+
+
 def test_serve_refuses_bad_log_settings(tmp_path: Path) -> None:
     from clusterd.main import main
 
