@@ -149,11 +149,19 @@ class WebConfig:
     """The read-only dashboard and its JSON API (/api/...), authenticated with the gRPC bearer tokens."""
 
     enabled: bool = False
-    # host:port; empty = the metrics listener (metrics_listen), which then serves /metrics, / and /api/.
-    # Bearer tokens cross it: plaintext only on loopback, unless [tls] is set (then HTTPS) or allow_insecure.
+    # host:port or unix:/PATH; empty = the metrics listener (metrics_listen), which then serves /metrics,
+    # / and /api/. Bearer tokens cross it, so it must be a listener no ordinary local user could bind in
+    # clusterd's absence: a unix socket (directory as the gRPC socket's), loopback on a port below the
+    # kernel's ip_unprivileged_port_start (1024), or HTTPS ([tls]); plaintext elsewhere needs allow_insecure.
     listen: str = ""
     max_concurrent: int = 16  # requests served at once; more get 503
     log_tail_lines: int = 200  # lines of a job's log the page shows
+    # Every HTTP listener (metrics and dashboard): connections held at once (more are refused at
+    # accept), per client (a local user's uid, else the address), and the time a request's head and
+    # body must arrive in (also the idle limit of a kept-alive connection).
+    max_connections: int = 128
+    max_connections_per_client: int = 16
+    request_timeout_seconds: float = 10.0
 
 
 @dataclass(frozen=True)
