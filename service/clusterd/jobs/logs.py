@@ -92,7 +92,7 @@ class JobLogs:
             async for chunk in self._follow(ident, rec, task, owner, stderr=stderr, tail_lines=tail_lines):
                 yield chunk
             return
-        target = self.resolve_target(rec, rec.spec, task, stderr)
+        target = await self.resolve_target(rec, rec.spec, task, stderr)
         state, restarts, _over, _nodes = _task_view(rec, task)
         try:
             fd = await open_as(owner, target.path, field=target.field, python=self._views.reader_python)
@@ -111,8 +111,11 @@ class JobLogs:
         finally:
             os.close(fd)
 
-    def resolve_target(self, rec: JobRecord, spec: jobs_pb2.JobSpec, task: int | None, stderr: bool) -> _Target:
-        """The file to read: the record's pattern filled for the job or task (``spec``: the record's)."""
+    async def resolve_target(self, rec: JobRecord, spec: jobs_pb2.JobSpec, task: int | None, stderr: bool) -> _Target:
+        """The file to read: the record's pattern filled for the job or task (``spec``: the record's).
+
+        The pattern is the user's text: it is filled in a worker thread, never on the event loop.
+        """
         field = "stderr_path" if stderr and spec.stderr_path else "stdout_path"
         pattern = spec.stderr_path if field == "stderr_path" else spec.stdout_path
         notice = f"job {rec.job_id} writes stderr into its output file" if stderr and not spec.stderr_path else ""
@@ -125,7 +128,7 @@ class JobLogs:
         _state, _restarts, _over, nodes = _task_view(rec, task)
         job = OutputJob(job_id=element, array_id=rec.job_id, task_id=task, name=rec.name or spec.name,
                         user=rec.user, first_node=nodes[0] if nodes else "")  # fmt: skip
-        return _Target(expand(pattern, job, field=field), field, notice)
+        return _Target(await asyncio.to_thread(expand, pattern, job, field=field), field, notice)
 
     async def drain(
         self, fd: int, path: str, offset: int, state: JobState, restarts: int, *, stop_at: int | None = None
@@ -215,7 +218,7 @@ class _Follower:
             notices.append(f"job requeued (restart {restarts}): following its next run")
         self._restarts = restarts
         try:
-            target = self._logs.resolve_target(rec, self._spec, task, stderr)
+            target = await self._logs.resolve_target(rec, self._spec, task, stderr)
         except FailedPrecondition:
             if over:
                 raise

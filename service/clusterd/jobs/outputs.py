@@ -6,6 +6,11 @@ sbatch's man page lists them: ``%%``, ``%A`` (array id), ``%a`` (task id), ``%b`
 batch script), ``%u`` (user), ``%x`` (job name), and a number between ``%`` and the letter pads
 numbers with zeros. ``%J`` and ``%s`` (step ids) name nothing definite for the batch script, so a
 path using them is refused rather than guessed.
+
+The padding is the job's user's to choose, so it is clamped to 10 digits exactly as slurmstepd
+clamps it (``-o out-%200000000n.log`` is written to ``out-0000000000.log``): filling a pattern
+costs at most a few times its own length, never what a width asks for. A result longer than the
+kernel's ``PATH_MAX`` names no file anyone can open and is refused as soon as it gets that long.
 """
 
 from __future__ import annotations
@@ -17,6 +22,15 @@ from clusterd.errors import FailedPrecondition
 
 _PATTERN = re.compile(r"%(\d*)([A-Za-z%])")
 _NUMERIC = frozenset("Aabjnt")
+MAX_WIDTH = 10  # slurmstepd's fname.c: a wider zero-padding is this wide
+MAX_EXPANDED = 4096  # PATH_MAX: open() refuses a longer path with ENAMETOOLONG
+
+
+def width(digits: str) -> int:
+    """The zero-padding Slurm applies for the digits between ``%`` and the letter (strtoul, then the
+    clamp), without turning thousands of digits into an integer."""
+    significant = digits.lstrip("0")
+    return MAX_WIDTH if len(significant) > 2 else min(int(significant or "0"), MAX_WIDTH)
 
 
 @dataclass(frozen=True)
@@ -32,8 +46,14 @@ class OutputJob:
 
 
 def expand(pattern: str, job: OutputJob, *, field: str) -> str:
-    """``pattern`` with every Slurm %-pattern filled. Raises FailedPrecondition naming ``field``
-    when a pattern has no value yet (a pending job's node) or none definite (``%J``)."""
+    """``pattern`` with every Slurm %-pattern filled, widths clamped as Slurm clamps them.
+
+    Pure and bounded (at most ``MAX_EXPANDED`` characters are built), but callers on the event loop
+    still run it in a worker thread: a record's pattern is as long as validation lets it be.
+    Raises FailedPrecondition naming ``field`` when a pattern has no value yet (a pending job's node)
+    or none definite (``%J``), or when the result is longer than ``MAX_EXPANDED``.
+    """
+    built = [0, 0]  # characters produced so far, end of the previous pattern in ``pattern``
 
     def fill(m: re.Match[str]) -> str:
         pad, letter = m.group(1), m.group(2)
@@ -49,9 +69,22 @@ def expand(pattern: str, job: OutputJob, *, field: str) -> str:
             why = {"N": "the job has not started on a node yet", "a": "name one array task (JOB_TASK)",
                    "b": "name one array task (JOB_TASK)"}.get(letter, "its value is not known")  # fmt: skip
             raise FailedPrecondition(f"{field} {pattern!r}: cannot fill %{letter}: {why}")
-        if letter == "%":
-            return "%"
-        text = str(value)
-        return text.zfill(int(pad)) if pad and letter in _NUMERIC else text
+        text = "%" if letter == "%" else str(value)
+        if pad and letter in _NUMERIC:
+            text = text.zfill(width(pad))
+        built[0] += m.start() - built[1] + len(text)
+        built[1] = m.end()
+        if built[0] > MAX_EXPANDED:
+            raise _too_long(pattern, field)
+        return text
 
-    return _PATTERN.sub(fill, pattern)
+    path = _PATTERN.sub(fill, pattern)
+    if len(path) > MAX_EXPANDED:
+        raise _too_long(pattern, field)
+    return path
+
+
+def _too_long(pattern: str, field: str) -> FailedPrecondition:
+    shown = pattern if len(pattern) <= 80 else pattern[:80] + "..."
+    return FailedPrecondition(f"{field} {shown!r} fills to more than {MAX_EXPANDED} characters: "
+                              "no file can be opened by so long a path")  # fmt: skip
