@@ -10,29 +10,39 @@ the background, and remembered per (URI, step): a committed step never changes.
 A checkpoint prefix is its user's to fill, so everything runs on this module's own two worker
 threads (never the event loop's executor) and a slow or hostile store yields an error line on the
 page, not a stalled service. S3 is read with the service's credentials, as the progress reader
-does; a POSIX directory only when the job's user owns it and may open it (security.useropen).
+does. A POSIX directory is opened once by the job's user (security.useropen) and must be theirs;
+every marker and shard below it is then read through that descriptor, never by its path again,
+and only when it is a regular file of that user (security.userdir): a link swapped in after the
+check, a FIFO, or root's files show as an error line, never as steps, sizes or read bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
-from clusterctl.storage import open_storage, parse_uri
+from clusterctl.storage import Storage, open_storage, parse_uri
 from clusterd.auth.identity import Identity
 from clusterd.config import ViewsConfig
 from clusterd.errors import ServiceError
 from clusterd.jobs.manager import JobManager
-from clusterd.security.useropen import owner_of, owner_opens_dir
+from clusterd.security.userdir import open_user_dir
+from clusterd.security.useropen import owner_of
 
 log = logging.getLogger(__name__)
 
 _MAX_STEPS = 50
 _MAX_VERDICTS = 1000
+
+T = TypeVar("T")
+Opener = Callable[[], Storage]  # runs in a worker thread: the store to read, closed by the reader
 
 
 @dataclass(frozen=True)
@@ -61,12 +71,12 @@ class _Marker:
     created: float = 0.0
 
 
-def _read_markers(uri: str) -> list[_Marker]:
+def _read_markers(opener: Opener) -> list[_Marker]:
     """Blocking: the newest committed steps' markers."""
     from clusterctl.checkpoint.commit import read_marker_or_none
     from clusterctl.checkpoint.gc import list_committed
 
-    storage = open_storage(uri)
+    storage = opener()
     try:
         out = []
         for step in list_committed(storage)[-_MAX_STEPS:]:
@@ -80,11 +90,11 @@ def _read_markers(uri: str) -> list[_Marker]:
         storage.close()
 
 
-def _verify(uri: str, step: int) -> tuple[str, str]:
+def _verify(opener: Opener, step: int) -> tuple[str, str]:
     """Blocking: ("verified", "") or ("corrupt", the first problem)."""
     from clusterctl.checkpoint.restore import verify_step
 
-    storage = open_storage(uri)
+    storage = opener()
     try:
         report = verify_step(storage, step)
     finally:
@@ -97,9 +107,10 @@ class CheckpointViews:
         self._manager = manager
         self._views = views
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="ckpt-view")
-        self._listed: dict[str, tuple[float, CheckpointList]] = {}
+        self._listed: dict[tuple[str, str], tuple[float, CheckpointList]] = {}
         self._verdicts: OrderedDict[tuple[str, int], tuple[str, str]] = OrderedDict()
         self._verifying: set[tuple[str, int]] = set()
+        self._tasks: set[asyncio.Future[tuple[str, str]]] = set()  # verifications under way (kept referenced)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -110,24 +121,42 @@ class CheckpointViews:
         uri = rec.spec.checkpoint_uri
         if not uri:
             return CheckpointList("", [])
-        cached = self._listed.get(uri)
+        cached = self._listed.get((rec.user, uri))  # per user: a directory is listed with its user's rights
         if cached is not None and time.monotonic() - cached[0] < self._views.checkpoint_cache_seconds:
             return self._with_verdicts(cached[1])
         listing = await self._list(uri, rec.user)
         if len(self._listed) > _MAX_VERDICTS:
             self._listed.clear()
-        self._listed[uri] = (time.monotonic(), listing)
+        self._listed[(rec.user, uri)] = (time.monotonic(), listing)
         return self._with_verdicts(listing)
 
+    async def _opener(self, uri: str, user: str) -> tuple[Opener, Callable[[], None]]:
+        """How a worker thread gets the store, and how to drop it unread: S3 with the service's
+        credentials; a ``file://`` directory only as the descriptor its user opened (raises like
+        useropen.open_as)."""
+        parsed = parse_uri(uri)
+        if parsed.scheme != "file":
+            return functools.partial(open_storage, uri), lambda: None
+        owner = await asyncio.to_thread(owner_of, user)
+        store = await open_user_dir(owner, parsed.prefix, uri, field="checkpoint_uri", python=self._views.reader_python)
+        return lambda: store, store.close
+
+    async def _in_pool(self, fn: Callable[[Opener], T], uri: str, user: str) -> T:
+        """``fn(opener)`` on the view's threads; a store opened for a read that never started is closed."""
+        opener, drop = await self._opener(uri, user)
+        future = self._pool.submit(fn, opener)
+
+        def dropped(f: Future[T]) -> None:
+            if f.cancelled():
+                drop()
+
+        future.add_done_callback(dropped)
+        return await asyncio.wrap_future(future)
+
     async def _list(self, uri: str, user: str) -> CheckpointList:
-        loop = asyncio.get_running_loop()
         try:
-            if parse_uri(uri).scheme == "file":
-                owner = await asyncio.to_thread(owner_of, user)
-                await owner_opens_dir(owner, parse_uri(uri).prefix, field="checkpoint_uri",
-                                      python=self._views.reader_python)  # fmt: skip
-            future = loop.run_in_executor(self._pool, _read_markers, uri)
-            markers = await asyncio.wait_for(future, self._views.checkpoint_list_seconds)
+            markers = await asyncio.wait_for(self._in_pool(_read_markers, uri, user),
+                                             self._views.checkpoint_list_seconds)  # fmt: skip
         except TimeoutError:
             return CheckpointList(uri, [], f"listing took more than {self._views.checkpoint_list_seconds:g}s")
         except ServiceError as exc:
@@ -138,10 +167,10 @@ class CheckpointViews:
                           "" if m.valid else "the commit marker does not parse") for m in markers]  # fmt: skip
         newest = next((s for s in reversed(steps) if s.verification == "unverified"), None)
         if newest is not None:
-            self._maybe_verify(uri, newest)
+            self._maybe_verify(uri, user, newest)
         return CheckpointList(uri, steps)
 
-    def _maybe_verify(self, uri: str, step: StepInfo) -> None:
+    def _maybe_verify(self, uri: str, user: str, step: StepInfo) -> None:
         key = (uri, step.step)
         if key in self._verdicts or key in self._verifying:
             return
@@ -150,7 +179,6 @@ class CheckpointViews:
                                                f"({self._views.checkpoint_verify_max_bytes} bytes)"))  # fmt: skip
             return
         self._verifying.add(key)
-        future = asyncio.get_running_loop().run_in_executor(self._pool, _verify, uri, step.step)
 
         def done(fut: asyncio.Future[tuple[str, str]]) -> None:
             self._verifying.discard(key)
@@ -159,7 +187,10 @@ class CheckpointViews:
             exc = fut.exception()
             self._remember(key, ("unverified", f"verification failed: {exc}"[:500]) if exc else fut.result())
 
-        future.add_done_callback(done)
+        task = asyncio.ensure_future(self._in_pool(functools.partial(_verify, step=step.step), uri, user))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(done)
 
     def _remember(self, key: tuple[str, int], verdict: tuple[str, str]) -> None:
         self._verdicts[key] = verdict

@@ -84,11 +84,6 @@ def check_opened(
     return st
 
 
-async def owner_opens_dir(owner: UnixAccount, path: str, *, field: str, python: str = "") -> None:
-    """Check that ``owner`` may open directory ``path`` and owns it. Raises like :func:`open_as`."""
-    os.close(await open_as(owner, path, field=field, python=python, directory=True))
-
-
 async def open_as(owner: UnixAccount, path: str, *, field: str, python: str = "", directory: bool = False) -> int:
     """A read-only descriptor of ``path`` opened with ``owner``'s rights; the caller closes it.
 
