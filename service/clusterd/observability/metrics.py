@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from wsgiref.simple_server import WSGIServer
+from typing import Protocol
 
 from prometheus_client import (
     GC_COLLECTOR,
@@ -148,19 +146,10 @@ def observed_slurm_call(backend: str, command: str, *, read: bool) -> Iterator[N
                 extra={"backend": backend, "duration_ms": round(seconds * 1000, 2), "stderr": detail})  # fmt: skip
 
 
-@dataclass
-class MetricsServer:
-    """The ``/metrics`` HTTP endpoint (prometheus_client's WSGI server in a daemon thread)."""
-
-    httpd: WSGIServer
-    thread: threading.Thread
+class MetricsServer(Protocol):
+    """A running HTTP listener serving ``/metrics`` (clusterd.web.listener's, in its own thread)."""
 
     @property
-    def port(self) -> int:
-        return int(self.httpd.server_port)
+    def port(self) -> int: ...
 
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
-
+    def stop(self) -> None: ...

@@ -1,80 +1,33 @@
-"""The HTTP listener: wsgiref's threaded server, the one prometheus_client runs /metrics on.
+"""The HTTP listeners: /metrics, /healthz, and the dashboard with its /api/ (bearer tokens).
 
 With ``web.listen`` empty the dashboard shares the metrics listener: one port serves /metrics
-(unauthenticated, for Prometheus) and the dashboard and /api/ (bearer tokens). Tokens cross this
-listener, so it must be loopback, TLS (the gRPC [tls] certificate and key), or allow_insecure:
-the same rule clusterd applies to its gRPC port.
+(unauthenticated, for Prometheus) and the dashboard and /api/. Serving is
+:class:`~clusterd.web.listener.HttpListener`'s (bounded connections, deadlines, its own thread).
+
+Which listeners may carry the dashboard's tokens is clusterd.web.transport's rule.
 """
 
 from __future__ import annotations
 
-import ipaddress
+import contextlib
 import json
+import os
 import socket
 import ssl
-import threading
 from collections.abc import Callable, Iterable
-from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import make_wsgi_app
 
 from clusterd.config import Config, ConfigError
-from clusterd.observability.metrics import REGISTRY, MetricsServer
+from clusterd.observability.metrics import REGISTRY
+from clusterd.security.unixsock import prepare_socket_dir, secure_socket, socket_path
+from clusterd.web.listener import BACKLOG, HttpListener, Limits
+from clusterd.web.transport import check_web_transport, split_host_port, web_listen
+
+__all__ = ["check_web_transport", "combined", "serve", "web_listen"]
 
 Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-
-
-class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
-
-
-class _Handler(WSGIRequestHandler):
-    timeout = 30  # an idle or slow client's connection is closed, its thread freed
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silent: clusterd logs what matters itself (and /metrics is scraped every few seconds)."""
-
-
-def web_listen(config: Config) -> str:
-    return config.web.listen or config.metrics_listen
-
-
-def _split(listen: str) -> tuple[str, int]:
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ConfigError(f"web.listen / metrics_listen must be host:port, got {listen!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def check_web_transport(config: Config) -> None:
-    """Refuse to serve bearer tokens in plaintext beyond loopback (ConfigError says what to set)."""
-    if not config.web.enabled:
-        return
-    listen = web_listen(config)
-    if not listen:
-        raise ConfigError("web.enabled needs web.listen or metrics_listen (host:port)")
-    host, _ = _split(listen)
-    if not _loopback(host) and not config.tls.cert_file and not config.allow_insecure:
-        raise ConfigError(
-            f"the dashboard on {listen} would take bearer tokens in plaintext from the network: "
-            "listen on loopback, configure [tls] cert_file/key_file (HTTPS), or set allow_insecure"
-        )
 
 
 def combined(web: Wsgi | None, health: Callable[[], dict[str, Any]] | None = None) -> Wsgi:
@@ -98,26 +51,58 @@ def combined(web: Wsgi | None, health: Callable[[], dict[str, Any]] | None = Non
     return app
 
 
-def serve(listen: str, app: Wsgi, *, config: Config | None = None) -> MetricsServer:
-    """Serve ``app`` on ``host:port`` in a daemon thread (HTTPS with [tls] when ``config`` has it).
+def serve(listen: str, app: Wsgi, *, config: Config | None = None) -> HttpListener:
+    """Serve ``app`` on ``host:port`` or ``unix:/PATH`` (HTTPS with [tls] when ``config`` enables the
+    dashboard and has a certificate), bounded by ``config.web``'s limits, in a thread of its own.
 
-    Raises OSError (port taken), ConfigError (bad address, unreadable certificate).
+    Raises OSError (port taken), ConfigError (bad address, unsafe socket directory, unreadable certificate).
     """
-    host, port = _split(listen)
-    server_class = _Server6 if ":" in host else _Server
-    try:
-        httpd = make_server(host, port, app, server_class=server_class, handler_class=_Handler)
-    except OSError as exc:
-        raise OSError(exc.errno, f"cannot serve HTTP on {listen}: {exc.strerror}") from exc
+    cfg = config or Config()
+    tls = None
     if config is not None and config.web.enabled and config.tls.cert_file:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:
-            context.load_cert_chain(config.tls.cert_file, config.tls.key_file or None)
+            tls.load_cert_chain(config.tls.cert_file, config.tls.key_file or None)
         except (OSError, ssl.SSLError) as exc:
-            httpd.server_close()
             raise ConfigError(f"[tls] certificate for the dashboard: {exc}") from exc
-        # The handshake happens in the request's own thread, so a silent client cannot stall accept().
-        httpd.socket = context.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
-    thread = threading.Thread(target=httpd.serve_forever, name="clusterd-http", daemon=True)
-    thread.start()
-    return MetricsServer(httpd, thread)
+    path = socket_path(listen)
+    sock, cleanup = _bind_unix(path, cfg.socket_group) if path is not None else (_bind_tcp(listen), None)
+    web = cfg.web
+    limits = Limits(max_connections=web.max_connections, max_connections_per_client=web.max_connections_per_client,
+                    request_timeout_seconds=web.request_timeout_seconds, workers=web.max_concurrent + 4)  # fmt: skip
+    return HttpListener(sock, app, limits=limits, tls=tls, cleanup=cleanup)
+
+
+def _bind_tcp(listen: str) -> socket.socket:
+    host, port = split_host_port(listen)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(BACKLOG)
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot serve HTTP on {listen}: {exc.strerror}") from exc
+    return sock
+
+
+def _bind_unix(path: str, group: str) -> tuple[socket.socket, Callable[[], None]]:
+    """A socket in a directory as the gRPC socket's (0750 clusterd:socket_group), itself 0660."""
+    plan = prepare_socket_dir(path, group)  # refuses a foreign directory and a live socket
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a stale socket from a crash
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        secure_socket(plan)
+        sock.listen(BACKLOG)
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot serve HTTP on unix:{path}: {exc.strerror}") from exc
+
+    def unlink() -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+    return sock, unlink

@@ -1,0 +1,64 @@
+"""Who is at the other end of an HTTP connection, so that one client cannot hold every connection.
+
+Every local user reaches a loopback listener from 127.0.0.1, so the address says nothing about who
+connects: the client socket's owner does. For a unix socket the kernel tells it (SO_PEERCRED); for
+loopback TCP the kernel's socket table does, asked for exactly that one socket over NETLINK_SOCK_DIAG
+(what ``ss`` uses), which costs one round trip however many sockets exist (/proc/net/tcp would be
+read whole, every TIME_WAIT line of a flood included). A remote client is its address. When the
+table cannot be asked (no netlink in a sandbox), a loopback client is its address too: the bound
+is then shared by every local user, which still bounds clusterd but no longer isolates them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import struct
+
+_NETLINK_SOCK_DIAG = 4
+_SOCK_DIAG_BY_FAMILY = 20
+_NLM_F_REQUEST = 1
+_NLMSG_ERROR = 2
+_HEADER = struct.Struct("=IHHII")  # nlmsghdr: len, type, flags, seq, pid
+# inet_diag_req_v2: family, protocol, ext, pad, states; then inet_diag_sockid: sport, dport (network
+# order), src[16], dst[16], interface, cookie[2] (INET_DIAG_NOCOOKIE: any socket with that 4-tuple).
+_REQ_HEAD, _REQ_PORTS, _REQ_TAIL = struct.Struct("=BBBBI"), struct.Struct(">HH16s16s"), struct.Struct("=III")
+_UID_OFFSET = _HEADER.size + 4 + 48 + 12  # inet_diag_msg: 4 bytes, the sockid, expires/rqueue/wqueue, uid
+
+
+def client_key(conn: socket.socket) -> str:
+    """``uid:N`` for a local client whose owner the kernel names, else ``addr:IP``."""
+    if conn.family == socket.AF_UNIX:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        return f"uid:{struct.unpack('3i', creds)[1]}"
+    peer, local = conn.getpeername(), conn.getsockname()
+    address = ipaddress.ip_address(peer[0])
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address.is_loopback:
+        uid = _tcp_owner(conn.family, (peer[0], peer[1]), (local[0], local[1]))
+        if uid is not None:
+            return f"uid:{uid}"
+    return f"addr:{address}"
+
+
+def _packed(family: int, host: str) -> bytes:
+    return socket.inet_pton(family, host).ljust(16, b"\0")
+
+
+def _tcp_owner(family: int, client: tuple[str, int], server: tuple[str, int]) -> int | None:
+    """The uid owning the TCP socket at ``client`` connected to ``server`` (None: not found, no netlink)."""
+    body = (_REQ_HEAD.pack(family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF)
+            + _REQ_PORTS.pack(client[1], server[1], _packed(family, client[0]), _packed(family, server[0]))
+            + _REQ_TAIL.pack(0, 0xFFFFFFFF, 0xFFFFFFFF))  # fmt: skip
+    message = _HEADER.pack(_HEADER.size + len(body), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0) + body
+    try:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG) as nl:
+            nl.settimeout(1.0)
+            nl.send(message)
+            reply = nl.recv(8192)
+    except OSError:
+        return None
+    if len(reply) < _UID_OFFSET + 4 or _HEADER.unpack_from(reply)[1] == _NLMSG_ERROR:
+        return None
+    return int(struct.unpack_from("=I", reply, _UID_OFFSET)[0])
