@@ -39,6 +39,7 @@ SLURM_CONF = "/etc/slurm/slurm.conf"
 JWT_KEY = f"{STATE}/keys/jwt_hs256.key"  # written by the `keys` init service, volume `keys`
 CLUSTERD_LISTEN = "0.0.0.0:50051"  # published on the host's loopback only (compose.yaml)
 METRICS_LISTEN = "0.0.0.0:9464"  # published on the host's loopback only (compose.yaml)
+WEB_LISTEN = "0.0.0.0:880"  # the dashboard: published on the host's loopback port 880 (root binds it, no user can)
 # HA (issue 19): two replicas on one PostgreSQL; the password reaches libpq as PGPASSWORD (compose.yaml),
 # so the generated config holds none.
 REPLICAS = ("clusterd-a", "clusterd-b")  # compose service name = hostname
@@ -81,6 +82,8 @@ def values() -> dict[str, dict[str, str]]:
             "LISTEN": CLUSTERD_LISTEN,
             "SOCKET_GROUP": "",  # unused: compose listens on TCP (CLUSTERD_ALLOW_INSECURE, host loopback only)
             "METRICS_LISTEN": METRICS_LISTEN,
+            "WEB_LISTEN": WEB_LISTEN,
+            "ALLOW_INSECURE": "true",  # gRPC and the dashboard in plaintext inside the container network
             "CLUSTERD_STATE_DIR": f"{STATE}/clusterd",  # each replica's own volume
             "STATE": STATE,
             "SLURM_CONF": SLURM_CONF,

@@ -22,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from clusterctl.client import ClusterClient
 
-from .ports import free_port
+from .ports import free_port, free_privileged_port
 from .promtext import scrape
 from .stack import Stack
 
@@ -41,7 +41,8 @@ class Daemon:
     poll_interval: float = 1.0
     socket_dir: Path | None = None  # default <state_dir>.sock: beside the 0700 state dir, not inside it
     socket_group: str = ""  # who besides root may connect (CLUSTERD_SOCKET_GROUP); "" = root only
-    metrics_port: int | None = field(default_factory=free_port)  # None: no /metrics
+    # /metrics and the dashboard (None: neither): a port below 1024, as a plaintext dashboard needs.
+    metrics_port: int | None = field(default_factory=free_privileged_port)
     extra_env: dict[str, str] = field(default_factory=dict)  # CLUSTERD_* settings of this test's service
     config: Path | None = None  # default: the stack's clusterd.toml
     tcp: bool = False  # listen on 127.0.0.1:<free port> instead of the unix socket
@@ -66,7 +67,9 @@ class Daemon:
         metrics = f"127.0.0.1:{self.metrics_port}" if self.metrics_port is not None else ""
         env = {**self.stack.slurm_env(), **aws, "CLUSTERD_POLL_INTERVAL_SECONDS": str(self.poll_interval),
                "CLUSTERD_METRICS_LISTEN": metrics, "CLUSTERD_LOG_FORMAT": "json",
-               "CLUSTERD_SOCKET_GROUP": self.socket_group, **self.extra_env}  # fmt: skip
+               "CLUSTERD_SOCKET_GROUP": self.socket_group, "CLUSTERD_WEB__LISTEN": "",  # the dashboard: on metrics
+               **({"CLUSTERD_WEB__ENABLED": "false"} if self.metrics_port is None else {}),
+               **self.extra_env}  # fmt: skip
         config = self.config or self.stack.dir / "clusterd.toml"
         argv = [sys.executable, "-m", "clusterd.main", "serve", "--config", str(config), "--listen", self.addr,
                 "--state-dir", str(self.state_dir), *(["--allow-insecure"] if self.tcp else [])]  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 
 
@@ -10,3 +11,16 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_privileged_port() -> int:
+    """A free loopback port below 1024 (the tests run as root): a dashboard plaintext on loopback
+    must use one, since any user may bind the others while clusterd is down."""
+    for port in random.sample(range(600, 1000), 400):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError("no free port below 1000 on 127.0.0.1")

@@ -69,13 +69,15 @@ token_of() {
     plain_tokens | awk -v want="$1" '$1 == want { print $2; exit }'
 }
 
-# write_clusterd_config: $CLUSTERD_CONFIG from the template, for $CLUSTERD_LISTEN, $CLUSTERD_METRICS_LISTEN
+# write_clusterd_config: $CLUSTERD_CONFIG from the template, for $CLUSTERD_LISTEN, $CLUSTERD_METRICS_LISTEN,
+# $CLUSTERD_WEB_LISTEN
 # and $CLUSTERD_STATE_DIR (lib/ha.sh sets all four as locals to write each replica's).
 write_clusterd_config() {
     local backend
     backend="$(printf 'backend = "slurmrestd"\nrestd_url = "unix://%s"\njwt_key_file = "%s"' "$RESTD_SOCKET" "$JWT_KEY_FILE")"
     render "$STACK_HOME/templates/clusterd.toml" "$CLUSTERD_CONFIG" \
         "LISTEN=$CLUSTERD_LISTEN" "SOCKET_GROUP=$CLUSTERD_SOCKET_GROUP" "METRICS_LISTEN=$CLUSTERD_METRICS_LISTEN" \
+        "WEB_LISTEN=$CLUSTERD_WEB_LISTEN" "ALLOW_INSECURE=false" \
         "CLUSTERD_STATE_DIR=$CLUSTERD_STATE_DIR" "STATE=$STATE" "SLURM_CONF=$SLURM_CONF_PATH" "JOB_PATH=$(job_path)" \
         "SLURM_BACKEND=$backend"
     chmod 644 "$CLUSTERD_CONFIG"
@@ -89,7 +91,7 @@ write_env_file() {
 # clusterctl local stack -- source me: . $ENV_FILE
 export CLUSTERCTL_ADDR=$(if ha_recorded; then ha_addrs; else echo "$CLUSTERD_LISTEN"; fi)
 export CLUSTERCTL_METRICS=http://$CLUSTERD_METRICS_LISTEN/metrics
-export CLUSTERCTL_WEB=http://$CLUSTERD_METRICS_LISTEN/
+export CLUSTERCTL_WEB=http://$CLUSTERD_WEB_LISTEN/
 export CLUSTERCTL_TOKEN=$(token_of alice)
 export CLUSTERCTL_TOKEN_BOB=$(token_of bob)
 export CLUSTERCTL_TOKEN_ADMIN=$(token_of root)

@@ -32,6 +32,9 @@ CLUSTERD_SOCKET="$STATE/run/clusterd/clusterd.sock"
 CLUSTERD_LISTEN="unix:$CLUSTERD_SOCKET"
 CLUSTERD_SOCKET_GROUP=clusterctl
 CLUSTERD_METRICS_LISTEN="127.0.0.1:${CLUSTERCTL_METRICS_PORT:-9464}" # up --ha: replica i on this port + i
+# The dashboard takes bearer tokens: a loopback port below 1024, which no other local user can bind
+# while clusterd is down (clusterd refuses a higher one). up --ha: replica i on this port + i.
+CLUSTERD_WEB_LISTEN="127.0.0.1:${CLUSTERCTL_WEB_PORT:-880}"
 
 # slurmrestd (loopback only) and the HS256 key that both slurmctld and clusterd sign/verify JWTs with.
 RESTD_LISTEN="127.0.0.1:6820"

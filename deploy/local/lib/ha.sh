@@ -32,6 +32,7 @@ replica_index() {
 replica_socket() { echo "$RUN/$1/clusterd.sock"; }
 replica_listen() { echo "unix:$(replica_socket "$1")"; }
 replica_metrics() { echo "${CLUSTERD_METRICS_LISTEN%:*}:$((${CLUSTERD_METRICS_LISTEN##*:} + $(replica_index "$1")))"; }
+replica_web() { echo "${CLUSTERD_WEB_LISTEN%:*}:$((${CLUSTERD_WEB_LISTEN##*:} + $(replica_index "$1")))"; }
 replica_config() { echo "$STATE/$1.toml"; }
 replica_state_dir() { echo "$STATE/$1"; }
 replica_log() { echo "$STATE/$1.log"; }
@@ -71,9 +72,10 @@ EOF
 # write_replica_config NAME: the single clusterd's config (template, and lib/chroot.sh's additions)
 # with this replica's listen, metrics and state dir, then templates/clusterd-ha.toml.
 write_replica_config() {
-    local name="$1" fragment metrics
+    local name="$1" fragment metrics web
     metrics="$(replica_metrics "$name")" # from the global CLUSTERD_METRICS_LISTEN, before the local below
-    local CLUSTERD_CONFIG CLUSTERD_LISTEN CLUSTERD_METRICS_LISTEN="$metrics" CLUSTERD_STATE_DIR
+    web="$(replica_web "$name")"
+    local CLUSTERD_CONFIG CLUSTERD_LISTEN CLUSTERD_METRICS_LISTEN="$metrics" CLUSTERD_WEB_LISTEN="$web" CLUSTERD_STATE_DIR
     CLUSTERD_CONFIG="$(replica_config "$name")"
     CLUSTERD_LISTEN="$(replica_listen "$name")"
     CLUSTERD_STATE_DIR="$(replica_state_dir "$name")"

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
+import socket
+import stat
 import urllib.error
 import urllib.request
 from dataclasses import replace
@@ -13,7 +16,7 @@ from typing import Any
 import pytest
 
 from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
-from clusterd.config import ConfigError, WebConfig
+from clusterd.config import ConfigError, WebConfig, load_config
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.web.server import check_web_transport
@@ -90,7 +93,48 @@ def test_plaintext_tokens_beyond_loopback_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="plaintext"):
         check_web_transport(cfg)
     check_web_transport(replace(cfg, allow_insecure=True))
-    check_web_transport(replace(cfg, metrics_listen="127.0.0.1:9464"))
+    check_web_transport(replace(cfg, metrics_listen="127.0.0.1:880"))
+
+
+def test_a_port_any_local_user_could_bind_is_refused(tmp_path: Path) -> None:
+    """While clusterd is down, whoever binds its dashboard's address collects the tokens sent there."""
+    cfg = replace(_web_config(tmp_path), metrics_listen="127.0.0.1:9464", allow_insecure=False)
+    for listen in ("127.0.0.1:9464", "localhost:1024", "[::1]:8080", "127.0.0.1:0"):
+        with pytest.raises(ConfigError, match="any local user may bind port"):
+            check_web_transport(replace(cfg, metrics_listen=listen))
+    with pytest.raises(ConfigError, match="absolute"):
+        check_web_transport(replace(cfg, web=replace(cfg.web, listen="unix:web.sock")))
+    for listen in ("127.0.0.1:443", "[::1]:880", "unix:/run/clusterd/web.sock"):
+        check_web_transport(replace(cfg, web=replace(cfg.web, listen=listen)))
+    check_web_transport(replace(cfg, tls=replace(cfg.tls, cert_file="/etc/clusterd/tls.crt")))
+    toml = tmp_path / "c.toml"
+    toml.write_text('metrics_listen = "127.0.0.1:9464"\n[web]\nenabled = true\n')
+    with pytest.raises(ConfigError, match="below 1024"):
+        load_config(toml)  # so `clusterd check` and `serve` refuse it alike
+    assert load_config(toml, environ={"CLUSTERD_WEB__LISTEN": "127.0.0.1:880"}).web.listen == "127.0.0.1:880"
+
+
+async def test_dashboard_on_a_unix_socket(tmp_path: Path) -> None:
+    sock = tmp_path / "run" / "web.sock"
+    cfg = replace(_web_config(tmp_path, listen=f"unix:{sock}"), socket_group="")
+    async with running(cfg, FakeSlurm.cluster()) as daemon:
+        assert daemon.web_port == 0 and stat.S_IMODE(sock.stat().st_mode) == 0o600
+        assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
+        status, body = await asyncio.to_thread(_unix_get, sock, "/api/whoami", TOKENS[USER_A])
+        assert status == 200 and json.loads(body)["user"] == USER_A
+    assert not sock.exists()
+
+
+def _unix_get(sock: Path, path: str, token: str) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("localhost", timeout=10)
+    conn.sock = socket.socket(socket.AF_UNIX)
+    conn.sock.connect(str(sock))
+    conn.request("GET", path, headers={"Authorization": f"Bearer {token}"})
+    reply = conn.getresponse()
+    try:
+        return reply.status, reply.read()
+    finally:
+        conn.close()
 
 
 async def test_own_listener_when_configured(tmp_path: Path) -> None:
