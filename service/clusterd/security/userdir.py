@@ -89,6 +89,13 @@ class UserDirStorage:
         finally:
             os.close(fd)
 
+    def open_dir(self, key: str) -> int:
+        """A checked descriptor, open for reading, of the user's directory ``key``; the caller closes it."""
+        validate_key(key)
+        *dirs, name = key.split("/")
+        with self._dir(dirs, key) as dfd:
+            return open_checked(dfd, name, self._uids, directory=True, key=key)
+
     def _file(self, key: str) -> int:
         validate_key(key)
         *dirs, name = key.split("/")

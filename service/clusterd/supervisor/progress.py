@@ -7,22 +7,33 @@ executor the store uses), lists only the marker level (one directory, never a re
 delimited S3 listing), and stops at a per-read time and key budget. A job over budget or failing
 gets an unknown reading, logged once, and is retried later; no other job waits for it, and the
 queue poll only ever reads the in-memory table.
+
+A ``file://`` prefix is read with its job's user's rights: the directory is opened by that user
+(security.useropen) and must be theirs, and ``commits/`` is reached from that descriptor
+without following links (security.userdir), so a job pointed at root's or another user's
+directory learns nothing of it; without a known user such a prefix is not read at all.
+S3 is read with the service's credentials.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from clusterctl.storage import open_storage, parse_uri
+from clusterctl.storage.errors import ObjectNotFoundError
 from clusterctl.storage.s3 import S3Storage
+from clusterd.errors import FailedPrecondition
+from clusterd.security.userdir import UserDirStorage, open_user_dir
+from clusterd.security.useropen import FileMissing, owner_of
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +59,8 @@ class ProgressBudget:
 
 # (uri, max_keys, deadline on time.monotonic()) -> newest committed step, -1 when none.
 StepLister = Callable[[str, int, float], int]
+# (user, directory) -> the directory as that user opened it (raises like useropen.open_as).
+DirOpener = Callable[[str, str], Awaitable[UserDirStorage]]
 
 
 def _newest(names: list[str]) -> int:
@@ -55,20 +68,41 @@ def _newest(names: list[str]) -> int:
     return max(steps, default=-1)
 
 
-def _posix_steps(root: str, max_keys: int, deadline: float) -> int:
+def posix_steps(commits_fd: int, max_keys: int, deadline: float) -> int:
+    """Newest marker in the open ``commits/`` directory ``commits_fd`` (not closed here)."""
     names: list[str] = []
-    try:
-        with os.scandir(os.path.join(root, _COMMITS)) as entries:
-            for count, entry in enumerate(entries, 1):
-                if count > max_keys:
-                    raise OverBudget(f"more than {max_keys} entries under {_COMMITS}/")
-                if count % _CHECK_EVERY == 0 and time.monotonic() > deadline:
-                    raise OverBudget(f"listing {_COMMITS}/ ran out of time after {count} entries")
-                if entry.is_file(follow_symlinks=False):
-                    names.append(entry.name)
-    except (FileNotFoundError, NotADirectoryError):
-        return -1
+    with os.scandir(commits_fd) as entries:
+        for count, entry in enumerate(entries, 1):
+            if count > max_keys:
+                raise OverBudget(f"more than {max_keys} entries under {_COMMITS}/")
+            if count % _CHECK_EVERY == 0 and time.monotonic() > deadline:
+                raise OverBudget(f"listing {_COMMITS}/ ran out of time after {count} entries")
+            if entry.is_file(follow_symlinks=False):
+                names.append(entry.name)
     return _newest(names)
+
+
+def user_dir_steps(root: UserDirStorage, max_keys: int, deadline: float) -> int:
+    """Newest committed step below a directory its user opened (closed here); -1 without ``commits/``."""
+    try:
+        try:
+            fd = root.open_dir(_COMMITS)
+        except ObjectNotFoundError:
+            return -1
+        try:
+            return posix_steps(fd, max_keys, deadline)
+        finally:
+            os.close(fd)
+    finally:
+        root.close()
+
+
+async def open_as_user(user: str, directory: str) -> UserDirStorage:
+    """``directory`` opened by ``user`` (their own, else refused). Raises FailedPrecondition without a user."""
+    if not user:
+        raise FailedPrecondition("the job's user is not known: a file:// prefix is read only with its rights")
+    owner = await asyncio.to_thread(owner_of, user)
+    return await open_user_dir(owner, directory, f"file://{directory}", field="checkpoint_uri")
 
 
 def _s3_steps(storage: S3Storage, max_keys: int, deadline: float) -> int:
@@ -90,19 +124,25 @@ def _s3_steps(storage: S3Storage, max_keys: int, deadline: float) -> int:
 
 
 def list_steps(uri: str, max_keys: int, deadline: float) -> int:
-    """Newest committed step under ``uri`` (-1: none), listing at most ``max_keys`` marker-level keys.
+    """Newest committed step under the S3 ``uri`` (-1: none), listing at most ``max_keys`` marker-level keys.
 
-    Raises OverBudget, or whatever the store raises (the reader contains both per job).
+    Raises OverBudget, or whatever the store raises (the reader contains both per job). A
+    ``file://`` prefix is not read here: the reader opens it as its user (:func:`user_dir_steps`).
     """
-    parsed = parse_uri(uri)
-    if parsed.scheme == "file":
-        return _posix_steps(parsed.prefix, max_keys, deadline)
     storage = open_storage(uri)
     try:
-        assert isinstance(storage, S3Storage)
+        if not isinstance(storage, S3Storage):
+            raise FailedPrecondition(f"{uri}: only S3 is listed by path; a directory is read as its user")
         return _s3_steps(storage, max_keys, deadline)
     finally:
         storage.close()
+
+
+def _is_file(uri: str) -> bool:
+    try:
+        return parse_uri(uri).scheme == "file"
+    except ValueError:
+        return False
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[_Job], None], job: _Job) -> None:
@@ -123,6 +163,7 @@ class Reading:
 @dataclass
 class _Job:
     uri: str
+    user: str = ""  # whose rights a file:// prefix is read with
     reading: Reading = field(default_factory=Reading)
     due: float = 0.0  # monotonic time of the next read
     in_flight: bool = False  # a worker thread still runs this job's read (even past its budget)
@@ -131,19 +172,22 @@ class _Job:
 class ProgressReader:
     """Keeps the newest committed step of each followed job, read by its own task within budgets."""
 
-    def __init__(self, budget: ProgressBudget | None = None, *, lister: StepLister = list_steps) -> None:
+    def __init__(self, budget: ProgressBudget | None = None, *, lister: StepLister = list_steps,
+                 opener: DirOpener = open_as_user) -> None:  # fmt: skip
         self._budget = budget or ProgressBudget()
         self._lister = lister
+        self._opener = opener
         self._jobs: dict[int, _Job] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._wake = asyncio.Event()
         self._threads = 0  # reads whose worker thread has not returned yet
 
-    def follow(self, key: int, uri: str) -> None:
-        """Start (or keep) reading the progress of record ``key`` at ``uri``."""
+    def follow(self, key: int, uri: str, *, user: str = "") -> None:
+        """Start (or keep) reading the progress of record ``key`` at ``uri``, owned by ``user``
+        ("" keeps the user already known for that record and URI)."""
         job = self._jobs.get(key)
-        if job is None or job.uri != uri:
-            self._jobs[key] = _Job(uri)
+        if job is None or job.uri != uri or (user and job.user != user):
+            self._jobs[key] = _Job(uri, user or (job.user if job is not None and job.uri == uri else ""))
             self._wake.set()
 
     def forget(self, key: int) -> None:
@@ -205,9 +249,28 @@ class ProgressReader:
             self._pool = ThreadPoolExecutor(budget.workers, thread_name_prefix="ckpt-progress")
         began = time.time()
         loop = asyncio.get_running_loop()
+        lister: Callable[[int, float], int] = functools.partial(self._lister, job.uri)
+        if _is_file(job.uri):
+            try:
+                root = await asyncio.wait_for(self._opener(job.user, parse_uri(job.uri).prefix), budget.seconds)
+            except FileMissing:
+                root = None
+            except TimeoutError:
+                self._thread_done(job)
+                self._failed(key, job, f"not opened within {budget.seconds:g} s")
+                return
+            except Exception as exc:  # refused, no user, no account: this job's reading only
+                self._thread_done(job)
+                self._failed(key, job, f"{type(exc).__name__}: {exc}")
+                return
+            if root is None:
+                self._thread_done(job)
+                self._read_ok(key, job, -1, began)
+                return
+            lister = functools.partial(user_dir_steps, root)
         # The cap keeps a free worker for this read, so its thread starts now; the store's deadline
         # is still taken in the thread, so a read never spends its budget waiting for a worker.
-        future: Future[int] = self._pool.submit(self._list, job.uri)
+        future: Future[int] = self._pool.submit(self._list, lister)
         future.add_done_callback(lambda _: _call_soon(loop, self._thread_done, job))
         try:
             step = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), budget.seconds)
@@ -216,13 +279,16 @@ class ProgressReader:
         except Exception as exc:  # RecursionError, StorageError, OverBudget, botocore's: anything but cancel
             self._failed(key, job, f"{type(exc).__name__}: {exc}")
         else:
-            if job.reading.error:
-                log.info("checkpoint progress of record %d readable again (step %d)", key, step)
-            job.reading = Reading(step, began)
-            job.due = time.monotonic() + budget.interval
+            self._read_ok(key, job, step, began)
 
-    def _list(self, uri: str) -> int:
-        return self._lister(uri, self._budget.max_keys, time.monotonic() + self._budget.seconds)
+    def _read_ok(self, key: int, job: _Job, step: int, began: float) -> None:
+        if job.reading.error:
+            log.info("checkpoint progress of record %d readable again (step %d)", key, step)
+        job.reading = Reading(step, began)
+        job.due = time.monotonic() + self._budget.interval
+
+    def _list(self, lister: Callable[[int, float], int]) -> int:
+        return lister(self._budget.max_keys, time.monotonic() + self._budget.seconds)
 
     def _thread_done(self, job: _Job) -> None:
         job.in_flight = False

@@ -264,7 +264,7 @@ class Reconciler:
     async def _fold_progress(self, rec: JobRecord, sj: SlurmJob) -> None:
         """Follow a running job's checkpoints; publish a newer step the reader has seen."""
         if sj.state == JobState.RUNNING:
-            self._progress.follow(rec.record_id, rec.spec.checkpoint_uri)
+            self._progress.follow(rec.record_id, rec.spec.checkpoint_uri, user=rec.user)
         step = self._progress.reading(rec.record_id).step
         if step is not None and step > rec.checkpoint_step:
             CHECKPOINT_COMMITS.labels(job_id=rec.job_id).inc()

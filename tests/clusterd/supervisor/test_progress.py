@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import pwd
+import shutil
+import tempfile
 import threading
 import time
 import uuid
@@ -13,7 +17,17 @@ from pathlib import Path
 import pytest
 
 from clusterctl.storage import open_storage
-from clusterd.supervisor.progress import OverBudget, ProgressBudget, ProgressReader, Reading, list_steps
+from clusterctl.storage.errors import StorageError
+from clusterd.errors import FailedPrecondition
+from clusterd.security.userdir import UserDirStorage
+from clusterd.supervisor.progress import (
+    OverBudget,
+    ProgressBudget,
+    ProgressReader,
+    Reading,
+    list_steps,
+    user_dir_steps,
+)
 from tests.support.prefixes import deep_tree, remove_tree
 from tests.support.s3server import get_server
 
@@ -28,30 +42,43 @@ def markers(root: Path, *steps: int) -> Path:
     return root
 
 
+def dir_steps(root: Path, max_keys: int, deadline: float) -> int:
+    """What the reader lists once the job's user opened ``root`` (here: this test's own directory)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    return user_dir_steps(UserDirStorage(fd, frozenset({os.geteuid()}), str(root)), max_keys, deadline)
+
+
 def test_newest_marker_wins_and_nothing_else_counts(tmp_path: Path) -> None:
     root = markers(tmp_path / "ckpt", 3, 12, 7)
     (root / "commits" / "000000000099.json.tmp-x").write_text("")  # a marker being written
     (root / "commits" / "000000000050.json").mkdir()  # a directory is not a marker
     (root / "steps" / "000000000100").mkdir(parents=True)  # data of an uncommitted step
-    assert list_steps(f"file://{root}", 100, FAR) == 12
-    assert list_steps(str(tmp_path / "missing"), 100, FAR) == -1
-    assert list_steps(str(markers(tmp_path / "empty")), 100, FAR) == -1
+    assert dir_steps(root, 100, FAR) == 12
+    (tmp_path / "nocommits").mkdir()
+    assert dir_steps(tmp_path / "nocommits", 100, FAR) == -1
+    assert dir_steps(markers(tmp_path / "empty"), 100, FAR) == -1
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "commits").symlink_to(root / "commits")  # never followed
+    with pytest.raises(StorageError, match="not a directory"):
+        dir_steps(tmp_path / "linked", 100, FAR)
+    with pytest.raises(FailedPrecondition, match="only S3"):
+        list_steps(f"file://{root}", 100, FAR)
 
 
 def test_a_huge_listing_is_cut_at_the_key_budget(tmp_path: Path) -> None:
     root = markers(tmp_path / "ckpt", *range(30))
-    assert list_steps(str(root), 30, FAR) == 29
+    assert dir_steps(root, 30, FAR) == 29
     with pytest.raises(OverBudget, match="more than 29 entries"):
-        list_steps(str(root), 29, FAR)
+        dir_steps(root, 29, FAR)
     with pytest.raises(OverBudget, match="ran out of time"):
-        list_steps(str(markers(tmp_path / "big", *range(600))), 10_000, deadline=0.0)
+        dir_steps(markers(tmp_path / "big", *range(600)), 10_000, deadline=0.0)
 
 
 def test_a_deep_tree_under_commits_is_never_walked(tmp_path: Path) -> None:
     root = markers(tmp_path / "ckpt", 4)
     deep_tree(root / "commits", 3 * 1000)  # deeper than Python's recursion limit; one scandir sees one entry
     try:
-        assert list_steps(str(root), 10, FAR) == 4
+        assert dir_steps(root, 10, FAR) == 4
     finally:  # pytest's own (recursive) cleanup of old temp dirs would hit the recursion limit
         remove_tree(root / "commits" / "d")
 
@@ -134,17 +161,17 @@ async def test_a_slow_or_failing_store_costs_only_its_own_job(lister: Lister, ca
 
 async def test_a_hung_read_keeps_its_worker_and_its_job_waits(lister: Lister) -> None:
     reader = ProgressReader(ProgressBudget(seconds=0.05, interval=0, retry_after=0, workers=2), lister=lister)
-    lister.answers = {"a": "hang", "b": 5}
-    reader.follow(0, "a")
-    reader.follow(1, "b")
+    lister.answers = {"s3://b/a": "hang", "s3://b/b": 5}
+    reader.follow(0, "s3://b/a")
+    reader.follow(1, "s3://b/b")
     await reader.read_due()
     assert reader.reading(0).error and reader.reading(1).step == 5
     await reader.read_due()  # job 0's thread still runs: no second read of it piles up
-    assert lister.calls.count("a") == 1 and lister.calls.count("b") == 2
+    assert lister.calls.count("s3://b/a") == 1 and lister.calls.count("s3://b/b") == 2
     lister.release.set()
     for _ in range(500):
         await asyncio.sleep(0.01)
-        if lister.calls.count("a") == 1 and not reader._jobs[0].in_flight:
+        if lister.calls.count("s3://b/a") == 1 and not reader._jobs[0].in_flight:
             break
     await reader.read_due()
     assert reader.reading(0).step == 1 and reader.reading(0).error == ""
@@ -191,12 +218,12 @@ async def test_run_reads_in_the_background_until_stopped(lister: Lister) -> None
 
 async def test_reads_past_the_worker_cap_wait_unstarted_instead_of_timing_out(lister: Lister) -> None:
     reader = ProgressReader(ProgressBudget(seconds=0.05, interval=0, retry_after=60, workers=1), lister=lister)
-    lister.answers = {"a": "hang", "b": 5}
-    reader.follow(0, "a")
-    reader.follow(1, "b")
+    lister.answers = {"s3://b/a": "hang", "s3://b/b": 5}
+    reader.follow(0, "s3://b/a")
+    reader.follow(1, "s3://b/b")
     await reader.read_due()
     assert reader.reading(0).error  # the hung read used its budget ...
-    assert lister.calls == ["a"] and reader.reading(1) == Reading()  # ... b never queued behind it
+    assert lister.calls == ["s3://b/a"] and reader.reading(1) == Reading()  # ... b never queued behind it
     lister.release.set()
     for _ in range(500):
         await asyncio.sleep(0.01)
@@ -205,3 +232,28 @@ async def test_reads_past_the_worker_cap_wait_unstarted_instead_of_timing_out(li
     await reader.read_due()
     assert reader.reading(1).step == 5 and reader.reading(1).error == ""
     reader.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reads as another user: needs root, as clusterd runs")
+async def test_a_file_prefix_is_read_with_the_jobs_users_rights(tmp_path: Path) -> None:
+    """A job pointed at root's directory learns nothing of it; its own directory is read as before."""
+    nobody = pwd.getpwnam("nobody")
+    own = Path(tempfile.mkdtemp(prefix="progress-", dir="/tmp"))  # /tmp: a path nobody can walk
+    try:
+        markers(own, 5)
+        for path in (own, own / "commits", own / "commits" / "000000000005.json"):
+            os.chown(path, nobody.pw_uid, nobody.pw_gid)
+        secret = markers(tmp_path / "root-only", 9)  # under root's 0700 pytest directory
+        reader = ProgressReader(ProgressBudget(interval=3600, retry_after=3600))
+        reader.follow(0, f"file://{own}", user="nobody")
+        reader.follow(1, f"file://{secret}", user="nobody")
+        reader.follow(2, f"file://{secret}")  # no user known: not read at all
+        await reader.read_due()
+        assert reader.reading(0).step == 5 and reader.reading(0).error == ""
+        assert reader.reading(1).step is None and "permission denied for nobody" in reader.reading(1).error
+        assert reader.reading(2).step is None and "user is not known" in reader.reading(2).error
+        reader.follow(1, f"file://{secret}")  # a later follow without the user keeps the one known
+        assert reader._jobs[1].user == "nobody"
+        reader.close()
+    finally:
+        shutil.rmtree(own)

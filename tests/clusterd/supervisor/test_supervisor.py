@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import pwd
+import shutil
+import tempfile
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import grpc
+import pytest
 
 from clusterctl.v1 import jobs_pb2
 from clusterd.auth.identity import Identity
@@ -158,7 +164,24 @@ async def wait_for_read(harness: Harness, record_id: int, after: float = 0.0) ->
     raise AssertionError(f"no progress read of record {record_id}")
 
 
-async def test_poll_rereads_only_records_that_changed(harness: Harness, monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.fixture
+def user_tmp() -> Iterator[Path]:
+    """A directory of USER_A's that USER_A can reach (progress reads a file:// prefix as the job's user)."""
+    path = Path(tempfile.mkdtemp(prefix="ckpt-", dir="/tmp"))
+    give(path)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def give(*paths: Path) -> None:
+    """Hand ``paths`` to USER_A when the tests run as root, as clusterd does."""
+    if os.geteuid() == 0:
+        entry = pwd.getpwnam(USER_A)
+        for path in paths:
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+
+
+async def test_poll_rereads_only_records_that_changed(harness: Harness, monkeypatch, user_tmp: Path) -> None:  # type: ignore[no-untyped-def]
     """A poll's cost follows the jobs that changed: settled records are not re-read from the store."""
     store = harness.daemon.store
     reads: list[int] = []
@@ -170,7 +193,7 @@ async def test_poll_rereads_only_records_that_changed(harness: Harness, monkeypa
 
     monkeypatch.setattr(store, "get_by_record", counting)
     quiet = [await submit(harness) for _ in range(5)]
-    ckpt_dir = tmp_path / "ckpt"
+    ckpt_dir = user_tmp / "ckpt"
     ckpt_spec = jobs_pb2.JobSpec(command=["train"], checkpoint_uri=f"file://{ckpt_dir}")
     ckpt = (await harness.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=ckpt_spec), metadata=auth(USER_A))).job.job_id
     ckpt_rec = (await store.get_by_job_id(ckpt)).record_id  # type: ignore[union-attr]
@@ -185,6 +208,7 @@ async def test_poll_rereads_only_records_that_changed(harness: Harness, monkeypa
 
     (ckpt_dir / "commits").mkdir(parents=True)
     (ckpt_dir / "commits" / "000000000007.json").write_text("{}")
+    give(ckpt_dir, ckpt_dir / "commits", ckpt_dir / "commits" / "000000000007.json")
     before = harness.daemon.progress.reading(ckpt_rec).read_at
     harness.daemon.progress.refresh(ckpt_rec)
     await wait_for_read(harness, ckpt_rec, after=before)
