@@ -119,7 +119,8 @@ def _output_path(request: JobRequest, path: str) -> str:
 
 def persisted_spec(spec: jobs_pb2.JobSpec, request: JobRequest) -> jobs_pb2.JobSpec:
     """The spec the store keeps: the caller's, with what status shows resolved from the request
-    (name, time limit, working directory, output paths still holding Slurm's %-patterns)."""
+    (name, time limit, working directory, output paths still holding Slurm's %-patterns); a job
+    that asked for ``--no-requeue`` gets a restart budget of zero, so the supervisor leaves it be."""
     out = jobs_pb2.JobSpec()
     out.CopyFrom(spec)
     out.name = request.name
@@ -132,6 +133,8 @@ def persisted_spec(spec: jobs_pb2.JobSpec, request: JobRequest) -> jobs_pb2.JobS
         out.time_limit = "UNLIMITED"
     elif request.time_limit_seconds is not None:
         out.time_limit = slurm_time(request.time_limit_seconds)
+    if not request.requeue:  # --no-requeue: the user's choice, no automatic restart either
+        out.restart_policy.max_restarts = 0
     return out
 
 

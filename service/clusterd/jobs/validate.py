@@ -13,13 +13,14 @@ from posixpath import normpath
 from typing import Any, TypeVar
 
 from clusterctl.hostlist import expand_hostlist
+from clusterctl.sbatch import values as sbatch_values
 from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.errors import InvalidArgument
 from clusterd.jobs import values
-from clusterd.jobs.directives import Directive, DirectiveError, neutralise, parse_directives
+from clusterd.jobs.directives import Directive, DirectiveError, neutralise, parse_directives, parse_options
 from clusterd.jobs.script import command_script
-from clusterd.slurm.request import ArraySpec, Export, ExportMode, JobRequest
+from clusterd.slurm.request import ArraySpec, Export, ExportMode, JobRequest, Sharing
 from clusterd.slurm.types import ClusterFacts
 from clusterd.topology.demand import Policy, Preference
 
@@ -187,8 +188,18 @@ class _Merged:
 
     def __init__(self, directives: list[Directive]) -> None:
         self.values: dict[str, Directive] = {}
-        for d in directives:
+        self.order: dict[str, int] = {}  # where each option was given last: which of two rivals wins
+        for i, d in enumerate(directives):
             self.values[d.option] = d
+            self.order[d.option] = i
+
+    def last_of(self, *options: str) -> str | None:
+        """Of rival options (``--exclusive``/``--oversubscribe``), the one given last, or None."""
+        given = [o for o in options if o in self.order]
+        return max(given, key=self.order.__getitem__) if given else None
+
+    def flag(self, option: str) -> bool:
+        return option in self.values
 
     def get(self, option: str) -> Directive | None:
         return self.values.get(option)
@@ -199,11 +210,11 @@ class _Merged:
         if d is None:
             return None
         if d.value is None:
-            raise InvalidArgument("spec.script", f"script line {d.lineno}: {d.text}: --{option} needs a value")
+            raise InvalidArgument(d.field, f"{d.where}: --{option} needs a value")
         try:
             return reader(d.value)
         except ValueError as exc:
-            raise InvalidArgument("spec.script", f"script line {d.lineno}: {d.text}: {exc}") from None
+            raise InvalidArgument(d.field, f"{d.where}: {exc}") from None
 
     def text(self, option: str, spec_value: str, field_name: str, check: Callable[[str, str], None]) -> str:
         if spec_value:
@@ -213,9 +224,9 @@ class _Merged:
         if value:
             d = self.values[option]
             try:
-                check(f"script line {d.lineno}", value)
+                check(d.where, value)
             except InvalidArgument as exc:
-                raise InvalidArgument("spec.script", f"{exc.field}: {d.text}: {exc.message}") from None
+                raise InvalidArgument(d.field, f"{d.where}: {exc.message}") from None
         return value
 
 
@@ -272,8 +283,7 @@ def _resources(spec: jobs_pb2.JobSpec, m: _Merged, limits: LimitsConfig) -> dict
         for n in (nodes, max_nodes):
             if n is not None and n > limits.max_nodes:
                 d = m.values["nodes"]
-                raise InvalidArgument("spec.script", f"script line {d.lineno}: {d.text}: more than "
-                                                     f"{limits.max_nodes} nodes")  # fmt: skip
+                raise InvalidArgument(d.field, f"{d.where}: more than {limits.max_nodes} nodes")
     gpu_type = spec.gpu_type
     gpus_per_node: int | None = _count("spec.gpus_per_node", spec.gpus_per_node, _MAX_GPUS) or None
     if gpus_per_node is None:
@@ -361,11 +371,11 @@ def _hosts(m: _Merged, option: str, facts: ClusterFacts, limits: LimitsConfig) -
     names = tuple(m.read(option, lambda text: _hostlist(text, limits.max_nodes)) or ())
     d = m.values.get(option)
     for name in names:
-        where = f"script line {d.lineno if d else 0}: {d.text if d else option}"
+        where, field_name = (d.where, d.field) if d else (option, "spec.script")
         if not name or not _NAME_RE.match(name):
-            raise InvalidArgument("spec.script", f"{where}: node name {name[:80]!r} must be 1-64 of [A-Za-z0-9_.-]")
+            raise InvalidArgument(field_name, f"{where}: node name {name[:80]!r} must be 1-64 of [A-Za-z0-9_.-]")
         if facts.nodes and name not in facts.nodes:
-            raise InvalidArgument("spec.script", f"{where}: unknown node {name!r}")
+            raise InvalidArgument(field_name, f"{where}: unknown node {name!r}")
     return names
 
 
@@ -404,9 +414,10 @@ def validate_spec(spec: jobs_pb2.JobSpec, facts: ClusterFacts, limits: LimitsCon
         raise InvalidArgument("spec.request_id", "must be 1-128 of [A-Za-z0-9_.:-]")
     script = _script_body(spec, limits)
     try:
-        m = _Merged(parse_directives(script))
+        directives = parse_directives(script)
     except DirectiveError as exc:
         raise InvalidArgument("spec.script", str(exc)) from None
+    m = _Merged(directives + _sbatch_options(spec))
     res = _resources(spec, m, limits)
     seconds, unlimited = _time(spec, m)
 
@@ -462,14 +473,17 @@ def validate_spec(spec: jobs_pb2.JobSpec, facts: ClusterFacts, limits: LimitsCon
         dependency=m.text("dependency", spec.dependency, "spec.dependency", _check_dependency),
         begin=m.text("begin", spec.begin, "spec.begin", _check_begin),
         hold=spec.hold or m.get("hold") is not None,
-        exclusive=spec.exclusive or _exclusive(m),
+        sharing=Sharing.EXCLUSIVE if spec.exclusive else _sharing(m),
+        requeue=m.last_of("requeue", "no-requeue") != "no-requeue",
+        open_append=m.read("open-mode", lambda t: sbatch_values.choice(t, ("append", "truncate"), "--open-mode"))
+        != "truncate",
         mail_type=tuple(t for t in mail_type.split(",") if t),
         mail_user=m.text("mail-user", spec.mail_user, "spec.mail_user", _check_mail_user),
         nice=nice,
         signal=m.read("signal", values.signal),
         export=_export(spec, m, limits),
         **_paths(spec, m),
-        **res,
+        **{**res, **_layout(m, res["gpu_type"])},
     )
 
 
@@ -528,14 +542,73 @@ def _check_mail_user(field_name: str, value: str) -> None:
         raise InvalidArgument(field_name, f"bad mail address {value[:80]!r}")
 
 
-def _exclusive(m: _Merged) -> bool:
-    d = m.get("exclusive")
-    if d is None:
-        return False
-    if d.value not in (None, ""):
-        raise InvalidArgument("spec.script", f"script line {d.lineno}: {d.text}: only --exclusive without a value "
-                                             "is supported")  # fmt: skip
-    return True
+_SHARING = {"": Sharing.EXCLUSIVE, "exclusive": Sharing.EXCLUSIVE, "user": Sharing.USER, "mcs": Sharing.MCS,
+            "oversubscribe": Sharing.OVERSUBSCRIBE}  # fmt: skip
+
+
+def _sharing(m: _Merged) -> Sharing | None:
+    """``--exclusive[=user|mcs]`` and ``--oversubscribe``: the one given last wins, as in sbatch."""
+    last = m.last_of("exclusive", "oversubscribe")
+    if last is None:
+        return None
+    if last == "oversubscribe":
+        return Sharing.OVERSUBSCRIBE
+    d = m.values["exclusive"]
+    sharing = _SHARING.get((d.value or "").lower())
+    if sharing is None:
+        raise InvalidArgument(d.field, f"{d.where}: --exclusive takes no value, user or mcs")
+    return sharing
+
+
+_MAX_SBATCH_OPTIONS = 256
+_HINTS = ("compute_bound", "memory_bound", "multithread", "nomultithread")
+
+
+def _sbatch_options(spec: jobs_pb2.JobSpec) -> list[Directive]:
+    """spec.sbatch_options read like directive lines (same getopt rules, same allowlist)."""
+    if len(spec.sbatch_options) > _MAX_SBATCH_OPTIONS:
+        raise InvalidArgument("spec.sbatch_options", f"more than {_MAX_SBATCH_OPTIONS} options")
+    for i, word in enumerate(spec.sbatch_options):
+        _check_text(f"spec.sbatch_options[{i}]", word, max_len=_MAX_PATH)
+    try:
+        return parse_options(list(spec.sbatch_options))
+    except ValueError as exc:
+        raise InvalidArgument("spec.sbatch_options", str(exc)) from None
+
+
+def _layout(m: _Merged, gpu_type: str) -> dict[str, Any]:
+    """The task layout, per-GPU amounts and scheduling options beyond the basic resources."""
+    typed = m.read("gpus-per-task", _typed_upto(sbatch_values.gpus, _MAX_GPUS))
+    if typed is not None and typed[0] and gpu_type and typed[0] != gpu_type:
+        d = m.values["gpus-per-task"]
+        raise InvalidArgument(d.field, f"{d.where}: GPU type {typed[0]!r} differs from {gpu_type!r}")
+    sockets, cores, threads = m.read("extra-node-info", sbatch_values.extra_node_info) or (None, None, None)
+    kill = m.read("kill-on-invalid-dep", lambda t: sbatch_values.choice(t, ("yes", "no"), "--kill-on-invalid-dep"))
+    return {
+        "gpu_type": gpu_type or (typed[0] if typed else ""),
+        "gpus_per_task": typed[1] if typed else None,
+        "cpus_per_gpu": m.read("cpus-per-gpu", _upto(sbatch_values.count, _MAX_CPUS)),
+        "memory_mb_per_gpu": m.read("mem-per-gpu", _upto(sbatch_values.megabytes, _MAX_MEMORY_MB)),
+        "tasks_per_gpu": m.read("ntasks-per-gpu", _upto(sbatch_values.count, _MAX_TASKS)),
+        "tasks_per_core": m.read("ntasks-per-core", _upto(sbatch_values.count, _MAX_TASKS)),
+        "gpu_bind": m.read("gpu-bind", sbatch_values.gpu_bind) or "",
+        "gres_flags": m.read(
+            "gres-flags", lambda t: sbatch_values.choice(t, ("enforce-binding", "disable-binding"), "--gres-flags")
+        )
+        or "",
+        "hint": m.read("hint", lambda t: sbatch_values.choice(t, _HINTS, "--hint")) or "",
+        "distribution": m.read("distribution", sbatch_values.distribution) or "",
+        "sockets_per_node": m.read("sockets-per-node", _upto(sbatch_values.count, _MAX_CPUS)) or sockets,
+        "cores_per_socket": m.read("cores-per-socket", _upto(sbatch_values.count, _MAX_CPUS)) or cores,
+        "threads_per_core": m.read("threads-per-core", _upto(sbatch_values.count, _MAX_CPUS)) or threads,
+        "min_cpus_per_node": m.read("mincpus", _upto(sbatch_values.count, _MAX_CPUS)),
+        "contiguous": m.flag("contiguous"),
+        "spread_job": m.flag("spread-job"),
+        "kill_on_invalid_dep": None if kill is None else kill == "yes",
+        "deadline": m.text("deadline", "", "spec.sbatch_options", _check_begin),
+        "time_min_seconds": m.read("time-min", sbatch_values.finite_time),
+        "wckey": m.read("wckey", sbatch_values.name) or "",
+    }
 
 
 def _validate_checkpoint_uri(uri: str) -> None:

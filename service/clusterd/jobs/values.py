@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import re
 
+from clusterctl.sbatch.values import count, gpus, gres_gpus, megabytes, non_negative, time_limit
 from clusterd.slurm.request import ArraySpec, Export, ExportMode, Signal, Switches, parse_time_limit
 
-_COUNT_RE = re.compile(r"[0-9]+\Z")
-_MEM_RE = re.compile(r"([0-9]+)([KMGT]?)B?\Z", re.IGNORECASE)
-_MEM_MB = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024, "": 1}
+__all__ = ["count", "gpus", "gres_gpus", "megabytes", "non_negative", "time_limit"]  # sbatch's own value syntax
+
 _SIGNAL_RE = re.compile(r"(?:(?P<flags>[RB]+):)?(?:SIG)?(?P<sig>[A-Z0-9]+)(?:@(?P<time>[0-9]+))?\Z", re.IGNORECASE)
 _SIGNALS = frozenset(
     [
@@ -36,21 +36,6 @@ _SIGNALS = frozenset(
 )
 _ARRAY_RE = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?\Z")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
-_GPU_RE = re.compile(r"(?:([A-Za-z0-9_.\-]{1,64}):)?([0-9]+)\Z")
-
-
-def count(text: str) -> int:
-    """A positive whole number."""
-    if not _COUNT_RE.match(text) or int(text) <= 0:
-        raise ValueError(f"{text[:40]!r} is not a positive whole number")
-    return int(text)
-
-
-def non_negative(text: str) -> int:
-    """A whole number >= 0 (a leading '-' is refused: negative values are privileges in Slurm)."""
-    if not _COUNT_RE.match(text):
-        raise ValueError(f"{text[:40]!r} is not a non-negative whole number")
-    return int(text)
 
 
 def node_range(text: str) -> tuple[int, int | None]:
@@ -63,50 +48,6 @@ def node_range(text: str) -> tuple[int, int | None]:
     if maximum < minimum:
         raise ValueError(f"{text!r}: the maximum is below the minimum")
     return minimum, maximum
-
-
-def megabytes(text: str) -> int:
-    """``--mem=2G`` -> 2048 (sbatch's default unit is MB)."""
-    m = _MEM_RE.match(text.strip())
-    if not m:
-        raise ValueError(f"cannot read memory size {text[:40]!r}")
-    mb = int(m.group(1)) * _MEM_MB[m.group(2).upper()]
-    if mb != int(mb) or mb <= 0:
-        raise ValueError(f"{text!r} is not a positive whole number of megabytes")
-    return int(mb)
-
-
-def time_limit(text: str) -> int | None:
-    """Slurm's time syntax in seconds (None: UNLIMITED); zero is refused."""
-    try:
-        seconds = parse_time_limit(text)
-    except ValueError:
-        raise ValueError(
-            f"bad time limit {text[:40]!r}: use MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]] or UNLIMITED"
-        ) from None
-    if seconds == 0:
-        raise ValueError("time limit must be greater than zero")
-    return seconds
-
-
-def gpus(text: str) -> tuple[str, int]:
-    """``[TYPE:]N`` (``--gpus``, ``--gpus-per-node``) -> (type, count)."""
-    m = _GPU_RE.match(text)
-    if not m:
-        raise ValueError(f"cannot read GPU request {text[:40]!r}: use [TYPE:]COUNT")
-    return m.group(1) or "", count(m.group(2))
-
-
-def gres_gpus(text: str) -> tuple[str, int]:
-    """``--gres=gpu[:TYPE][:N]``: only GPUs can be asked for through clusterd."""
-    kind, _, rest = text.partition(":")
-    if kind != "gpu" or "," in text:
-        raise ValueError(f"{text[:40]!r}: only --gres=gpu[:TYPE][:COUNT] is supported")
-    if not rest:
-        return "", 1
-    if ":" not in rest and not _COUNT_RE.match(rest):
-        return rest, 1
-    return gpus(rest)
 
 
 def signal(text: str) -> Signal:

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 
 from clusterctl.hostlist import compress_hostlist
-from clusterd.slurm.request import ExportMode, JobRequest, slurm_time
+from clusterd.slurm.request import ExportMode, JobRequest, Sharing, slurm_time
 
 _Render = Callable[[JobRequest], list[str]]
 
@@ -71,6 +71,29 @@ def _none(_req: JobRequest) -> list[str]:
     return []
 
 
+def _typed_gpus(name: str, field: str) -> _Render:
+    def render(req: JobRequest) -> list[str]:
+        count = getattr(req, field)
+        prefix = f"{req.gpu_type}:" if req.gpu_type else ""
+        return [f"--{name}={prefix}{count}"] if count else []
+
+    return render
+
+
+def _sharing(req: JobRequest) -> list[str]:
+    if req.sharing is None:
+        return []
+    if req.sharing is Sharing.OVERSUBSCRIBE:
+        return ["--oversubscribe"]
+    return ["--exclusive" if req.sharing is Sharing.EXCLUSIVE else f"--exclusive={req.sharing.value}"]
+
+
+def _kill_on_invalid_dep(req: JobRequest) -> list[str]:
+    if req.kill_on_invalid_dep is None:
+        return []
+    return [f"--kill-on-invalid-dep={'yes' if req.kill_on_invalid_dep else 'no'}"]
+
+
 # One renderer per JobRequest field (a test pins that none is missing).
 SBATCH_RENDERERS: dict[str, _Render] = {
     "script": _none,  # on stdin
@@ -87,6 +110,25 @@ SBATCH_RENDERERS: dict[str, _Render] = {
     "tasks_per_node": _opt("ntasks-per-node", "tasks_per_node"),
     "cpus_per_task": _opt("cpus-per-task", "cpus_per_task"),
     "gpus": _gpus,
+    "gpus_per_task": _typed_gpus("gpus-per-task", "gpus_per_task"),
+    "cpus_per_gpu": _opt("cpus-per-gpu", "cpus_per_gpu"),
+    "memory_mb_per_gpu": lambda r: [f"--mem-per-gpu={r.memory_mb_per_gpu}M"] if r.memory_mb_per_gpu else [],
+    "tasks_per_gpu": _opt("ntasks-per-gpu", "tasks_per_gpu"),
+    "tasks_per_core": _opt("ntasks-per-core", "tasks_per_core"),
+    "gpu_bind": _opt("gpu-bind", "gpu_bind"),
+    "gres_flags": _opt("gres-flags", "gres_flags"),
+    "hint": _opt("hint", "hint"),
+    "distribution": _opt("distribution", "distribution"),
+    "sockets_per_node": _opt("sockets-per-node", "sockets_per_node"),
+    "cores_per_socket": _opt("cores-per-socket", "cores_per_socket"),
+    "threads_per_core": _opt("threads-per-core", "threads_per_core"),
+    "min_cpus_per_node": _opt("mincpus", "min_cpus_per_node"),
+    "contiguous": _opt("contiguous", "contiguous"),
+    "spread_job": _opt("spread-job", "spread_job"),
+    "kill_on_invalid_dep": _kill_on_invalid_dep,
+    "deadline": _opt("deadline", "deadline"),
+    "time_min_seconds": lambda r: [f"--time-min={slurm_time(r.time_min_seconds)}"] if r.time_min_seconds else [],
+    "wckey": _opt("wckey", "wckey"),
     "gpus_per_node": _gres,
     "gpu_type": _none,  # with gpus / gpus_per_node
     "memory_mb_per_node": lambda r: [f"--mem={r.memory_mb_per_node}M"] if r.memory_mb_per_node else [],
@@ -105,7 +147,7 @@ SBATCH_RENDERERS: dict[str, _Render] = {
     "dependency": _opt("dependency", "dependency"),
     "begin": _opt("begin", "begin"),
     "hold": _opt("hold", "hold"),
-    "exclusive": _opt("exclusive", "exclusive"),
+    "sharing": _sharing,
     "mail_type": lambda r: [f"--mail-type={','.join(r.mail_type)}"] if r.mail_type else [],
     "mail_user": _opt("mail-user", "mail_user"),
     "nice": lambda r: [f"--nice={r.nice}"] if r.nice else [],
@@ -152,6 +194,10 @@ def kill_step_argv(step_ids: list[str]) -> list[str]:
 
 def node_down_argv(node: str, reason: str) -> list[str]:
     return ["scontrol", "update", f"nodename={node}", "state=down", f"reason={reason}"]
+
+
+def node_drain_argv(node: str, reason: str) -> list[str]:
+    return ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"]
 
 
 def requeue_argv(job_id: str) -> list[str]:

@@ -28,7 +28,8 @@ from clusterd.config import SlurmConfig
 from clusterd.errors import SlurmError, SlurmUnavailable, says_unavailable
 from clusterd.observability.metrics import observed_slurm_call
 from clusterd.slurm import parse
-from clusterd.slurm.request import ExportMode, JobRequest
+from clusterd.slurm.request import ExportMode, JobRequest, Sharing
+from clusterd.slurm.restd_submit import Unexpressible
 from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch
 from clusterd.slurm.version import SlurmVersion, SlurmVersionError
 
@@ -100,6 +101,23 @@ def _environment(attrs: Attrs, req: JobRequest) -> None:
     attrs["environment"] = env
 
 
+def _sharing(attrs: Attrs, req: JobRequest) -> None:
+    if req.sharing is not None:
+        attrs["resource_sharing"] = {Sharing.EXCLUSIVE: "no", Sharing.OVERSUBSCRIBE: "yes"}.get(
+            req.sharing, req.sharing.value
+        )
+
+
+def _by_sbatch(option: str, field: str) -> _Render:
+    """A field JobSubmitDescription has no attribute for: the request goes to sbatch instead."""
+
+    def render(_attrs: Attrs, req: JobRequest) -> None:
+        if getattr(req, field) not in (None, "", (), False):
+            raise Unexpressible(f"{BACKEND} submit", None, f"cannot express {option} through pyslurm")
+
+    return render
+
+
 # One renderer per JobRequest field (a test pins that none is missing); attribute names from
 # pyslurm's JobSubmitDescription.
 RENDERERS: dict[str, _Render] = {
@@ -135,7 +153,7 @@ RENDERERS: dict[str, _Render] = {
     "dependency": _attr("dependencies", "dependency"),
     "begin": _attr("begin_time", "begin"),
     "hold": lambda attrs, r: attrs.update(priority=0) if r.hold else None,
-    "exclusive": lambda attrs, r: attrs.update(resource_sharing="no") if r.exclusive else None,
+    "sharing": _sharing,
     "mail_type": _attr("mail_types", "mail_type", list),
     "mail_user": _attr("mail_user", "mail_user"),
     "nice": _attr("nice", "nice"),
@@ -143,6 +161,27 @@ RENDERERS: dict[str, _Render] = {
     "open_append": lambda attrs, r: attrs.update(log_files_open_mode="append" if r.open_append else "truncate"),
     "signal": _attr("signal", "signal", lambda s: s.render()),
     "export": _environment,
+    "gpus_per_task": _gpus("gpus_per_task", "gpus_per_task"),
+    "cpus_per_gpu": _attr("cpus_per_gpu", "cpus_per_gpu"),
+    "memory_mb_per_gpu": _attr("memory_per_gpu", "memory_mb_per_gpu", lambda mb: f"{mb}M"),
+    "tasks_per_gpu": _attr("ntasks_per_gpu", "tasks_per_gpu"),
+    "tasks_per_core": _attr("ntasks_per_core", "tasks_per_core"),
+    "gpu_bind": _attr("gpu_binding", "gpu_bind"),
+    "gres_flags": _attr("gres_binding", "gres_flags"),
+    "hint": _by_sbatch("--hint", "hint"),
+    "distribution": _attr("distribution", "distribution"),
+    "sockets_per_node": _attr("sockets_per_node", "sockets_per_node"),
+    "cores_per_socket": _attr("cores_per_socket", "cores_per_socket"),
+    "threads_per_core": _attr("threads_per_core", "threads_per_core"),
+    "min_cpus_per_node": _attr("min_cpus_per_node", "min_cpus_per_node"),
+    "contiguous": _attr("requires_contiguous_nodes", "contiguous"),
+    "spread_job": _attr("spreads_over_nodes", "spread_job"),
+    "kill_on_invalid_dep": lambda attrs, r: (
+        attrs.update(kill_on_invalid_dependency=r.kill_on_invalid_dep) if r.kill_on_invalid_dep is not None else None
+    ),
+    "deadline": _attr("deadline", "deadline"),
+    "time_min_seconds": _attr("time_limit_min", "time_min_seconds", lambda s: (s + 59) // 60),
+    "wckey": _attr("wckey", "wckey"),
 }
 
 
@@ -328,7 +367,12 @@ class PyslurmBackend:
                 raise
 
     async def submit(self, request: JobRequest) -> str:
-        attrs = await asyncio.to_thread(submit_attributes, request)
+        """A request JobSubmitDescription cannot carry as sbatch would goes to sbatch, run as the caller."""
+        try:
+            attrs = await asyncio.to_thread(submit_attributes, request)
+        except Unexpressible as exc:
+            log.info("submitting with sbatch: %s", exc.detail)
+            return await self._commands().submit(request)
 
         def submit() -> str:
             return str(self._pyslurm.JobSubmitDescription(**attrs).submit())
@@ -357,6 +401,9 @@ class PyslurmBackend:
 
     async def set_node_down(self, node: str, reason: str) -> None:
         await self._commands().set_node_down(node, reason)
+
+    async def drain_node(self, node: str, reason: str) -> None:
+        await self._commands().drain_node(node, reason)
 
     async def update_job(
         self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_after: int | None = None

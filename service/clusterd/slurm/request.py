@@ -10,31 +10,16 @@ Each backend keeps a renderer per field, and a test pins that every field has on
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from clusterctl.sbatch.values import parse_time
 from clusterd.slurm.arrays import compress
-
-_TIME_RE = re.compile(
-    r"^(?:(?P<d>[0-9]+)-(?P<dh>[0-9]+)(?::(?P<dm>[0-9]+)(?::(?P<ds>[0-9]+))?)?"
-    r"|(?P<h>[0-9]+):(?P<hm>[0-9]+):(?P<hs>[0-9]+)|(?P<m>[0-9]+)(?::(?P<ms>[0-9]+))?)\Z"
-)
 
 
 def parse_time_limit(text: str) -> int | None:
     """Slurm time syntax to seconds; None for UNLIMITED/INFINITE. Raises ValueError when malformed."""
-    if text.upper() in ("UNLIMITED", "INFINITE", "-1"):
-        return None
-    m = _TIME_RE.match(text)
-    if not m:
-        raise ValueError(text)
-    g = {k: int(v) for k, v in m.groupdict().items() if v is not None}
-    if "d" in g:
-        return g["d"] * 86400 + g["dh"] * 3600 + g.get("dm", 0) * 60 + g.get("ds", 0)
-    if "h" in g:
-        return g["h"] * 3600 + g["hm"] * 60 + g["hs"]
-    return g["m"] * 60 + g.get("ms", 0)
+    return parse_time(text)
 
 
 def slurm_time(seconds: int) -> str:
@@ -102,6 +87,15 @@ class Signal:
         return f"{'B:' if self.batch_only else ''}{self.name}@{self.seconds}"
 
 
+class Sharing(enum.Enum):
+    """``--exclusive[=user|mcs]`` / ``--oversubscribe``: how the job shares its nodes (last one wins)."""
+
+    EXCLUSIVE = "exclusive"  # no other job on the nodes
+    USER = "user"  # only this user's jobs
+    MCS = "mcs"  # only jobs of the same MCS label
+    OVERSUBSCRIBE = "oversubscribe"  # resources may be shared with other jobs
+
+
 @dataclass(frozen=True)
 class JobRequest:
     """One batch job as Slurm must run it; every field has sbatch's meaning.
@@ -143,7 +137,7 @@ class JobRequest:
     dependency: str = ""
     begin: str = ""
     hold: bool = False
-    exclusive: bool = False
+    sharing: Sharing | None = None
     mail_type: tuple[str, ...] = ()
     mail_user: str = ""
     nice: int = 0
@@ -151,6 +145,25 @@ class JobRequest:
     open_append: bool = True  # --open-mode=append: a requeued job keeps its earlier output
     signal: Signal | None = None
     export: Export = field(default_factory=Export)
+    gpus_per_task: int | None = None  # --gpus-per-task (typed like the other GPU options)
+    cpus_per_gpu: int | None = None
+    memory_mb_per_gpu: int | None = None
+    tasks_per_gpu: int | None = None  # --ntasks-per-gpu
+    tasks_per_core: int | None = None  # --ntasks-per-core
+    gpu_bind: str = ""
+    gres_flags: str = ""  # enforce-binding | disable-binding
+    hint: str = ""
+    distribution: str = ""  # -m
+    sockets_per_node: int | None = None  # -B S:C:T and --sockets-per-node ...
+    cores_per_socket: int | None = None
+    threads_per_core: int | None = None
+    min_cpus_per_node: int | None = None  # --mincpus
+    contiguous: bool = False
+    spread_job: bool = False
+    kill_on_invalid_dep: bool | None = None  # --kill-on-invalid-dep=yes|no
+    deadline: str = ""  # sbatch's time syntax, as --begin
+    time_min_seconds: int | None = None  # --time-min
+    wckey: str = ""
 
     @property
     def task_count(self) -> int:

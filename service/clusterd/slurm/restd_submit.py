@@ -14,7 +14,7 @@ from typing import Any
 
 from clusterctl.hostlist import compress_hostlist
 from clusterd.errors import SlurmError
-from clusterd.slurm.request import ExportMode, JobRequest
+from clusterd.slurm.request import ExportMode, JobRequest, Sharing
 
 COMMAND = "POST job/submit"
 
@@ -108,6 +108,25 @@ def _hosts(key: str, field: str) -> Render:
     return render
 
 
+def _sharing(job: Body, req: JobRequest) -> None:
+    """v0.0.38 reads ``exclusive`` as sbatch's argument ("exclusive", "user", "mcs"; "true" is
+    "Invalid exclusive specification") and ``oversubscribe`` as a boolean."""
+    if req.sharing is Sharing.OVERSUBSCRIBE:
+        job["oversubscribe"] = True
+    elif req.sharing is not None:
+        job["exclusive"] = req.sharing.value
+
+
+def _by_sbatch(option: str, field: str, why: str) -> Render:
+    """A field v0.0.38 does not carry as sbatch does: the request goes to sbatch (run as the caller)."""
+
+    def render(_job: Body, req: JobRequest) -> None:
+        if getattr(req, field) not in (None, "", (), False):
+            raise refuse(option, why)
+
+    return render
+
+
 # One renderer per JobRequest field (a test pins that none is missing).
 RENDERERS: dict[str, Render] = {
     "script": _none,  # the body's top-level "script"
@@ -144,7 +163,7 @@ RENDERERS: dict[str, Render] = {
     "dependency": _key("dependency", "dependency"),
     "begin": _key("begin_time", "begin"),
     "hold": _key("hold", "hold"),
-    "exclusive": lambda job, r: job.update(exclusive="true") if r.exclusive else None,
+    "sharing": _sharing,
     "mail_type": lambda job, r: job.update(mail_type=",".join(r.mail_type)) if r.mail_type else None,
     "mail_user": _key("mail_user", "mail_user"),
     "nice": _key("nice", "nice"),
@@ -154,6 +173,33 @@ RENDERERS: dict[str, Render] = {
     # --get-user-env's argument as a string ("": no timeout, as the implied option has); the schema
     # says boolean, but 22.05 refuses true ("Invalid get user environment specification").
     "export": lambda job, r: job.update(get_user_environment="") if login_environment(r) else None,
+    "gpus_per_task": lambda job, r: (
+        job.update(gpus_per_task=gpu_count(r, r.gpus_per_task)) if r.gpus_per_task else None
+    ),
+    "cpus_per_gpu": _key("cpus_per_gpu", "cpus_per_gpu"),
+    "memory_mb_per_gpu": _key("memory_per_gpu", "memory_mb_per_gpu"),
+    "tasks_per_gpu": _key("ntasks_per_tres", "tasks_per_gpu"),
+    "tasks_per_core": _key("tasks_per_core", "tasks_per_core"),
+    "gpu_bind": _key("gpu_binding", "gpu_bind"),
+    "gres_flags": _key("gres_flags", "gres_flags"),
+    # sbatch turns --hint into threads per core and a CPU binding on its side; v0.0.38's
+    # cpu_binding_hint leaves the job without them.
+    "hint": _by_sbatch("--hint", "hint", "v0.0.38's cpu_binding_hint does not set what sbatch's --hint sets"),
+    "distribution": _by_sbatch("--distribution", "distribution", "v0.0.38's distribution was not verified"),
+    "sockets_per_node": _key("sockets_per_node", "sockets_per_node"),
+    "cores_per_socket": _key("cores_per_socket", "cores_per_socket"),
+    "threads_per_core": _key("threads_per_core", "threads_per_core"),
+    "min_cpus_per_node": _key("minimum_cpus_per_node", "min_cpus_per_node"),
+    "contiguous": _by_sbatch("--contiguous", "contiguous", 'v0.0.38 disables the key ("Disabled key")'),
+    "spread_job": _key("spread_job", "spread_job"),
+    "kill_on_invalid_dep": lambda job, r: (
+        job.update(kill_on_invalid_dependency=r.kill_on_invalid_dep) if r.kill_on_invalid_dep is not None else None
+    ),
+    "deadline": _key("deadline", "deadline"),
+    "time_min_seconds": lambda job, r: (
+        job.update(time_minimum=minutes(r.time_min_seconds)) if r.time_min_seconds else None
+    ),
+    "wckey": _by_sbatch("--wckey", "wckey", "v0.0.38's wckey was not verified"),
 }
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clusterd.slurm import restd_submit
-from clusterd.slurm.request import JobRequest
+from clusterd.slurm.request import JobRequest, Sharing
 from clusterd.slurm.restd_submit import refuse
 
 Body = dict[str, Any]
@@ -219,8 +219,41 @@ def _signal(job: Body, req: JobRequest, _api: RestApi, _now: float) -> None:
 
 def _export(_job: Body, req: JobRequest, api: RestApi, _now: float) -> None:
     if restd_submit.login_environment(req):  # JOB_DESC_MSG has no get-user-env field
-        raise refuse(f"--export={req.export.mode.value}",
-                     f"{api.name} cannot ask for the user's login environment (sbatch --get-user-env)")
+        raise refuse(
+            f"--export={req.export.mode.value}",
+            f"{api.name} cannot ask for the user's login environment (sbatch --get-user-env)",
+        )
+
+
+def _tres(key: str, field: str) -> DpRender:
+    """A per-GPU amount as a TRES string (``cpus_per_tres: "gres/gpu:4"``), as sbatch sends it."""
+
+    def render(job: Body, req: JobRequest, _api: RestApi, _now: float) -> None:
+        value = getattr(req, field)
+        if value:
+            job[key] = f"gres/gpu:{value}"
+
+    return render
+
+
+def _sharing(job: Body, req: JobRequest, _api: RestApi, _now: float) -> None:
+    if req.sharing is not None:
+        job["shared"] = ["none" if req.sharing is Sharing.EXCLUSIVE else req.sharing.value]
+
+
+def _by_sbatch(option: str, field: str) -> DpRender:
+    """A field whose data_parser key was not established: the request goes to sbatch (as the caller)."""
+
+    def render(_job: Body, req: JobRequest, api: RestApi, _now: float) -> None:
+        if getattr(req, field) not in (None, "", (), False):
+            raise refuse(option, f"its {api.name} key was not established")
+
+    return render
+
+
+def _deadline(job: Body, req: JobRequest, _api: RestApi, now: float) -> None:
+    if req.deadline:
+        job["deadline"] = _timestamp("--deadline", req.deadline, now)
 
 
 DP_RENDERERS: dict[str, DpRender] = {
@@ -256,7 +289,7 @@ DP_RENDERERS: dict[str, DpRender] = {
     "dependency": _key("dependency", "dependency"),
     "begin": _begin,
     "hold": _hold,
-    "exclusive": lambda job, r, _a, _n: job.update(shared=["none"]) if r.exclusive else None,
+    "sharing": _sharing,
     "mail_type": _mail_type,
     "mail_user": _key("mail_user", "mail_user"),
     "nice": _key("nice", "nice"),
@@ -264,6 +297,29 @@ DP_RENDERERS: dict[str, DpRender] = {
     "open_append": lambda job, r, _a, _n: job.update(open_mode=["APPEND" if r.open_append else "TRUNCATE"]),
     "signal": _signal,
     "export": _export,  # the environment: below
+    "gpus_per_task": _gpus("tres_per_task", "gpus_per_task"),
+    "cpus_per_gpu": _tres("cpus_per_tres", "cpus_per_gpu"),
+    "memory_mb_per_gpu": _tres("memory_per_tres", "memory_mb_per_gpu"),
+    "tasks_per_gpu": _key("ntasks_per_tres", "tasks_per_gpu"),
+    "tasks_per_core": _key("tasks_per_core", "tasks_per_core"),
+    "gpu_bind": _by_sbatch("--gpu-bind", "gpu_bind"),
+    "gres_flags": _by_sbatch("--gres-flags", "gres_flags"),
+    "hint": _by_sbatch("--hint", "hint"),
+    "distribution": _by_sbatch("--distribution", "distribution"),
+    "sockets_per_node": _key("sockets_per_node", "sockets_per_node"),
+    "cores_per_socket": _key("cores_per_socket", "cores_per_socket"),
+    "threads_per_core": _key("threads_per_core", "threads_per_core"),
+    "min_cpus_per_node": _by_sbatch("--mincpus", "min_cpus_per_node"),
+    "contiguous": _key("contiguous", "contiguous"),
+    "spread_job": _by_sbatch("--spread-job", "spread_job"),
+    "kill_on_invalid_dep": lambda job, r, _a, _n: (
+        job.update(kill_on_invalid_dependency=r.kill_on_invalid_dep) if r.kill_on_invalid_dep is not None else None
+    ),
+    "deadline": _deadline,
+    "time_min_seconds": lambda job, r, _a, _n: (
+        job.update(time_minimum=number(restd_submit.minutes(r.time_min_seconds))) if r.time_min_seconds else None
+    ),
+    "wckey": _key("wckey", "wckey"),
 }
 
 

@@ -24,10 +24,19 @@ def test_getopt_forms() -> None:
 
 def test_header_ends_at_first_command_and_lookalikes_are_comments() -> None:
     script = (
-        "#!/bin/bash\n\n# note\n#SBATCHX --uid=0\n#sbatch --uid=0\n  #SBATCH --uid=0\n#SBATCH -t 5\n"
+        "#!/bin/bash\n\n# note\n# SBATCH --uid=0\n#sbatch --uid=0\n  #SBATCH --uid=0\n#SBATCH -t 5\n"
         "echo\n#SBATCH --uid=0\n"
     )
     assert opts(script) == [("time", "5")]
+
+
+def test_no_space_after_the_family_reads_as_sbatch_reads_it() -> None:
+    """sbatch 22.05: ``#SBATCH--time=7`` sets the limit; ``#SBATCHX`` and a stray word are
+    "Invalid directive found in batch script"."""
+    assert opts("#!/bin/bash\n#SBATCH--time=7\n#SBATCH\n") == [("time", "7")]
+    for line in ("#SBATCHX --nodes=2", "#SBATCH -t 5 foo"):
+        with pytest.raises(DirectiveError, match=r"script line 2: .*not an option"):
+            parse_directives(f"#!/bin/bash\n{line}\n")
 
 
 def test_abbreviations_resolve_as_sbatch_does() -> None:

@@ -23,7 +23,7 @@ SCRIPT = """#!/bin/bash
 #SBATCH --job-name=train
 #SBATCH -N 2 --ntasks-per-node=4
 #SBATCH --gres=gpu:4   # four per node
-#SBATCHX --not-a-directive
+# SBATCH --not-a-directive
 #SBATCH -t 1-00:00
 
 echo start

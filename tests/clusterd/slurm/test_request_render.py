@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from clusterd.slurm import argv, pyslurm_backend, restd_submit, restd_versions
-from clusterd.slurm.request import ArraySpec, Export, ExportMode, JobRequest, Signal, Switches
+from clusterd.slurm.request import ArraySpec, Export, ExportMode, JobRequest, Sharing, Signal, Switches
 
 FULL = JobRequest(
     script="#!/bin/bash\ntrue\n", name="train", user="root", comment="clusterctl-record:7", partition="batch",
@@ -17,8 +17,12 @@ FULL = JobRequest(
     time_limit_seconds=3600, time_unlimited=False, constraint="ib&a100", nodelist=("node1", "node2"),
     exclude=("node5",), switches=Switches(1, 300), working_directory="/home/alice/run",
     submit_directory="/home/alice", stdout="out-%j.txt", stderr="err-%j.txt", array=ArraySpec((0, 1, 2, 3), 2),
-    dependency="afterok:12", begin="now+60", hold=True, exclusive=True, mail_type=("END",), mail_user="alice",
+    dependency="afterok:12", begin="now+60", hold=True, sharing=Sharing.USER, mail_type=("END",), mail_user="alice",
     nice=10, requeue=True, open_append=True, signal=Signal("USR1", 120), export=Export(ExportMode.ALL, {"A": "1"}),
+    gpus_per_task=2, cpus_per_gpu=4, memory_mb_per_gpu=1024, tasks_per_gpu=1, tasks_per_core=1, gpu_bind="closest",
+    gres_flags="enforce-binding", hint="nomultithread", distribution="cyclic", sockets_per_node=1, cores_per_socket=2,
+    threads_per_core=1, min_cpus_per_node=2, contiguous=True, spread_job=True, kill_on_invalid_dep=True,
+    deadline="now+2hours", time_min_seconds=1800, wckey="proj",
 )  # fmt: skip
 FIELDS = {f.name for f in dataclasses.fields(JobRequest)}
 # Fields whose value another field's renderer carries (e.g. -N MIN-MAX), per backend.
@@ -50,9 +54,13 @@ BACKENDS = {"sbatch": (_sbatch, argv.SBATCH_RENDERERS), "restd-v0.0.38": (_restd
             "restd-v0.0.40": (_restd40, restd_versions.DP_RENDERERS),
             "pyslurm": (_pyslurm, pyslurm_backend.RENDERERS)}  # fmt: skip
 # What a backend refuses (RestdBackend then submits with sbatch), tested below: left out of FULL there.
+_DP_BY_SBATCH = {"mail_type": (), "gpu_bind": "", "gres_flags": "", "hint": "", "distribution": "",
+                 "min_cpus_per_node": None, "spread_job": False}  # fmt: skip
 REFUSED: dict[str, dict[str, Any]] = {
-    "restd-v0.0.41": {"mail_type": ()}, "restd-v0.0.40": {"mail_type": ()},
-    "restd-v0.0.38": {"signal": Signal("USR1", 120, batch_only=False)},
+    "restd-v0.0.41": _DP_BY_SBATCH, "restd-v0.0.40": _DP_BY_SBATCH,
+    "restd-v0.0.38": {"signal": Signal("USR1", 120, batch_only=False), "hint": "", "distribution": "",
+                      "contiguous": False, "wckey": ""},
+    "pyslurm": {"hint": ""},
 }  # fmt: skip
 
 
@@ -65,8 +73,8 @@ def test_renderer_table_covers_every_field(backend: str) -> None:
 @pytest.mark.parametrize("name", sorted(FIELDS))
 def test_each_field_changes_what_the_backend_sends(backend: str, name: str) -> None:
     """Unsetting any one field changes the backend's output: no field is silently dropped."""
-    if name == "mail_type" and "mail_type" in REFUSED.get(backend, {}):
-        return
+    if name in REFUSED.get(backend, {}) and name != "signal":
+        return  # sent by sbatch instead: test_a_field_a_backend_cannot_carry_goes_to_sbatch
     render = BACKENDS[backend][0]
     full = dataclasses.replace(FULL, **REFUSED.get(backend, {}))
     field = next(f for f in dataclasses.fields(JobRequest) if f.name == name)
@@ -91,12 +99,13 @@ def test_each_field_changes_what_the_backend_sends(backend: str, name: str) -> N
 def test_an_export_without_all_starts_from_the_login_environment(export: Export) -> None:
     """sbatch --export=NONE or FOO implies --get-user-env: v0.0.38 asks for it; the data_parser
     versions have no such key, so the request goes to sbatch (RestdBackend's fallback)."""
-    req = dataclasses.replace(FULL, export=export, signal=None)
+    req = dataclasses.replace(FULL, **REFUSED["restd-v0.0.38"], export=export)
+    req = dataclasses.replace(req, signal=None)
     assert restd_submit.job_description(req, {"PATH": "/bin"})["job"]["get_user_environment"] == ""
     assert "get_user_environment" not in restd_submit.job_description(dataclasses.replace(req, export=Export()),
                                                                       {"PATH": "/bin"})["job"]  # fmt: skip
     with pytest.raises(restd_submit.Unexpressible, match=r"--export=.*login environment"):
-        restd_versions.api_for("v0.0.41").submit_body(dataclasses.replace(req, mail_type=()), {"PATH": "/bin"})
+        restd_versions.api_for("v0.0.41").submit_body(dataclasses.replace(req, **_DP_BY_SBATCH), {"PATH": "/bin"})
 
 
 def test_data_parser_refuses_mail_type() -> None:
@@ -105,11 +114,71 @@ def test_data_parser_refuses_mail_type() -> None:
 
 
 def test_v0_0_38_refuses_a_batch_shell_signal_and_sends_a_step_signal() -> None:
+    full = dataclasses.replace(FULL, **{**REFUSED["restd-v0.0.38"], "signal": FULL.signal})
     with pytest.raises(restd_submit.Unexpressible, match="B:USR1@120"):
-        restd_submit.job_description(FULL, {"PATH": "/bin"})
-    steps = dataclasses.replace(FULL, signal=Signal("USR1", 120, batch_only=False))
+        restd_submit.job_description(full, {"PATH": "/bin"})
+    steps = dataclasses.replace(full, signal=Signal("USR1", 120, batch_only=False))
     assert restd_submit.job_description(steps, {"PATH": "/bin"})["job"]["signal"] == "USR1@120"
 
 
 def test_task_count() -> None:
     assert FULL.task_count == 4 and dataclasses.replace(FULL, array=None).task_count == 1
+
+
+@pytest.mark.parametrize("backend", ["restd-v0.0.38", "restd-v0.0.41", "restd-v0.0.40", "pyslurm"])
+def test_a_field_a_backend_cannot_carry_goes_to_sbatch(backend: str) -> None:
+    """Each such field alone makes the backend hand the request to sbatch (Unexpressible), never drop it."""
+    render = BACKENDS[backend][0]
+    base = dataclasses.replace(FULL, **REFUSED[backend])
+    for name in REFUSED[backend]:
+        if name == "signal":
+            continue
+        with pytest.raises(restd_submit.Unexpressible):
+            render(dataclasses.replace(base, **{name: getattr(FULL, name)}))
+
+
+@pytest.mark.parametrize(
+    ("sharing", "argv_opt", "v38", "dp", "pyslurm"),
+    [
+        (Sharing.EXCLUSIVE, "--exclusive", {"exclusive": "exclusive"}, ["none"], "no"),
+        (Sharing.USER, "--exclusive=user", {"exclusive": "user"}, ["user"], "user"),
+        (Sharing.MCS, "--exclusive=mcs", {"exclusive": "mcs"}, ["mcs"], "mcs"),
+        (Sharing.OVERSUBSCRIBE, "--oversubscribe", {"oversubscribe": True}, ["oversubscribe"], "yes"),
+    ],
+)
+def test_sharing_per_backend(sharing: Sharing, argv_opt: str, v38: dict[str, Any], dp: list[str], pyslurm: str) -> None:
+    """v0.0.38 reads exclusive as sbatch's argument: "true" is "Invalid exclusive specification"."""
+    req = JobRequest(script="#!/bin/sh\n", name="x", user="root", sharing=sharing)
+    assert argv_opt in argv.sbatch_argv(req)
+    job = restd_submit.job_description(req, {})["job"]
+    assert {k: job.get(k) for k in v38} == v38
+    assert restd_versions.api_for("v0.0.41").submit_body(req, {}, now=1e9)["job"]["shared"] == dp
+    assert pyslurm_backend.submit_attributes(req)["resource_sharing"] == pyslurm
+
+
+def test_gpu_amounts_as_each_backend_sends_them() -> None:
+    req = JobRequest(script="#!/bin/sh\n", name="x", user="root", gpus=4, gpus_per_task=2, cpus_per_gpu=3,
+                     memory_mb_per_gpu=1024, tasks_per_gpu=1, time_min_seconds=90)  # fmt: skip
+    args = argv.sbatch_argv(req)
+    for opt in (
+        "--gpus-per-task=2",
+        "--cpus-per-gpu=3",
+        "--mem-per-gpu=1024M",
+        "--ntasks-per-gpu=1",
+        "--time-min=1:30",
+    ):
+        assert opt in args
+    job = restd_submit.job_description(req, {})["job"]
+    assert (job["gpus_per_task"], job["cpus_per_gpu"], job["memory_per_gpu"], job["ntasks_per_tres"]) == (
+        "2",
+        3,
+        1024,
+        1,
+    )
+    assert job["time_minimum"] == 2  # whole minutes, rounded up as sbatch
+    dp = restd_versions.api_for("v0.0.41").submit_body(req, {}, now=1e9)["job"]
+    assert (dp["tres_per_task"], dp["cpus_per_tres"], dp["memory_per_tres"]) == (
+        "gres/gpu:2",
+        "gres/gpu:3",
+        "gres/gpu:1024",
+    )

@@ -17,7 +17,7 @@ import jwt
 import pytest
 
 from clusterd.errors import SlurmError
-from clusterd.slurm.request import ArraySpec, JobRequest, Signal, Switches
+from clusterd.slurm.request import ArraySpec, JobRequest, Sharing, Signal, Switches
 from clusterd.slurm.restd import RestdBackend
 from clusterd.slurm.restd_http import Reply
 from clusterd.slurm.restd_versions import INFINITE, KNOWN_API_VERSIONS, api_for, choose, number
@@ -84,7 +84,7 @@ def test_hold_is_a_key_from_v0041_and_priority_zero_before() -> None:
 
 
 def test_value_conversions() -> None:
-    job = body("v0.0.45", args(nodes=2, max_nodes=4, gpus_per_node=4, gpu_type="a100", exclusive=True,
+    job = body("v0.0.45", args(nodes=2, max_nodes=4, gpus_per_node=4, gpu_type="a100", sharing=Sharing.EXCLUSIVE,
                                begin="now+1hour", time_limit_seconds=61, memory_mb_per_cpu=512, gpus=8,
                                array=ArraySpec((0, 1, 2, 5), 2)))["job"]  # fmt: skip
     assert job["nodes"] == "2-4"

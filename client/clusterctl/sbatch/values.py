@@ -1,0 +1,150 @@
+"""sbatch option values read with sbatch's own syntax (pure). Each reader raises ValueError with a
+short reason fit for the user; nothing here knows about protos or requests."""
+
+from __future__ import annotations
+
+import re
+
+_COUNT_RE = re.compile(r"[0-9]{1,40}\Z")
+# Slurm's str_to_mbytes: a whole number, an optional K/M/G/T unit and B; "1.5G" is refused by sbatch.
+_MEM_RE = re.compile(r"([0-9]{1,19})([KMGT]?)B?\Z", re.IGNORECASE)
+_MEM_KB = {"K": 1, "": 1024, "M": 1024, "G": 1024**2, "T": 1024**3}
+_TIME_RE = re.compile(
+    r"(?:(?P<d>[0-9]+)-(?P<dh>[0-9]+)(?::(?P<dm>[0-9]+)(?::(?P<ds>[0-9]+))?)?"
+    r"|(?P<h>[0-9]+):(?P<hm>[0-9]+):(?P<hs>[0-9]+)|(?P<m>[0-9]+)(?::(?P<ms>[0-9]+))?)\Z"
+)
+_GPU_RE = re.compile(r"(?:([A-Za-z0-9_.\-]{1,64}):)?([0-9]{1,40})\Z")
+_TYPE_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}\Z")
+
+
+def count(text: str) -> int:
+    """A positive whole number (ASCII digits)."""
+    if not _COUNT_RE.match(text) or int(text) <= 0:
+        raise ValueError(f"{text[:40]!r} is not a positive whole number")
+    return int(text)
+
+
+def non_negative(text: str) -> int:
+    """A whole number >= 0 (a leading '-' is refused: negative values are privileges in Slurm)."""
+    if not _COUNT_RE.match(text):
+        raise ValueError(f"{text[:40]!r} is not a non-negative whole number")
+    return int(text)
+
+
+def megabytes(text: str) -> int:
+    """``--mem=2G`` -> 2048: a whole number with an optional K, M, G or T unit (MB by default),
+    kilobytes rounded up to whole megabytes, as sbatch. ``1.5G`` is refused, as sbatch refuses it."""
+    m = _MEM_RE.match(text.strip())
+    if not m:
+        raise ValueError(f"bad memory size {text[:40]!r}: use a whole number with an optional K, M, G or T unit")
+    kb = int(m.group(1)) * _MEM_KB[m.group(2).upper()]
+    mb = -(-kb // 1024)
+    if mb <= 0:
+        raise ValueError(f"memory size {text[:40]!r} must be positive")
+    return mb
+
+
+def parse_time(text: str) -> int | None:
+    """Slurm's time syntax (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS) in seconds; None for
+    UNLIMITED/INFINITE. Raises ValueError when malformed."""
+    if text.upper() in ("UNLIMITED", "INFINITE", "-1"):
+        return None
+    m = _TIME_RE.match(text)
+    if not m:
+        raise ValueError(f"bad time {text[:40]!r}: use MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]] or UNLIMITED")
+    g = {k: int(v) for k, v in m.groupdict().items() if v is not None}
+    if "d" in g:
+        return g["d"] * 86400 + g["dh"] * 3600 + g.get("dm", 0) * 60 + g.get("ds", 0)
+    if "h" in g:
+        return g["h"] * 3600 + g["hm"] * 60 + g["hs"]
+    return g["m"] * 60 + g.get("ms", 0)
+
+
+def time_limit(text: str) -> int | None:
+    """``--time``: :func:`parse_time`, zero refused (None: UNLIMITED)."""
+    seconds = parse_time(text)
+    if seconds == 0:
+        raise ValueError("time limit must be greater than zero")
+    return seconds
+
+
+def finite_time(text: str) -> int:
+    """``--time-min``: a finite, positive :func:`parse_time`."""
+    seconds = parse_time(text)
+    if not seconds:
+        raise ValueError(f"{text[:40]!r} must be a finite time greater than zero")
+    return seconds
+
+
+def gpus(text: str) -> tuple[str, int]:
+    """``[TYPE:]N`` (``--gpus``, ``--gpus-per-node``, ``--gpus-per-task``) -> (type, count)."""
+    m = _GPU_RE.match(text)
+    if not m:
+        raise ValueError(f"cannot read GPU request {text[:40]!r}: use [TYPE:]COUNT")
+    return m.group(1) or "", count(m.group(2))
+
+
+def gres_gpus(text: str) -> tuple[str, int]:
+    """``--gres=gpu[:TYPE][:N]`` -> (type, count): the GRES this cluster's nodes carry are GPUs."""
+    kind, _, rest = text.partition(":")
+    if kind not in ("gpu", "gres/gpu") or "," in text:
+        raise ValueError(f"{text[:40]!r}: the GRES clusterd knows are GPUs: use --gres=gpu[:TYPE][:COUNT]")
+    if not rest:
+        return "", 1
+    if ":" not in rest and not _COUNT_RE.match(rest):
+        if not _TYPE_RE.match(rest):
+            raise ValueError(f"bad GPU type in {text[:40]!r}")
+        return rest, 1
+    return gpus(rest)
+
+
+def choice(text: str, choices: tuple[str, ...], what: str) -> str:
+    """One of ``choices`` (case-insensitive, as Slurm's option parsers), in its canonical spelling."""
+    for c in choices:
+        if text.lower() == c.lower():
+            return c
+    raise ValueError(f"bad {what} {text[:40]!r}: use one of {', '.join(choices)}")
+
+
+_GPU_BIND_RE = re.compile(
+    r"(?:verbose,)?(?:closest|none|single:[0-9]{1,5}|per_task:[0-9]{1,5}|map_gpu:[0-9*x,]{1,512}"
+    r"|mask_gpu:[0-9a-fA-Fx*,]{1,512})\Z"
+)
+_DIST_RE = re.compile(
+    r"(?:\*|block|cyclic|arbitrary|plane=[0-9]{1,5})(?::(?:\*|block|cyclic|fcyclic)){0,2}(?:,(?:Pack|NoPack))?\Z",
+    re.IGNORECASE,
+)
+_SCT_RE = re.compile(r"(\*|[0-9]{1,5})(?::(\*|[0-9]{1,5}))?(?::(\*|[0-9]{1,5}))?\Z")
+_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}\Z")
+
+
+def gpu_bind(text: str) -> str:
+    """``--gpu-bind``: closest, none, single:N, per_task:N, map_gpu:LIST, mask_gpu:LIST (verbose, first)."""
+    if not _GPU_BIND_RE.match(text):
+        raise ValueError(
+            f"bad --gpu-bind {text[:40]!r}: use closest, none, single:N, per_task:N, map_gpu:... or mask_gpu:..."
+        )
+    return text
+
+
+def distribution(text: str) -> str:
+    """``-m``: NODE[:SOCKET[:CORE]][,Pack|NoPack], each block, cyclic, fcyclic, arbitrary, plane=N or *."""
+    if not _DIST_RE.match(text):
+        raise ValueError(f"bad --distribution {text[:40]!r}: use e.g. block, cyclic:cyclic, plane=4, block:block,Pack")
+    return text
+
+
+def extra_node_info(text: str) -> tuple[int | None, int | None, int | None]:
+    """``-B S[:C[:T]]`` -> sockets per node, cores per socket, threads per core (``*``: any)."""
+    m = _SCT_RE.match(text)
+    if not m:
+        raise ValueError(f"bad -B {text[:40]!r}: use SOCKETS[:CORES[:THREADS]], each a number or *")
+    parts = [None if g in (None, "*") else count(g) for g in m.groups()]
+    return parts[0], parts[1], parts[2]
+
+
+def name(text: str) -> str:
+    """A Slurm name (wckey, partition, account, ...): 1-64 of [A-Za-z0-9_.-]."""
+    if not _NAME_RE.match(text):
+        raise ValueError(f"{text[:40]!r} must be 1-64 of [A-Za-z0-9_.-]")
+    return text

@@ -1,0 +1,102 @@
+"""sbatch's option table through validation: the options GPU sites use become request fields with
+sbatch's meaning, from #SBATCH lines and from spec.sbatch_options, with sbatch's precedence."""
+
+from __future__ import annotations
+
+import pytest
+
+from clusterctl.sbatch.options import ACCEPTED, REFUSED, SBATCH_LONG, refusal
+from clusterctl.v1 import jobs_pb2
+from clusterd.config import LimitsConfig
+from clusterd.errors import InvalidArgument
+from clusterd.jobs.validate import validate_spec
+from clusterd.slurm.request import JobRequest, Sharing
+from clusterd.slurm.types import ClusterFacts
+
+FACTS = ClusterFacts(frozenset({"debug", "batch"}), frozenset(f"node{i}" for i in range(1, 7)), "debug")
+LIMITS = LimitsConfig()
+
+
+def req(lines: str, *options: str, **fields: object) -> JobRequest:
+    spec = jobs_pb2.JobSpec(script=f"#!/bin/bash\n{lines}\necho\n", sbatch_options=list(options), **fields)  # type: ignore[arg-type]
+    return validate_spec(spec, FACTS, LIMITS)
+
+
+def test_every_option_is_accepted_or_refused_with_a_reason() -> None:
+    assert set(SBATCH_LONG) >= ACCEPTED
+    assert not ACCEPTED & set(REFUSED)
+    for option in set(SBATCH_LONG) - ACCEPTED:
+        reason = refusal(option)
+        assert reason and "not supported" not in reason, option
+
+
+def test_gpu_site_options_become_fields() -> None:
+    r = req(
+        "#SBATCH --gpus-per-task=a100:1 --cpus-per-gpu=4 --mem-per-gpu=10G --ntasks-per-gpu=1\n"
+        "#SBATCH --gpu-bind=closest --gres-flags=enforce-binding --hint=nomultithread -m cyclic:block\n"
+        "#SBATCH -B 1:2:1 --mincpus=2 --contiguous --spread-job --kill-on-invalid-dep=yes\n"
+        "#SBATCH --deadline=now+2hours --time-min=30 --wckey=proj --ntasks-per-core=1 --open-mode=truncate"
+    )
+    assert (r.gpus_per_task, r.gpu_type, r.cpus_per_gpu, r.memory_mb_per_gpu, r.tasks_per_gpu) == (
+        1,
+        "a100",
+        4,
+        10240,
+        1,
+    )
+    assert (r.gpu_bind, r.gres_flags, r.hint, r.distribution) == ("closest", "enforce-binding", "nomultithread",
+                                                                 "cyclic:block")  # fmt: skip
+    assert (r.sockets_per_node, r.cores_per_socket, r.threads_per_core, r.min_cpus_per_node) == (1, 2, 1, 2)
+    assert r.contiguous and r.spread_job and r.kill_on_invalid_dep is True
+    assert (r.deadline, r.time_min_seconds, r.wckey, r.tasks_per_core) == ("now+2hours", 1800, "proj", 1)
+    assert r.open_append is False
+
+
+@pytest.mark.parametrize(
+    ("lines", "options", "sharing"),
+    [
+        ("#SBATCH --exclusive", (), Sharing.EXCLUSIVE),
+        ("#SBATCH --exclusive=user", (), Sharing.USER),
+        ("#SBATCH --exclusive=mcs", (), Sharing.MCS),
+        ("#SBATCH -s", (), Sharing.OVERSUBSCRIBE),
+        ("#SBATCH --exclusive\n#SBATCH --oversubscribe", (), Sharing.OVERSUBSCRIBE),  # the last one wins
+        ("#SBATCH --oversubscribe", ("--exclusive=user",), Sharing.USER),  # the command line wins
+        ("", (), None),
+    ],
+)
+def test_sharing(lines: str, options: tuple[str, ...], sharing: Sharing | None) -> None:
+    assert req(lines, *options).sharing is sharing
+
+
+def test_no_requeue_is_the_users_choice() -> None:
+    assert req("#SBATCH --no-requeue").requeue is False
+    assert req("#SBATCH --no-requeue", "--requeue").requeue is True
+    assert req("").requeue is True
+
+
+def test_precedence_fields_then_options_then_script() -> None:
+    """sbatch: command line, then SBATCH_* (both reach the service as spec fields/sbatch_options), then #SBATCH."""
+    r = req("#SBATCH -p batch -t 5 -J script", "--partition=debug", "--time=7", "--job-name=env", name="flag")
+    assert (r.partition, r.time_limit_seconds, r.name) == ("debug", 420, "flag")
+
+
+@pytest.mark.parametrize(
+    ("lines", "options", "field", "says"),
+    [
+        ("#SBATCH --mem=1.5G", (), "spec.script", "script line 2: #SBATCH --mem=1.5G: bad memory size"),
+        ("", ("--mem=1.5G",), "spec.sbatch_options", "spec.sbatch_options[0] '--mem=1.5G': bad memory size"),
+        ("#SBATCH --exclusive=other", (), "spec.script", "--exclusive takes no value, user or mcs"),
+        ("#SBATCH --hint=fast", (), "spec.script", "bad --hint 'fast'"),
+        ("#SBATCH --gpu-bind=nearest", (), "spec.script", "bad --gpu-bind"),
+        ("#SBATCH -B x", (), "spec.script", "bad -B"),
+        ("#SBATCH --gpus-per-node=a100:2 --gpus-per-task=h100:1", (), "spec.script", "differs from 'a100'"),
+        ("", ("--uid=0",), "spec.sbatch_options", "--uid is not allowed (jobs run as their submitter"),
+        ("", ("--comment=x",), "spec.sbatch_options", "--comment is not allowed"),
+        ("", ("nodes=2",), "spec.sbatch_options", "is not an option"),
+        ("", ("--time",), "spec.sbatch_options", "--time needs a value"),
+    ],
+)
+def test_bad_values_name_the_line_or_option(lines: str, options: tuple[str, ...], field: str, says: str) -> None:
+    with pytest.raises(InvalidArgument) as err:
+        req(lines, *options)
+    assert err.value.field == field and says in err.value.message, err.value.message
