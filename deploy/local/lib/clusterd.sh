@@ -130,12 +130,17 @@ clusterd_bin() {
 CLUSTERD_PID="$STATE/clusterd.pid"
 clusterd_running() { pid_alive "$CLUSTERD_PID"; }
 
+# private_log FILE: FILE created (or tightened to) 0600, root's alone: clusterd's log names every
+# tenant's jobs, arguments, paths and checkpoint URIs, and $STATE itself is readable by everyone.
+private_log() { touch "$1" && chmod 0600 "$1"; }
+
 clusterd_up() {
     write_clusterd_config
     if ! clusterd_installed; then
         warn "'clusterd' is not installed (pip install -e . in the repo) or CLUSTERCTL_STACK_NO_CLUSTERD=1: skipping clusterd"
         return 0
     fi
+    private_log "$STATE/clusterd.log"
     if ! clusterd_running; then
         log "starting clusterd on $CLUSTERD_LISTEN"
         local clusterd_bin

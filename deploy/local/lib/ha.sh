@@ -101,6 +101,7 @@ replica_start() {
     replica_supervised "$name" && return 0
     mkdir -p "$(replica_state_dir "$name")"
     chmod 700 "$(replica_state_dir "$name")" # the audit log: every user's calls
+    private_log "$(replica_log "$name")"
     clusterd_bin="$(clusterd_bin)"
     log "starting $name on $(replica_listen "$name") (metrics $(replica_metrics "$name"), restarted when it dies)"
     (
