@@ -43,19 +43,23 @@ class FencedBackend:
         await self._leadership.check()
         await self._backend.set_node_down(node, reason)
 
+    async def drain_node(self, node: str, reason: str) -> None:
+        await self._leadership.check()
+        await self._backend.drain_node(node, reason)
+
     async def update_job(
         self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_after: int | None = None
     ) -> None:
         await self._leadership.check()
         await self._backend.update_job(job_id, exclude_nodes=exclude_nodes, start_after=start_after)
 
-    async def hold(self, job_id: str) -> None:
+    async def hold(self, job_id: str, *, user: str) -> None:
         await self._leadership.check()
-        await self._backend.hold(job_id)
+        await self._backend.hold(job_id, user=user)
 
-    async def release(self, job_id: str) -> None:
+    async def release(self, job_id: str, *, user: str) -> None:
         await self._leadership.check()
-        await self._backend.release(job_id)
+        await self._backend.release(job_id, user=user)
 
     async def mark_supervised(self, job_id: str, comment: str) -> None:
         await self._leadership.check()

@@ -423,7 +423,7 @@ class JobManager:
         async with self._store.record_lock(rec.record_id):
             await self._owned(parent, rec.record_id)
             try:
-                await (self._backend.hold if hold else self._backend.release)(job_id)
+                await (self._backend.hold if hold else self._backend.release)(job_id, user=ident.user)
             except SlurmUnavailable:
                 raise  # UNAVAILABLE: retryable, unlike a refusal
             except SlurmError as exc:

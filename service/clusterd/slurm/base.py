@@ -43,6 +43,10 @@ class SlurmBackend(Protocol):
         """Mark a node DOWN with a reason: Slurm stops and requeues (``--requeue``) its jobs at once."""
         ...
 
+    async def drain_node(self, node: str, reason: str) -> None:
+        """DRAIN a node with a reason: no new work lands there; the jobs running there are left alone."""
+        ...
+
     async def update_job(
         self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_after: int | None = None
     ) -> None:
@@ -63,12 +67,12 @@ class SlurmBackend(Protocol):
 
     async def version(self) -> str: ...
 
-    async def hold(self, job_id: str) -> None:
-        """Hold a pending job as a user hold (``scontrol uhold``), which its user may release."""
+    async def hold(self, job_id: str, *, user: str) -> None:
+        """Hold a pending job as a user hold (``scontrol uhold``), with ``user``'s rights."""
         ...
 
-    async def release(self, job_id: str) -> None:
-        """Release a held job (user or admin hold): it may start again."""
+    async def release(self, job_id: str, *, user: str) -> None:
+        """Release a held job with ``user``'s rights: Slurm refuses to lift an administrator's hold."""
         ...
 
     async def mark_supervised(self, job_id: str, comment: str) -> None:

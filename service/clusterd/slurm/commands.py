@@ -39,8 +39,7 @@ class CommandsBackend:
         plugin sees the caller, and root-only options fail as they would for the caller.
         """
         run_as = await asyncio.to_thread(resolve_run_as, request.user)
-        env = {"HOME": run_as.home if run_as else "/", "USER": request.user, "LOGNAME": request.user,
-               "PATH": self._job_path or os.environ.get("PATH", "/usr/bin:/bin")}  # fmt: skip
+        env = self._user_env(request.user, run_as)
         result = await self.runner.run(
             argv.sbatch_argv(request),
             stdin=request.script,
@@ -67,6 +66,9 @@ class CommandsBackend:
 
     async def set_node_down(self, node: str, reason: str) -> None:
         await self.runner.run(argv.node_down_argv(node, reason))
+
+    async def drain_node(self, node: str, reason: str) -> None:
+        await self.runner.run(argv.node_drain_argv(node, reason))
 
     async def update_job(
         self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_after: int | None = None
@@ -109,11 +111,22 @@ class CommandsBackend:
         result = await self.runner.run(argv.VERSION_ARGV)
         return parse.parse_version(result.stdout)
 
-    async def hold(self, job_id: str) -> None:
-        await self.runner.run(argv.hold_argv(job_id))
+    async def hold(self, job_id: str, *, user: str) -> None:
+        await self._run_as(user, argv.hold_argv(job_id))
 
-    async def release(self, job_id: str) -> None:
-        await self.runner.run(argv.release_argv(job_id))
+    async def release(self, job_id: str, *, user: str) -> None:
+        await self._run_as(user, argv.release_argv(job_id))
+
+    async def _run_as(self, user: str, command: list[str]) -> None:
+        """Run a job command with ``user``'s rights: Slurm, not clusterd, decides what the user may do
+        (run by root, ``scontrol release`` would lift an administrator's hold too)."""
+        run_as = await asyncio.to_thread(resolve_run_as, user, command[0])
+        await self.runner.run(command, env=self._user_env(user, run_as), run_as=run_as)
+
+    def _user_env(self, user: str, run_as: UnixAccount | None) -> dict[str, str]:
+        """The whole environment of a command run for ``user``: identity and PATH, nothing of clusterd's."""
+        return {"HOME": run_as.home if run_as else "/", "USER": user, "LOGNAME": user,
+                "PATH": self._job_path or os.environ.get("PATH", "/usr/bin:/bin")}  # fmt: skip
 
     async def mark_supervised(self, job_id: str, comment: str) -> None:
         await self.runner.run(argv.supervise_argv(job_id, comment))
@@ -140,8 +153,8 @@ async def _parsed(command: str, parser: Callable[[str], list[T]], text: str) -> 
         raise SlurmError(command, 0, str(exc)) from exc
 
 
-def resolve_run_as(user: str) -> UnixAccount | None:
-    """The identity to run sbatch with: the user's, when clusterd is root (else clusterd's own).
+def resolve_run_as(user: str, command: str = "sbatch") -> UnixAccount | None:
+    """The identity to run ``command`` with: the user's, when clusterd is root (else clusterd's own).
 
     Blocking on a miss (clusterd.accounts): call it in a worker thread.
     """
@@ -150,4 +163,4 @@ def resolve_run_as(user: str) -> UnixAccount | None:
     try:
         return accounts.lookup(user)
     except KeyError:
-        raise SlurmError("sbatch", None, f"user {user!r} has no Unix account on this host") from None
+        raise SlurmError(command, None, f"user {user!r} has no Unix account on this host") from None

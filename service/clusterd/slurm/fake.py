@@ -114,6 +114,10 @@ class FakeSlurm:
         if job_id in self.jobs and self.jobs[job_id].state == JobState.RUNNING:
             self.jobs[job_id] = replace(self.jobs[job_id], state=JobState.FAILED, exit_code=137)
 
+    async def drain_node(self, node: str, reason: str) -> None:
+        self.calls["drain_node"] += 1
+        self.nodes = [replace(n, state=NodeState.DRAINING, reason=reason) if n.name == node else n for n in self.nodes]
+
     async def set_node_down(self, node: str, reason: str) -> None:
         self.calls["set_node_down"] += 1
         self.nodes = [replace(n, state=NodeState.DOWN, reason=reason) if n.name == node else n for n in self.nodes]
@@ -147,7 +151,7 @@ class FakeSlurm:
     async def version(self) -> str:
         return "22.05.8"
 
-    async def hold(self, job_id: str) -> None:
+    async def hold(self, job_id: str, *, user: str = "") -> None:
         self.calls["hold"] += 1
         job = self.jobs.get(self.task(*_split(job_id)) if "_" in job_id else job_id)
         if job is None or job.state != JobState.PENDING:
@@ -155,7 +159,7 @@ class FakeSlurm:
         self.held.add(job_id)
         self.jobs[job.job_id] = replace(job, reason="JobHeldUser")
 
-    async def release(self, job_id: str) -> None:
+    async def release(self, job_id: str, *, user: str = "") -> None:
         self.calls["release"] += 1
         if job_id not in self.held:
             raise SlurmError("scontrol", 1, "scontrol: error: Job is not held for job " + job_id)

@@ -438,11 +438,11 @@ class PyslurmBackend:
 
     # Hold/release/adoption/accounting: Slurm's commands, as for topology (pyslurm's hold runs with
     # root's rights here, an admin hold the user could not release).
-    async def hold(self, job_id: str) -> None:
-        await self._commands().hold(job_id)
+    async def hold(self, job_id: str, *, user: str) -> None:
+        await self._commands().hold(job_id, user=user)
 
-    async def release(self, job_id: str) -> None:
-        await self._commands().release(job_id)
+    async def release(self, job_id: str, *, user: str) -> None:
+        await self._commands().release(job_id, user=user)
 
     async def mark_supervised(self, job_id: str, comment: str) -> None:
         await self._commands().mark_supervised(job_id, comment)

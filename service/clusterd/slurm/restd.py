@@ -279,6 +279,10 @@ class RestdBackend:
         with _observed(command):
             await self._commands().set_node_down(node, reason)
 
+    async def drain_node(self, node: str, reason: str) -> None:
+        with _observed("scontrol update node"):
+            await self._commands().drain_node(node, reason)
+
     async def update_job(
         self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_after: int | None = None
     ) -> None:
@@ -303,15 +307,15 @@ class RestdBackend:
             resp = await self._send("GET", await self._path("nodes"), command)
             return await _parsed(command, parse.parse_sinfo, resp.text)
 
-    async def hold(self, job_id: str) -> None:
+    async def hold(self, job_id: str, *, user: str) -> None:
         """``scontrol uhold`` through the commands backend: a REST hold signed for root would be an
         admin hold, which the job's user could not release."""
         with _observed("scontrol uhold"):
-            await self._commands().hold(_check_job_id("scontrol uhold", job_id))
+            await self._commands().hold(_check_job_id("scontrol uhold", job_id), user=user)
 
-    async def release(self, job_id: str) -> None:
+    async def release(self, job_id: str, *, user: str) -> None:
         with _observed("scontrol release"):
-            await self._commands().release(_check_job_id("scontrol release", job_id))
+            await self._commands().release(_check_job_id("scontrol release", job_id), user=user)
 
     async def mark_supervised(self, job_id: str, comment: str) -> None:
         """``scontrol update Comment= Requeue=1`` through the commands backend (one verified path)."""
