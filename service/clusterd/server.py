@@ -28,7 +28,7 @@ from clusterd.jobs.logs import JobLogs
 from clusterd.jobs.manager import JobManager
 from clusterd.liveness.detector import Detector, JobView
 from clusterd.liveness.heartbeats import HeartbeatService
-from clusterd.liveness.probe import TcpProber
+from clusterd.liveness.probe import SlurmdProber
 from clusterd.liveness.table import LivenessTable
 from clusterd.observability.metrics import SLURM_INFO, MetricsServer
 from clusterd.placement import TopologyPlacer
@@ -40,6 +40,7 @@ from clusterd.security.unixsock import prepare_socket_dir, secure_socket, socket
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.factory import make_backend
 from clusterd.slurm.features import detect
+from clusterd.slurm.types import JobState
 from clusterd.store.factory import open_store
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventBus
@@ -55,6 +56,7 @@ log = logging.getLogger(__name__)
 # SERVING only on the replica that holds the supervisor lease (load balancers, `stack.sh kill-leader`).
 LEADER_HEALTH = "clusterd.leader"
 _EMBEDDED_EVENT_POLL_SECONDS = 5.0
+_BEAT_HURRY_SECONDS = 2.0  # a job beats before the poll saw it running: poll often this long
 _SERVICES = (
     jobs_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
     cluster_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name,
@@ -116,10 +118,12 @@ class ClusterDaemon:
         # would see after SlurmdTimeout, acted on by the reconciler's restarter.
         live = config.liveness
         self.heartbeats = HeartbeatService(self.store, self.liveness, live, self.reconciler.on_first_step,
+                                           jobs=self._job_view, hurry=lambda: self.poller.hurry(_BEAT_HURRY_SECONDS),
                                            leading=lambda: self.leadership.is_leader)  # fmt: skip
+        self.prober = SlurmdProber(live.probe_timeout_seconds)
         self.detector = Detector(
-            self.liveness, TcpProber(live.probe_timeout_seconds), self.reconciler.on_detected,
-            jobs=self._job_view, nodes=lambda: {n.name: n for n in self.poller.snapshot.nodes},
+            self.liveness, self.prober, self.reconciler.on_detected,
+            jobs=self._job_view, nodes=lambda: self.poller.snapshot.node_map, others_on=self._others_on,
             suspect_after_intervals=live.suspect_after_intervals, check_every=live.check_every_seconds,
         )  # fmt: skip
         self.placer = TopologyPlacer(self.poller)
@@ -152,8 +156,17 @@ class ClusterDaemon:
         self._web: MetricsServer | None = None  # the dashboard's own listener, when not the metrics one
 
     def _job_view(self, job_id: str) -> JobView | None:
-        sj = self.poller.snapshot.jobs.get(job_id)
-        return JobView(sj.state, sj.restart_count, sj.nodes) if sj is not None else None
+        snap = self.poller.snapshot
+        sj = snap.jobs.get(job_id)
+        if sj is None:
+            return None
+        cpus = sum(n.cpus_total for n in map(snap.node_map.get, sj.nodes) if n is not None)
+        return JobView(sj.state, sj.restart_count, sj.nodes, sj.user, cpus, sj.array_job_id)
+
+    def _others_on(self, node: str, user: str) -> bool:
+        """Whether a running job of another user than ``user`` is on ``node`` (as of the last poll)."""
+        return any(j.user != user and node in j.nodes and j.state == JobState.RUNNING
+                   for j in self.poller.snapshot.jobs.values())  # fmt: skip
 
     @property
     def metrics_port(self) -> int | None:
@@ -305,6 +318,7 @@ class ClusterDaemon:
             await self._journal_task
             self._journal_task = None
         self.progress.close()
+        self.prober.close()
         for http in (self._metrics, self._web):
             if http is not None:
                 await asyncio.to_thread(http.stop)

@@ -3,9 +3,17 @@
 Every ``check_every`` seconds, for each run whose job Slurm shows RUNNING in that same run:
 
 - a rank that reported its own exit with a failure status -> RANK_FAILED (its node is fine);
-- ranks silent for ``suspect_after`` intervals make their node a suspect; the node is probed
-  twice: unreachable both times (or already DOWN in Slurm) -> NODE_FAILURE of that node;
-- a silent rank on a node that answers -> RANK_HUNG once its silence passes the hang timeout.
+- ranks silent for ``suspect_after`` intervals make their node a suspect. A node where another
+  job's ranks still beat is alive. Otherwise it is probed twice (liveness.probe): dead both times
+  (slurmd refuses, or neither slurmd nor the host answers), or already DOWN in Slurm ->
+  NODE_FAILURE of that node, to be DRAINed rather than marked DOWN when another user's job runs
+  there;
+- a silent rank on a node that is alive -> RANK_HUNG once its silence passes the hang timeout:
+  that job alone is restarted.
+
+What a job says (its beats, its silence) decides only about that job. Taking a node out of
+service needs evidence no tenant controls: Slurm's own view, or the node's kernel answering (or
+not) the probe. A job that falls silent while it floods its node's slurmd gets itself restarted.
 
 A slow but alive rank still beats (the beat comes from its own thread), so it is never a
 suspect for long; a rank silent because its node is CPU-starved has a node that answers, so it
@@ -22,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
-from clusterd.liveness.probe import NodeProber
+from clusterd.liveness.probe import NodeProber, Reach
 from clusterd.liveness.table import LivenessTable, RankBeat, Run
 from clusterd.slurm.types import JobState, NodeState, SlurmNode
 
@@ -31,6 +39,7 @@ log = logging.getLogger(__name__)
 _OK_EXITS = frozenset({0, 85})  # finished, or checkpointed and asked to be requeued (REQUEUE_EXIT_CODE)
 _PROBE_GAP_SECONDS = 0.2  # between the two probes that confirm an unreachable node
 _FORGET_AFTER_SECONDS = 120.0  # a run whose job Slurm no longer shows running is dropped after this
+_LATE_CHECK_SECONDS = 1.0  # a check this much later than due follows a stalled loop: no verdict then
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,7 @@ class Detection:
     detail: str
     exit_code: int = 0
     committed_step: int = -1  # the newest checkpoint step the run's ranks reported committed
+    drain: tuple[str, ...] = ()  # of ``nodes``, those another user's job runs on: drained, not marked DOWN
 
 
 def crashed_rank(run: Run) -> tuple[int, RankBeat] | None:
@@ -75,6 +85,9 @@ class JobView:
     state: JobState
     restart_count: int
     nodes: tuple[str, ...] = ()  # the run's allocation: beats naming another node are not believed
+    user: str = ""
+    cpus: int = 0  # the allocation's CPUs: a bound on the job's ranks
+    array_job_id: str = ""  # an array task's array
 
 
 Act = Callable[[Detection], Awaitable[None]]
@@ -89,6 +102,7 @@ class Detector:
         *,
         jobs: Callable[[str], JobView | None],
         nodes: Callable[[], dict[str, SlurmNode]],
+        others_on: Callable[[str, str], bool] = lambda node, user: False,
         suspect_after_intervals: float,
         check_every: float,
         default_port: int = 6818,
@@ -98,6 +112,8 @@ class Detector:
         self._act = act
         self._jobs = jobs
         self._nodes = nodes
+        self._others_on = others_on  # (node, user): whether a job of another user runs there
+        self._last_check = 0.0
         self._suspect_after = suspect_after_intervals
         self._check_every = check_every
         self._default_port = default_port
@@ -112,8 +128,21 @@ class Detector:
                 await asyncio.wait_for(stop.wait(), self._check_every)
 
     async def check_once(self) -> list[Detection]:
-        found = []
+        since = time.monotonic() - self._last_check
+        try:
+            if self._last_check and since > self._check_every + _LATE_CHECK_SECONDS:
+                # The loop stalled: beats that arrived meanwhile may not be taken yet, so silence seen
+                # now is clusterd's, not the ranks'. Decide on the next look.
+                log.warning("liveness check %.1fs late; no verdict this round", since - self._check_every)
+                return []
+            return await self._check()
+        finally:
+            self._last_check = time.monotonic()
+
+    async def _check(self) -> list[Detection]:
+        found: list[Detection] = []
         nodes = self._nodes()
+        beating = self._beating_nodes()
         for run in self._table.runs():
             view = self._jobs(run.job_id)
             if view is None or view.state.terminal:
@@ -124,7 +153,10 @@ class Detector:
             run.gone_since = 0.0
             if run.decided or view.state != JobState.RUNNING or view.restart_count != run.restart_count:
                 continue  # not running this run (yet, or any more): Slurm's own view decides
-            detection = self._crashed(run) or await self._silent(run, nodes, frozenset(view.nodes))
+            detection = self._crashed(run) or await self._silent(run, nodes, frozenset(view.nodes), beating)
+            if detection is not None and detection.cause == "NODE_FAILURE":
+                drain = tuple(n for n in detection.nodes if self._others_on(n, view.user))
+                detection = replace(detection, drain=drain)
             if detection is not None and not run.decided:
                 detection = replace(detection, committed_step=run.committed_step())
                 run.decided = True
@@ -142,12 +174,30 @@ class Detector:
                          "rank-exit", beat.seen_wall, time.time(), crash_detail(rank, beat),
                          exit_code=beat.exit_code)  # fmt: skip
 
-    async def _unreachable(self, names: list[str], nodes: dict[str, SlurmNode]) -> list[str]:
-        """Those of ``names`` whose slurmd does not answer (probed together)."""
-        alive = await asyncio.gather(*(self._node_alive(nodes.get(n)) for n in names))
+    def _beating_nodes(self) -> dict[str, set[int]]:
+        """Node -> the records whose ranks beat from it within their last interval: live evidence."""
+        now = time.monotonic()
+        beating: dict[str, set[int]] = {}
+        for run in self._table.runs():
+            for beat in run.ranks.values():
+                if not beat.exiting and now - beat.seen <= run.interval * 1.5:
+                    beating.setdefault(beat.node, set()).add(run.record_id)
+        return beating
+
+    async def _unreachable(
+        self, names: list[str], nodes: dict[str, SlurmNode], record_id: int, beating: dict[str, set[int]]
+    ) -> list[str]:
+        """Those of ``names`` that are dead (probed together). Another job's ranks still beating from
+        a node is the best evidence it lives: such a node is not probed."""
+        alive = await asyncio.gather(
+            *(self._node_alive(nodes.get(n)) if beating.get(n, set()) - {record_id} == set() else _true()
+              for n in names)
+        )  # fmt: skip
         return [n for n, ok in zip(names, alive, strict=True) if not ok]
 
-    async def _silent(self, run: Run, nodes: dict[str, SlurmNode], allocated: frozenset[str]) -> Detection | None:
+    async def _silent(
+        self, run: Run, nodes: dict[str, SlurmNode], allocated: frozenset[str], beating: dict[str, set[int]]
+    ) -> Detection | None:
         """Silent ranks -> a dead node (probed) or a hung rank. A beat is the job's word: only nodes
         of the job's own allocation are ever probed or declared dead on it."""
         now = time.monotonic()
@@ -162,12 +212,12 @@ class Detector:
                 silent.setdefault(beat.node, []).append(rank)
             elif quiet > run.interval:
                 lagging.setdefault(beat.node, []).append(rank)
-        dead = await self._unreachable(list(silent), nodes)
+        dead = await self._unreachable(list(silent), nodes, run.record_id, beating)
         if dead:
             # Nodes that died with it beat last up to one interval later, so they may still be short of
             # the suspect window: a node of the run that missed a beat is probed now, so that two
             # failures at once are one restart, not two.
-            for node in await self._unreachable([n for n in lagging if n not in silent], nodes):
+            for node in await self._unreachable([n for n in lagging if n not in silent], nodes, run.record_id, beating):
                 silent[node] = lagging[node]
                 dead.append(node)
             dead.sort()
@@ -177,7 +227,7 @@ class Detector:
             return Detection(run.record_id, run.job_id, run.restart_count, "NODE_FAILURE", tuple(dead), tuple(ranks),
                              "heartbeat+probe", max(run.ranks[r].seen_wall for r in ranks), time.time(),
                              f"node{'s' if len(dead) > 1 else ''} {', '.join(dead)} unreachable: {who} silent "
-                             f"{now - last:.1f}s, slurmd not answering")  # fmt: skip
+                             f"{now - last:.1f}s, node not answering")  # fmt: skip
         for node, ranks in sorted(silent.items()):
             last = max(run.ranks[r].seen for r in ranks)
             last_wall = max(run.ranks[r].seen_wall for r in ranks)
@@ -190,7 +240,7 @@ class Detector:
         return None
 
     async def _node_alive(self, node: SlurmNode | None) -> bool:
-        """Unreachable twice in a row (or DOWN in Slurm already) is dead; unknown nodes count as alive."""
+        """Dead twice in a row (or DOWN in Slurm already) is dead; unknown nodes count as alive."""
         if node is None:
             return True
         if node.state == NodeState.DOWN:
@@ -198,7 +248,14 @@ class Detector:
         if not node.address:
             return True  # no address to probe: leave the verdict to Slurm
         port = node.port or self._default_port
-        if await self._prober.reachable(node.address, port):
+        first = await self._prober.probe(node.address, port)
+        if not first.dead:
+            if first is Reach.BUSY:
+                log.info("node %s: slurmd's port does not answer but the host does; not a dead node", node.name)
             return True
         await asyncio.sleep(_PROBE_GAP_SECONDS)
-        return await self._prober.reachable(node.address, port)
+        return not (await self._prober.probe(node.address, port)).dead
+
+
+async def _true() -> bool:
+    return True

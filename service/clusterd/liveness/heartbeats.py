@@ -1,57 +1,87 @@
-"""Taking heartbeats: authenticate with the job's token, record the beat, say when to beat next.
+"""Taking heartbeats: authenticate with the job's token, check the claim, record it, say when to beat next.
 
 Called by the JobService servicer for every beat of every rank, so the path is kept to memory
 lookups: a record's digest and settings are read from the store once and cached while it lives.
+
+A beat is a claim, never a command. The token proves which record it comes from; everything else
+is checked against the record and Slurm's view: the job is the record's (or one of its array's
+tasks), it runs now, the node is in its allocation, the run is the one Slurm shows, the rank is
+below the allocation's CPU count. Beats outside that are not recorded. Each record's beats are
+rate-limited, unknown record ids are remembered briefly so a flood of them costs no store reads,
+and an ended record's token is forgotten with it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from clusterctl.v1 import jobs_pb2
 from clusterd.config import LivenessConfig
-from clusterd.errors import InvalidArgument, Unauthenticated, Unavailable
+from clusterd.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable
 from clusterd.liveness import credentials
+from clusterd.liveness.detector import JobView
 from clusterd.liveness.table import Beat, LivenessTable, Run
+from clusterd.slurm.types import JobState
 from clusterd.store.base import JobStore
 
 log = logging.getLogger(__name__)
 
 _MAX_CACHED = 100_000
+_UNKNOWN_FOR_SECONDS = 30.0  # an id with no live record (or a wrong token) is not looked up again this long
+_MAX_UNKNOWN = 10_000
+_LOOKUPS_PER_SECOND = 200.0  # store reads for ids not cached yet; beyond, RESOURCE_EXHAUSTED (the rank retries)
+_BEATS_PER_RANK_INTERVAL = 3.0  # a rank beats once an interval (plus its last): three is generous
+_NOT_RUNNING_INTERVAL = 0.5  # a job Slurm does not show running (yet) is asked to beat again this soon
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Known:
     sha256: str
     job_id: str
     interval: float
     hang_timeout: float
+    allowance: float = float("inf")  # the record's rate-limit bucket, in beats (full at first)
+    refilled: float = field(default_factory=time.monotonic)
 
 
 FirstStep = Callable[[Run], Awaitable[None]]
+Jobs = Callable[[str], JobView | None]
 
 
 class HeartbeatService:
     def __init__(
         self, store: JobStore, table: LivenessTable, config: LivenessConfig, first_step: FirstStep,
-        *, leading: Callable[[], bool] = lambda: True,
+        *, jobs: Jobs, hurry: Callable[[], None] = lambda: None, leading: Callable[[], bool] = lambda: True,
     ) -> None:  # fmt: skip
-        """``leading``: whether this replica supervises now; only the leader's detector listens."""
+        """``jobs``: Slurm's view of a job by id, from the last poll; ``hurry``: poll again soon (a
+        job that beats before the poll saw it running); ``leading``: whether this replica
+        supervises now; only the leader's detector listens."""
         self._store = store
         self._leading = leading
         self._table = table
         self._config = config
         self._first_step = first_step
+        self._jobs = jobs
+        self._hurry = hurry
         self._known: dict[int, _Known] = {}
+        self._unknown: OrderedDict[int, float] = OrderedDict()  # record id -> until when it is not looked up
+        self._loading: dict[int, asyncio.Future[_Known | None]] = {}
+        self._lookups = _LOOKUPS_PER_SECOND
+        self._lookups_at = time.monotonic()
 
     async def beat(self, req: jobs_pb2.HeartbeatRequest) -> tuple[float, bool]:
         """(seconds until the next beat, whether the run should stop: it is being restarted).
 
         Raises:
-            Unauthenticated: no record with that id, or the token is not its token.
+            Unauthenticated: no live record with that id, or the token is not its token.
+            PermissionDenied: the beat names a job that is not the record's, or a node outside its allocation.
             InvalidArgument: a field out of range.
+            ResourceExhausted: the record's beats come faster than its ranks beat, or too many unknown ids.
             Unavailable: this replica is a follower (the ranks try the next address).
         """
         if not self._leading():
@@ -61,14 +91,30 @@ class HeartbeatService:
                                   "CLUSTERCTL_HEARTBEAT_TOKEN)")  # fmt: skip
         known = await self._lookup(req.record_id)
         if known is None or not credentials.matches(req.token, known.sha256):
-            raise Unauthenticated("heartbeat token does not match the record")
+            # A wrong token for a live record costs no store read (the record is cached) and never
+            # blocks that record's real beats.
+            raise Unauthenticated("heartbeat token does not match a live record")
         if len(req.node) > 255 or len(req.job_id) > 64:
             raise InvalidArgument("node" if len(req.node) > 255 else "job_id", "longer than Slurm allows")
-        if req.world_size > 1_000_000 or req.rank >= max(req.world_size, 1):
+        if req.rank >= max(req.world_size, 1):
             raise InvalidArgument("rank", f"{req.rank} is not below world_size {req.world_size}")
-        beat = Beat(req.record_id, req.job_id or known.job_id, req.restart_count, req.rank,
-                    max(req.world_size, 1), req.node, req.pid, req.step, req.committed_step, req.restored,
-                    req.exiting, req.exit_code)  # fmt: skip
+        job_id, view = self._job(req.job_id, known)
+        self._spend(known, view)
+        if view is None or view.state != JobState.RUNNING or req.restart_count != view.restart_count:
+            # Not running as far as the last poll knows: just started (the poll catches up), or held,
+            # finished, or an older run still draining. Nothing is recorded either way.
+            if view is None or view.state in (JobState.PENDING, JobState.RUNNING):
+                self._hurry()
+            return min(known.interval, _NOT_RUNNING_INTERVAL), False
+        node = req.node or (view.nodes[0] if len(view.nodes) == 1 else "")
+        if node not in view.nodes:
+            raise PermissionDenied(f"node {node or '(none)'!r} is not in job {job_id}'s allocation")
+        bound = max(view.cpus, len(view.nodes), 1)
+        if req.world_size > bound:
+            raise InvalidArgument("rank", f"{req.rank} of world_size {req.world_size}: a job on "
+                                  f"{len(view.nodes)} node(s) with {bound} CPUs has at most {bound} ranks")  # fmt: skip
+        beat = Beat(req.record_id, job_id, view.restart_count, req.rank, max(req.world_size, 1), node, req.pid,
+                    req.step, req.committed_step, req.restored, req.exiting, req.exit_code)  # fmt: skip
         run, first = self._table.record(beat, interval=known.interval, hang_timeout=known.hang_timeout)
         if req.exiting:
             log.info("job %s run %d: rank %d/%d on %s exits with status %d", beat.job_id, beat.restart_count,
@@ -77,12 +123,70 @@ class HeartbeatService:
             await self._first_step(run)
         return known.interval, run.decided and run.restart_count == req.restart_count
 
+    def _job(self, claimed: str, known: _Known) -> tuple[str, JobView | None]:
+        """The job the beat is about: the record's, or a task of the record's array (its own job id)."""
+        if not claimed or claimed == known.job_id:
+            return known.job_id, self._jobs(known.job_id)
+        view = self._jobs(claimed)
+        if view is None or not known.job_id or view.array_job_id != known.job_id:
+            raise PermissionDenied(f"job_id {claimed!r} is not this record's job ({known.job_id or 'not submitted'})")
+        return claimed, view
+
+    def _spend(self, known: _Known, view: JobView | None) -> None:
+        """One beat from the record's bucket: its ranks' beats per interval, three times over."""
+        ranks = max(view.cpus, len(view.nodes), 1) if view is not None else 1
+        per_second = ranks * _BEATS_PER_RANK_INTERVAL / max(known.interval, 0.05)
+        now = time.monotonic()
+        known.allowance = min(per_second * 2, known.allowance + (now - known.refilled) * per_second)
+        known.refilled = now
+        if known.allowance < 1:
+            raise ResourceExhausted(f"job {known.job_id}: heartbeats arrive faster than its ranks beat")
+        known.allowance -= 1
+
+    def _remember_unknown(self, record_id: int) -> None:
+        self._unknown[record_id] = time.monotonic() + _UNKNOWN_FOR_SECONDS
+        self._unknown.move_to_end(record_id)
+        while len(self._unknown) > _MAX_UNKNOWN:
+            self._unknown.popitem(last=False)
+
     async def _lookup(self, record_id: int) -> _Known | None:
+        if self._table.ended(record_id):
+            self._known.pop(record_id, None)
+            return None
         known = self._known.get(record_id)
         if known is not None:
             return known
+        if self._unknown.get(record_id, 0.0) > time.monotonic():
+            return None
+        loading = self._loading.get(record_id)
+        if loading is not None:  # a job's ranks start together: one store read for all of them
+            return await asyncio.shield(loading)
+        self._take_lookup()
+        future: asyncio.Future[_Known | None] = asyncio.get_running_loop().create_future()
+        self._loading[record_id] = future
+        try:
+            known = await self._load(record_id)
+            future.set_result(known)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: the waiters, if any, raise it
+            raise
+        finally:
+            del self._loading[record_id]
+        return known
+
+    def _take_lookup(self) -> None:
+        now = time.monotonic()
+        self._lookups = min(_LOOKUPS_PER_SECOND, self._lookups + (now - self._lookups_at) * _LOOKUPS_PER_SECOND)
+        self._lookups_at = now
+        if self._lookups < 1:
+            raise ResourceExhausted("too many heartbeats of jobs not seen yet; retry in a second")
+        self._lookups -= 1
+
+    async def _load(self, record_id: int) -> _Known | None:
         rec = await self._store.get_by_record(record_id)
         if rec is None or rec.terminal or not rec.heartbeat_token_sha256:
+            self._remember_unknown(record_id)
             return None
         known = _Known(rec.heartbeat_token_sha256, rec.job_id, credentials.interval_of(rec.spec, self._config),
                        credentials.hang_timeout_of(rec.spec, self._config))  # fmt: skip

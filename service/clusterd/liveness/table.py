@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 _MAX_RANKS = 65_536  # one job's ranks the table keeps: a bound on what one job's beats can cost
+_MAX_ENDED = 100_000  # finished records remembered (the store says the same of older ones)
 
 
 @dataclass
@@ -65,6 +66,7 @@ class Beat:
 class LivenessTable:
     def __init__(self) -> None:
         self._runs: dict[int, Run] = {}  # record id -> its newest run
+        self._ended: dict[int, None] = {}  # records whose supervision ended (oldest first, bounded)
 
     def record(self, beat: Beat, *, interval: float, hang_timeout: float) -> tuple[Run, bool]:
         """Take one beat; returns its run and whether this beat is the run's first training step.
@@ -101,3 +103,13 @@ class LivenessTable:
 
     def forget(self, record_id: int) -> None:
         self._runs.pop(record_id, None)
+
+    def end(self, record_id: int) -> None:
+        """The record is finished: its runs are dropped and its beats are refused from now on."""
+        self._runs.pop(record_id, None)
+        self._ended[record_id] = None
+        while len(self._ended) > _MAX_ENDED:
+            del self._ended[next(iter(self._ended))]
+
+    def ended(self, record_id: int) -> bool:
+        return record_id in self._ended

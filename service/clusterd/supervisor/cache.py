@@ -48,6 +48,10 @@ class ClusterSnapshot:
                 out.setdefault(job.array_job_id, []).append(job)
         return {k: tuple(v) for k, v in out.items()}
 
+    @functools.cached_property
+    def node_map(self) -> dict[str, SlurmNode]:
+        return {n.name: n for n in self.nodes}
+
     @property
     def partitions(self) -> frozenset[str]:
         return frozenset(p for n in self.nodes for p in n.partitions)

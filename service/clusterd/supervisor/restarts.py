@@ -101,6 +101,8 @@ class Restarter:
         if sj.state == JobState.RUNNING and sj.nodes and sj.restart_count == rec.acked_restarts:
             await self._note_resumed(rec, sj)
         if sj.state.terminal and sj.restart_count < rec.acked_restarts:
+            if sj.state == JobState.CANCELLED or rec.user_cancelled:
+                return self._cancelled_while_restarting(rec, sj)
             return await self._reissue_requeue(rec)
         term = classify(rec, before_nodes, sj, down)
         if term is None:
@@ -173,7 +175,9 @@ class Restarter:
         """Act on a failure the liveness detector found in the run Slurm still shows RUNNING.
 
         A dead node is marked DOWN with the reason (Slurm stops and requeues its jobs at once, and
-        gives it no new ones); a hung or crashed rank's steps are killed and the job requeued. The
+        gives it no new ones), or DRAINed when another user's job runs there (this job's steps are
+        then killed and it is requeued here); a hung or crashed rank's steps are killed and the
+        job requeued. The
         restart is recorded first, with how it was detected and when, so the reconciler sees an
         expected requeue (never a second restart for the same failure) and releases it unheld.
         """
@@ -188,12 +192,14 @@ class Restarter:
         # The ranks' own reports are newer than the last storage read: the step the job resumes from.
         rec.checkpoint_step = max(rec.checkpoint_step, det.committed_step)
         decision = decide(term, policy, rec, rec.checkpoint_step)
+        # DOWN makes Slurm requeue the node's jobs; a drained node's jobs (this one too) keep running.
+        slurm_requeues = node_dead and not set(det.nodes) <= set(det.drain)
         if node_dead:
             # Whatever the policy says of this job, the nodes are dead: Slurm must stop using them.
             for node in det.nodes:
-                await self._node_down(node, det.detail)
+                await self._node_out(node, det.detail, drain=node in det.drain)
         if not decision.requeue:
-            if not node_dead:
+            if not slurm_requeues:
                 with contextlib.suppress(SlurmError):
                     await self._backend.kill_steps(rec.job_id)  # not left running with a dead rank
             return Outcome(kick=True)  # the reconciler classifies the end and stops the job
@@ -211,7 +217,7 @@ class Restarter:
         REQUEUES.labels(cause=cause.value).inc()
         log.info("job %s: restart %d (%s, detected by %s)", rec.job_id, len(rec.restarts), decision.reason,
                  det.detected_by)  # fmt: skip
-        if not node_dead:  # a dead node's jobs were requeued by Slurm when it went DOWN
+        if not slurm_requeues:
             await self._kill_and_requeue(rec.job_id)
         await self.amend_phase(rec, "requeued", time.time())
         await self._release(rec, exclude=rec.excluded_nodes or None)
@@ -224,11 +230,14 @@ class Restarter:
             last = rec.restarts[-1]
             await self._store.amend_last_restart(rec, replace(last, phases={**last.phases, phase: when}))
 
-    async def _node_down(self, node: str, why: str) -> None:
+    async def _node_out(self, node: str, why: str, *, drain: bool) -> None:
+        """DOWN, or DRAIN where another user's job runs: their jobs are left to Slurm's own verdict."""
+        reason = f"clusterd: {why}"[:200]
         try:
-            await self._backend.set_node_down(node, f"clusterd: {why}"[:200])
+            await (self._backend.drain_node if drain else self._backend.set_node_down)(node, reason)
         except SlurmError as exc:
-            log.warning("cannot mark node %s down (%s); Slurm will after SlurmdTimeout", node, exc)
+            log.warning("cannot mark node %s %s (%s); Slurm will after SlurmdTimeout", node,
+                        "drained" if drain else "down", exc)  # fmt: skip
 
     async def _kill_and_requeue(self, job_id: str) -> None:
         """Kill the steps (srun collects their exits at once), then requeue, retried while Slurm ends the run."""
@@ -258,6 +267,8 @@ class Restarter:
         self._held_since.pop(rec.job_id, None)
         self._ended_at.pop(rec.record_id, None)
         self._ending.pop(rec.record_id, None)
+        if self._liveness is not None:
+            self._liveness.end(rec.record_id)  # its token is refused from now on
 
     def _what_the_ranks_said(self, rec: JobRecord, sj: SlurmJob, term: Termination) -> Termination:
         """A run that failed with an exit code is a rank failure when a rank's last heartbeat said so.
@@ -397,6 +408,15 @@ class Restarter:
             await self._backend.update_job(rec.job_id, exclude_nodes=exclude, start_after=remaining)
         except SlurmError as exc:
             log.info("job %s: not released yet (%s); retrying on the next poll", rec.job_id, exc)
+
+    def _cancelled_while_restarting(self, rec: JobRecord, sj: SlurmJob) -> Outcome:
+        """A cancel (the user's, or an administrator's scancel) that landed before the decided
+        requeue showed up in Slurm wins: the requeue is never sent again."""
+        who = "its user" if rec.user_cancelled else "Slurm (scancel)"
+        log.info("job %s: cancelled by %s while a restart was pending; not requeued", rec.job_id, who)
+        rec.needs_release = False
+        rec.final_cause = Cause.CANCELLED.value
+        return Outcome(finish=f"cancelled by {who} while a restart was pending ({sj.state.value})")
 
     async def _reissue_requeue(self, rec: JobRecord) -> Outcome:
         last = rec.restarts[-1].time if rec.restarts else 0.0

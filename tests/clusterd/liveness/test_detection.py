@@ -14,9 +14,10 @@ from google.protobuf.duration_pb2 import Duration
 
 from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
 from clusterd.config import LivenessConfig
+from clusterd.liveness.probe import Reach
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
-from clusterd.slurm.types import JobState, NodeState
+from clusterd.slurm.types import JobState, NodeState, SlurmJob
 
 from ..conftest import USER_A, auth, make_config
 
@@ -25,12 +26,13 @@ INTERVAL, HANG = 0.1, 1.0
 
 @dataclass
 class Prober:
-    dead: set[str] = field(default_factory=set)  # addresses that do not answer
+    dead: set[str] = field(default_factory=set)  # addresses whose slurmd refuses
+    busy: set[str] = field(default_factory=set)  # addresses whose slurmd's port is silent, the host answering
     probes: list[str] = field(default_factory=list)
 
-    async def reachable(self, address: str, port: int) -> bool:
+    async def probe(self, address: str, port: int) -> Reach:
         self.probes.append(address)
-        return address not in self.dead
+        return Reach.REFUSED if address in self.dead else Reach.BUSY if address in self.busy else Reach.ANSWERS
 
 
 @dataclass
@@ -54,11 +56,16 @@ class Live:
         await self.daemon.poller.poll_once()
         return job.job_id, int(record.group(1)), token.group(1).strip("'")
 
+    async def other_tenant_on(self, node: str) -> None:
+        """Another user's job (without heartbeats) runs on ``node``."""
+        self.slurm.jobs["9999"] = SlurmJob("9999", "theirs", "bob", JobState.RUNNING, nodes=(node,))
+        await self.daemon.poller.poll_once()
+
     async def beat(
-        self, job_id: str, record: int, token: str, rank: int, **fields: object
+        self, job_id: str, record: int, token: str, rank: int, node: str = "", **fields: object
     ) -> jobs_pb2.HeartbeatResponse:
         req = jobs_pb2.HeartbeatRequest(record_id=record, token=token, job_id=job_id, rank=rank, world_size=2,
-                                        node=f"node{rank + 1}", **fields)  # type: ignore[arg-type]  # fmt: skip
+                                        node=node or f"node{rank + 1}", **fields)  # type: ignore[arg-type]  # fmt: skip
         return await self.jobs.Heartbeat(req)
 
     async def status(self, job_id: str) -> jobs_pb2.JobStatus:
@@ -183,9 +190,9 @@ async def test_recovery_phases_running_and_first_step(live: Live) -> None:
     await live.daemon.detector.check_once()
     live.slurm.set_state(job_id, JobState.RUNNING, nodes=("node3", "node4"))
     await live.daemon.poller.poll_once()
-    await live.beat(job_id, record, token, 0, restart_count=1, restored=True, step=-1)  # no step yet
+    await live.beat(job_id, record, token, 0, "node3", restart_count=1, restored=True, step=-1)  # no step yet
     assert not (await live.status(job_id)).restarts[0].HasField("first_step_at")
-    await live.beat(job_id, record, token, 0, restart_count=1, restored=True, step=2)
+    await live.beat(job_id, record, token, 0, "node3", restart_count=1, restored=True, step=2)
     restart = (await live.status(job_id)).restarts[0]
     assert restart.requeued_at.ToNanoseconds() <= restart.running_at.ToNanoseconds()
     assert restart.running_at.ToNanoseconds() <= restart.first_step_at.ToNanoseconds()
@@ -210,10 +217,141 @@ async def test_a_beat_naming_a_node_outside_the_allocation_is_not_believed(live:
     job_id, record, token = await live.submit()
     live.prober.dead.add("10.0.0.5")
     await live.beat(job_id, record, token, 0, step=1)
-    await live.jobs.Heartbeat(jobs_pb2.HeartbeatRequest(record_id=record, token=token, job_id=job_id, rank=1,
-                                                        world_size=2, node="node5", step=1))  # fmt: skip
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await live.jobs.Heartbeat(jobs_pb2.HeartbeatRequest(record_id=record, token=token, job_id=job_id, rank=1,
+                                                            world_size=2, node="node5", step=1))  # fmt: skip
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
     for _ in range(4):
         await asyncio.sleep(INTERVAL)
         await live.beat(job_id, record, token, 0, step=2)
     assert await live.daemon.detector.check_once() == []
     assert "10.0.0.5" not in live.prober.probes and live.slurm.calls["set_node_down"] == 0
+
+
+async def test_a_silent_rank_on_a_node_whose_host_answers_is_not_a_dead_node(live: Live) -> None:
+    """A job that falls silent while it fills its node's slurmd queue (connects time out, the host
+    still answers ping) gets itself restarted as hung; the node stays in service for everyone."""
+    job_id, record, token = await live.submit()
+    live.prober.busy.add("10.0.0.2")
+    await beat_both_then_silence(live, job_id, record, token, keep=0)
+    assert await live.daemon.detector.check_once() == []
+    await asyncio.sleep(HANG)
+    found = await live.daemon.detector.check_once()
+    assert [d.cause for d in found] == ["RANK_HUNG"]
+    assert live.slurm.calls["set_node_down"] == 0 and live.slurm.calls["drain_node"] == 0
+    assert next(n for n in live.slurm.nodes if n.name == "node2").state == NodeState.IDLE
+
+
+async def test_a_node_where_another_jobs_ranks_beat_is_alive_without_a_probe(live: Live) -> None:
+    job_id, record, token = await live.submit()
+    other_id, other_record, other_token = await live.submit()
+    live.prober.dead.add("10.0.0.2")  # whatever a probe would say
+    for rank in (0, 1):
+        await live.beat(job_id, record, token, rank, step=5)
+    for _ in range(4):
+        await asyncio.sleep(INTERVAL)
+        await live.beat(job_id, record, token, 0, step=6)
+        for rank in (0, 1):
+            await live.beat(other_id, other_record, other_token, rank, step=6)
+    assert await live.daemon.detector.check_once() == []
+    assert "10.0.0.2" not in live.prober.probes and live.slurm.calls["set_node_down"] == 0
+
+
+async def test_a_dead_node_with_another_users_job_is_drained_not_downed(live: Live) -> None:
+    job_id, record, token = await live.submit()
+    await live.other_tenant_on("node2")
+    live.prober.dead.add("10.0.0.2")
+    await beat_both_then_silence(live, job_id, record, token, keep=0)
+    found = await live.daemon.detector.check_once()
+    assert [(d.cause, d.drain) for d in found] == [("NODE_FAILURE", ("node2",))]
+    node2 = next(n for n in live.slurm.nodes if n.name == "node2")
+    assert node2.state == NodeState.DRAINING and live.slurm.calls["set_node_down"] == 0
+    assert live.slurm.jobs["9999"].state == JobState.RUNNING  # theirs is left to Slurm's own verdict
+    assert live.slurm.calls["kill_steps"] == 1 and live.slurm.calls["requeue"] == 1  # ours restarts
+
+
+async def test_beats_are_claims_checked_against_slurm(live: Live) -> None:
+    """The token names the record; the job, node, run and rank bound come from Slurm's view."""
+    job_id, record, token = await live.submit()
+    other_id, _, _ = await live.submit()
+    with pytest.raises(grpc.aio.AioRpcError) as err:  # another job's id
+        await live.beat(other_id, record, token, 0)
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(grpc.aio.AioRpcError) as err:  # a node outside the allocation
+        await live.jobs.Heartbeat(jobs_pb2.HeartbeatRequest(record_id=record, token=token, job_id=job_id, rank=0,
+                                                            world_size=2, node="node5"))  # fmt: skip
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(grpc.aio.AioRpcError) as err:  # more ranks than the allocation's CPUs (2 x 4)
+        await live.jobs.Heartbeat(jobs_pb2.HeartbeatRequest(record_id=record, token=token, job_id=job_id,
+                                                            rank=60000, world_size=65536, node="node1"))  # fmt: skip
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    # A run Slurm does not show (a forged restart count) is not recorded.
+    await live.beat(job_id, record, token, 0, restart_count=7)
+    assert live.daemon.liveness.get(record) is None
+    await live.beat(job_id, record, token, 0)
+    run = live.daemon.liveness.get(record)
+    assert run is not None and run.job_id == job_id and run.restart_count == 0 and set(run.ranks) == {0}
+
+
+async def test_beats_of_a_job_not_running_are_not_recorded_and_an_ended_records_token_is_refused(
+    live: Live,
+) -> None:
+    job_id, record, token = await live.submit()
+    live.slurm.set_state(job_id, JobState.PENDING, nodes=(), reason="JobHeldUser")
+    await live.daemon.poller.poll_once()
+    reply = await live.beat(job_id, record, token, 0)
+    assert live.daemon.liveness.get(record) is None and reply.interval.ToNanoseconds() / 1e9 <= 0.5
+    live.slurm.set_state(job_id, JobState.CANCELLED, nodes=())
+    for _ in range(3):
+        await live.daemon.poller.poll_once()
+    assert (await live.status(job_id)).state == jobs_pb2.JOB_STATE_CANCELLED
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await live.beat(job_id, record, token, 0)
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_a_beat_flood_is_rate_limited_per_job(live: Live) -> None:
+    job_id, record, token = await live.submit()
+
+    async def one() -> str:
+        try:
+            await live.beat(job_id, record, token, 0)
+            return "OK"
+        except grpc.aio.AioRpcError as exc:
+            return exc.code().name
+
+    codes = await asyncio.gather(*(one() for _ in range(1000)))
+    # 2 nodes x 4 CPUs, 3 beats a rank an interval of 0.1 s: 240 beats/s after a burst of 480.
+    assert codes.count("OK") < 800 and codes.count("RESOURCE_EXHAUSTED") > 100
+    await asyncio.sleep(0.5)
+    assert await one() == "OK"  # the bucket refills: the job's own beats go on
+
+
+async def test_unknown_record_ids_cost_one_store_read_each(live: Live) -> None:
+    reads = 0
+    real = live.daemon.store.get_by_record
+
+    async def counted(record_id: int):  # type: ignore[no-untyped-def]
+        nonlocal reads
+        reads += 1
+        return await real(record_id)
+
+    live.daemon.store.get_by_record = counted  # type: ignore[method-assign]
+    for _ in range(20):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await live.jobs.Heartbeat(jobs_pb2.HeartbeatRequest(record_id=424242, token="x" * 43))
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert reads == 1
+
+
+async def test_a_late_check_after_a_stalled_loop_decides_nothing(live: Live) -> None:
+    live.daemon.detector._check_every = 0.05
+    job_id, record, token = await live.submit()
+    live.prober.dead.add("10.0.0.2")
+    await beat_both_then_silence(live, job_id, record, token, keep=0)
+    await live.daemon.detector.check_once()  # (the first check after start)
+    live.daemon.liveness.get(record).decided = False  # type: ignore[union-attr]
+    await asyncio.sleep(0)
+    time_stalled = 1.5
+    live.daemon.detector._last_check -= time_stalled
+    assert await live.daemon.detector.check_once() == []
