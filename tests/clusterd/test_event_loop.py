@@ -28,6 +28,7 @@ import pytest
 import clusterd
 from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
 from clusterd import accounts
+from clusterd.jobs import logs
 from clusterd.jobs.users import resolve_unix_user
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
@@ -39,7 +40,7 @@ SERVICE_DIR = str(Path(clusterd.__file__).resolve().parent)
 GUARDED: tuple[tuple[Any, str], ...] = (
     (pwd, "getpwnam"), (pwd, "getpwuid"), (grp, "getgrgid"), (grp, "getgrnam"), (os, "getgrouplist"),
     (os, "makedirs"), (os, "mkdir"), (os, "chown"), (os, "stat"), (os, "open"), (os, "write"),
-    (io, "open"),
+    (io, "open"), (logs, "expand"),  # filling an output name: CPU over the user's text
 )  # fmt: skip
 
 
@@ -69,7 +70,7 @@ def service_frame() -> str | None:
     while frame is not None:
         path = frame.f_code.co_filename
         if path.startswith(SERVICE_DIR):
-            return f"clusterd{path[len(SERVICE_DIR):]}:{frame.f_lineno} in {frame.f_code.co_name}"
+            return f"clusterd{path[len(SERVICE_DIR) :]}:{frame.f_lineno} in {frame.f_code.co_name}"
         frame = frame.f_back  # type: ignore[assignment]
     return None
 
@@ -146,3 +147,70 @@ async def test_serving_every_rpc_blocks_nothing_on_the_loop(tmp_path: Path, guar
     assert guard.violations == [], "blocking calls on the event loop:\n" + "\n".join(sorted(set(guard.violations)))
     # the guards saw the work happen, in worker threads: user lookup, job dir, token file stat, audit line
     assert {"pwd.getpwnam", "os.stat", "os.write"} <= guard.off_loop, guard.off_loop
+
+
+async def test_reading_logs_fills_a_huge_output_width_off_the_loop(
+    tmp_path: Path, guard: LoopGuard, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``-o out-%200000000n.log``: ReadJobLog fills the name in a worker thread, clamped as Slurm
+    clamps it, and the loop keeps ticking (it used to build a 200 MB string on the loop)."""
+    slurm = FakeSlurm.cluster()
+    daemon = ClusterDaemon(make_config(tmp_path), backend=slurm)
+    await daemon.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}")
+    jobs = jobs_pb2_grpc.JobServiceStub(channel)
+    me = auth(USER_A)
+    gaps: list[float] = []
+
+    async def tick() -> None:
+        last = asyncio.get_running_loop().time()
+        while True:
+            await asyncio.sleep(0.005)
+            now = asyncio.get_running_loop().time()
+            gaps.append(now - last)
+            last = now
+
+    try:
+        spec = jobs_pb2.JobSpec(command=["hostname"], stdout_path="/nonexistent/out-%200000000n.log")
+        job = (await jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec), metadata=me)).job
+        slurm.set_state(job.job_id, JobState.RUNNING, nodes=("node1",))
+        await daemon.poller.poll_once()
+        install(guard, monkeypatch)
+        ticker = asyncio.create_task(tick())
+        with pytest.raises(grpc.aio.AioRpcError) as err:  # no such file: the name is what matters here
+            async for _ in jobs.ReadJobLog(jobs_pb2.ReadJobLogRequest(job_id=job.job_id), metadata=me):
+                pass
+        ticker.cancel()
+    finally:
+        monkeypatch.undo()
+        await channel.close()
+        await daemon.stop()
+    assert "/nonexistent/out-0000000000.log" in (err.value.details() or "")
+    assert guard.violations == [], "blocking calls on the event loop:\n" + "\n".join(sorted(set(guard.violations)))
+    assert gaps and max(gaps) < 0.5, max(gaps)
+
+
+async def test_liveness_probes_block_nothing_on_the_loop(guard: LoopGuard, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node probe's connect runs in its own threads, so a stalled loop cannot fake a timeout and
+    a slow connect cannot stall the loop."""
+    import socket
+
+    from clusterd.liveness.probe import Reach, SlurmdProber
+
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, not listening: connects are refused
+    prober = SlurmdProber(0.5)
+    try:
+        monkeypatch.setattr(socket, "create_connection",
+                            guard.wrap("socket.create_connection", socket.create_connection))  # fmt: skip
+        assert await prober.probe("127.0.0.1", listening.getsockname()[1]) is Reach.ANSWERS
+        assert await prober.probe("127.0.0.1", closed.getsockname()[1]) is Reach.REFUSED
+    finally:
+        monkeypatch.undo()
+        prober.close()
+        listening.close()
+        closed.close()
+    assert guard.violations == [] and guard.off_loop == {"socket.create_connection"}

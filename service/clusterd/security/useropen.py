@@ -42,6 +42,7 @@ else:
 """
 _SETPRIV = shutil.which("setpriv", path="/usr/bin:/bin") or ""
 _TIMEOUT = 10.0
+_DEVNULL = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)  # every helper's stdin and stdout, opened at import
 
 
 class FileMissing(NotFound):
@@ -117,30 +118,40 @@ async def _open_via_helper(owner: UnixAccount, path: str, field: str, python: st
     if not _SETPRIV:
         raise FailedPrecondition("setpriv (util-linux) is not installed: cannot open files as the job's user")
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    # The helper's stderr goes to a pipe of our own and stdin/stdout to _DEVNULL: asyncio would
+    # open /dev/null and wrap a pipe in a file object on the event loop for every call.
+    err_r, err_w = os.pipe()
     try:
+        os.set_blocking(err_r, False)
         groups = ["--groups=" + ",".join(map(str, owner.groups))] if owner.groups else ["--clear-groups"]
         argv = [_SETPRIV, f"--reuid={owner.uid}", f"--regid={owner.gid}", *groups, "--",
                 python, "-I", "-S", "-c", _OPENER, str(theirs.fileno()), path]  # fmt: skip
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE, pass_fds=(theirs.fileno(),), env={"LANG": "C.UTF-8"}, cwd="/",
+                *argv, stdin=_DEVNULL, stdout=_DEVNULL, stderr=err_w, pass_fds=(theirs.fileno(),),
+                env={"LANG": "C.UTF-8"}, cwd="/",
             )  # fmt: skip
         except OSError as exc:
             raise FailedPrecondition(f"cannot start the file opener ({python}): {exc.strerror}") from exc
         theirs.close()
+        os.close(err_w)
+        err_w = -1
         try:
-            _, err = await asyncio.wait_for(proc.communicate(), _TIMEOUT)
-        except TimeoutError:
+            await asyncio.wait_for(proc.wait(), _TIMEOUT)
+        except BaseException as exc:  # the timeout, or the caller gave up: the helper goes too
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            await proc.wait()
-            raise FailedPrecondition(f"{field} {path}: opening it took more than {_TIMEOUT:g}s") from None
+            await asyncio.shield(proc.wait())
+            if isinstance(exc, TimeoutError):
+                raise FailedPrecondition(f"{field} {path}: opening it took more than {_TIMEOUT:g}s") from None
+            raise
         ours.setblocking(False)
         try:
             msg, fds, _flags, _addr = socket.recv_fds(ours, 64, 1)
         except BlockingIOError:
-            said = err.decode(errors="replace").strip().splitlines()
+            msg, fds = b"", []
+        if not msg and not fds:  # it never answered: setpriv or the interpreter failed
+            said = _read_some(err_r).decode(errors="replace").strip().splitlines()
             raise FailedPrecondition(f"{field} {path}: the opener running as {owner.name} failed: "
                                      f"{said[-1] if said else f'exit {proc.returncode}'}") from None  # fmt: skip
         if fds:
@@ -154,6 +165,17 @@ async def _open_via_helper(owner: UnixAccount, path: str, field: str, python: st
     finally:
         ours.close()
         theirs.close()
+        os.close(err_r)
+        if err_w >= 0:
+            os.close(err_w)
+
+
+def _read_some(fd: int) -> bytes:
+    """What a non-blocking pipe holds now (the exited helper's last words), at most 4 KiB."""
+    try:
+        return os.read(fd, 4096)
+    except BlockingIOError:
+        return b""
 
 
 def owner_of(user: str) -> UnixAccount:
