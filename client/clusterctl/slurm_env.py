@@ -1,7 +1,8 @@
 """What a training process learns from Slurm: its rank, the world size, a run id, and preemption.
 
-Rank and world size come from ``SLURM_PROCID``/``SLURM_NTASKS`` (set by ``srun`` for every task),
-then from an initialised ``torch.distributed``, else ``0``/``1``.
+Rank and world size come from an initialised ``torch.distributed``, then torchrun's
+``RANK``/``WORLD_SIZE``, then ``SLURM_PROCID``/``SLURM_NTASKS`` (set by ``srun`` for every task,
+and shared by the processes torchrun starts inside one task), else ``0``/``1``.
 
 Preemption: Slurm sends a signal before the time limit when the job was submitted with
 ``--signal=B:USR1@<seconds>`` (clusterd does this; ``B:`` sends it to the batch shell, which
