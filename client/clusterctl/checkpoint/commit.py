@@ -8,10 +8,19 @@ The marker records each manifest's size and xxh3 digest, so a reader can tell a 
 manifest from one that was replaced later. Other ranks learn the outcome from rank 0 through the
 torch.distributed group when there is one, else wait (bounded) for the marker, so that
 ``result()`` means "committed" on every rank.
+
+Two processes that believe they are the same rank (``srun torchrun`` without a process group:
+both inherit one ``SLURM_PROCID``) would overwrite each other's shard. Each writer therefore first
+claims its rank of the attempt with a create-only ``.writer.json``; a second writer finds the
+claim, leaves a ``.conflict.json`` naming both, and fails before writing any byte of the shard.
+Rank 0 refuses to commit an attempt whose listing shows a conflict, so the step is not committed
+and the error names both writers.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 import uuid
 from collections.abc import Callable
@@ -19,7 +28,7 @@ from concurrent.futures import Executor
 
 from ..storage import ObjectExistsError, ObjectNotFoundError, Storage
 from . import checksum, layout
-from .errors import CommitTimeoutError, SaveError
+from .errors import CommitTimeoutError, DuplicateWriterError, SaveError
 from .manifest import MAX_MANIFEST_BYTES, MAX_MARKER_BYTES, CommitMarker, ShardEntry, load_manifest, load_marker
 
 
@@ -43,18 +52,69 @@ class Poller:
         return True
 
 
+MAX_CLAIM_BYTES = 64 << 10
+
+
+def duplicate_error(step: int, rank: int, world_size: int, first: str, second: str, key: str) -> DuplicateWriterError:
+    return DuplicateWriterError(
+        f"step {step} not committed: rank {rank} of {world_size} was saved by two processes, {first} and "
+        f"{second}; every process needs its own rank (under srun torchrun, call "
+        "torch.distributed.init_process_group() before saving, or keep torchrun's RANK/WORLD_SIZE in the "
+        "environment; SLURM_PROCID is shared by the processes of one Slurm task)",
+        rank=rank, step=step, key=key, writers=(first, second))
+
+
+def read_json_field(storage: Storage, key: str, name: str) -> object:
+    try:
+        return json.loads(storage.get(key, max_size=MAX_CLAIM_BYTES)).get(name)
+    except (ObjectNotFoundError, ValueError, AttributeError):
+        return None
+
+
+def claim_rank(storage: Storage, *, step: int, attempt: str, rank: int, world_size: int, writer: str) -> None:
+    """Claim ``rank`` of this attempt for ``writer`` (create-only), before its shard is written.
+
+    Raises:
+        DuplicateWriterError: another process claimed it first (a conflict object is left for rank 0).
+    """
+    key = layout.writer_key(step, attempt, rank, world_size)
+    try:
+        storage.put(key, json.dumps({"writer": writer}).encode(), if_absent=True)
+        return
+    except ObjectExistsError:
+        first = read_json_field(storage, key, "writer")
+    if first == writer:  # our own put, retried after its reply was lost
+        return
+    first_name = str(first) if isinstance(first, str) else "another process"
+    doc = json.dumps({"rank": rank, "writers": [first_name, writer]}).encode()
+    with contextlib.suppress(ObjectExistsError):  # a third writer: the first conflict is enough
+        storage.put(layout.conflict_key(step, attempt, rank, world_size), doc, if_absent=True)
+    raise duplicate_error(step, rank, world_size, first_name, writer, key)
+
+
+def _check_conflicts(storage: Storage, listed: set[str], *, step: int, world_size: int) -> None:
+    for key in sorted(k for k in listed if layout.is_conflict_key(k)):
+        rank = read_json_field(storage, key, "rank")
+        writers = read_json_field(storage, key, "writers")
+        pair = [str(w) for w in writers][:2] if isinstance(writers, list) else []
+        pair += ["another process"] * (2 - len(pair))
+        raise duplicate_error(step, rank if isinstance(rank, int) else -1, world_size, pair[0], pair[1], key)
+
+
 def wait_for_manifests(storage: Storage, *, step: int, attempt: str, world_size: int, timeout: float,
                        poll: tuple[float, float]) -> None:
     """Rank 0: block until every rank's manifest of this attempt is listed.
 
     Raises:
         CommitTimeoutError: some manifests did not appear within ``timeout`` (names the ranks).
+        DuplicateWriterError: two processes wrote one rank (names both).
     """
     expected = {layout.manifest_key(step, attempt, r, world_size): r for r in range(world_size)}
     poller = Poller(timeout, *poll)
     prefix = layout.attempt_prefix(step, attempt)
     while True:
         listed = {o.key for o in storage.list_objects(prefix)}
+        _check_conflicts(storage, listed, step=step, world_size=world_size)
         missing = sorted(r for k, r in expected.items() if k not in listed)
         if not missing:
             return

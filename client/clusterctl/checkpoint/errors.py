@@ -34,6 +34,19 @@ class SaveError(CheckpointError):
         self.key = key
 
 
+class DuplicateWriterError(SaveError):
+    """Two processes saved the same rank of the same step (their rank was resolved wrongly).
+
+    Attributes:
+        writers: both writers, as ``host pid N (id)``: the one that claimed the rank first, then this one.
+    """
+
+    def __init__(self, message: str, *, rank: int, step: int, key: str | None = None,
+                 writers: tuple[str, str] = ("", "")) -> None:
+        super().__init__(message, rank=rank, step=step, key=key)
+        self.writers = writers
+
+
 class SaveInProgressError(CheckpointError):
     """``policy="raise"`` and a previous save is still uploading."""
 

@@ -5,6 +5,8 @@
     commits/<step:012d>.json                                        commit marker (rank 0, last)
     steps/<step:012d>/<attempt>/rank-<r:05d>-of-<w:05d>.safetensors  shard of rank r
     steps/<step:012d>/<attempt>/rank-<r:05d>-of-<w:05d>.manifest.json
+    steps/<step:012d>/<attempt>/rank-<r:05d>-of-<w:05d>.writer.json    who writes rank r (create-only)
+    steps/<step:012d>/<attempt>/rank-<r:05d>-of-<w:05d>.conflict.json  a second writer of rank r
 
 ``attempt`` names one save attempt of a step (the run id, plus ``-<n>`` when the same process
 saves the same step again); it keeps a retried save from ever overwriting or being confused with
@@ -62,6 +64,18 @@ def shard_key(step: int, attempt: str, rank: int, world_size: int) -> str:
 
 def manifest_key(step: int, attempt: str, rank: int, world_size: int) -> str:
     return f"{attempt_prefix(step, attempt)}rank-{rank:05d}-of-{world_size:05d}.manifest.json"
+
+
+def writer_key(step: int, attempt: str, rank: int, world_size: int) -> str:
+    return f"{attempt_prefix(step, attempt)}rank-{rank:05d}-of-{world_size:05d}.writer.json"
+
+
+def conflict_key(step: int, attempt: str, rank: int, world_size: int) -> str:
+    return f"{attempt_prefix(step, attempt)}rank-{rank:05d}-of-{world_size:05d}.conflict.json"
+
+
+def is_conflict_key(key: str) -> bool:
+    return key.endswith(".conflict.json")
 
 
 def parse_step_key(key: str) -> tuple[int, str] | None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import socket
 import threading
 import time
 import uuid
@@ -96,6 +98,10 @@ def _resolve_run_id(config: CheckpointConfig, world_size: int, coordinator: Torc
         return from_slurm
     if coordinator is not None:
         return f"dist-{coordinator.broadcast_token()}"
+    elastic = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    if elastic and elastic != "none":  # torchrun --standalone / --rdzv-id: one id per launch
+        raw = f"torchrun-{elastic}-r{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        return re.sub(r"[^A-Za-z0-9._-]", "_", raw)[:80]
     if world_size == 1:
         return f"run-{uuid.uuid4().hex[:12]}"
     log.warning("no run id for a %d-rank job (no Slurm, no torch.distributed, no CLUSTERCTL_RUN_ID): "
@@ -109,7 +115,9 @@ class CheckpointManager:
     Args:
         uri: ``s3://bucket/prefix``, ``file:///dir`` or a path. S3 settings come from the AWS_*
             variables (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION).
-        rank, world_size: default to SLURM_PROCID/SLURM_NTASKS, then torch.distributed, then 0/1.
+        rank, world_size: default to an initialized torch.distributed group, then torchrun's
+            RANK/WORLD_SIZE, then SLURM_PROCID/SLURM_NTASKS, then 0/1; looked up again at every
+            save and restore, so a manager created before ``init_process_group`` is right too.
         keep: committed steps to keep (older ones are deleted after each commit); 0 keeps all.
         config: every other knob (policy, staging memory, part size, deadlines).
         storage: a ready :class:`~clusterctl.storage.Storage` to use instead of opening ``uri``.
@@ -122,22 +130,21 @@ class CheckpointManager:
     def __init__(self, uri: str, rank: int | None = None, world_size: int | None = None, keep: int = 3, *,
                  config: CheckpointConfig | None = None, storage: Storage | None = None) -> None:
         self.config = config = config or CheckpointConfig()
-        env_rank, env_world = slurm_env.rank_and_world_size()
-        self.rank = env_rank if rank is None else rank
-        self.world_size = env_world if world_size is None else world_size
-        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
-            raise ValueError(f"rank {self.rank} is not in [0, world_size={self.world_size})")
+        self._explicit = (rank, world_size)
+        self.rank, self.world_size = self._resolve_world()
         if keep < 0:
             raise ValueError(f"keep must be >= 0, got {keep}")
         self.storage: Storage = storage or open_storage(uri, s3=config.s3_options(), posix=config.posix_options())
         self.uri = uri
         self.keep = keep
-        torch = torchcompat.loaded_torch()
         self._coordinator: TorchCoordinator | None = None
-        if (torch is not None and self.world_size > 1 and torch.distributed.is_available()
-                and torch.distributed.is_initialized()):
-            self._coordinator = TorchCoordinator.create(torch)
-        self.run_id = _resolve_run_id(config, self.world_size, self._coordinator)
+        self._lock = threading.Lock()
+        self._inflight: list[tuple[SaveHandle, int, str]] = []
+        self._finished: list[SaveHandle] = []
+        self._attempts: Counter[int] = Counter()
+        self._writer = f"{socket.gethostname()} pid {os.getpid()} ({uuid.uuid4().hex[:6]})"
+        self.run_id = ""
+        self._sync_world(force=True)
         self._pool = StagingPool(config.staging_bytes, config.max_in_flight,
                                  pinned_allocator=torchcompat.pinned_empty if torchcompat.cuda_available() else None)
         nice = nice_initializer(config.background_nice)
@@ -145,14 +152,38 @@ class CheckpointManager:
                                       initializer=nice)
         self._io = ThreadPoolExecutor(max_workers=max(2, config.max_concurrency), thread_name_prefix="ckpt-io",
                                       initializer=nice)
-        self._lock = threading.Lock()
-        self._inflight: list[tuple[SaveHandle, int, str]] = []
-        self._finished: list[SaveHandle] = []
-        self._attempts: Counter[int] = Counter()
         self._closed = False
         self._create_only_checked = False
         self.last_restored_step: int | None = None
         heartbeat.start()
+
+    def _resolve_world(self) -> tuple[int, int]:
+        env_rank, env_world = slurm_env.rank_and_world_size()
+        rank = env_rank if self._explicit[0] is None else self._explicit[0]
+        world = env_world if self._explicit[1] is None else self._explicit[1]
+        if world < 1 or not 0 <= rank < world:
+            raise ValueError(f"rank {rank} is not in [0, world_size={world})")
+        return rank, world
+
+    def _sync_world(self, *, force: bool = False) -> None:
+        """Take up a rank, world size or process group that appeared since the last call.
+
+        Called from the caller's thread at every save and restore: creating the coordinator's
+        group is collective, and every rank reaches its first save (or restore) after
+        ``init_process_group`` at the same point of the program.
+        """
+        rank, world = self._resolve_world()
+        torch = torchcompat.loaded_torch()
+        dist_up = (torch is not None and world > 1 and torch.distributed.is_available()
+                   and torch.distributed.is_initialized())
+        if not force and (rank, world) == (self.rank, self.world_size) and (self._coordinator is not None
+                                                                             or not dist_up):
+            return
+        if self._running():
+            self.wait()  # saves in flight belong to the old world: finish them first
+        self.rank, self.world_size = rank, world
+        self._coordinator = TorchCoordinator.create(torch) if dist_up else None
+        self.run_id = _resolve_run_id(self.config, self.world_size, self._coordinator)
 
     # --- saving ---------------------------------------------------------------------------
     def save(self, step: int, state: Mapping[str, Any]) -> SaveHandle:
@@ -171,6 +202,7 @@ class CheckpointManager:
             raise InvalidStateError(str(exc)) from None
         heartbeat.report_step(step)
         self._raise_pending()
+        self._sync_world()
         running = self._running()
         if len(running) >= self.config.max_in_flight:
             if self.config.policy == "skip":
@@ -233,13 +265,10 @@ class CheckpointManager:
         try:
             try:
                 self.storage.stat(layout.commit_key(step))
-                raise SaveError(f"rank {self.rank}: step {step} is already committed under {self.storage.uri}; "
-                                "committed steps are never overwritten", rank=self.rank, step=step,
-                                key=layout.commit_key(step))
+                raise self._committed_already(step, attempt)
             except ObjectNotFoundError:
                 pass
-            upload_snapshot(snap, self.storage, executor=self._io,
-                            progress=progress)
+            upload_snapshot(snap, self.storage, executor=self._io, progress=progress, writer=self._writer)
         except Exception as exc:
             error = exc
         finally:
@@ -287,6 +316,18 @@ class CheckpointManager:
         total = time.perf_counter() - t0
         heartbeat.report_committed(step)
         return SaveResult(step, committed=True, bytes=nbytes, snapshot_seconds=snap.seconds, total_seconds=total)
+
+    def _committed_already(self, step: int, attempt: str) -> SaveError:
+        """The error for a save of a committed step; a commit by our own attempt means a second writer."""
+        marker = commit.read_marker_or_none(self.storage, step)
+        if marker is not None and marker.attempt == attempt:
+            key = layout.writer_key(step, attempt, self.rank, self.world_size)
+            first = commit.read_json_field(self.storage, key, "writer")
+            return commit.duplicate_error(step, self.rank, self.world_size,
+                                          first if isinstance(first, str) else "another process", self._writer, key)
+        return SaveError(f"rank {self.rank}: step {step} is already committed under {self.storage.uri}; "
+                         "committed steps are never overwritten", rank=self.rank, step=step,
+                         key=layout.commit_key(step))
 
     def _after_commit(self, step: int) -> None:
         """Retention and GC on rank 0; failures here are logged, the step is already committed."""
@@ -344,6 +385,7 @@ class CheckpointManager:
         self._check_open()
         if step is not None:
             layout.check_step(step)
+        self._sync_world()
         explicit = rank is not None
         result = restore_state(
             self.storage, step=step, rank=self.rank if rank is None else rank,

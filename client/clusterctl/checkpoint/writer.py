@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..storage import Storage
-from . import checksum, layout, torchcompat
+from . import checksum, commit, layout, torchcompat
 from .manifest import FORMAT_VERSION, ShardManifest
 from .shard import plan_shard
 from .staging import StagingBuffer, StagingPool
@@ -88,10 +88,12 @@ def take_snapshot(state: Mapping[str, Any], *, step: int, attempt: str, rank: in
 
 
 def upload_snapshot(snap: Snapshot, storage: Storage, *, chunk_size: int = checksum.CHUNK_SIZE,
-                    executor: Executor | None,
-                    progress: dict[str, str | None]) -> tuple[str, ShardManifest]:
+                    executor: Executor | None, progress: dict[str, str | None],
+                    writer: str | None = None) -> tuple[str, ShardManifest]:
     """Checksum and upload the shard, release its staging memory, then write the shard manifest.
 
+    ``writer`` (this process) first claims the rank of the attempt, so that a second process saving
+    the same rank fails before it overwrites a byte (``commit.claim_rank``).
     ``progress["key"]`` names the object being written, for error messages.
     Returns the manifest key and the manifest.
     """
@@ -103,6 +105,10 @@ def upload_snapshot(snap: Snapshot, storage: Storage, *, chunk_size: int = check
         digests = executor.submit(checksum.chunk_digests, data, chunk_size, None, snap.segments) if executor else None
         prefix = progress["key"] = layout.attempt_prefix(snap.step, snap.attempt)
         storage.prepare_prefix(prefix)
+        if writer is not None:
+            progress["key"] = layout.writer_key(snap.step, snap.attempt, snap.rank, snap.world_size)
+            commit.claim_rank(storage, step=snap.step, attempt=snap.attempt, rank=snap.rank,
+                              world_size=snap.world_size, writer=writer)
         progress["key"] = shard_key
         storage.put(shard_key, data)
         size = len(data)

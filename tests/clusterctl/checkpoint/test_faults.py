@@ -181,10 +181,10 @@ def test_gc_during_a_save_keeps_the_save() -> None:
     ckpt = CheckpointManager("/unused", rank=0, world_size=1, keep=0, storage=storage, config=fast_config())
     h = ckpt.save(1, state_for(1))
     assert storage.entered.wait(10)
-    shard = [o.key for o in storage.list_objects("steps/")]
-    assert len(shard) == 1
+    written = sorted(o.key.split(".", 1)[1] for o in storage.list_objects("steps/"))
+    assert written == ["safetensors", "writer.json"]  # the rank's claim, then its shard
     report = ckpt.gc(grace=0)  # same process: the in-flight attempt is protected even with no grace
-    assert report.objects == [] and report.in_flight == 1
+    assert report.objects == [] and report.in_flight == 2
     other = CheckpointManager("/unused", rank=0, world_size=1, storage=storage, config=fast_config())
     assert other.gc(grace=3600).objects == []  # another process: protected by the grace period
     storage.fault = None
@@ -211,9 +211,9 @@ def test_gc_collects_only_old_uncommitted_objects() -> None:
     assert sorted(o.key for o in dry.objects) == [
         "steps/000000000001/otherattempt/rank-00000-of-00001.safetensors",
         "steps/000000000002/deadrun/rank-00000-of-00001.safetensors"]
-    assert len(dry.uploads) == 1 and dry.young == 1 and len(storage.list_objects("steps/")) == 5
-    ckpt.gc(grace=100)
-    assert len(storage.list_objects("steps/")) == 3 and storage.list_incomplete("") == []
+    assert len(dry.uploads) == 1 and dry.young == 1 and len(storage.list_objects("steps/")) == 6
+    ckpt.gc(grace=100)  # left: step 1's shard, manifest and writer claim, and the young object
+    assert len(storage.list_objects("steps/")) == 4 and storage.list_incomplete("") == []
     assert ckpt.restore()["step"] == 1
     ckpt.close()
 
