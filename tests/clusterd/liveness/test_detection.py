@@ -355,3 +355,18 @@ async def test_a_late_check_after_a_stalled_loop_decides_nothing(live: Live) -> 
     time_stalled = 1.5
     live.daemon.detector._last_check -= time_stalled
     assert await live.daemon.detector.check_once() == []
+
+
+async def test_a_cancel_before_a_decided_requeue_shows_is_not_undone(live: Live) -> None:
+    """The requeue was decided (and persisted) but Slurm shows the run cancelled, by its user or an
+    administrator's scancel: the requeue is never sent again."""
+    job_id, record, _ = await live.submit()
+    rec = await live.daemon.store.get_by_record(record)
+    assert rec is not None
+    rec.acked_restarts = 1  # decided, not yet seen in Slurm
+    await live.daemon.store.save(rec)
+    live.slurm.set_state(job_id, JobState.CANCELLED, end_time=1.0)
+    await live.daemon.poller.poll_once()
+    assert live.slurm.calls["requeue"] == 0
+    job = await live.status(job_id)
+    assert job.state == jobs_pb2.JOB_STATE_CANCELLED and "cancelled" in job.final_reason, job
