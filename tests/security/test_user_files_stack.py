@@ -116,6 +116,31 @@ def test_checkpoint_views_show_nothing_of_roots_and_never_hang(
         assert not listing.checkpoints and not listing.error  # a FIFO is no marker: not listed, never opened
 
 
+def test_the_users_own_file_checkpoint_still_lists_and_verifies(files_daemon: Daemon, alice_dir: Path) -> None:
+    import numpy as np
+
+    from clusterctl.checkpoint import CheckpointManager
+
+    ckpt = alice_dir / "own-ckpt"
+    manager = CheckpointManager(f"file://{ckpt}", rank=0, world_size=1)
+    for step in (1, 2):
+        manager.save(step, {"w": np.arange(1000, dtype=np.float32) * step}).result(timeout=60)
+    manager.close()
+    for path in [ckpt, *ckpt.rglob("*")]:
+        _give_alice(path)
+    alice = files_daemon.client("alice")
+    job = alice.submit(jobs_pb2.JobSpec(name="ckpt-own", command=["true"], submit_directory=str(alice_dir),
+                                        checkpoint_uri=f"file://{ckpt}")).job  # fmt: skip
+
+    def verified() -> jobs_pb2.ListJobCheckpointsResponse | None:
+        listing = alice.checkpoints(job.job_id)
+        assert not listing.error, listing.error
+        return listing if listing.checkpoints and listing.checkpoints[-1].verification == "verified" else None
+
+    listing = wait_for(verified, timeout=30, what="the newest step verified")
+    assert [c.step for c in listing.checkpoints] == [1, 2] and listing.checkpoints[-1].bytes >= 4000
+
+
 def test_progress_of_a_file_prefix_is_read_as_its_user(
     files_daemon: Daemon, alice_dir: Path, root_checkpoint: Path
 ) -> None:
