@@ -109,8 +109,9 @@ class LivenessConfig:
 
     Each rank's client library beats every ``heartbeat_interval_seconds``; a rank silent for
     ``suspect_after_intervals`` intervals makes its node a suspect, and the node is probed
-    (slurmd's port, ``probe_timeout_seconds``, confirmed once more): unreachable is a dead node; a
-    node that answers while the rank stays silent for the job's hang timeout is a hung rank.
+    (slurmd's port, ``probe_timeout_seconds``, with ICMP echo beside it, confirmed once more): a
+    refusing port, or neither port nor host answering, is a dead node; a node that is up while the
+    rank stays silent for the job's hang timeout is a hung rank (that job alone is restarted).
     """
 
     enabled: bool = True
@@ -128,8 +129,8 @@ class LivenessConfig:
 class ViewsConfig:
     """What users may see of jobs beyond their records: logs, history, the whole queue, checkpoints."""
 
-    # `list --all` / ListQueue: everyone's jobs with squeue's public fields, as squeue shows them
-    # unless slurm.conf sets PrivateData=jobs (then set this false: each user sees their own only).
+    # `list --all` / ListQueue: everyone's jobs with squeue's public fields, as squeue shows them;
+    # false shows each user their own only, as slurm.conf's PrivateData=jobs does (read at start).
     public_queue: bool = True
     accounting: str = "auto"  # auto: history also asks Slurm accounting (sacct) when slurmdbd is there | off
     history_default_days: float = 7.0  # the time window of `history` without --since

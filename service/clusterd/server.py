@@ -223,11 +223,16 @@ class ClusterDaemon:
         self._progress_task = asyncio.create_task(self.progress.run(self._stop))
         if self.config.liveness.enabled:
             self._detector_task = asyncio.create_task(self.detector.run(self._stop))
-        with contextlib.suppress(SlurmError):
+        try:
             features = await detect(self.config.slurm, self.backend)  # the release and what it offers
+        except SlurmError as exc:
+            log.warning("Slurm's release and configuration unknown (%s): `list --all` shows each user their "
+                        "own jobs until a restart reads them", exc)  # fmt: skip
+        else:
             kind = getattr(self.backend, "name", type(self.backend).__name__)  # what "auto" chose, too
             SLURM_INFO.labels(version=features.version, backend=kind).set(1)
             log.info("Slurm %s via the %s backend: %s", features.version, kind, "; ".join(features.describe()))
+            self.views.slurm_private_jobs = "jobs" in features.private_data
         self._start_http()
         await server.start()
         self._server = server

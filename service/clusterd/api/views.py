@@ -99,6 +99,9 @@ class JobViews:
         self._cache = cache
         self._placer = placer
         self._views = views
+        # squeue's PrivateData=jobs, as the cluster's configuration says (clusterd sets it at start;
+        # until then, and when it could not be read, each user sees only their own jobs).
+        self.slurm_private_jobs = True
 
     # -- the records (what GetJob/ListJobs answer; the web API reads them here too) ------------
 
@@ -144,7 +147,8 @@ class JobViews:
     async def list_queue(self, ident: Identity, request: jobs_pb2.ListQueueRequest) -> jobs_pb2.ListQueueResponse:
         snapshot = self._cache.snapshot
         mine = await self.manager.list(ident, user="", include_finished=False, limit=0)
-        rows = queue_rows(snapshot, ident, public=self._views.public_queue, partition=request.partition,
+        public = self._views.public_queue and not self.slurm_private_jobs
+        rows = queue_rows(snapshot, ident, public=public, partition=request.partition,
                           supervised=frozenset(r.job_id for r in mine),
                           states=frozenset(convert.job_state_from_proto(s) for s in request.states))  # fmt: skip
         out = jobs_pb2.ListQueueResponse()

@@ -1,7 +1,8 @@
 """``list --all``: the whole queue as squeue shows it to every user, from the one queue poll.
 
 squeue shows everyone every job's id, partition, name, user, state, time and nodes or reason
-(unless slurm.conf sets PrivateData=jobs, which ``views.public_queue = false`` mirrors). Rows
+(unless slurm.conf sets PrivateData=jobs, which clusterd reads at start; ``views.public_queue =
+false`` hides them too). Rows
 are built from those fields and nothing else, so no other user's script, environment, paths,
 restarts or checkpoints can reach the caller through this view.
 """

@@ -22,7 +22,7 @@ Verified against real daemons (deploy/local/stack.sh up --slurm 22.05|24.11|26.0
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clusterd.config import SlurmConfig
 from clusterd.errors import SlurmError
@@ -44,6 +44,7 @@ class SlurmFeatures:
     expedited_requeue: bool = False  # the cluster allows sbatch --requeue=expedite
     rest_offered: tuple[str, ...] = ()  # API versions slurmrestd serves (slurmrestd backend only)
     rest_used: str = ""  # the one clusterd speaks
+    private_data: frozenset[str] = frozenset()  # slurm.conf's PrivateData (e.g. "jobs": squeue shows one's own)
 
     @property
     def release(self) -> SlurmVersion | None:
@@ -75,6 +76,8 @@ class SlurmFeatures:
                        "(clusterd releases them at once either way)")  # fmt: skip
         else:
             out.append("requeued jobs wait cred_expire (120 s) unless released: clusterd releases them (StartTime=now)")
+        if "jobs" in self.private_data:
+            out.append("PrivateData=jobs: `list --all` shows each user their own jobs, as squeue does")
         if self.expedited_requeue:
             out.append("expedited requeue enabled on the cluster, not requested (a failing job would be held in "
                        "REQUEUE_HOLD instead of failing; the restart policy decides)")  # fmt: skip
@@ -110,7 +113,8 @@ def from_config(version: str, config: dict[str, str]) -> SlurmFeatures:
         raw = option(config.get("SchedulerParameters", ""), "requeue_delay")
         delay = int(raw) if raw is not None and raw.isdigit() else None
         expedite = option(config.get("SlurmctldParameters", ""), "enable_expedited_requeue") is not None
-    return SlurmFeatures(version, delay, expedite)
+    private = frozenset(p.strip().lower() for p in config.get("PrivateData", "").split(",") if p.strip())
+    return SlurmFeatures(version, delay, expedite, private_data=private - {"none"})
 
 
 async def detect(config: SlurmConfig, backend: SlurmBackend) -> SlurmFeatures:
@@ -121,7 +125,7 @@ async def detect(config: SlurmConfig, backend: SlurmBackend) -> SlurmFeatures:
     """
     version = await backend.version()
     settings: dict[str, str] = {}
-    if getattr(backend, "name", "") in _REAL_BACKENDS:  # a test double has no cluster to ask
+    if asks_the_cluster(backend):  # a test double has no cluster to ask
         runner = CommandRunner(bin_dir=config.bin_dir, slurm_conf=config.slurm_conf,
                                timeout=config.command_timeout_seconds)  # fmt: skip
         try:
@@ -130,10 +134,16 @@ async def detect(config: SlurmConfig, backend: SlurmBackend) -> SlurmFeatures:
         except SlurmError:
             pass
     features = from_config(version, settings)
+    if asks_the_cluster(backend) and not settings:  # unread: as private as slurm.conf could make it
+        features = replace(features, private_data=frozenset({"jobs"}))
     offered_versions = getattr(backend, "offered_versions", None)
     api_version = getattr(backend, "api_version", None)
     if offered_versions is not None and api_version is not None:
         offered = tuple(sorted(await offered_versions()))
-        return SlurmFeatures(features.version, features.requeue_delay_seconds, features.expedited_requeue,
-                             offered, await api_version())  # fmt: skip
+        return replace(features, rest_offered=offered, rest_used=await api_version())
     return features
+
+
+def asks_the_cluster(backend: SlurmBackend) -> bool:
+    """Whether :func:`detect` reads a real cluster's configuration through ``backend`` (not a test double)."""
+    return getattr(backend, "name", "") in _REAL_BACKENDS

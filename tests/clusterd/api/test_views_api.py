@@ -72,6 +72,10 @@ async def test_the_queue_shows_everyone_squeues_fields_and_marks_the_callers_own
     # Records still show only the caller's own.
     listed = await harness.jobs.ListJobs(jobs_pb2.ListJobsRequest(), metadata=auth(USER_A))
     assert {j.job_id for j in listed.jobs} == {mine}
+    # slurm.conf's PrivateData=jobs (as clusterd read it at start): squeue shows one's own only.
+    harness.daemon.views.slurm_private_jobs = True
+    queue = await harness.jobs.ListQueue(jobs_pb2.ListQueueRequest(), metadata=auth(USER_A))
+    assert {j.job_id for j in queue.jobs} == {mine}
 
 
 async def test_adopt_tags_the_owners_plain_sbatch_job_and_supervises_it(harness: Harness) -> None:

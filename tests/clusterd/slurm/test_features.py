@@ -50,3 +50,10 @@ def test_parse_show_config_and_options() -> None:
 async def test_a_test_double_is_not_asked_for_its_config() -> None:
     features = await detect(SlurmConfig(), FakeSlurm.cluster())
     assert features.requeue_delay_seconds is None and not features.rest_used
+
+
+def test_private_data_is_read_from_the_config() -> None:
+    assert from_config("22.05.8", captured("22.05")).private_data == frozenset()
+    features = from_config("22.05.8", {"PrivateData": "jobs,usage"})
+    assert features.private_data == {"jobs", "usage"}
+    assert any("PrivateData=jobs" in line for line in features.describe())
