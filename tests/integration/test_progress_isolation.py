@@ -9,6 +9,7 @@ must stay as fast as ever.
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ import pytest
 from clusterctl.v1 import jobs_pb2
 from tests.support.daemon import Daemon
 from tests.support.prefixes import deep_tree, many_markers, remove_tree
+from tests.support.users import user_dir
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slurm
@@ -29,13 +31,14 @@ LAG_SLACK = 2.5  # seconds on top of the poll interval: Slurm's 1 s time resolut
 
 
 @pytest.fixture(scope="module")
-def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
-    base = tmp_path_factory.mktemp("hostile")
-    deep, huge = base / "deep", base / "huge"
-    deep_tree(deep / "commits", DEPTH)
-    many_markers(huge / "commits", OBJECTS)
-    yield deep, huge
-    remove_tree(base)  # pytest's own (recursive) cleanup of old temp dirs would not cope
+def hostile() -> Iterator[tuple[Path, Path]]:
+    with user_dir("alice", "hostile") as base:  # alice's own: the reader lists it with her rights
+        deep, huge = base / "deep", base / "huge"
+        deep_tree(deep / "commits", DEPTH)
+        many_markers(huge / "commits", OBJECTS)
+        subprocess.run(["chown", "-R", "alice:alice", str(base)], check=True)
+        yield deep, huge
+        remove_tree(base)  # shutil's (recursive) rmtree would not cope with the deep tree
 
 
 def sleeper(name: str, seconds: int, uri: str = "") -> jobs_pb2.JobSpec:
