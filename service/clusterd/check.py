@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from clusterd.auth.tokens import TokenFileError, parse_tokens
 from clusterd.config import Config, ConfigError, load_config
 from clusterd.errors import SlurmError
+from clusterd.liveness import credentials
 from clusterd.security.transport import check_transport, restd_exposure, server_credentials
 from clusterd.security.unixsock import socket_path
 from clusterd.slurm.base import SlurmBackend
@@ -99,9 +100,29 @@ def check_transport_files(config: Config, out: Findings) -> None:
             out.add("tls", WARN, f"allow_insecure: plaintext gRPC on TCP {config.listen}: tokens are exposed")
         else:
             _check_socket(config, out)
+    _check_heartbeats(config, out)
     exposure = restd_exposure(config.slurm)
     if exposure is not None and not (exposure.remote and not config.allow_insecure):  # else the FAIL above
         out.add("slurmrestd", WARN, exposure.message)
+
+
+def _check_heartbeats(config: Config, out: Findings) -> None:
+    """Ranks dialing TCP send their job's token: they must be able to verify the replica they reach."""
+    tcp = credentials.tcp_addresses(config.liveness, config.listen) if config.liveness.enabled else []
+    if not tcp:
+        return
+    if not config.tls.cert_file:
+        out.add("heartbeats", WARN, f"jobs beat in plaintext to {', '.join(tcp)}: their tokens cross the network "
+                "([tls] and liveness.heartbeat_ca_file)")  # fmt: skip
+    elif not config.liveness.heartbeat_ca_file:
+        out.add("heartbeats", FAIL, f"jobs beat over TLS to {', '.join(tcp)} but are given no CA to verify it: "
+                "set liveness.heartbeat_ca_file to the CA's path as the compute nodes see it")  # fmt: skip
+    elif config.tls.client_ca_file:
+        out.add("heartbeats", WARN, "mTLS: ranks have no client certificate, so their beats are refused; "
+                "give them a listener without client certificates in liveness.heartbeat_addr")  # fmt: skip
+    else:
+        out.add("heartbeats", OK, f"jobs beat over TLS to {', '.join(tcp)}, verified with "
+                f"{config.liveness.heartbeat_ca_file}")  # fmt: skip
 
 
 def _check_socket(config: Config, out: Findings) -> None:

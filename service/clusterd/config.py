@@ -118,6 +118,9 @@ class LivenessConfig:
     # What jobs dial to reach clusterd; empty = the listen address when it is a unix socket (jobs
     # on other machines need a TCP address here), else heartbeats stay off.
     heartbeat_addr: str = ""
+    # The CA (PEM) that signs the replicas' [tls] certificates, at a path the compute nodes read: put
+    # in the jobs' environment as CLUSTERCTL_CA, so ranks beat over verified TLS to TCP addresses.
+    heartbeat_ca_file: str = ""
     heartbeat_interval_seconds: float = 1.0
     suspect_after_intervals: float = 2.0
     hang_timeout_seconds: float = 30.0

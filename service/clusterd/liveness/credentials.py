@@ -56,4 +56,11 @@ def issue(spec: jobs_pb2.JobSpec, config: LivenessConfig, listen: str) -> tuple[
         "CLUSTERCTL_HEARTBEAT_TOKEN": token,
         "CLUSTERCTL_HEARTBEAT_INTERVAL": f"{interval_of(spec, config):g}",
     }
+    if config.heartbeat_ca_file:
+        env["CLUSTERCTL_CA"] = config.heartbeat_ca_file  # the client library's TLS root for TCP addresses
     return env, digest(token)
+
+
+def tcp_addresses(config: LivenessConfig, listen: str) -> list[str]:
+    """The heartbeat addresses jobs dial over TCP (not unix sockets): their beats carry the token."""
+    return [a for a in heartbeat_addr(config, listen).split(",") if a.strip() and socket_path(a.strip()) is None]
