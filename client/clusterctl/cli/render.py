@@ -63,9 +63,9 @@ def print_json(data: Mapping[str, Any] | list[Any]) -> None:
     sys.stdout.flush()
 
 
-def console() -> Console:
-    """The stdout console; rich honours COLUMNS and NO_COLOR, and drops styles when piped."""
-    return Console(highlight=False)
+def console(*, stderr: bool = False) -> Console:
+    """The stdout (or stderr) console; rich honours COLUMNS and NO_COLOR, and drops styles when piped."""
+    return Console(highlight=False, stderr=stderr)
 
 
 # -- small helpers -----------------------------------------------------------------------------
@@ -285,13 +285,18 @@ def tasks_table(job: jobs_pb2.JobStatus) -> Table:
     return table
 
 
-def submitted(response: jobs_pb2.SubmitJobResponse) -> Text:
-    """What ``submit`` prints: the id first (easy to grab), then state and placement."""
+def submitted(response: jobs_pb2.SubmitJobResponse) -> str:
+    """What ``submit`` prints first, sbatch's own line, so wrappers that read it keep working."""
+    return f"Submitted batch job {response.job.job_id}"
+
+
+def submitted_details(response: jobs_pb2.SubmitJobResponse) -> Text:
+    """``submit -v``'s view after that line: state and placement."""
     job = response.job
-    text = Text(f"Submitted job {job.job_id}")
+    text = Text()
     if response.duplicate:
-        text.append(" (already submitted with this request id)", style="dim")
-    text.append("\nState: ")
+        text.append("Already submitted with this request id\n", style="dim")
+    text.append("State: ")
     text.append_text(styled_state(job_state(job.state)))
     if job.reason:
         text.append(f" ({job.reason})")

@@ -1,16 +1,19 @@
 """sbatch's own flags for ``submit``, with sbatch's meanings, and their JobSpec fields.
 
-Each flag is one JobSpec field (see proto/clusterctl/v1/jobs.proto), so what the server gets is
-what sbatch would have been told. Unset flags stay unset: the script's ``#SBATCH`` lines decide.
-Abbreviations are off for every parser (``CliParser``), so ``--ntasks`` is never
-``--ntasks-per-node``. A few sbatch flags the service cannot honour are known by name and refused
-with the reason, instead of the generic "unrecognized arguments".
+Flags with a typed JobSpec field (see proto/clusterctl/v1/jobs.proto) set it; the other options
+of sbatch's table travel in ``spec.sbatch_options`` in sbatch's syntax, after the ones
+``SBATCH_*`` variables stand for, so the command line wins over the environment, which wins over
+the script's ``#SBATCH`` lines, as with sbatch. Values are checked here with the parser the
+service reads them with (:mod:`clusterctl.sbatch`), so a bad one is a usage error (exit 2) before
+anything is sent. Unset flags stay unset. Abbreviations are off for every parser (``CliParser``),
+so ``--ntasks`` is never ``--ntasks-per-node``. sbatch flags the service refuses are known by
+name and refused with the reason, instead of the generic "unrecognized arguments".
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from clusterctl.cli.options import ArgumentError
@@ -26,6 +29,9 @@ from clusterctl.cli.values import (
     time_limit,
     typed_gpus,
 )
+from clusterctl.sbatch import values as sv
+from clusterctl.sbatch.environment import options_from_environment
+from clusterctl.sbatch.options import REFUSED, OptionError, parse_words, refusal
 from clusterctl.v1 import jobs_pb2
 
 # (flags, JobSpec field) for sbatch options whose value is sent as typed, text or count.
@@ -35,7 +41,7 @@ _PLAIN: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
     (("-c", "--cpus-per-task"), "cpus_per_task", "N", positive_int, "CPUs for each task"),
     (("--mem",), "memory_mb_per_node", "SIZE", memory_mb, "memory per node: 4G, 512M, 1024 (MB)"),
     (("--mem-per-cpu",), "memory_mb_per_cpu", "SIZE", memory_mb, "memory per CPU (excludes --mem)"),
-    (("-t", "--time"), "time_limit", "TIME", time_limit, "time limit: MM, HH:MM:SS, D-HH[:MM[:SS]], or 90m, 2h"),
+    (("-t", "--time"), "time_limit", "TIME", time_limit, "MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]], UNLIMITED"),
     (("-p", "--partition"), "partition", "NAME", nonblank, "partition"),
     (("-A", "--account"), "account", "NAME", nonblank, "account to charge"),
     (("-q", "--qos"), "qos", "NAME", nonblank, "quality of service"),
@@ -52,26 +58,79 @@ _PLAIN: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
     (("--nice",), "nice", "N", non_negative_int, "lower the priority by N (a negative nice is a privilege)"),
 )
 
-# sbatch flags clusterctl knows and cannot honour, with the reason given to the caller.
-_REFUSED = {
-    "--comment": "the service's API has no field for a job comment",
-    "--export-file": "it reads a file with the service's rights; use --export or --env",
-    "--signal": "the service sends the timeout signal; use --signal-before SECONDS (SIGUSR1 to the batch shell)",
-    "--uid": "jobs always run as the caller",
-    "--gid": "jobs always run as the caller",
-    "--get-user-env": "the caller's environment is sent by --export (ALL by default)",
-}
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    return lambda text: sv.choice(text, choices, "value")
+
+
+# sbatch options with no typed JobSpec field: (flags, metavar or None for a flag, check, help).
+_FORWARDED: tuple[tuple[tuple[str, ...], str | None, Callable[[str], object] | None, str], ...] = (
+    (("--gpus-per-task",), "[TYPE:]N", sv.gpus, "GPUs for each task"),
+    (("--cpus-per-gpu",), "N", sv.count, "CPUs for each GPU"),
+    (("--mem-per-gpu",), "SIZE", sv.megabytes, "memory for each GPU"),
+    (("--ntasks-per-gpu",), "N", sv.count, "tasks for each GPU"),
+    (("--ntasks-per-core",), "N", sv.count, "tasks on each core"),
+    (("--gpu-bind",), "BIND", sv.gpu_bind, "closest, none, single:N, per_task:N, map_gpu:..., mask_gpu:..."),
+    (("--gres-flags",), "FLAG", _choice("enforce-binding", "disable-binding"), "enforce-binding, disable-binding"),
+    (("--hint",), "HINT", _choice("compute_bound", "memory_bound", "multithread", "nomultithread"),
+     "compute_bound, memory_bound, multithread, nomultithread"),
+    (("-m", "--distribution"), "DIST", sv.distribution, "task distribution: block, cyclic:block, plane=N, ..."),
+    (("-B", "--extra-node-info"), "S[:C[:T]]", sv.extra_node_info, "sockets per node, cores per socket, threads"),
+    (("--sockets-per-node",), "N", sv.count, "sockets on each node"),
+    (("--cores-per-socket",), "N", sv.count, "cores on each socket"),
+    (("--threads-per-core",), "N", sv.count, "threads on each core"),
+    (("--mincpus",), "N", sv.count, "at least N CPUs on each node"),
+    (("--deadline",), "TIME", None, "remove the job if it cannot end by then (--begin's syntax)"),
+    (("--time-min",), "TIME", sv.finite_time, "the least time limit it may be started with"),
+    (("--wckey",), "KEY", sv.name, "workload characterization key"),
+    (("--open-mode",), "MODE", _choice("append", "truncate"), "append or truncate the output files"),
+    (("--kill-on-invalid-dep",), "yes|no", _choice("yes", "no"), "end the job when its dependency cannot be met"),
+    (("--signal",), "[B:]SIG[@TIME]", None, "send SIG this long before the time limit (B: the batch shell only)"),
+    (("--exclusive",), None, None, "no other jobs on the nodes (--exclusive=user, --exclusive=mcs too)"),
+    (("-s", "--oversubscribe"), None, None, "the job's resources may be shared with other jobs"),
+    (("--contiguous",), None, None, "contiguous nodes"),
+    (("--spread-job",), None, None, "spread the job over as many nodes as it may"),
+    (("--requeue",), None, None, "the job may be requeued (the default)"),
+    (("--no-requeue",), None, None, "never requeue the job: no automatic restart either"),
+)  # fmt: skip
+_EXCLUSIVE_VALUES = ("user", "mcs")  # --exclusive=VALUE: registered whole, so "--exclusive SCRIPT" stays a flag
+# sbatch flags clusterctl knows and the service refuses: the reason is the table's.
+_REFUSED = ("--comment", "--export-file", "--uid", "--gid", "--get-user-env")
+
+
+class _Forward(argparse.Action):
+    """Append the option, in sbatch's syntax, to ``sbatch_options`` (command-line order kept)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, check: Callable[[str], object] | None = None,
+                 long_name: str = "", fixed: str | None = None, **kwargs: Any) -> None:  # fmt: skip
+        super().__init__(option_strings, dest, **kwargs)
+        self.check = check
+        self.long_name = long_name
+        self.fixed = fixed
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        given = list(getattr(namespace, self.dest, None) or [])
+        if isinstance(values, list):  # a flag (nargs=0)
+            given.append(self.fixed or f"--{self.long_name}")
+        else:
+            if self.check is not None:
+                try:
+                    self.check(values)
+                except ValueError as exc:
+                    raise ArgumentError(f"argument {option_string}: {exc}") from None
+            given.append(f"--{self.long_name}={values}")
+        setattr(namespace, self.dest, given)
 
 
 class _Refuse(argparse.Action):
-    """A known sbatch flag the service cannot honour: fail naming it and saying why."""
+    """A known sbatch flag the service refuses: fail naming it and saying why."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, reason: str = "", **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS, **kwargs)
         self.reason = reason
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
-        raise ArgumentError(f"{option_string} is not supported by clusterctl submit: {self.reason}")
+        raise ArgumentError(f"{option_string} is not allowed: {self.reason}")
 
 
 def add_sbatch_options(p: argparse.ArgumentParser) -> None:
@@ -89,23 +148,35 @@ def add_sbatch_options(p: argparse.ArgumentParser) -> None:
     res.add_argument("-G", "--gpus", metavar="[TYPE:]N", type=argtype(typed_gpus), help="GPUs for the whole job")
     res.add_argument("--gpus-per-node", metavar="[TYPE:]N", type=argtype(typed_gpus), help="GPUs on each node")
     res.add_argument("--gres", metavar="gpu[:TYPE][:N]", type=argtype(gres_gpus), help="GPUs per node, GRES style")
-    res.add_argument("--exclusive", action="store_true", default=None, help="no other jobs on the nodes")
     res.add_argument("-H", "--hold", action="store_true", default=None, help="submit held: pending until released")
     res.add_argument(
         "--wrap",
         metavar="COMMAND",
         help="run this shell string as the batch script (#!/bin/sh), as sbatch --wrap",
     )
-    for flag, reason in _REFUSED.items():
-        res.add_argument(flag, action=_Refuse, reason=reason)
+    p.set_defaults(sbatch_options=[])
+    for fwd_flags, value_name, check, fwd_help in _FORWARDED:
+        nargs: dict[str, Any] = {"nargs": 0} if value_name is None else {"metavar": value_name}
+        res.add_argument(*fwd_flags, dest="sbatch_options", action=_Forward, check=check,
+                         long_name=fwd_flags[-1][2:], help=fwd_help, **nargs)  # fmt: skip
+    for value in _EXCLUSIVE_VALUES:
+        res.add_argument(f"--exclusive={value}", dest="sbatch_options", action=_Forward, nargs=0,
+                         fixed=f"--exclusive={value}", help=argparse.SUPPRESS)  # fmt: skip
+    for flag in _REFUSED:
+        res.add_argument(flag, action=_Refuse, reason=REFUSED[flag[2:]])
 
 
-def apply_sbatch_options(args: argparse.Namespace, spec: jobs_pb2.JobSpec) -> None:
-    """Set the JobSpec fields of the sbatch flags given; leave the others unset.
+def apply_sbatch_options(
+    args: argparse.Namespace, spec: jobs_pb2.JobSpec, environ: Mapping[str, str] | None = None
+) -> None:
+    """Set the JobSpec fields of the sbatch flags given, and ``sbatch_options``: the options
+    ``SBATCH_*`` variables stand for, then the command line's; leave the others unset.
 
     Raises:
-        ArgumentError: flags that contradict each other (as sbatch refuses them).
+        ArgumentError: flags that contradict each other (as sbatch refuses them), or an
+            ``SBATCH_*`` variable whose option is refused or malformed (naming the variable).
     """
+    spec.sbatch_options.extend([*environment_options(environ or {}), *args.sbatch_options])
     if args.nodes is not None:
         spec.nodes, spec.max_nodes = args.nodes
     for _flags, field, _metavar, _parse, _text in _PLAIN:
@@ -114,7 +185,6 @@ def apply_sbatch_options(args: argparse.Namespace, spec: jobs_pb2.JobSpec) -> No
             setattr(spec, field, value)
     if spec.memory_mb_per_node and spec.memory_mb_per_cpu:
         raise ArgumentError("--mem and --mem-per-cpu are mutually exclusive")
-    spec.exclusive = bool(args.exclusive)
     spec.hold = bool(args.hold)
     per_node = [g for g in (args.gpus_per_node, args.gres) if g is not None]
     if len({count for _kind, count in per_node}) > 1:
@@ -133,3 +203,22 @@ def apply_sbatch_options(args: argparse.Namespace, spec: jobs_pb2.JobSpec) -> No
 def wrap_script(command: str) -> str:
     """The script sbatch --wrap generates: ``/bin/sh`` running the string."""
     return f"#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{command}\n"
+
+
+def environment_options(environ: Mapping[str, str]) -> list[str]:
+    """The options ``SBATCH_*`` variables stand for, read here with the service's parser so that a
+    refusal names the variable (``SBATCH_EXPORT`` is applied by ``--export``'s own handling)."""
+    out: list[str] = []
+    for variable, option in options_from_environment(environ):
+        if variable == "SBATCH_EXPORT":
+            continue
+        try:
+            parsed = parse_words([option])
+        except OptionError as exc:
+            raise ArgumentError(f"{variable}={environ.get(variable, '')!r}: {exc}") from None
+        for o in parsed:
+            why = refusal(o.name)
+            if why is not None:
+                raise ArgumentError(f"{variable} stands for --{o.name}, which is not allowed: {why}")
+        out.append(option)
+    return out

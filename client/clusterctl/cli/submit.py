@@ -1,7 +1,9 @@
 """``clusterctl submit [options] (SCRIPT | --wrap CMD | -- COMMAND ...)``: flags -> JobSpec -> SubmitJob.
 
-A SCRIPT is sent byte-for-byte as ``spec.script`` so its ``#SBATCH`` lines keep working (the
-server honours them; flags given here win, as on sbatch's command line). As with sbatch, options
+A SCRIPT (``-``, or no SCRIPT with stdin not a terminal: the script on stdin, as sbatch) is sent
+byte-for-byte as ``spec.script`` so its ``#SBATCH`` lines keep working (the server honours them;
+flags given here win, then ``SBATCH_*`` variables, as with sbatch). The answer is sbatch's:
+``Submitted batch job N`` (``--parsable``: the id; ``-v`` adds state and placement on stderr). As with sbatch, options
 go before SCRIPT and what follows it is the script's: the API has no field for script arguments
 yet, so they are refused rather than dropped or read as options. ``-- COMMAND ...`` sends
 ``spec.command`` and the server wraps it in a script. The caller's working directory, script
@@ -93,6 +95,12 @@ def register(subparsers: Any) -> None:
         "1 if it failed without one)",
     )
     p.add_argument("--parsable", action="store_true", help="print only the job id (as sbatch --parsable)")
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="after sbatch's 'Submitted batch job N', the job's state and placement (on stderr)",
+    )
     p.set_defaults(func=submit, command_argv=[])
 
 
@@ -201,10 +209,14 @@ def build_spec(args: argparse.Namespace, *, environ: Mapping[str, str] | None = 
             that contradict each other, or --export-env of a variable that is not set.
     """
     environ = os.environ if environ is None else environ
+    if args.export is None and environ.get("SBATCH_EXPORT"):  # sbatch's input variable for --export
+        args.export = argtype(export_value)(environ["SBATCH_EXPORT"])
     sources = (("SCRIPT", args.script), ("--wrap", args.wrap), ("'-- COMMAND'", args.command_argv))
     given = [what for what, value in sources if value]
     if len(given) > 1:
         raise ArgumentError(f"give one of SCRIPT, --wrap or '-- COMMAND ...', not {' and '.join(given)}")
+    if not given and not _stdin_is_terminal():
+        args.script, given = "-", ["SCRIPT"]  # `clusterctl submit < job.sh`: the script on stdin, as sbatch
     if not given:
         raise ArgumentError("nothing to run: give an sbatch SCRIPT, --wrap CMD or '-- COMMAND ...'")
     if args.script_args:
@@ -218,13 +230,15 @@ def build_spec(args: argparse.Namespace, *, environ: Mapping[str, str] | None = 
     spec = jobs_pb2.JobSpec(request_id=args.request_id or new_request_id(), submit_directory=_cwd())
     if args.script:
         spec.script = read_script(args.script)
+        if not spec.script and args.script == "-":
+            raise ArgumentError("nothing to run: the script on stdin is empty")
         spec.script_name = "sbatch" if args.script == "-" else os.path.basename(args.script)
     elif args.wrap:
         spec.script = wrap_script(args.wrap)
         spec.script_name = "wrap"
     else:
         spec.command.extend(args.command_argv)
-    apply_sbatch_options(args, spec)
+    apply_sbatch_options(args, spec, environ)
     if args.constraint:
         spec.constraint = "&".join(args.constraint)
     _set_if(spec, "checkpoint_uri", args.checkpoint_uri)
@@ -237,6 +251,13 @@ def build_spec(args: argparse.Namespace, *, environ: Mapping[str, str] | None = 
     if placement is not None:
         spec.placement.CopyFrom(placement)
     return spec
+
+
+def _stdin_is_terminal() -> bool:
+    try:
+        return sys.stdin is None or sys.stdin.isatty()
+    except (AttributeError, ValueError):  # closed or replaced
+        return True
 
 
 def _cwd() -> str:
@@ -301,7 +322,9 @@ def submit(args: argparse.Namespace) -> int:
     try:
         response = client.submit(spec)
     except ServiceError as exc:
-        if exc.code_name == "ALREADY_EXISTS":  # a reused --request-id with a different request
+        # A reused --request-id with a different request, or a job Slurm refused as asked: bad
+        # input, exit 2 (sbatch's refusals are the caller's to fix too).
+        if exc.code_name in ("ALREADY_EXISTS", "FAILED_PRECONDITION"):
             raise ArgumentError(exc.message or exc.code_name) from None
         raise
     if args.json:
@@ -309,7 +332,9 @@ def submit(args: argparse.Namespace) -> int:
     elif args.parsable:
         print(response.job.job_id, flush=True)
     else:
-        render.console().print(render.submitted(response))
+        print(render.submitted(response), flush=True)
+        if args.verbose:
+            render.console(stderr=True).print(render.submitted_details(response))
     if not args.wait:
         return 0
     job_id = response.job.job_id

@@ -9,28 +9,19 @@ only); the server stays the authority on limits.
 from __future__ import annotations
 
 import argparse
-import math
 import re
 from collections.abc import Callable
-from fractions import Fraction
 from typing import TypeVar
 
 from clusterctl.digits import is_digits
 from clusterctl.hostlist import expand_hostlist
+from clusterctl.sbatch import values as sbatch_values
 
 T = TypeVar("T")
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
-_GPU_TYPE = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
 _ARRAY_ITEM = r"[0-9]+(?:-[0-9]+(?::[0-9]+)?)?"
 _ARRAY = re.compile(rf"^{_ARRAY_ITEM}(?:,{_ARRAY_ITEM})*(?:%[0-9]+)?\Z")
-_MEM = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)B?\Z", re.IGNORECASE)
-_MEM_FACTOR_MB = {  # exact: a float would round 99999999999999999999T, or overflow
-    "K": Fraction(1, 1024), "": Fraction(1), "M": Fraction(1), "G": Fraction(1024), "T": Fraction(1 << 20)}
-# Slurm's own time syntax: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
-_SLURM_TIME = re.compile(r"^([0-9]+(?::[0-9]+){0,2}|[0-9]+-[0-9]+(?::[0-9]+){0,2})\Z")
-# A friendlier form, converted to Slurm syntax: 1d12h, 90m, 2h30m, 45s.
-_HUMAN_TIME = re.compile(r"^(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?\Z", re.IGNORECASE)
 _DURATION = re.compile(r"^([0-9]+)\s*([smhd]?)\Z", re.IGNORECASE)
 _DURATION_FACTOR = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _DECIMAL = re.compile(r"^-?([0-9]+)(?:\.[0-9]+)?\Z")
@@ -118,45 +109,26 @@ def _seconds(text: str, what: str, ok: Callable[[float], bool]) -> float:
 
 
 def memory_mb(text: str) -> int:
-    """``4G`` -> 4096, ``512M`` -> 512, ``1024`` -> 1024 (plain numbers are MB, as in sbatch).
+    """``4G`` -> 4096, ``512M`` -> 512, ``1024`` -> 1024: sbatch's memory syntax (the one parser
+    clusterd reads ``#SBATCH --mem`` with), so ``1.5G`` is refused here as sbatch refuses it.
 
     Kilobytes round up to whole MB so a small request never becomes 0 (which Slurm reads as
     "all the memory of the node").
     """
-    m = _MEM.match(text.strip())
-    if not m:
-        raise ValueError(f"bad memory size {text!r}: use a number with an optional K, M, G or T suffix")
-    if len(m.group(1)) > _MAX_DIGITS:
-        raise ValueError(f"memory size {text!r} is too large")
-    mb = math.ceil(Fraction(m.group(1)) * _MEM_FACTOR_MB[m.group(2).upper()])
-    if mb < 1:
-        raise ValueError(f"memory must be positive, got {text!r}")
+    mb = sbatch_values.megabytes(text)
     if mb > UINT64_MAX:
         raise ValueError(f"memory size {text!r} is too large (at most {UINT64_MAX} MB)")
     return mb
 
 
 def time_limit(text: str) -> str:
-    """Slurm time syntax passes through unchanged; ``2h30m``/``1d``/``90m`` become Slurm syntax.
-
-    ``UNLIMITED``/``INFINITE`` pass through too; the server decides whether they are allowed.
-    """
+    """sbatch's time syntax (MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]], UNLIMITED), checked with the parser
+    clusterd reads ``#SBATCH --time`` with, and sent as written."""
     value = text.strip()
-    if value.upper() in ("UNLIMITED", "INFINITE") or _SLURM_TIME.match(value):
-        return value
-    m = _HUMAN_TIME.match(value)
-    if not value or not m or not any(m.groups()):
-        raise ValueError(f"bad time limit {text!r}: use MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]], or e.g. 90m, 2h30m, 1d")
-    if any(g and len(g) > _MAX_DIGITS for g in m.groups()):
+    seconds = sbatch_values.time_limit(value)
+    if seconds is not None and seconds > UINT32_MAX * 60:  # Slurm keeps time limits as uint32 minutes
         raise ValueError(f"time limit {text!r} is too long")
-    days, hours, minutes, secs = (int(g) if g else 0 for g in m.groups())
-    total = ((days * 24 + hours) * 60 + minutes) * 60 + secs
-    if total > UINT32_MAX * 60:  # Slurm keeps time limits as uint32 minutes
-        raise ValueError(f"time limit {text!r} is too long")
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, seconds = divmod(rest, 60)
-    return f"{days}-{hours:02d}:{minutes:02d}:{seconds:02d}" if days else f"{hours:02d}:{minutes:02d}:{seconds:02d}"
+    return value
 
 
 def duration_seconds(text: str) -> int:
@@ -190,29 +162,21 @@ def env_name(text: str) -> str:
 
 
 def gres_gpus(text: str) -> tuple[str, int]:
-    """``gpu:4`` / ``gpu:a100:4`` / ``gpu`` (sbatch --gres) -> (TYPE or "", count); other GRES are refused."""
-    parts = text.strip().split(":")
-    if parts[0] != "gpu" or len(parts) > 3 or "," in text:
-        raise ValueError(f"bad --gres {text!r}: only gpu[:TYPE][:COUNT] is supported")
-    if len(parts) == 1:
-        return "", 1
-    if len(parts) == 2 and not is_digits(parts[1]):
-        return _gpu_type(parts[1], text), 1
-    return (_gpu_type(parts[1], text) if len(parts) == 3 else ""), positive_int(parts[-1])
+    """``gpu:4`` / ``gpu:a100:4`` / ``gpu`` (sbatch --gres) -> (TYPE or "", count): the shared parser."""
+    kind, count = sbatch_values.gres_gpus(text.strip())
+    return kind, _in_uint32(count, text)
 
 
 def typed_gpus(text: str) -> tuple[str, int]:
-    """``4`` or ``a100:4`` (sbatch --gpus / --gpus-per-node) -> (TYPE or "", count)."""
-    kind, sep, count = text.strip().rpartition(":")
-    if sep and ":" in kind:
-        raise ValueError(f"bad GPU count {text!r}: use N or TYPE:N")
-    return (_gpu_type(kind, text) if sep else ""), positive_int(count)
+    """``4`` or ``a100:4`` (sbatch --gpus / --gpus-per-node) -> (TYPE or "", count): the shared parser."""
+    kind, count = sbatch_values.gpus(text.strip())
+    return kind, _in_uint32(count, text)
 
 
-def _gpu_type(kind: str, text: str) -> str:
-    if not _GPU_TYPE.match(kind):
-        raise ValueError(f"bad GPU type in {text!r}")
-    return kind
+def _in_uint32(count: int, text: str) -> int:
+    if count > UINT32_MAX:
+        raise ValueError(f"must be a positive integer up to {UINT32_MAX}, got {text!r}")
+    return count
 
 
 def node_range(text: str) -> tuple[int, int]:

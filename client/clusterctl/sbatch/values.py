@@ -7,7 +7,7 @@ import re
 
 _COUNT_RE = re.compile(r"[0-9]{1,40}\Z")
 # Slurm's str_to_mbytes: a whole number, an optional K/M/G/T unit and B; "1.5G" is refused by sbatch.
-_MEM_RE = re.compile(r"([0-9]{1,19})([KMGT]?)B?\Z", re.IGNORECASE)
+_MEM_RE = re.compile(r"([0-9]{1,40})([KMGT]?)B?\Z", re.IGNORECASE)
 _MEM_KB = {"K": 1, "": 1024, "M": 1024, "G": 1024**2, "T": 1024**3}
 _TIME_RE = re.compile(
     r"(?:(?P<d>[0-9]+)-(?P<dh>[0-9]+)(?::(?P<dm>[0-9]+)(?::(?P<ds>[0-9]+))?)?"
@@ -62,7 +62,10 @@ def parse_time(text: str) -> int | None:
 
 def time_limit(text: str) -> int | None:
     """``--time``: :func:`parse_time`, zero refused (None: UNLIMITED)."""
-    seconds = parse_time(text)
+    try:
+        seconds = parse_time(text)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("bad time", "bad time limit", 1)) from None
     if seconds == 0:
         raise ValueError("time limit must be greater than zero")
     return seconds

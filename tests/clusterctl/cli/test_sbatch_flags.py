@@ -53,7 +53,7 @@ FLAGS: list[tuple[list[str], dict[str, Any]]] = [
     (["--mem", "4G"], {"memory_mb_per_node": "4096"}),
     (["--mem-per-cpu=512M"], {"memory_mb_per_cpu": "512"}),
     (["-t", "1:00:00"], {"time_limit": "1:00:00"}),
-    (["--time=90m"], {"time_limit": "01:30:00"}),
+    (["--time=1-12"], {"time_limit": "1-12"}),
     (["-p", "debug"], {"partition": "debug"}),
     (["-A", "ml"], {"account": "ml"}),
     (["-q", "high"], {"qos": "high"}),
@@ -66,7 +66,53 @@ FLAGS: list[tuple[list[str], dict[str, Any]]] = [
     (["--array=1,3,5-15:2"], {"array": "1,3,5-15:2"}),
     (["-d", "afterok:12:13"], {"dependency": "afterok:12:13"}),
     (["--dependency=singleton"], {"dependency": "singleton"}),
-    (["--exclusive"], {"exclusive": True}),
+    (["--exclusive"], {"sbatch_options": ["--exclusive"]}),
+    (["--exclusive=user", "-s"], {"sbatch_options": ["--exclusive=user", "--oversubscribe"]}),
+    (["--exclusive=mcs"], {"sbatch_options": ["--exclusive=mcs"]}),
+    (
+        ["--gpus-per-task", "a100:1", "--cpus-per-gpu=4", "--mem-per-gpu=10G", "--ntasks-per-gpu=1"],
+        {"sbatch_options": ["--gpus-per-task=a100:1", "--cpus-per-gpu=4", "--mem-per-gpu=10G", "--ntasks-per-gpu=1"]},
+    ),
+    (
+        ["--gpu-bind=closest", "--gres-flags", "enforce-binding", "--hint=nomultithread", "-m", "cyclic"],
+        {
+            "sbatch_options": [
+                "--gpu-bind=closest",
+                "--gres-flags=enforce-binding",
+                "--hint=nomultithread",
+                "--distribution=cyclic",
+            ]
+        },
+    ),
+    (
+        ["-B", "1:2:1", "--threads-per-core=1", "--ntasks-per-core=1", "--mincpus=2", "--contiguous", "--spread-job"],
+        {
+            "sbatch_options": [
+                "--extra-node-info=1:2:1",
+                "--threads-per-core=1",
+                "--ntasks-per-core=1",
+                "--mincpus=2",
+                "--contiguous",
+                "--spread-job",
+            ]
+        },
+    ),
+    (
+        ["--kill-on-invalid-dep=yes", "--deadline", "now+2hours", "--time-min=30", "--wckey=proj", "--no-requeue"],
+        {
+            "sbatch_options": [
+                "--kill-on-invalid-dep=yes",
+                "--deadline=now+2hours",
+                "--time-min=30",
+                "--wckey=proj",
+                "--no-requeue",
+            ]
+        },
+    ),
+    (
+        ["--open-mode=truncate", "--signal=B:USR1@60"],
+        {"sbatch_options": ["--open-mode=truncate", "--signal=B:USR1@60"]},
+    ),
     (["--begin", "now+1hour"], {"begin": "now+1hour"}),
     (["-H"], {"hold": True}),
     (["--hold"], {"hold": True}),
@@ -171,6 +217,69 @@ def test_parsable_prints_only_the_job_id(cli: Runner) -> None:
     assert (r.code, r.out) == (0, "100\n")
 
 
+@pytest.mark.parametrize(
+    ("environ", "flags", "fields"),
+    [
+        (
+            {"SBATCH_PARTITION": "batch", "SBATCH_TIMELIMIT": "10", "SBATCH_JOB_NAME": "env"},
+            [],
+            {"sbatch_options": ["--job-name=env", "--partition=batch", "--time=10"]},
+        ),
+        # the command line wins: its typed fields over everything, its other options after the environment's
+        (
+            {"SBATCH_PARTITION": "batch", "SBATCH_EXCLUSIVE": "user"},
+            ["-p", "debug", "-s"],
+            {"partition": "debug", "sbatch_options": ["--exclusive=user", "--partition=batch", "--oversubscribe"]},
+        ),
+        (
+            {"SBATCH_NO_REQUEUE": "1", "SBATCH_REQ_SWITCH": "1", "SBATCH_WAIT4SWITCH": "5"},
+            [],
+            {"sbatch_options": ["--no-requeue", "--switches=1@5"]},
+        ),
+        ({"SBATCH_EXPORT": "NONE"}, [], {"export": "NONE"}),
+    ],
+)
+def test_sbatch_input_variables_are_options(
+    cli: Runner, fake: FakeClient, monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], flags: list[str],
+    fields: dict[str, Any],
+) -> None:  # fmt: skip
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    r = cli("submit", *flags, "job.sh")
+    assert r.code == 0, r.err
+    assert sent(fake) == fields
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("SBATCH_GET_USER_ENV", "1", "SBATCH_GET_USER_ENV stands for --get-user-env, which is not allowed"),
+        ("SBATCH_WAIT", "1", "SBATCH_WAIT stands for --wait"),
+    ],
+)
+def test_a_refused_input_variable_is_named(
+    cli: Runner, monkeypatch: pytest.MonkeyPatch, name: str, value: str, says: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    r = cli("submit", "job.sh")
+    assert r.code == 2 and says in r.err, r.err
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--mem=1.5G"], "bad memory size '1.5G'"),
+        (["--mem-per-gpu=1.5G"], "argument --mem-per-gpu: bad memory size '1.5G'"),
+        (["--hint=fast"], "argument --hint: bad value 'fast'"),
+        (["-B", "x"], "argument -B: bad -B 'x'"),
+        (["--time-min=0"], "argument --time-min"),
+    ],
+)
+def test_values_are_checked_with_the_services_parser(cli: Runner, flags: list[str], says: str) -> None:
+    r = cli("submit", *flags, "job.sh")
+    assert r.code == 2 and says in r.err, r.err
+
+
 def test_help_lists_the_sbatch_flags(cli: Runner) -> None:
     out = cli("submit", "--help").out
     for flag in (
@@ -188,5 +297,8 @@ def test_help_lists_the_sbatch_flags(cli: Runner) -> None:
         "--nice",
         "--wrap",
         "--gpus",
+        "--gpus-per-task",
+        "--no-requeue",
+        "--oversubscribe",
     ):
         assert flag in out

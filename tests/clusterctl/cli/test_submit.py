@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
+from clusterctl.errors import ServiceError
 from clusterctl.v1 import jobs_pb2
 
 from .conftest import Runner
@@ -39,7 +40,7 @@ def test_all_flags_map_onto_the_job_spec(
     monkeypatch.setenv("WANDB_API_KEY", "secret")
     r = cli(
         "submit", "-J", "llm", "-N", "4", "--ntasks-per-node", "4", "--gpus-per-node", "4", "-c", "8",
-        "--mem", "64G", "-t", "2h", "-p", "gpu", "-A", "ml", "-q", "high",
+        "--mem", "64G", "-t", "02:00:00", "-p", "gpu", "-A", "ml", "-q", "high",
         "--env", "LR=0.1", "--env", "EMPTY=", "--export-env", "WANDB_API_KEY",
         "-D", "/home/alice/run", "-o", "/home/alice/%j.out", "-e", "/home/alice/%j.err",
         "--checkpoint-uri", "s3://ckpt/llm", "--max-restarts", "5", "--no-requeue-on-node-failure",
@@ -87,8 +88,7 @@ def test_all_flags_map_onto_the_job_spec(
         "constraint": "a100|h100",
         "request_id": "req-1",
     }
-    assert "Submitted job 100" in r.out
-    assert "packed on leaf1" in r.out
+    assert r.out == "Submitted batch job 100\n"  # sbatch's answer; -v adds state and placement on stderr
 
 
 def test_script_is_sent_unchanged_and_unset_flags_stay_unset(cli: Runner, fake: FakeClient, tmp_path: Path) -> None:
@@ -140,11 +140,49 @@ def test_script_from_stdin(cli: Runner, fake: FakeClient, monkeypatch: pytest.Mo
     assert sent(fake)["script_name"] == "sbatch"  # sbatch's name for a script read from stdin
 
 
+def test_script_from_stdin_without_a_dash(cli: Runner, fake: FakeClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``clusterctl submit < job.sh``, as ``sbatch < job.sh``."""
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(SCRIPT.encode())))
+    r = cli("submit", "-p", "debug")
+    assert r.code == 0, r.err
+    assert sent(fake)["script"] == SCRIPT and sent(fake)["script_name"] == "sbatch"
+    assert r.out == "Submitted batch job 100\n"
+
+
+@pytest.mark.parametrize(("tty", "data"), [(True, b""), (False, b"")])
+def test_nothing_to_run(cli: Runner, fake: FakeClient, monkeypatch: pytest.MonkeyPatch, tty: bool, data: bytes) -> None:
+    """No SCRIPT at a terminal, or an empty stdin (sbatch: "Batch script is empty")."""
+    import io
+    import sys
+
+    stdin = io.TextIOWrapper(io.BytesIO(data))
+    monkeypatch.setattr(stdin, "isatty", lambda: tty)
+    monkeypatch.setattr(sys, "stdin", stdin)
+    r = cli("submit")
+    assert r.code == 2 and "nothing to run" in r.err, r.err
+    assert not fake.calls
+
+
+def test_verbose_adds_state_and_placement_on_stderr(cli: Runner, fake: FakeClient) -> None:
+    r = cli("submit", "-v", "--", "true")
+    assert r.code == 0, r.err
+    assert r.out == "Submitted batch job 100\n"
+    assert "State: PENDING" in r.err and "packed on leaf1" in r.err
+
+
+def test_a_job_slurm_refuses_is_bad_input(cli: Runner, fake: FakeClient) -> None:
+    fake.fail = ServiceError("FAILED_PRECONDITION", "Slurm refused the job: Invalid account or account/partition")
+    r = cli("submit", "-A", "nope", "--", "true")
+    assert r.code == 2 and "Slurm refused the job: Invalid account" in r.err, r.err
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["submit", "/nonexistent/x.sh"], "cannot read script '/nonexistent/x.sh': No such file"),
-        (["submit"], "nothing to run"),
         (["submit", "-N", "0", "--", "true"], "argument -N/--nodes: must be a positive integer, got '0'"),
         (["submit", "-N", "-1", "--", "true"], "argument -N/--nodes"),
         (["submit", "--mem", "5X", "--", "true"], "bad memory size '5X'"),
@@ -164,11 +202,10 @@ def test_script_from_stdin(cli: Runner, fake: FakeClient, monkeypatch: pytest.Mo
         (["submit", "--nice", "-5", "--", "true"], "argument --nice: must be a non-negative integer"),
         (["submit", "--export", "A,,B", "--", "true"], "empty item"),
         (["submit", "--export", "1A", "--", "true"], "'1A' is not a variable name"),
-        (["submit", "--gres", "shard:2", "--", "true"], "only gpu[:TYPE][:COUNT]"),
-        (["submit", "--exclusive=user", "--", "true"], "--exclusive: ignored explicit argument 'user'"),
-        (["submit", "--comment", "x", "--", "true"], "--comment is not supported by clusterctl submit"),
-        (["submit", "--export-file", "/etc/shadow", "--", "true"], "--export-file is not supported"),
-        (["submit", "--signal", "B:USR1@60", "--", "true"], "use --signal-before"),
+        (["submit", "--gres", "shard:2", "--", "true"], "use --gres=gpu[:TYPE][:COUNT]"),
+        (["submit", "--exclusive=other", "--", "true"], "--exclusive: ignored explicit argument 'other'"),
+        (["submit", "--comment", "x", "--", "true"], "--comment is not allowed: clusterd keeps its own tag"),
+        (["submit", "--export-file", "/etc/shadow", "--", "true"], "--export-file is not allowed: it makes"),
         (["submit", "--wrap", "hostname", "--", "true"], "not --wrap and '-- COMMAND'"),
         (["submit", "--json", "--parsable", "--", "true"], "--json and --parsable"),
         # past the proto field's range: a usage error naming the flag, not "internal error"
@@ -189,7 +226,7 @@ def test_script_from_stdin(cli: Runner, fake: FakeClient, monkeypatch: pytest.Mo
         (["submit", "-G", "4294967296", "--", "true"], "argument -G/--gpus"),
         (["submit", "--gpus-per-node", "a100:4294967296", "--", "true"], "argument --gpus-per-node"),
         (["submit", "--gres", "gpu:4294967296", "--", "true"], "argument --gres"),
-        (["submit", "-t", "99999999999999d", "--", "true"], "argument -t/--time: time limit"),
+        (["submit", "-t", "99999999999999", "--", "true"], "argument -t/--time: time limit"),
         (["submit", "--retry-exit-code", "99999999999", "--", "true"], "exit codes are 0..255"),
         (["submit", "-n", "\u0661\u0662", "--", "true"], "argument -n/--ntasks: not an integer"),
         (["submit", "-n", "1_000", "--", "true"], "argument -n/--ntasks: not an integer"),
@@ -251,8 +288,8 @@ def test_wait_follows_until_terminal(cli: Runner, fake: FakeClient, final: int, 
     r = cli("submit", "--wait", "--", "true")
     assert r.code == code, r.err
     lines = r.out.splitlines()
-    assert lines[0] == "Submitted job 100"
-    assert [line.split()[4] for line in lines[3:]] == ["PENDING", "RUNNING", jobs_pb2.JobState.Name(final)[10:]]
+    assert lines[0] == "Submitted batch job 100"
+    assert [line.split()[4] for line in lines[1:]] == ["PENDING", "RUNNING", jobs_pb2.JobState.Name(final)[10:]]
 
 
 def test_wait_reconnects_when_the_stream_ends(cli: Runner, fake: FakeClient, monkeypatch: pytest.MonkeyPatch) -> None:

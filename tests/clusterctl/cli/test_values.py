@@ -16,17 +16,16 @@ from clusterctl.cli import values
         ("512M", 512),
         ("512MB", 512),
         ("1T", 1048576),
-        ("1.5G", 1536),
         ("2048K", 2),
         ("1K", 1),
-        ("0.5G", 512),
+        ("100K", 1),
     ],
 )
 def test_memory_mb(text: str, mb: int) -> None:
     assert values.memory_mb(text) == mb
 
 
-@pytest.mark.parametrize("text", ["5X", "", "G", "-1G", "0", "0M", "4 GiB", "1e3"])
+@pytest.mark.parametrize("text", ["5X", "", "G", "-1G", "0", "0M", "4 GiB", "1e3", "1.5G", "0.5G"])
 def test_memory_mb_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         values.memory_mb(text)
@@ -43,20 +42,13 @@ def test_memory_mb_rejects(text: str) -> None:
         ("1-00:00:01", "1-00:00:01"),
         ("UNLIMITED", "UNLIMITED"),
         ("infinite", "infinite"),
-        ("90m", "01:30:00"),
-        ("2h", "02:00:00"),
-        ("2h30m", "02:30:00"),
-        ("1d", "1-00:00:00"),
-        ("1d12h", "1-12:00:00"),
-        ("45s", "00:00:45"),
-        ("36h", "1-12:00:00"),
     ],
 )
 def test_time_limit(text: str, slurm: str) -> None:
     assert values.time_limit(text) == slurm
 
 
-@pytest.mark.parametrize("text", ["", "1h-2", "abc", "1:2:3:4", "-5", "1.5h", "h"])
+@pytest.mark.parametrize("text", ["", "1h-2", "abc", "1:2:3:4", "-5", "1.5h", "h", "90m", "2h", "1d"])
 def test_time_limit_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="bad time limit"):
         values.time_limit(text)
@@ -143,10 +135,10 @@ def test_node_range_and_array() -> None:
         (values.positive_int, "9" * 5000),  # refused before int() (which has a digit limit of its own)
         (values.non_negative_int, "99999999999"),
         (values.memory_mb, "99999999999999999999T"),
-        (values.memory_mb, "9" * 400 + "T"),  # a float would be inf here
+        (values.memory_mb, "9" * 30 + "T"),  # exact: a float would round it
         (values.duration_seconds, "4294967296"),
         (values.duration_seconds, "99999999999d"),
-        (values.time_limit, "99999999999999d"),
+        (values.time_limit, "99999999999999"),
         (values.seconds, "4294967296"),
         (values.step_number, str(2**63)),
         (values.node_range, "1-4294967296"),
@@ -166,8 +158,15 @@ def test_numbers_at_the_proto_limit_pass() -> None:
 
 @pytest.mark.parametrize("text", ["\u0661\u0662", "1_000", "\u00b2", "+3", "1e3", "0x10", "12 3"])
 def test_only_ascii_digits_are_numbers(text: str) -> None:
-    for parse in (values.positive_int, values.non_negative_int, values.exit_code, values.step_number,
-                  values.duration_seconds, values.seconds, values.memory_mb):
+    for parse in (
+        values.positive_int,
+        values.non_negative_int,
+        values.exit_code,
+        values.step_number,
+        values.duration_seconds,
+        values.seconds,
+        values.memory_mb,
+    ):
         with pytest.raises(ValueError):
             parse(text)
     with pytest.raises(ValueError):
