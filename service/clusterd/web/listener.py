@@ -159,9 +159,14 @@ class HttpListener:
         return release
 
     def _refuse(self, conn: socket.socket) -> None:
+        """Answer 503 and close, without waiting: the client's unread bytes are dropped first, since
+        closing over them would reset the connection and lose the answer."""
+        conn.setblocking(False)
+        with contextlib.suppress(OSError):
+            conn.recv(MAX_HEAD_BYTES)
         if self._tls is None:
             with contextlib.suppress(OSError):
-                conn.send(_REFUSED)  # non-blocking: a full buffer just gets the close
+                conn.send(_REFUSED)  # a full buffer just gets the close
         conn.close()
 
     async def _connection(self, conn: socket.socket, key: str) -> None:
@@ -210,7 +215,10 @@ class HttpListener:
         while True:
             event = h.next_event()
             if event is h11.NEED_DATA:
-                h.receive_data(await reader.read(MAX_HEAD_BYTES))
+                data = await reader.read(MAX_HEAD_BYTES)
+                if request is None:
+                    _check_head(h.trailing_data[0] + data)
+                h.receive_data(data)
             elif isinstance(event, h11.Request):
                 request = event
             elif isinstance(event, h11.Data):
@@ -296,3 +304,10 @@ class HttpListener:
             )  # fmt: skip
             async with asyncio.timeout(1.0):
                 await writer.drain()
+
+
+def _check_head(pending: bytes) -> None:
+    """h11 bounds an incomplete head only: one that arrives whole in a read is bounded here."""
+    ends = [i for i in (pending.find(b"\r\n\r\n"), pending.find(b"\n\n")) if i >= 0]
+    if (min(ends) if ends else len(pending)) > MAX_HEAD_BYTES:
+        raise h11.RemoteProtocolError("request head too large", error_status_hint=431)
