@@ -31,12 +31,19 @@ MAX_NDIM = 64
 
 
 class Pending:
-    """A leaf whose bytes are being fetched; ``build()`` makes its value afterwards."""
+    """A leaf whose bytes are being fetched; ``build()`` makes its value afterwards (once: an alias
+    of the leaf gets the very same object)."""
 
-    __slots__ = ("build",)
+    __slots__ = ("_build", "_value")
 
     def __init__(self, build: Callable[[], Any]) -> None:
-        self.build = build
+        self._build: Callable[[], Any] | None = build
+        self._value: Any = None
+
+    def build(self) -> Any:
+        if self._build is not None:
+            self._value, self._build = self._build(), None
+        return self._value
 
 
 DROP = object()  # a rank-local leaf left out by ``rank_local="drop"``
@@ -150,6 +157,7 @@ class Assembler:
         self._want = want
         self._view = view
         self._indexes: dict[int, dict[Path, dict[str, Any]]] = {}
+        self._planned: dict[Path, Any] = {}  # tensor leaves planned so far, for aliases
         self.base_rank = base_rank
         self.saved_world = saved_world
         self.rank = rank
@@ -204,11 +212,24 @@ class Assembler:
                     self.index(r).get(path) != node for r in range(self.saved_world)):
                 return self._rank_local(path, lambda: node.get("v"))
             return node.get("v")
+        if kind == "alias":
+            return self._alias(node, path)
         if kind == "sharded":
-            return self._plan_sharded(node, template, path)
+            value = self._planned[path] = self._plan_sharded(node, template, path)
+            return value
         if kind in TENSOR_KINDS:
-            return self._plan_leaf(node, template, path, replicated)
+            value = self._planned[path] = self._plan_leaf(node, template, path, replicated)
+            return value
         raise ValueError(f"{show_path(path)}: unknown tree node type {str(kind)[:40]}")
+
+    def _alias(self, node: dict[str, Any], path: Path) -> Any:
+        of = node.get("of")
+        if not isinstance(of, list) or not all(isinstance(k, str | int) and not isinstance(k, bool) for k in of):
+            raise ValueError(f"{show_path(path)}: malformed alias node")
+        target = tuple(of)
+        if target not in self._planned:
+            raise ValueError(f"{show_path(path)}: alias of {show_path(target)}, which is not an earlier tensor")
+        return self._planned[target]
 
     def _rank_local(self, path: Path, value: Callable[[], Any]) -> Any:
         if self.rank_local == "drop":

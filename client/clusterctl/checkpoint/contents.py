@@ -54,7 +54,7 @@ def _layouts(tree: Any, path: Path = (), replicated: bool = False) -> dict[Path,
             stack.extend((child, (*p, key), rep) for key, child in pairs)
         elif kind == "sharded":
             out[p] = "sharded"
-        elif kind != "json":
+        elif kind not in ("json", "alias"):  # an alias is stored (and listed) at the path it names
             out[p] = "replicated" if rep else "rank-local"
     return out
 
@@ -118,7 +118,7 @@ def export_step(storage: Storage, step: int, directory: str, *, executor: Execut
     os.makedirs(directory, exist_ok=True)
     written = []
     for stem, key, value in entries:
-        _, leaves = flatten({"v": value})
+        _, leaves = flatten({"v": value}, aliases=False)  # every key in the file, tied ones too
         if not leaves:
             continue
         for leaf in leaves:

@@ -30,7 +30,7 @@ from typing import Any
 from .. import heartbeat, slurm_env
 from ..storage import ObjectNotFoundError, Storage, StorageError, open_storage
 from ..storage.threads import nice_initializer
-from . import commit, layout, torchcompat
+from . import commit, layout, stateful, torchcompat
 from .assemble import RankLocalPolicy
 from .config import CheckpointConfig
 from .coordination import Coordinator, TorchCoordinator
@@ -189,6 +189,11 @@ class CheckpointManager:
     def save(self, step: int, state: Mapping[str, Any]) -> SaveHandle:
         """Snapshot ``state`` and upload it in the background; returns once the snapshot is taken.
 
+        Top-level values with ``state_dict()``/``load_state_dict()`` (modules, optimizers,
+        schedulers, your own objects) are saved as their state dicts, as
+        ``torch.distributed.checkpoint`` takes them (see :mod:`.stateful`): DDP and FSDP2 state
+        is stored once per replica group and restores at any world size.
+
         Raises:
             SaveError: an earlier background save failed (raised once, here or by wait()).
             SaveInProgressError: ``policy="raise"`` and a save is in flight.
@@ -218,6 +223,8 @@ class CheckpointManager:
         self._attempts[step] += 1
         n = self._attempts[step]
         attempt = self.run_id if n == 1 else f"{self.run_id}-{n - 1}"
+        if isinstance(state, Mapping) and stateful.has_stateful(state):
+            state = stateful.to_state(state, self.world_size)
         snap = take_snapshot(state, step=step, attempt=attempt, rank=self.rank, world_size=self.world_size,
                              pool=self._pool)
         future = self._bg.submit(self._run, snap, time.perf_counter() - snap.seconds)
@@ -359,8 +366,19 @@ class CheckpointManager:
         return latest_committed(self.storage)
 
     def restore(self, step: int | None = None, *, template: Any = None, rank: int | None = None,
-                rank_local: RankLocalPolicy = "error") -> Any:
+                rank_local: RankLocalPolicy | None = None, into: Mapping[str, Any] | None = None,
+                strict: bool = True) -> Any:
         """The state of ``step`` (default: the newest valid step) for this rank, or None if none.
+
+        ``into`` maps top-level keys to objects with ``load_state_dict()`` (modules, optimizers,
+        schedulers, your own) or to dicts: their state is loaded in place, like
+        ``torch.distributed.checkpoint.load`` followed by ``set_state_dict``, and the restored step
+        is returned (None when nothing is committed). Modules and optimizers are restored through
+        torch's distributed state-dict API at the layout they have now (FSDP2 shards, any world
+        size); keys are strict as in ``load_state_dict`` (a key of ``into`` or of a module missing
+        from the checkpoint raises :class:`RestoreError` naming it) unless ``strict=False``. Values
+        saved per rank come back from this rank's save at the same world size, else from rank 0's
+        (``rank_local`` defaults to ``"rank0"`` here).
 
         ``template`` gives the layout wanted now: at each path where it holds a
         :class:`~.parallel.Sharded` (or a DTensor), that leaf comes back as this rank's slice of
@@ -381,12 +399,20 @@ class CheckpointManager:
 
         Raises:
             WorldSizeMismatchError, RestoreError, CorruptCheckpointError, StorageError.
+            TypeError: ``into`` is not a dict of stateful objects or dicts, or comes with ``template``.
         """
         self._check_open()
         if step is not None:
             layout.check_step(step)
         self._sync_world()
+        if into is not None:
+            if template is not None:
+                raise TypeError("restore() takes into= or template=, not both (into= builds its own template)")
+            stateful.check_into(into)
+            template = stateful.template_for(into)
         explicit = rank is not None
+        if rank_local is None:
+            rank_local = "rank0" if into is not None else "error"
         result = restore_state(
             self.storage, step=step, rank=self.rank if rank is None else rank,
             world_size=None if explicit else self.world_size, executor=self._io,
@@ -396,9 +422,11 @@ class CheckpointManager:
             heartbeat.report_restored()
             return None
         self.last_restored_step = result[0]
+        if into is not None:
+            stateful.load_into(into, result[1], step=result[0], strict=strict)
         heartbeat.report_committed(result[0])
         heartbeat.report_restored()
-        return result[1]
+        return result[0] if into is not None else result[1]
 
     def verify(self, step: int) -> VerifyReport:
         """Verify every rank's shard of a committed step (reads everything; bounded memory)."""

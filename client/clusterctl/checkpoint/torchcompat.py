@@ -47,6 +47,30 @@ def is_tensor(obj: object) -> bool:
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
+def is_sparse(tensor: Any) -> bool:
+    torch = loaded_torch()
+    return torch is not None and tensor.layout != torch.strided
+
+
+def alias_key(tensor: Any) -> tuple[Any, ...] | None:
+    """What makes two tensors the same one: the same bytes viewed the same way (None when empty).
+
+    ``module.state_dict()`` returns a fresh ``detach()``-ed tensor per key, so tied weights are two
+    objects over one storage, not one object. For a DTensor: its local view plus its global layout.
+    """
+    local = tensor.to_local() if is_dtensor(tensor) else tensor
+    if local.numel() == 0 or local.device.type == "meta":
+        return None
+    ptr = local.untyped_storage().data_ptr()
+    if ptr == 0:
+        return None
+    view: tuple[Any, ...] = (str(local.device), ptr, local.storage_offset(), tuple(local.shape),
+                             tuple(local.stride()), str(local.dtype))
+    if local is not tensor:
+        view += (tuple(tensor.shape), str(tensor.placements))
+    return view
+
+
 def dtype_name(tensor: Any) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 

@@ -15,6 +15,7 @@ Tree nodes (the ``tree`` field of a shard manifest, FORMAT.md)::
     {"t": "bytes"|"bytearray", "shape": [n], <where>}
     {"t": "replicated", "v": node}                 the same on every rank; each leaf stored once
     {"t": "sharded", "gshape": [...], "offset": [...], "v": tensor node}   a piece of a global array
+    {"t": "alias", "of": [key, ...]}              the same tensor as at that earlier path (tied weights)
 
 ``<where>`` is ``"name": tensor, "off": [begin, end]`` (absolute byte range in this rank's shard),
 or ``"rank": r`` (stored in rank r's shard at the same path), or ``"dup": true`` (a sharded piece
@@ -107,11 +108,13 @@ def _json_value(v: object) -> bool:
 class Flattener:
     """Walks a state once, collecting this rank's tensor leaves and building the JSON tree."""
 
-    def __init__(self, rank: int = 0, world_size: int = 1) -> None:
+    def __init__(self, rank: int = 0, world_size: int = 1, *, aliases: bool = True) -> None:
+        self.aliases = aliases
         self.rank = rank
         self.world_size = world_size
         self.leaves: list[TensorLeaf] = []
         self._names: set[str] = set()
+        self._seen: dict[tuple[Any, ...], tuple[str | int, ...]] = {}  # a tensor's view -> its first path
 
     def _name(self, path: str) -> str:
         name = base = path or "__root__"
@@ -178,24 +181,34 @@ class Flattener:
         node = {"t": "sharded", "gshape": gshape, "offset": offset, "v": inner}
         return node | {"dtensor": True} if dtensor else node
 
-    def node(self, value: Any, path: str, replicated: bool = False) -> dict[str, Any]:
+    def node(self, value: Any, path: str, replicated: bool = False, keys: tuple[str | int, ...] = ()) -> dict[str, Any]:
         if isinstance(value, Mapping):
             items = []
             for k, v in value.items():
                 key = check_state_key(k, path)
                 seg = _escape(key) if isinstance(key, str) else str(key)
-                items.append([key, self.node(v, f"{path}/{seg}" if path else seg, replicated)])
+                items.append([key, self.node(v, f"{path}/{seg}" if path else seg, replicated, (*keys, key))])
             return {"t": "map", "items": items}
         if isinstance(value, Replicated):
             if replicated:
-                return self.node(value.value, path, True)
-            return {"t": "replicated", "v": self.node(value.value, path, True)}
+                return self.node(value.value, path, True, keys)
+            return {"t": "replicated", "v": self.node(value.value, path, True, keys)}
         if isinstance(value, Sharded):
             try:
                 offset, _ = value.box()
             except (ValueError, TypeError, AttributeError) as exc:
                 raise InvalidStateError(f"{path or '/'}: {exc}") from None
             return self._sharded(value.local, [int(d) for d in value.global_shape], list(offset), path, True)
+        if torchcompat.is_tensor(value):
+            if torchcompat.is_sparse(value):
+                raise InvalidStateError(
+                    f"{path or '/'}: sparse tensors ({value.layout}) cannot be saved; save value.to_dense(), or "
+                    "its indices and values (value.coalesce().indices() / .values()) as two tensors")
+            view = torchcompat.alias_key(value) if self.aliases else None
+            if view is not None:  # tied weights: the same tensor at a second path is stored once
+                if view in self._seen:
+                    return {"t": "alias", "of": list(self._seen[view])}
+                self._seen[view] = keys
         if torchcompat.is_dtensor(value):
             layout = torchcompat.dtensor_layout(value, path)
             if layout is None:  # replicated over the whole mesh
@@ -218,7 +231,7 @@ class Flattener:
             return {"t": "json", "v": value}
         if isinstance(value, list | tuple):
             kind = "tuple" if isinstance(value, tuple) else "list"
-            return {"t": kind, "items": [self.node(v, f"{path}/{i}" if path else str(i), replicated)
+            return {"t": kind, "items": [self.node(v, f"{path}/{i}" if path else str(i), replicated, (*keys, i))
                                          for i, v in enumerate(value)]}
         if _is_json_scalar(value):
             return {"t": "json", "v": value}
@@ -229,15 +242,19 @@ class Flattener:
         )
 
 
-def flatten(state: Mapping[Any, Any], rank: int = 0, world_size: int = 1) -> tuple[dict[str, Any], list[TensorLeaf]]:
+def flatten(state: Mapping[Any, Any], rank: int = 0, world_size: int = 1, *,
+            aliases: bool = True) -> tuple[dict[str, Any], list[TensorLeaf]]:
     """Split ``state`` into its JSON tree and this rank's tensor leaves (views, not copies).
+
+    ``aliases``: a tensor met again at another path (tied weights) becomes an alias node instead of
+    a second copy.
 
     Raises:
         InvalidStateError: the state is not a mapping, has unsafe keys or unsupported leaves.
     """
     if not isinstance(state, Mapping):
         raise InvalidStateError(f"state must be a mapping, got {type(state).__name__}")
-    f = Flattener(rank, world_size)
+    f = Flattener(rank, world_size, aliases=aliases)
     tree = f.node(state, "")
     return tree, f.leaves
 
