@@ -312,7 +312,7 @@ class Restarter:
         ended = self._ended_at.setdefault(rec.record_id, now)
         reading = self._progress.reading(rec.record_id)
         if reading.read_at < ended and not reading.error and now - ended < _PROGRESS_WAIT_SECONDS:
-            self._progress.follow(rec.record_id, rec.spec.checkpoint_uri)
+            self._progress.follow(rec.record_id, rec.spec.checkpoint_uri, user=rec.user)
             self._progress.refresh(rec.record_id)
             return None
         self._ended_at.pop(rec.record_id, None)
