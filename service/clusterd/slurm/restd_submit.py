@@ -167,7 +167,9 @@ RENDERERS: dict[str, Render] = {
     "mail_type": lambda job, r: job.update(mail_type=",".join(r.mail_type)) if r.mail_type else None,
     "mail_user": _key("mail_user", "mail_user"),
     "nice": _key("nice", "nice"),
-    "requeue": lambda job, r: job.update(requeue=r.requeue),
+    # v0.0.38 reads these as sbatch's flags: "requeue": false is ignored (the job stays requeueable),
+    # "no_requeue": true is --no-requeue (checked against 22.05's slurmrestd).
+    "requeue": lambda job, r: job.update(requeue=True) if r.requeue else job.update(no_requeue=True),
     "open_append": lambda job, r: job.update(open_mode="append" if r.open_append else "truncate"),
     "signal": _signal,
     # --get-user-env's argument as a string ("": no timeout, as the implied option has); the schema

@@ -182,3 +182,11 @@ def test_gpu_amounts_as_each_backend_sends_them() -> None:
         "gres/gpu:3",
         "gres/gpu:1024",
     )
+
+
+def test_v0_0_38_says_no_requeue_as_sbatch_does() -> None:
+    """22.05's slurmrestd ignores "requeue": false (the job stays Requeue=1); "no_requeue" is --no-requeue."""
+    req = JobRequest(script="#!/bin/sh\n", name="x", user="root", requeue=False)
+    job = restd_submit.job_description(req, {})["job"]
+    assert job.get("no_requeue") is True and "requeue" not in job
+    assert restd_submit.job_description(dataclasses.replace(req, requeue=True), {})["job"]["requeue"] is True
