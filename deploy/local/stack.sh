@@ -203,7 +203,7 @@ cmd_status() {
         done
     elif clusterd_installed; then
         status_line clusterd "$(up_if clusterd_running)" \
-            "$(pid_text "$CLUSTERD_PID")on $CLUSTERD_LISTEN, metrics http://$CLUSTERD_METRICS_LISTEN/metrics"
+            "$(pid_text "$CLUSTERD_PID")on $CLUSTERD_LISTEN, metrics http://$CLUSTERD_METRICS_LISTEN/metrics, dashboard http://$CLUSTERD_WEB_LISTEN/"
     else
         printf '%-16s skipped  (not installed, or CLUSTERCTL_STACK_NO_CLUSTERD=1)\n' clusterd
     fi
