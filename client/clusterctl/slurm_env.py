@@ -62,19 +62,28 @@ class RequeueOnSignal:
 
     The handler itself only sets the flag (safe at any point); the expensive work happens at the
     next poll, between training steps, where the state is consistent.
+
+    With an initialized torch.distributed process group at ``install()`` (``agree=None``, the
+    default, or ``agree=True``), ranks agree: reading ``requested`` is then a collective that is
+    True on every rank once any rank got the signal, so every rank checkpoints the same step. Read
+    it exactly once per step on every rank, as above.
     """
 
     def __init__(self, signals: Iterable[int] = (signal.SIGUSR1, signal.SIGTERM), *,
-                 exit_code: int = REQUEUE_EXIT_CODE) -> None:
+                 exit_code: int = REQUEUE_EXIT_CODE, agree: bool | None = None) -> None:
         self.signals = tuple(signals)
         self.exit_code = exit_code
         self._event = threading.Event()
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
+        self._agree = agree
+        self._agreement: Any = None
 
     @property
     def requested(self) -> bool:
-        """True once one of the signals arrived."""
+        """True once one of the signals arrived (on any rank, when ranks agree)."""
+        if self._agreement is not None:
+            return bool(self._agreement.any(self._event.is_set()))
         return self._event.is_set()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -85,6 +94,18 @@ class RequeueOnSignal:
         self._event.set()
 
     def install(self) -> RequeueOnSignal:
+        """Install the handlers (and, with a process group, the ranks' agreement: collective).
+
+        Raises:
+            RuntimeError: ``agree=True`` without an initialized multi-rank process group.
+        """
+        if self._agree is not False:
+            from clusterctl.checkpoint.coordination import StopAgreement
+
+            self._agreement = StopAgreement.create()
+            if self._agree and self._agreement is None:
+                raise RuntimeError("RequeueOnSignal(agree=True) needs an initialized torch.distributed process "
+                                   "group of 2 or more ranks; call init_process_group() first")
         for sig in self.signals:
             self._previous[sig] = signal.signal(sig, self._handle)
         return self
@@ -108,6 +129,12 @@ class RequeueOnSignal:
         the error propagates (the process exits non-zero with a traceback, and the job is not
         marked as a clean requeue: its last committed step is older than it believes).
         """
+        if self._agreement is not None and step is not None:
+            low, high = self._agreement.bounds(step)
+            if low != high:
+                raise RuntimeError(f"ranks stopped at different steps ({low} to {high}): read `requested` once per "
+                                   "step on every rank, so that all of them checkpoint the same step")
+
         def finish() -> None:
             ckpt.wait()
             if step is not None and ckpt.latest_step() != step:

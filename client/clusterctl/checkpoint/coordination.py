@@ -52,3 +52,41 @@ class TorchCoordinator:
         data = self._torch.tensor(list(os.urandom(6)), dtype=self._torch.int32)
         self._torch.distributed.broadcast(data, src=0, group=self._group)
         return "".join(f"{int(b):02x}" for b in data.tolist())
+
+
+class StopAgreement:
+    """Whether any rank was asked to stop, answered alike on every rank at the same poll.
+
+    A stop signal reaches the ranks of a job at slightly different moments, and each rank notices
+    it between its own training steps: left alone, rank 0 saves step 80 while rank 1 saves step
+    79, and neither save commits. One ``all_reduce(MAX)`` of the local flag per poll, over a
+    private gloo group (CPU, off the training's default group), makes every rank see the stop at
+    the same step.
+    """
+
+    def __init__(self, torch: Any, group: Any) -> None:
+        self._torch = torch
+        self._group = group
+
+    @classmethod
+    def create(cls) -> StopAgreement | None:
+        """One for the initialized process group (collective: every rank calls it), else None."""
+        import sys
+
+        torch = sys.modules.get("torch")
+        dist = getattr(torch, "distributed", None) if torch is not None else None
+        if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
+            return None
+        return cls(torch, dist.new_group(backend="gloo"))
+
+    def any(self, flag: bool) -> bool:
+        """True on every rank iff some rank passed True (collective)."""
+        value = self._torch.tensor([1 if flag else 0], dtype=self._torch.int32)
+        self._torch.distributed.all_reduce(value, op=self._torch.distributed.ReduceOp.MAX, group=self._group)
+        return bool(value.item())
+
+    def bounds(self, value: int) -> tuple[int, int]:
+        """(smallest, largest) ``value`` over the ranks (collective)."""
+        both = self._torch.tensor([value, -value], dtype=self._torch.int64)
+        self._torch.distributed.all_reduce(both, op=self._torch.distributed.ReduceOp.MAX, group=self._group)
+        return -int(both[1].item()), int(both[0].item())
