@@ -37,6 +37,7 @@ _MAX_UNKNOWN = 10_000
 _LOOKUPS_PER_SECOND = 200.0  # store reads for ids not cached yet; beyond, RESOURCE_EXHAUSTED (the rank retries)
 _BEATS_PER_RANK_INTERVAL = 3.0  # a rank beats once an interval (plus its last): three is generous
 _NOT_RUNNING_INTERVAL = 0.5  # a job Slurm does not show running (yet) is asked to beat again this soon
+_HURRY_EVERY_SECONDS = 30.0  # a record's beats hurry the queue poll at most this often
 
 
 @dataclass
@@ -47,6 +48,7 @@ class _Known:
     hang_timeout: float
     allowance: float = float("inf")  # the record's rate-limit bucket, in beats (full at first)
     refilled: float = field(default_factory=time.monotonic)
+    hurried_at: float = float("-inf")  # when a beat of a job not seen running last hurried the poll
 
 
 FirstStep = Callable[[Run], Awaitable[None]]
@@ -103,7 +105,11 @@ class HeartbeatService:
         if view is None or view.state != JobState.RUNNING or req.restart_count != view.restart_count:
             # Not running as far as the last poll knows: just started (the poll catches up), or held,
             # finished, or an older run still draining. Nothing is recorded either way.
-            if view is None or view.state in (JobState.PENDING, JobState.RUNNING):
+            now = time.monotonic()
+            if now - known.hurried_at > _HURRY_EVERY_SECONDS and (
+                view is None or view.state in (JobState.PENDING, JobState.RUNNING)
+            ):
+                known.hurried_at = now  # once in a while per record: beats cannot keep the poll hurried
                 self._hurry()
             return min(known.interval, _NOT_RUNNING_INTERVAL), False
         node = req.node or (view.nodes[0] if len(view.nodes) == 1 else "")

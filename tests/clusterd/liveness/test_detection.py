@@ -299,8 +299,12 @@ async def test_beats_of_a_job_not_running_are_not_recorded_and_an_ended_records_
     job_id, record, token = await live.submit()
     live.slurm.set_state(job_id, JobState.PENDING, nodes=(), reason="JobHeldUser")
     await live.daemon.poller.poll_once()
-    reply = await live.beat(job_id, record, token, 0)
+    hurried = []
+    live.daemon.poller.hurry = hurried.append  # type: ignore[method-assign]
+    for _ in range(5):
+        reply = await live.beat(job_id, record, token, 0)
     assert live.daemon.liveness.get(record) is None and reply.interval.ToNanoseconds() / 1e9 <= 0.5
+    assert len(hurried) == 1  # a held job's beats cannot keep the queue poll hurried
     live.slurm.set_state(job_id, JobState.CANCELLED, nodes=())
     for _ in range(3):
         await live.daemon.poller.poll_once()
