@@ -1,7 +1,7 @@
 """The dashboard's WSGI application: static assets, and the JSON API under /api/.
 
-HTTP parsing is wsgiref's (clusterd.web.server); this module routes. Requests arrive on the HTTP
-server's threads and everything that touches the service's state runs on its event loop
+HTTP is clusterd.web.listener's (h11, bounded); this module routes. Requests arrive on the
+listener's worker threads and everything that touches the service's state runs on clusterd's loop
 (:func:`asyncio.run_coroutine_threadsafe`), so the dashboard reads exactly what the gRPC API reads,
 through the same :class:`~clusterd.api.views.JobViews`, with the same rules:
 

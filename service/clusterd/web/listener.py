@@ -175,8 +175,9 @@ class HttpListener:
         reader = asyncio.StreamReader(limit=MAX_HEAD_BYTES + MAX_BODY_BYTES)
         protocol = asyncio.StreamReaderProtocol(reader)
         writer: asyncio.StreamWriter | None = None
+        due = loop.time() + deadline  # the handshake and the first request, together
         try:
-            async with asyncio.timeout(deadline):
+            async with asyncio.timeout_at(due):
                 transport, _ = await loop.connect_accepted_socket(
                     lambda: protocol, conn, ssl=self._tls, ssl_handshake_timeout=deadline if self._tls else None
                 )
@@ -184,7 +185,7 @@ class HttpListener:
             h = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
             while True:
                 try:
-                    async with asyncio.timeout(deadline):
+                    async with asyncio.timeout_at(due):
                         request, body = await self._read_request(h, reader)
                 except TimeoutError:
                     if h.their_state is h11.SEND_BODY or (h.their_state is h11.IDLE and h.trailing_data[0]):
@@ -200,6 +201,7 @@ class HttpListener:
                 if h.our_state is not h11.DONE or h.their_state is not h11.DONE:
                     return
                 h.start_next_cycle()
+                due = loop.time() + deadline  # the next request (or the idle keep-alive) from now
         except (_Closed, OSError, ssl.SSLError, TimeoutError, h11.LocalProtocolError):
             return
         finally:
@@ -232,6 +234,8 @@ class HttpListener:
                 if request is None:
                     return None, b""
                 raise _Closed()
+            else:  # PAUSED (a protocol switch was asked for): not served here
+                raise h11.RemoteProtocolError("unsupported request", error_status_hint=400)
 
     def _call(self, request: h11.Request, body: bytes, writer: asyncio.StreamWriter
               ) -> tuple[str, list[tuple[bytes, bytes]], list[bytes]]:  # fmt: skip
