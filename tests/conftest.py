@@ -4,6 +4,9 @@
 own state dir) in front of the stack's Slurm, so that tests can kill and restart it without disturbing
 the stack's demo service. Without a stack these skip, unless CLUSTERCTL_REQUIRE_STACK=1 (set by
 .ci/run), where a missing stack is a failure: a skipped integration test proves nothing.
+
+Every test that needs the stack or a real server process is marked ``stack`` here, in one place, so
+that ``pytest -m "not stack"`` is the fast loop: no root, no stack, no network.
 """
 
 from __future__ import annotations
@@ -17,6 +20,27 @@ import pytest
 from tests.support.daemon import Daemon
 from tests.support.stack import Stack, load_stack
 from tests.support.users import user_dir
+
+
+# A test is a stack test when it carries one of these markers ...
+STACK_MARKERS = frozenset({"slurm", "s3", "compat"})
+# ... uses one of these fixtures (the stack, a clusterd process, SeaweedFS, PostgreSQL, a browser) ...
+STACK_FIXTURES = frozenset({"stack", "daemon", "s3_server", "pg_url", "pg_stores", "browser"})
+# ... takes one of these parameter values (the store fixtures' PostgreSQL half) ...
+STACK_PARAMS = frozenset({"postgres"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Runs after the folders' own conftest hooks (registered later, called first: tests/compat adds
+    # its markers there) and before -m deselects.
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if (
+            any(item.get_closest_marker(name) for name in STACK_MARKERS)
+            or STACK_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+            or any(isinstance(v, str) and v in STACK_PARAMS for v in params.values())
+        ):
+            item.add_marker(pytest.mark.stack)
 
 
 @pytest.fixture(scope="session")

@@ -141,6 +141,7 @@ def test_plaintext_tcp_fails_the_check_unless_allowed(tmp_path: Path, capsys: py
                                                               "tokens are exposed"}]  # fmt: skip
 
 
+@pytest.mark.s3
 def test_s3_conditional_put_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """SeaweedFS enforces If-None-Match: * (OK, probe object removed); a server that ignores it is a FAIL."""
     server = get_server()
