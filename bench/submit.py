@@ -1,6 +1,6 @@
 """Submission and watch fan-out: clusterd against raw Slurm on the local stack, side by side.
 
-What is measured, and why (issue 2, "Benchmark"):
+What is measured, and why:
 
 1. Submit latency p50/p95: ``ClusterClient.submit`` of a tiny job (:data:`TINY_JOB`, ``true`` in a
    batch script) through gRPC vs ``sbatch --parsable --uid=alice`` of the same script run directly

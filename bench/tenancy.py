@@ -1,4 +1,4 @@
-"""clusterd's memory and ListJobs latency with many maximum-size records (issue 13, item 6).
+"""clusterd's memory and ListJobs latency with many maximum-size records.
 
 10 users each submit 200 jobs whose specs are as large as the service accepts under its default
 limits: a 1 MiB script and 95 environment values of 32 KiB, just under the 4 MiB message limit:

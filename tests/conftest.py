@@ -21,7 +21,6 @@ from tests.support.daemon import Daemon
 from tests.support.stack import Stack, load_stack
 from tests.support.users import user_dir
 
-
 # A test is a stack test when it carries one of these markers ...
 STACK_MARKERS = frozenset({"slurm", "s3", "compat"})
 # ... uses one of these fixtures (the stack, a clusterd process, SeaweedFS, PostgreSQL, a browser) ...

@@ -1,6 +1,6 @@
 """Several clusterd addresses: one lazy channel each, the last that worked first, retries through tenacity.
 
-Why: with several clusterd replicas (issue 19) every replica serves the whole API, so when the one a
+Why: with several clusterd replicas every replica serves the whole API, so when the one a
 caller talks to dies (or is being restarted) the call can go on at another, without the caller
 noticing, but only where repeating it cannot do a thing twice. So each call says how safe it is
 (:class:`Retry`): a SAFE call (reads, and writes that are idempotent: a submit with its request_id,

@@ -40,7 +40,7 @@ JWT_KEY = f"{STATE}/keys/jwt_hs256.key"  # written by the `keys` init service, v
 CLUSTERD_LISTEN = "0.0.0.0:50051"  # published on the host's loopback only (compose.yaml)
 METRICS_LISTEN = "0.0.0.0:9464"  # published on the host's loopback only (compose.yaml)
 WEB_LISTEN = "0.0.0.0:880"  # the dashboard: published on the host's loopback port 880 (root binds it, no user can)
-# HA (issue 19): two replicas on one PostgreSQL; the password reaches libpq as PGPASSWORD (compose.yaml),
+# HA: two replicas on one PostgreSQL; the password reaches libpq as PGPASSWORD (compose.yaml),
 # so the generated config holds none.
 REPLICAS = ("clusterd-a", "clusterd-b")  # compose service name = hostname
 CLUSTERD_PORT = CLUSTERD_LISTEN.rsplit(":", 1)[1]

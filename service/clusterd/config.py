@@ -1,6 +1,6 @@
 """clusterd configuration: a TOML file, overridden by CLUSTERD_* environment variables, then flags.
 
-One dataclass tree sizes every bound in the service (STYLE 9), so limits are found in one place.
+One dataclass tree sizes every bound in the service, so limits are found in one place.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ class TopologyPlacer:
     def dry_run(self, request: PlacementRequest, *, field: str = "placement") -> Plan:
         """The plan for ``request`` on the latest snapshot. The planner is a pure function of the two,
         so a request shape already planned on this snapshot (16 clients submitting the same job) is
-        answered from memory: planning was a tenth of the event loop's time per submit."""
+        answered from memory: planning each one costs a tenth of the event loop's time per submit."""
         model = self.model()
         known = self._plans.get(request)
         if known is not None:

@@ -1,4 +1,4 @@
-"""The clusterd service object: owns the gRPC server, the queue cache and reconciler, health and shutdown (STYLE 12)."""
+"""The clusterd service object: owns the gRPC server, the queue cache and reconciler, health and shutdown."""
 
 from __future__ import annotations
 

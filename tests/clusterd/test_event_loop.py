@@ -1,4 +1,4 @@
-"""No blocking call runs on clusterd's event loop (issue 12).
+"""No blocking call runs on clusterd's event loop.
 
 The in-process service over FakeSlurm serves every RPC while guards wrap the blocking calls the
 service is known to make (user and group lookups, directory creation and ownership, stat, file

@@ -287,7 +287,7 @@ def test_ha_config_is_the_single_config_plus_store_ha_and_both_heartbeat_address
 
 def test_ha_config_loads() -> None:
     if not {"store", "ha"} <= {f.name for f in fields(Config)}:
-        pytest.skip("this clusterd.config has no [store]/[ha] yet (issue 19)")
+        pytest.skip("this clusterd.config has no [store]/[ha]")
     cfg = load_config(GENERATED / generate.HA_CONFIG, environ={"CLUSTERD_ALLOW_INSECURE": "true"})
     assert asdict(cfg)["store"]["url"] == generate.STORE_URL
     assert cfg.liveness.heartbeat_addr.count(",") == len(generate.REPLICAS) - 1

@@ -1,4 +1,4 @@
-"""A hostile checkpoint prefix costs only its own job (issue 13 item 4), on the real stack.
+"""A hostile checkpoint prefix costs only its own job, on the real stack.
 
 One job's prefix is a POSIX directory whose ``commits/`` holds a 10,000-deep directory tree (which
 made the old recursive walk raise RecursionError and stop the poller for everyone), another's holds

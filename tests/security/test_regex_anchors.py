@@ -1,4 +1,4 @@
-"""Patterns that guard names and numbers match the whole text, ASCII only (issue 13, item 12).
+"""Patterns that guard names and numbers match the whole text, ASCII only.
 
 Python's ``$`` also matches before a trailing newline, and ``\\d`` matches any Unicode digit
 (``int("\\u0663")`` is 3): a step named with Arabic-Indic digits or a key with a trailing newline must

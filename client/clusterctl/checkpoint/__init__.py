@@ -1,6 +1,6 @@
 """Async, sharded, verified checkpoints to S3 or a (parallel) filesystem.
 
-Usage (contract in DESIGN.md; format in FORMAT.md)::
+Usage (the format on storage: FORMAT.md)::
 
     from clusterctl.checkpoint import CheckpointManager
     ckpt = CheckpointManager("s3://bucket/run-1", keep=3)

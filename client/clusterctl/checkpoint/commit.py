@@ -1,4 +1,4 @@
-"""The commit protocol: when a step becomes visible (STYLE 6; Orbax's commit-file variant).
+"""The commit protocol: when a step becomes visible (the commit-file variant of Orbax's atomicity).
 
 A step is committed by exactly one small marker, ``commits/<step>.json``, written by rank 0 with
 a create-only put *after* every rank's shard manifest of that attempt is readable. Rank 0 learns

@@ -1,6 +1,6 @@
-"""CheckpointManager: the public face of the data plane (contract in DESIGN.md).
+"""CheckpointManager: the public face of the data plane.
 
-Blocking phase, then background commit, returning a handle (STYLE 7): ``save()`` snapshots the
+Blocking phase, then background commit, returning a handle: ``save()`` snapshots the
 state into bounded staging memory and returns a :class:`SaveHandle`; one background thread per
 in-flight slot checksums and uploads the shard, writes the manifest and runs the commit protocol.
 A background failure is stored and raised by ``result()``, ``wait()`` or the next ``save()``.

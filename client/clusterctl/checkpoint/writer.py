@@ -1,7 +1,7 @@
 """The save pipeline of one rank: snapshot (blocking) then serialize + checksum + upload (background).
 
 This module only writes what it is given into storage; deciding when a step becomes visible is
-``commit.py``'s job (STYLE 6).
+``commit.py``'s job.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 # shellcheck shell=bash disable=SC2034  # settings and locals used by stack.sh and write_clusterd_config
-# HA (issue 19): PostgreSQL and two clusterd replicas, each under its own restart supervisor
+# HA: PostgreSQL and two clusterd replicas, each under its own restart supervisor
 # (lib/supervise.sh), instead of the single clusterd with SQLite. `up --ha` selects it and records
 # it in $HA_MARK; a later plain `up` keeps it, `up --no-ha` switches back, `down` forgets it.
 
@@ -16,7 +16,7 @@ PG_LOG="$LOGS/postgres.log"
 PG_DB=clusterd
 PG_ROLE=root
 STORE_URL="postgresql:///$PG_DB?host=$PG_SOCKET_DIR&user=$PG_ROLE"
-LEASE_NAME=supervisor # the lease row the leader holds (HA_DESIGN.md)
+LEASE_NAME=supervisor # the lease row (in the store) that the leader holds
 
 ha_recorded() { [[ -f "$HA_MARK" ]]; }
 
@@ -88,7 +88,7 @@ write_replica_config() {
 }
 
 # clusterd_accepts CONFIG -> 0 when the installed clusterd's loader takes CONFIG (a clusterd from
-# before issue 19 refuses [store] and [ha]: "unknown config key").
+# without HA support refuses [store] and [ha]: "unknown config key").
 clusterd_accepts() {
     local py
     py="$(head -n 1 "$(clusterd_bin)" | sed -n 's/^#! *//p' | cut -d' ' -f1)"
@@ -131,7 +131,7 @@ ha_replicas_up() {
     for r in "${REPLICAS[@]}"; do write_replica_config "$r"; done
     if ! clusterd_accepts "$(replica_config "${REPLICAS[0]}")"; then
         show_tail "$LOGS/clusterd-config.stderr"
-        die "this clusterd ($(clusterd_bin)) does not take the HA config ([store], [ha]; issue 19): PostgreSQL is up, the replicas' configs are $STATE/clusterd-{a,b}.toml, no replica started"
+        die "this clusterd ($(clusterd_bin)) does not take the HA config ([store], [ha]; install this checkout's clusterd): PostgreSQL is up, the replicas' configs are $STATE/clusterd-{a,b}.toml, no replica started"
     fi
     local -A log_lines=()
     for r in "${REPLICAS[@]}"; do

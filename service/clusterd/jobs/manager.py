@@ -1,4 +1,4 @@
-"""JobManager: the domain object behind JobService (servicers stay thin, STYLE 11).
+"""JobManager: the domain object behind JobService (servicers stay thin).
 
 Submission order matters for the guarantees: validate (nothing reaches Slurm when it fails) ->
 plan placement -> reserve the request_id in the store (the database picks the one caller that may

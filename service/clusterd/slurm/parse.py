@@ -12,7 +12,7 @@ Two families, told apart by the data itself (never only by a version string):
   ``cpus``, ``memory``, ``gres``, ``reason`` objects. slurmrestd's ``/nodes`` and ``scontrol show
   nodes --json`` keep one flat record per node in the new value types.
 
-Slurm's state strings become enums here and nowhere else (STYLE 5). 22.05 ignores squeue/sinfo
+Slurm's state strings become enums here and nowhere else. 22.05 ignores squeue/sinfo
 filters with --json, so callers always get the whole queue and filter client-side.
 """
 

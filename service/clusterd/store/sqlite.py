@@ -1,7 +1,7 @@
 """SQLite (WAL) store of job records and request ids.
 
 All blocking SQLite work runs on the store's own thread (:meth:`SqliteJobStore._run`) here and
-nowhere else (STYLE 8): one connection serializes it anyway, and a thread of its own keeps store
+nowhere else: one connection serializes it anyway, and a thread of its own keeps store
 calls from queueing behind (or blocking) the event loop's shared worker threads under load. A
 UNIQUE(user, request_id) constraint makes idempotency hold across concurrent calls and restarts:
 the database, not an in-memory map, decides which caller submits; the same transaction enforces

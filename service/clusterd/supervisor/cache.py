@@ -1,4 +1,4 @@
-"""The one queue poll (STYLE 4): Slurm's queue and nodes, fetched once per interval and cached.
+"""The one queue poll: Slurm's queue and nodes, fetched once per interval and cached.
 
 Every interval the cache asks Slurm for the whole queue and the node list exactly once (the switch
 tree every ``_TOPOLOGY_EVERY`` polls), swaps in an immutable snapshot, and hands it to the
