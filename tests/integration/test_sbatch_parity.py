@@ -172,6 +172,12 @@ OPTION_CASES: dict[str, tuple[list[str], str, dict[str, str]]] = {
         "#SBATCH -s --gpus-per-node=2 --gres-flags=disable-binding --ntasks-per-node=2 -N 1\n",
         {},
     ),
+    "node-options": (
+        ["-H", "--tmp=100", "--delay-boot=10", "-O", "--no-kill", "--use-min-nodes"],
+        "#SBATCH -n 2 --ntasks-per-socket=1 --sockets-per-node=1 --gpus-per-socket=1 --wait-all-nodes=1\n"
+        "#SBATCH --mem-bind=local --acctg-freq=task=30\n",
+        {},
+    ),
     "input-variables": (
         ["-H", "-J", "from-flag"],
         "#SBATCH -p debug -t 5 -J from-script --mem-per-cpu=300\n",

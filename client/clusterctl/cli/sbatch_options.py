@@ -86,6 +86,18 @@ _FORWARDED: tuple[tuple[tuple[str, ...], str | None, Callable[[str], object] | N
     (("--open-mode",), "MODE", _choice("append", "truncate"), "append or truncate the output files"),
     (("--kill-on-invalid-dep",), "yes|no", _choice("yes", "no"), "end the job when its dependency cannot be met"),
     (("--signal",), "[B:]SIG[@TIME]", None, "send SIG this long before the time limit (B: the batch shell only)"),
+    (("--tmp",), "SIZE", sv.megabytes, "scratch disk on each node"),
+    (("--ntasks-per-socket",), "N", sv.count, "tasks on each socket"),
+    (("--gpus-per-socket",), "[TYPE:]N", sv.gpus, "GPUs on each socket"),
+    (("--delay-boot",), "TIME", sv.finite_time, "wait this long before rebooting nodes for the job's features"),
+    (("--wait-all-nodes",), "0|1", _choice("0", "1"), "start the script only when every node is ready"),
+    (("--mem-bind",), "BIND", sv.mem_bind, "memory binding: local, rank, map_mem:..., ..."),
+    (("--acctg-freq",), "FREQ", sv.acctg_freq, "accounting sampling: SECONDS or task=30,energy=0,..."),
+    (("-L", "--licenses"), "LIST", sv.licenses, "licenses: NAME[:COUNT][,...]"),
+    (("--batch",), "FEATURES", sv.features, "features the batch host must have (a subset of --constraint)"),
+    (("-O", "--overcommit"), None, None, "more tasks than CPUs"),
+    (("-k", "--no-kill"), None, None, "keep running when an allocated node fails (--no-kill=off: the default)"),
+    (("--use-min-nodes",), None, None, "of a node range, prefer the smaller count"),
     (("--exclusive",), None, None, "no other jobs on the nodes (--exclusive=user, --exclusive=mcs too)"),
     (("-s", "--oversubscribe"), None, None, "the job's resources may be shared with other jobs"),
     (("--contiguous",), None, None, "contiguous nodes"),
@@ -93,7 +105,8 @@ _FORWARDED: tuple[tuple[tuple[str, ...], str | None, Callable[[str], object] | N
     (("--requeue",), None, None, "the job may be requeued (the default)"),
     (("--no-requeue",), None, None, "never requeue the job: no automatic restart either"),
 )  # fmt: skip
-_EXCLUSIVE_VALUES = ("user", "mcs")  # --exclusive=VALUE: registered whole, so "--exclusive SCRIPT" stays a flag
+# Optional values, registered whole so that "--exclusive SCRIPT" stays a flag, as with getopt.
+_WHOLE = ("--exclusive=user", "--exclusive=mcs", "--no-kill=off")
 # sbatch flags clusterctl knows and the service refuses: the reason is the table's.
 _REFUSED = ("--comment", "--export-file", "--uid", "--gid", "--get-user-env")
 
@@ -159,9 +172,9 @@ def add_sbatch_options(p: argparse.ArgumentParser) -> None:
         nargs: dict[str, Any] = {"nargs": 0} if value_name is None else {"metavar": value_name}
         res.add_argument(*fwd_flags, dest="sbatch_options", action=_Forward, check=check,
                          long_name=fwd_flags[-1][2:], help=fwd_help, **nargs)  # fmt: skip
-    for value in _EXCLUSIVE_VALUES:
-        res.add_argument(f"--exclusive={value}", dest="sbatch_options", action=_Forward, nargs=0,
-                         fixed=f"--exclusive={value}", help=argparse.SUPPRESS)  # fmt: skip
+    for whole in _WHOLE:
+        res.add_argument(whole, dest="sbatch_options", action=_Forward, nargs=0, fixed=whole,
+                         help=argparse.SUPPRESS)  # fmt: skip
     for flag in _REFUSED:
         res.add_argument(flag, action=_Refuse, reason=REFUSED[flag[2:]])
 

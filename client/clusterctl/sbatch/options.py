@@ -24,7 +24,7 @@ distribution error exclude export export-file extra-node-info gid gpu-bind gpu-f
 gpus-per-socket gpus-per-task gres gres-flags hint input job-name kill-on-invalid-dep licenses mail-type mail-user
 mcs-label mem mem-bind mem-per-cpu mem-per-gpu mincpus network nodefile nodelist nodes ntasks ntasks-per-core
 ntasks-per-gpu ntasks-per-node ntasks-per-socket open-mode output partition power priority profile propagate qos
-reservation signal sockets-per-node switches thread-spec threads-per-core time time-min tmp tres-per-task uid
+reservation signal sockets-per-node switches thread-spec threads-per-core time time-min tmp uid
 wait-all-nodes wckey wrap"""
 _FLAGS = """contiguous help hold ignore-pbs no-requeue overcommit oversubscribe parsable quiet reboot requeue spread-job
 test-only usage use-min-nodes verbose version wait"""
@@ -46,7 +46,9 @@ SBATCH_SHORT: dict[str, str] = {
 ACCEPTED = frozenset(
     [
         "account",
+        "acctg-freq",
         "array",
+        "batch",
         "begin",
         "chdir",
         "constraint",
@@ -55,6 +57,7 @@ ACCEPTED = frozenset(
         "cpus-per-gpu",
         "cpus-per-task",
         "deadline",
+        "delay-boot",
         "dependency",
         "distribution",
         "error",
@@ -65,6 +68,7 @@ ACCEPTED = frozenset(
         "gpu-bind",
         "gpus",
         "gpus-per-node",
+        "gpus-per-socket",
         "gpus-per-task",
         "gres",
         "gres-flags",
@@ -73,13 +77,16 @@ ACCEPTED = frozenset(
         "ignore-pbs",
         "job-name",
         "kill-on-invalid-dep",
+        "licenses",
         "mail-type",
         "mail-user",
         "mem",
+        "mem-bind",
         "mem-per-cpu",
         "mem-per-gpu",
         "mincpus",
         "nice",
+        "no-kill",
         "no-requeue",
         "nodelist",
         "nodes",
@@ -87,8 +94,10 @@ ACCEPTED = frozenset(
         "ntasks-per-core",
         "ntasks-per-gpu",
         "ntasks-per-node",
+        "ntasks-per-socket",
         "open-mode",
         "output",
+        "overcommit",
         "oversubscribe",
         "partition",
         "qos",
@@ -101,10 +110,12 @@ ACCEPTED = frozenset(
         "threads-per-core",
         "time",
         "time-min",
+        "tmp",
+        "use-min-nodes",
+        "wait-all-nodes",
         "wckey",
     ]
 )
-_NOT_YET = "clusterd's job request has no field for it yet"
 # Why each other option is refused: the privilege or host resource it would reach, or what is missing.
 REFUSED: dict[str, str] = {
     "bb": "burst buffers stage data with the burst buffer plugin's rights",
@@ -129,29 +140,16 @@ REFUSED: dict[str, str] = {
     "version": "an answer of the client, not a job option",
     "verbose": "an answer of the client (clusterctl submit -v)",
     "quiet": "an answer of the client, not a job option",
-    "batch": _NOT_YET,
     "clusters": "clusterd submits to the one cluster it fronts",
     "cluster-constraint": "clusterd submits to the one cluster it fronts",
     "comment": "clusterd keeps its own tag in the job's comment, to find the job after a lost answer",
-    "acctg-freq": _NOT_YET,
     "core-spec": "reserving cores from the node's system use needs AllowSpecResourcesUsage on the nodes",
     "thread-spec": "reserving threads from the node's system use needs AllowSpecResourcesUsage on the nodes",
     "cpu-freq": "CPU frequency governors are host settings of the nodes",
     "gpu-freq": "GPU clocks are host settings of the nodes",
-    "delay-boot": _NOT_YET,
-    "gpus-per-socket": _NOT_YET,
-    "licenses": _NOT_YET,
-    "mem-bind": _NOT_YET,
     "network": "network (switch window) resources are configured by the site's switch plugin",
-    "ntasks-per-socket": _NOT_YET,
-    "overcommit": _NOT_YET,
     "profile": "profiling writes HDF5 files with slurmd's rights on the nodes",
     "propagate": "resource limits are applied by slurmd on the nodes",
-    "tmp": _NOT_YET,
-    "tres-per-task": _NOT_YET,
-    "use-min-nodes": _NOT_YET,
-    "wait-all-nodes": _NOT_YET,
-    "no-kill": _NOT_YET,
 }
 
 
@@ -232,4 +230,4 @@ def parse_words(words: list[str]) -> list[Option]:
 
 def refusal(option: str) -> str | None:
     """Why ``option`` (a long name) is refused, or None when it is accepted."""
-    return None if option in ACCEPTED else REFUSED.get(option, _NOT_YET)
+    return None if option in ACCEPTED else REFUSED[option]

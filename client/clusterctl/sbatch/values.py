@@ -151,3 +151,50 @@ def name(text: str) -> str:
     if not _NAME_RE.match(text):
         raise ValueError(f"{text[:40]!r} must be 1-64 of [A-Za-z0-9_.-]")
     return text
+
+
+_MEM_BIND_RE = re.compile(
+    r"(?:(?:quiet|verbose|sort|nosort|prefer),)*(?:none|rank|local|sort|nosort|prefer|map_mem:[0-9*x,]{1,512}"
+    r"|mask_mem:[0-9a-fA-Fx*,]{1,512})\Z"
+)
+_ACCTG_RE = re.compile(r"(?:[0-9]{1,9}|[a-z]{1,16}=[0-9]{1,9})(?:,[a-z]{1,16}=[0-9]{1,9})*\Z")
+_LICENSE = r"[A-Za-z0-9_.\-@]{1,64}(?::[0-9]{1,9})?"
+_LICENSES_RE = re.compile(rf"{_LICENSE}(?:[,|]{_LICENSE}){{0,63}}\Z")
+_FEATURES_RE = re.compile(r"[A-Za-z0-9_.\-&|]{1,1024}\Z")
+
+
+def mem_bind(text: str) -> str:
+    """``--mem-bind``: [quiet|verbose,]none, rank, local, map_mem:LIST, mask_mem:LIST, sort, nosort, prefer."""
+    if not _MEM_BIND_RE.match(text):
+        raise ValueError(f"bad --mem-bind {text[:40]!r}: use e.g. local, rank, map_mem:0,1 or verbose,local")
+    return text
+
+
+def acctg_freq(text: str) -> str:
+    """``--acctg-freq``: SECONDS or DATATYPE=SECONDS[,...] (task, energy, network, filesystem)."""
+    if not _ACCTG_RE.match(text):
+        raise ValueError(f"bad --acctg-freq {text[:40]!r}: use SECONDS or e.g. task=30,energy=0")
+    return text
+
+
+def licenses(text: str) -> str:
+    """``-L``: NAME[:COUNT] separated by ``,`` (all) or ``|`` (any)."""
+    if not _LICENSES_RE.match(text):
+        raise ValueError(f"bad --licenses {text[:40]!r}: use NAME[:COUNT][,NAME[:COUNT]...]")
+    return text
+
+
+def features(text: str) -> str:
+    """A node feature expression (``--batch``): names joined by ``&`` and ``|``."""
+    if not _FEATURES_RE.match(text):
+        raise ValueError(f"bad feature list {text[:40]!r}: use names joined by & or |")
+    return text
+
+
+def no_kill(text: str | None) -> bool:
+    """``--no-kill[=off]``: True for the flag, False for ``off``."""
+    if text is None or text == "":
+        return True
+    if text.lower() == "off":
+        return False
+    raise ValueError(f"bad --no-kill {text[:40]!r}: give no value, or off")

@@ -31,7 +31,9 @@ SAMPLES: dict[str, str | None] = {
     "ntasks-per-node": "2", "open-mode": "truncate", "output": "out.log", "oversubscribe": None,
     "partition": "debug", "qos": "normal", "requeue": None, "reservation": "maint", "signal": "B:USR1@60",
     "sockets-per-node": "1", "spread-job": None, "switches": "1@5", "threads-per-core": "1", "time": "10",
-    "time-min": "5", "wckey": "proj",
+    "time-min": "5", "wckey": "proj", "tmp": "1G", "ntasks-per-socket": "1", "gpus-per-socket": "1",
+    "delay-boot": "10", "overcommit": None, "no-kill": None, "use-min-nodes": None, "wait-all-nodes": "1",
+    "mem-bind": "local", "acctg-freq": "task=30", "licenses": "fluent:2", "batch": "a100",
 }  # fmt: skip
 RELEASES = ("22.05", "24.11", "26.05")
 _FACTS = ClusterFacts(frozenset(), frozenset(), "debug")

@@ -216,6 +216,16 @@ class _Merged:
         except ValueError as exc:
             raise InvalidArgument(d.field, f"{d.where}: {exc}") from None
 
+    def read_optional(self, option: str, reader: Callable[[str | None], T]) -> T | None:
+        """Like :meth:`read` for an option whose value is optional (``--no-kill[=off]``)."""
+        d = self.values.get(option)
+        if d is None:
+            return None
+        try:
+            return reader(d.value)
+        except ValueError as exc:
+            raise InvalidArgument(d.field, f"{d.where}: {exc}") from None
+
     def text(self, option: str, spec_value: str, field_name: str, check: Callable[[str, str], None]) -> str:
         if spec_value:
             check(field_name, spec_value)
@@ -579,13 +589,18 @@ def _sbatch_options(spec: jobs_pb2.JobSpec) -> list[Directive]:
 def _layout(m: _Merged, gpu_type: str) -> dict[str, Any]:
     """The task layout, per-GPU amounts and scheduling options beyond the basic resources."""
     typed = m.read("gpus-per-task", _typed_upto(sbatch_values.gpus, _MAX_GPUS))
-    if typed is not None and typed[0] and gpu_type and typed[0] != gpu_type:
-        d = m.values["gpus-per-task"]
-        raise InvalidArgument(d.field, f"{d.where}: GPU type {typed[0]!r} differs from {gpu_type!r}")
+    per_socket = m.read("gpus-per-socket", _typed_upto(sbatch_values.gpus, _MAX_GPUS))
+    for option, asked in (("gpus-per-task", typed), ("gpus-per-socket", per_socket)):
+        if asked is not None and asked[0] and gpu_type and asked[0] != gpu_type:
+            d = m.values[option]
+            raise InvalidArgument(d.field, f"{d.where}: GPU type {asked[0]!r} differs from {gpu_type!r}")
+        gpu_type = gpu_type or (asked[0] if asked else "")
     sockets, cores, threads = m.read("extra-node-info", sbatch_values.extra_node_info) or (None, None, None)
+    wait_all = m.read("wait-all-nodes", lambda t: sbatch_values.choice(t, ("0", "1"), "--wait-all-nodes"))
+
     kill = m.read("kill-on-invalid-dep", lambda t: sbatch_values.choice(t, ("yes", "no"), "--kill-on-invalid-dep"))
     return {
-        "gpu_type": gpu_type or (typed[0] if typed else ""),
+        "gpu_type": gpu_type,
         "gpus_per_task": typed[1] if typed else None,
         "cpus_per_gpu": m.read("cpus-per-gpu", _upto(sbatch_values.count, _MAX_CPUS)),
         "memory_mb_per_gpu": m.read("mem-per-gpu", _upto(sbatch_values.megabytes, _MAX_MEMORY_MB)),
@@ -608,6 +623,18 @@ def _layout(m: _Merged, gpu_type: str) -> dict[str, Any]:
         "deadline": m.text("deadline", "", "spec.sbatch_options", _check_begin),
         "time_min_seconds": m.read("time-min", sbatch_values.finite_time),
         "wckey": m.read("wckey", sbatch_values.name) or "",
+        "tmp_mb": m.read("tmp", _upto(sbatch_values.megabytes, _MAX_MEMORY_MB)),
+        "tasks_per_socket": m.read("ntasks-per-socket", _upto(sbatch_values.count, _MAX_TASKS)),
+        "gpus_per_socket": per_socket[1] if per_socket else None,
+        "delay_boot_seconds": m.read("delay-boot", sbatch_values.finite_time),
+        "overcommit": m.flag("overcommit"),
+        "no_kill": bool(m.read_optional("no-kill", sbatch_values.no_kill)),
+        "use_min_nodes": m.flag("use-min-nodes"),
+        "wait_all_nodes": None if wait_all is None else wait_all == "1",
+        "mem_bind": m.read("mem-bind", sbatch_values.mem_bind) or "",
+        "acctg_freq": m.read("acctg-freq", sbatch_values.acctg_freq) or "",
+        "licenses": m.read("licenses", sbatch_values.licenses) or "",
+        "batch_features": m.read("batch", sbatch_values.features) or "",
     }
 
 

@@ -129,6 +129,20 @@ SBATCH_RENDERERS: dict[str, _Render] = {
     "deadline": _opt("deadline", "deadline"),
     "time_min_seconds": lambda r: [f"--time-min={slurm_time(r.time_min_seconds)}"] if r.time_min_seconds else [],
     "wckey": _opt("wckey", "wckey"),
+    "tmp_mb": lambda r: [f"--tmp={r.tmp_mb}M"] if r.tmp_mb else [],
+    "tasks_per_socket": _opt("ntasks-per-socket", "tasks_per_socket"),
+    "gpus_per_socket": _typed_gpus("gpus-per-socket", "gpus_per_socket"),
+    "delay_boot_seconds": lambda r: (
+        [f"--delay-boot={slurm_time(r.delay_boot_seconds)}"] if r.delay_boot_seconds else []
+    ),
+    "overcommit": _opt("overcommit", "overcommit"),
+    "no_kill": _opt("no-kill", "no_kill"),
+    "use_min_nodes": _opt("use-min-nodes", "use_min_nodes"),
+    "wait_all_nodes": lambda r: [f"--wait-all-nodes={int(r.wait_all_nodes)}"] if r.wait_all_nodes is not None else [],
+    "mem_bind": _opt("mem-bind", "mem_bind"),
+    "acctg_freq": _opt("acctg-freq", "acctg_freq"),
+    "licenses": _opt("licenses", "licenses"),
+    "batch_features": _opt("batch", "batch_features"),
     "gpus_per_node": _gres,
     "gpu_type": _none,  # with gpus / gpus_per_node
     "memory_mb_per_node": lambda r: [f"--mem={r.memory_mb_per_node}M"] if r.memory_mb_per_node else [],

@@ -182,6 +182,20 @@ RENDERERS: dict[str, _Render] = {
     "deadline": _attr("deadline", "deadline"),
     "time_min_seconds": _attr("time_limit_min", "time_min_seconds", lambda s: (s + 59) // 60),
     "wckey": _attr("wckey", "wckey"),
+    "tmp_mb": _attr("temporary_disk_per_node", "tmp_mb", lambda mb: f"{mb}M"),
+    "tasks_per_socket": _attr("ntasks_per_socket", "tasks_per_socket"),
+    "gpus_per_socket": _gpus("gpus_per_socket", "gpus_per_socket"),
+    "delay_boot_seconds": _attr("delay_boot_time", "delay_boot_seconds", lambda s: (s + 59) // 60),
+    "overcommit": _attr("overcommit", "overcommit"),
+    "no_kill": lambda attrs, r: attrs.update(kill_on_node_fail=False) if r.no_kill else None,
+    "use_min_nodes": _attr("use_min_nodes", "use_min_nodes"),
+    "wait_all_nodes": lambda attrs, r: (
+        attrs.update(wait_all_nodes=r.wait_all_nodes) if r.wait_all_nodes is not None else None
+    ),
+    "mem_bind": _attr("memory_binding", "mem_bind"),
+    "acctg_freq": _attr("accounting_gather_frequency", "acctg_freq"),
+    "licenses": _attr("licenses", "licenses"),
+    "batch_features": _attr("batch_constraints", "batch_features"),
 }
 
 

@@ -164,6 +164,18 @@ class JobRequest:
     deadline: str = ""  # sbatch's time syntax, as --begin
     time_min_seconds: int | None = None  # --time-min
     wckey: str = ""
+    tmp_mb: int | None = None  # --tmp: scratch disk per node
+    tasks_per_socket: int | None = None  # --ntasks-per-socket
+    gpus_per_socket: int | None = None  # --gpus-per-socket (typed like the other GPU options)
+    delay_boot_seconds: int | None = None  # --delay-boot
+    overcommit: bool = False
+    no_kill: bool = False  # --no-kill: keep running when an allocated node fails
+    use_min_nodes: bool = False
+    wait_all_nodes: bool | None = None  # --wait-all-nodes=0|1
+    mem_bind: str = ""
+    acctg_freq: str = ""
+    licenses: str = ""
+    batch_features: str = ""  # --batch: features the batch host must have (a subset of --constraint)
 
     @property
     def task_count(self) -> int:

@@ -127,6 +127,9 @@ def _by_sbatch(option: str, field: str, why: str) -> Render:
     return render
 
 
+_UNVERIFIED = "its v0.0.38 key was not verified against a running slurmrestd"
+
+
 # One renderer per JobRequest field (a test pins that none is missing).
 RENDERERS: dict[str, Render] = {
     "script": _none,  # the body's top-level "script"
@@ -202,6 +205,22 @@ RENDERERS: dict[str, Render] = {
         job.update(time_minimum=minutes(r.time_min_seconds)) if r.time_min_seconds else None
     ),
     "wckey": _by_sbatch("--wckey", "wckey", "v0.0.38's wckey was not verified"),
+    "tmp_mb": _by_sbatch("--tmp", "tmp_mb", _UNVERIFIED),
+    "tasks_per_socket": _by_sbatch("--ntasks-per-socket", "tasks_per_socket", _UNVERIFIED),
+    "gpus_per_socket": lambda job, r: (
+        job.update(gpus_per_socket=gpu_count(r, r.gpus_per_socket)) if r.gpus_per_socket else None
+    ),
+    "delay_boot_seconds": lambda job, r: (
+        job.update(delay_boot=minutes(r.delay_boot_seconds)) if r.delay_boot_seconds else None
+    ),
+    "overcommit": _by_sbatch("--overcommit", "overcommit", _UNVERIFIED),
+    "no_kill": _by_sbatch("--no-kill", "no_kill", _UNVERIFIED),
+    "use_min_nodes": _by_sbatch("--use-min-nodes", "use_min_nodes", _UNVERIFIED),
+    "wait_all_nodes": _by_sbatch("--wait-all-nodes", "wait_all_nodes", _UNVERIFIED),
+    "mem_bind": _by_sbatch("--mem-bind", "mem_bind", _UNVERIFIED),
+    "acctg_freq": _by_sbatch("--acctg-freq", "acctg_freq", _UNVERIFIED),
+    "licenses": _by_sbatch("--licenses", "licenses", _UNVERIFIED),
+    "batch_features": _by_sbatch("--batch", "batch_features", _UNVERIFIED),
 }
 
 

@@ -320,6 +320,18 @@ DP_RENDERERS: dict[str, DpRender] = {
         job.update(time_minimum=number(restd_submit.minutes(r.time_min_seconds))) if r.time_min_seconds else None
     ),
     "wckey": _key("wckey", "wckey"),
+    "tmp_mb": _by_sbatch("--tmp", "tmp_mb"),
+    "tasks_per_socket": _key("tasks_per_socket", "tasks_per_socket"),
+    "gpus_per_socket": _gpus("tres_per_socket", "gpus_per_socket"),
+    "delay_boot_seconds": _by_sbatch("--delay-boot", "delay_boot_seconds"),
+    "overcommit": _by_sbatch("--overcommit", "overcommit"),
+    "no_kill": _by_sbatch("--no-kill", "no_kill"),
+    "use_min_nodes": _by_sbatch("--use-min-nodes", "use_min_nodes"),
+    "wait_all_nodes": _by_sbatch("--wait-all-nodes", "wait_all_nodes"),
+    "mem_bind": _by_sbatch("--mem-bind", "mem_bind"),
+    "acctg_freq": _by_sbatch("--acctg-freq", "acctg_freq"),
+    "licenses": _key("licenses", "licenses"),
+    "batch_features": _by_sbatch("--batch", "batch_features"),
 }
 
 

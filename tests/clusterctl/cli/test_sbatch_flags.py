@@ -113,6 +113,41 @@ FLAGS: list[tuple[list[str], dict[str, Any]]] = [
         ["--open-mode=truncate", "--signal=B:USR1@60"],
         {"sbatch_options": ["--open-mode=truncate", "--signal=B:USR1@60"]},
     ),
+    (
+        ["--tmp=1G", "--ntasks-per-socket=1", "--gpus-per-socket=1", "--delay-boot=10", "-O", "-k", "--use-min-nodes"],
+        {
+            "sbatch_options": [
+                "--tmp=1G",
+                "--ntasks-per-socket=1",
+                "--gpus-per-socket=1",
+                "--delay-boot=10",
+                "--overcommit",
+                "--no-kill",
+                "--use-min-nodes",
+            ]
+        },
+    ),
+    (
+        [
+            "--wait-all-nodes=1",
+            "--mem-bind=local",
+            "--acctg-freq=task=30",
+            "-L",
+            "fluent:2",
+            "--batch=a100",
+            "--no-kill=off",
+        ],
+        {
+            "sbatch_options": [
+                "--wait-all-nodes=1",
+                "--mem-bind=local",
+                "--acctg-freq=task=30",
+                "--licenses=fluent:2",
+                "--batch=a100",
+                "--no-kill=off",
+            ]
+        },
+    ),
     (["--begin", "now+1hour"], {"begin": "now+1hour"}),
     (["-H"], {"hold": True}),
     (["--hold"], {"hold": True}),
@@ -176,7 +211,7 @@ def test_export_value_is_never_export_env(cli: Runner, fake: FakeClient, monkeyp
     assert sent(fake) == {"export": "X", "environment": {"X": "1"}}
 
 
-@pytest.mark.parametrize("flag", ["--bogus", "--ntasks-per-socket=2", "-Z"])
+@pytest.mark.parametrize("flag", ["--bogus", "--segment=2", "-Z"])
 def test_unknown_flag_is_named(cli: Runner, fake: FakeClient, flag: str) -> None:
     r = cli("submit", flag, "job.sh")
     assert r.code == 2

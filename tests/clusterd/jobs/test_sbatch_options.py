@@ -74,6 +74,20 @@ def test_no_requeue_is_the_users_choice() -> None:
     assert req("").requeue is True
 
 
+def test_node_and_accounting_options_become_fields() -> None:
+    r = req(
+        "#SBATCH --tmp=1G --ntasks-per-socket=1 --gpus-per-socket=a100:1 --delay-boot=10 -O --no-kill\n"
+        "#SBATCH --use-min-nodes --wait-all-nodes=1 --mem-bind=local --acctg-freq=task=30 -L fluent:2\n"
+        "#SBATCH --batch=a100"
+    )
+    assert (r.tmp_mb, r.tasks_per_socket, r.gpus_per_socket, r.gpu_type, r.delay_boot_seconds) == (1024, 1, 1, "a100",
+                                                                                                    600)  # fmt: skip
+    assert r.overcommit and r.no_kill and r.use_min_nodes and r.wait_all_nodes is True
+    assert (r.mem_bind, r.acctg_freq, r.licenses, r.batch_features) == (
+        "local", "task=30", "fluent:2", "a100")  # fmt: skip
+    assert req("#SBATCH --no-kill=off").no_kill is False
+
+
 def test_precedence_fields_then_options_then_script() -> None:
     """sbatch: command line, then SBATCH_* (both reach the service as spec fields/sbatch_options), then #SBATCH."""
     r = req("#SBATCH -p batch -t 5 -J script", "--partition=debug", "--time=7", "--job-name=env", name="flag")
@@ -94,6 +108,9 @@ def test_precedence_fields_then_options_then_script() -> None:
         ("", ("--comment=x",), "spec.sbatch_options", "--comment is not allowed"),
         ("", ("nodes=2",), "spec.sbatch_options", "is not an option"),
         ("", ("--time",), "spec.sbatch_options", "--time needs a value"),
+        ("#SBATCH --no-kill=on", (), "spec.script", "bad --no-kill 'on'"),
+        ("#SBATCH --mem-bind=far", (), "spec.script", "bad --mem-bind"),
+        ("#SBATCH -L 'a b'", (), "spec.script", "bad --licenses"),
     ],
 )
 def test_bad_values_name_the_line_or_option(lines: str, options: tuple[str, ...], field: str, says: str) -> None:

@@ -22,7 +22,9 @@ FULL = JobRequest(
     gpus_per_task=2, cpus_per_gpu=4, memory_mb_per_gpu=1024, tasks_per_gpu=1, tasks_per_core=1, gpu_bind="closest",
     gres_flags="enforce-binding", hint="nomultithread", distribution="cyclic", sockets_per_node=1, cores_per_socket=2,
     threads_per_core=1, min_cpus_per_node=2, contiguous=True, spread_job=True, kill_on_invalid_dep=True,
-    deadline="now+2hours", time_min_seconds=1800, wckey="proj",
+    deadline="now+2hours", time_min_seconds=1800, wckey="proj", tmp_mb=100, tasks_per_socket=1, gpus_per_socket=1,
+    delay_boot_seconds=600, overcommit=True, no_kill=True, use_min_nodes=True, wait_all_nodes=True, mem_bind="local",
+    acctg_freq="task=30", licenses="fluent:2", batch_features="a100",
 )  # fmt: skip
 FIELDS = {f.name for f in dataclasses.fields(JobRequest)}
 # Fields whose value another field's renderer carries (e.g. -N MIN-MAX), per backend.
@@ -55,11 +57,15 @@ BACKENDS = {"sbatch": (_sbatch, argv.SBATCH_RENDERERS), "restd-v0.0.38": (_restd
             "pyslurm": (_pyslurm, pyslurm_backend.RENDERERS)}  # fmt: skip
 # What a backend refuses (RestdBackend then submits with sbatch), tested below: left out of FULL there.
 _DP_BY_SBATCH = {"mail_type": (), "gpu_bind": "", "gres_flags": "", "hint": "", "distribution": "",
-                 "min_cpus_per_node": None, "spread_job": False}  # fmt: skip
+                 "min_cpus_per_node": None, "spread_job": False, "tmp_mb": None, "delay_boot_seconds": None,
+                 "overcommit": False, "no_kill": False, "use_min_nodes": False, "wait_all_nodes": None,
+                 "mem_bind": "", "acctg_freq": "", "batch_features": ""}  # fmt: skip
 REFUSED: dict[str, dict[str, Any]] = {
     "restd-v0.0.41": _DP_BY_SBATCH, "restd-v0.0.40": _DP_BY_SBATCH,
     "restd-v0.0.38": {"signal": Signal("USR1", 120, batch_only=False), "hint": "", "distribution": "",
-                      "contiguous": False, "wckey": ""},
+                      "contiguous": False, "wckey": "", "tmp_mb": None, "tasks_per_socket": None,
+                      "overcommit": False, "no_kill": False, "use_min_nodes": False, "wait_all_nodes": None,
+                      "mem_bind": "", "acctg_freq": "", "licenses": "", "batch_features": ""},
     "pyslurm": {"hint": ""},
 }  # fmt: skip
 
