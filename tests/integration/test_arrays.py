@@ -94,3 +94,29 @@ def test_a_failed_task_is_requeued_alone_within_its_own_budget(daemon: Daemon) -
     assert tasks[0].state == jobs_pb2.JOB_STATE_COMPLETED and tasks[0].restart_count == 0
     assert tasks[1].state == jobs_pb2.JOB_STATE_FAILED and tasks[1].restart_count == 1 and tasks[1].exit_code == 7
     assert [r.detail.split(":")[0] for r in final.restarts] == ["task 1"]
+
+
+def test_a_pending_task_cancelled_ends_and_the_array_ends_with_its_tasks(daemon: Daemon) -> None:
+    """Slurm 22.05 takes ``scancel A_T`` of a pending task out of the pending range and lists no
+    element for it: the task shows CANCELLED, the pending row keeps squeue's reason, and the array
+    ends (``--wait`` returns) once the other tasks have."""
+    client = daemon.client()
+    spec = jobs_pb2.JobSpec(name="arr-cancel", command=["sleep", "2"], array="1-3%1", working_directory="/tmp",
+                            stdout_path="/dev/null")  # fmt: skip
+    job_id = client.submit(spec).job.job_id
+    try:
+        wait_for(lambda: client.get(f"{job_id}_1").state == jobs_pb2.JOB_STATE_RUNNING, timeout=60,
+                 what="task 1 running")  # fmt: skip
+        client.cancel(f"{job_id}_3")
+        job = wait_for(lambda: (j := client.get(job_id)) and any(
+            t.task_id == 3 and t.state == jobs_pb2.JOB_STATE_CANCELLED for t in j.tasks) and j,
+            timeout=30, what="task 3 cancelled")  # fmt: skip
+        if any(t.task_id == 2 and t.state == jobs_pb2.JOB_STATE_PENDING for t in job.tasks):
+            assert job.reason == "JobArrayTaskLimit", job
+        done = wait_for(lambda: (j := client.get(job_id)).terminal and j, timeout=90, what="the array's end")
+        states = {t.task_id: t.state for t in done.tasks}
+        assert states == {1: jobs_pb2.JOB_STATE_COMPLETED, 2: jobs_pb2.JOB_STATE_COMPLETED,
+                          3: jobs_pb2.JOB_STATE_CANCELLED}, done  # fmt: skip
+        assert done.state == jobs_pb2.JOB_STATE_CANCELLED
+    finally:
+        client.cancel(job_id)

@@ -140,7 +140,9 @@ def expand_path(pattern: str, rec: JobRecord) -> str:
 def _sbatch_view(msg: jobs_pb2.JobStatus, rec: JobRecord) -> None:
     """What ``scontrol show job`` would show, from the resolved values the record's spec keeps."""
     spec = rec.spec
-    ts = _ts(rec.created)
+    # Slurm's submit time moves with each requeue; a job never requeued was first submitted then.
+    requeued = rec.restarts or rec.restart_count or rec.acked_restarts
+    ts = _ts(rec.created if requeued or not rec.submit_time else rec.submit_time)
     if ts is not None:
         msg.original_submit_time.CopyFrom(ts)
     if spec.time_limit:

@@ -57,8 +57,8 @@ def queue_rows(
             continue
         if partition and job.partition != partition:
             continue
-        if states and job.state not in states:
-            continue
+        if job.state not in states if states else job.state.terminal:
+            continue  # as squeue: finished jobs only when asked for by state (history has them)
         pending = job.state == JobState.PENDING
         rows.append(QueueRow(
             job_id=job.display_id, partition=job.partition, name=job.name, user=job.user, state=job.state,

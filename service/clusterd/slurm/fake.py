@@ -96,8 +96,15 @@ class FakeSlurm:
         self.calls["cancel"] += 1
         parent, _, task = job_id.partition("_")
         pending = self.jobs.get(parent)
-        if task and pending and int(task) in task_indices(pending.array_pending):  # scancel splits it out
-            self.start_task(parent, int(task), JobState.CANCELLED)
+        if task and pending and int(task) in task_indices(pending.array_pending):
+            # As 22.05: the task leaves the pending range and no element lists it; cancelling the last
+            # one leaves the range's record CANCELLED with no tasks.
+            left = [i for i in task_indices(pending.array_pending) if i != int(task)]
+            limit = pending.array_pending.partition("%")[2]
+            if left:
+                self.jobs[parent] = replace(pending, array_pending=compress(left) + (f"%{limit}" if limit else ""))
+            else:
+                self.jobs[parent] = replace(pending, array_pending="", state=JobState.CANCELLED, end_time=time.time())
             return
         for one in self._resolve(job_id):
             if one in self.jobs:

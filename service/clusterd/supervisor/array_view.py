@@ -3,6 +3,10 @@
 Only tasks Slurm has started are stored (``JobRecord.array_tasks``); the rest of the array's
 indices are pending by construction, so a 1000-task array that has not started costs nothing in
 the record's compact row. A task Slurm has forgotten (MinJobAge) keeps its last stored state.
+
+A pending task that leaves the pending range without starting was cancelled: Slurm 22.05 drops
+``scancel A_T`` of a pending task from the range and lists no element for it. When the pending
+range itself ends (``scancel A``), its tasks end with it.
 """
 
 from __future__ import annotations
@@ -34,10 +38,12 @@ def observe_array(rec: JobRecord, elements: tuple[SlurmJob, ...]) -> bool:
     before = (rec.state, rec.reason, rec.nodes, rec.exit_code, rec.exit_signal, rec.start_time, rec.end_time,
               {i: replace(t) for i, t in rec.array_tasks.items()})  # fmt: skip
     reason, ends = "", [rec.end_time or 0.0]
+    waiting: SlurmJob | None = None  # the pending range, when this poll lists one
     for sj in elements:
         rec.name = sj.name or rec.name
         rec.partition = sj.partition or rec.partition
         if sj.array_task_id is None:
+            waiting = sj
             reason = sj.reason  # the pending range: why the rest waits
             rec.submit_time = sj.submit_time or rec.submit_time
             continue
@@ -52,6 +58,10 @@ def observe_array(rec: JobRecord, elements: tuple[SlurmJob, ...]) -> bool:
             rec.start_time = sj.start_time
         if sj.state.terminal and sj.end_time:
             ends.append(sj.end_time)
+    if waiting is not None:
+        _never_started(rec, waiting, {sj.array_task_id for sj in elements if sj.array_task_id is not None})
+        if waiting.state.terminal and waiting.end_time:
+            ends.append(waiting.end_time)
     derive(rec, reason)
     rec.end_time = (max(ends) or None) if finished(rec) else None
     after = (rec.state, rec.reason, rec.nodes, rec.exit_code, rec.exit_signal, rec.start_time, rec.end_time,
@@ -59,10 +69,39 @@ def observe_array(rec: JobRecord, elements: tuple[SlurmJob, ...]) -> bool:
     return before != after
 
 
+def _never_started(rec: JobRecord, waiting: SlurmJob, started: set[int | None]) -> None:
+    """Tasks that ended without starting: those that left the pending range (``scancel A_T``), and
+    the range's own when it ended (``scancel A``; after the last one, 22.05 lists it with no tasks)."""
+    ended = waiting.state.terminal
+    if waiting.array_pending:
+        try:
+            pending = set(task_indices(waiting.array_pending))
+        except ValueError:
+            return
+    elif ended:
+        pending = set()
+    else:
+        return  # a live range that names no tasks says nothing about them
+    for index in indices(rec):
+        task = rec.array_tasks.get(index)
+        if index in started or (task is not None and task.state is not JobState.PENDING):
+            continue  # running or ended as Slurm showed it (it may have forgotten it since)
+        if index in pending and not ended:
+            continue
+        task = task or ArrayTask()
+        whole_range = ended and (index in pending or not waiting.array_pending)
+        task.state = waiting.state if whole_range else JobState.CANCELLED
+        rec.array_tasks[index] = task
+
+
 def derive(rec: JobRecord, reason: str = "") -> None:
-    """The array's own fields from its tasks: state, nodes in use, the first failed task's exit."""
+    """The array's own fields from its tasks: state, nodes in use, the first failed task's exit.
+
+    ``reason`` is why the pending tasks wait (squeue's reason on the pending range's row): kept
+    while any task is pending, also when others run.
+    """
     rec.state = derive_state(all_states(rec))
-    rec.reason = reason if rec.state is JobState.PENDING else ""
+    rec.reason = reason if JobState.PENDING in all_states(rec) else ""
     running = [t for _, t in sorted(rec.array_tasks.items()) if t.state is JobState.RUNNING]
     rec.nodes = tuple(dict.fromkeys(n for t in running for n in t.nodes))
     failed = first_failed(rec)

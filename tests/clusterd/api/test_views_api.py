@@ -151,3 +151,22 @@ async def test_history_without_accounting_says_so(harness: Harness) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await harness.jobs.ListHistory(request, metadata=auth(USER_A))
     assert (err.value.details() or "").startswith("since:")
+
+
+async def test_the_queue_hides_finished_jobs_as_squeue_does(harness: Harness) -> None:
+    done = await _submitted(harness, USER_A, "done")
+    live = await _submitted(harness, USER_A, "live")
+    harness.slurm.set_state(done, JobState.COMPLETED, end_time=time.time())
+    await harness.poll()
+    queue = await harness.jobs.ListQueue(jobs_pb2.ListQueueRequest(), metadata=auth(USER_A))
+    assert [j.job_id for j in queue.jobs] == [live]
+    asked = jobs_pb2.ListQueueRequest(states=[jobs_pb2.JOB_STATE_COMPLETED])
+    queue = await harness.jobs.ListQueue(asked, metadata=auth(USER_A))
+    assert [j.job_id for j in queue.jobs] == [done]
+
+
+async def test_a_job_never_requeued_was_first_submitted_when_slurm_says(harness: Harness) -> None:
+    job_id = await _submitted(harness, USER_A)
+    await harness.poll()
+    job = (await harness.jobs.GetJob(jobs_pb2.GetJobRequest(job_id=job_id), metadata=auth(USER_A))).job
+    assert job.original_submit_time == job.submit_time  # `status` shows no "Requeued" line

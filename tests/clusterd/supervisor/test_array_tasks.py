@@ -153,6 +153,38 @@ async def test_a_cancelled_task_is_never_requeued(world: World) -> None:
     assert world.slurm.calls["requeue"] == 0
 
 
+async def test_a_pending_task_cancelled_out_of_the_range_ends_cancelled(world: World) -> None:
+    """22.05 drops ``scancel A_T`` of a pending task from the pending range and lists no element
+    for it: the task has ended, the array ends once the others do, and why the rest waits shows
+    while a task runs."""
+    rec = await world.array("1-4%1")
+    world.slurm.start_task(rec.job_id, 1, JobState.RUNNING, nodes=("node1",))
+    world.slurm.jobs[rec.job_id] = replace(world.slurm.jobs[rec.job_id], reason="JobArrayTaskLimit")
+    await world.slurm.cancel(f"{rec.job_id}_3")
+    assert world.slurm.jobs[rec.job_id].array_pending == "2,4%1"
+    await world.cache.poll_once()
+    rec = await world.get(rec.job_id)
+    assert rec.array_tasks[3].state == JobState.CANCELLED and 2 not in rec.array_tasks
+    assert rec.state == JobState.RUNNING and rec.reason == "JobArrayTaskLimit"
+    world.slurm.set_state(world.slurm.task(rec.job_id, 1), JobState.COMPLETED)
+    world.slurm.start_task(rec.job_id, 2, JobState.COMPLETED)
+    world.slurm.start_task(rec.job_id, 4, JobState.COMPLETED)
+    await world.cache.poll_once()
+    rec = await world.get(rec.job_id)
+    assert rec.terminal and rec.state == JobState.CANCELLED and rec.final_cause == "CANCELLED"
+    assert world.slurm.calls["requeue"] == 0
+
+
+async def test_cancelling_the_pending_range_ends_its_tasks(world: World) -> None:
+    """``scancel A`` of a held array: its record turns CANCELLED and keeps the task string."""
+    rec = await world.array("0-3")
+    world.slurm.set_state(rec.job_id, JobState.CANCELLED, end_time=1.0)
+    await world.cache.poll_once()
+    rec = await world.get(rec.job_id)
+    assert rec.terminal and {t.state for t in rec.array_tasks.values()} == {JobState.CANCELLED}
+    assert len(rec.array_tasks) == 4
+
+
 async def test_list_rows_stay_compact(world: World) -> None:
     """Only started tasks are stored; a large pending array costs nothing per task in its row."""
     rec = await world.array("0-999")
