@@ -3,12 +3,9 @@ any world size. The guide is docs/torch.md.
 
 One process (no launcher): ``python examples/train_torch.py --uri /tmp/ckpt``. Several, on one
 machine: ``torchrun --standalone --nproc-per-node=2 examples/train_torch.py --uri /tmp/ckpt``.
-Under Slurm, one torchrun per node::
-
-    head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
-    exec srun --ntasks-per-node=1 torchrun --nnodes="$SLURM_NNODES" --nproc-per-node=2 \\
-        --rdzv-backend=c10d --rdzv-endpoint="$head:29500" --rdzv-id="$SLURM_JOB_ID" \\
-        examples/train_torch.py --parallel fsdp
+Under Slurm, one srun task per process (``exec srun python examples/train_torch.py`` with
+MASTER_ADDR and MASTER_PORT exported), or one torchrun per node: docs/torch.md has both batch
+scripts.
 
 The model, optimizer and LR schedule are saved as they are (``save(step, {"model": model, ...})``)
 and loaded back in place (``restore(into=...)``). Each step trains on one global batch drawn from
@@ -55,7 +52,10 @@ def batch(step: int, rank: int, world: int, device: torch.device) -> tuple[torch
 
 
 def init_distributed() -> torch.device:
-    if "RANK" not in os.environ:  # started without a launcher: a group of one
+    env = os.environ
+    if "RANK" not in env and "SLURM_PROCID" in env and "MASTER_ADDR" in env:  # srun, one task per process
+        env.update(RANK=env["SLURM_PROCID"], WORLD_SIZE=env["SLURM_NTASKS"], LOCAL_RANK=env.get("SLURM_LOCALID", "0"))
+    if "RANK" not in env:  # started without a launcher: a group of one
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
