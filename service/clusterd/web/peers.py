@@ -26,39 +26,68 @@ _REQ_HEAD, _REQ_PORTS, _REQ_TAIL = struct.Struct("=BBBBI"), struct.Struct(">HH16
 _UID_OFFSET = _HEADER.size + 4 + 48 + 12  # inet_diag_msg: 4 bytes, the sockid, expires/rqueue/wqueue, uid
 
 
+class PeerKeys:
+    """Names the client of each accepted connection; keeps one netlink socket (one thread only)."""
+
+    def __init__(self) -> None:
+        self._netlink: socket.socket | None = None
+        self._seq = 0
+
+    def close(self) -> None:
+        if self._netlink is not None:
+            self._netlink.close()
+            self._netlink = None
+
+    def key(self, conn: socket.socket) -> str:
+        """``uid:N`` for a local client whose owner the kernel names, else ``addr:IP``."""
+        if conn.family == socket.AF_UNIX:
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            return f"uid:{struct.unpack('3i', creds)[1]}"
+        peer, local = conn.getpeername(), conn.getsockname()
+        address = ipaddress.ip_address(peer[0])
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        if address.is_loopback:
+            uid = self._tcp_owner(conn.family, (peer[0], peer[1]), (local[0], local[1]))
+            if uid is not None:
+                return f"uid:{uid}"
+        return f"addr:{address}"
+
+    def _tcp_owner(self, family: int, client: tuple[str, int], server: tuple[str, int]) -> int | None:
+        """The uid owning the TCP socket at ``client`` connected to ``server`` (None: not found, no netlink)."""
+        body = (_REQ_HEAD.pack(family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF)
+                + _REQ_PORTS.pack(client[1], server[1], _packed(family, client[0]), _packed(family, server[0]))
+                + _REQ_TAIL.pack(0, 0xFFFFFFFF, 0xFFFFFFFF))  # fmt: skip
+        self._seq = self._seq % 0xFFFFFFFF + 1
+        message = _HEADER.pack(_HEADER.size + len(body), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, self._seq, 0) + body
+        try:
+            if self._netlink is None:
+                self._netlink = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG)
+                self._netlink.settimeout(1.0)
+            self._netlink.send(message)
+            reply = self._netlink.recv(8192)
+        except OSError:
+            self.close()
+            return None
+        if len(reply) < _HEADER.size:
+            return None
+        _, kind, _, seq, _ = _HEADER.unpack_from(reply)
+        if seq != self._seq:  # a late answer to an earlier question: start afresh
+            self.close()
+            return None
+        if kind == _NLMSG_ERROR or len(reply) < _UID_OFFSET + 4:
+            return None
+        return int(struct.unpack_from("=I", reply, _UID_OFFSET)[0])
+
+
 def client_key(conn: socket.socket) -> str:
-    """``uid:N`` for a local client whose owner the kernel names, else ``addr:IP``."""
-    if conn.family == socket.AF_UNIX:
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        return f"uid:{struct.unpack('3i', creds)[1]}"
-    peer, local = conn.getpeername(), conn.getsockname()
-    address = ipaddress.ip_address(peer[0])
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    if address.is_loopback:
-        uid = _tcp_owner(conn.family, (peer[0], peer[1]), (local[0], local[1]))
-        if uid is not None:
-            return f"uid:{uid}"
-    return f"addr:{address}"
+    """:meth:`PeerKeys.key` with a netlink socket of its own (one-off callers)."""
+    keys = PeerKeys()
+    try:
+        return keys.key(conn)
+    finally:
+        keys.close()
 
 
 def _packed(family: int, host: str) -> bytes:
     return socket.inet_pton(family, host).ljust(16, b"\0")
-
-
-def _tcp_owner(family: int, client: tuple[str, int], server: tuple[str, int]) -> int | None:
-    """The uid owning the TCP socket at ``client`` connected to ``server`` (None: not found, no netlink)."""
-    body = (_REQ_HEAD.pack(family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF)
-            + _REQ_PORTS.pack(client[1], server[1], _packed(family, client[0]), _packed(family, server[0]))
-            + _REQ_TAIL.pack(0, 0xFFFFFFFF, 0xFFFFFFFF))  # fmt: skip
-    message = _HEADER.pack(_HEADER.size + len(body), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0) + body
-    try:
-        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG) as nl:
-            nl.settimeout(1.0)
-            nl.send(message)
-            reply = nl.recv(8192)
-    except OSError:
-        return None
-    if len(reply) < _UID_OFFSET + 4 or _HEADER.unpack_from(reply)[1] == _NLMSG_ERROR:
-        return None
-    return int(struct.unpack_from("=I", reply, _UID_OFFSET)[0])
