@@ -20,8 +20,6 @@ from clusterctl.sbatch import values as sbatch_values
 T = TypeVar("T")
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
-_ARRAY_ITEM = r"[0-9]+(?:-[0-9]+(?::[0-9]+)?)?"
-_ARRAY = re.compile(rf"^{_ARRAY_ITEM}(?:,{_ARRAY_ITEM})*(?:%[0-9]+)?\Z")
 _DURATION = re.compile(r"^([0-9]+)\s*([smhd]?)\Z", re.IGNORECASE)
 _DURATION_FACTOR = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _DECIMAL = re.compile(r"^-?([0-9]+)(?:\.[0-9]+)?\Z")
@@ -180,22 +178,23 @@ def _in_uint32(count: int, text: str) -> int:
 
 
 def node_range(text: str) -> tuple[int, int]:
-    """``-N 4`` -> (4, 0); ``-N 2-4`` -> (2, 4): sbatch's MIN[-MAX] node count (0: no upper bound given)."""
-    low, sep, high = text.strip().partition("-")
-    minimum = positive_int(low)
-    if not sep:
-        return minimum, 0
-    maximum = positive_int(high)
-    if maximum < minimum:
-        raise ValueError(f"bad node range {text!r}: MAX is below MIN")
-    return minimum, maximum
+    """``-N 4`` -> (4, 0); ``-N 2-4`` -> (2, 4): sbatch's MIN[-MAX] node count (0: no upper bound given),
+    read with the service's parser."""
+    minimum, maximum = sbatch_values.node_range(text.strip())
+    for n in (minimum, maximum or 0):
+        if n > UINT32_MAX:
+            raise ValueError(f"must be a positive integer up to {UINT32_MAX}, got {text!r}")
+    return minimum, maximum or 0
 
 
 def array_indexes(text: str) -> str:
-    """sbatch --array: ``0-9``, ``1,3,5``, ``0-15:4``, with an optional ``%N`` task limit; unchanged."""
+    """sbatch --array: ``0-9``, ``1,3,5``, ``0-15:4``, with an optional ``%N`` task limit; checked with the
+    service's parser (and its task limit), sent unchanged."""
     value = text.strip()
-    if not _ARRAY.match(value):
-        raise ValueError(f"bad --array {text!r}: use e.g. 0-9, 1,3,5, 0-15:4, optionally with %N")
+    try:
+        sbatch_values.array_indices(value)
+    except ValueError as exc:
+        raise ValueError(f"bad --array {text!r}: {exc}") from None
     return value
 
 

@@ -198,3 +198,43 @@ def no_kill(text: str | None) -> bool:
     if text.lower() == "off":
         return False
     raise ValueError(f"bad --no-kill {text[:40]!r}: give no value, or off")
+
+
+_ARRAY_RE = re.compile(r"([0-9]{1,7})(?:-([0-9]{1,7})(?::([0-9]{1,7}))?)?\Z")
+MAX_ARRAY_TASKS = 10000  # tasks one --array may ask for through clusterd
+_MAX_ARRAY_INDEX = 4_000_000
+
+
+def node_range(text: str) -> tuple[int, int | None]:
+    """``-N N`` or ``-N MIN-MAX`` -> (MIN, MAX or None)."""
+    low, dash, high = text.partition("-")
+    minimum = count(low)
+    if not dash:
+        return minimum, None
+    maximum = count(high)
+    if maximum < minimum:
+        raise ValueError(f"{text!r}: the maximum is below the minimum")
+    return minimum, maximum
+
+
+def array_indices(text: str, limit: int = MAX_ARRAY_TASKS) -> tuple[tuple[int, ...], int | None]:
+    """``--array``: ``0-9``, ``1,3,5``, ``0-15:4``, optionally ``%N`` -> (sorted indices, N or None);
+    at most ``limit`` tasks, indices below 4,000,000 (counted before anything is expanded)."""
+    body, pct, throttle = text.partition("%")
+    indices: set[int] = set()
+    for part in body.split(","):
+        m = _ARRAY_RE.match(part)
+        if not m:
+            raise ValueError(f"cannot read array index {part[:40]!r}: use N, N-M or N-M:STEP")
+        start = int(m.group(1))
+        stop = int(m.group(2)) if m.group(2) is not None else start
+        step = int(m.group(3)) if m.group(3) is not None else 1
+        if stop < start or step <= 0 or stop >= _MAX_ARRAY_INDEX:
+            raise ValueError(f"bad array range {part!r}")
+        if (stop - start) // step + 1 + len(indices) > limit:
+            raise ValueError(f"more than {limit} array tasks")
+        indices.update(range(start, stop + 1, step))
+    max_running = count(throttle) if pct else None
+    if max_running is not None and max_running > limit:
+        raise ValueError(f"%{max_running}: at most {limit} tasks can run at once")
+    return tuple(sorted(indices)), max_running

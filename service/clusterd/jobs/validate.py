@@ -160,7 +160,7 @@ def _validate_placement(p: cluster_pb2.PlacementPreference, facts: ClusterFacts,
         _check_name(f"spec.placement.constraints[{i}]", feature, "feature")
 
 
-_MAX_ARRAY_TASKS = 10000
+_MAX_ARRAY_TASKS = sbatch_values.MAX_ARRAY_TASKS
 _MAX_NICE = 2147483645  # Slurm's NICE_OFFSET - 3
 
 

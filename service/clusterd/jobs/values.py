@@ -8,10 +8,27 @@ from __future__ import annotations
 
 import re
 
-from clusterctl.sbatch.values import count, gpus, gres_gpus, megabytes, non_negative, time_limit
+from clusterctl.sbatch.values import (
+    array_indices,
+    count,
+    gpus,
+    gres_gpus,
+    megabytes,
+    node_range,
+    non_negative,
+    time_limit,
+)
 from clusterd.slurm.request import ArraySpec, Export, ExportMode, Signal, Switches, parse_time_limit
 
-__all__ = ["count", "gpus", "gres_gpus", "megabytes", "non_negative", "time_limit"]  # sbatch's own value syntax
+__all__ = [
+    "count",
+    "gpus",
+    "gres_gpus",
+    "megabytes",
+    "node_range",
+    "non_negative",
+    "time_limit",
+]  # sbatch's own value syntax
 
 _SIGNAL_RE = re.compile(r"(?:(?P<flags>[RB]+):)?(?:SIG)?(?P<sig>[A-Z0-9]+)(?:@(?P<time>[0-9]+))?\Z", re.IGNORECASE)
 _SIGNALS = frozenset(
@@ -34,20 +51,7 @@ _SIGNALS = frozenset(
         "XCPU",
     ]
 )
-_ARRAY_RE = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?\Z")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
-
-
-def node_range(text: str) -> tuple[int, int | None]:
-    """``-N N`` or ``-N MIN-MAX``."""
-    low, dash, high = text.partition("-")
-    minimum = count(low)
-    if not dash:
-        return minimum, None
-    maximum = count(high)
-    if maximum < minimum:
-        raise ValueError(f"{text!r}: the maximum is below the minimum")
-    return minimum, maximum
 
 
 def signal(text: str) -> Signal:
@@ -80,24 +84,8 @@ def switches(text: str) -> Switches:
 
 def array(text: str, limit: int) -> ArraySpec:
     """``0-9``, ``1,3,5``, ``0-15:4``, optionally ``%N``; at most ``limit`` tasks, indices below 4M."""
-    body, pct, throttle = text.partition("%")
-    indices: set[int] = set()
-    for part in body.split(","):
-        m = _ARRAY_RE.match(part)
-        if not m:
-            raise ValueError(f"cannot read array index {part[:40]!r}: use N, N-M or N-M:STEP")
-        start = int(m.group(1))
-        stop = int(m.group(2)) if m.group(2) is not None else start
-        step = int(m.group(3)) if m.group(3) is not None else 1
-        if stop < start or step <= 0 or stop >= 4_000_000:
-            raise ValueError(f"bad array range {part!r}")
-        if (stop - start) // step + 1 + len(indices) > limit:
-            raise ValueError(f"more than {limit} array tasks")
-        indices.update(range(start, stop + 1, step))
-    max_running = count(throttle) if pct else None
-    if max_running is not None and max_running > limit:
-        raise ValueError(f"%{max_running}: at most {limit} tasks can run at once")
-    return ArraySpec(tuple(sorted(indices)), max_running)
+    indices, max_running = array_indices(text, limit)
+    return ArraySpec(indices, max_running)
 
 
 def export(text: str, environment: dict[str, str]) -> Export:

@@ -181,7 +181,7 @@ def test_console_script_exit_code_and_no_traceback() -> None:
         timeout=60,
     )
     assert proc.returncode == 2
-    assert proc.stderr == "clusterctl: error: argument -N/--nodes: must be a positive integer, got '0'\n"
+    assert proc.stderr == "clusterctl: error: argument -N/--nodes: '0' is not a positive whole number\n"
 
 
 def test_checkpoints_command_is_wired_in_when_present(cli: Runner, monkeypatch: pytest.MonkeyPatch) -> None:

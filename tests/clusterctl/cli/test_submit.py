@@ -183,7 +183,7 @@ def test_a_job_slurm_refuses_is_bad_input(cli: Runner, fake: FakeClient) -> None
     ("argv", "message"),
     [
         (["submit", "/nonexistent/x.sh"], "cannot read script '/nonexistent/x.sh': No such file"),
-        (["submit", "-N", "0", "--", "true"], "argument -N/--nodes: must be a positive integer, got '0'"),
+        (["submit", "-N", "0", "--", "true"], "argument -N/--nodes: '0' is not a positive whole number"),
         (["submit", "-N", "-1", "--", "true"], "argument -N/--nodes"),
         (["submit", "--mem", "5X", "--", "true"], "bad memory size '5X'"),
         (["submit", "--env", "NOVALUE", "--", "true"], "bad --env 'NOVALUE'"),
@@ -197,7 +197,7 @@ def test_a_job_slurm_refuses_is_bad_input(cli: Runner, fake: FakeClient) -> None
         (["submit", "--bogus", "--", "true"], "unrecognized arguments: --bogus"),
         (["submit", "--gres", "gpu:a100:2", "-G", "h100:4", "--", "true"], "different types: a100, h100"),
         (["submit", "--mem", "4G", "--mem-per-cpu", "1G", "--", "true"], "--mem and --mem-per-cpu"),
-        (["submit", "-N", "4-2", "--", "true"], "MAX is below MIN"),
+        (["submit", "-N", "4-2", "--", "true"], "the maximum is below the minimum"),
         (["submit", "--array", "1-", "--", "true"], "bad --array '1-'"),
         (["submit", "--nice", "-5", "--", "true"], "argument --nice: must be a non-negative integer"),
         (["submit", "--export", "A,,B", "--", "true"], "empty item"),
