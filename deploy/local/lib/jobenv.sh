@@ -27,9 +27,23 @@ jobenv_up() {
             || { show_tail "$LOGS/jobenv-pip.log"; die "pip install into $JOBENV failed"; }
         echo "$want" >"$stamp"
     fi
+    jobenv_torch
     mkdir -p "$JOB_EXAMPLES"
     cp "$REPO_ROOT"/examples/*.py "$JOB_EXAMPLES/"
     chmod -R a+rX "$JOBENV" "$JOB_EXAMPLES"
+}
+
+# torch for the examples that train with it (examples/train_torch.py): the machine's CPU wheel when
+# one lies on its local wheel shelf (never a multi-GB CUDA download from PyPI), once. Without it the
+# job environment has no torch and the tests that run torch jobs on the stack skip.
+jobenv_torch() {
+    local wheel
+    wheel="$(ls /opt/wheels/torch-*+cpu-*.whl 2>/dev/null | head -n 1 || true)"
+    [[ -n "$wheel" ]] || return 0
+    "$JOBENV/bin/python" -c 'import torch' >/dev/null 2>&1 && return 0
+    log "installing torch (CPU wheel) into the job environment (pip, once)"
+    "$JOBENV/bin/python" -m pip install -q --disable-pip-version-check "$wheel" >>"$LOGS/jobenv-pip.log" 2>&1 \
+        || warn "torch did not install into $JOBENV (log: $LOGS/jobenv-pip.log); torch jobs cannot run on the stack"
 }
 
 # PATH for jobs (clusterd's slurm.job_path): the job environment first, so `python3` and
