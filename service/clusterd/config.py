@@ -160,9 +160,10 @@ class WebConfig:
     listen: str = ""
     max_concurrent: int = 16  # requests served at once; more get 503
     log_tail_lines: int = 200  # lines of a job's log the page shows
-    # Every HTTP listener (metrics and dashboard): connections held at once (more are refused at
-    # accept), per client (a local user's uid, else the address), and the time a request's head and
-    # body must arrive in (also the idle limit of a kept-alive connection).
+    # The listener serving the dashboard (a metrics listener of its own keeps these defaults):
+    # connections held at once (more wait in the kernel's queue), per client (a local user's uid, else
+    # the address; more are refused), and the time the TLS handshake, a request's head and body must
+    # arrive in (also the idle limit of a kept-alive connection).
     max_connections: int = 128
     max_connections_per_client: int = 16
     request_timeout_seconds: float = 10.0
