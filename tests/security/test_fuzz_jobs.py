@@ -241,7 +241,7 @@ async def test_shell_metacharacters_in_every_string_field_reach_sbatch_as_data(t
         "--par=debug",
         "-W",
         "-F /etc/hosts",
-        "-Hv",
+        "-HW",  # a cluster of short options: -H, then -W (refused)
     ],
 )
 def test_abbreviated_forbidden_directives_are_refused(directive: str) -> None:

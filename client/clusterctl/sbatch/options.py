@@ -1,9 +1,11 @@
-"""sbatch's option table (22.05's getopt table; 24.11 and 26.05 keep these names) and getopt's rules.
+"""sbatch's option table (sbatch 22.05's getopt table, the release the side-by-side test runs on)
+and getopt's rules.
 
 Options are read like getopt_long reads them: ``--name=v``, ``--name v``, ``-xv``, ``-x v``, short
 options clustered (``-Hv``) and any unambiguous prefix of a long option (``--par`` is ambiguous:
-``--parsable``/``--partition``). Every option is either in :data:`ACCEPTED` (each backend renders it
-with sbatch's meaning) or in :data:`REFUSED` with the reason; a test pins that the two cover the table.
+``--parsable``/``--partition``). Every option is in :data:`ACCEPTED` (each backend renders it with
+sbatch's meaning), :data:`ANSWER_ONLY` (it changes only what sbatch prints) or :data:`REFUSED` with
+the reason; a test pins that they cover the table.
 """
 
 from __future__ import annotations
@@ -133,13 +135,10 @@ REFUSED: dict[str, str] = {
     "container": "OCI containers are started by slurmd with the node's container runtime",
     "wait": "it holds a submit worker until the job ends (use clusterctl submit --wait)",
     "wrap": "the script is the job (clusterctl submit --wrap builds it)",
-    "parsable": "an answer format of the client (clusterctl submit --parsable)",
     "test-only": "nothing would be submitted",
     "help": "an answer of the client, not a job option",
     "usage": "an answer of the client, not a job option",
     "version": "an answer of the client, not a job option",
-    "verbose": "an answer of the client (clusterctl submit -v)",
-    "quiet": "an answer of the client, not a job option",
     "clusters": "clusterd submits to the one cluster it fronts",
     "cluster-constraint": "clusterd submits to the one cluster it fronts",
     "comment": "clusterd keeps its own tag in the job's comment, to find the job after a lost answer",
@@ -151,6 +150,11 @@ REFUSED: dict[str, str] = {
     "profile": "profiling writes HDF5 files with slurmd's rights on the nodes",
     "propagate": "resource limits are applied by slurmd on the nodes",
 }
+
+
+# Options that change only what sbatch prints: taken (sbatch takes them in a script too), with
+# nothing to render; the CLI has its own --parsable and -v.
+ANSWER_ONLY = frozenset(["parsable", "quiet", "verbose"])
 
 
 class OptionError(ValueError):
@@ -230,4 +234,4 @@ def parse_words(words: list[str]) -> list[Option]:
 
 def refusal(option: str) -> str | None:
     """Why ``option`` (a long name) is refused, or None when it is accepted."""
-    return None if option in ACCEPTED else REFUSED[option]
+    return None if option in ACCEPTED or option in ANSWER_ONLY else REFUSED[option]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from clusterctl.sbatch.options import ACCEPTED, SBATCH_LONG, SBATCH_SHORT, Arg, refusal
+from clusterctl.sbatch.options import ACCEPTED, ANSWER_ONLY, SBATCH_LONG, SBATCH_SHORT, Arg, refusal
 from clusterctl.v1 import jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.jobs.validate import validate_spec
@@ -92,8 +92,17 @@ def render() -> str:
         value = "" if SBATCH_LONG[option] is Arg.NONE else ("[=...]" if SBATCH_LONG[option] is Arg.OPTIONAL else "=...")
         how = " | ".join(_how(fn, req) for _name, fn in _BACKENDS)
         lines.append(f"| {flag}`--{option}{value}` | {how} |")
+    lines += [
+        "",
+        "## Taken, with nothing to send",
+        "",
+        "They change only what sbatch prints, so a script that has them works unchanged; on the command",
+        "line `clusterctl submit` has its own `--parsable` and `-v`.",
+        "",
+    ]
+    lines += [f"- `--{option}`" for option in sorted(ANSWER_ONLY)]
     lines += ["", "## Refused", "", "| option | why |", "|---|---|"]
-    for option in sorted(set(SBATCH_LONG) - ACCEPTED):
+    for option in sorted(set(SBATCH_LONG) - ACCEPTED - ANSWER_ONLY):
         flag = f"`-{short[option]}`, " if option in short else ""
         lines.append(f"| {flag}`--{option}` | {refusal(option)} |")
     lines += [

@@ -3,9 +3,11 @@ sbatch's meaning, from #SBATCH lines and from spec.sbatch_options, with sbatch's
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from clusterctl.sbatch.options import ACCEPTED, REFUSED, SBATCH_LONG, refusal
+from clusterctl.sbatch.options import ACCEPTED, ANSWER_ONLY, REFUSED, SBATCH_LONG, refusal
 from clusterctl.v1 import jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.errors import InvalidArgument
@@ -24,8 +26,9 @@ def req(lines: str, *options: str, **fields: object) -> JobRequest:
 
 def test_every_option_is_accepted_or_refused_with_a_reason() -> None:
     assert set(SBATCH_LONG) >= ACCEPTED
-    assert not ACCEPTED & set(REFUSED)
-    for option in set(SBATCH_LONG) - ACCEPTED:
+    assert not ACCEPTED & set(REFUSED) and not ANSWER_ONLY & (ACCEPTED | set(REFUSED))
+    assert set(SBATCH_LONG) == ACCEPTED | ANSWER_ONLY | set(REFUSED)
+    for option in set(SBATCH_LONG) - ACCEPTED - ANSWER_ONLY:
         reason = refusal(option)
         assert reason and "not supported" not in reason, option
 
@@ -117,3 +120,9 @@ def test_bad_values_name_the_line_or_option(lines: str, options: tuple[str, ...]
     with pytest.raises(InvalidArgument) as err:
         req(lines, *options)
     assert err.value.field == field and says in err.value.message, err.value.message
+
+
+def test_options_that_change_only_sbatchs_answer_are_taken() -> None:
+    """sbatch takes ``#SBATCH --parsable`` or ``-v`` in a script; they change nothing in the job."""
+    taken, plain = req("#SBATCH --parsable -v --quiet\n#SBATCH -t 5"), req("#SBATCH -t 5\n#")
+    assert dataclasses.replace(taken, script="") == dataclasses.replace(plain, script="")
