@@ -44,11 +44,10 @@ class PeerKeys:
             creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
             return f"uid:{struct.unpack('3i', creds)[1]}"
         peer, local = conn.getpeername(), conn.getsockname()
-        address = ipaddress.ip_address(peer[0])
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        if address.is_loopback:
-            uid = self._tcp_owner(conn.family, (peer[0], peer[1]), (local[0], local[1]))
+        address, server = _unmapped(peer[0]), _unmapped(local[0])
+        if address.is_loopback:  # an IPv4 client of a dual-stack listener has an IPv4 socket
+            family = socket.AF_INET if address.version == 4 else socket.AF_INET6
+            uid = self._tcp_owner(family, (str(address), peer[1]), (str(server), local[1]))
             if uid is not None:
                 return f"uid:{uid}"
         return f"addr:{address}"
@@ -87,6 +86,13 @@ def client_key(conn: socket.socket) -> str:
         return keys.key(conn)
     finally:
         keys.close()
+
+
+def _unmapped(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    address = ipaddress.ip_address(host.partition("%")[0])
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
 
 
 def _packed(family: int, host: str) -> bytes:

@@ -1,0 +1,69 @@
+"""A loopback or unix-socket client is named by its uid, whichever port or family it comes from."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from clusterd.web.peers import PeerKeys
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="connects as uid nobody (setpriv): needs root")
+
+_CONNECT = (
+    "import socket, time; s = socket.socket({family}); s.connect({address!r}); print('in', flush=True); time.sleep(5)"
+)
+
+
+def _key_of_nobody(server: socket.socket, family: int, address: object) -> str:
+    client = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable, "-c",
+                               _CONNECT.format(family=int(family), address=address)],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert client.stdout is not None and client.stdout.readline().strip() == "in"
+        conn, _ = server.accept()
+        with conn:
+            keys = PeerKeys()
+            try:
+                return keys.key(conn)
+            finally:
+                keys.close()
+    finally:
+        client.kill()
+        client.wait()
+
+
+@pytest.mark.parametrize(("family", "bind", "host"), [
+    (socket.AF_INET, "127.0.0.1", "127.0.0.1"), (socket.AF_INET6, "::1", "::1"), (socket.AF_INET6, "::", "127.0.0.1"),
+])  # fmt: skip
+def test_a_loopback_client_is_its_uid(family: int, bind: str, host: str) -> None:
+    with socket.socket(family) as server:
+        if bind == "::":
+            server.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # dual stack: an IPv4 client
+        server.bind((bind, 0))
+        server.listen()
+        port = server.getsockname()[1]
+        client_family = socket.AF_INET if host == "127.0.0.1" else socket.AF_INET6
+        assert _key_of_nobody(server, client_family, (host, port)) == f"uid:{65534}"
+        with socket.create_connection((host, port)), server.accept()[0] as mine:
+            assert PeerKeys().key(mine) == f"uid:{os.geteuid()}"
+
+
+def test_a_unix_socket_client_is_its_uid() -> None:
+    directory = Path(tempfile.mkdtemp(prefix="peers-"))  # pytest's own tmp dirs are root-only
+    try:
+        directory.chmod(0o755)
+        path = str(directory / "s.sock")
+        with socket.socket(socket.AF_UNIX) as server:
+            server.bind(path)
+            os.chmod(path, 0o666)
+            server.listen()
+            assert _key_of_nobody(server, socket.AF_UNIX, path) == "uid:65534"
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
