@@ -7,12 +7,13 @@ requests reach the app, on a fixed pool of worker threads. The bounds:
 
 * at most ``max_connections`` connections at once; at the cap nothing more is accepted (further
   clients wait in the kernel's listen queue, costing clusterd nothing);
-* at most ``max_connections_per_client`` per client (:func:`clusterd.web.peers.client_key`: a local
+* at most ``max_connections_per_client`` per client (:class:`clusterd.web.peers.PeerKeys`: a local
   user by uid, else the address); beyond it a connection is answered 503 and closed at once, so
-  one user's flood cannot take the others' places;
-* the request head and body (and the TLS handshake) must arrive within ``request_timeout_seconds``
+  one user's flood cannot take the others' places (what waits in the queue is drained in batches,
+  so refusing keeps up with a flood);
+* the TLS handshake and the request head and body must arrive within ``request_timeout_seconds``
   of the connection or of the previous answer, or the connection is closed (slow-loris);
-* a head of at most 16 KiB (h11's bound) and a body of at most 64 KiB (the dashboard is read-only);
+* a head of at most 16 KiB (431) and a body of at most 64 KiB (413; the dashboard is read-only);
 * a response must be taken by the client within 30 s.
 
 The loop runs in its own thread, never on clusterd's event loop: the app blocks (the dashboard
