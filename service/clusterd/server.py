@@ -160,7 +160,8 @@ class ClusterDaemon:
         sj = snap.jobs.get(job_id)
         if sj is None:
             return None
-        cpus = sum(n.cpus_total for n in map(snap.node_map.get, sj.nodes) if n is not None)
+        known = [n.cpus_total if n is not None else 0 for n in map(snap.node_map.get, sj.nodes)]
+        cpus = sum(known) if known and all(known) else 0  # 0: Slurm did not say for every node
         return JobView(sj.state, sj.restart_count, sj.nodes, sj.user, cpus, sj.array_job_id)
 
     def _others_on(self, node: str, user: str) -> bool:

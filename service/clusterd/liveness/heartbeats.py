@@ -25,7 +25,7 @@ from clusterd.config import LivenessConfig
 from clusterd.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable
 from clusterd.liveness import credentials
 from clusterd.liveness.detector import JobView
-from clusterd.liveness.table import Beat, LivenessTable, Run
+from clusterd.liveness.table import MAX_RANKS, Beat, LivenessTable, Run
 from clusterd.slurm.types import JobState
 from clusterd.store.base import JobStore
 
@@ -115,7 +115,7 @@ class HeartbeatService:
         node = req.node or (view.nodes[0] if len(view.nodes) == 1 else "")
         if node not in view.nodes:
             raise PermissionDenied(f"node {node or '(none)'!r} is not in job {job_id}'s allocation")
-        bound = max(view.cpus, len(view.nodes), 1)
+        bound = _rank_bound(view)
         if req.world_size > bound:
             raise InvalidArgument("rank", f"{req.rank} of world_size {req.world_size}: a job on "
                                   f"{len(view.nodes)} node(s) with {bound} CPUs has at most {bound} ranks")  # fmt: skip
@@ -140,7 +140,7 @@ class HeartbeatService:
 
     def _spend(self, known: _Known, view: JobView | None) -> None:
         """One beat from the record's bucket: its ranks' beats per interval, three times over."""
-        ranks = max(view.cpus, len(view.nodes), 1) if view is not None else 1
+        ranks = _rank_bound(view) if view is not None and view.cpus else 1
         per_second = ranks * _BEATS_PER_RANK_INTERVAL / max(known.interval, 0.05)
         now = time.monotonic()
         known.allowance = min(per_second * 2, known.allowance + (now - known.refilled) * per_second)
@@ -200,3 +200,8 @@ class HeartbeatService:
             self._known.pop(next(iter(self._known)))
         self._known[record_id] = known
         return known
+
+
+def _rank_bound(view: JobView) -> int:
+    """At most one rank per CPU of the allocation; the table's own cap when Slurm did not say."""
+    return max(view.cpus, len(view.nodes), 1) if view.cpus > 0 else MAX_RANKS

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-_MAX_RANKS = 65_536  # one job's ranks the table keeps: a bound on what one job's beats can cost
+MAX_RANKS = 65_536  # one job's ranks the table keeps: a bound on what one job's beats can cost
 _MAX_ENDED = 100_000  # finished records remembered (the store says the same of older ones)
 
 
@@ -81,7 +81,7 @@ class LivenessTable:
             self._runs[beat.record_id] = run
         run.interval, run.hang_timeout = interval, hang_timeout
         run.world_size = max(run.world_size, beat.world_size)
-        if beat.rank not in run.ranks and len(run.ranks) >= _MAX_RANKS:
+        if beat.rank not in run.ranks and len(run.ranks) >= MAX_RANKS:
             return run, False
         now, wall = time.monotonic(), time.time()
         run.ranks[beat.rank] = RankBeat(beat.node, beat.pid, now, wall, beat.step, beat.committed_step,
