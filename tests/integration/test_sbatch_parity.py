@@ -242,3 +242,24 @@ def test_every_option_holds_the_same_job_as_sbatch(daemon: Daemon, stack: Stack,
     finally:
         if ids:
             stack.run("scancel", *ids, check=False)
+
+
+def test_an_exported_function_reaches_the_job_as_under_sbatch(
+    daemon: Daemon, stack: Stack, alice_dirs: tuple[Path, Path]
+) -> None:
+    """`export -f f` in the submitting shell: under --export=ALL the job's bash has f, and so do its children."""
+    direct, through = alice_dirs
+    script = "#!/bin/bash\n#SBATCH -t 2\n#SBATCH -o fn.out\nf batch\nbash -c 'f child'\n"
+    env = {"BASH_FUNC_f%%": '() {  echo "hi $1 from $(id -un)"\n}'}
+    for d in (direct, through):
+        (d / "fn.sh").write_text(script)
+    direct_id = sbatch_as_alice(stack, direct, direct / "fn.sh", env)
+    cli = subprocess.run([sys.executable, "-m", "clusterctl.cli.main", "submit", "--parsable", "fn.sh"], cwd=through,
+                         env={**daemon.cli_env(), **env}, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    for d, job_id in ((direct, direct_id), (through, cli.stdout.strip())):
+        wait_for(lambda d=d, job_id=job_id: (d / "fn.out").exists() and finished(stack, job_id), timeout=120,
+                 what=f"job {job_id}'s output")  # fmt: skip
+    seen = (direct / "fn.out").read_text()
+    assert seen == "hi batch from alice\nhi child from alice\n"
+    assert (through / "fn.out").read_text() == seen

@@ -13,8 +13,9 @@ the caller's variables in ``spec.environment`` and the export mode in ``spec.exp
   ``spec.environment`` and, under NONE or a NAME list, their names join ``spec.export``.
 
 Never sent: names the service reserves (``SLURM_*``, ``SBATCH_*``, ``SALLOC_*``, ``SRUN_*``,
-``CLUSTERCTL_*``: the token stays here), exported shell functions (``BASH_FUNC_*``), names that
-are not identifiers and values that are not UTF-8. The rest is bounded (:data:`MAX_VARS`,
+``CLUSTERCTL_*``: the token stays here), names that are not identifiers (but for the variables
+bash exports a function in, ``BASH_FUNC_f%%``, which travel as under sbatch and are defined again
+in a bash job script) and values that are not UTF-8. The rest is bounded (:data:`MAX_VARS`,
 :data:`MAX_VALUE_BYTES`, :data:`MAX_TOTAL_BYTES`, within the server's limits) so a huge shell
 environment cannot make the request fail; what is left out is reported, never dropped silently.
 """
@@ -25,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from clusterctl.cli.values import is_env_name
+from clusterctl.sbatch.environment import exported_function
 
 SKIPPED_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "CLUSTERCTL_", "BASH_FUNC_")
 MAX_VARS = 256  # the server's limits.max_env_vars default
@@ -86,8 +88,9 @@ def export_value(text: str) -> str:
 
 
 def sendable(name: str, value: str) -> bool:
-    """Whether a variable of this shell may be sent at all (bounds aside)."""
-    if not is_env_name(name) or name.startswith(SKIPPED_PREFIXES):
+    """Whether a variable of this shell may be sent at all (bounds aside): an exported bash
+    function (``export -f f``: ``BASH_FUNC_f%%``) travels too, as under sbatch's --export=ALL."""
+    if exported_function(name, value) is None and (not is_env_name(name) or name.startswith(SKIPPED_PREFIXES)):
         return False
     try:
         value.encode()

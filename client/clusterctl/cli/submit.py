@@ -110,8 +110,8 @@ def _add_environment_options(p: argparse.ArgumentParser) -> None:
         "--export",
         metavar="{ALL|NONE|[ALL,]NAME[=VALUE],...}",
         type=argtype(export_value),
-        help="which variables of this shell the job gets (default ALL; SLURM_*, SBATCH_*, SALLOC_*, "
-        "SRUN_*, CLUSTERCTL_*, BASH_FUNC_* are never sent)",
+        help="which variables of this shell the job gets (default ALL, exported bash functions too; "
+        "SLURM_*, SBATCH_*, SALLOC_*, SRUN_*, CLUSTERCTL_* are never sent)",
     )
     env.add_argument(
         "--env",

@@ -7,6 +7,7 @@ service applies all of them over the script's lines.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from clusterctl.sbatch.options import SBATCH_LONG, Arg
@@ -88,3 +89,16 @@ def options_from_environment(environ: Mapping[str, str]) -> list[tuple[str, str]
         wait = environ.get(SWITCH_WAIT)
         out.append((SWITCH_COUNT, f"--switches={count}@{wait}" if wait else f"--switches={count}"))
     return out
+
+
+# bash exports a function f (``export -f f``) as the variable ``BASH_FUNC_f%%`` holding ``() { ...}``;
+# under sbatch's --export=ALL the job's bash defines it again. Only plain names are taken here.
+_FUNCTION_VAR = re.compile(r"BASH_FUNC_([A-Za-z_][A-Za-z0-9_]{0,63})%%\Z")
+
+
+def exported_function(name: str, value: str) -> str | None:
+    """The function an exported-function variable defines (``BASH_FUNC_f%%`` -> ``f``), or None."""
+    m = _FUNCTION_VAR.match(name)
+    if m is None or not value.startswith("() {") or not value.rstrip().endswith("}"):
+        return None
+    return m.group(1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shlex
 
+from clusterctl.sbatch.environment import exported_function
 from clusterd.jobs.directives import header_end
 
 RESUME_STEP = "CLUSTERCTL_RESUME_STEP"
@@ -28,6 +29,10 @@ _RESUME_ENV = [
 def inject_environment(script: str, env: dict[str, str]) -> str:
     """Insert ONE line of ``export NAME=value`` commands right after the directive header.
 
+    An exported bash function (``BASH_FUNC_f%%``, as ``export -f f`` leaves it) is defined again and
+    exported when the script runs under bash, as bash itself does with it under sbatch; another
+    interpreter has no use for it.
+
     Values travel inside the script (quoted), never in sbatch's own environment, where sbatch
     would read SLURM_*/SBATCH_* variables as options; one line keeps the body's line numbers
     one off at most, so shell errors still point near the user's own lines. CLUSTERCTL_RESUME_STEP
@@ -35,10 +40,32 @@ def inject_environment(script: str, env: dict[str, str]) -> str:
     """
     lines = script.split("\n")  # only newlines: str.splitlines() would also split on \x0c, \u2028, ...
     end = header_end(lines)
-    exports = [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
+    exports = []
+    bash = "bash" in lines[0]
+    for name, value in sorted(env.items()):
+        function = exported_function(name, value)
+        if function is None:
+            exports.append(f"export {name}={shlex.quote(value)}")
+        elif bash:  # as bash does with BASH_FUNC_f%% at start: define f again, exported to the steps
+            exports.append(f'eval "{function} "{_ansi_c(value)}; export -f {function}')
     runtime = [*_RESTART_ENV, *(_RESUME_ENV if RESUME_STEP in script else [])]
     line = "; ".join([*exports, *runtime]) + "  # environment added by clusterd"
     return "\n".join([*lines[:end], line, *lines[end:]])
+
+
+def _ansi_c(text: str) -> str:
+    """``text`` as one bash ``$'...'`` word on one line (newlines and control characters escaped)."""
+    out = []
+    for ch in text:
+        if ch in "\\'":
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ord(ch) < 32 or ord(ch) == 127:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "$'" + "".join(out) + "'"
 
 
 def command_script(command: list[str]) -> str:

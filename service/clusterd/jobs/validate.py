@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from clusterctl.hostlist import expand_hostlist
 from clusterctl.sbatch import values as sbatch_values
+from clusterctl.sbatch.environment import exported_function
 from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.errors import InvalidArgument
@@ -76,8 +77,9 @@ def _validate_env(spec: jobs_pb2.JobSpec, limits: LimitsConfig) -> None:
         raise InvalidArgument("spec.environment", f"more than {limits.max_env_vars} variables")
     for name, value in spec.environment.items():
         where = f"spec.environment[{name[:64]!r}]"
-        if not values.env_name_ok(name):
-            raise InvalidArgument(where, "variable names must match [A-Za-z_][A-Za-z0-9_]*")
+        if not values.env_name_ok(name) and exported_function(name, value) is None:
+            raise InvalidArgument(where, "variable names must match [A-Za-z_][A-Za-z0-9_]* (or be an exported "
+                                         "bash function: BASH_FUNC_name%% holding '() { ... }')")  # fmt: skip
         if name.startswith(_RESERVED_ENV_PREFIXES):
             raise InvalidArgument(where, f"names starting with {', '.join(_RESERVED_ENV_PREFIXES)} are reserved")
         if len(value.encode()) > limits.max_env_value_bytes:

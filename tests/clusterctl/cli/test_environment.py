@@ -22,6 +22,8 @@ SHELL = {
     "SRUN_Y": "1",
     "CLUSTERCTL_TOKEN": "tok",
     "BASH_FUNC_module%%": "() { :; }",
+    "BASH_FUNC_x%%": "echo not a definition",
+    "BASH_FUNC_a-b%%": "() { :; }",
     "not-an-identifier": "1",
     "BROKEN": "bad\udcffbytes",
 }
@@ -30,7 +32,9 @@ SHELL = {
 def test_all_sends_the_shell_minus_what_never_travels() -> None:
     out = collect(None, SHELL)
     assert out.export is None  # the default stays unset so a script's #SBATCH --export decides
-    assert out.environment == {"HOME": "/home/alice", "AWS_SECRET_ACCESS_KEY": "s3cr3t"}
+    # an exported function travels, as under sbatch's --export=ALL (Lmod's `module` is one)
+    assert out.environment == {"HOME": "/home/alice", "AWS_SECRET_ACCESS_KEY": "s3cr3t",
+                               "BASH_FUNC_module%%": "() { :; }"}  # fmt: skip
     assert out.left_out == []
     assert collect("ALL", SHELL).environment == out.environment
     assert collect("ALL", SHELL).export == "ALL"
@@ -49,7 +53,7 @@ def test_names_take_values_from_the_shell() -> None:
 
 def test_all_with_names_keeps_everything() -> None:
     out = collect("ALL,LR=0.1", SHELL)
-    assert set(out.environment) == {"HOME", "AWS_SECRET_ACCESS_KEY"}
+    assert set(out.environment) == {"HOME", "AWS_SECRET_ACCESS_KEY", "BASH_FUNC_module%%"}
 
 
 def test_parse_export() -> None:
@@ -91,7 +95,8 @@ def sent_env(fake: FakeClient) -> tuple[str | None, dict[str, str]]:
 @pytest.mark.usefixtures("shell")
 def test_cli_default_is_export_all(cli: Runner, fake: FakeClient) -> None:
     assert cli("submit", "--", "env").code == 0
-    assert sent_env(fake) == (None, {"HOME": "/home/alice", "AWS_SECRET_ACCESS_KEY": "s3cr3t"})
+    assert sent_env(fake) == (None, {"HOME": "/home/alice", "AWS_SECRET_ACCESS_KEY": "s3cr3t",
+                                     "BASH_FUNC_module%%": "() { :; }"})  # fmt: skip
 
 
 @pytest.mark.usefixtures("shell")

@@ -126,3 +126,21 @@ def test_options_that_change_only_sbatchs_answer_are_taken() -> None:
     """sbatch takes ``#SBATCH --parsable`` or ``-v`` in a script; they change nothing in the job."""
     taken, plain = req("#SBATCH --parsable -v --quiet\n#SBATCH -t 5"), req("#SBATCH -t 5\n#")
     assert dataclasses.replace(taken, script="") == dataclasses.replace(plain, script="")
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "ok"),
+    [
+        ("BASH_FUNC_module%%", "() {  eval $(modulecmd bash $*)\n}", True),
+        ("BASH_FUNC_f%%", "echo not a definition", False),
+        ("BASH_FUNC_a-b%%", "() { :; }", False),
+        ("BASH_FUNC_f", "() { :; }", True),  # a plain variable that happens to have the prefix
+    ],
+)
+def test_exported_functions_travel_and_nothing_else_of_their_shape(name: str, value: str, ok: bool) -> None:
+    spec = jobs_pb2.JobSpec(script="#!/bin/bash\ntrue\n", environment={name: value})
+    if ok:
+        assert validate_spec(spec, FACTS, LIMITS).export.variables[name] == value
+    else:
+        with pytest.raises(InvalidArgument, match="variable names must match"):
+            validate_spec(spec, FACTS, LIMITS)

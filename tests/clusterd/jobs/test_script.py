@@ -148,3 +148,21 @@ def test_resume_step_is_looked_up_only_for_scripts_that_mention_it(tmp_path: Pat
         assert run_prelude(line, show, tmp_path) == "restart=2 resume=41\n"
     asked = prelude(command_script(["bash", "-c", "echo $CLUSTERCTL_RESUME_STEP"]))
     assert run_prelude(asked, show, tmp_path) == "restart=2 resume=41\n"
+
+
+FUNCTION = "() {  echo \"hi $1\" 'q' \\\\\n}"  # as bash exports `f() { echo "hi $1" 'q' \\; }`
+
+
+def test_an_exported_function_is_defined_again_under_bash(tmp_path: Path) -> None:
+    script = "#!/bin/bash\n#SBATCH -t 5\nf world\nbash -c 'f child'\n"
+    out = inject_environment(script, {"BASH_FUNC_f%%": FUNCTION, "A": "1"})
+    assert len(out.splitlines()) == len(script.splitlines()) + 1  # still one added line
+    path = tmp_path / "job.sh"
+    path.write_text(out)
+    ran = subprocess.run(["bash", str(path)], capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"})
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "hi world q \\\nhi child q \\\n", "")
+
+
+def test_another_interpreter_gets_no_function_definition() -> None:
+    out = inject_environment("#!/bin/sh\ntrue\n", {"BASH_FUNC_f%%": FUNCTION, "A": "1"})
+    assert "export A=1" in out and "BASH_FUNC" not in out and " f " not in out
