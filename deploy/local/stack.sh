@@ -199,7 +199,7 @@ cmd_status() {
         status_line postgresql "$(up_if pg_running)" "$(pid_text "$PG_PIDFILE")socket $PG_SOCKET_DIR, database $PG_DB"
         for n in "${REPLICAS[@]}"; do
             status_line "$n" "$(up_if replica_running "$n")" \
-                "$(pid_text "$(replica_pidfile "$n")")$(replica_status_role "$n") on $(replica_listen "$n"), metrics http://$(replica_metrics "$n")/metrics$(replica_supervised "$n" || echo ", NO SUPERVISOR")"
+                "$(pid_text "$(replica_pidfile "$n")")$(replica_status_role "$n") on $(replica_listen "$n"), metrics http://$(replica_metrics "$n")/metrics, dashboard http://$(replica_web "$n")/$(replica_supervised "$n" || echo ", NO SUPERVISOR")"
         done
     elif clusterd_installed; then
         status_line clusterd "$(up_if clusterd_running)" \
