@@ -5,8 +5,9 @@ own state dir) in front of the stack's Slurm, so that tests can kill and restart
 the stack's demo service. Without a stack these skip, unless CLUSTERCTL_REQUIRE_STACK=1 (set by
 .ci/run), where a missing stack is a failure: a skipped integration test proves nothing.
 
-Every test that needs the stack or a real server process is marked ``stack`` here, in one place, so
-that ``pytest -m "not stack"`` is the fast loop: no root, no stack, no network.
+Every test that needs the stack, a real server process (SeaweedFS, PostgreSQL, clusterd, a browser) or
+seconds of torch.distributed processes is marked ``stack`` here, in one place, so that
+``pytest -m "not stack"`` is the fast loop: no root, no stack, no network.
 """
 
 from __future__ import annotations
@@ -21,12 +22,25 @@ from tests.support.daemon import Daemon
 from tests.support.stack import Stack, load_stack
 from tests.support.users import user_dir
 
-# A test is a stack test when it carries one of these markers ...
-STACK_MARKERS = frozenset({"slurm", "s3", "compat"})
+# A test is a stack test when it carries one of these markers ("slow": seconds of work on its own) ...
+STACK_MARKERS = frozenset({"slurm", "s3", "compat", "slow"})
 # ... uses one of these fixtures (the stack, a clusterd process, SeaweedFS, PostgreSQL, a browser) ...
 STACK_FIXTURES = frozenset({"stack", "daemon", "s3_server", "pg_url", "pg_stores", "browser"})
 # ... takes one of these parameter values (the store fixtures' PostgreSQL half) ...
 STACK_PARAMS = frozenset({"postgres"})
+# ... or starts processes that run torch.distributed (gloo process groups, torchrun): seconds each.
+# A node id prefix: a whole module, or one test function with all its parameters.
+STACK_TESTS = (
+    "tests/clusterctl/checkpoint/test_dtensor.py::",
+    "tests/clusterctl/checkpoint/test_ranks.py::test_torchrun_under_one_srun_task",
+    "tests/clusterctl/checkpoint/test_ranks.py::test_manager_created_before_the_process_group",
+    "tests/clusterctl/checkpoint/test_ranks.py::test_two_processes_with_one_slurm_rank_do_not_commit",
+    "tests/clusterctl/checkpoint/test_stateful.py::test_data_parallel_state_restores_at_another_world_size",
+    "tests/clusterctl/checkpoint/test_stop.py::",
+    "tests/clusterctl/checkpoint/test_torch.py::test_torch_distributed_",
+    "tests/clusterctl/checkpoint/test_train_elastic.py::",
+    "tests/clusterctl/checkpoint/test_train_torch.py::",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -38,6 +52,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             any(item.get_closest_marker(name) for name in STACK_MARKERS)
             or STACK_FIXTURES.intersection(getattr(item, "fixturenames", ()))
             or any(isinstance(v, str) and v in STACK_PARAMS for v in params.values())
+            or item.nodeid.startswith(STACK_TESTS)
         ):
             item.add_marker(pytest.mark.stack)
 

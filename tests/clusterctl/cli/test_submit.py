@@ -320,7 +320,7 @@ EXIT_CASES = [
     ("exit 255", job("100", S.JOB_STATE_FAILED, has_exit_code=True, exit_code=255), 255),
     ("killed by SIGKILL", job("100", S.JOB_STATE_FAILED, has_exit_code=True, exit_signal=9), 137),
     ("cancelled, SIGTERM", job("100", S.JOB_STATE_CANCELLED, has_exit_code=True, exit_signal=15), 143),
-    ("timeout, exit 0", job("100", S.JOB_STATE_TIMEOUT, has_exit_code=True, exit_code=0), 1),
+    ("timeout, exit 0", job("100", S.JOB_STATE_TIMEOUT, terminal=True, has_exit_code=True, exit_code=0), 1),
     ("node fail, no code", job("100", S.JOB_STATE_NODE_FAIL, terminal=True), 1),
     ("oom", job("100", S.JOB_STATE_OUT_OF_MEMORY, terminal=True, has_exit_code=True), 1),
     ("failed, stale code ignored", job("100", S.JOB_STATE_FAILED, exit_code=7), 1),
