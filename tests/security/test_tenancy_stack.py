@@ -112,7 +112,7 @@ async def _seed_finished(path: Path, user: str, job_ids: range) -> None:
 
 
 def test_a_reused_job_id_is_a_new_job(stack: Stack, tmp_path: Path) -> None:
-    """Slurm cannot be reset here (other sessions share it), so the store is made to hold the ids
+    """Slurm cannot be reset here (other tests and users share it), so the store is made to hold the ids
     Slurm will hand out next, as it would after a FirstJobId reset; then a real sbatch reuses one."""
     daemon = Daemon(stack, tmp_path / "state")
     daemon.start()
@@ -133,8 +133,8 @@ def _reuse_scenario(daemon: Daemon, stack: Stack) -> None:
     with grpc.insecure_channel(daemon.addr) as channel:
         alice, bob = Caller(channel, stack.tokens["alice"]), Caller(channel, stack.tokens["bob"])
         try:
-            job_id = bob.submit("t-reused")  # with UNIQUE(job_id) this failed, and so did every poll
-            assert int(probe) < int(job_id) < int(probe) + 300, "other sessions submitted 300 jobs meanwhile"
+            job_id = bob.submit("t-reused")  # records are keyed by record id: a reused job id is a new record
+            assert int(probe) < int(job_id) < int(probe) + 300, "others submitted 300 jobs meanwhile"
             get = jobs_pb2.GetJobRequest(job_id=job_id)
             assert bob.stub.GetJob(get, metadata=bob.md, timeout=30).job.user == "bob"
             old = alice.stub.GetJob(get, metadata=alice.md, timeout=30).job

@@ -1,4 +1,4 @@
-"""Pure argv builders for Slurm's commands (STYLE 3: build -> run -> parse)."""
+"""Pure argv builders for Slurm's commands: the build step of build -> run -> parse."""
 
 from __future__ import annotations
 
