@@ -39,7 +39,7 @@ from urllib.parse import unquote
 
 import h11
 
-from clusterd.web.peers import PeerKeys
+from clusterd.web.peers import GONE, PeerKeys
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +152,8 @@ class HttpListener:
         try:
             key = self._keys.key(conn)
         except OSError:  # it left already
+            key = GONE
+        if key == GONE:
             conn.close()
             slots.release()
             return

@@ -23,6 +23,9 @@ _HEADER = struct.Struct("=IHHII")  # nlmsghdr: len, type, flags, seq, pid
 # order), src[16], dst[16], interface, cookie[2] (INET_DIAG_NOCOOKIE: any socket with that 4-tuple).
 _REQ_HEAD, _REQ_PORTS, _REQ_TAIL = struct.Struct("=BBBBI"), struct.Struct(">HH16s16s"), struct.Struct("=III")
 _UID_OFFSET = _HEADER.size + 4 + 48 + 12  # inet_diag_msg: 4 bytes, the sockid, expires/rqueue/wqueue, uid
+# The client closed its socket before it was accepted: nothing to answer. The kernel keeps such a
+# socket as a minisock without an owner or inode and reports uid 0: it must not count as root's.
+GONE = "gone"
 
 
 class PeerKeys:
@@ -38,7 +41,8 @@ class PeerKeys:
             self._netlink = None
 
     def key(self, conn: socket.socket) -> str:
-        """``uid:N`` for a local client whose owner the kernel names, else ``addr:IP``."""
+        """``uid:N`` for a local client whose owner the kernel names, :data:`GONE` for one that closed
+        its socket already, else ``addr:IP``."""
         if conn.family == socket.AF_UNIX:
             creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
             return f"uid:{struct.unpack('3i', creds)[1]}"
@@ -47,13 +51,14 @@ class PeerKeys:
         if address.startswith("127.") or address == "::1":  # loopback (string tests: this runs per accept)
             # An IPv4 client of a dual-stack listener has an IPv4 socket: ask in its family.
             family = socket.AF_INET6 if ":" in address else socket.AF_INET
-            uid = self._tcp_owner(family, (address, peer[1]), (server, local[1]))
-            if uid is not None:
-                return f"uid:{uid}"
+            owner = self._tcp_owner(family, (address, peer[1]), (server, local[1]))
+            if owner is not None:
+                uid, inode = owner
+                return f"uid:{uid}" if inode else GONE
         return f"addr:{address}"
 
-    def _tcp_owner(self, family: int, client: tuple[str, int], server: tuple[str, int]) -> int | None:
-        """The uid owning the TCP socket at ``client`` connected to ``server`` (None: not found, no netlink)."""
+    def _tcp_owner(self, family: int, client: tuple[str, int], server: tuple[str, int]) -> tuple[int, int] | None:
+        """(uid, inode) of the TCP socket at ``client`` connected to ``server`` (None: not found, no netlink)."""
         body = (_REQ_HEAD.pack(family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF)
                 + _REQ_PORTS.pack(client[1], server[1], _packed(family, client[0]), _packed(family, server[0]))
                 + _REQ_TAIL.pack(0, 0xFFFFFFFF, 0xFFFFFFFF))  # fmt: skip
@@ -74,9 +79,10 @@ class PeerKeys:
         if seq != self._seq:  # a late answer to an earlier question: start afresh
             self.close()
             return None
-        if kind == _NLMSG_ERROR or len(reply) < _UID_OFFSET + 4:
+        if kind == _NLMSG_ERROR or len(reply) < _UID_OFFSET + 8:
             return None
-        return int(struct.unpack_from("=I", reply, _UID_OFFSET)[0])
+        uid, inode = struct.unpack_from("=II", reply, _UID_OFFSET)
+        return int(uid), int(inode)
 
 
 def client_key(conn: socket.socket) -> str:
