@@ -94,6 +94,13 @@ def _whoami(port: int, token: str) -> float:
     return time.monotonic() - started
 
 
+def _list_jobs(daemon: Daemon) -> float:
+    with daemon.client("alice") as client:
+        started = time.monotonic()
+        client.list_jobs(limit=1)
+        return time.monotonic() - started
+
+
 def test_flood_and_slow_loris_stay_bounded_and_others_are_served(web_daemon: Daemon) -> None:
     assert web_daemon.proc is not None and web_daemon.metrics_port is not None
     pid, port, token = web_daemon.proc.pid, web_daemon.metrics_port, web_daemon.stack.tokens["alice"]
@@ -103,6 +110,7 @@ def test_flood_and_slow_loris_stay_bounded_and_others_are_served(web_daemon: Dae
     try:
         assert attack.stdout is not None and attack.stdout.readline().strip() == "open"
         worst = max(_whoami(port, token) for _ in range(5))
+        grpc_worst = max(_list_jobs(web_daemon) for _ in range(5))  # the service's own loop is not held up
         threads, fds = _threads_and_fds(pid)
         out, _ = attack.communicate(timeout=30)
     finally:
@@ -111,6 +119,7 @@ def test_flood_and_slow_loris_stay_bounded_and_others_are_served(web_daemon: Dae
     # One thread and one fd per connection before: 300 more of each. Now nobody holds 8 at most.
     assert threads <= threads0 + 2 and fds <= fds0 + 8 + 4, (threads0, threads, fds0, fds)
     assert worst < 1.0, f"another client waited {worst:.2f} s during the flood"
+    assert grpc_worst < 1.0, f"a gRPC call waited {grpc_worst:.2f} s during the flood"
     assert None not in closed, closed  # the server closed every one of them
     kept = [t for t in closed if t >= 1.5]  # the rest (beyond the per-client bound) were refused at once
     assert len(kept) == 8 and max(kept) < 5, closed  # cut at the 2 s deadline, trickle or not
