@@ -233,5 +233,27 @@ def environment_options(environ: Mapping[str, str]) -> list[str]:
             why = refusal(o.name)
             if why is not None:
                 raise ArgumentError(f"{variable} stands for --{o.name}, which is not allowed: {why}")
+            check = _VALUE_CHECKS.get(o.name)
+            if check is not None and o.value is not None:
+                try:
+                    check(o.value)
+                except ValueError as exc:
+                    raise ArgumentError(f"{variable}: {exc}") from None
         out.append(option)
     return out
+
+
+def _value_checks() -> dict[str, Callable[[str], object]]:
+    """Long option -> the check its command-line flag's value gets (the shared parsers)."""
+    checks: dict[str, Callable[[str], object]] = {
+        "nodes": node_range, "gpus": typed_gpus, "gpus-per-node": typed_gpus, "gres": gres_gpus,
+    }  # fmt: skip
+    for flags, _field, _metavar, parse, _text in _PLAIN:
+        checks[flags[-1][2:]] = parse
+    for fwd_flags, _value_name, check, _help in _FORWARDED:
+        if check is not None:
+            checks[fwd_flags[-1][2:]] = check
+    return checks
+
+
+_VALUE_CHECKS = _value_checks()

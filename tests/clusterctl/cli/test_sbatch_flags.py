@@ -290,6 +290,8 @@ def test_sbatch_input_variables_are_options(
     [
         ("SBATCH_GET_USER_ENV", "1", "SBATCH_GET_USER_ENV stands for --get-user-env, which is not allowed"),
         ("SBATCH_WAIT", "1", "SBATCH_WAIT stands for --wait"),
+        ("SBATCH_TIMELIMIT", "2h", "SBATCH_TIMELIMIT: bad time limit '2h'"),
+        ("SBATCH_MEM_PER_GPU", "1.5G", "SBATCH_MEM_PER_GPU: bad memory size '1.5G'"),
     ],
 )
 def test_a_refused_input_variable_is_named(
