@@ -168,7 +168,7 @@ OPTION_CASES: dict[str, tuple[list[str], str, dict[str, str]]] = {
         {},
     ),
     "command-line-wins": (
-        ["-H", "--exclusive"],
+        ["-H", "--exclusive", "--mem=0"],
         "#SBATCH -s --gpus-per-node=2 --gres-flags=disable-binding --ntasks-per-node=2 -N 1\n",
         {},
     ),

@@ -22,6 +22,7 @@ from clusterctl.cli.values import (
     array_indexes,
     gres_gpus,
     memory_mb,
+    node_memory_mb,
     node_range,
     non_negative_int,
     nonblank,
@@ -39,7 +40,7 @@ _PLAIN: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
     (("-n", "--ntasks"), "ntasks", "N", positive_int, "tasks in all"),
     (("--ntasks-per-node",), "tasks_per_node", "N", positive_int, "tasks on each node"),
     (("-c", "--cpus-per-task"), "cpus_per_task", "N", positive_int, "CPUs for each task"),
-    (("--mem",), "memory_mb_per_node", "SIZE", memory_mb, "memory per node: 4G, 512M, 1024 (MB)"),
+    (("--mem",), "memory_mb_per_node", "SIZE", node_memory_mb, "memory per node: 4G, 512M, 1024 (MB); 0: all of it"),
     (("--mem-per-cpu",), "memory_mb_per_cpu", "SIZE", memory_mb, "memory per CPU (excludes --mem)"),
     (("-t", "--time"), "time_limit", "TIME", time_limit, "MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]], UNLIMITED"),
     (("-p", "--partition"), "partition", "NAME", nonblank, "partition"),
@@ -196,6 +197,8 @@ def apply_sbatch_options(
         value = getattr(args, field)
         if value is not None:
             setattr(spec, field, value)
+    if args.memory_mb_per_node == 0:  # --mem=0 (all of each node's memory): 0 is "unset" in the proto field
+        spec.sbatch_options.append("--mem=0")
     if spec.memory_mb_per_node and spec.memory_mb_per_cpu:
         raise ArgumentError("--mem and --mem-per-cpu are mutually exclusive")
     spec.hold = bool(args.hold)

@@ -119,6 +119,12 @@ def memory_mb(text: str) -> int:
     return mb
 
 
+def node_memory_mb(text: str) -> int:
+    """``--mem``: :func:`memory_mb`, where 0 asks for all the memory of each node (as sbatch)."""
+    mb = sbatch_values.node_memory(text)
+    return mb if mb == 0 else memory_mb(text)
+
+
 def time_limit(text: str) -> str:
     """sbatch's time syntax (MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]], UNLIMITED), checked with the parser
     clusterd reads ``#SBATCH --time`` with, and sent as written."""

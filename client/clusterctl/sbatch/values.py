@@ -31,14 +31,17 @@ def non_negative(text: str) -> int:
     return int(text)
 
 
-def megabytes(text: str) -> int:
+def megabytes(text: str, *, zero_ok: bool = False) -> int:
     """``--mem=2G`` -> 2048: a whole number with an optional K, M, G or T unit (MB by default),
-    kilobytes rounded up to whole megabytes, as sbatch. ``1.5G`` is refused, as sbatch refuses it."""
+    kilobytes rounded up to whole megabytes, as sbatch. ``1.5G`` is refused, as sbatch refuses it.
+    ``zero_ok``: ``--mem=0``, sbatch's "all the memory of each node"."""
     m = _MEM_RE.match(text.strip())
     if not m:
         raise ValueError(f"bad memory size {text[:40]!r}: use a whole number with an optional K, M, G or T unit")
     kb = int(m.group(1)) * _MEM_KB[m.group(2).upper()]
     mb = -(-kb // 1024)
+    if mb == 0 and zero_ok:
+        return 0
     if mb <= 0:
         raise ValueError(f"memory size {text[:40]!r} must be positive")
     return mb
@@ -238,3 +241,8 @@ def array_indices(text: str, limit: int = MAX_ARRAY_TASKS) -> tuple[tuple[int, .
     if max_running is not None and max_running > limit:
         raise ValueError(f"%{max_running}: at most {limit} tasks can run at once")
     return tuple(sorted(indices)), max_running
+
+
+def node_memory(text: str) -> int:
+    """``--mem``: :func:`megabytes`, where 0 asks for all the memory of each node."""
+    return megabytes(text, zero_ok=True)

@@ -326,7 +326,7 @@ def _resources(spec: jobs_pb2.JobSpec, m: _Merged, limits: LimitsConfig) -> dict
         "gpus_per_node": gpus_per_node,
         "gpu_type": gpu_type,
         "memory_mb_per_node": _count("spec.memory_mb_per_node", spec.memory_mb_per_node, _MAX_MEMORY_MB)
-        or m.read("mem", _upto(values.megabytes, _MAX_MEMORY_MB)),
+        or m.read("mem", _upto(sbatch_values.node_memory, _MAX_MEMORY_MB)),
         "memory_mb_per_cpu": _count("spec.memory_mb_per_cpu", spec.memory_mb_per_cpu, _MAX_MEMORY_MB)
         or m.read("mem-per-cpu", _upto(values.megabytes, _MAX_MEMORY_MB)),
     }

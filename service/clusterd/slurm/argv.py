@@ -145,7 +145,7 @@ SBATCH_RENDERERS: dict[str, _Render] = {
     "batch_features": _opt("batch", "batch_features"),
     "gpus_per_node": _gres,
     "gpu_type": _none,  # with gpus / gpus_per_node
-    "memory_mb_per_node": lambda r: [f"--mem={r.memory_mb_per_node}M"] if r.memory_mb_per_node else [],
+    "memory_mb_per_node": lambda r: [f"--mem={r.memory_mb_per_node}M"] if r.memory_mb_per_node is not None else [],
     "memory_mb_per_cpu": lambda r: [f"--mem-per-cpu={r.memory_mb_per_cpu}M"] if r.memory_mb_per_cpu else [],
     "time_limit_seconds": _time,
     "time_unlimited": _none,  # with time_limit_seconds

@@ -108,6 +108,13 @@ def _sharing(attrs: Attrs, req: JobRequest) -> None:
         )
 
 
+def _memory_per_node(attrs: Attrs, req: JobRequest) -> None:
+    if req.memory_mb_per_node == 0:  # --mem=0: all of each node's memory
+        raise Unexpressible(f"{BACKEND} submit", None, "cannot express --mem=0 through pyslurm")
+    if req.memory_mb_per_node is not None:
+        attrs["memory_per_node"] = f"{req.memory_mb_per_node}M"
+
+
 def _by_sbatch(option: str, field: str) -> _Render:
     """A field JobSubmitDescription has no attribute for: the request goes to sbatch instead."""
 
@@ -137,7 +144,7 @@ RENDERERS: dict[str, _Render] = {
     "gpus": _gpus("gpus", "gpus"),
     "gpus_per_node": _gpus("gpus_per_node", "gpus_per_node"),
     "gpu_type": _none,  # with gpus / gpus_per_node
-    "memory_mb_per_node": _attr("memory_per_node", "memory_mb_per_node", lambda mb: f"{mb}M"),
+    "memory_mb_per_node": _memory_per_node,
     "memory_mb_per_cpu": _attr("memory_per_cpu", "memory_mb_per_cpu", lambda mb: f"{mb}M"),
     "time_limit_seconds": _time_limit,
     "time_unlimited": _none,  # with time_limit_seconds

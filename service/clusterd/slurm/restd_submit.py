@@ -130,6 +130,14 @@ def _by_sbatch(option: str, field: str, why: str) -> Render:
 _UNVERIFIED = "its v0.0.38 key was not verified against a running slurmrestd"
 
 
+def _memory_per_node(job: Body, req: JobRequest) -> None:
+    """``--mem``; 0 (all of each node's memory) is sent as sbatch sends it: by sbatch."""
+    if req.memory_mb_per_node == 0:
+        raise refuse("--mem=0", "whether v0.0.38 reads 0 as sbatch does was not verified")
+    if req.memory_mb_per_node is not None:
+        job["memory_per_node"] = req.memory_mb_per_node
+
+
 # One renderer per JobRequest field (a test pins that none is missing).
 RENDERERS: dict[str, Render] = {
     "script": _none,  # the body's top-level "script"
@@ -150,7 +158,7 @@ RENDERERS: dict[str, Render] = {
         job.update(gres=f"gpu:{gpu_count(r, r.gpus_per_node)}") if r.gpus_per_node else None
     ),
     "gpu_type": _none,  # with gpus / gpus_per_node
-    "memory_mb_per_node": _key("memory_per_node", "memory_mb_per_node"),
+    "memory_mb_per_node": _memory_per_node,
     "memory_mb_per_cpu": _key("memory_per_cpu", "memory_mb_per_cpu"),
     "time_limit_seconds": _time,
     "time_unlimited": _none,  # with time_limit_seconds

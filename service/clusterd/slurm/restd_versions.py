@@ -225,6 +225,13 @@ def _export(_job: Body, req: JobRequest, api: RestApi, _now: float) -> None:
         )
 
 
+def _memory_per_node(job: Body, req: JobRequest, api: RestApi, _now: float) -> None:
+    if req.memory_mb_per_node == 0:  # --mem=0: all of each node's memory
+        raise refuse("--mem=0", f"whether {api.name} reads 0 as sbatch does was not established")
+    if req.memory_mb_per_node is not None:
+        job["memory_per_node"] = number(req.memory_mb_per_node)
+
+
 def _tres(key: str, field: str) -> DpRender:
     """A per-GPU amount as a TRES string (``cpus_per_tres: "gres/gpu:4"``), as sbatch sends it."""
 
@@ -273,7 +280,7 @@ DP_RENDERERS: dict[str, DpRender] = {
     "gpus": _gpus("tres_per_job", "gpus"),
     "gpus_per_node": _gpus("tres_per_node", "gpus_per_node"),
     "gpu_type": _none,  # with gpus / gpus_per_node
-    "memory_mb_per_node": _memory("memory_per_node", "memory_mb_per_node"),
+    "memory_mb_per_node": _memory_per_node,
     "memory_mb_per_cpu": _memory("memory_per_cpu", "memory_mb_per_cpu"),
     "time_limit_seconds": _time,
     "time_unlimited": _none,  # with time_limit_seconds

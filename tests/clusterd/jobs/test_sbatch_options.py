@@ -12,7 +12,9 @@ from clusterctl.v1 import jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.errors import InvalidArgument
 from clusterd.jobs.validate import validate_spec
+from clusterd.slurm.argv import sbatch_argv
 from clusterd.slurm.request import JobRequest, Sharing
+from clusterd.slurm.restd_submit import Unexpressible, job_description
 from clusterd.slurm.types import ClusterFacts
 
 FACTS = ClusterFacts(frozenset({"debug", "batch"}), frozenset(f"node{i}" for i in range(1, 7)), "debug")
@@ -144,3 +146,14 @@ def test_exported_functions_travel_and_nothing_else_of_their_shape(name: str, va
     else:
         with pytest.raises(InvalidArgument, match="variable names must match"):
             validate_spec(spec, FACTS, LIMITS)
+
+
+def test_mem_0_asks_for_all_of_each_nodes_memory() -> None:
+    """sbatch's --mem=0; no backend but sbatch was seen to read 0 so, so the others hand it to sbatch."""
+    r = req("#SBATCH --mem=0")
+    assert r.memory_mb_per_node == 0 and "--mem=0M" in sbatch_argv(r)
+    with pytest.raises(Unexpressible, match="--mem=0"):
+        job_description(r, {})
+    assert req("#SBATCH --mem=0", "--mem=2G").memory_mb_per_node == 2048
+    with pytest.raises(InvalidArgument, match="must be positive"):
+        req("#SBATCH --mem-per-cpu=0")
