@@ -98,7 +98,9 @@ def parse_directives(script: str) -> list[Directive]:
         if family != "#SBATCH" and body and not body[0].isspace():
             continue  # "#PBSX": a comment
         if family != "#SBATCH":
-            raise DirectiveError(lineno, f"{family} directives are not supported: write the line as #SBATCH")
+            reason = ("sbatch, too, says to change it to #SBATCH" if family == "#SLURM" else
+                      "clusterd does not translate them into sbatch options as sbatch does")  # fmt: skip
+            raise DirectiveError(lineno, f"{family} directives are refused ({reason}): write the line as #SBATCH")
         text = line.strip()
         for directive in _parse_line(lineno, text, body):
             why = refusal(directive.option)

@@ -55,17 +55,15 @@ _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 
 
 def signal(text: str) -> Signal:
-    """``[B:]SIG[@SECONDS]`` (60 s by default, as sbatch)."""
+    """``[R|B:]SIG[@SECONDS]`` (60 s by default, as sbatch)."""
     m = _SIGNAL_RE.match(text)
     if not m or (m.group("sig").upper() not in _SIGNALS and not m.group("sig").isdigit()):
         raise ValueError(f"cannot read signal {text[:40]!r}: use [B:]SIGNAL[@SECONDS]")
     flags = (m.group("flags") or "").upper()
-    if "R" in flags:
-        raise ValueError("the R: flag (reservation end) is not supported")
     seconds = int(m.group("time")) if m.group("time") else 60
     if seconds > 0xFFFF:
         raise ValueError("the warning time must be at most 65535 seconds")
-    return Signal(m.group("sig").upper(), seconds, batch_only="B" in flags)
+    return Signal(m.group("sig").upper(), seconds, batch_only="B" in flags, reservation_end="R" in flags)
 
 
 def switches(text: str) -> Switches:

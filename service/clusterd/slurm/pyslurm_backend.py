@@ -115,6 +115,13 @@ def _memory_per_node(attrs: Attrs, req: JobRequest) -> None:
         attrs["memory_per_node"] = f"{req.memory_mb_per_node}M"
 
 
+def _signal(attrs: Attrs, req: JobRequest) -> None:
+    if req.signal is not None:
+        if req.signal.reservation_end:
+            raise Unexpressible(f"{BACKEND} submit", None, "cannot express --signal=R:... through pyslurm")
+        attrs["signal"] = req.signal.render()
+
+
 def _by_sbatch(option: str, field: str) -> _Render:
     """A field JobSubmitDescription has no attribute for: the request goes to sbatch instead."""
 
@@ -166,7 +173,7 @@ RENDERERS: dict[str, _Render] = {
     "nice": _attr("nice", "nice"),
     "requeue": lambda attrs, r: attrs.update(is_requeueable=r.requeue),
     "open_append": lambda attrs, r: attrs.update(log_files_open_mode="append" if r.open_append else "truncate"),
-    "signal": _attr("signal", "signal", lambda s: s.render()),
+    "signal": _signal,
     "export": _environment,
     "gpus_per_task": _gpus("gpus_per_task", "gpus_per_task"),
     "cpus_per_gpu": _attr("cpus_per_gpu", "cpus_per_gpu"),

@@ -77,14 +77,17 @@ class Switches:
 
 @dataclass(frozen=True)
 class Signal:
-    """``--signal=[B:]SIG@SECONDS``: SIG this long before the time limit (B: to the batch shell only)."""
+    """``--signal=[R|B:]SIG@SECONDS``: SIG this long before the time limit (B: to the batch shell only;
+    R: before the end of the job's reservation instead)."""
 
     name: str  # without the SIG prefix: "USR1"
     seconds: int
     batch_only: bool = True
+    reservation_end: bool = False
 
     def render(self) -> str:
-        return f"{'B:' if self.batch_only else ''}{self.name}@{self.seconds}"
+        flags = ("R" if self.reservation_end else "") + ("B" if self.batch_only else "")
+        return f"{flags + ':' if flags else ''}{self.name}@{self.seconds}"
 
 
 class Sharing(enum.Enum):

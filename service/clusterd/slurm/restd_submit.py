@@ -90,6 +90,8 @@ def _signal(job: Body, req: JobRequest) -> None:
     """``SIG@T`` to the job's steps. v0.0.38 advertises ``B:`` but its parser answers "Invalid
     SIGNAL specification": a batch-shell signal is refused here (sbatch sends it instead)."""
     if req.signal is not None:
+        if req.signal.reservation_end:
+            raise refuse(f"--signal={req.signal.render()}", "the R: flag was not verified on v0.0.38")
         if req.signal.batch_only:
             raise refuse(f"--signal={req.signal.render()}", "v0.0.38 refuses B: (Invalid SIGNAL specification)")
         job["signal"] = f"{req.signal.name}@{req.signal.seconds}"

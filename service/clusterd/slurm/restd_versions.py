@@ -211,6 +211,8 @@ def _mail_type(job: Body, req: JobRequest, _api: RestApi, _now: float) -> None:
 def _signal(job: Body, req: JobRequest, _api: RestApi, _now: float) -> None:
     """``[B:]SIG@T`` -> kill_warning_*: the B: flag reaches the batch shell, as with sbatch."""
     if req.signal is not None:
+        if req.signal.reservation_end:
+            raise refuse(f"--signal={req.signal.render()}", "the R: flag's data_parser name was not established")
         job["kill_warning_signal"] = req.signal.name
         job["kill_warning_delay"] = number(req.signal.seconds)
         if req.signal.batch_only:

@@ -72,9 +72,9 @@ def test_abbreviations_resolve_as_sbatch_does() -> None:
         ("#SBATCH -Z", "-Z is not an sbatch option"),
         ("#SBATCH --requeue=yes", "takes no value"),
         ("#SBATCH --time", "needs a value"),
-        ("#SLURM --export-file=/proc/self/environ", "#SLURM directives are not supported"),
-        ("#PBS -l nodes=2", "#PBS directives are not supported"),
-        ("#BSUB -J x", "#BSUB directives are not supported"),
+        ("#SLURM --export-file=/proc/self/environ", "#SLURM directives are refused"),
+        ("#PBS -l nodes=2", "#PBS directives are refused"),
+        ("#BSUB -J x", "#BSUB directives are refused"),
         ("#SBATCH --job-name='x", "cannot read"),
     ],
 )

@@ -157,3 +157,11 @@ def test_mem_0_asks_for_all_of_each_nodes_memory() -> None:
     assert req("#SBATCH --mem=0", "--mem=2G").memory_mb_per_node == 2048
     with pytest.raises(InvalidArgument, match="must be positive"):
         req("#SBATCH --mem-per-cpu=0")
+
+
+def test_a_reservation_end_signal_goes_by_sbatch() -> None:
+    r = req("#SBATCH --signal=R:USR2@120")
+    assert r.signal is not None and r.signal.render() == "R:USR2@120"
+    assert "--signal=R:USR2@120" in sbatch_argv(r)
+    with pytest.raises(Unexpressible, match="R:"):
+        job_description(r, {})
