@@ -19,7 +19,9 @@ from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.errors import InvalidArgument
 from clusterd.jobs import values
-from clusterd.jobs.directives import Directive, DirectiveError, neutralise, parse_directives, parse_options
+from clusterd.jobs.directives import DirectiveError, neutralise, parse_directives
+from clusterd.jobs.merged import MAX_CPUS, MAX_GPUS, MAX_MEMORY_MB, MAX_TASKS, Merged, bounded, typed_upto, upto
+from clusterd.jobs.sbatch_fields import check_begin, layout, sbatch_options, sharing
 from clusterd.jobs.script import command_script
 from clusterd.slurm.request import ArraySpec, Export, ExportMode, JobRequest, Sharing
 from clusterd.slurm.types import ClusterFacts
@@ -32,10 +34,10 @@ _RESERVED_ENV_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "CLUSTERCTL_"
 _MAX_NAME = 200
 _MAX_COMMAND_ARGS = 1024
 _MAX_PATH = 4096
-_MAX_TASKS = 1024
-_MAX_GPUS = 64
-_MAX_CPUS = 4096
-_MAX_MEMORY_MB = 64 << 20  # 64 TiB
+_MAX_TASKS = MAX_TASKS
+_MAX_GPUS = MAX_GPUS
+_MAX_CPUS = MAX_CPUS
+_MAX_MEMORY_MB = MAX_MEMORY_MB
 _MAX_RESTARTS = 1000
 _MAX_WAIT_SECONDS = 7 * 24 * 3600
 
@@ -166,82 +168,6 @@ _MAX_ARRAY_TASKS = sbatch_values.MAX_ARRAY_TASKS
 _MAX_NICE = 2147483645  # Slurm's NICE_OFFSET - 3
 
 
-def _bounded(value: int, maximum: int) -> int:
-    if value > maximum:
-        raise ValueError(f"{value} exceeds the maximum of {maximum}")
-    return value
-
-
-def _upto(reader: Callable[[str], int], maximum: int) -> Callable[[str], int]:
-    """``reader`` with the bound the matching spec field has (a directive may not ask for more)."""
-    return lambda text: _bounded(reader(text), maximum)
-
-
-def _typed_upto(reader: Callable[[str], tuple[str, int]], maximum: int) -> Callable[[str], tuple[str, int]]:
-    def read(text: str) -> tuple[str, int]:
-        kind, number = reader(text)
-        return kind, _bounded(number, maximum)
-
-    return read
-
-
-class _Merged:
-    """Spec fields over ``#SBATCH`` values: the CLI's flags override the script, as in sbatch."""
-
-    def __init__(self, directives: list[Directive]) -> None:
-        self.values: dict[str, Directive] = {}
-        self.order: dict[str, int] = {}  # where each option was given last: which of two rivals wins
-        for i, d in enumerate(directives):
-            self.values[d.option] = d
-            self.order[d.option] = i
-
-    def last_of(self, *options: str) -> str | None:
-        """Of rival options (``--exclusive``/``--oversubscribe``), the one given last, or None."""
-        given = [o for o in options if o in self.order]
-        return max(given, key=self.order.__getitem__) if given else None
-
-    def flag(self, option: str) -> bool:
-        return option in self.values
-
-    def get(self, option: str) -> Directive | None:
-        return self.values.get(option)
-
-    def read(self, option: str, reader: Callable[[str], T]) -> T | None:
-        """The directive's value read by ``reader``; a bad value names the line."""
-        d = self.values.get(option)
-        if d is None:
-            return None
-        if d.value is None:
-            raise InvalidArgument(d.field, f"{d.where}: --{option} needs a value")
-        try:
-            return reader(d.value)
-        except ValueError as exc:
-            raise InvalidArgument(d.field, f"{d.where}: {exc}") from None
-
-    def read_optional(self, option: str, reader: Callable[[str | None], T]) -> T | None:
-        """Like :meth:`read` for an option whose value is optional (``--no-kill[=off]``)."""
-        d = self.values.get(option)
-        if d is None:
-            return None
-        try:
-            return reader(d.value)
-        except ValueError as exc:
-            raise InvalidArgument(d.field, f"{d.where}: {exc}") from None
-
-    def text(self, option: str, spec_value: str, field_name: str, check: Callable[[str, str], None]) -> str:
-        if spec_value:
-            check(field_name, spec_value)
-            return spec_value
-        value = self.read(option, lambda v: v) or ""
-        if value:
-            d = self.values[option]
-            try:
-                check(d.where, value)
-            except InvalidArgument as exc:
-                raise InvalidArgument(d.field, f"{d.where}: {exc.message}") from None
-        return value
-
-
 def _spec_value(field_name: str, text: str, reader: Callable[[str], T]) -> T:
     try:
         return reader(text)
@@ -282,7 +208,7 @@ def _plain(_field: str, _value: str) -> None:
     _check_text(_field, _value)
 
 
-def _resources(spec: jobs_pb2.JobSpec, m: _Merged, limits: LimitsConfig) -> dict[str, Any]:
+def _resources(spec: jobs_pb2.JobSpec, m: Merged, limits: LimitsConfig) -> dict[str, Any]:
     nodes: int | None
     max_nodes: int | None
     if spec.nodes:
@@ -299,15 +225,15 @@ def _resources(spec: jobs_pb2.JobSpec, m: _Merged, limits: LimitsConfig) -> dict
     gpu_type = spec.gpu_type
     gpus_per_node: int | None = _count("spec.gpus_per_node", spec.gpus_per_node, _MAX_GPUS) or None
     if gpus_per_node is None:
-        typed = m.read("gpus-per-node", _typed_upto(values.gpus, _MAX_GPUS)) or m.read(
-            "gres", _typed_upto(values.gres_gpus, _MAX_GPUS)
+        typed = m.read("gpus-per-node", typed_upto(values.gpus, _MAX_GPUS)) or m.read(
+            "gres", typed_upto(values.gres_gpus, _MAX_GPUS)
         )
         if typed is not None:
             gpu_type = gpu_type or typed[0]
             gpus_per_node = typed[1]
     gpus: int | None = _count("spec.gpus", spec.gpus, _MAX_GPUS * limits.max_nodes) or None
     if gpus is None:
-        typed = m.read("gpus", _typed_upto(values.gpus, _MAX_GPUS * limits.max_nodes))
+        typed = m.read("gpus", typed_upto(values.gpus, _MAX_GPUS * limits.max_nodes))
         if typed is not None:
             gpu_type = gpu_type or typed[0]
             gpus = typed[1]
@@ -317,22 +243,22 @@ def _resources(spec: jobs_pb2.JobSpec, m: _Merged, limits: LimitsConfig) -> dict
         "nodes": nodes,
         "max_nodes": max_nodes,
         "ntasks": _count("spec.ntasks", spec.ntasks, _MAX_TASKS * limits.max_nodes)
-        or m.read("ntasks", _upto(values.count, _MAX_TASKS * limits.max_nodes)),
+        or m.read("ntasks", upto(values.count, _MAX_TASKS * limits.max_nodes)),
         "tasks_per_node": _count("spec.tasks_per_node", spec.tasks_per_node, _MAX_TASKS)
-        or m.read("ntasks-per-node", _upto(values.count, _MAX_TASKS)),
+        or m.read("ntasks-per-node", upto(values.count, _MAX_TASKS)),
         "cpus_per_task": _count("spec.cpus_per_task", spec.cpus_per_task, _MAX_CPUS)
-        or m.read("cpus-per-task", _upto(values.count, _MAX_CPUS)),
+        or m.read("cpus-per-task", upto(values.count, _MAX_CPUS)),
         "gpus": gpus,
         "gpus_per_node": gpus_per_node,
         "gpu_type": gpu_type,
         "memory_mb_per_node": _count("spec.memory_mb_per_node", spec.memory_mb_per_node, _MAX_MEMORY_MB)
-        or m.read("mem", _upto(sbatch_values.node_memory, _MAX_MEMORY_MB)),
+        or m.read("mem", upto(sbatch_values.node_memory, _MAX_MEMORY_MB)),
         "memory_mb_per_cpu": _count("spec.memory_mb_per_cpu", spec.memory_mb_per_cpu, _MAX_MEMORY_MB)
-        or m.read("mem-per-cpu", _upto(values.megabytes, _MAX_MEMORY_MB)),
+        or m.read("mem-per-cpu", upto(values.megabytes, _MAX_MEMORY_MB)),
     }
 
 
-def _time(spec: jobs_pb2.JobSpec, m: _Merged) -> tuple[int | None, bool]:
+def _time(spec: jobs_pb2.JobSpec, m: Merged) -> tuple[int | None, bool]:
     """(seconds, unlimited); (None, False) when no limit was asked for."""
     if spec.time_limit:
         seconds = _spec_value("spec.time_limit", spec.time_limit, values.time_limit)
@@ -343,7 +269,7 @@ def _time(spec: jobs_pb2.JobSpec, m: _Merged) -> tuple[int | None, bool]:
     return seconds, seconds is None
 
 
-def _paths(spec: jobs_pb2.JobSpec, m: _Merged) -> dict[str, Any]:
+def _paths(spec: jobs_pb2.JobSpec, m: Merged) -> dict[str, Any]:
     submit_dir = spec.submit_directory
     _check_path("spec.submit_directory", submit_dir, absolute=True)
     chdir = m.text("chdir", spec.working_directory, "spec.working_directory",
@@ -360,7 +286,7 @@ def _paths(spec: jobs_pb2.JobSpec, m: _Merged) -> dict[str, Any]:
     }
 
 
-def _export(spec: jobs_pb2.JobSpec, m: _Merged, limits: LimitsConfig) -> Export:
+def _export(spec: jobs_pb2.JobSpec, m: Merged, limits: LimitsConfig) -> Export:
     _validate_env(spec, limits)
     env = dict(spec.environment)
     if spec.HasField("export"):
@@ -378,7 +304,7 @@ def _export(spec: jobs_pb2.JobSpec, m: _Merged, limits: LimitsConfig) -> Export:
     return result
 
 
-def _hosts(m: _Merged, option: str, facts: ClusterFacts, limits: LimitsConfig) -> tuple[str, ...]:
+def _hosts(m: Merged, option: str, facts: ClusterFacts, limits: LimitsConfig) -> tuple[str, ...]:
     """A script's ``--nodelist``/``--exclude``, checked like spec.placement's lists."""
     names = tuple(m.read(option, lambda text: _hostlist(text, limits.max_nodes)) or ())
     d = m.values.get(option)
@@ -429,7 +355,7 @@ def validate_spec(spec: jobs_pb2.JobSpec, facts: ClusterFacts, limits: LimitsCon
         directives = parse_directives(script)
     except DirectiveError as exc:
         raise InvalidArgument("spec.script", str(exc)) from None
-    m = _Merged(directives + _sbatch_options(spec))
+    m = Merged(directives + sbatch_options(spec))
     res = _resources(spec, m, limits)
     seconds, unlimited = _time(spec, m)
 
@@ -454,7 +380,7 @@ def validate_spec(spec: jobs_pb2.JobSpec, facts: ClusterFacts, limits: LimitsCon
     nice = _count("spec.nice", spec.nice, _MAX_NICE)
     if not nice and (d := m.get("nice")) is not None:
         # sbatch: --nice without a value is 100; a negative nice is a privilege, refused here
-        nice = 100 if d.value is None else m.read("nice", lambda v: _bounded(values.non_negative(v), _MAX_NICE)) or 0
+        nice = 100 if d.value is None else m.read("nice", lambda v: bounded(values.non_negative(v), _MAX_NICE)) or 0
     mail_type = m.text("mail-type", spec.mail_type, "spec.mail_type", _check_mail_type)
 
     _check_path("spec.stdout_path", spec.stdout_path, absolute=False)
@@ -483,9 +409,9 @@ def validate_spec(spec: jobs_pb2.JobSpec, facts: ClusterFacts, limits: LimitsCon
         switches=m.read("switches", values.switches),
         array=array,
         dependency=m.text("dependency", spec.dependency, "spec.dependency", _check_dependency),
-        begin=m.text("begin", spec.begin, "spec.begin", _check_begin),
+        begin=m.text("begin", spec.begin, "spec.begin", check_begin),
         hold=spec.hold or m.get("hold") is not None,
-        sharing=Sharing.EXCLUSIVE if spec.exclusive else _sharing(m),
+        sharing=Sharing.EXCLUSIVE if spec.exclusive else sharing(m),
         requeue=m.last_of("requeue", "no-requeue") != "no-requeue",
         open_append=m.read("open-mode", lambda t: sbatch_values.choice(t, ("append", "truncate"), "--open-mode"))
         != "truncate",
@@ -495,7 +421,7 @@ def validate_spec(spec: jobs_pb2.JobSpec, facts: ClusterFacts, limits: LimitsCon
         signal=m.read("signal", values.signal),
         export=_export(spec, m, limits),
         **_paths(spec, m),
-        **{**res, **_layout(m, res["gpu_type"])},
+        **{**res, **layout(m, res["gpu_type"])},
     )
 
 
@@ -503,10 +429,6 @@ _CONSTRAINT_RE = re.compile(r"[A-Za-z0-9_.\-&|()\[\]*:,!]{1,1024}\Z")
 _DEPENDENCY_RE = re.compile(
     r"(?:singleton|(?:after|afterany|afterok|afternotok|afterburstbuffer|aftercorr)"
     r"(?::[0-9]+(?:_[0-9]+)?(?:\+[0-9]+)?)+)(?:[,?](?:singleton|[a-z]+(?::[0-9_+]+)+))*\Z"
-)
-_BEGIN_RE = re.compile(
-    r"(?:now(?:\+[0-9]+[a-z]*)?|[0-9]{4}-[0-9]{2}-[0-9]{2}(?:T[0-9]{2}:[0-9]{2}(?::[0-9]{2})?)?"
-    r"|[0-9]{1,2}:[0-9]{2}(?::[0-9]{2})?|midnight|noon|teatime|today|tomorrow)\Z"
 )
 _MAIL_TYPES = frozenset(
     [
@@ -538,11 +460,6 @@ def _check_dependency(field_name: str, value: str) -> None:
         raise InvalidArgument(field_name, f"bad dependency {value[:80]!r}: use TYPE:JOBID[:JOBID...] or singleton")
 
 
-def _check_begin(field_name: str, value: str) -> None:
-    if not _BEGIN_RE.match(value):
-        raise InvalidArgument(field_name, f"bad begin time {value[:80]!r}: use now+N[unit] or YYYY-MM-DD[THH:MM[:SS]]")
-
-
 def _check_mail_type(field_name: str, value: str) -> None:
     for item in value.split(","):
         if item.upper() not in _MAIL_TYPES:
@@ -552,92 +469,6 @@ def _check_mail_type(field_name: str, value: str) -> None:
 def _check_mail_user(field_name: str, value: str) -> None:
     if not _MAIL_USER_RE.match(value):
         raise InvalidArgument(field_name, f"bad mail address {value[:80]!r}")
-
-
-_SHARING = {"": Sharing.EXCLUSIVE, "exclusive": Sharing.EXCLUSIVE, "user": Sharing.USER, "mcs": Sharing.MCS,
-            "oversubscribe": Sharing.OVERSUBSCRIBE}  # fmt: skip
-
-
-def _sharing(m: _Merged) -> Sharing | None:
-    """``--exclusive[=user|mcs]`` and ``--oversubscribe``: the one given last wins, as in sbatch."""
-    last = m.last_of("exclusive", "oversubscribe")
-    if last is None:
-        return None
-    if last == "oversubscribe":
-        return Sharing.OVERSUBSCRIBE
-    d = m.values["exclusive"]
-    sharing = _SHARING.get((d.value or "").lower())
-    if sharing is None:
-        raise InvalidArgument(d.field, f"{d.where}: --exclusive takes no value, user or mcs")
-    return sharing
-
-
-_MAX_SBATCH_OPTIONS = 256
-_HINTS = ("compute_bound", "memory_bound", "multithread", "nomultithread")
-
-
-def _sbatch_options(spec: jobs_pb2.JobSpec) -> list[Directive]:
-    """spec.sbatch_options read like directive lines (same getopt rules, same allowlist)."""
-    if len(spec.sbatch_options) > _MAX_SBATCH_OPTIONS:
-        raise InvalidArgument("spec.sbatch_options", f"more than {_MAX_SBATCH_OPTIONS} options")
-    for i, word in enumerate(spec.sbatch_options):
-        _check_text(f"spec.sbatch_options[{i}]", word, max_len=_MAX_PATH)
-    try:
-        return parse_options(list(spec.sbatch_options))
-    except ValueError as exc:
-        raise InvalidArgument("spec.sbatch_options", str(exc)) from None
-
-
-def _layout(m: _Merged, gpu_type: str) -> dict[str, Any]:
-    """The task layout, per-GPU amounts and scheduling options beyond the basic resources."""
-    typed = m.read("gpus-per-task", _typed_upto(sbatch_values.gpus, _MAX_GPUS))
-    per_socket = m.read("gpus-per-socket", _typed_upto(sbatch_values.gpus, _MAX_GPUS))
-    for option, asked in (("gpus-per-task", typed), ("gpus-per-socket", per_socket)):
-        if asked is not None and asked[0] and gpu_type and asked[0] != gpu_type:
-            d = m.values[option]
-            raise InvalidArgument(d.field, f"{d.where}: GPU type {asked[0]!r} differs from {gpu_type!r}")
-        gpu_type = gpu_type or (asked[0] if asked else "")
-    sockets, cores, threads = m.read("extra-node-info", sbatch_values.extra_node_info) or (None, None, None)
-    wait_all = m.read("wait-all-nodes", lambda t: sbatch_values.choice(t, ("0", "1"), "--wait-all-nodes"))
-
-    kill = m.read("kill-on-invalid-dep", lambda t: sbatch_values.choice(t, ("yes", "no"), "--kill-on-invalid-dep"))
-    return {
-        "gpu_type": gpu_type,
-        "gpus_per_task": typed[1] if typed else None,
-        "cpus_per_gpu": m.read("cpus-per-gpu", _upto(sbatch_values.count, _MAX_CPUS)),
-        "memory_mb_per_gpu": m.read("mem-per-gpu", _upto(sbatch_values.megabytes, _MAX_MEMORY_MB)),
-        "tasks_per_gpu": m.read("ntasks-per-gpu", _upto(sbatch_values.count, _MAX_TASKS)),
-        "tasks_per_core": m.read("ntasks-per-core", _upto(sbatch_values.count, _MAX_TASKS)),
-        "gpu_bind": m.read("gpu-bind", sbatch_values.gpu_bind) or "",
-        "gres_flags": m.read(
-            "gres-flags", lambda t: sbatch_values.choice(t, ("enforce-binding", "disable-binding"), "--gres-flags")
-        )
-        or "",
-        "hint": m.read("hint", lambda t: sbatch_values.choice(t, _HINTS, "--hint")) or "",
-        "distribution": m.read("distribution", sbatch_values.distribution) or "",
-        "sockets_per_node": m.read("sockets-per-node", _upto(sbatch_values.count, _MAX_CPUS)) or sockets,
-        "cores_per_socket": m.read("cores-per-socket", _upto(sbatch_values.count, _MAX_CPUS)) or cores,
-        "threads_per_core": m.read("threads-per-core", _upto(sbatch_values.count, _MAX_CPUS)) or threads,
-        "min_cpus_per_node": m.read("mincpus", _upto(sbatch_values.count, _MAX_CPUS)),
-        "contiguous": m.flag("contiguous"),
-        "spread_job": m.flag("spread-job"),
-        "kill_on_invalid_dep": None if kill is None else kill == "yes",
-        "deadline": m.text("deadline", "", "spec.sbatch_options", _check_begin),
-        "time_min_seconds": m.read("time-min", sbatch_values.finite_time),
-        "wckey": m.read("wckey", sbatch_values.name) or "",
-        "tmp_mb": m.read("tmp", _upto(sbatch_values.megabytes, _MAX_MEMORY_MB)),
-        "tasks_per_socket": m.read("ntasks-per-socket", _upto(sbatch_values.count, _MAX_TASKS)),
-        "gpus_per_socket": per_socket[1] if per_socket else None,
-        "delay_boot_seconds": m.read("delay-boot", sbatch_values.finite_time),
-        "overcommit": m.flag("overcommit"),
-        "no_kill": bool(m.read_optional("no-kill", sbatch_values.no_kill)),
-        "use_min_nodes": m.flag("use-min-nodes"),
-        "wait_all_nodes": None if wait_all is None else wait_all == "1",
-        "mem_bind": m.read("mem-bind", sbatch_values.mem_bind) or "",
-        "acctg_freq": m.read("acctg-freq", sbatch_values.acctg_freq) or "",
-        "licenses": m.read("licenses", sbatch_values.licenses) or "",
-        "batch_features": m.read("batch", sbatch_values.features) or "",
-    }
 
 
 def _validate_checkpoint_uri(uri: str) -> None:
