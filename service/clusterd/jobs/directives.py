@@ -82,7 +82,7 @@ def _parse_line(lineno: int, text: str, body: str) -> list[Directive]:
 
 
 def parse_directives(script: str) -> list[Directive]:
-    """Every option of the script's header in order (later ones win), each checked against ALLOWED.
+    """Every option of the script's header in order (later ones win), each checked against the table.
 
     Raises DirectiveError naming the line for a refused family or option.
     """
