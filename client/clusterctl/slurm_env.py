@@ -114,6 +114,9 @@ class RequeueOnSignal:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+        if self._agreement is not None:
+            self._agreement.close()
+            self._agreement = None
 
     def __enter__(self) -> RequeueOnSignal:
         return self.install()

@@ -10,11 +10,21 @@ the training's default group, whose ordering belongs to the caller's thread.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
+
+
+def _destroy(torch: Any, group: Any) -> None:
+    """Shut a private group down now rather than at interpreter exit, where gloo's threads may be
+    torn down in any order (and abort the process)."""
+    dist = torch.distributed
+    if group is not None and dist.is_initialized():
+        with contextlib.suppress(Exception):  # already gone with the default group
+            dist.destroy_process_group(group)
 
 
 class Coordinator(Protocol):
@@ -53,6 +63,10 @@ class TorchCoordinator:
         self._torch.distributed.broadcast(data, src=0, group=self._group)
         return "".join(f"{int(b):02x}" for b in data.tolist())
 
+    def close(self) -> None:
+        group, self._group = self._group, None
+        _destroy(self._torch, group)
+
 
 class StopAgreement:
     """Whether any rank was asked to stop, answered alike on every rank at the same poll.
@@ -90,3 +104,7 @@ class StopAgreement:
         both = self._torch.tensor([value, -value], dtype=self._torch.int64)
         self._torch.distributed.all_reduce(both, op=self._torch.distributed.ReduceOp.MAX, group=self._group)
         return -int(both[1].item()), int(both[0].item())
+
+    def close(self) -> None:
+        group, self._group = self._group, None
+        _destroy(self._torch, group)

@@ -182,6 +182,8 @@ class CheckpointManager:
         if self._running():
             self.wait()  # saves in flight belong to the old world: finish them first
         self.rank, self.world_size = rank, world
+        if self._coordinator is not None:
+            self._coordinator.close()
         self._coordinator = TorchCoordinator.create(torch) if dist_up else None
         self.run_id = _resolve_run_id(self.config, self.world_size, self._coordinator)
 
@@ -458,6 +460,8 @@ class CheckpointManager:
             self._io.shutdown(wait=True)
             self._pool.clear()
             self.storage.close()
+            if self._coordinator is not None:
+                self._coordinator.close()
         self._raise_pending()
 
     def __enter__(self) -> CheckpointManager:
