@@ -133,3 +133,17 @@ def test_second_writer_of_a_rank_stops_the_commit() -> None:
         assert first._writer in str(err) and second._writer in str(err)
     first.close()
     second.close()
+
+
+def test_duplicate_writers_on_real_storage(any_uri: str) -> None:
+    """Both think they are rank 0 of 2: the claim holder waits for rank 1 and finds the conflict."""
+    config = fast_config(run_id="job-2")
+    first = CheckpointManager(any_uri, rank=0, world_size=2, config=config)
+    second = CheckpointManager(any_uri, rank=0, world_size=2, config=config)
+    handles = [first.save(1, {"w": b"a"}), second.save(1, {"w": b"b"})]
+    for h in handles:
+        with pytest.raises(DuplicateWriterError, match="rank 0 of 2 was saved by two processes"):
+            h.result(timeout=15)
+    assert first.steps() == []
+    first.close()
+    second.close()
