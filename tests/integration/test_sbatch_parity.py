@@ -209,7 +209,21 @@ def show_job(stack: Stack, job_id: str) -> dict[str, str]:
     return {k: v.replace(job_id, "ID") if k in paths else v for k, v in fields.items() if k not in _VOLATILE}
 
 
-def test_every_option_holds_the_same_job_as_sbatch(daemon: Daemon, stack: Stack, alice_dir: Path) -> None:
+@pytest.fixture(scope="module")
+def commands_daemon(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """A clusterd on the commands backend (sbatch run as the caller), beside the module's slurmrestd one."""
+    d = Daemon(stack, tmp_path_factory.mktemp("clusterd-commands"), metrics_port=None,
+               extra_env={"CLUSTERD_SLURM__BACKEND": "commands"})  # fmt: skip
+    d.start()
+    yield d
+    d.stop()
+
+
+@pytest.mark.parametrize("backend", ["slurmrestd", "commands"])
+def test_every_option_holds_the_same_job_as_sbatch(
+    backend: str, request: pytest.FixtureRequest, stack: Stack, alice_dir: Path
+) -> None:
+    daemon: Daemon = request.getfixturevalue("daemon" if backend == "slurmrestd" else "commands_daemon")
     entry = pwd.getpwnam("alice")
     (alice_dir / "sub").mkdir()
     os.chown(alice_dir / "sub", entry.pw_uid, entry.pw_gid)
