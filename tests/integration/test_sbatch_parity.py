@@ -137,7 +137,7 @@ OPTION_CASES: dict[str, tuple[list[str], str, dict[str, str]]] = {
     "gpus-per-task": (
         ["-H", "-t", "10"],
         "#SBATCH -N 1 -n 2 --gpus-per-task=1 --cpus-per-gpu=1 --mem-per-gpu=256M --gpu-bind=closest\n"
-        "#SBATCH --time-min=5 -o out-%j.log -e err-%j.log --kill-on-invalid-dep=yes\n",
+        "#SBATCH --time-min=5 -o out-%j.log -e err-%j.log -i in.txt --kill-on-invalid-dep=yes\n",
         {},
     ),
     "gres-binding": (

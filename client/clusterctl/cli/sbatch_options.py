@@ -88,6 +88,7 @@ _FORWARDED: tuple[tuple[tuple[str, ...], str | None, Callable[[str], object] | N
     (("--kill-on-invalid-dep",), "yes|no", _choice("yes", "no"), "end the job when its dependency cannot be met"),
     (("--signal",), "[R|B:]SIG[@TIME]", None,
      "send SIG this long before the time limit (B: the batch shell only; R: before the reservation ends)"),
+    (("-i", "--input"), "PATH", None, "the file the batch script reads on stdin (relative: to the working directory)"),
     (("--tmp",), "SIZE", sv.megabytes, "scratch disk on each node"),
     (("--ntasks-per-socket",), "N", sv.count, "tasks on each socket"),
     (("--gpus-per-socket",), "[TYPE:]N", sv.gpus, "GPUs on each socket"),

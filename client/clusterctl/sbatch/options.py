@@ -77,6 +77,7 @@ ACCEPTED = frozenset(
         "hint",
         "hold",
         "ignore-pbs",
+        "input",
         "job-name",
         "kill-on-invalid-dep",
         "licenses",
@@ -124,7 +125,6 @@ REFUSED: dict[str, str] = {
     "bbf": "it makes the submitting side read a file",
     "nodefile": "it makes the submitting side read a file (use --nodelist)",
     "export-file": "it makes the submitting side read a file (use --export)",
-    "input": "the job's stdin is a file opened on the nodes; clusterd jobs read no stdin",
     "uid": "jobs run as their submitter (a privilege of root and SlurmUser)",
     "gid": "jobs run with their submitter's groups (a privilege of root and SlurmUser)",
     "get-user-env": "a privilege of root: it runs a login shell as the user on the submitting host",
@@ -148,7 +148,7 @@ REFUSED: dict[str, str] = {
     "gpu-freq": "GPU clocks are host settings of the nodes",
     "network": "network (switch window) resources are configured by the site's switch plugin",
     "profile": "profiling writes HDF5 files with slurmd's rights on the nodes",
-    "propagate": "resource limits are applied by slurmd on the nodes",
+    "propagate": "it carries the submitting process's resource limits, which are clusterd's, not the caller's",
 }
 
 

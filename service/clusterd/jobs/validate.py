@@ -283,6 +283,7 @@ def _paths(spec: jobs_pb2.JobSpec, m: Merged) -> dict[str, Any]:
             "output", spec.stdout_path, "spec.stdout_path", lambda f, v: _check_path(f, v, absolute=False)
         ),
         "stderr": m.text("error", spec.stderr_path, "spec.stderr_path", lambda f, v: _check_path(f, v, absolute=False)),
+        "stdin": m.text("input", "", "spec.sbatch_options", lambda f, v: _check_path(f, v, absolute=False)),
     }
 
 

@@ -157,6 +157,7 @@ SBATCH_RENDERERS: dict[str, _Render] = {
     "submit_directory": _none,  # sbatch's own working directory (CommandsBackend)
     "stdout": _opt("output", "stdout"),
     "stderr": _opt("error", "stderr"),
+    "stdin": _opt("input", "stdin"),
     "array": _render_with("array", "array"),
     "dependency": _opt("dependency", "dependency"),
     "begin": _opt("begin", "begin"),

@@ -163,6 +163,7 @@ RENDERERS: dict[str, _Render] = {
     "submit_directory": _none,  # SLURM_SUBMIT_DIR in the environment
     "stdout": _attr("standard_output", "stdout"),
     "stderr": _attr("standard_error", "stderr"),
+    "stdin": _attr("standard_input", "stdin"),
     "array": _attr("array", "array", lambda a: a.render()),
     "dependency": _attr("dependencies", "dependency"),
     "begin": _attr("begin_time", "begin"),

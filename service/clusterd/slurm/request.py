@@ -136,6 +136,7 @@ class JobRequest:
     submit_directory: str = ""  # SLURM_SUBMIT_DIR
     stdout: str = ""  # -o, absolute or relative to the working directory; "" = Slurm's default
     stderr: str = ""
+    stdin: str = ""  # -i: a file the batch script reads on stdin (slurmd opens it, as the user); "" = /dev/null
     array: ArraySpec | None = None
     dependency: str = ""
     begin: str = ""

@@ -172,6 +172,7 @@ RENDERERS: dict[str, Render] = {
     "submit_directory": _none,  # SLURM_SUBMIT_DIR in the environment (base_environment)
     "stdout": _key("standard_output", "stdout"),
     "stderr": _key("standard_error", "stderr"),
+    "stdin": _key("standard_input", "stdin"),
     "array": lambda job, r: job.update(array=r.array.render()) if r.array else None,
     "dependency": _key("dependency", "dependency"),
     "begin": _key("begin_time", "begin"),

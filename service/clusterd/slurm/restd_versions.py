@@ -294,6 +294,7 @@ DP_RENDERERS: dict[str, DpRender] = {
     "submit_directory": _none,  # SLURM_SUBMIT_DIR in the environment
     "stdout": _key("standard_output", "stdout"),
     "stderr": _key("standard_error", "stderr"),
+    "stdin": _key("standard_input", "stdin"),
     "array": lambda job, r, _a, _n: job.update(array=r.array.render()) if r.array else None,
     "dependency": _key("dependency", "dependency"),
     "begin": _begin,

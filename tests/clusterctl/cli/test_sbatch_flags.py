@@ -52,7 +52,8 @@ FLAGS: list[tuple[list[str], dict[str, Any]]] = [
     (["--gres=gpu:2", "--gpus-per-node=a100:2"], {"gpus_per_node": 2, "gpu_type": "a100"}),
     (["--mem", "4G"], {"memory_mb_per_node": "4096"}),
     (["--mem-per-cpu=512M"], {"memory_mb_per_cpu": "512"}),
-    (["--mem=0"], {"sbatch_options": ["--mem=0"]}),  # all of each node's memory: 0 is "unset" in the field
+    (["--mem=0"], {"sbatch_options": ["--mem=0"]}),
+    (["-i", "in.txt"], {"sbatch_options": ["--input=in.txt"]}),  # all of each node's memory: 0 is "unset" in the field
     (["-t", "1:00:00"], {"time_limit": "1:00:00"}),
     (["--time=1-12"], {"time_limit": "1-12"}),
     (["-p", "debug"], {"partition": "debug"}),

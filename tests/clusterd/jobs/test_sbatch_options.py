@@ -91,6 +91,9 @@ def test_node_and_accounting_options_become_fields() -> None:
     assert (r.mem_bind, r.acctg_freq, r.licenses, r.batch_features) == (
         "local", "task=30", "fluent:2", "a100")  # fmt: skip
     assert req("#SBATCH --no-kill=off").no_kill is False
+    assert req("#SBATCH -i data/in.txt").stdin == "data/in.txt"  # slurmd opens it, as the user
+    with pytest.raises(InvalidArgument, match="must not contain"):
+        req("#SBATCH --input=../secret")
 
 
 def test_precedence_fields_then_options_then_script() -> None:
