@@ -258,7 +258,7 @@ class ClusterDaemon:
                 log.info("metrics on %s://%s/metrics, dashboard on %s://%s/", scheme, cfg.metrics_listen, scheme,
                          cfg.metrics_listen)  # fmt: skip
             else:
-                self._metrics = serve(cfg.metrics_listen, combined(None, self.role))
+                self._metrics = serve(cfg.metrics_listen, combined(None, self.role), config=cfg, dashboard=False)
                 log.info("metrics on http://%s/metrics, health on /healthz", cfg.metrics_listen)
         if web is not None and not shared:
             self._web = serve(cfg.web.listen, web, config=cfg)

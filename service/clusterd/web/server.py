@@ -51,15 +51,16 @@ def combined(web: Wsgi | None, health: Callable[[], dict[str, Any]] | None = Non
     return app
 
 
-def serve(listen: str, app: Wsgi, *, config: Config | None = None) -> HttpListener:
-    """Serve ``app`` on ``host:port`` or ``unix:/PATH`` (HTTPS with [tls] when ``config`` enables the
-    dashboard and has a certificate), bounded by ``config.web``'s limits, in a thread of its own.
+def serve(listen: str, app: Wsgi, *, config: Config | None = None, dashboard: bool = True) -> HttpListener:
+    """Serve ``app`` on ``host:port`` or ``unix:/PATH`` (HTTPS with [tls] when it is a ``dashboard``
+    and ``config`` enables it and has a certificate), bounded by ``config.web``'s limits, in a thread
+    of its own. A metrics-only listener (``dashboard=False``) stays plain HTTP for Prometheus.
 
     Raises OSError (port taken), ConfigError (bad address, unsafe socket directory, unreadable certificate).
     """
     cfg = config or Config()
     tls = None
-    if config is not None and config.web.enabled and config.tls.cert_file:
+    if dashboard and config is not None and config.web.enabled and config.tls.cert_file:
         tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:
             tls.load_cert_chain(config.tls.cert_file, config.tls.key_file or None)
