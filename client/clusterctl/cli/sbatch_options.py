@@ -84,6 +84,7 @@ _FORWARDED: tuple[tuple[tuple[str, ...], str | None, Callable[[str], object] | N
     (("--deadline",), "TIME", None, "remove the job if it cannot end by then (--begin's syntax)"),
     (("--time-min",), "TIME", sv.finite_time, "the least time limit it may be started with"),
     (("--wckey",), "KEY", sv.name, "workload characterization key"),
+    (("--comment",), "TEXT", sv.comment, "a comment of yours on the job, as squeue/sacct show it"),
     (("--open-mode",), "MODE", _choice("append", "truncate"), "append or truncate the output files"),
     (("--kill-on-invalid-dep",), "yes|no", _choice("yes", "no"), "end the job when its dependency cannot be met"),
     (("--signal",), "[R|B:]SIG[@TIME]", None,
@@ -111,7 +112,7 @@ _FORWARDED: tuple[tuple[tuple[str, ...], str | None, Callable[[str], object] | N
 # Optional values, registered whole so that "--exclusive SCRIPT" stays a flag, as with getopt.
 _WHOLE = ("--exclusive=user", "--exclusive=mcs", "--no-kill=off")
 # sbatch flags clusterctl knows and the service refuses: the reason is the table's.
-_REFUSED = ("--comment", "--export-file", "--uid", "--gid", "--get-user-env")
+_REFUSED = ("--export-file", "--uid", "--gid", "--get-user-env")
 
 
 class _Forward(argparse.Action):

@@ -149,6 +149,13 @@ def extra_node_info(text: str) -> tuple[int | None, int | None, int | None]:
     return parts[0], parts[1], parts[2]
 
 
+def comment(text: str) -> str:
+    """``--comment``: free text for the user's own bookkeeping, one printable line of at most 1,000 characters."""
+    if len(text) > 1000 or not text.isprintable():
+        raise ValueError("a comment is one line of at most 1000 printable characters")
+    return text
+
+
 def name(text: str) -> str:
     """A Slurm name (wckey, partition, account, ...): 1-64 of [A-Za-z0-9_.-]."""
     if not _NAME_RE.match(text):

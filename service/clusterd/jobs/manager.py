@@ -198,7 +198,8 @@ class JobManager:
         beat_env, rec.heartbeat_token_sha256 = credentials.issue(spec, self._config.liveness, self._config.listen)
         env.update(beat_env)
         request = replace(
-            request, user=unix_user.name, comment=rec.comment_tag, script=inject_environment(request.script, env)
+            request, user=unix_user.name, comment=rec.tagged(request.comment),
+            script=inject_environment(request.script, env)
         )
         try:
             job_id = await self._backend.submit(request)
@@ -453,7 +454,7 @@ class JobManager:
             return await self._await_existing(rec), True
         async with self._store.record_lock(rec.record_id):
             try:
-                await self._backend.mark_supervised(parent, rec.comment_tag)
+                await self._backend.mark_supervised(parent, rec.tagged(job.comment))
             except SlurmError as exc:
                 await self._fail(rec, str(exc))
                 if isinstance(exc, SlurmUnavailable):
@@ -465,7 +466,7 @@ class JobManager:
             rec.placement_explanation = "adopted: submitted with sbatch, placed by Slurm"
             await self._store.save(rec)
         self._bus.publish(JobEvent(EventType.SUBMITTED, rec, message=f"adopted by {ident.user}"))
-        await self._await_tag(parent, rec.comment_tag)
+        await self._await_tag(parent, rec.tagged(job.comment))
         log.info("adopted job %s for %s (record %s)", parent, rec.user, rec.record_id)
         return rec, False
 

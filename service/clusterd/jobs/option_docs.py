@@ -34,6 +34,7 @@ SAMPLES: dict[str, str | None] = {
     "time-min": "5", "wckey": "proj", "tmp": "1G", "ntasks-per-socket": "1", "gpus-per-socket": "1",
     "delay-boot": "10", "overcommit": None, "no-kill": None, "use-min-nodes": None, "wait-all-nodes": "1",
     "mem-bind": "local", "acctg-freq": "task=30", "licenses": "fluent:2", "batch": "a100", "input": "in.txt",
+    "comment": "sweep 7",
 }  # fmt: skip
 _FACTS = ClusterFacts(frozenset(), frozenset(), "debug")
 

@@ -101,6 +101,7 @@ def layout(m: Merged, gpu_type: str) -> dict[str, Any]:
         "deadline": m.text("deadline", "", "spec.sbatch_options", check_begin),
         "time_min_seconds": m.read("time-min", sbatch_values.finite_time),
         "wckey": m.read("wckey", sbatch_values.name) or "",
+        "comment": m.read("comment", sbatch_values.comment) or "",
         "tmp_mb": m.read("tmp", upto(sbatch_values.megabytes, MAX_MEMORY_MB)),
         "tasks_per_socket": m.read("ntasks-per-socket", upto(sbatch_values.count, MAX_TASKS)),
         "gpus_per_socket": per_socket[1] if per_socket else None,

@@ -345,7 +345,8 @@ def _hostlist(text: str, limit: int) -> list[str]:
 def validate_spec(spec: jobs_pb2.JobSpec, facts: ClusterFacts, limits: LimitsConfig) -> JobRequest:
     """Check every field, read the script's directives, and make the one request Slurm will see.
 
-    The request has no user, comment or placement yet (the manager adds them); its script is the
+    The request has no user or placement yet, and only the user's own comment (the manager adds the
+    user and the record's tag after the comment); its script is the
     caller's with directive lines neutralised. Raises InvalidArgument naming the field or line.
     """
     _check_text("spec.name", spec.name)

@@ -120,6 +120,10 @@ class JobRecord:
         """Written into the Slurm job's comment so a crashed submission can be found again."""
         return f"{RECORD_TAG_PREFIX}{self.record_id}"
 
+    def tagged(self, comment: str) -> str:
+        """The Slurm comment for this record's job: the user's own comment, then the tag."""
+        return f"{comment} {self.comment_tag}" if comment else self.comment_tag
+
     def adopts(self, job: SlurmJob) -> bool:
         """Whether ``job`` is this record's crashed submission: its tag AND its owner's name.
 
@@ -127,7 +131,12 @@ class JobRecord:
         comment must not have it adopted as someone else's. Slurm shows the caller as the owner
         when sbatch runs with the caller's rights, the service's account when it cannot.
         """
-        return job.comment == self.comment_tag and job.user in (self.user, _SERVICE_ACCOUNT)
+        return carries_tag(job.comment, self.comment_tag) and job.user in (self.user, _SERVICE_ACCOUNT)
+
+
+def carries_tag(comment: str, tag: str) -> bool:
+    """Whether a Slurm comment ends with a record's tag (after the user's own comment, if any)."""
+    return comment == tag or comment.endswith(f" {tag}")
 
 
 @dataclass(frozen=True)

@@ -204,7 +204,7 @@ def test_a_job_slurm_refuses_is_bad_input(cli: Runner, fake: FakeClient) -> None
         (["submit", "--export", "1A", "--", "true"], "'1A' is not a variable name"),
         (["submit", "--gres", "shard:2", "--", "true"], "use --gres=gpu[:TYPE][:COUNT]"),
         (["submit", "--exclusive=other", "--", "true"], "--exclusive: ignored explicit argument 'other'"),
-        (["submit", "--comment", "x", "--", "true"], "--comment is not allowed: clusterd keeps its own tag"),
+        (["submit", "--comment", "a\tb", "--", "true"], "one line of at most 1000 printable characters"),
         (["submit", "--export-file", "/etc/shadow", "--", "true"], "--export-file is not allowed: it makes"),
         (["submit", "--wrap", "hostname", "--", "true"], "not --wrap and '-- COMMAND'"),
         (["submit", "--json", "--parsable", "--", "true"], "--json and --parsable"),

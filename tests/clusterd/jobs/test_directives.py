@@ -66,7 +66,6 @@ def test_abbreviations_resolve_as_sbatch_does() -> None:
         ("#SBATCH --wait", "--wait is not allowed"),
         ("#SBATCH --wrap=id", "--wrap is not allowed"),
         ("#SBATCH --test-only", "--test-only is not allowed"),
-        ("#SBATCH --comment=x", "--comment is not allowed"),
         ("#SBATCH --par=debug", "ambiguous"),
         ("#SBATCH --frob", "not an sbatch option"),
         ("#SBATCH -Z", "-Z is not an sbatch option"),

@@ -7,7 +7,7 @@ import itertools
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -205,3 +205,13 @@ async def test_watch_ids_are_checked_and_bounded(world: World) -> None:
     job_id = await world.submit(ALICE)
     assert (await world.manager.get(ALICE, job_id, with_spec=False)).spec.ByteSize() == 0
     assert (await world.manager.get(ALICE, job_id)).spec.command == ["hostname"]
+
+
+async def test_the_users_comment_reaches_slurm_before_the_records_tag(world: World) -> None:
+    """``--comment`` is the user's; the tag after it still finds a submission whose answer was lost."""
+    job_id = await world.submit(ALICE, sbatch_options=["--comment=run 7 of the sweep"])
+    assert world.slurm.jobs[job_id].comment == "run 7 of the sweep clusterctl-record:1"
+    rec = await world.store.get_by_job_id(job_id)
+    assert rec is not None and rec.adopts(world.slurm.jobs[job_id])
+    forged = replace(world.slurm.jobs[job_id], comment="x clusterctl-record:1", user=USER_B)
+    assert not rec.adopts(forged)  # another user's job carrying the tag is not this record's

@@ -113,7 +113,7 @@ def test_precedence_fields_then_options_then_script() -> None:
         ("#SBATCH -B x", (), "spec.script", "bad -B"),
         ("#SBATCH --gpus-per-node=a100:2 --gpus-per-task=h100:1", (), "spec.script", "differs from 'a100'"),
         ("", ("--uid=0",), "spec.sbatch_options", "--uid is not allowed (jobs run as their submitter"),
-        ("", ("--comment=x",), "spec.sbatch_options", "--comment is not allowed"),
+        ("", ("--comment=" + "x" * 1001,), "spec.sbatch_options", "one line of at most 1000 printable characters"),
         ("", ("nodes=2",), "spec.sbatch_options", "is not an option"),
         ("", ("--time",), "spec.sbatch_options", "--time needs a value"),
         ("#SBATCH --no-kill=on", (), "spec.script", "bad --no-kill 'on'"),
