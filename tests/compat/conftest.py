@@ -75,7 +75,7 @@ def compat_daemon(
 ) -> Iterator[Daemon]:  # fmt: skip
     """clusterd in front of the stack, on the commands backend or on slurmrestd at one API version."""
     api = api_of(request.param, stack, offered_api_versions)
-    extra = {}
+    extra = {"CLUSTERD_SLURM__BACKEND": "commands"}
     if api is not None:
         cfg = restd_config(stack, api_version=api)
         extra = {"CLUSTERD_SLURM__BACKEND": "slurmrestd", "CLUSTERD_SLURM__RESTD_URL": cfg.restd_url,

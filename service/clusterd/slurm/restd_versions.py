@@ -45,6 +45,10 @@ class RestApi:
     data_parser: bool
     # v0.0.40's JOB_DESC_MSG has no "hold" key: a held job is priority 0, as sbatch --hold sends.
     hold_key: bool = True
+    # From v0.0.42 a job left without "oom_kill_step" gets 0 (OOMKillStep=0, overriding the
+    # cluster's TaskPluginParam default) where sbatch leaves it unset: the body says unset (NO_VAL16).
+    # v0.0.40/41 cannot say it; their jobs show OOMKillStep=0 (24.11).
+    oom_kill_step_key: bool = False
 
     @property
     def defers_switches(self) -> bool:
@@ -81,10 +85,10 @@ _APIS = (
     RestApi("v0.0.38", data_parser=False),
     RestApi("v0.0.40", data_parser=True, hold_key=False),
     RestApi("v0.0.41", data_parser=True),
-    RestApi("v0.0.42", data_parser=True),
-    RestApi("v0.0.43", data_parser=True),
-    RestApi("v0.0.44", data_parser=True),
-    RestApi("v0.0.45", data_parser=True),
+    RestApi("v0.0.42", data_parser=True, oom_kill_step_key=True),
+    RestApi("v0.0.43", data_parser=True, oom_kill_step_key=True),
+    RestApi("v0.0.44", data_parser=True, oom_kill_step_key=True),
+    RestApi("v0.0.45", data_parser=True, oom_kill_step_key=True),
 )
 KNOWN_API_VERSIONS: tuple[str, ...] = tuple(api.name for api in _APIS)
 _BY_NAME = {api.name: api for api in _APIS}
@@ -108,6 +112,7 @@ def number(value: int) -> dict[str, Any]:
 
 
 INFINITE = {"set": True, "infinite": True, "number": 0}
+_NO_VAL16 = 0xFFFE  # Slurm's "not set" for a 16-bit field that the data_parser takes as a plain integer
 
 
 _NOW_RE = re.compile(r"^now(?:\+([0-9]+)(seconds?|minutes?|hours?|days?|weeks?|[smhdw]|sec|min)?)?\Z", re.IGNORECASE)
@@ -317,7 +322,8 @@ DP_RENDERERS: dict[str, DpRender] = {
     "hint": _by_sbatch("--hint", "hint"),
     "distribution": _by_sbatch("--distribution", "distribution"),
     "sockets_per_node": _key("sockets_per_node", "sockets_per_node"),
-    "cores_per_socket": _key("cores_per_socket", "cores_per_socket"),
+    # 24.11's v0.0.42 takes the key and drops it (ReqB:S:C:T shows no cores): sbatch carries it.
+    "cores_per_socket": _by_sbatch("--cores-per-socket", "cores_per_socket"),
     "threads_per_core": _key("threads_per_core", "threads_per_core"),
     "min_cpus_per_node": _by_sbatch("--mincpus", "min_cpus_per_node"),
     "contiguous": _key("contiguous", "contiguous"),
@@ -350,6 +356,8 @@ def _data_parser_submit(api: RestApi, req: JobRequest, base_environment: Mapping
     job: Body = {}
     for render in DP_RENDERERS.values():
         render(job, req, api, now)
+    if api.oom_kill_step_key:
+        job["oom_kill_step"] = _NO_VAL16  # as sbatch: the cluster's default applies
     environment = restd_submit.base_environment(req, base_environment)
     job["environment"] = [f"{k}={v}" for k, v in environment.items()]
     # The top-level script is what 23.11's handler checks; newer ones also read job.script.

@@ -60,7 +60,7 @@ BACKENDS = {"sbatch": (_sbatch, argv.SBATCH_RENDERERS), "restd-v0.0.38": (_restd
 _DP_BY_SBATCH = {"mail_type": (), "gpu_bind": "", "gres_flags": "", "hint": "", "distribution": "",
                  "min_cpus_per_node": None, "spread_job": False, "tmp_mb": None, "delay_boot_seconds": None,
                  "overcommit": False, "no_kill": False, "use_min_nodes": False, "wait_all_nodes": None,
-                 "mem_bind": "", "acctg_freq": "", "batch_features": ""}  # fmt: skip
+                 "mem_bind": "", "acctg_freq": "", "batch_features": "", "cores_per_socket": None}  # fmt: skip
 REFUSED: dict[str, dict[str, Any]] = {
     "restd-v0.0.41": _DP_BY_SBATCH, "restd-v0.0.40": _DP_BY_SBATCH,
     "restd-v0.0.38": {"signal": Signal("USR1", 120, batch_only=False), "hint": "", "distribution": "",
