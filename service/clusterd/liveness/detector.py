@@ -2,7 +2,9 @@
 
 Every ``check_every`` seconds, for each run whose job Slurm shows RUNNING in that same run:
 
-- a rank that reported its own exit with a failure status -> RANK_FAILED (its node is fine);
+- a rank that reported its own exit with a failure status -> RANK_FAILED (its node is fine), or
+  NODE_FAILURE when another node of the run is dead (probed at once): a peer's death fails the
+  survivors' collectives before its silence shows;
 - ranks silent for ``suspect_after`` intervals make their node a suspect. A node where another
   job's ranks still beat is alive. Otherwise it is probed twice (liveness.probe): dead both times
   (slurmd refuses, or neither slurmd nor the host answers), or already DOWN in Slurm ->
@@ -153,7 +155,10 @@ class Detector:
             run.gone_since = 0.0
             if run.decided or view.state != JobState.RUNNING or view.restart_count != run.restart_count:
                 continue  # not running this run (yet, or any more): Slurm's own view decides
-            detection = self._crashed(run) or await self._silent(run, nodes, frozenset(view.nodes), beating)
+            allocated = frozenset(view.nodes)
+            detection = await self._crashed(run, nodes, allocated, beating) or await self._silent(
+                run, nodes, allocated, beating
+            )
             if detection is not None and detection.cause == "NODE_FAILURE":
                 drain = tuple(n for n in detection.nodes if self._others_on(n, view.user))
                 detection = replace(detection, drain=drain)
@@ -165,11 +170,21 @@ class Detector:
                 await self._act(detection)
         return found
 
-    def _crashed(self, run: Run) -> Detection | None:
+    async def _crashed(
+        self, run: Run, nodes: dict[str, SlurmNode], allocated: frozenset[str], beating: dict[str, set[int]]
+    ) -> Detection | None:
+        """A rank that reported a failed exit; a node failure instead when another node of the run is
+        dead: a peer's death makes the survivors' collectives fail at once, before the dead node's
+        silence is seen, and the node is what failed."""
         failed = crashed_rank(run)
         if failed is None:
             return None
         rank, beat = failed
+        others = {b.node for b in run.ranks.values() if b.node in allocated and b.node != beat.node}
+        dead = sorted(await self._unreachable(sorted(others), nodes, run.record_id, beating))
+        if dead:
+            ranks = sorted(r for r, b in run.ranks.items() if b.node in dead)
+            return self._node_failure(run, dead, ranks, f"; {crash_detail(rank, beat)} as a consequence")
         return Detection(run.record_id, run.job_id, run.restart_count, "RANK_FAILED", (beat.node,), (rank,),
                          "rank-exit", beat.seen_wall, time.time(), crash_detail(rank, beat),
                          exit_code=beat.exit_code)  # fmt: skip
@@ -221,13 +236,7 @@ class Detector:
                 silent[node] = lagging[node]
                 dead.append(node)
             dead.sort()
-            ranks = sorted(r for n in dead for r in silent[n])
-            last = max(run.ranks[r].seen for r in ranks)
-            who = f"rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))}"
-            return Detection(run.record_id, run.job_id, run.restart_count, "NODE_FAILURE", tuple(dead), tuple(ranks),
-                             "heartbeat+probe", max(run.ranks[r].seen_wall for r in ranks), time.time(),
-                             f"node{'s' if len(dead) > 1 else ''} {', '.join(dead)} unreachable: {who} silent "
-                             f"{now - last:.1f}s, node not answering")  # fmt: skip
+            return self._node_failure(run, dead, sorted(r for n in dead for r in silent[n]))
         for node, ranks in sorted(silent.items()):
             last = max(run.ranks[r].seen for r in ranks)
             last_wall = max(run.ranks[r].seen_wall for r in ranks)
@@ -238,6 +247,15 @@ class Detector:
                                  f"{who} on {node} silent {now - last:.1f}s (hang timeout {run.hang_timeout:g}s) "
                                  "while the node answers")  # fmt: skip
         return None
+
+    def _node_failure(self, run: Run, dead: list[str], ranks: list[int], more: str = "") -> Detection:
+        """NODE_FAILURE of ``dead`` (probed), whose ``ranks`` went silent with them."""
+        last = max(run.ranks[r].seen for r in ranks)
+        who = f"rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))}"
+        return Detection(run.record_id, run.job_id, run.restart_count, "NODE_FAILURE", tuple(dead), tuple(ranks),
+                         "heartbeat+probe", max(run.ranks[r].seen_wall for r in ranks), time.time(),
+                         f"node{'s' if len(dead) > 1 else ''} {', '.join(dead)} unreachable: {who} silent "
+                         f"{time.monotonic() - last:.1f}s, node not answering{more}")  # fmt: skip
 
     async def _node_alive(self, node: SlurmNode | None) -> bool:
         """Dead twice in a row (or DOWN in Slurm already) is dead; unknown nodes count as alive."""

@@ -176,6 +176,19 @@ async def test_a_rank_that_exits_with_a_failure_is_a_rank_failure(live: Live) ->
     assert live.slurm.calls["set_node_down"] == 0
 
 
+async def test_a_rank_failing_because_its_peers_node_died_is_that_nodes_failure(live: Live) -> None:
+    """The survivor's collective fails at once when its peer's node dies: that node is probed then,
+    and the node failure is what is recorded (and the node excluded), not a rank failure."""
+    job_id, record, token = await live.submit()
+    await live.beat(job_id, record, token, 1, step=3)
+    live.prober.dead.add("10.0.0.2")
+    await live.beat(job_id, record, token, 0, step=3, exiting=True, exit_code=1)
+    found = await live.daemon.detector.check_once()
+    assert [(d.cause, d.nodes) for d in found] == [("NODE_FAILURE", ("node2",))]
+    assert "rank 0 on node1 exited with status 1 as a consequence" in found[0].detail
+    assert "node2" in (await live.status(job_id)).excluded_nodes
+
+
 async def test_a_rank_that_asks_to_be_requeued_is_not_a_failure(live: Live) -> None:
     job_id, record, token = await live.submit()
     await live.beat(job_id, record, token, 0, exiting=True, exit_code=85)
