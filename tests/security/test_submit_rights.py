@@ -37,15 +37,15 @@ def submit_calls(d: Daemon) -> float:
     [
         ("#SBATCH --bbf=/etc/shadow", "--bbf is not allowed"),
         ("#SBATCH -F /etc/shadow", "--nodefile is not allowed"),
-        ("#SLURM --export-file=/proc/self/environ", "#SLURM directives are not supported"),
+        ("#SLURM --export-file=/proc/self/environ", "--export-file is not allowed"),
         ("#SBATCH --export-fi=/proc/1/environ", "--export-file is not allowed"),
         ("#SBATCH --priority=1", "--priority is not allowed"),
         ("#SBATCH --nice=-5", "not a non-negative whole number"),
         ("#SBATCH --reboot", "--reboot is not allowed"),
         ("#SBATCH --par=debug", "ambiguous"),
         ("#SBATCH --uid=0", "--uid is not allowed"),
-        ("#PBS -l nodes=1", "#PBS directives are not supported"),
-        ("#BSUB -J x", "#BSUB directives are not supported"),
+        ("#PBS -l nodes=1", "#PBS directives are refused"),
+        ("#BSUB -J x", "#BSUB directives are refused"),
         ("#SBATCH -W", "--wait is not allowed"),
     ],
 )

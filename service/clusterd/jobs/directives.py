@@ -1,12 +1,13 @@
 """A batch script's directive header, read with sbatch's own rules, and neutralised for Slurm.
 
 sbatch reads the comment block at the top of a script (up to the first line that is neither blank
-nor a comment): ``#SBATCH`` lines as options, ``#PBS``/``#BSUB`` lines unless ``--ignore-pbs``, and
-it complains about ``#SLURM``. Options are parsed like getopt_long (:mod:`clusterctl.sbatch.options`,
-the parser the CLI uses too): ``--name=v``, ``--name v``, ``-xv``, ``-x v``, and any unambiguous
-prefix of a long option (``--par`` is ambiguous to sbatch: ``--parsable``/``--partition``);
-``#SBATCH--time=5`` is an option too, and a word that is not an option is an error, as sbatch says
-("Invalid directive found in batch script"). Every option either maps to a field the service knows
+nor a comment): ``#SBATCH`` lines as options, ``#SLURM`` lines as ``#SBATCH`` ones (sbatch asks for
+them to be changed, and applies them), ``#PBS``/``#BSUB`` lines unless ``--ignore-pbs``. Options are
+parsed like getopt_long (:mod:`clusterctl.sbatch.options`, the parser the CLI uses too): ``--name=v``,
+``--name v``, ``-xv``, ``-x v``, and any unambiguous prefix of a long option (``--par`` is ambiguous
+to sbatch: ``--parsable``/``--partition``); ``#SBATCH--time=5`` is an option too, and a word that is
+not an option is an error, as sbatch says ("Invalid directive found in batch script"). Every option
+either maps to a field the service knows
 (``ACCEPTED``) or is refused with the script line named and the reason. The script handed to Slurm
 has its directive lines turned into plain comments (same line count), so Slurm applies only the
 options rendered from the validated request: the allowlist holds by construction.
@@ -95,12 +96,12 @@ def parse_directives(script: str) -> list[Directive]:
         if family is None:
             continue
         body = line[len(family) :]  # "#SBATCH--time=5" is an option to sbatch, "#SBATCHfoo" an error
-        if family != "#SBATCH" and body and not body[0].isspace():
+        options_line = family in ("#SBATCH", "#SLURM")  # sbatch takes #SLURM lines as #SBATCH (saying so)
+        if not options_line and body and not body[0].isspace():
             continue  # "#PBSX": a comment
-        if family != "#SBATCH":
-            reason = ("sbatch, too, says to change it to #SBATCH" if family == "#SLURM" else
-                      "clusterd does not translate them into sbatch options as sbatch does")  # fmt: skip
-            raise DirectiveError(lineno, f"{family} directives are refused ({reason}): write the line as #SBATCH")
+        if not options_line:
+            raise DirectiveError(lineno, f"{family} directives are refused (clusterd does not translate them into "
+                                 "sbatch options as sbatch does): write the line as #SBATCH")  # fmt: skip
         text = line.strip()
         for directive in _parse_line(lineno, text, body):
             why = refusal(directive.option)

@@ -71,7 +71,7 @@ def test_abbreviations_resolve_as_sbatch_does() -> None:
         ("#SBATCH -Z", "-Z is not an sbatch option"),
         ("#SBATCH --requeue=yes", "takes no value"),
         ("#SBATCH --time", "needs a value"),
-        ("#SLURM --export-file=/proc/self/environ", "#SLURM directives are refused"),
+        ("#SLURM --export-file=/proc/self/environ", "--export-file is not allowed"),  # read as #SBATCH
         ("#PBS -l nodes=2", "#PBS directives are refused"),
         ("#BSUB -J x", "#BSUB directives are refused"),
         ("#SBATCH --job-name='x", "cannot read"),
@@ -90,3 +90,8 @@ def test_neutralise_keeps_lines_and_hides_every_family() -> None:
     assert [ln[:9] for ln in out.split("\n")[1:5]] == ["#clusterd"] * 4
     assert out.endswith("echo\n#SBATCH --later\n")  # after the header: data, as to sbatch
     assert parse_directives(out) == []
+
+
+def test_a_slurm_line_is_read_as_sbatch_reads_it() -> None:
+    """sbatch 22.05 answers "Change from #SLURM to #SBATCH" and applies the line: so does clusterd."""
+    assert opts("#!/bin/bash\n#SLURM --time=5\n") == [("time", "5")]

@@ -43,7 +43,7 @@ BAD: list[tuple[str, jobs_pb2.JobSpec, str]] = [
     ("#SBATCH --uid in script", spec(script="#!/bin/bash\n#SBATCH --uid=0\necho\n"), "spec.script"),
     ("#SBATCH --export-file in script", spec(script="#!/bin/bash\n#SBATCH --export-file=/etc/shadow\n"), "spec.script"),
     ("#SBATCH --export reserved name", spec(script="#!/bin/bash\n#SBATCH --export=SLURM_CONF=/x\n"), "spec.script"),
-    ("#SLURM line", spec(script="#!/bin/bash\n#SLURM --job-name=x\n"), "spec.script"),
+    ("#SLURM --uid line", spec(script="#!/bin/bash\n#SLURM --uid=0\n"), "spec.script"),
     ("#PBS line", spec(script="#!/bin/bash\n#PBS -l nodes=2\n"), "spec.script"),
     ("#SBATCH ambiguous --par", spec(script="#!/bin/bash\n#SBATCH --par=debug\n"), "spec.script"),
     ("#SBATCH -W", spec(script="#!/bin/bash\n#SBATCH -W\n"), "spec.script"),
