@@ -7,10 +7,10 @@ parsed like getopt_long (:mod:`clusterctl.sbatch.options`, the parser the CLI us
 ``--name v``, ``-xv``, ``-x v``, and any unambiguous prefix of a long option (``--par`` is ambiguous
 to sbatch: ``--parsable``/``--partition``); ``#SBATCH--time=5`` is an option too, and a word that is
 not an option is an error, as sbatch says ("Invalid directive found in batch script"). Every option
-either maps to a field the service knows
-(``ACCEPTED``) or is refused with the script line named and the reason. The script handed to Slurm
-has its directive lines turned into plain comments (same line count), so Slurm applies only the
-options rendered from the validated request: the allowlist holds by construction.
+either maps to a field the service knows (``ACCEPTED``) or is refused with the script line named and
+the reason. The script handed to Slurm has its directive lines turned into plain comments (same line
+count), so Slurm applies only the options rendered from the validated request: the allowlist holds
+by construction.
 """
 
 from __future__ import annotations
