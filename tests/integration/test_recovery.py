@@ -93,6 +93,8 @@ def test_time_limit_checkpoints_on_usr1_and_requeues(daemon: Daemon, stack: Stac
     for prev, nxt in itertools.pairwise(runs):
         # The signal handler checkpointed the exact step it stopped at: zero steps lost.
         assert nxt.resumed_from == prev.steps[0][-1], (prev.steps[0][-1], nxt.header)
+    # Each restart shows the step its run committed last, the one the next run resumed from.
+    assert [r.checkpoint_step for r in done.restarts] == [r.resumed_from for r in runs[1:]], done.restarts
     assert runs[-1].steps[0][-1] == total - 1
 
 
