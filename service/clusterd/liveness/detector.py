@@ -88,11 +88,12 @@ class JobView:
     restart_count: int
     nodes: tuple[str, ...] = ()  # the run's allocation: beats naming another node are not believed
     user: str = ""
-    cpus: int = 0  # the allocation's CPUs: a bound on the job's ranks
+    cpus: int = 0  # the CPUs of the job's nodes (0: unknown): a bound on its ranks
     array_job_id: str = ""  # an array task's array
 
 
 Act = Callable[[Detection], Awaitable[None]]
+Beating = dict[str, dict[int, str]]  # node -> {record id: user} of the runs beating from it now
 
 
 class Detector:
@@ -155,10 +156,7 @@ class Detector:
             run.gone_since = 0.0
             if run.decided or view.state != JobState.RUNNING or view.restart_count != run.restart_count:
                 continue  # not running this run (yet, or any more): Slurm's own view decides
-            allocated = frozenset(view.nodes)
-            detection = await self._crashed(run, nodes, allocated, beating) or await self._silent(
-                run, nodes, allocated, beating
-            )
+            detection = await self._crashed(run, nodes, view, beating) or await self._silent(run, nodes, view, beating)
             if detection is not None and detection.cause == "NODE_FAILURE":
                 drain = tuple(n for n in detection.nodes if self._others_on(n, view.user))
                 detection = replace(detection, drain=drain)
@@ -171,7 +169,7 @@ class Detector:
         return found
 
     async def _crashed(
-        self, run: Run, nodes: dict[str, SlurmNode], allocated: frozenset[str], beating: dict[str, set[int]]
+        self, run: Run, nodes: dict[str, SlurmNode], view: JobView, beating: Beating
     ) -> Detection | None:
         """A rank that reported a failed exit; a node failure instead when another node of the run is
         dead: a peer's death makes the survivors' collectives fail at once, before the dead node's
@@ -180,8 +178,8 @@ class Detector:
         if failed is None:
             return None
         rank, beat = failed
-        others = {b.node for b in run.ranks.values() if b.node in allocated and b.node != beat.node}
-        dead = sorted(await self._unreachable(sorted(others), nodes, run.record_id, beating))
+        others = {b.node for b in run.ranks.values() if b.node in view.nodes and b.node != beat.node}
+        dead = sorted(await self._unreachable(sorted(others), nodes, run, view.user, beating))
         if dead:
             ranks = sorted(r for r, b in run.ranks.items() if b.node in dead)
             return self._node_failure(run, dead, ranks, f"; {crash_detail(rank, beat)} as a consequence")
@@ -189,30 +187,31 @@ class Detector:
                          "rank-exit", beat.seen_wall, time.time(), crash_detail(rank, beat),
                          exit_code=beat.exit_code)  # fmt: skip
 
-    def _beating_nodes(self) -> dict[str, set[int]]:
-        """Node -> the records whose ranks beat from it within their last interval: live evidence."""
+    def _beating_nodes(self) -> dict[str, dict[int, str]]:
+        """Node -> the records (and their users) whose ranks beat from it within their last interval."""
         now = time.monotonic()
-        beating: dict[str, set[int]] = {}
+        beating: dict[str, dict[int, str]] = {}
         for run in self._table.runs():
+            view = self._jobs(run.job_id)
             for beat in run.ranks.values():
-                if not beat.exiting and now - beat.seen <= run.interval * 1.5:
-                    beating.setdefault(beat.node, set()).add(run.record_id)
+                if view is not None and not beat.exiting and now - beat.seen <= run.interval * 1.5:
+                    beating.setdefault(beat.node, {})[run.record_id] = view.user
         return beating
 
     async def _unreachable(
-        self, names: list[str], nodes: dict[str, SlurmNode], record_id: int, beating: dict[str, set[int]]
+        self, names: list[str], nodes: dict[str, SlurmNode], run: Run, user: str, beating: Beating
     ) -> list[str]:
-        """Those of ``names`` that are dead (probed together). Another job's ranks still beating from
-        a node is the best evidence it lives: such a node is not probed."""
-        alive = await asyncio.gather(
-            *(self._node_alive(nodes.get(n)) if beating.get(n, set()) - {record_id} == set() else _true()
-              for n in names)
-        )  # fmt: skip
+        """Those of ``names`` that are dead (probed together). Another job of the same user still
+        beating from a node is evidence it lives: such a node is not probed. (Another user's beats
+        are not taken: a tenant could name a node of its allocation it does not run on.)"""
+
+        def vouched(node: str) -> bool:
+            return any(r != run.record_id and u == user for r, u in beating.get(node, {}).items())
+
+        alive = await asyncio.gather(*(_true() if vouched(n) else self._node_alive(nodes.get(n)) for n in names))
         return [n for n, ok in zip(names, alive, strict=True) if not ok]
 
-    async def _silent(
-        self, run: Run, nodes: dict[str, SlurmNode], allocated: frozenset[str], beating: dict[str, set[int]]
-    ) -> Detection | None:
+    async def _silent(self, run: Run, nodes: dict[str, SlurmNode], view: JobView, beating: Beating) -> Detection | None:
         """Silent ranks -> a dead node (probed) or a hung rank. A beat is the job's word: only nodes
         of the job's own allocation are ever probed or declared dead on it."""
         now = time.monotonic()
@@ -220,19 +219,21 @@ class Detector:
         silent: dict[str, list[int]] = {}
         lagging: dict[str, list[int]] = {}  # missed a beat, not yet suspect
         for rank, beat in run.ranks.items():
-            if beat.node not in allocated or beat.exiting:
+            if beat.node not in view.nodes or beat.exiting:
                 continue
             quiet = now - beat.seen
             if quiet > suspect:
                 silent.setdefault(beat.node, []).append(rank)
             elif quiet > run.interval:
                 lagging.setdefault(beat.node, []).append(rank)
-        dead = await self._unreachable(list(silent), nodes, run.record_id, beating)
+        dead = await self._unreachable(list(silent), nodes, run, view.user, beating)
         if dead:
             # Nodes that died with it beat last up to one interval later, so they may still be short of
             # the suspect window: a node of the run that missed a beat is probed now, so that two
             # failures at once are one restart, not two.
-            for node in await self._unreachable([n for n in lagging if n not in silent], nodes, run.record_id, beating):
+            for node in await self._unreachable(
+                [n for n in lagging if n not in silent], nodes, run, view.user, beating
+            ):
                 silent[node] = lagging[node]
                 dead.append(node)
             dead.sort()

@@ -6,9 +6,9 @@ lookups: a record's digest and settings are read from the store once and cached 
 A beat is a claim, never a command. The token proves which record it comes from; everything else
 is checked against the record and Slurm's view: the job is the record's (or one of its array's
 tasks), it runs now, the node is in its allocation, the run is the one Slurm shows, the rank is
-below the allocation's CPU count. Beats outside that are not recorded. Each record's beats are
-rate-limited, unknown record ids are remembered briefly so a flood of them costs no store reads,
-and an ended record's token is forgotten with it.
+below the CPU count of its nodes. Beats outside that are not recorded. Each record's beats are
+rate-limited; store reads for ids not cached are shared by a job's ranks and capped service-wide;
+an ended record's token is forgotten with it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from clusterd.store.base import JobStore
 log = logging.getLogger(__name__)
 
 _MAX_CACHED = 100_000
-_UNKNOWN_FOR_SECONDS = 30.0  # an id with no live record (or a wrong token) is not looked up again this long
+_UNKNOWN_FOR_SECONDS = 30.0  # an ended record's id (read from the store) is not looked up again this long
 _MAX_UNKNOWN = 10_000
 _LOOKUPS_PER_SECOND = 200.0  # store reads for ids not cached yet; beyond, RESOURCE_EXHAUSTED (the rank retries)
 _BEATS_PER_RANK_INTERVAL = 3.0  # a rank beats once an interval (plus its last): three is generous
@@ -101,8 +101,9 @@ class HeartbeatService:
         if req.rank >= max(req.world_size, 1):
             raise InvalidArgument("rank", f"{req.rank} is not below world_size {req.world_size}")
         job_id, view = self._job(req.job_id, known)
-        self._spend(known, view)
-        if view is None or view.state != JobState.RUNNING or req.restart_count != view.restart_count:
+        running = view is not None and view.state == JobState.RUNNING
+        self._spend(known, _rank_bound(view) if view is not None and running else 1)
+        if view is None or not running or req.restart_count != view.restart_count:
             # Not running as far as the last poll knows: just started (the poll catches up), or held,
             # finished, or an older run still draining. Nothing is recorded either way.
             now = time.monotonic()
@@ -117,8 +118,8 @@ class HeartbeatService:
             raise PermissionDenied(f"node {node or '(none)'!r} is not in job {job_id}'s allocation")
         bound = _rank_bound(view)
         if req.world_size > bound:
-            raise InvalidArgument("rank", f"{req.rank} of world_size {req.world_size}: a job on "
-                                  f"{len(view.nodes)} node(s) with {bound} CPUs has at most {bound} ranks")  # fmt: skip
+            raise InvalidArgument("world_size", f"{req.world_size}: a job on {len(view.nodes)} node(s) with "
+                                  f"{bound} CPUs in all has at most {bound} ranks (one per CPU)")  # fmt: skip
         beat = Beat(req.record_id, job_id, view.restart_count, req.rank, max(req.world_size, 1), node, req.pid,
                     req.step, req.committed_step, req.restored, req.exiting, req.exit_code)  # fmt: skip
         run, first = self._table.record(beat, interval=known.interval, hang_timeout=known.hang_timeout)
@@ -138,12 +139,14 @@ class HeartbeatService:
             raise PermissionDenied(f"job_id {claimed!r} is not this record's job ({known.job_id or 'not submitted'})")
         return claimed, view
 
-    def _spend(self, known: _Known, view: JobView | None) -> None:
-        """One beat from the record's bucket: its ranks' beats per interval, three times over."""
-        ranks = _rank_bound(view) if view is not None and view.cpus else 1
+    def _spend(self, known: _Known, ranks: int) -> None:
+        """One beat from the record's bucket: ``ranks`` beating every interval, three times over, and
+        room for at least one whole interval of them (a job not seen running counts as one rank:
+        its beats are not recorded anyway)."""
         per_second = ranks * _BEATS_PER_RANK_INTERVAL / max(known.interval, 0.05)
+        room = max(per_second * 2, ranks * _BEATS_PER_RANK_INTERVAL)
         now = time.monotonic()
-        known.allowance = min(per_second * 2, known.allowance + (now - known.refilled) * per_second)
+        known.allowance = min(room, known.allowance + (now - known.refilled) * per_second)
         known.refilled = now
         if known.allowance < 1:
             raise ResourceExhausted(f"job {known.job_id}: heartbeats arrive faster than its ranks beat")
@@ -165,21 +168,11 @@ class HeartbeatService:
         if self._unknown.get(record_id, 0.0) > time.monotonic():
             return None
         loading = self._loading.get(record_id)
-        if loading is not None:  # a job's ranks start together: one store read for all of them
-            return await asyncio.shield(loading)
-        self._take_lookup()
-        future: asyncio.Future[_Known | None] = asyncio.get_running_loop().create_future()
-        self._loading[record_id] = future
-        try:
-            known = await self._load(record_id)
-            future.set_result(known)
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: the waiters, if any, raise it
-            raise
-        finally:
-            del self._loading[record_id]
-        return known
+        if loading is None:  # a job's ranks start together: one store read for all of them
+            self._take_lookup()
+            loading = self._loading[record_id] = asyncio.ensure_future(self._load(record_id))
+            loading.add_done_callback(lambda _: self._loading.pop(record_id, None))
+        return await asyncio.shield(loading)  # a caller that goes away does not cancel the others' read
 
     def _take_lookup(self) -> None:
         now = time.monotonic()
@@ -191,9 +184,10 @@ class HeartbeatService:
 
     async def _load(self, record_id: int) -> _Known | None:
         rec = await self._store.get_by_record(record_id)
+        if rec is not None and rec.terminal:
+            self._remember_unknown(record_id)  # an ended record never beats again
         if rec is None or rec.terminal or not rec.heartbeat_token_sha256:
-            self._remember_unknown(record_id)
-            return None
+            return None  # not yet submitted (or no such record): asked again next time, within the lookup cap
         known = _Known(rec.heartbeat_token_sha256, rec.job_id, credentials.interval_of(rec.spec, self._config),
                        credentials.hang_timeout_of(rec.spec, self._config))  # fmt: skip
         if len(self._known) >= _MAX_CACHED:

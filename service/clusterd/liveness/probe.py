@@ -5,7 +5,9 @@ a job can fake. A tenant with a job on the node can fill slurmd's listen queue (
 out) but cannot make the kernel refuse a connection while slurmd listens, nor stop the host from
 answering ICMP echo. So:
 
-- slurmd's port refuses (RST): slurmd is gone, the node cannot run work -> ``Reach.REFUSED``;
+- slurmd's port refuses (RST): slurmd is gone, the node cannot run work -> ``Reach.REFUSED``
+  (at the kernel's default ``net.ipv4.tcp_abort_on_overflow=0``: with 1, a full listen queue
+  answers with a reset too, and a tenant could make the port refuse; leave it at 0);
 - the connect times out and the host does not answer ping either: powered off, link down ->
   ``Reach.GONE``;
 - the connect times out but the host answers ping: slurmd is busy or its queue is full; the node is
@@ -55,6 +57,7 @@ class SlurmdProber:
         self._timeout = timeout
         self._ping = ping if ping is not None else (shutil.which("ping") or "")
         self._pool = concurrent.futures.ThreadPoolExecutor(_PROBE_THREADS, thread_name_prefix="clusterd-probe")
+        self._warned = False
         if not self._ping:
             log.warning("no ping command: a node whose slurmd does not answer is never taken for powered off")
 
@@ -71,7 +74,9 @@ class SlurmdProber:
             ping.cancel()
 
     async def _host_answers(self, address: str) -> bool:
-        """One ICMP echo by the system's ping; without ping the host counts as up (no verdict)."""
+        """One ICMP echo by the system's ping. Only ping's "no reply" (exit 1) counts as a silent
+        host: without ping, or when it cannot run (exit 2: no CAP_NET_RAW, an unknown name), the
+        host counts as up, and a silent port concludes nothing."""
         if not self._ping:
             return True
         wait = str(max(1, round(self._timeout)))
@@ -85,7 +90,13 @@ class SlurmdProber:
             log.warning("cannot run %s: %s; the host counts as up", self._ping, exc)
             return True
         try:
-            return await proc.wait() == 0
+            status = await proc.wait()
+            if status not in (0, 1) and not self._warned:
+                self._warned = True
+                log.warning("%s %s exited %d (not a reply or its absence): clusterd needs CAP_NET_RAW for "
+                            "ping; until then a silent slurmd port never makes a node dead", self._ping, address,
+                            status)  # fmt: skip
+            return status != 1
         finally:
             if proc.returncode is None:  # cancelled: the connect already decided (the watcher reaps it)
                 proc.kill()
@@ -101,6 +112,8 @@ def _connect(address: str, port: int, timeout: float) -> Reach:
             return Reach.ANSWERS
     except ConnectionRefusedError:
         return Reach.REFUSED
+    except socket.gaierror:
+        return Reach.BUSY  # a name that does not resolve says nothing about the node
     except OSError as exc:
         if exc.errno == errno.ECONNREFUSED:
             return Reach.REFUSED

@@ -250,6 +250,7 @@ class ProgressReader:
         began = time.time()
         loop = asyncio.get_running_loop()
         lister: Callable[[int, float], int] = functools.partial(self._lister, job.uri)
+        root: UserDirStorage | None = None
         if _is_file(job.uri):
             try:
                 root = await asyncio.wait_for(self._opener(job.user, parse_uri(job.uri).prefix), budget.seconds)
@@ -270,7 +271,16 @@ class ProgressReader:
             lister = functools.partial(user_dir_steps, root)
         # The cap keeps a free worker for this read, so its thread starts now; the store's deadline
         # is still taken in the thread, so a read never spends its budget waiting for a worker.
-        future: Future[int] = self._pool.submit(self._list, lister)
+        try:
+            future: Future[int] = self._pool.submit(self._list, lister)
+        except RuntimeError:  # the pool was shut down: the reader is closing
+            if root is not None:
+                root.close()
+            self._thread_done(job)
+            return
+        if root is not None:  # user_dir_steps closes it; a read cancelled before it ran does here
+            opened = root
+            future.add_done_callback(lambda f: opened.close() if f.cancelled() else None)
         future.add_done_callback(lambda _: _call_soon(loop, self._thread_done, job))
         try:
             step = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), budget.seconds)

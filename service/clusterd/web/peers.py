@@ -85,14 +85,6 @@ class PeerKeys:
         return int(uid), int(inode)
 
 
-def client_key(conn: socket.socket) -> str:
-    """:meth:`PeerKeys.key` with a netlink socket of its own (one-off callers)."""
-    keys = PeerKeys()
-    try:
-        return keys.key(conn)
-    finally:
-        keys.close()
-
 
 def _unmapped(host: str) -> str:
     """``::ffff:127.0.0.1`` (an IPv4 client of a dual-stack socket) -> ``127.0.0.1``."""

@@ -14,12 +14,13 @@ from google.protobuf.duration_pb2 import Duration
 
 from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
 from clusterd.config import LivenessConfig
+from clusterd.errors import ResourceExhausted
 from clusterd.liveness.probe import Reach
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.types import JobState, NodeState, SlurmJob
 
-from ..conftest import USER_A, auth, make_config
+from ..conftest import USER_A, USER_B, auth, make_config
 
 INTERVAL, HANG = 0.1, 1.0
 
@@ -42,12 +43,12 @@ class Live:
     jobs: jobs_pb2_grpc.JobServiceStub
     prober: Prober
 
-    async def submit(self, **policy: object) -> tuple[str, int, str]:
+    async def submit(self, user: str = USER_A, **policy: object) -> tuple[str, int, str]:
         """A 2-node job with fast heartbeats, RUNNING on node1+node2; returns (job id, record id, token)."""
         rp = jobs_pb2.RestartPolicy(heartbeat_interval=Duration(nanos=int(INTERVAL * 1e9)),
                                     hang_timeout=Duration(seconds=int(HANG)), **policy)  # type: ignore[arg-type]  # fmt: skip
         spec = jobs_pb2.JobSpec(command=["train"], nodes=2, restart_policy=rp)
-        job = (await self.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec), metadata=auth(USER_A))).job
+        job = (await self.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec), metadata=auth(user))).job
         script = self.slurm.submitted[-1].script
         token = re.search(r"CLUSTERCTL_HEARTBEAT_TOKEN=(\S+?);", script)
         record = re.search(r"CLUSTERCTL_RECORD_ID=(\d+);", script)
@@ -344,7 +345,9 @@ async def test_a_beat_flood_is_rate_limited_per_job(live: Live) -> None:
     assert await one() == "OK"  # the bucket refills: the job's own beats go on
 
 
-async def test_unknown_record_ids_cost_one_store_read_each(live: Live) -> None:
+async def test_ids_of_no_live_record_never_block_a_record_made_later(live: Live) -> None:
+    """Record ids are handed out in order: beats naming the next one before it exists cost a store
+    read each (within the service-wide cap), and do not keep its job's own beats out once it runs."""
     reads = 0
     real = live.daemon.store.get_by_record
 
@@ -356,9 +359,42 @@ async def test_unknown_record_ids_cost_one_store_read_each(live: Live) -> None:
     live.daemon.store.get_by_record = counted  # type: ignore[method-assign]
     for _ in range(20):
         with pytest.raises(grpc.aio.AioRpcError) as err:
-            await live.jobs.Heartbeat(jobs_pb2.HeartbeatRequest(record_id=424242, token="x" * 43))
+            await live.jobs.Heartbeat(jobs_pb2.HeartbeatRequest(record_id=1, token="x" * 43))
         assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    assert reads == 1
+    assert reads == 20
+    job_id, record, token = await live.submit()
+    assert record == 1
+    assert not (await live.beat(job_id, record, token, 0)).stop
+    assert live.daemon.liveness.get(record) is not None
+
+
+async def test_a_long_interval_still_leaves_room_for_every_rank_once(live: Live) -> None:
+    from clusterd.liveness.heartbeats import _Known
+
+    known = _Known("x", "1", interval=300.0, hang_timeout=600.0)
+    for _ in range(3 * 4):  # 4 ranks, three beats each, all within an instant
+        live.daemon.heartbeats._spend(known, 4)
+    with pytest.raises(ResourceExhausted):
+        live.daemon.heartbeats._spend(known, 4)
+
+
+async def test_another_users_beats_do_not_vouch_for_a_node(live: Live) -> None:
+    """A tenant's beat may name any node of its own allocation: it is not taken as evidence that
+    another user's silent node lives (the node is probed)."""
+    job_id, record, token = await live.submit()
+    other_id, other_record, other_token = await live.submit(user=USER_B)
+    live.prober.dead.add("10.0.0.2")
+    for rank in (0, 1):
+        await live.beat(job_id, record, token, rank, step=5)
+    for _ in range(4):
+        await asyncio.sleep(INTERVAL)
+        await live.beat(job_id, record, token, 0, step=6)
+        for rank in (0, 1):
+            await live.beat(other_id, other_record, other_token, rank, step=6)
+    found = await live.daemon.detector.check_once()
+    assert "10.0.0.2" in live.prober.probes  # probed despite bob's beats naming it
+    mine = [(d.cause, d.nodes, d.drain) for d in found if d.job_id == job_id]
+    assert mine == [("NODE_FAILURE", ("node2",), ("node2",))]  # drained: bob's job runs there
 
 
 async def test_a_late_check_after_a_stalled_loop_decides_nothing(live: Live) -> None:
