@@ -1,4 +1,5 @@
-"""README.md's operator and user examples, run as written against the local stack.
+"""The documented examples, run as written against the local stack: docs/operator-guide.md's
+operator blocks, README.md's first job and first checkpoint.
 
 Blocks marked ``<!-- readme-test: GROUP -->`` run in order: ``operator`` (install, tokens, TLS,
 check), then clusterd is started the way the systemd unit starts it, then ``user`` (submit, wait,
@@ -6,7 +7,7 @@ list and verify checkpoints) with the token and CA the operator part made, then 
 (scrape /metrics). A block marked ``file=NAME`` is written to the working directory instead.
 
 What is changed, and only this: ``/etc/clusterd``, ``/opt/clusterd``, ``/var/lib/clusterd`` and
-``/shared/clusterd`` move under a temporary root, in the README's blocks and in the sample config
+``/shared/clusterd`` move under a temporary root, in the blocks and in the sample config
 (``/opt/clusterd/src`` is a copy of this checkout's files); the metrics port is a free one; the
 service's listen address and its jobs' PATH come from ``CLUSTERD_*`` variables (the sample binds
 0.0.0.0:50051, where the stack's own clusterd listens, and jobs here need the stack's job Python).
@@ -32,12 +33,13 @@ from tests.support.stack import Stack
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[2]
+DOCS = ("README.md", "docs/operator-guide.md")  # the files whose marked blocks run, in this order
 _BLOCK = re.compile(r"<!-- readme-test: (\w+)(?: file=([\w.]+))? -->\n```(\w+)\n(.*?)```", re.S)
 
 
 def readme_blocks() -> list[tuple[str, str | None, str]]:
-    """(group, file name or None, code) for every marked block, in README order."""
-    return [(g, f, code) for g, f, _, code in _BLOCK.findall((REPO / "README.md").read_text())]
+    """(group, file name or None, code) for every marked block, in the order of DOCS and of each file."""
+    return [(g, f, code) for doc in DOCS for g, f, _, code in _BLOCK.findall((REPO / doc).read_text())]
 
 
 def test_readme_marks_the_examples() -> None:
@@ -98,7 +100,7 @@ class Sandbox:
                 script += self.rewrite(code) + "\n"
         proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=self.work, capture_output=True,
                               text=True, env=env or self.env, timeout=timeout)  # fmt: skip
-        assert proc.returncode == 0, f"README {group} block failed:\n{script}\n--- stdout\n{proc.stdout}\n" \
+        assert proc.returncode == 0, f"documented {group} block failed:\n{script}\n--- stdout\n{proc.stdout}\n" \
                                      f"--- stderr\n{proc.stderr[-4000:]}"  # fmt: skip
         return proc.stdout
 
