@@ -42,8 +42,20 @@ def _outputs(procs: list[subprocess.Popen[str]]) -> list[dict[str, object]]:
     for p in procs:
         stdout, stderr = p.communicate(timeout=120)
         assert p.returncode == 0, stderr[-3000:]
-        outs.extend(json.loads(line) for line in stdout.splitlines() if line.startswith("{"))
+        outs.extend(_objects(stdout))
     return sorted(outs, key=lambda o: float(o["me"]))  # type: ignore[arg-type]
+
+
+def _objects(text: str) -> list[dict[str, object]]:
+    """Every JSON object printed at a line's start: torchrun's processes share one stdout, so a
+    second object may follow the first on its line."""
+    decoder, found = json.JSONDecoder(), []
+    for line in text.splitlines():
+        at = 0
+        while line.startswith("{", at):
+            obj, at = decoder.raw_decode(line, at)
+            found.append(obj)
+    return found
 
 
 def _torchrun(mode: str, uri: str) -> list[dict[str, object]]:
