@@ -55,7 +55,7 @@ class Sandbox:
         self.root.chmod(0o755)
         self.work = self.root / "work"
         self.work.mkdir(mode=0o755)
-        # The user's guide runs from alice's own directory, as she would: the job writes its
+        # README's first job runs from alice's own directory, as she would: the job writes its
         # slurm-%j.out there, with her rights (as under sbatch).
         alice = pwd.getpwnam("alice")
         os.chown(self.work, alice.pw_uid, alice.pw_gid)
