@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -132,16 +133,21 @@ def test_second_writer_of_a_rank_stops_the_commit() -> None:
     config = fast_config(run_id="job-1")
     first = CheckpointManager("/unused", rank=0, world_size=1, storage=storage, config=config)
     second = CheckpointManager("/unused", rank=0, world_size=1, storage=storage, config=config)
-    h1 = first.save(3, {"w": b"first"})
-    h2 = second.save(3, {"w": b"second"})
+    handles = [first.save(3, {"w": b"first"}), second.save(3, {"w": b"second"})]
+    # Whichever background save claims the rank second is refused at its claim, before writing its
+    # shard; the claim holder waits at the gate (which one is first is the threads' order).
+    deadline = time.monotonic() + 10
+    while not any(h.done() for h in handles) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    late_handle = next(h for h in handles if h.done())
     with pytest.raises(DuplicateWriterError) as late:
-        h2.result(timeout=10)  # refused at its claim, before writing its shard
+        late_handle.result(timeout=0)
     storage.gate.set()
     with pytest.raises(DuplicateWriterError) as early:
-        h1.result(timeout=10)  # the claim holder sees the conflict and does not commit
+        next(h for h in handles if h is not late_handle).result(timeout=10)  # the holder does not commit
     assert first.steps() == []
     for err in (late.value, early.value):
-        assert err.writers == (first._writer, second._writer)
+        assert set(err.writers) == {first._writer, second._writer}
         assert first._writer in str(err) and second._writer in str(err)
     first.close()
     second.close()
