@@ -32,6 +32,7 @@ from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.factory import make_backend
 from clusterd.slurm.features import detect
 from clusterd.slurm.version import SlurmVersion, SlurmVersionError
+from clusterd.web.transport import check_web_transport
 
 if TYPE_CHECKING:
     from clusterctl.storage import Storage
@@ -72,6 +73,7 @@ def check_config(path: str | None) -> tuple[Config | None, Findings]:
     out = Findings()
     try:
         config = load_config(path)
+        check_web_transport(config)  # a dashboard another local user could impersonate: serve refuses it too
     except ConfigError as exc:
         out.add("config", FAIL, str(exc))
         return None, out

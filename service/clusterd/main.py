@@ -12,6 +12,7 @@ from clusterd.auth.tokens import TokenFileError
 from clusterd.check import add_check_command
 from clusterd.config import ConfigError, load_config
 from clusterd.observability.logs import configure_logging
+from clusterd.web.transport import check_web_transport
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -21,6 +22,7 @@ def _serve(args: argparse.Namespace) -> int:
                  "allow_insecure": args.allow_insecure}
     try:
         config = load_config(args.config, overrides=overrides)
+        check_web_transport(config)  # a dashboard another local user could impersonate: check refuses it too
         configure_logging(config.log_format, args.log_level or config.log_level)
         daemon = ClusterDaemon(config)
     except (ConfigError, TokenFileError, ValueError) as exc:

@@ -6,7 +6,7 @@ So the listener must be one no ordinary user can bind: a unix socket in a direct
 writes (clusterd.security.unixsock), a loopback port below the kernel's ``ip_unprivileged_port_start``
 (only root, or CAP_NET_BIND_SERVICE, binds those), or HTTPS with the gRPC [tls] certificate, which
 an impostor cannot present to a client that verifies it. Anything else needs allow_insecure.
-:func:`clusterd.config.load_config` applies the rule, so ``clusterd check`` and ``clusterd serve``
+``clusterd check`` and ``clusterd serve`` apply the rule right after loading the config, so they
 refuse the same configs.
 """
 

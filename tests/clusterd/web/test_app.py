@@ -109,9 +109,19 @@ def test_a_port_any_local_user_could_bind_is_refused(tmp_path: Path) -> None:
     check_web_transport(replace(cfg, tls=replace(cfg.tls, cert_file="/etc/clusterd/tls.crt")))
     toml = tmp_path / "c.toml"
     toml.write_text('metrics_listen = "127.0.0.1:9464"\n[web]\nenabled = true\n')
+    findings = by_check_config(str(toml))  # `clusterd check`; `serve` applies the same rule
+    assert findings[0][0] == "FAIL" and "below 1024" in findings[0][1]
     with pytest.raises(ConfigError, match="below 1024"):
-        load_config(toml)  # so `clusterd check` and `serve` refuse it alike
-    assert load_config(toml, environ={"CLUSTERD_WEB__LISTEN": "127.0.0.1:880"}).web.listen == "127.0.0.1:880"
+        check_web_transport(load_config(toml, environ={}))
+    fixed = load_config(toml, environ={"CLUSTERD_WEB__LISTEN": "127.0.0.1:880"})
+    check_web_transport(fixed)
+    assert fixed.web.listen == "127.0.0.1:880"
+
+
+def by_check_config(path: str) -> list[tuple[str, str]]:
+    from clusterd.check import check_config
+
+    return [(f.status, f.detail) for f in check_config(path)[1]]
 
 
 async def test_dashboard_on_a_unix_socket(tmp_path: Path) -> None:
