@@ -100,6 +100,17 @@ async def beat_both_then_silence(live: Live, job_id: str, record: int, token: st
         await live.beat(job_id, record, token, keep, step=6)
 
 
+async def rank1_silent_while_other_beats(live: Live, mine: tuple[str, int, str], other: tuple[str, int, str]) -> None:
+    """Both of ``mine``'s ranks beat, then only rank 0 does, while both ranks of ``other`` keep beating."""
+    for rank in (0, 1):
+        await live.beat(*mine, rank, step=5)
+    for _ in range(4):
+        await asyncio.sleep(INTERVAL)
+        await live.beat(*mine, 0, step=6)
+        for rank in (0, 1):
+            await live.beat(*other, rank, step=6)
+
+
 async def test_silent_rank_on_unreachable_node_is_a_dead_node(live: Live) -> None:
     job_id, record, token = await live.submit()
     live.prober.dead.add("10.0.0.2")
@@ -260,13 +271,7 @@ async def test_a_node_where_another_jobs_ranks_beat_is_alive_without_a_probe(liv
     job_id, record, token = await live.submit()
     other_id, other_record, other_token = await live.submit()
     live.prober.dead.add("10.0.0.2")  # whatever a probe would say
-    for rank in (0, 1):
-        await live.beat(job_id, record, token, rank, step=5)
-    for _ in range(4):
-        await asyncio.sleep(INTERVAL)
-        await live.beat(job_id, record, token, 0, step=6)
-        for rank in (0, 1):
-            await live.beat(other_id, other_record, other_token, rank, step=6)
+    await rank1_silent_while_other_beats(live, (job_id, record, token), (other_id, other_record, other_token))
     assert await live.daemon.detector.check_once() == []
     assert "10.0.0.2" not in live.prober.probes and live.slurm.calls["set_node_down"] == 0
 
@@ -384,13 +389,7 @@ async def test_another_users_beats_do_not_vouch_for_a_node(live: Live) -> None:
     job_id, record, token = await live.submit()
     other_id, other_record, other_token = await live.submit(user=USER_B)
     live.prober.dead.add("10.0.0.2")
-    for rank in (0, 1):
-        await live.beat(job_id, record, token, rank, step=5)
-    for _ in range(4):
-        await asyncio.sleep(INTERVAL)
-        await live.beat(job_id, record, token, 0, step=6)
-        for rank in (0, 1):
-            await live.beat(other_id, other_record, other_token, rank, step=6)
+    await rank1_silent_while_other_beats(live, (job_id, record, token), (other_id, other_record, other_token))
     found = await live.daemon.detector.check_once()
     assert "10.0.0.2" in live.prober.probes  # probed despite bob's beats naming it
     mine = [(d.cause, d.nodes, d.drain) for d in found if d.job_id == job_id]
