@@ -85,8 +85,16 @@ def make_state(rank: int, nbytes: int, arrays: int = 8) -> dict[str, np.ndarray]
 
 def worker(rank: int, world: int, args: dict[str, Any], barrier: Any, out: Any) -> None:
     os.environ.update(args["env"])
-    os.environ.update({"SLURM_PROCID": str(rank), "SLURM_NTASKS": str(world), "SLURM_JOB_ID": args["job"],
-                       "SLURM_STEP_ID": "0", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
+    os.environ.update(
+        {
+            "SLURM_PROCID": str(rank),
+            "SLURM_NTASKS": str(world),
+            "SLURM_JOB_ID": args["job"],
+            "SLURM_STEP_ID": "0",
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+        }
+    )
     import boto3
     from botocore.config import Config
 
@@ -199,13 +207,21 @@ def worker(rank: int, world: int, args: dict[str, Any], barrier: Any, out: Any) 
             key = f"s3://{args['bucket']}/{args['prefix']}/s5cmd/{i}/rank{rank}.bin"
             barrier.wait()
             t0 = time.perf_counter()
-            subprocess.run([s5, "--endpoint-url", os.environ["AWS_ENDPOINT_URL"], "cp", str(local), key],
-                           check=True, capture_output=True, env=s5env)
+            subprocess.run(
+                [s5, "--endpoint-url", os.environ["AWS_ENDPOINT_URL"], "cp", str(local), key],
+                check=True,
+                capture_output=True,
+                env=s5env,
+            )
             up.append(time.perf_counter() - t0)
             barrier.wait()
             t0 = time.perf_counter()
-            subprocess.run([s5, "--endpoint-url", os.environ["AWS_ENDPOINT_URL"], "cp", key, f"{local}.down"],
-                           check=True, capture_output=True, env=s5env)
+            subprocess.run(
+                [s5, "--endpoint-url", os.environ["AWS_ENDPOINT_URL"], "cp", key, f"{local}.down"],
+                check=True,
+                capture_output=True,
+                env=s5env,
+            )
             down.append(time.perf_counter() - t0)
             os.unlink(f"{local}.down")
         os.unlink(local)
@@ -248,6 +264,7 @@ def worker(rank: int, world: int, args: dict[str, Any], barrier: Any, out: Any) 
 
 
 # --- FSDP2 side by side with torch.distributed.checkpoint (local directory, gloo on CPU) ---------
+
 
 def rchar() -> int:
     """Bytes this process read through read()/pread() so far (/proc/self/io), for both libraries."""
@@ -314,6 +331,7 @@ def fsdp_worker(rank: int, world: int, args: dict[str, Any], barrier: Any, out: 
             optim.step()
             res: dict[str, Any] = {"rank": rank, "needed": local_bytes()}
             blocks, e2es, dblocks, de2es = [], [], [], []
+
             def ours(i: int) -> None:
                 barrier.wait()
                 t0 = time.perf_counter()
@@ -332,10 +350,14 @@ def fsdp_worker(rank: int, world: int, args: dict[str, Any], barrier: Any, out: 
                 de2es.append(time.perf_counter() - t0)
 
             for i in range(reps + 1):  # the first of each warms staging memory; ABBA order after that
-                for run in ((ours, theirs) if i % 2 == 0 else (theirs, ours)):
+                for run in (ours, theirs) if i % 2 == 0 else (theirs, ours):
                     run(i)
-            res.update(ours_block_s=statistics.median(blocks[1:]), ours_e2e_s=statistics.median(e2es[1:]),
-                       dcp_block_s=statistics.median(dblocks[1:]), dcp_e2e_s=statistics.median(de2es[1:]))
+            res.update(
+                ours_block_s=statistics.median(blocks[1:]),
+                ours_e2e_s=statistics.median(e2es[1:]),
+                dcp_block_s=statistics.median(dblocks[1:]),
+                dcp_e2e_s=statistics.median(de2es[1:]),
+            )
             # a replicated half: as much again in tensors every rank holds whole (DDP-style)
             sd = model.state_dict()
             torch.manual_seed(1)
@@ -363,8 +385,12 @@ def fsdp_worker(rank: int, world: int, args: dict[str, Any], barrier: Any, out: 
                 dtimes.append(time.perf_counter() - t0)
                 dreads.append(rchar() - r0)
             assert all(torch.equal(a, b) for a, b in zip(got, local_tensors(), strict=True))  # the same state
-            res.update(ours_load_s=statistics.median(times), dcp_load_s=statistics.median(dtimes),
-                       ours_read=min(reads), dcp_read=min(dreads))
+            res.update(
+                ours_load_s=statistics.median(times),
+                dcp_load_s=statistics.median(dtimes),
+                ours_read=min(reads),
+                dcp_read=min(dreads),
+            )
     dist.destroy_process_group()
     out.put(res)
 
@@ -397,27 +423,58 @@ def run_fsdp(opts: argparse.Namespace) -> list[tuple[str, str, str, str, str]]:
 
     saved = phase("save", 2)
     worst = lambda rs, k: max(r[k] for r in rs)  # noqa: E731
-    row("FSDP2+AdamW 2 ranks: save() blocking / DCP async_save", worst(saved, "ours_block_s"),
-        worst(saved, "dcp_block_s"), "s", worst(saved, "ours_block_s") / worst(saved, "dcp_block_s"), "<= 0.5x")
+    row(
+        "FSDP2+AdamW 2 ranks: save() blocking / DCP async_save",
+        worst(saved, "ours_block_s"),
+        worst(saved, "dcp_block_s"),
+        "s",
+        worst(saved, "ours_block_s") / worst(saved, "dcp_block_s"),
+        "<= 0.5x",
+    )
     total = 2 * saved[0]["needed"]
-    row("  save throughput, ours / DCP (GB/s)", total / worst(saved, "ours_e2e_s") / 1e9,
-        total / worst(saved, "dcp_e2e_s") / 1e9, "GB/s", worst(saved, "dcp_e2e_s") / worst(saved, "ours_e2e_s"),
-        ">= 1.0x")
+    row(
+        "  save throughput, ours / DCP (GB/s)",
+        total / worst(saved, "ours_e2e_s") / 1e9,
+        total / worst(saved, "dcp_e2e_s") / 1e9,
+        "GB/s",
+        worst(saved, "dcp_e2e_s") / worst(saved, "ours_e2e_s"),
+        ">= 1.0x",
+    )
     for world in (2, 1, 4):
         loaded = phase("load", world)
         label = "load 2 -> 2" if world == 2 else f"reshard load 2 -> {world}"
-        row(f"  {label}: speed ours / DCP", worst(loaded, "ours_load_s"), worst(loaded, "dcp_load_s"), "s",
-            worst(loaded, "dcp_load_s") / worst(loaded, "ours_load_s"), ">= 1.5x")
+        row(
+            f"  {label}: speed ours / DCP",
+            worst(loaded, "ours_load_s"),
+            worst(loaded, "dcp_load_s"),
+            "s",
+            worst(loaded, "dcp_load_s") / worst(loaded, "ours_load_s"),
+            ">= 1.5x",
+        )
         ratio = max(r["ours_read"] / r["needed"] for r in loaded)
         dratio = max(r["dcp_read"] / r["needed"] for r in loaded)
-        rows.append((f"  {label}: bytes read / needed (worst rank)", f"{ratio:.2f}x", f"DCP {dratio:.2f}x",
-                     f"{ratio:.2f}x", "<= 1.1x"))
+        rows.append(
+            (
+                f"  {label}: bytes read / needed (worst rank)",
+                f"{ratio:.2f}x",
+                f"DCP {dratio:.2f}x",
+                f"{ratio:.2f}x",
+                "<= 1.1x",
+            )
+        )
     unique = saved[0]["unique_rep_bytes"]
     steps = sorted((root / "ours" / "steps").iterdir())
     ours_rep = dir_bytes(steps[-1])
     dcp_rep = dir_bytes(root / "dcp-rep")
-    rows.append(("  bytes stored with a replicated half / unique", f"{ours_rep / unique:.3f}x",
-                 f"DCP {dcp_rep / unique:.3f}x", f"{ours_rep / unique:.3f}x", "1.0x"))
+    rows.append(
+        (
+            "  bytes stored with a replicated half / unique",
+            f"{ours_rep / unique:.3f}x",
+            f"DCP {dcp_rep / unique:.3f}x",
+            f"{ours_rep / unique:.3f}x",
+            "1.0x",
+        )
+    )
     shutil.rmtree(root, ignore_errors=True)
     return rows
 
@@ -432,12 +489,19 @@ def main() -> None:
     ap.add_argument("--bucket", default=None, help="bucket to use with AWS_ENDPOINT_URL")
     ap.add_argument("--json", action="store_true", help="print raw per-rank results too")
     ap.add_argument("--fsdp-mib", type=float, default=128, help="FSDP2 model size for the DCP comparison")
-    ap.add_argument("--only", choices=("all", "s3", "fsdp"), default="all",
-                    help="run only the S3/anchor part or only the FSDP2-vs-DCP part")
+    ap.add_argument(
+        "--only",
+        choices=("all", "s3", "fsdp"),
+        default="all",
+        help="run only the S3/anchor part or only the FSDP2-vs-DCP part",
+    )
     opts = ap.parse_args()
     if opts.only == "fsdp":
-        print_rows(f"checkpoint bench: FSDP2 {opts.fsdp_mib:.0f} MiB float32 vs torch.distributed.checkpoint, "
-                   f"{opts.repeats} repeats (medians; worst rank)", run_fsdp(opts))
+        print_rows(
+            f"checkpoint bench: FSDP2 {opts.fsdp_mib:.0f} MiB float32 vs torch.distributed.checkpoint, "
+            f"{opts.repeats} repeats (medians; worst rank)",
+            run_fsdp(opts),
+        )
         return
 
     server = None
@@ -448,10 +512,18 @@ def main() -> None:
         server = get_server()
         env, bucket = server.env(), server.bucket
     local_dir = Path(tempfile.mkdtemp(prefix="ckpt-bench-"))
-    args = {"env": env, "bucket": bucket, "prefix": f"bench/{uuid.uuid4().hex[:8]}", "job": uuid.uuid4().hex[:8],
-            "bytes_per_rank": int(opts.size_gib * (1 << 30)) // opts.ranks, "repeats": opts.repeats,
-            "part_mib": opts.part_mib, "concurrency": opts.concurrency, "port": free_port(),
-            "local_dir": str(local_dir)}
+    args = {
+        "env": env,
+        "bucket": bucket,
+        "prefix": f"bench/{uuid.uuid4().hex[:8]}",
+        "job": uuid.uuid4().hex[:8],
+        "bytes_per_rank": int(opts.size_gib * (1 << 30)) // opts.ranks,
+        "repeats": opts.repeats,
+        "part_mib": opts.part_mib,
+        "concurrency": opts.concurrency,
+        "port": free_port(),
+        "local_dir": str(local_dir),
+    }
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(opts.ranks), ctx.Queue()
     procs = [ctx.Process(target=worker, args=(r, opts.ranks, args, barrier, out)) for r in range(opts.ranks)]
@@ -463,8 +535,11 @@ def main() -> None:
     shutil.rmtree(local_dir, ignore_errors=True)
     report(results, opts)
     if opts.only == "all":
-        print_rows(f"checkpoint bench: FSDP2 {opts.fsdp_mib:.0f} MiB float32 vs torch.distributed.checkpoint, "
-                   f"{opts.repeats} repeats (medians; worst rank)", run_fsdp(opts))
+        print_rows(
+            f"checkpoint bench: FSDP2 {opts.fsdp_mib:.0f} MiB float32 vs torch.distributed.checkpoint, "
+            f"{opts.repeats} repeats (medians; worst rank)",
+            run_fsdp(opts),
+        )
     if opts.json:
         print(json.dumps(results, indent=2))
 
@@ -484,41 +559,97 @@ def report(rs: list[dict[str, Any]], opts: argparse.Namespace) -> None:
     def row(metric: str, ours: str, anchor: str, ratio: float, target: str) -> None:
         rows.append((metric, ours, anchor, f"{ratio:.2f}x", target))
 
-    row("save() blocking vs np.copyto floor (steady)", f"{worst('ours_block_s'):.3f} s",
-        f"{worst('copyto_s'):.3f} s", worst("ours_block_s") / worst("copyto_s"), "<= 1.5x")
-    row("save() blocking, first save (page faults)", f"{worst('ours_cold_block_s'):.3f} s",
-        f"{worst('copyto_s'):.3f} s", worst("ours_cold_block_s") / worst("copyto_s"), "(info)")
-    row("naive np.savez+boto3 blocking / ours", f"{worst('ours_block_s'):.3f} s", f"{worst('naive_block_s'):.3f} s",
-        worst("naive_block_s") / worst("ours_block_s"), ">= 20x")
+    row(
+        "save() blocking vs np.copyto floor (steady)",
+        f"{worst('ours_block_s'):.3f} s",
+        f"{worst('copyto_s'):.3f} s",
+        worst("ours_block_s") / worst("copyto_s"),
+        "<= 1.5x",
+    )
+    row(
+        "save() blocking, first save (page faults)",
+        f"{worst('ours_cold_block_s'):.3f} s",
+        f"{worst('copyto_s'):.3f} s",
+        worst("ours_cold_block_s") / worst("copyto_s"),
+        "(info)",
+    )
+    row(
+        "naive np.savez+boto3 blocking / ours",
+        f"{worst('ours_block_s'):.3f} s",
+        f"{worst('naive_block_s'):.3f} s",
+        worst("naive_block_s") / worst("ours_block_s"),
+        ">= 20x",
+    )
     if "s5cmd_up_s" not in rs[0]:
         for metric in ("upload throughput vs s5cmd cp (GB/s)", "verified restore vs s5cmd download (GB/s)"):
             rows.append((metric, "-", missing("s5cmd", "s5cmd not on PATH"), "-", "-"))
     else:
-        row("upload throughput vs s5cmd cp (GB/s)", f"{gbps(worst('ours_e2e_s')):.2f}",
-            f"{gbps(worst('s5cmd_up_s')):.2f}", worst("s5cmd_up_s") / worst("ours_e2e_s"), ">= 0.9x")
-        row("verified restore vs s5cmd download (GB/s)", f"{gbps(worst('ours_restore_s')):.2f}",
-            f"{gbps(worst('s5cmd_down_s')):.2f}", worst("s5cmd_down_s") / worst("ours_restore_s"), ">= 0.8x")
+        row(
+            "upload throughput vs s5cmd cp (GB/s)",
+            f"{gbps(worst('ours_e2e_s')):.2f}",
+            f"{gbps(worst('s5cmd_up_s')):.2f}",
+            worst("s5cmd_up_s") / worst("ours_e2e_s"),
+            ">= 0.9x",
+        )
+        row(
+            "verified restore vs s5cmd download (GB/s)",
+            f"{gbps(worst('ours_restore_s')):.2f}",
+            f"{gbps(worst('s5cmd_down_s')):.2f}",
+            worst("s5cmd_down_s") / worst("ours_restore_s"),
+            ">= 0.8x",
+        )
     per_rank = total / len(rs)
-    row("peak extra RSS during save / state (steady)", f"{worst('rss_extra_steady') / (1 << 20):.0f} MiB",
-        f"{per_rank / (1 << 20):.0f} MiB", worst("rss_extra_steady") / per_rank, "<= 1.3x")
-    row("peak extra RSS during first save / state", f"{worst('rss_extra_cold') / (1 << 20):.0f} MiB",
-        f"{per_rank / (1 << 20):.0f} MiB", worst("rss_extra_cold") / per_rank, "(info)")
+    row(
+        "peak extra RSS during save / state (steady)",
+        f"{worst('rss_extra_steady') / (1 << 20):.0f} MiB",
+        f"{per_rank / (1 << 20):.0f} MiB",
+        worst("rss_extra_steady") / per_rank,
+        "<= 1.3x",
+    )
+    row(
+        "peak extra RSS during first save / state",
+        f"{worst('rss_extra_cold') / (1 << 20):.0f} MiB",
+        f"{per_rank / (1 << 20):.0f} MiB",
+        worst("rss_extra_cold") / per_rank,
+        "(info)",
+    )
     slow = min(rs, key=lambda r: r["loop_busy"] / r["loop_idle"])
-    row("loop steps/s during S3 upload vs idle (worst rank)", f"{slow['loop_busy']:.0f}", f"{slow['loop_idle']:.0f}",
-        slow["loop_busy"] / slow["loop_idle"], "(info)")
+    row(
+        "loop steps/s during S3 upload vs idle (worst rank)",
+        f"{slow['loop_busy']:.0f}",
+        f"{slow['loop_idle']:.0f}",
+        slow["loop_busy"] / slow["loop_idle"],
+        "(info)",
+    )
     slow = min(rs, key=lambda r: r["loop_busy_local"] / r["loop_idle"])
-    row("  same, saving to a local dir (no S3 server)", f"{slow['loop_busy_local']:.0f}", f"{slow['loop_idle']:.0f}",
-        slow["loop_busy_local"] / slow["loop_idle"], "(info)")
+    row(
+        "  same, saving to a local dir (no S3 server)",
+        f"{slow['loop_busy_local']:.0f}",
+        f"{slow['loop_idle']:.0f}",
+        slow["loop_busy_local"] / slow["loop_idle"],
+        "(info)",
+    )
     if "dcp_block_s" not in rs[0]:
         for metric in ("DCP async_save blocking / ours (local dir)", "local dir throughput ours vs DCP (GB/s)"):
             rows.append((metric, "-", missing("torch", "no torch"), "-", "-"))
     else:
-        row("DCP async_save blocking / ours (local dir)", f"{worst('local_block_s'):.3f} s",
-            f"{worst('dcp_block_s'):.3f} s", worst("dcp_block_s") / worst("local_block_s"), "(higher = ours faster)")
-        row("local dir throughput ours vs DCP (GB/s)", f"{gbps(worst('local_e2e_s')):.2f}",
-            f"{gbps(worst('dcp_e2e_s')):.2f}", worst("dcp_e2e_s") / worst("local_e2e_s"), "(higher = ours faster)")
-    print_rows(f"checkpoint bench: {gib:.2f} GiB float32, {len(rs)} ranks, {opts.repeats} repeats "
-               "(medians; worst rank)", rows)
+        row(
+            "DCP async_save blocking / ours (local dir)",
+            f"{worst('local_block_s'):.3f} s",
+            f"{worst('dcp_block_s'):.3f} s",
+            worst("dcp_block_s") / worst("local_block_s"),
+            "(higher = ours faster)",
+        )
+        row(
+            "local dir throughput ours vs DCP (GB/s)",
+            f"{gbps(worst('local_e2e_s')):.2f}",
+            f"{gbps(worst('dcp_e2e_s')):.2f}",
+            worst("dcp_e2e_s") / worst("local_e2e_s"),
+            "(higher = ours faster)",
+        )
+    print_rows(
+        f"checkpoint bench: {gib:.2f} GiB float32, {len(rs)} ranks, {opts.repeats} repeats (medians; worst rank)", rows
+    )
 
 
 def print_rows(title: str, rows: list[tuple[str, str, str, str, str]]) -> None:

@@ -68,21 +68,25 @@ def one_failover(stack: Stack, group: Replicas) -> dict[str, float]:
     client = group.client("alice")
     tag = f"fo-{uuid.uuid4().hex[:6]}"
     job = client.submit(_sleep_spec(tag)).job
-    running = wait_for(lambda: (j := client.get(job.job_id)).state == jobs_pb2.JOB_STATE_RUNNING and j,
-                       timeout=60, what="the job running")  # fmt: skip
+    running = wait_for(
+        lambda: (j := client.get(job.job_id)).state == jobs_pb2.JOB_STATE_RUNNING and j,
+        timeout=60,
+        what="the job running",
+    )
     leader = group.leader()
     # A client whose channel is the leader's: its next call meets the dead replica first.
-    first = ClusterClient(",".join([leader.addr, *(d.addr for d in group.daemons if d is not leader)]),
-                          stack.tokens["alice"])  # fmt: skip
+    first = ClusterClient(
+        ",".join([leader.addr, *(d.addr for d in group.daemons if d is not leader)]), stack.tokens["alice"]
+    )
     first.get(job.job_id)
     t0 = group.kill(leader, signal.SIGSTOP)
     _kill_job_process(stack, running.nodes[0])
     group.kill(leader, signal.SIGKILL)
-    first.submit(jobs_pb2.JobSpec(name=f"{tag}-probe", command=["true"], hold=True,
-                                  request_id=uuid.uuid4().hex))  # fmt: skip
+    first.submit(jobs_pb2.JobSpec(name=f"{tag}-probe", command=["true"], hold=True, request_id=uuid.uuid4().hex))
     submitted = time.time() - t0
-    done = wait_for(lambda: (j := client.get(job.job_id)).restarts and j, timeout=60, interval=0.1,
-                    what="the requeue decision")  # fmt: skip
+    done = wait_for(
+        lambda: (j := client.get(job.job_id)).restarts and j, timeout=60, interval=0.1, what="the requeue decision"
+    )
     restart = done.restarts[0]
     decided = (restart.detected_at if restart.HasField("detected_at") else restart.time).ToNanoseconds() / 1e9 - t0
     leader.start()
@@ -140,20 +144,27 @@ def main() -> int:
     finally:
         group.stop()
     subprocess.run(["rm", "-rf", str(base)], check=False)
-    print(f"\nfailover bench: 2 replicas, PostgreSQL store, lease {LEASE_SECONDS:g} s; seconds after the "
-          f"leader stopped (SIGSTOP, then SIGKILL), medians of {args.repeats}")  # fmt: skip
+    print(
+        f"\nfailover bench: 2 replicas, PostgreSQL store, lease {LEASE_SECONDS:g} s; seconds after the "
+        f"leader stopped (SIGSTOP, then SIGKILL), medians of {args.repeats}"
+    )
     for key in ("submit", "requeue decision"):
         values = [r[key] for r in results]
-        print(f"  leader death -> first {'accepted submit' if key == 'submit' else 'requeue decision':24}"
-              f"{statistics.median(values):6.2f} s  (min {min(values):.2f}, max {max(values):.2f})")
+        print(
+            f"  leader death -> first {'accepted submit' if key == 'submit' else 'requeue decision':24}"
+            f"{statistics.median(values):6.2f} s  (min {min(values):.2f}, max {max(values):.2f})"
+        )
     decision = statistics.median(r["requeue decision"] for r in results)
-    print(f"  Slurm's backup controller: takes over after SlurmctldTimeout = {SLURM_BACKUP_TAKEOVER:.0f} s by default "
-          f"(anchor not measured: the local stack runs one slurmctld) -> {SLURM_BACKUP_TAKEOVER / decision:.0f}x")
-    print(f"  submit throughput, 16 clients, {args.seconds:g} s, held jobs: 2 replicas {two:.1f}/s, "
-          f"1 replica {one:.1f}/s = {two / one:.2f}x")
+    print(
+        f"  Slurm's backup controller: takes over after SlurmctldTimeout = {SLURM_BACKUP_TAKEOVER:.0f} s by default "
+        f"(anchor not measured: the local stack runs one slurmctld) -> {SLURM_BACKUP_TAKEOVER / decision:.0f}x"
+    )
+    print(
+        f"  submit throughput, 16 clients, {args.seconds:g} s, held jobs: 2 replicas {two:.1f}/s, "
+        f"1 replica {one:.1f}/s = {two / one:.2f}x"
+    )
     return 0
 
 
 if __name__ == "__main__":
     sys.exit(main())
-

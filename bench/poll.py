@@ -64,8 +64,11 @@ def hostile_tree(root: Path) -> None:
     deep_tree(root / "commits", 10_000)
 
 
-CASES = (("empty prefix", "empty", empty_prefix), ("100,000 objects", "huge", many_objects),
-         ("10,000-deep tree", "deep", hostile_tree))  # fmt: skip
+CASES = (
+    ("empty prefix", "empty", empty_prefix),
+    ("100,000 objects", "huge", many_objects),
+    ("10,000-deep tree", "deep", hostile_tree),
+)
 
 
 def measure(
@@ -109,8 +112,11 @@ def main() -> None:
     config, token = write_config(tmp, env["SLURM_CONF"], args.user)
     metrics_port = free_port()
     wait_for_slurm(env)
-    service_env = {**env, "CLUSTERD_SUPERVISOR__PROGRESS_INTERVAL_SECONDS": str(args.reread),
-                   "CLUSTERD_SUPERVISOR__PROGRESS_RETRY_SECONDS": str(args.reread)}  # fmt: skip
+    service_env = {
+        **env,
+        "CLUSTERD_SUPERVISOR__PROGRESS_INTERVAL_SECONDS": str(args.reread),
+        "CLUSTERD_SUPERVISOR__PROGRESS_RETRY_SECONDS": str(args.reread),
+    }
     results: dict[str, list[float]] = {label: [] for label, _, _ in CASES}
     try:
         for _, directory, make in CASES:
@@ -129,8 +135,10 @@ def main() -> None:
         subprocess.run(["rm", "-rf", str(tmp)], check=False)  # rm copes with the deep tree
     medians = {label: statistics.median(v) if v else None for label, v in results.items()}
     base = medians[CASES[0][0]]
-    print(f"\npoll latency (median of {args.rounds} rounds of {args.window:g} s), poll interval "
-          f"{args.poll_interval:g} s, progress re-read every {args.reread:g} s:")  # fmt: skip
+    print(
+        f"\npoll latency (median of {args.rounds} rounds of {args.window:g} s), poll interval "
+        f"{args.poll_interval:g} s, progress re-read every {args.reread:g} s:"
+    )
     for label, median in medians.items():
         if median is None or not base:
             print(f"  {label:18s} {'no poll finished':>16s}")

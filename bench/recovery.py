@@ -78,8 +78,19 @@ class Job:
 
 
 def train_args(stack: Stack, uri: str, steps: int, *extra: str) -> list[str]:
-    return ["python3", f"{stack.env['CLUSTERCTL_EXAMPLES']}/train.py", "--ckpt", uri, "--steps", str(steps),
-            "--every", str(EVERY), "--step-seconds", str(STEP_SECONDS), *extra]  # fmt: skip
+    return [
+        "python3",
+        f"{stack.env['CLUSTERCTL_EXAMPLES']}/train.py",
+        "--ckpt",
+        uri,
+        "--steps",
+        str(steps),
+        "--every",
+        str(EVERY),
+        "--step-seconds",
+        str(STEP_SECONDS),
+        *extra,
+    ]
 
 
 def submit(mode: str, stack: Stack, ours: Clusterd, steps: int, *extra: str) -> Job:
@@ -90,34 +101,60 @@ def submit(mode: str, stack: Stack, ours: Clusterd, steps: int, *extra: str) -> 
     if mode == "clusterd":
         policy = jobs_pb2.RestartPolicy(hang_timeout=Duration(seconds=HANG_SECONDS))
         # Whole nodes, as training jobs have them: a node's death then hits one job, not every job packed on it.
-        spec = jobs_pb2.JobSpec(name=name, command=train_args(stack, uri, steps, *extra), nodes=2, exclusive=True,
-                                environment=aws, restart_policy=policy)  # fmt: skip
+        spec = jobs_pb2.JobSpec(
+            name=name,
+            command=train_args(stack, uri, steps, *extra),
+            nodes=2,
+            exclusive=True,
+            environment=aws,
+            restart_policy=policy,
+        )
         job_id = ours.client.submit(spec).job.job_id
         return Job(job_id, name, jobdir / f"{name}-{job_id}.out")
     exports = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in sorted(aws.items()))
-    script = (f"#!/bin/bash\n{exports}\nexport PATH={shlex.quote(stack.env['CLUSTERCTL_JOB_PYTHON'].rsplit('/', 1)[0])}"
-              f":/usr/bin:/bin\nexec srun --kill-on-bad-exit=1 {shlex.join(train_args(stack, uri, steps, *extra))}\n")
+    script = (
+        f"#!/bin/bash\n{exports}\nexport PATH={shlex.quote(stack.env['CLUSTERCTL_JOB_PYTHON'].rsplit('/', 1)[0])}"
+        f":/usr/bin:/bin\nexec srun --kill-on-bad-exit=1 {shlex.join(train_args(stack, uri, steps, *extra))}\n"
+    )
     out = subprocess.run(
-        ["sbatch", "--parsable", "--uid=alice", "--gid=alice", f"--chdir={jobdir}", "--requeue",
-         "--open-mode=append", "-N2", "--exclusive", f"--job-name={name}", f"--output={jobdir}/{name}-%j.out"],
-        input=script, capture_output=True, text=True, check=True, env=stack.slurm_env(),
-    ).stdout  # fmt: skip
+        [
+            "sbatch",
+            "--parsable",
+            "--uid=alice",
+            "--gid=alice",
+            f"--chdir={jobdir}",
+            "--requeue",
+            "--open-mode=append",
+            "-N2",
+            "--exclusive",
+            f"--job-name={name}",
+            f"--output={jobdir}/{name}-%j.out",
+        ],
+        input=script,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=stack.slurm_env(),
+    ).stdout
     job_id = out.strip().split(";")[0]
     return Job(job_id, name, jobdir / f"{name}-{job_id}.out")
 
 
 def squeue(stack: Stack, job_id: str) -> tuple[str, int, list[str]] | None:
     """(state, restart count, nodes) from ``squeue`` (job-filtered text output works on every version)."""
-    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T|%N"], capture_output=True, text=True,
-                         env=stack.slurm_env()).stdout.strip()  # fmt: skip
+    out = subprocess.run(
+        ["squeue", "-h", "-j", job_id, "-o", "%T|%N"], capture_output=True, text=True, env=stack.slurm_env()
+    ).stdout.strip()
     if not out:
         return None
     state, nodes = out.split("|", 1)
-    show = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True,
-                          env=stack.slurm_env()).stdout  # fmt: skip
+    show = subprocess.run(
+        ["scontrol", "show", "job", job_id], capture_output=True, text=True, env=stack.slurm_env()
+    ).stdout
     m = re.search(r"Restarts=(\d+)", show)
-    hosts = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True,
-                           env=stack.slurm_env()).stdout.split()  # fmt: skip
+    hosts = subprocess.run(
+        ["scontrol", "show", "hostnames", nodes], capture_output=True, text=True, env=stack.slurm_env()
+    ).stdout.split()
     return state, int(m.group(1)) if m else 0, hosts
 
 
@@ -135,8 +172,12 @@ def first_step_after(job: Job, restart: int, deadline: float) -> float | None:
 
 def running_on_checkpoint(stack: Stack, job: Job) -> list[str]:
     """Wait until the job runs and has committed a checkpoint; its nodes."""
-    wait_for(lambda: job.log.exists() and f"STEP {EVERY + 2} " in job.log.read_text(), 300, interval=0.2,
-             what=f"{job.name} past its first checkpoint")  # fmt: skip
+    wait_for(
+        lambda: job.log.exists() and f"STEP {EVERY + 2} " in job.log.read_text(),
+        300,
+        interval=0.2,
+        what=f"{job.name} past its first checkpoint",
+    )
     view = squeue(stack, job.job_id)
     assert view is not None and view[0] == "RUNNING", view
     return view[2]
@@ -170,14 +211,22 @@ def one_recovery(fault: str, stack: Stack, ours: Clusterd, mode: str = "clusterd
         t_fault, victim = inject(fault, stack, job, nodes) if nodes else (0.0, "")
         deadline = time.time() + 400
         if mode == "sbatch":
-            wait_for(lambda: (v := squeue(stack, job.job_id)) is not None and v[0] == "RUNNING" and v[1] >= 1,
-                     400, interval=0.2, what="running again")  # fmt: skip
+            wait_for(
+                lambda: (v := squeue(stack, job.job_id)) is not None and v[0] == "RUNNING" and v[1] >= 1,
+                400,
+                interval=0.2,
+                what="running again",
+            )
             running = time.time()
             step = first_step_after(job, 1, deadline)
             return {"running": running - t_fault, "first_step": (step or float("nan")) - t_fault}
         step = first_step_after(job, 1, deadline)
-        record = wait_for(lambda: (r := ours.client.get(job.job_id)).restarts and r.restarts[0].HasField(
-            "first_step_at") and r, 30, interval=0.2, what="the restart's phases on the record")  # fmt: skip
+        record = wait_for(
+            lambda: (r := ours.client.get(job.job_id)).restarts and r.restarts[0].HasField("first_step_at") and r,
+            30,
+            interval=0.2,
+            what="the restart's phases on the record",
+        )
         restart = record.restarts[0]
         t_fault = t_fault or restart.failed_at.ToNanoseconds() / 1e9
         out = {p: getattr(restart, f"{p}_at").ToNanoseconds() / 1e9 - t_fault for p in PHASES}
@@ -205,8 +254,10 @@ def goodput(stack: Stack, ours: Clusterd, minutes: float) -> tuple[float, float,
         stack.stack_sh("revive-node", victim)
 
     def done(job: Job) -> Callable[[], bool]:
-        return lambda: f"DONE rank 0 at step {steps - 1}" in job.log.read_text() and (
-            f"DONE rank 1 at step {steps - 1}" in job.log.read_text())
+        return lambda: (
+            f"DONE rank 0 at step {steps - 1}" in job.log.read_text()
+            and (f"DONE rank 1 at step {steps - 1}" in job.log.read_text())
+        )
 
     ends: dict[str, float] = {}
     deadline = time.time() + minutes * 60 * 3 + 600
@@ -238,8 +289,11 @@ def run_one(args: argparse.Namespace, version: str | None) -> dict[str, list[dic
             for _ in range(args.repeats):
                 result = one_recovery(fault, stack, ours)
                 table.setdefault(fault, []).append(result)
-                print(f"  {fault}: " + ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
-                                                 for k, v in result.items()), flush=True)  # fmt: skip
+                print(
+                    f"  {fault}: "
+                    + ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items()),
+                    flush=True,
+                )
         for _ in range(args.native_repeats):
             result = one_recovery("node kill", stack, ours, mode="sbatch")
             table.setdefault(NATIVE, []).append(result)
@@ -247,11 +301,14 @@ def run_one(args: argparse.Namespace, version: str | None) -> dict[str, list[dic
         good = None if args.skip_goodput else goodput(stack, ours, args.minutes)
     finally:
         ours.close()
-    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
-                            env=stack.slurm_env()).stdout  # fmt: skip
+    config = subprocess.run(
+        ["scontrol", "show", "config"], capture_output=True, text=True, env=stack.slurm_env()
+    ).stdout
     m = re.search(r"SlurmdTimeout\s*=\s*(\S+)", config)
-    print(f"\nrecovery bench: Slurm {stack.slurm_version}, 2-node train.py job, same stack, "
-          f"SlurmdTimeout={m.group(1) if m else '?'}, hang timeout {HANG_SECONDS} s; seconds after the fault, medians")
+    print(
+        f"\nrecovery bench: Slurm {stack.slurm_version}, 2-node train.py job, same stack, "
+        f"SlurmdTimeout={m.group(1) if m else '?'}, hang timeout {HANG_SECONDS} s; seconds after the fault, medians"
+    )
     cols = (*PHASES, "first_step (log)")
     print(f"{'fault':34}{'n':>3}" + "".join(f"{c:>18}" for c in cols) + "  detected by")
     for fault, results in table.items():
@@ -261,14 +318,18 @@ def run_one(args: argparse.Namespace, version: str | None) -> dict[str, list[dic
     anchor = median_of(table.get(NATIVE, []), "first_step")
     ours_first = median_of(table.get("node kill", []), "first_step")
     if anchor is not None and ours_first is not None:
-        print(f"node kill -> first step: clusterd {ours_first:.1f} s vs Slurm's own requeue {anchor:.1f} s "
-              f"= {anchor / ours_first:.1f}x faster")  # fmt: skip
+        print(
+            f"node kill -> first step: clusterd {ours_first:.1f} s vs Slurm's own requeue {anchor:.1f} s "
+            f"= {anchor / ours_first:.1f}x faster"
+        )
     else:
         print("node kill -> first step ratio: no anchor (run with --native-repeats >= 1 and the node-kill fault)")
     if good is not None:
         clean, failing, back = good
-        print(f"goodput, {args.minutes:g}-min run with one node death: {clean / failing:.3f} of the failure-free run "
-              f"(wall {failing:.0f} s vs {clean:.0f} s, measured concurrently; first step {back:.1f} s after the kill)")
+        print(
+            f"goodput, {args.minutes:g}-min run with one node death: {clean / failing:.3f} of the failure-free run "
+            f"(wall {failing:.0f} s vs {clean:.0f} s, measured concurrently; first step {back:.1f} s after the kill)"
+        )
     return table
 
 
@@ -282,8 +343,11 @@ def side_by_side(tables: dict[str, dict[str, list[dict[str, float]]]]) -> None:
         cells = []
         for column in ("running", "first_step"):
             a, b = median_of(ours, column), median_of(own, column)
-            cells += [f"{a:15.1f}" if a is not None else f"{'-':>15}", f"{b:15.1f}" if b is not None else f"{'-':>15}",
-                      f"{b / a:14.1f}x" if a and b is not None else f"{'-':>15}"]  # fmt: skip
+            cells += [
+                f"{a:15.1f}" if a is not None else f"{'-':>15}",
+                f"{b:15.1f}" if b is not None else f"{'-':>15}",
+                f"{b / a:14.1f}x" if a and b is not None else f"{'-':>15}",
+            ]
         print(f"{version:8}{f'{len(ours)}/{len(own)}':>12}" + "".join(cells))
 
 
@@ -294,9 +358,14 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=10.0, help="length of each goodput run")
     parser.add_argument("--faults", default="node kill,node power-off,rank crash,rank hang")
     parser.add_argument("--skip-goodput", action="store_true")
-    parser.add_argument("--slurm", action="append", choices=("22.05", "24.11", "26.05"), metavar="VER",
-                        help="the stack of this Slurm release (stack.sh up --slurm VER); repeat to run each and "
-                             "print the node-kill figures side by side (default: CLUSTERCTL_STACK_DIR's)")  # fmt: skip
+    parser.add_argument(
+        "--slurm",
+        action="append",
+        choices=("22.05", "24.11", "26.05"),
+        metavar="VER",
+        help="the stack of this Slurm release (stack.sh up --slurm VER); repeat to run each and "
+        "print the node-kill figures side by side (default: CLUSTERCTL_STACK_DIR's)",
+    )
     args = parser.parse_args()
     tables = {}
     for version in args.slurm or [None]:

@@ -136,8 +136,13 @@ def run_json(code: str, args: dict[str, Any], env: dict[str, str]) -> tuple[floa
         out = tmp.name
     try:
         t0 = time.monotonic()
-        subprocess.run([sys.executable, "-c", code, json.dumps({**args, "out": out})], env=env, check=True,
-                       stdout=subprocess.DEVNULL, timeout=300)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-c", code, json.dumps({**args, "out": out})],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            timeout=300,
+        )
         return t0, json.loads(Path(out).read_text())
     finally:
         os.unlink(out)
@@ -147,8 +152,9 @@ def prelude_line(uri: str) -> str:
     """The environment line clusterd injects into the batch script of a command submission."""
     from clusterd.jobs.script import command_script, inject_environment, job_environment
 
-    script = inject_environment(command_script(["python3", "train.py"]),
-                                job_environment({}, record_id=1, checkpoint_uri=uri))  # fmt: skip
+    script = inject_environment(
+        command_script(["python3", "train.py"]), job_environment({}, record_id=1, checkpoint_uri=uri)
+    )
     return next(line for line in script.splitlines() if line.endswith("# environment added by clusterd"))
 
 
@@ -199,8 +205,13 @@ def run_size(hidden: int, opts: argparse.Namespace, env: dict[str, str], bucket:
     train = str(Path(opts.examples) / "train.py")
     steps = 10
     cenv = child_env(env)
-    subprocess.run([sys.executable, train, "--ckpt", uri, "--steps", str(steps), "--every", str(steps),
-                    "--hidden", str(hidden)], env=cenv, check=True, stdout=subprocess.DEVNULL, timeout=600)  # fmt: skip
+    subprocess.run(
+        [sys.executable, train, "--ckpt", uri, "--steps", str(steps), "--every", str(steps), "--hidden", str(hidden)],
+        env=cenv,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        timeout=600,
+    )
     os.environ.update(env)
     ckpt = CheckpointManager(uri)
     state = ckpt.restore()
@@ -254,13 +265,19 @@ def run_size(hidden: int, opts: argparse.Namespace, env: dict[str, str], bucket:
         ("batch script env line (bash)", median(preludes), None),
         ("python start", phase(ours, "exec", "start"), f"{ms(phase(anchors, 'exec', 'start'))}"),
         ("import numpy", phase(ours, "start", "numpy"), f"{ms(phase(anchors, 'start', 'numpy'))}"),
-        (f"import clusterctl.checkpoint ({aws})", phase(ours, "numpy", "import"),
-         f"import boto3 {ms(phase(anchors, 'numpy', 'boto3'))}"),
-        ("CheckpointManager(uri)", phase(ours, "import", "manager"),
-         f"boto3.client {ms(phase(anchors, 'boto3', 'client'))}"),
+        (
+            f"import clusterctl.checkpoint ({aws})",
+            phase(ours, "numpy", "import"),
+            f"import boto3 {ms(phase(anchors, 'numpy', 'boto3'))}",
+        ),
+        (
+            "CheckpointManager(uri)",
+            phase(ours, "import", "manager"),
+            f"boto3.client {ms(phase(anchors, 'boto3', 'client'))}",
+        ),
         ("  (train.py between init and restore)", phase(ours, "manager", "restore0"), None),
         ("restore()", phase(ours, "restore0", "restore"), f"GET+np.load {ms(phase(anchors, 'client', 'load'))}"),
-    ]:  # fmt: skip
+    ]:
         rows.append((metric, ms(value), anchor or "-", "", ""))
     kinds: dict[str, list[float]] = {}
     counts: dict[str, list[int]] = {}
@@ -282,12 +299,26 @@ def run_size(hidden: int, opts: argparse.Namespace, env: dict[str, str], bucket:
         rows.append(("first-step heartbeat arrives at the service", "-", "no beats (no heartbeat client)", "", ""))
     total = median([p + r["beat"] - r["exec"] for p, r in zip(preludes, ours, strict=True)])
     what = "beat" if beats else "line"
-    rows.append((f"TOTAL: script start -> first-step {what} / fresh process -> arrays", ms(total),
-                 ms(anchor_total), f"{total / anchor_total:.2f}x", "(lower = faster)"))  # fmt: skip
+    rows.append(
+        (
+            f"TOTAL: script start -> first-step {what} / fresh process -> arrays",
+            ms(total),
+            ms(anchor_total),
+            f"{total / anchor_total:.2f}x",
+            "(lower = faster)",
+        )
+    )
     for label, runs in (("heartbeats on", ours), ("heartbeats off", bare)):
         python = median([r["restore"] - r["exec"] for r in runs])
-        rows.append((f"  exec -> restored state, {label}", ms(python), ms(anchor_total),
-                     f"{python / anchor_total:.2f}x", "(lower = faster)"))  # fmt: skip
+        rows.append(
+            (
+                f"  exec -> restored state, {label}",
+                ms(python),
+                ms(anchor_total),
+                f"{python / anchor_total:.2f}x",
+                "(lower = faster)",
+            )
+        )
     off = median([r["step"] - r["exec"] for r in bare])
     rows.append(("  exec -> first STEP line, heartbeats off", ms(off), "-", "", ""))
 
@@ -334,8 +365,11 @@ def run_size(hidden: int, opts: argparse.Namespace, env: dict[str, str], bucket:
         )
     ckpt.close()
     # clean up: the checkpoint and the anchors
-    keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-            for o in page.get("Contents", [])]  # fmt: skip
+    keys = [
+        o["Key"]
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        for o in page.get("Contents", [])
+    ]
     for i in range(0, len(keys), 1000):
         client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys[i : i + 1000]]})
     print_rows(
@@ -351,8 +385,14 @@ def components(opts: argparse.Namespace, env: dict[str, str]) -> list[Row]:
     cenv = child_env(env)
     rows: list[Row] = []
     base: list[float] = []
-    for what in ("pass", "import numpy", "import boto3", "import grpc", "import clusterctl.checkpoint",
-                 "import clusterctl.heartbeat"):  # fmt: skip
+    for what in (
+        "pass",
+        "import numpy",
+        "import boto3",
+        "import grpc",
+        "import clusterctl.checkpoint",
+        "import clusterctl.heartbeat",
+    ):
         times = []
         for _ in range(opts.runs):
             t0 = time.monotonic()

@@ -47,8 +47,9 @@ async def run(requests: int, tasks: int) -> None:
     session = aiohttp.ClientSession()
 
     async def via_h11() -> object:
-        return await h11_client.request("POST", "/slurm/v0.0.38/job/submit", headers={"X-SLURM-USER-NAME": "u"},
-                                        body=body)  # fmt: skip
+        return await h11_client.request(
+            "POST", "/slurm/v0.0.38/job/submit", headers={"X-SLURM-USER-NAME": "u"}, body=body
+        )
 
     async def via_aiohttp() -> object:
         async with session.post(url + "/slurm/v0.0.38/job/submit", headers={"X-SLURM-USER-NAME": "u"}, json=body) as r:

@@ -62,11 +62,22 @@ async def main() -> None:
     env = stack.slurm_env()
     user = pwd.getpwnam(args.user)
     name = f"ccseam-{os.getpid()}"
-    config = SlurmConfig(slurm_conf=env.get("SLURM_CONF", ""), bin_dir=stack.slurm_bin, default_partition="debug",
-                         restd_url=stack.env.get("CLUSTERCTL_RESTD_URL", ""),
-                         jwt_key_file=stack.env.get("CLUSTERCTL_JWT_KEY", ""))  # fmt: skip
-    request = JobRequest(script=TINY_JOB, name=name, user=args.user, partition="debug",
-                         working_directory="/tmp", submit_directory="/tmp", stdout="/dev/null")  # fmt: skip
+    config = SlurmConfig(
+        slurm_conf=env.get("SLURM_CONF", ""),
+        bin_dir=stack.slurm_bin,
+        default_partition="debug",
+        restd_url=stack.env.get("CLUSTERCTL_RESTD_URL", ""),
+        jwt_key_file=stack.env.get("CLUSTERCTL_JWT_KEY", ""),
+    )
+    request = JobRequest(
+        script=TINY_JOB,
+        name=name,
+        user=args.user,
+        partition="debug",
+        working_directory="/tmp",
+        submit_directory="/tmp",
+        stdout="/dev/null",
+    )
     sbatch = os.path.join(stack.slurm_bin, "sbatch") if stack.slurm_bin else "sbatch"
     argv = raw_sbatch_argv(sbatch, user.pw_uid, user.pw_gid, name)
 
@@ -107,8 +118,9 @@ async def main() -> None:
     for way in ways:
         rate, p50 = statistics.mean(rates[way]), statistics.median(sequential[way])
         halves = "/".join(f"{r:.0f}" for r in rates[way])
-        print(f"{way:12} {rate:10.1f} {halves:>12} {rate / anchor_rate:5.2f}x {p50 * 1000:7.1f} "
-              f"{p50 / anchor_p50:8.2f}x")  # fmt: skip
+        print(
+            f"{way:12} {rate:10.1f} {halves:>12} {rate / anchor_rate:5.2f}x {p50 * 1000:7.1f} {p50 / anchor_p50:8.2f}x"
+        )
 
 
 if __name__ == "__main__":

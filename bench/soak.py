@@ -55,10 +55,15 @@ def summary(samples: list[tuple[float, float, float]], clients: int, errors: int
     rest = samples[1:] or samples
     half = len(rest) // 2
     halves = [("first half", rest[:half] or rest), ("second half", rest[half:])]
-    ranges = ", ".join(f"{name} {min(s[1] for s in part):.1f}-{max(s[1] for s in part):.1f} "
-                       f"(median {statistics.median(s[1] for s in part):.1f})" for name, part in halves)  # fmt: skip
-    return (f"\nsoak: {clients} clients + 4 watchers for {duration:.0f} s, {rate:.0f} calls/s, {errors} client "
-            f"errors\nRSS MB: at start {samples[0][1]:.1f}; {ranges}; end {samples[-1][1]:.1f}")  # fmt: skip
+    ranges = ", ".join(
+        f"{name} {min(s[1] for s in part):.1f}-{max(s[1] for s in part):.1f} "
+        f"(median {statistics.median(s[1] for s in part):.1f})"
+        for name, part in halves
+    )
+    return (
+        f"\nsoak: {clients} clients + 4 watchers for {duration:.0f} s, {rate:.0f} calls/s, {errors} client "
+        f"errors\nRSS MB: at start {samples[0][1]:.1f}; {ranges}; end {samples[-1][1]:.1f}"
+    )
 
 
 def client_loop(addr: str, token: str, name: str, stop: threading.Event, errors: list[str]) -> None:
@@ -109,8 +114,10 @@ def main() -> None:
         # No per-user rate limit: all clients are one user, and the point is load, not refusals.
         service_env = {**env, "CLUSTERD_LIMITS__REQUESTS_PER_SECOND": "0"}
         with running(bench_daemon(service_env, config, tmp / "soak", 2.0, metrics_port)) as d:
-            threads = [threading.Thread(target=client_loop, args=(d.addr, token, name, stop, errors), daemon=True)
-                       for _ in range(args.clients)]  # fmt: skip
+            threads = [
+                threading.Thread(target=client_loop, args=(d.addr, token, name, stop, errors), daemon=True)
+                for _ in range(args.clients)
+            ]
             threads += [threading.Thread(target=watch_loop, args=(d.addr, token, stop), daemon=True) for _ in range(4)]
             started = time.monotonic()
             samples.append((0.0, *scrape(metrics_port)))
@@ -120,8 +127,10 @@ def main() -> None:
             while time.monotonic() < end:
                 time.sleep(min(args.sample, max(end - time.monotonic(), 0)))
                 samples.append((time.monotonic() - started, *scrape(metrics_port)))
-                print(f"  {samples[-1][0]:6.0f} s  RSS {samples[-1][1]:6.1f} MB  {samples[-1][2]:8.0f} calls",
-                      file=sys.stderr)  # fmt: skip
+                print(
+                    f"  {samples[-1][0]:6.0f} s  RSS {samples[-1][1]:6.1f} MB  {samples[-1][2]:8.0f} calls",
+                    file=sys.stderr,
+                )
             stop.set()
     finally:
         stop.set()

@@ -82,8 +82,15 @@ def slurm_env(stack: Stack) -> dict[str, str]:
     return env
 
 
-def write_config(directory: Path, slurm_conf: str, user: str, bin_dir: str = "", restd: tuple[str, str] | None = None,
-                 token: str = "", burst: int = 0) -> tuple[Path, str]:  # fmt: skip
+def write_config(
+    directory: Path,
+    slurm_conf: str,
+    user: str,
+    bin_dir: str = "",
+    restd: tuple[str, str] | None = None,
+    token: str = "",
+    burst: int = 0,
+) -> tuple[Path, str]:
     """A clusterd config of our own: own tokens file and job root, so a restart of the stack (which
     may regenerate its tokens or remove its state dir) does not pull the ground from under us.
 
@@ -95,8 +102,11 @@ def write_config(directory: Path, slurm_conf: str, user: str, bin_dir: str = "",
         token = secrets.token_hex(16)
         tokens.write_text(f'[[token]]\nuser = "{user}"\ntoken = "{token}"\nadmin = false\n')
         tokens.chmod(0o600)
-    backend = f'backend = "slurmrestd"\nrestd_url = "{restd[0]}"\njwt_key_file = "{restd[1]}"\n' if restd else (
-        'backend = "commands"\n')  # fmt: skip
+    backend = (
+        f'backend = "slurmrestd"\nrestd_url = "{restd[0]}"\njwt_key_file = "{restd[1]}"\n'
+        if restd
+        else ('backend = "commands"\n')
+    )
     limits = f"[limits]\nburst = {burst}\n\n" if burst else ""
     config = directory / ("clusterd-slurmrestd.toml" if restd else "clusterd.toml")
     config.write_text(
@@ -136,8 +146,13 @@ def wait_queue_clear(name: str, env: dict[str, str], timeout: float = 30.0) -> N
     """Until no job of ours is pending or running, so that the next phase starts on a quiet queue."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        out = subprocess.run(["squeue", "-h", f"--name={name}", "-t", "PD,R,CG", "-o", "%i"],
-                             capture_output=True, text=True, env=env, timeout=30).stdout  # fmt: skip
+        out = subprocess.run(
+            ["squeue", "-h", f"--name={name}", "-t", "PD,R,CG", "-o", "%i"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+        ).stdout
         if not out.strip():
             return
         time.sleep(1)
@@ -154,15 +169,29 @@ def wait_settled(client: ClusterClient, timeout: float = 60.0) -> None:
 # -- our own clusterd --------------------------------------------------------------------------
 
 
-def bench_daemon(stack: Stack, env: dict[str, str], config: Path, state_dir: Path, poll_interval: float,
-                 metrics_port: int | None = None, extra_env: dict[str, str] | None = None) -> Daemon:  # fmt: skip
+def bench_daemon(
+    stack: Stack,
+    env: dict[str, str],
+    config: Path,
+    state_dir: Path,
+    poll_interval: float,
+    metrics_port: int | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> Daemon:
     """Our own clusterd (tests.support.daemon) with the bench's ``config``, on loopback TCP as measured
     before; the stack's SLURM_CONF and PATH (see :func:`slurm_env`) and CLUSTERD_* settings reach it."""
     settings = {k: v for k, v in env.items() if k.startswith("CLUSTERD_")}
     keep = ("SLURM_CONF", "CLUSTERCTL_SLURM_BIN", "CLUSTERCTL_SLURM_VERSION")
     slurm = {k: v for k, v in stack.env.items() if k in keep}
-    return Daemon(Stack(stack.dir, slurm), state_dir, poll_interval, metrics_port=metrics_port, config=config,
-                  tcp=True, extra_env={**settings, **(extra_env or {})})  # fmt: skip
+    return Daemon(
+        Stack(stack.dir, slurm),
+        state_dir,
+        poll_interval,
+        metrics_port=metrics_port,
+        config=config,
+        tcp=True,
+        extra_env={**settings, **(extra_env or {})},
+    )
 
 
 @contextlib.contextmanager
@@ -211,8 +240,15 @@ def percentile(values: list[float], q: float) -> float:
 def raw_sbatch_argv(sbatch: str, uid: int, gid: int, name: str) -> list[str]:
     """The anchor: root's ``sbatch --uid`` of the same tiny job the service submits (the script,
     :data:`TINY_JOB`, on its stdin)."""
-    return [sbatch, "--parsable", f"--uid={uid}", f"--gid={gid}", f"--job-name={name}", "--chdir=/tmp",
-            "--output=/dev/null"]  # fmt: skip
+    return [
+        sbatch,
+        "--parsable",
+        f"--uid={uid}",
+        f"--gid={gid}",
+        f"--job-name={name}",
+        "--chdir=/tmp",
+        "--output=/dev/null",
+    ]
 
 
 @dataclass
@@ -486,8 +522,9 @@ class Watchers:
             t.join(10)
 
 
-def watch_window(daemon: Daemon, token: str, sub: Submitter, n: int, seconds: float, tick: float,
-                 log: Path) -> tuple[Counter[str], Counter[str]]:  # fmt: skip
+def watch_window(
+    daemon: Daemon, token: str, sub: Submitter, n: int, seconds: float, tick: float, log: Path
+) -> tuple[Counter[str], Counter[str]]:
     """sdiag deltas over one window with ``n`` watchers; and clusterd's own Slurm commands, the
     events each stream received ("stream<i>") and the streams still open ("open") in that window.
 
@@ -611,18 +648,31 @@ def main() -> None:
     p.add_argument("--concurrent-jobs", type=int, help="jobs each way in the concurrent phase (default 160; 48)")
     p.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
     p.add_argument("--watchers", type=int, default=100, help="watch streams in the fan-out window (default 100)")
-    p.add_argument("--poll-interval", type=float, default=2.0, help="clusterd's poll interval and the naive "
-                   "pollers' interval, seconds (default 2)")  # fmt: skip
+    p.add_argument(
+        "--poll-interval",
+        type=float,
+        default=2.0,
+        help="clusterd's poll interval and the naive pollers' interval, seconds (default 2)",
+    )
     p.add_argument("--naive-pollers", type=int, default=10, help="squeue --json pollers measured (default 10)")
     p.add_argument("--tick", type=float, default=10.0, help="one job submitted every TICK s in the watch windows")
     p.add_argument("--rounds", type=int, help="interleaved rounds the window is split into (default 3; 1 quick)")
     p.add_argument("--user", default="alice", help="the token's user (default alice)")
-    p.add_argument("--backend", choices=("auto", "commands", "slurmrestd"), default="auto",
-                   help="the Slurm backend of the submit phases' clusterd (default auto: slurmrestd where the "
-                        "stack runs one, else sbatch)")  # fmt: skip
-    p.add_argument("--slurm", action="append", choices=("22.05", "24.11", "26.05"), metavar="VER",
-                   help="the stack of this Slurm release (stack.sh up --slurm VER); repeat to run each and print "
-                        "the submit figures side by side (default: CLUSTERCTL_STACK_DIR's stack)")  # fmt: skip
+    p.add_argument(
+        "--backend",
+        choices=("auto", "commands", "slurmrestd"),
+        default="auto",
+        help="the Slurm backend of the submit phases' clusterd (default auto: slurmrestd where the "
+        "stack runs one, else sbatch)",
+    )
+    p.add_argument(
+        "--slurm",
+        action="append",
+        choices=("22.05", "24.11", "26.05"),
+        metavar="VER",
+        help="the stack of this Slurm release (stack.sh up --slurm VER); repeat to run each and print "
+        "the submit figures side by side (default: CLUSTERCTL_STACK_DIR's stack)",
+    )
     args = p.parse_args()
     window = args.window or (10.0 if args.quick else 60.0)
     n_seq = args.sequential or (10 if args.quick else 50)
@@ -644,8 +694,9 @@ def main() -> None:
             print(f"{label:44} " + " ".join(f"{c:>26}" for c in cells))
 
 
-def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq: int, n_conc: int,
-            rounds: int) -> list[tuple[str, str, str, str]]:  # fmt: skip
+def run_one(
+    args: argparse.Namespace, version: str | None, window: float, n_seq: int, n_conc: int, rounds: int
+) -> list[tuple[str, str, str, str]]:
     """One release's run (the stack of ``--slurm VERSION``): prints its tables, returns the submit rows."""
     stack = stack_for(version)
     env = slurm_env(stack)
@@ -657,14 +708,20 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
     # A burst the submit phases never exhaust (they measure the submit path, not the limiter).
     config, token = write_config(tmp, env["SLURM_CONF"], args.user, stack.slurm_bin, burst=100_000)
     restd = restd_of(stack, args.backend)
-    submit_config = config if restd is None else write_config(tmp, env["SLURM_CONF"], args.user, stack.slurm_bin,
-                                                              restd, token, burst=100_000)[0]  # fmt: skip
+    submit_config = (
+        config
+        if restd is None
+        else write_config(tmp, env["SLURM_CONF"], args.user, stack.slurm_bin, restd, token, burst=100_000)[0]
+    )
     backend = "slurmrestd" if restd else "commands"
     sub = Submitter("", token, name, env, user.pw_uid, user.pw_gid)
     storms: dict[bool, dict[str, Storm]] = {}  # held jobs or not -> way -> its halves
     started = time.monotonic()
-    print(f"submit bench: job name {name}, state under {tmp}, window {window:g} s, poll interval "
-          f"{args.poll_interval:g} s", file=sys.stderr)  # fmt: skip
+    print(
+        f"submit bench: job name {name}, state under {tmp}, window {window:g} s, poll interval "
+        f"{args.poll_interval:g} s",
+        file=sys.stderr,
+    )
 
     try:
         wait_for_slurm(env)
@@ -680,12 +737,19 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
             for client in pool:
                 client.list_jobs(limit=1)  # connected and authenticated before any clock starts
             wait_settled(pool[0])
-            print(f"[concurrent: {n_conc} each way, {args.clients} clients, 2 halves in ABBA order; held jobs, "
-                  "then jobs that run]", file=sys.stderr)  # fmt: skip
+            print(
+                f"[concurrent: {n_conc} each way, {args.clients} clients, 2 halves in ABBA order; held jobs, "
+                "then jobs that run]",
+                file=sys.stderr,
+            )
             run = stack.dir / "run"
-            meter = CpuMeter({"clusterd": d.proc.pid if d.proc else None,
-                              "slurmrestd": pid_file(run / "slurmrestd.pid"),
-                              "slurmctld": pid_file(run / "slurmctld.pid")})  # fmt: skip
+            meter = CpuMeter(
+                {
+                    "clusterd": d.proc.pid if d.proc else None,
+                    "slurmrestd": pid_file(run / "slurmrestd.pid"),
+                    "slurmctld": pid_file(run / "slurmctld.pid"),
+                }
+            )
             for hold in (True, False):
                 storms[hold] = concurrent_phase(replace(sub, hold=hold), pool, n_conc, meter)
             for client in pool:
@@ -696,8 +760,14 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
         # with no clusterd of ours running; 1 and N watchers on a clusterd whose commands are counted.
         cmd_log = tmp / "commands.log"
         make_wrappers(tmp / "bin", cmd_log, prober, env["PATH"])
-        wd = bench_daemon(stack, env, config, tmp / "watch", args.poll_interval,
-                          extra_env={"CLUSTERD_SLURM__BIN_DIR": str(tmp / "bin")})  # fmt: skip
+        wd = bench_daemon(
+            stack,
+            env,
+            config,
+            tmp / "watch",
+            args.poll_interval,
+            extra_env={"CLUSTERD_SLURM__BIN_DIR": str(tmp / "bin")},
+        )
         sub_window = window / rounds
         idle, naive, w1, wn, c1, cn = (Counter[str]() for _ in range(6))
         naive_runs = 0
@@ -723,8 +793,11 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
                     naive_runs += runs
 
         for r in range(rounds):
-            print(f"[round {r + 1}/{rounds}: idle, {args.naive_pollers} naive pollers, 1 and {args.watchers} "
-                  f"watchers, {sub_window:g} s each]", file=sys.stderr)  # fmt: skip
+            print(
+                f"[round {r + 1}/{rounds}: idle, {args.naive_pollers} naive pollers, 1 and {args.watchers} "
+                f"watchers, {sub_window:g} s each]",
+                file=sys.stderr,
+            )
             for part in (unwatched, watched) if r % 2 == 0 else (watched, unwatched):
                 part()
     finally:
@@ -741,30 +814,44 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
     rows.append((f"submit latency p95 (ms, n={n_seq})", f"{o95:.1f}", f"{r95:.1f}", ratio(o95, r95)))
     for hold, label in ((True, "held jobs"), (False, "jobs run")):
         ours, raw = storms[hold]["ours"].rate, storms[hold]["raw"].rate
-        rows.append((f"submissions/s, {args.clients} clients, {label} ({n_conc})", f"{ours:.1f}", f"{raw:.1f}",
-                     ratio(ours, raw)))  # fmt: skip
+        rows.append(
+            (
+                f"submissions/s, {args.clients} clients, {label} ({n_conc})",
+                f"{ours:.1f}",
+                f"{raw:.1f}",
+                ratio(ours, raw),
+            )
+        )
         ours_ms, raw_ms = cpu_total(storms[hold]["ours"]), cpu_total(storms[hold]["raw"])
         rows.append((f"CPU ms per submission, {label}", f"{ours_ms:.2f}", f"{raw_ms:.2f}", ratio(ours_ms, raw_ms)))
 
     print()
-    print(f"submit bench on the local stack, Slurm {stack.slurm_version}, clusterd's backend {backend}: {name}, "
-          f"{elapsed:.0f} s")  # fmt: skip
+    print(
+        f"submit bench on the local stack, Slurm {stack.slurm_version}, clusterd's backend {backend}: {name}, "
+        f"{elapsed:.0f} s"
+    )
     print(f"{'':44} {'clusterd':>10} {'raw sbatch':>11} {'ours/raw':>9}")
     for label, a, b, c in rows:
         print(f"{label:44} {a:>10} {b:>11} {c:>9}")
     for hold, label in ((True, "held jobs"), (False, "jobs run")):
         (o1, o2), (r1, r2) = storms[hold]["ours"].half_rates(), storms[hold]["raw"].half_rates()
-        print(f"{args.clients} clients, {label}: submissions/s per half in run order (ABBA): ours {o1:.0f}, "
-              f"raw {r1:.0f}, raw {r2:.0f}, ours {o2:.0f}")  # fmt: skip
+        print(
+            f"{args.clients} clients, {label}: submissions/s per half in run order (ABBA): ours {o1:.0f}, "
+            f"raw {r1:.0f}, raw {r2:.0f}, ours {o2:.0f}"
+        )
     print_cpu(storms, args.clients)
 
     scale = args.watchers / args.naive_pollers
     nw, npl = args.watchers, args.naive_pollers
     print()
-    print(f"slurmctld RPCs (sdiag) per {window:g} s ({rounds} x {window / rounds:g} s, interleaved), poll interval "
-          f"{args.poll_interval:g} s: measured, then net of idle (naive scaled from {npl} pollers)")  # fmt: skip
-    print(f"{'':24} {'idle':>6} {'1w':>6} {f'{nw}w':>6} {f'{npl} naive':>9} | {'ours 1w':>8} {f'ours {nw}w':>9} "
-          f"{f'{nw}w/1w':>7} {'naive 1':>8} {f'naive {nw}':>9} {'naive/ours':>10}")  # fmt: skip
+    print(
+        f"slurmctld RPCs (sdiag) per {window:g} s ({rounds} x {window / rounds:g} s, interleaved), poll interval "
+        f"{args.poll_interval:g} s: measured, then net of idle (naive scaled from {npl} pollers)"
+    )
+    print(
+        f"{'':24} {'idle':>6} {'1w':>6} {f'{nw}w':>6} {f'{npl} naive':>9} | {'ours 1w':>8} {f'ours {nw}w':>9} "
+        f"{f'{nw}w/1w':>7} {'naive 1':>8} {f'naive {nw}':>9} {'naive/ours':>10}"
+    )
     exact = f"user:{PROBE_USER}"
     for key in (*RPC_TYPES, "REQUEST_SUBMIT_BATCH_JOB", "total", exact):
         o1, on = net(w1, idle, key), net(wn, idle, key)
@@ -774,8 +861,10 @@ def run_one(args: argparse.Namespace, version: str | None, window: float, n_seq:
         if key == "REQUEST_SUBMIT_BATCH_JOB":  # the ticker's jobs; the pollers submit nothing
             n1 = nn = last = "-"
         label = f"all, as {PROBE_USER} (exact)" if key == exact else key
-        print(f"{label:24} {idle.get(key, 0):>6} {w1.get(key, 0):>6} {wn.get(key, 0):>6} {naive.get(key, 0):>9} | "
-              f"{o1:>8} {on:>9} {ratio(on, o1):>7} {n1:>8} {nn:>9} {last:>10}")  # fmt: skip
+        print(
+            f"{label:24} {idle.get(key, 0):>6} {w1.get(key, 0):>6} {wn.get(key, 0):>6} {naive.get(key, 0):>9} | "
+            f"{o1:>8} {on:>9} {ratio(on, o1):>7} {n1:>8} {nn:>9} {last:>10}"
+        )
     print()
     cmd = " ".join(f"{k} {c1.get(k, 0)}/{cn.get(k, 0)}" for k in SLURM_COMMANDS if c1.get(k, 0) or cn.get(k, 0))
     print(f"clusterd's own Slurm commands, 1w/{args.watchers}w (wrapped bin_dir): {cmd}")

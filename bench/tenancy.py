@@ -55,12 +55,21 @@ def token(user: str) -> str:
 
 def write_config(directory: Path) -> Config:
     tokens = directory / "tokens.toml"
-    tokens.write_text("".join(f'[[token]]\nuser = "{u}"\ntoken = "{token(u)}"\nadmin = {str(u == ADMIN).lower()}\n\n'
-                              for u in (*USERS, ADMIN)))  # fmt: skip
+    tokens.write_text(
+        "".join(
+            f'[[token]]\nuser = "{u}"\ntoken = "{token(u)}"\nadmin = {str(u == ADMIN).lower()}\n\n'
+            for u in (*USERS, ADMIN)
+        )
+    )
     os.chmod(tokens, 0o600)
-    return Config(listen="127.0.0.1:0", allow_insecure=True, state_dir=str(directory / "state"),  # loopback bench
-                  tokens_file=str(tokens), log_level="WARNING",
-                  slurm=SlurmConfig(default_partition="debug", job_root=str(directory / "jobs")))  # fmt: skip
+    return Config(
+        listen="127.0.0.1:0",
+        allow_insecure=True,
+        state_dir=str(directory / "state"),  # loopback bench
+        tokens_file=str(tokens),
+        log_level="WARNING",
+        slurm=SlurmConfig(default_partition="debug", job_root=str(directory / "jobs")),
+    )
 
 
 class LeanFakeSlurm(FakeSlurm):
@@ -182,14 +191,20 @@ def main() -> None:
             child.terminate()
             child.wait(30)
         spec_mib = (SCRIPT_BYTES + ENV_VARS * ENV_BYTES) / 2**20
-        print(f"\ntenancy: {len(users)} users x {args.per_user} specs of {spec_mib:.2f} MiB = "
-              f"{len(users) * args.per_user} records, loaded in {loaded_s:.0f} s; database {db / 2**30:.2f} GiB")
-        print(f"clusterd RSS MB: start {rss_start / 1024:.0f}, loaded {rss_loaded / 1024:.0f}, "
-              f"after lists {rss_end / 1024:.0f}, peak {peak / 1024:.0f}   (target < 300)")
+        print(
+            f"\ntenancy: {len(users)} users x {args.per_user} specs of {spec_mib:.2f} MiB = "
+            f"{len(users) * args.per_user} records, loaded in {loaded_s:.0f} s; database {db / 2**30:.2f} GiB"
+        )
+        print(
+            f"clusterd RSS MB: start {rss_start / 1024:.0f}, loaded {rss_loaded / 1024:.0f}, "
+            f"after lists {rss_end / 1024:.0f}, peak {peak / 1024:.0f}   (target < 300)"
+        )
         print(f"ListJobs own ({args.per_user} rows)    {ms(own)}   (target p50 < 100 ms)")
         print(f"ListJobs admin '*' ({n_all} rows) {ms(everyone)}")
-        print(f"ListJobs anchor, empty store  {ms(empty)}   own/anchor p50 "
-              f"{percentile(own, 50) / percentile(empty, 50):.1f}x")
+        print(
+            f"ListJobs anchor, empty store  {ms(empty)}   own/anchor p50 "
+            f"{percentile(own, 50) / percentile(empty, 50):.1f}x"
+        )
         full, normal = (asyncio.run(save_ms(directory, mode, args.saves)) for mode in ("FULL", "NORMAL"))
         print(f"record save: synchronous=FULL {full:.2f} ms, NORMAL {normal:.2f} ms ({full / normal:.1f}x)")
 

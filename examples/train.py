@@ -70,8 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--fail-at", type=int, default=-1, help="exit 1 at this step (crash-loop tests)")
     parser.add_argument("--exit-code", type=int, default=1)
-    parser.add_argument("--crash-rank", type=int, default=-1,
-                        help="this rank alone exits 1 at --crash-at, in the first run only (a transient fault)")
+    parser.add_argument(
+        "--crash-rank",
+        type=int,
+        default=-1,
+        help="this rank alone exits 1 at --crash-at, in the first run only (a transient fault)",
+    )
     parser.add_argument("--crash-at", type=int, default=-1)
     args = parser.parse_args(argv)
     if not args.ckpt:
@@ -89,9 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         params = {k: np.array(v) for k, v in state["params"].items()}
         start = int(state["step"]) + 1
-        print(f"RESUMED from step {state['step']} rank {rank}/{world} node {node} "
-              f"restart {os.environ.get('SLURM_RESTART_COUNT', '0')} "
-              f"resume_step {ckpt.last_restored_step}", flush=True)  # fmt: skip
+        print(
+            f"RESUMED from step {state['step']} rank {rank}/{world} node {node} "
+            f"restart {os.environ.get('SLURM_RESTART_COUNT', '0')} "
+            f"resume_step {ckpt.last_restored_step}",
+            flush=True,
+        )
 
     with RequeueOnSignal() as stop:
         for step in range(start, args.steps):

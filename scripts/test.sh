@@ -37,7 +37,7 @@ if ! bash deploy/local/stack.sh status >/dev/null 2>&1; then
     bash deploy/local/stack.sh up
 fi
 
-echo "== ruff"; ruff check .
+echo "== ruff"; ruff check . && ruff format --check .
 echo "== mypy"; mypy
 echo "== pytest"
 python -m pytest -q -p no:cacheprovider "$@"

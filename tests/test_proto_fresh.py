@@ -10,8 +10,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_generated_stubs_are_fresh(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_proto.py"), "--out", str(tmp_path)],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_proto.py"), "--out", str(tmp_path)],
+        check=True,
+        capture_output=True,
+    )
     fresh = tmp_path / "clusterctl" / "v1"
     committed = ROOT / "client" / "clusterctl" / "v1"
     names = sorted(p.name for p in fresh.iterdir() if p.is_file())

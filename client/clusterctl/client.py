@@ -89,8 +89,9 @@ def read_token_file(path: str) -> str:
         if st.st_uid != os.geteuid():
             raise UsageError(f"{what} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()})")
         if st.st_mode & 0o077:
-            raise UsageError(f"{what} is readable by group or others (mode {stat.S_IMODE(st.st_mode):o}): "
-                             f"run chmod 600 {path}")  # fmt: skip
+            raise UsageError(
+                f"{what} is readable by group or others (mode {stat.S_IMODE(st.st_mode):o}): run chmod 600 {path}"
+            )
         data = f.read(_MAX_TOKEN_FILE + 1)
     lines = data.decode("utf-8", "replace").strip().splitlines()
     if len(data) > _MAX_TOKEN_FILE or len(lines) != 1 or not lines[0].strip():
@@ -106,8 +107,14 @@ def _read_pem(path: str, what: str) -> bytes:
         raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
 
 
-def open_channel(addr: str, *, ca: str | None = None, cert: str | None = None, key: str | None = None,
-                 options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
+def open_channel(
+    addr: str,
+    *,
+    ca: str | None = None,
+    cert: str | None = None,
+    key: str | None = None,
+    options: Sequence[tuple[str, Any]] = (),
+) -> grpc.Channel:
     """A TLS channel when a CA (or a client certificate) is configured, else plaintext.
 
     Arguments win over CLUSTERCTL_CA / CLUSTERCTL_CERT / CLUSTERCTL_KEY. ``options`` are gRPC
@@ -291,9 +298,11 @@ class ClusterClient:
 
         def open_stream(conn: _Conn) -> Any:
             request = jobs_pb2.ReadJobLogRequest(
-                job_id=job_id, tail_lines=0 if seen else tail_lines, follow=follow,
+                job_id=job_id,
+                tail_lines=0 if seen else tail_lines,
+                follow=follow,
                 stream=jobs_pb2.LOG_STREAM_STDERR if stderr else jobs_pb2.LOG_STREAM_STDOUT,
-            )  # fmt: skip
+            )
             return conn.jobs.ReadJobLog(request, metadata=self._metadata(), timeout=timeout)
 
         try:
@@ -366,5 +375,15 @@ def _service_error(exc: grpc.RpcError, tried: Sequence[str] = ()) -> ServiceErro
     return ServiceError(name, details or "", request_id=request_id, addresses=tuple(tried))
 
 
-__all__ = ["DEFAULT_ADDR", "ClusterClient", "ResumeExpired", "ServiceError", "UsageError", "new_request_id",
-           "open_channel", "resolve_addr", "resolve_token", "split_addrs"]
+__all__ = [
+    "DEFAULT_ADDR",
+    "ClusterClient",
+    "ResumeExpired",
+    "ServiceError",
+    "UsageError",
+    "new_request_id",
+    "open_channel",
+    "resolve_addr",
+    "resolve_token",
+    "split_addrs",
+]

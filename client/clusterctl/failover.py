@@ -258,5 +258,15 @@ def stream(endpoints: Endpoints[C], open_stream: Callable[[C], Any], *, seconds:
             current.cancel()  # the caller stopped early: the server stops sending
 
 
-__all__ = ["DEFAULT_ADDR", "CallFailed", "Endpoints", "Retry", "call", "not_connected", "resolve_retry_seconds",
-           "retryable", "split_addrs", "stream"]
+__all__ = [
+    "DEFAULT_ADDR",
+    "CallFailed",
+    "Endpoints",
+    "Retry",
+    "call",
+    "not_connected",
+    "resolve_retry_seconds",
+    "retryable",
+    "split_addrs",
+    "stream",
+]

@@ -69,8 +69,13 @@ class RequeueOnSignal:
     it exactly once per step on every rank, as above.
     """
 
-    def __init__(self, signals: Iterable[int] = (signal.SIGUSR1, signal.SIGTERM), *,
-                 exit_code: int = REQUEUE_EXIT_CODE, agree: bool | None = None) -> None:
+    def __init__(
+        self,
+        signals: Iterable[int] = (signal.SIGUSR1, signal.SIGTERM),
+        *,
+        exit_code: int = REQUEUE_EXIT_CODE,
+        agree: bool | None = None,
+    ) -> None:
         self.signals = tuple(signals)
         self.exit_code = exit_code
         self._event = threading.Event()
@@ -104,8 +109,10 @@ class RequeueOnSignal:
 
             self._agreement = StopAgreement.create()
             if self._agree and self._agreement is None:
-                raise RuntimeError("RequeueOnSignal(agree=True) needs an initialized torch.distributed process "
-                                   "group of 2 or more ranks; call init_process_group() first")
+                raise RuntimeError(
+                    "RequeueOnSignal(agree=True) needs an initialized torch.distributed process "
+                    "group of 2 or more ranks; call init_process_group() first"
+                )
         for sig in self.signals:
             self._previous[sig] = signal.signal(sig, self._handle)
         return self
@@ -124,8 +131,9 @@ class RequeueOnSignal:
     def __exit__(self, *exc: object) -> None:
         self.uninstall()
 
-    def checkpoint_and_exit(self, ckpt: Any, step: int | None = None, state: Any = None, *,
-                            timeout: float | None = None) -> NoReturn:
+    def checkpoint_and_exit(
+        self, ckpt: Any, step: int | None = None, state: Any = None, *, timeout: float | None = None
+    ) -> NoReturn:
         """Finish in-flight saves, save ``state`` at ``step`` if given, wait for the commit, exit.
 
         Exits with :data:`REQUEUE_EXIT_CODE` when everything committed. If the checkpoint fails
@@ -135,8 +143,10 @@ class RequeueOnSignal:
         if self._agreement is not None and step is not None:
             low, high = self._agreement.bounds(step)
             if low != high:
-                raise RuntimeError(f"ranks stopped at different steps ({low} to {high}): read `requested` once per "
-                                   "step on every rank, so that all of them checkpoint the same step")
+                raise RuntimeError(
+                    f"ranks stopped at different steps ({low} to {high}): read `requested` once per "
+                    "step on every rank, so that all of them checkpoint the same step"
+                )
 
         def finish() -> None:
             ckpt.wait()
@@ -155,8 +165,11 @@ class RequeueOnSignal:
             heartbeat.beat_now()
             worker.join(_STOP_POLL_SECONDS)
             if worker.is_alive() and heartbeat.stop_requested():
-                print("clusterctl: the run is being restarted (a peer failed): leaving without the final save",
-                      file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    "clusterctl: the run is being restarted (a peer failed): leaving without the final save",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 sys.stdout.flush()
                 os._exit(self.exit_code)
         if errors:

@@ -114,17 +114,32 @@ def _check_heartbeats(config: Config, out: Findings) -> None:
     if not tcp:
         return
     if not config.tls.cert_file:
-        out.add("heartbeats", WARN, f"jobs beat in plaintext to {', '.join(tcp)}: their tokens cross the network "
-                "([tls] and liveness.heartbeat_ca_file)")  # fmt: skip
+        out.add(
+            "heartbeats",
+            WARN,
+            f"jobs beat in plaintext to {', '.join(tcp)}: their tokens cross the network "
+            "([tls] and liveness.heartbeat_ca_file)",
+        )
     elif not config.liveness.heartbeat_ca_file:
-        out.add("heartbeats", FAIL, f"jobs beat over TLS to {', '.join(tcp)} but are given no CA to verify it: "
-                "set liveness.heartbeat_ca_file to the CA's path as the compute nodes see it")  # fmt: skip
+        out.add(
+            "heartbeats",
+            FAIL,
+            f"jobs beat over TLS to {', '.join(tcp)} but are given no CA to verify it: "
+            "set liveness.heartbeat_ca_file to the CA's path as the compute nodes see it",
+        )
     elif config.tls.client_ca_file:
-        out.add("heartbeats", WARN, "mTLS: ranks have no client certificate, so their beats are refused; "
-                "give them a listener without client certificates in liveness.heartbeat_addr")  # fmt: skip
+        out.add(
+            "heartbeats",
+            WARN,
+            "mTLS: ranks have no client certificate, so their beats are refused; "
+            "give them a listener without client certificates in liveness.heartbeat_addr",
+        )
     else:
-        out.add("heartbeats", OK, f"jobs beat over TLS to {', '.join(tcp)}, verified with "
-                f"{config.liveness.heartbeat_ca_file}")  # fmt: skip
+        out.add(
+            "heartbeats",
+            OK,
+            f"jobs beat over TLS to {', '.join(tcp)}, verified with {config.liveness.heartbeat_ca_file}",
+        )
 
 
 def _check_socket(config: Config, out: Findings) -> None:
@@ -135,8 +150,11 @@ def _check_socket(config: Config, out: Findings) -> None:
         try:
             members = grp.getgrnam(group).gr_mem
         except KeyError:
-            out.add("socket", FAIL, f"socket_group {group!r} does not exist: groupadd {group}, then add the users "
-                                    "allowed to call clusterd")  # fmt: skip
+            out.add(
+                "socket",
+                FAIL,
+                f"socket_group {group!r} does not exist: groupadd {group}, then add the users allowed to call clusterd",
+            )
             return
         who = f"group {group} ({len(members)} listed members)"
     else:
@@ -147,8 +165,12 @@ def _check_socket(config: Config, out: Findings) -> None:
         out.add("socket", OK, f"{path}: for {who}; {path.parent} will be created {'0750' if group else '0700'}")
         return
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-        out.add("socket", FAIL, f"{path.parent} is not a directory owned by uid {os.geteuid()}: another user "
-                                "could replace the socket; remove it")  # fmt: skip
+        out.add(
+            "socket",
+            FAIL,
+            f"{path.parent} is not a directory owned by uid {os.geteuid()}: another user "
+            "could replace the socket; remove it",
+        )
         return
     out.add("socket", OK, f"{path}: for {who}")
 
@@ -207,8 +229,10 @@ def check_paths(config: Config, out: Findings) -> None:
     if (root := _writable_dir(Path(config.slurm.job_root))) is not None:
         problems.append(f"slurm.job_root: {root}")
     if Path(config.slurm.job_root).is_relative_to(config.state_dir):
-        problems.append(f"slurm.job_root {config.slurm.job_root} is inside state_dir {config.state_dir}, which is "
-                        "0700: jobs running as their users could not reach it; move one of them")  # fmt: skip
+        problems.append(
+            f"slurm.job_root {config.slurm.job_root} is inside state_dir {config.state_dir}, which is "
+            "0700: jobs running as their users could not reach it; move one of them"
+        )
     missing = [d for d in config.slurm.job_path.split(":") if d and not Path(d).is_dir()]
     if missing:
         problems.append(f"slurm.job_path: {', '.join(missing)} not a directory")
@@ -243,13 +267,20 @@ async def check_slurm(config: Config, out: Findings, backend: SlurmBackend | Non
         out.add("slurm", FAIL, f"Slurm {version} is too old: JSON output needs 21.08 or newer")
         return
     if config.slurm.default_partition and config.slurm.default_partition not in partitions:
-        out.add("slurm", FAIL, f"slurm.default_partition {config.slurm.default_partition!r} is not one of "
-                               f"{', '.join(partitions)}")  # fmt: skip
+        out.add(
+            "slurm",
+            FAIL,
+            f"slurm.default_partition {config.slurm.default_partition!r} is not one of {', '.join(partitions)}",
+        )
         return
     usable = sum(n.state.usable for n in nodes)
     api = f" (JSON/REST {release.data_parser})" if release is not None else ""
-    out.add("slurm", OK, f"Slurm {version}{api} via {config.slurm.backend}: {len(nodes)} nodes ({usable} usable), "
-                         f"partitions {', '.join(partitions)}, {len(switches)} switches")  # fmt: skip
+    out.add(
+        "slurm",
+        OK,
+        f"Slurm {version}{api} via {config.slurm.backend}: {len(nodes)} nodes ({usable} usable), "
+        f"partitions {', '.join(partitions)}, {len(switches)} switches",
+    )
     if not usable:
         out.add("slurm", WARN, "no node is usable now: jobs will pend")
     try:
@@ -269,8 +300,12 @@ def check_storage(uris: list[str], out: Findings) -> None:
         import boto3
 
         if boto3.Session().get_credentials() is None:
-            out.add("storage", WARN, "no AWS credentials in the environment: progress of s3:// jobs cannot be "
-                                     "read (restart decisions fall back to restart counts)")  # fmt: skip
+            out.add(
+                "storage",
+                WARN,
+                "no AWS credentials in the environment: progress of s3:// jobs cannot be "
+                "read (restart decisions fall back to restart counts)",
+            )
         else:
             out.add("storage", OK, "AWS credentials found (pass --storage-uri to probe a bucket)")
         return
@@ -288,8 +323,12 @@ def check_storage(uris: list[str], out: Findings) -> None:
         if refusal is not None:
             out.add("storage", FAIL, f"{uri}: {refusal}")
             continue
-        out.add("storage", OK, f"{uri}: readable, newest committed step {step if step is not None else 'none'}"
-                               f"{', If-None-Match enforced' if uri.startswith('s3://') else ''}")  # fmt: skip
+        out.add(
+            "storage",
+            OK,
+            f"{uri}: readable, newest committed step {step if step is not None else 'none'}"
+            f"{', If-None-Match enforced' if uri.startswith('s3://') else ''}",
+        )
 
 
 def conditional_put_refusal(storage: Storage) -> str | None:
@@ -309,8 +348,10 @@ def conditional_put_refusal(storage: Storage) -> str | None:
             storage.put(key, b"second", if_absent=True)
         except ObjectExistsError:
             return None
-        return ("the server accepted a second PUT with If-None-Match: * on an existing object (expected 412 "
-                "Precondition Failed): concurrent checkpoint commits would not be detected")  # fmt: skip
+        return (
+            "the server accepted a second PUT with If-None-Match: * on an existing object (expected 412 "
+            "Precondition Failed): concurrent checkpoint commits would not be detected"
+        )
     finally:
         with contextlib.suppress(Exception):
             storage.delete([key])
@@ -347,7 +388,11 @@ def _main(args: argparse.Namespace) -> int:
 def add_check_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("check", help="validate config, tokens, TLS files, Slurm and storage; change nothing")
     parser.add_argument("--config", help="TOML config file (env: CLUSTERD_CONFIG)")
-    parser.add_argument("--storage-uri", action="append", metavar="URI",
-                        help="a checkpoint URI to probe with the service's credentials (repeatable)")  # fmt: skip
+    parser.add_argument(
+        "--storage-uri",
+        action="append",
+        metavar="URI",
+        help="a checkpoint URI to probe with the service's credentials (repeatable)",
+    )
     parser.add_argument("--json", action="store_true", help="print findings as JSON")
     parser.set_defaults(func=_main)

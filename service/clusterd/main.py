@@ -18,8 +18,12 @@ from clusterd.web.transport import check_web_transport
 def _serve(args: argparse.Namespace) -> int:
     from clusterd.server import ClusterDaemon
 
-    overrides = {"listen": args.listen, "state_dir": args.state_dir, "tokens_file": args.tokens_file,
-                 "allow_insecure": args.allow_insecure}
+    overrides = {
+        "listen": args.listen,
+        "state_dir": args.state_dir,
+        "tokens_file": args.tokens_file,
+        "allow_insecure": args.allow_insecure,
+    }
     try:
         config = load_config(args.config, overrides=overrides)
         check_web_transport(config)  # a dashboard another local user could impersonate: check refuses it too
@@ -41,16 +45,23 @@ def _serve(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="clusterd", description="gRPC job service in front of Slurm")
-    parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                        help="overrides the config's log_level (default INFO)")
+    parser.add_argument(
+        "--log-level",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="overrides the config's log_level (default INFO)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the service")
     serve.add_argument("--config", help="TOML config file (env: CLUSTERD_CONFIG)")
     serve.add_argument("--listen", help="unix:/PATH (the default: unix:/run/clusterd/clusterd.sock) or host:port (TLS)")
     serve.add_argument("--state-dir", help="where the SQLite store lives")
     serve.add_argument("--tokens-file", help="TOML file of bearer tokens")
-    serve.add_argument("--allow-insecure", action="store_true", default=None,
-                       help="allow plaintext TCP (gRPC without TLS, http:// to a remote slurmrestd): tokens exposed")
+    serve.add_argument(
+        "--allow-insecure",
+        action="store_true",
+        default=None,
+        help="allow plaintext TCP (gRPC without TLS, http:// to a remote slurmrestd): tokens exposed",
+    )
     serve.set_defaults(func=_serve)
     add_token_commands(sub)
     add_check_command(sub)

@@ -114,7 +114,9 @@ def _range_note(job: JobRequest) -> str:
     """What users of -N MIN-MAX with --ntasks-per-node (and no -n) rarely expect from Slurm."""
     if job.max_nodes and job.nodes and job.max_nodes > job.nodes and job.tasks_per_node and not job.ntasks:
         tasks = job.nodes * job.tasks_per_node
-        return (f" Note: with --ntasks-per-node and no --ntasks, sbatch sizes the job for {tasks} tasks and Slurm"
-                f" starts it on {job.nodes} nodes even when {job.max_nodes} are free; leave --ntasks-per-node"
-                " out to get up to MAX nodes (one task per node).")  # fmt: skip
+        return (
+            f" Note: with --ntasks-per-node and no --ntasks, sbatch sizes the job for {tasks} tasks and Slurm"
+            f" starts it on {job.nodes} nodes even when {job.max_nodes} are free; leave --ntasks-per-node"
+            " out to get up to MAX nodes (one task per node)."
+        )
     return ""

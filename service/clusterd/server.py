@@ -91,8 +91,13 @@ class ClusterDaemon:
         # times a second.
         shared = bool(config.store.url)
         poll = ha.event_poll_seconds if shared else max(ha.event_poll_seconds, _EMBEDDED_EVENT_POLL_SECONDS)
-        self.journal = EventJournal(self.store, self.bus, poll_seconds=poll,
-                                    retention_seconds=ha.event_retention_seconds, sole_writer=not shared)  # fmt: skip
+        self.journal = EventJournal(
+            self.store,
+            self.bus,
+            poll_seconds=poll,
+            retention_seconds=ha.event_retention_seconds,
+            sole_writer=not shared,
+        )
         # One replica of several leads: it alone supervises (requeues, releases, marks nodes down),
         # and each of its Slurm writes is fenced by the lease epoch.
         self.leadership = Leadership(self.store, ha)
@@ -106,36 +111,74 @@ class ClusterDaemon:
             self.backend, interval=config.poll_interval_seconds, default_partition=config.slurm.default_partition
         )
         sup = config.supervisor
-        self.progress = ProgressReader(ProgressBudget(
-            seconds=sup.progress_read_seconds, max_keys=sup.progress_max_keys, interval=sup.progress_interval_seconds,
-            retry_after=sup.progress_retry_seconds, workers=sup.progress_workers))  # fmt: skip
+        self.progress = ProgressReader(
+            ProgressBudget(
+                seconds=sup.progress_read_seconds,
+                max_keys=sup.progress_max_keys,
+                interval=sup.progress_interval_seconds,
+                retry_after=sup.progress_retry_seconds,
+                workers=sup.progress_workers,
+            )
+        )
         self.liveness = LivenessTable()
         self.restarter = Restarter(fenced, self.store, self.journal, self.progress, config.restart, self.liveness)
-        self.reconciler = Reconciler(self.store, self.journal, self.restarter, self.progress, kick=self.poller.kick,
-                                     hurry=self.poller.hurry, may_act=lambda: self.leadership.is_leader)  # fmt: skip
+        self.reconciler = Reconciler(
+            self.store,
+            self.journal,
+            self.restarter,
+            self.progress,
+            kick=self.poller.kick,
+            hurry=self.poller.hurry,
+            may_act=lambda: self.leadership.is_leader,
+        )
         self.poller.subscribe(self.reconciler)
         # Liveness: heartbeats from the jobs' ranks, a detector that decides in seconds what Slurm
         # would see after SlurmdTimeout, acted on by the reconciler's restarter.
         live = config.liveness
-        self.heartbeats = HeartbeatService(self.store, self.liveness, live, self.reconciler.on_first_step,
-                                           jobs=self._job_view, hurry=lambda: self.poller.hurry(_BEAT_HURRY_SECONDS),
-                                           leading=lambda: self.leadership.is_leader)  # fmt: skip
+        self.heartbeats = HeartbeatService(
+            self.store,
+            self.liveness,
+            live,
+            self.reconciler.on_first_step,
+            jobs=self._job_view,
+            hurry=lambda: self.poller.hurry(_BEAT_HURRY_SECONDS),
+            leading=lambda: self.leadership.is_leader,
+        )
         self.prober = SlurmdProber(live.probe_timeout_seconds)
         self.detector = Detector(
-            self.liveness, self.prober, self.reconciler.on_detected,
-            jobs=self._job_view, nodes=lambda: self.poller.snapshot.node_map, others_on=self._others_on,
-            suspect_after_intervals=live.suspect_after_intervals, check_every=live.check_every_seconds,
-        )  # fmt: skip
+            self.liveness,
+            self.prober,
+            self.reconciler.on_detected,
+            jobs=self._job_view,
+            nodes=lambda: self.poller.snapshot.node_map,
+            others_on=self._others_on,
+            suspect_after_intervals=live.suspect_after_intervals,
+            check_every=live.check_every_seconds,
+        )
         self.placer = TopologyPlacer(self.poller)
         self.quotas = Quotas(self.store, config.limits)
-        self.manager = JobManager(config, self.backend, self.store, self.poller, self.journal, self.placer,
-                                  quotas=self.quotas, audit=self.audit)  # fmt: skip
+        self.manager = JobManager(
+            config,
+            self.backend,
+            self.store,
+            self.poller,
+            self.journal,
+            self.placer,
+            quotas=self.quotas,
+            audit=self.audit,
+        )
         # What users see beyond their records (logs, history, the queue, checkpoints): one facade
         # for the gRPC views and the web dashboard alike.
         self.checkpoints = CheckpointViews(self.manager, config.views)
-        self.views = JobViews(self.manager, JobLogs(self.manager, self.store, self.bus, self.poller, config.views),
-                              History(self.store, self.backend, config.views, config.limits), self.checkpoints,
-                              self.poller, self.placer, config.views)  # fmt: skip
+        self.views = JobViews(
+            self.manager,
+            JobLogs(self.manager, self.store, self.bus, self.poller, config.views),
+            History(self.store, self.backend, config.views, config.limits),
+            self.checkpoints,
+            self.poller,
+            self.placer,
+            config.views,
+        )
         self.tokens = TokenStore(config.tokens_file)
         self.limiter = RateLimiter(config.limits.requests_per_second, config.limits.burst)
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
@@ -166,8 +209,10 @@ class ClusterDaemon:
 
     def _others_on(self, node: str, user: str) -> bool:
         """Whether a running job of another user than ``user`` is on ``node`` (as of the last poll)."""
-        return any(j.user != user and node in j.nodes and j.state == JobState.RUNNING
-                   for j in self.poller.snapshot.jobs.values())  # fmt: skip
+        return any(
+            j.user != user and node in j.nodes and j.state == JobState.RUNNING
+            for j in self.poller.snapshot.jobs.values()
+        )
 
     @property
     def metrics_port(self) -> int | None:
@@ -227,8 +272,11 @@ class ClusterDaemon:
         try:
             features = await detect(self.config.slurm, self.backend)  # the release and what it offers
         except SlurmError as exc:
-            log.warning("Slurm's release and configuration unknown (%s): `list --all` shows each user their "
-                        "own jobs until a restart reads them", exc)  # fmt: skip
+            log.warning(
+                "Slurm's release and configuration unknown (%s): `list --all` shows each user their "
+                "own jobs until a restart reads them",
+                exc,
+            )
         else:
             kind = getattr(self.backend, "name", type(self.backend).__name__)  # what "auto" chose, too
             SLURM_INFO.labels(version=features.version, backend=kind).set(1)
@@ -255,8 +303,13 @@ class ClusterDaemon:
         if cfg.metrics_listen:
             if shared:
                 self._metrics = serve(cfg.metrics_listen, combined(web, self.role), config=cfg)
-                log.info("metrics on %s://%s/metrics, dashboard on %s://%s/", scheme, cfg.metrics_listen, scheme,
-                         cfg.metrics_listen)  # fmt: skip
+                log.info(
+                    "metrics on %s://%s/metrics, dashboard on %s://%s/",
+                    scheme,
+                    cfg.metrics_listen,
+                    scheme,
+                    cfg.metrics_listen,
+                )
             else:
                 self._metrics = serve(cfg.metrics_listen, combined(None, self.role), config=cfg, dashboard=False)
                 log.info("metrics on http://%s/metrics, health on /healthz", cfg.metrics_listen)
@@ -311,8 +364,14 @@ class ClusterDaemon:
         if self._server is not None:
             await self._server.stop(self.config.shutdown_grace_seconds)
             self._server = None
-        tasks = (self._poll_task, self._tokens_task, self._retention_task, self._progress_task, self._detector_task,
-                 self._lease_task)  # fmt: skip
+        tasks = (
+            self._poll_task,
+            self._tokens_task,
+            self._retention_task,
+            self._progress_task,
+            self._detector_task,
+            self._lease_task,
+        )
         for task in tasks:
             if task is not None:
                 await task

@@ -37,8 +37,11 @@ class Shared:
         with self.cond:
             for _ in range(n):
                 seq = len(self.events) + 1
-                self.events.append(jobs_pb2.JobEvent(type=jobs_pb2.JOB_EVENT_TYPE_STATE_CHANGED, message=f"e{seq}",
-                                                     resume_token=str(seq)))  # fmt: skip
+                self.events.append(
+                    jobs_pb2.JobEvent(
+                        type=jobs_pb2.JOB_EVENT_TYPE_STATE_CHANGED, message=f"e{seq}", resume_token=str(seq)
+                    )
+                )
             self.cond.notify_all()
 
 
@@ -211,8 +214,15 @@ def test_a_cancel_is_repeated_after_the_replica_died(cluster: Cluster) -> None:
     killer.join()
 
 
-@pytest.mark.parametrize("code", [grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.NOT_FOUND,
-                                  grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.INTERNAL])  # fmt: skip
+@pytest.mark.parametrize(
+    "code",
+    [
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.INTERNAL,
+    ],
+)
 def test_other_errors_are_answers_not_retried(cluster: Cluster, code: grpc.StatusCode) -> None:
     cluster.replicas["a"].answer["GetJob"] = (code, "no")
     with client(cluster) as c, pytest.raises(ServiceError) as err:
@@ -242,8 +252,9 @@ def test_the_cli_names_every_address(cluster: Cluster, capsys: pytest.CaptureFix
     cluster.kill("b")
     assert main(["status", "1", "--addr", cluster.addr, "--timeout", "1"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"clusterctl: error: cannot reach clusterd at unix:{cluster.paths['a']}, "
-                          f"unix:{cluster.paths['b']}: ")  # fmt: skip
+    assert err.startswith(
+        f"clusterctl: error: cannot reach clusterd at unix:{cluster.paths['a']}, unix:{cluster.paths['b']}: "
+    )
     assert err.count("\n") == 1
 
 

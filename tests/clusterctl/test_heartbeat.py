@@ -43,19 +43,39 @@ def sender(sock: Path, **extra: str) -> HeartbeatSender:
 
 
 def run_child(code: str, env: dict[str, str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=child_env(env), capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=child_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_config_from_env() -> None:
     config = HeartbeatConfig.from_env(heartbeat_env(Path("/x.sock")))
-    assert config == HeartbeatConfig(addr="unix:/x.sock", token="hb-token", record_id=42, job_id="1234",
-                                     restart_count=2, rank=1, world_size=2, node="node7", interval=0.2)  # fmt: skip
+    assert config == HeartbeatConfig(
+        addr="unix:/x.sock",
+        token="hb-token",
+        record_id=42,
+        job_id="1234",
+        restart_count=2,
+        rank=1,
+        world_size=2,
+        node="node7",
+        interval=0.2,
+    )
     assert HeartbeatConfig.from_env(heartbeat_env(Path("/x.sock"), CLUSTERCTL_HEARTBEAT="0")) is None
     assert HeartbeatConfig.from_env({"CLUSTERCTL_HEARTBEAT_ADDR": "unix:/x"}) is None  # no token: not configured
     assert HeartbeatConfig.from_env({}) is None
-    odd = HeartbeatConfig.from_env({"CLUSTERCTL_HEARTBEAT_ADDR": "h:1", "CLUSTERCTL_HEARTBEAT_TOKEN": "t",
-                                    "CLUSTERCTL_HEARTBEAT_INTERVAL": "nan", "CLUSTERCTL_RECORD_ID": "-3"})  # fmt: skip
+    odd = HeartbeatConfig.from_env(
+        {
+            "CLUSTERCTL_HEARTBEAT_ADDR": "h:1",
+            "CLUSTERCTL_HEARTBEAT_TOKEN": "t",
+            "CLUSTERCTL_HEARTBEAT_INTERVAL": "nan",
+            "CLUSTERCTL_RECORD_ID": "-3",
+        }
+    )
     assert odd is not None and (odd.interval, odd.record_id, odd.rank, odd.world_size) == (DEFAULT_INTERVAL, 0, 0, 1)
     tiny = HeartbeatConfig.from_env(heartbeat_env(Path("/x"), CLUSTERCTL_HEARTBEAT_INTERVAL="0.000001"))
     assert tiny is not None and tiny.interval == 0.05
@@ -213,12 +233,15 @@ time.sleep(0.1)
 """
 
 
-@pytest.mark.parametrize(("ending", "code"), [
-    ("pass", 0),
-    ("sys.exit(3)", 3),
-    ("raise ValueError('boom')", 1),
-    ("from clusterctl.slurm_env import RequeueOnSignal; RequeueOnSignal().exit()", 85),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("ending", "code"),
+    [
+        ("pass", 0),
+        ("sys.exit(3)", 3),
+        ("raise ValueError('boom')", 1),
+        ("from clusterctl.slurm_env import RequeueOnSignal; RequeueOnSignal().exit()", 85),
+    ],
+)
 def test_the_last_beat_carries_the_exit_status(sock: Path, fake: FakeJobService, ending: str, code: int) -> None:
     t0 = time.monotonic()
     done = run_child(CHILD.format(ending=ending), heartbeat_env(sock))

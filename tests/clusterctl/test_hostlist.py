@@ -33,8 +33,19 @@ def test_expand(expr: str, names: list[str]) -> None:
 
 @pytest.mark.parametrize(
     "expr",
-    ["node[1-3", "node1-3]", "node[a-b]", "node[3-1]", "node[]", "n[[1]]", "n[1-9999999]",
-     "n[\u0661-\u0662]", "n[1_0]", "n[\u00b2]", "n[1-\u00b2]"],  # only ASCII digits are indexes
+    [
+        "node[1-3",
+        "node1-3]",
+        "node[a-b]",
+        "node[3-1]",
+        "node[]",
+        "n[[1]]",
+        "n[1-9999999]",
+        "n[\u0661-\u0662]",
+        "n[1_0]",
+        "n[\u00b2]",
+        "n[1-\u00b2]",
+    ],  # only ASCII digits are indexes
 )
 def test_expand_rejects_malformed(expr: str) -> None:
     with pytest.raises(HostlistError):

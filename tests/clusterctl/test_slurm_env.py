@@ -29,8 +29,9 @@ def test_run_id() -> None:
     assert slurm_run_id({}) is None
     assert slurm_run_id({"SLURM_JOB_ID": "123", "SLURM_STEP_ID": "0"}) == "slurm-123.0-r0"
     assert slurm_run_id({"SLURM_JOB_ID": "123", "SLURM_STEP_ID": "0", "SLURM_RESTART_COUNT": "2"}) == "slurm-123.0-r2"
-    assert slurm_run_id({"SLURM_ARRAY_JOB_ID": "9", "SLURM_ARRAY_TASK_ID": "4", "SLURM_JOB_ID": "12"}) == \
-        "slurm-9_4.x-r0"
+    assert (
+        slurm_run_id({"SLURM_ARRAY_JOB_ID": "9", "SLURM_ARRAY_TASK_ID": "4", "SLURM_JOB_ID": "12"}) == "slurm-9_4.x-r0"
+    )
 
 
 def test_requeue_exit_code_constant() -> None:
@@ -65,8 +66,13 @@ def test_sigterm_checkpoints_and_exits_with_requeue_code(tmp_path: Path) -> None
                     stop.checkpoint_and_exit(ckpt, step, state)
         raise SystemExit(1)
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "SLURM_PROCID": "0", "SLURM_NTASKS": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "SLURM_PROCID": "0", "SLURM_NTASKS": "1"},
+    )
     assert proc.returncode == REQUEUE_EXIT_CODE, proc.stderr
     from clusterctl.checkpoint import CheckpointManager
 

@@ -72,8 +72,9 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
     await daemon.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}")
     try:
-        yield Harness(daemon, slurm, channel, jobs_pb2_grpc.JobServiceStub(channel),
-                      cluster_pb2_grpc.ClusterServiceStub(channel))  # fmt: skip
+        yield Harness(
+            daemon, slurm, channel, jobs_pb2_grpc.JobServiceStub(channel), cluster_pb2_grpc.ClusterServiceStub(channel)
+        )
     finally:
         await channel.close()
         await daemon.stop()

@@ -72,8 +72,9 @@ async def test_every_problem_is_named_and_all_checks_still_run(tmp_path: Path) -
         ('log_format = "xml"', "log_format must be json or text"),
     ],
 )
-def test_cli_reports_config_errors_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
-                                          expected: str) -> None:  # fmt: skip
+def test_cli_reports_config_errors_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, expected: str
+) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text(text + "\n")
     assert main(["check", "--config", str(cfg)]) == 1
@@ -88,9 +89,14 @@ def test_cli_json_and_bad_tokens_file(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["check", "--config", str(cfg), "--json"]) == 1
     findings = json.loads(capsys.readouterr().out)
     tokens = [f for f in findings if f["check"] == "tokens"]
-    assert tokens == [{"check": "tokens", "status": "FAIL",
-                       "detail": f"{tmp_path / 'tokens.toml'}: token #1: give exactly one of 'token_sha256' "
-                                 "(preferred) or 'token'"}]  # fmt: skip
+    assert tokens == [
+        {
+            "check": "tokens",
+            "status": "FAIL",
+            "detail": f"{tmp_path / 'tokens.toml'}: token #1: give exactly one of 'token_sha256' "
+            "(preferred) or 'token'",
+        }
+    ]
 
 
 def test_storage_probe_reports_the_uri(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -137,8 +143,13 @@ def test_plaintext_tcp_fails_the_check_unless_allowed(tmp_path: Path, capsys: py
     cfg.write_text("allow_insecure = true\n" + text)
     main(["check", "--config", str(cfg), "--json"])
     tls = [f for f in json.loads(capsys.readouterr().out) if f["check"] == "tls"]
-    assert tls == [{"check": "tls", "status": WARN, "detail": "allow_insecure: plaintext gRPC on TCP 127.0.0.1:1: "
-                                                              "tokens are exposed"}]  # fmt: skip
+    assert tls == [
+        {
+            "check": "tls",
+            "status": WARN,
+            "detail": "allow_insecure: plaintext gRPC on TCP 127.0.0.1:1: tokens are exposed",
+        }
+    ]
 
 
 @pytest.mark.s3
@@ -150,8 +161,13 @@ def test_s3_conditional_put_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     prefix = f"check-probe/{uuid.uuid4().hex}"
     out = Findings()
     check_storage([f"s3://{server.bucket}/{prefix}"], out)
-    assert out == [Finding("storage", OK, f"s3://{server.bucket}/{prefix}: readable, newest committed step none, "
-                                          "If-None-Match enforced")]  # fmt: skip
+    assert out == [
+        Finding(
+            "storage",
+            OK,
+            f"s3://{server.bucket}/{prefix}: readable, newest committed step none, If-None-Match enforced",
+        )
+    ]
     assert server.client().list_objects_v2(Bucket=server.bucket, Prefix=prefix).get("KeyCount", 0) == 0
 
     class IgnoresIfNoneMatch(MemoryStorage):

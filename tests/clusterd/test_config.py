@@ -11,8 +11,11 @@ from clusterd.config import ConfigError, load_config
 def test_file_then_env_then_flags(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text('listen = "127.0.0.1:1"\npoll_interval_seconds = 5\n[slurm]\ndefault_partition = "debug"\n')
-    cfg = load_config(path, environ={"CLUSTERD_SLURM__DEFAULT_PARTITION": "batch", "CLUSTERD_LISTEN": "x:2"},
-                      overrides={"listen": "127.0.0.1:3", "state_dir": None})  # fmt: skip
+    cfg = load_config(
+        path,
+        environ={"CLUSTERD_SLURM__DEFAULT_PARTITION": "batch", "CLUSTERD_LISTEN": "x:2"},
+        overrides={"listen": "127.0.0.1:3", "state_dir": None},
+    )
     assert cfg.listen == "127.0.0.1:3"
     assert cfg.poll_interval_seconds == 5.0
     assert cfg.slurm.default_partition == "batch"
@@ -20,9 +23,13 @@ def test_file_then_env_then_flags(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("lisen = 1", "unknown config key 'lisen'"), ("[slurm]\nbogus = 1", "slurm.bogus"),
-     ("poll_interval_seconds = 'fast'", "poll_interval_seconds"), ("[limits", "not valid TOML")],
-)  # fmt: skip
+    [
+        ("lisen = 1", "unknown config key 'lisen'"),
+        ("[slurm]\nbogus = 1", "slurm.bogus"),
+        ("poll_interval_seconds = 'fast'", "poll_interval_seconds"),
+        ("[limits", "not valid TOML"),
+    ],
+)
 def test_bad_config_names_the_key(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "c.toml"
     path.write_text(text)
@@ -37,9 +44,13 @@ def test_missing_config_file_is_clear(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ['[[token]]\nuser = "a"\ntoken = "short"', '[[token]]\ntoken = "0123456789abcdef"',
-     '[[token]]\nuser = "a"\ntoken = "0123456789abcdef"\nadmin = "yes"', "token = 3"],
-)  # fmt: skip
+    [
+        '[[token]]\nuser = "a"\ntoken = "short"',
+        '[[token]]\ntoken = "0123456789abcdef"',
+        '[[token]]\nuser = "a"\ntoken = "0123456789abcdef"\nadmin = "yes"',
+        "token = 3",
+    ],
+)
 def test_bad_tokens_file(text: str) -> None:
     with pytest.raises(TokenFileError):
         parse_tokens(text)

@@ -38,10 +38,20 @@ from .conftest import USER_A, auth, make_config
 
 SERVICE_DIR = str(Path(clusterd.__file__).resolve().parent)
 GUARDED: tuple[tuple[Any, str], ...] = (
-    (pwd, "getpwnam"), (pwd, "getpwuid"), (grp, "getgrgid"), (grp, "getgrnam"), (os, "getgrouplist"),
-    (os, "makedirs"), (os, "mkdir"), (os, "chown"), (os, "stat"), (os, "open"), (os, "write"),
-    (io, "open"), (logs, "expand"),  # filling an output name: CPU over the user's text
-)  # fmt: skip
+    (pwd, "getpwnam"),
+    (pwd, "getpwuid"),
+    (grp, "getgrgid"),
+    (grp, "getgrnam"),
+    (os, "getgrouplist"),
+    (os, "makedirs"),
+    (os, "mkdir"),
+    (os, "chown"),
+    (os, "stat"),
+    (os, "open"),
+    (os, "write"),
+    (io, "open"),
+    (logs, "expand"),  # filling an output name: CPU over the user's text
+)
 
 
 class LoopGuard:
@@ -98,8 +108,9 @@ async def test_guard_catches_a_lookup_on_the_loop(guard: LoopGuard, monkeypatch:
     assert guard.violations and guard.violations[0].startswith("pwd.getpwnam at clusterd/accounts.py:")
 
 
-async def test_serving_every_rpc_blocks_nothing_on_the_loop(tmp_path: Path, guard: LoopGuard,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+async def test_serving_every_rpc_blocks_nothing_on_the_loop(
+    tmp_path: Path, guard: LoopGuard, monkeypatch: pytest.MonkeyPatch
+) -> None:
     config = replace(make_config(tmp_path), tokens_reload_seconds=0.05)
     slurm = FakeSlurm.cluster()
     daemon = ClusterDaemon(config, backend=slurm)
@@ -128,8 +139,10 @@ async def test_serving_every_rpc_blocks_nothing_on_the_loop(tmp_path: Path, guar
 
         # token reload: a new token in the file is picked up by the watcher, off the loop
         tokens = Path(config.tokens_file)
-        await asyncio.to_thread(tokens.write_text, tokens.read_text() + '[[token]]\nuser = "nobody"\n'
-                                'token = "token-reloaded-xxxxxxxx"\nadmin = false\n')  # fmt: skip
+        await asyncio.to_thread(
+            tokens.write_text,
+            tokens.read_text() + '[[token]]\nuser = "nobody"\ntoken = "token-reloaded-xxxxxxxx"\nadmin = false\n',
+        )
         fresh = [("authorization", "Bearer token-reloaded-xxxxxxxx")]
         for _ in range(200):
             try:
@@ -204,8 +217,9 @@ async def test_liveness_probes_block_nothing_on_the_loop(guard: LoopGuard, monke
     closed.bind(("127.0.0.1", 0))  # bound, not listening: connects are refused
     prober = SlurmdProber(0.5)
     try:
-        monkeypatch.setattr(socket, "create_connection",
-                            guard.wrap("socket.create_connection", socket.create_connection))  # fmt: skip
+        monkeypatch.setattr(
+            socket, "create_connection", guard.wrap("socket.create_connection", socket.create_connection)
+        )
         assert await prober.probe("127.0.0.1", listening.getsockname()[1]) is Reach.ANSWERS
         assert await prober.probe("127.0.0.1", closed.getsockname()[1]) is Reach.REFUSED
     finally:

@@ -70,17 +70,22 @@ async def compat_backend(
 
 @pytest.fixture(scope="module", params=VARIANTS)
 def compat_daemon(
-    request: pytest.FixtureRequest, stack: Stack, offered_api_versions: frozenset[str],
+    request: pytest.FixtureRequest,
+    stack: Stack,
+    offered_api_versions: frozenset[str],
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Daemon]:  # fmt: skip
+) -> Iterator[Daemon]:
     """clusterd in front of the stack, on the commands backend or on slurmrestd at one API version."""
     api = api_of(request.param, stack, offered_api_versions)
     extra = {"CLUSTERD_SLURM__BACKEND": "commands"}
     if api is not None:
         cfg = restd_config(stack, api_version=api)
-        extra = {"CLUSTERD_SLURM__BACKEND": "slurmrestd", "CLUSTERD_SLURM__RESTD_URL": cfg.restd_url,
-                 "CLUSTERD_SLURM__JWT_KEY_FILE": cfg.jwt_key_file,
-                 "CLUSTERD_SLURM__RESTD_API_VERSION": api}  # fmt: skip
+        extra = {
+            "CLUSTERD_SLURM__BACKEND": "slurmrestd",
+            "CLUSTERD_SLURM__RESTD_URL": cfg.restd_url,
+            "CLUSTERD_SLURM__JWT_KEY_FILE": cfg.jwt_key_file,
+            "CLUSTERD_SLURM__RESTD_API_VERSION": api,
+        }
     d = Daemon.reachable_by_jobs(stack, tmp_path_factory.mktemp("clusterd-compat"), extra_env=extra)
     d.start()
     yield d

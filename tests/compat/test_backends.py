@@ -26,8 +26,9 @@ def output(user: JobUser, name: str) -> str:
     return wait_for(lambda: path.exists() and path.read_text(), timeout=20, what=f"{path}")  # type: ignore[no-any-return]
 
 
-async def test_release_and_api_version(compat_backend: SlurmBackend, stack: Stack,
-                                       offered_api_versions: frozenset[str]) -> None:  # fmt: skip
+async def test_release_and_api_version(
+    compat_backend: SlurmBackend, stack: Stack, offered_api_versions: frozenset[str]
+) -> None:
     version = await compat_backend.version()
     assert version.startswith(stack.slurm_version + "."), version
     # The newest REST version a release serves is the one our table names for it.
@@ -55,8 +56,19 @@ async def test_topology_two_leaves(compat_backend: SlurmBackend) -> None:
 async def test_gpu_job_queue_fields_and_output(compat_backend: SlurmBackend, alice: JobUser) -> None:
     name, comment = tag("compat"), tag("note")
     script = "#!/bin/bash\nsrun bash -c 'echo GPUS=$CUDA_VISIBLE_DEVICES HOST=$(hostname)'\nsleep 4\n"
-    args = submit_args(alice, script, name=name, comment=comment, partition="batch", nodes=2, tasks_per_node=1,
-                       cpus_per_task=1, gpus_per_node=2, memory_mb_per_node=200, stdout=f"{name}-%j.out")  # fmt: skip
+    args = submit_args(
+        alice,
+        script,
+        name=name,
+        comment=comment,
+        partition="batch",
+        nodes=2,
+        tasks_per_node=1,
+        cpus_per_task=1,
+        gpus_per_node=2,
+        memory_mb_per_node=200,
+        stdout=f"{name}-%j.out",
+    )
     job_id = await compat_backend.submit(args)
     try:
         job = await wait_job(compat_backend, job_id, lambda j: j.state is JobState.RUNNING, "RUNNING")
@@ -84,8 +96,9 @@ async def test_failed_job_exit_code(compat_backend: SlurmBackend, alice: JobUser
 async def test_array_tasks(compat_backend: SlurmBackend, alice: JobUser) -> None:
     name = tag("array")
     script = "#!/bin/bash\necho task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID\nsleep 1\n"
-    args = submit_args(alice, script, name=name, array=ArraySpec((0, 1, 2, 3), max_running=2),
-                       stdout=f"{name}-%A_%a.out")  # fmt: skip
+    args = submit_args(
+        alice, script, name=name, array=ArraySpec((0, 1, 2, 3), max_running=2), stdout=f"{name}-%A_%a.out"
+    )
     job_id = await compat_backend.submit(args)
     try:
 
@@ -143,8 +156,13 @@ async def test_pending_reason_and_dependency(compat_backend: SlurmBackend, alice
     first = await compat_backend.submit(submit_args(alice, hold=True))
     second = await compat_backend.submit(submit_args(alice, dependency=f"afterok:{first}"))
     try:
-        job = await wait_job(compat_backend, second, lambda j: j.state is JobState.PENDING and bool(j.reason),
-                             "PENDING with a reason", timeout=30)  # fmt: skip
+        job = await wait_job(
+            compat_backend,
+            second,
+            lambda j: j.state is JobState.PENDING and bool(j.reason),
+            "PENDING with a reason",
+            timeout=30,
+        )
         assert "Dependency" in job.reason, job.reason
     finally:
         await compat_backend.cancel(second)

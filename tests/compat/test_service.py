@@ -25,16 +25,20 @@ def test_command_job_runs_in_the_job_environment(compat_daemon: Daemon, stack: S
     assert sorted(log_of(stack, name, job.job_id).split("\n")[:2]) == ["PY 3 0", "PY 3 1"]
 
 
-def test_node_death_requeues_and_resumes_from_checkpoint(compat_daemon: Daemon, stack: Stack,
-                                                         killed_nodes: list[str]) -> None:  # fmt: skip
+def test_node_death_requeues_and_resumes_from_checkpoint(
+    compat_daemon: Daemon, stack: Stack, killed_nodes: list[str]
+) -> None:
     name = f"compat-kill-{uuid.uuid4().hex[:6]}"
     client = compat_daemon.client("alice")
     job, victim = training_with_checkpoints(compat_daemon, stack, name)
     killed_nodes.append(victim)
     stack.stack_sh("kill-node", victim)
     t_kill = time.monotonic()
-    again = wait_for(lambda: (j := client.get(job.job_id)).restart_count >= 1
-                     and j.state == jobs_pb2.JOB_STATE_RUNNING and j, timeout=240, what="running again")  # fmt: skip
+    again = wait_for(
+        lambda: (j := client.get(job.job_id)).restart_count >= 1 and j.state == jobs_pb2.JOB_STATE_RUNNING and j,
+        timeout=240,
+        what="running again",
+    )
     print(f"Slurm {stack.slurm_version}: running again {time.monotonic() - t_kill:.0f}s after the node died")
     assert victim not in again.nodes
     done = finished(compat_daemon, job.job_id)

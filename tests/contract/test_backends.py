@@ -20,8 +20,14 @@ pytestmark = pytest.mark.slurm
 
 def squeue_user(stack: Stack, job_id: str) -> str:
     """The job's owner as Slurm's own squeue prints it (independent of the backend under test)."""
-    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%u"], capture_output=True, text=True, timeout=30,
-                         env={"PATH": stack.command_path(), "SLURM_CONF": stack.slurm_conf}, check=True)  # fmt: skip
+    out = subprocess.run(
+        ["squeue", "-h", "-j", job_id, "-o", "%u"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": stack.command_path(), "SLURM_CONF": stack.slurm_conf},
+        check=True,
+    )
     return out.stdout.strip()
 
 
@@ -51,9 +57,17 @@ async def test_topology(backend: SlurmBackend) -> None:
 async def test_submit_as_user_update_and_cancel(backend: SlurmBackend, stack: Stack, alice: JobUser) -> None:
     name, comment = tag(), tag()
     args = submit_args(
-        alice, name=name, comment=comment, partition="batch", nodes=2, tasks_per_node=1, cpus_per_task=1,
-        gpus_per_node=1, memory_mb_per_node=100, hold=True,
-    )  # fmt: skip
+        alice,
+        name=name,
+        comment=comment,
+        partition="batch",
+        nodes=2,
+        tasks_per_node=1,
+        cpus_per_task=1,
+        gpus_per_node=1,
+        memory_mb_per_node=100,
+        hold=True,
+    )
     job_id = await backend.submit(args)
     assert job_id.isdigit()
     try:
@@ -111,8 +125,9 @@ async def test_service_options_reach_slurm(backend: SlurmBackend, stack: Stack, 
     job_id = await backend.submit(args)
     try:
         env = {"PATH": stack.command_path(), "SLURM_CONF": stack.slurm_conf}
-        shown = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30,
-                               env=env, check=True)  # fmt: skip
+        shown = subprocess.run(
+            ["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30, env=env, check=True
+        )
         # sbatch keeps seconds; the scontrol update slurmrestd's submit needs rounds the wait up to minutes.
         assert re.search(r"Switches=1@00:0(0:30|1:00)\b", shown.stdout), shown.stdout
     finally:

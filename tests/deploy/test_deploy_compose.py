@@ -108,8 +108,12 @@ def mounted_volume(service: dict[str, Any], path: str) -> str | None:
 
 
 def test_generated_files_are_fresh(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, str(COMPOSE_DIR / "generate.py"), "--out", str(tmp_path)],
-                   check=True, capture_output=True, timeout=60)  # fmt: skip
+    subprocess.run(
+        [sys.executable, str(COMPOSE_DIR / "generate.py"), "--out", str(tmp_path)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     fresh = sorted(p.name for p in tmp_path.iterdir())
     committed = sorted(p.name for p in GENERATED.iterdir() if p.is_file())
     assert fresh == committed, "deploy/compose/generated holds other files than generate.py writes"
@@ -142,10 +146,21 @@ def test_python_render_equals_bash_render(name: str, tmp_path: Path) -> None:
     """The same template and values give the same bytes through deploy/local's bash ``render``."""
     vals = generate.values()[name]
     out = tmp_path / name
-    subprocess.run(["bash", "-c", 'source "$0"; render "$@"', str(COMMON_SH), str(TEMPLATES / name), str(out),
-                    *(f"{k}={v}" for k, v in vals.items())],
-                   check=True, capture_output=True, timeout=30,
-                   env={"PATH": "/usr/bin:/bin", "CLUSTERCTL_STACK_DIR": str(tmp_path)})  # fmt: skip
+    subprocess.run(
+        [
+            "bash",
+            "-c",
+            'source "$0"; render "$@"',
+            str(COMMON_SH),
+            str(TEMPLATES / name),
+            str(out),
+            *(f"{k}={v}" for k, v in vals.items()),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=30,
+        env={"PATH": "/usr/bin:/bin", "CLUSTERCTL_STACK_DIR": str(tmp_path)},
+    )
     assert out.read_text() == render_file(TEMPLATES / name, vals)
 
 
@@ -160,8 +175,12 @@ def test_generated_clusterd_config_loads() -> None:
 
 def test_compose_file_matches_compose_spec_schema() -> None:
     # check-jsonschema ships the compose-spec schema as a builtin (vendor.compose-spec): no network.
-    proc = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.compose-spec",
-                           str(COMPOSE_FILE)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.compose-spec", str(COMPOSE_FILE)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -170,8 +189,12 @@ def test_docker_compose_parses_the_file() -> None:
     if exe is None:
         pytest.skip("docker-compose (Debian's 1.29.2, apt install docker-compose) is not installed")
     # `config` only parses and interpolates: no engine is contacted.
-    proc = subprocess.run([exe, "-f", str(COMPOSE_FILE), "--profile", "restd", "config", "-q"],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [exe, "-f", str(COMPOSE_FILE), "--profile", "restd", "config", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
 
 

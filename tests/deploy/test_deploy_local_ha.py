@@ -43,8 +43,10 @@ def bash_lib(state: Path, script: str, **env: str) -> str:
 
 
 def test_replica_configs_differ_only_where_they_must(tmp_path: Path) -> None:
-    out = bash_lib(tmp_path, 'mkdir -p "$LOGS"; for r in "${REPLICAS[@]}"; do write_replica_config "$r"; done; '
-                             "ha_addrs; ha_env_lines")  # fmt: skip
+    out = bash_lib(
+        tmp_path,
+        'mkdir -p "$LOGS"; for r in "${REPLICAS[@]}"; do write_replica_config "$r"; done; ha_addrs; ha_env_lines',
+    )
     addrs, *env_lines = out.splitlines()
     configs = {r: tomllib.loads((tmp_path / f"{r}.toml").read_text()) for r in REPLICAS}
     a, b = configs.values()
@@ -63,8 +65,12 @@ def test_replica_configs_differ_only_where_they_must(tmp_path: Path) -> None:
 
 def test_supervise_restarts_a_killed_command_and_stops_it_on_term(tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
-    sup = subprocess.Popen(["bash", str(SUPERVISE), "t", str(pidfile), "--", "sleep", "300"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    sup = subprocess.Popen(
+        ["bash", str(SUPERVISE), "t", str(pidfile), "--", "sleep", "300"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         first = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 10, 0.05, "the first start"))
         os.kill(first, signal.SIGKILL)
@@ -126,8 +132,10 @@ def fake_ha(tmp_path: Path) -> Iterator[tuple[Path, int, dict[str, FakeReplica]]
         base = probe.server_address[1]
         probe.server_close()
         try:
-            replicas = {r: FakeReplica(tmp_path, tmp_path / "run" / f"{r}.pid", base + i, ("follower", "leader")[i])
-                        for i, r in enumerate(REPLICAS)}  # fmt: skip
+            replicas = {
+                r: FakeReplica(tmp_path, tmp_path / "run" / f"{r}.pid", base + i, ("follower", "leader")[i])
+                for i, r in enumerate(REPLICAS)
+            }
             break
         except OSError:
             continue
@@ -141,8 +149,13 @@ def fake_ha(tmp_path: Path) -> Iterator[tuple[Path, int, dict[str, FakeReplica]]
 
 
 def stack(state: Path, port: int, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CLUSTERCTL_STACK_DIR": str(state), "CLUSTERCTL_METRICS_PORT": str(port),
-           "CLUSTERCTL_STACK_TIMEOUT": "5", "CLUSTERCTL_SLURM": "22.05"}  # fmt: skip
+    env = {
+        **os.environ,
+        "CLUSTERCTL_STACK_DIR": str(state),
+        "CLUSTERCTL_METRICS_PORT": str(port),
+        "CLUSTERCTL_STACK_TIMEOUT": "5",
+        "CLUSTERCTL_SLURM": "22.05",
+    }
     return subprocess.run(["bash", str(STACK), *args], capture_output=True, text=True, timeout=30, env=env)
 
 
@@ -162,8 +175,9 @@ def test_freeze_leader_stops_and_continues_it(fake_ha: tuple[Path, int, dict[str
     state, port, replicas = fake_ha
     leader = replicas["clusterd-b"].proc
     env = {**os.environ, "CLUSTERCTL_STACK_DIR": str(state), "CLUSTERCTL_METRICS_PORT": str(port)}
-    freezer = subprocess.Popen(["bash", str(STACK), "freeze-leader", "1.5"], env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    freezer = subprocess.Popen(
+        ["bash", str(STACK), "freeze-leader", "1.5"], env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
 
     def state_of(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

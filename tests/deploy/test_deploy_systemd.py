@@ -70,8 +70,11 @@ def test_commented_defaults_are_the_real_defaults() -> None:
     data = tomllib.loads(re.sub(r"(?m)^# (\w+ = \S)", r"\1", EXAMPLE.read_text()))
     base = load_config(EXAMPLE, environ={})
     for name, value in data.items():
-        pairs = [(f"{name}.{k}", getattr(getattr(base, name), k), v) for k, v in value.items()] \
-            if isinstance(value, dict) else [(name, getattr(base, name), value)]  # fmt: skip
+        pairs = (
+            [(f"{name}.{k}", getattr(getattr(base, name), k), v) for k, v in value.items()]
+            if isinstance(value, dict)
+            else [(name, getattr(base, name), value)]
+        )
         for key, have, want in pairs:
             assert have == (tuple(want) if isinstance(want, list) else want), f"{key}: sample {want!r}, loaded {have!r}"
 
@@ -82,8 +85,12 @@ def test_unit_runs_the_configured_service_as_root() -> None:
     (exec_start,) = unit_values("ExecStart")
     assert exec_start == "/opt/clusterd/venv/bin/clusterd serve --config /etc/clusterd/clusterd.toml"
     assert "CLUSTERD_CONFIG=/etc/clusterd/clusterd.toml" in unit_values("Environment")
-    for key, want in {"ProtectSystem": "strict", "PrivateTmp": "yes", "NoNewPrivileges": "yes",
-                      "Restart": "on-failure"}.items():  # fmt: skip
+    for key, want in {
+        "ProtectSystem": "strict",
+        "PrivateTmp": "yes",
+        "NoNewPrivileges": "yes",
+        "Restart": "on-failure",
+    }.items():
         assert unit_values(key) == [want], key
 
 
@@ -119,8 +126,9 @@ def test_logrotate_snippet_parses(tmp_path: Path) -> None:
     conf.write_text((SYSTEMD / "clusterd.logrotate").read_text())
     conf.chmod(0o644)
     # -d: debug, rotates nothing; its own state file so the system's is not read or written.
-    proc = subprocess.run([exe, "-d", "-s", str(tmp_path / "state"), str(conf)],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [exe, "-d", "-s", str(tmp_path / "state"), str(conf)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0 and "error" not in proc.stderr.lower(), proc.stderr
     audit = str(load_config(EXAMPLE, environ={}).audit_path)
     assert audit in conf.read_text(), f"the snippet does not rotate the sample's audit log {audit}"

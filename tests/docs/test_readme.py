@@ -61,8 +61,16 @@ class Sandbox:
         os.chown(self.work, alice.pw_uid, alice.pw_gid)
         self.port, self.metrics_port = free_port(), free_port()
         src = self.root / "opt" / "clusterd" / "src"
-        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                                capture_output=True, check=True).stdout.decode().split("\0")  # fmt: skip
+        listed = (
+            subprocess.run(
+                ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                cwd=REPO,
+                capture_output=True,
+                check=True,
+            )
+            .stdout.decode()
+            .split("\0")
+        )
         for name in filter(None, listed):
             if (REPO / name).is_file():
                 (src / name).parent.mkdir(parents=True, exist_ok=True)
@@ -98,10 +106,17 @@ class Sandbox:
                 (self.work / name).write_text(code)
             else:
                 script += self.rewrite(code) + "\n"
-        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=self.work, capture_output=True,
-                              text=True, env=env or self.env, timeout=timeout)  # fmt: skip
-        assert proc.returncode == 0, f"documented {group} block failed:\n{script}\n--- stdout\n{proc.stdout}\n" \
-                                     f"--- stderr\n{proc.stderr[-4000:]}"  # fmt: skip
+        proc = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=self.work,
+            capture_output=True,
+            text=True,
+            env=env or self.env,
+            timeout=timeout,
+        )
+        assert proc.returncode == 0, (
+            f"documented {group} block failed:\n{script}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr[-4000:]}"
+        )
         return proc.stdout
 
 
@@ -121,8 +136,12 @@ def test_operator_then_user_examples_work_as_written(sandbox: Sandbox) -> None:
     etc = sandbox.root / "etc" / "clusterd"
     # What the systemd unit's ExecStart runs.
     log = (sandbox.root / "clusterd.log").open("wb")
-    serve = subprocess.Popen([str(venv / "clusterd"), "serve", "--config", str(etc / "clusterd.toml")],
-                             stdout=log, stderr=log, env=sandbox.env)  # fmt: skip
+    serve = subprocess.Popen(
+        [str(venv / "clusterd"), "serve", "--config", str(etc / "clusterd.toml")],
+        stdout=log,
+        stderr=log,
+        env=sandbox.env,
+    )
     try:
         user_env = {
             **sandbox.env,

@@ -24,15 +24,37 @@ _SCRIPT = 'sleep 20; if [ "$SLURM_ARRAY_TASK_ID" = 2 ]; then exit 3; fi; exit 0'
 
 
 def clusterctl(daemon: Daemon, *argv: str, cwd: Path = _CWD) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "clusterctl.cli.main", *argv], env=daemon.cli_env(), cwd=cwd,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "clusterctl.cli.main", *argv],
+        env=daemon.cli_env(),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_array_tasks_are_first_class(daemon: Daemon) -> None:
-    argv = [sys.executable, "-m", "clusterctl.cli.main", "submit", "--array=0-3", "-t", "2", "-D", "/tmp",
-            "-o", "/dev/null", "--parsable", "--wait", "--wrap", _SCRIPT]  # fmt: skip
-    waiter = subprocess.Popen(argv, env=daemon.cli_env(), cwd=_CWD, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "clusterctl.cli.main",
+        "submit",
+        "--array=0-3",
+        "-t",
+        "2",
+        "-D",
+        "/tmp",
+        "-o",
+        "/dev/null",
+        "--parsable",
+        "--wait",
+        "--wrap",
+        _SCRIPT,
+    ]
+    waiter = subprocess.Popen(
+        argv, env=daemon.cli_env(), cwd=_CWD, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         assert waiter.stdout is not None
         job_id = waiter.stdout.readline().strip()
@@ -60,8 +82,9 @@ def test_array_tasks_are_first_class(daemon: Daemon) -> None:
 
         cancelled = clusterctl(daemon, "cancel", f"{job_id}_3")
         assert cancelled.returncode == 0, cancelled.stderr
-        wait_for(lambda: client.get(f"{job_id}_3").state == jobs_pb2.JOB_STATE_CANCELLED, timeout=30,
-                 what="task 3 cancelled")  # fmt: skip
+        wait_for(
+            lambda: client.get(f"{job_id}_3").state == jobs_pb2.JOB_STATE_CANCELLED, timeout=30, what="task 3 cancelled"
+        )
         assert all(running(t) for t in range(3))  # the other tasks were left alone
         assert client.get(job_id).state == jobs_pb2.JOB_STATE_RUNNING
 
@@ -71,8 +94,12 @@ def test_array_tasks_are_first_class(daemon: Daemon) -> None:
         assert waiter.wait(timeout=120) == 3, waiter.stderr.read() if waiter.stderr else ""
         final = client.get(job_id)
         states = {t.task_id: t.state for t in final.tasks}
-        assert states == {0: jobs_pb2.JOB_STATE_COMPLETED, 1: jobs_pb2.JOB_STATE_COMPLETED,
-                          2: jobs_pb2.JOB_STATE_FAILED, 3: jobs_pb2.JOB_STATE_CANCELLED}  # fmt: skip
+        assert states == {
+            0: jobs_pb2.JOB_STATE_COMPLETED,
+            1: jobs_pb2.JOB_STATE_COMPLETED,
+            2: jobs_pb2.JOB_STATE_FAILED,
+            3: jobs_pb2.JOB_STATE_CANCELLED,
+        }
         assert final.terminal and final.state == jobs_pb2.JOB_STATE_FAILED and final.exit_code == 3
         assert {t.task_id: t.exit_code for t in final.tasks}[2] == 3
     finally:
@@ -85,8 +112,25 @@ def test_a_failed_task_is_requeued_alone_within_its_own_budget(daemon: Daemon) -
     """Task 1 exits 7 (retryable, one restart): ``scontrol requeue ID_1`` runs it again, task 0 runs
     once; the second failure spends task 1's budget and ``--wait`` exits 7."""
     script = 'sleep 2; if [ "$SLURM_ARRAY_TASK_ID" = 1 ]; then exit 7; fi; exit 0'
-    done = clusterctl(daemon, "submit", "--array=0-1", "-t", "2", "-D", "/tmp", "-o", "/dev/null", "--parsable",
-                      "--retry-exit-code", "7", "--max-restarts", "1", "--wait", "--wrap", script)  # fmt: skip
+    done = clusterctl(
+        daemon,
+        "submit",
+        "--array=0-1",
+        "-t",
+        "2",
+        "-D",
+        "/tmp",
+        "-o",
+        "/dev/null",
+        "--parsable",
+        "--retry-exit-code",
+        "7",
+        "--max-restarts",
+        "1",
+        "--wait",
+        "--wrap",
+        script,
+    )
     assert done.returncode == 7, done.stderr
     job_id = done.stdout.split()[0]
     final = daemon.client().get(job_id)
@@ -101,22 +145,33 @@ def test_a_pending_task_cancelled_ends_and_the_array_ends_with_its_tasks(daemon:
     element for it: the task shows CANCELLED, the pending row keeps squeue's reason, and the array
     ends (``--wait`` returns) once the other tasks have."""
     client = daemon.client()
-    spec = jobs_pb2.JobSpec(name="arr-cancel", command=["sleep", "2"], array="1-3%1", working_directory="/tmp",
-                            stdout_path="/dev/null")  # fmt: skip
+    spec = jobs_pb2.JobSpec(
+        name="arr-cancel", command=["sleep", "2"], array="1-3%1", working_directory="/tmp", stdout_path="/dev/null"
+    )
     job_id = client.submit(spec).job.job_id
     try:
-        wait_for(lambda: client.get(f"{job_id}_1").state == jobs_pb2.JOB_STATE_RUNNING, timeout=60,
-                 what="task 1 running")  # fmt: skip
+        wait_for(
+            lambda: client.get(f"{job_id}_1").state == jobs_pb2.JOB_STATE_RUNNING, timeout=60, what="task 1 running"
+        )
         client.cancel(f"{job_id}_3")
-        job = wait_for(lambda: (j := client.get(job_id)) and any(
-            t.task_id == 3 and t.state == jobs_pb2.JOB_STATE_CANCELLED for t in j.tasks) and j,
-            timeout=30, what="task 3 cancelled")  # fmt: skip
+        job = wait_for(
+            lambda: (
+                (j := client.get(job_id))
+                and any(t.task_id == 3 and t.state == jobs_pb2.JOB_STATE_CANCELLED for t in j.tasks)
+                and j
+            ),
+            timeout=30,
+            what="task 3 cancelled",
+        )
         if any(t.task_id == 2 and t.state == jobs_pb2.JOB_STATE_PENDING for t in job.tasks):
             assert job.reason == "JobArrayTaskLimit", job
         done = wait_for(lambda: (j := client.get(job_id)).terminal and j, timeout=90, what="the array's end")
         states = {t.task_id: t.state for t in done.tasks}
-        assert states == {1: jobs_pb2.JOB_STATE_COMPLETED, 2: jobs_pb2.JOB_STATE_COMPLETED,
-                          3: jobs_pb2.JOB_STATE_CANCELLED}, done  # fmt: skip
+        assert states == {
+            1: jobs_pb2.JOB_STATE_COMPLETED,
+            2: jobs_pb2.JOB_STATE_COMPLETED,
+            3: jobs_pb2.JOB_STATE_CANCELLED,
+        }, done
         assert done.state == jobs_pb2.JOB_STATE_CANCELLED
     finally:
         client.cancel(job_id)

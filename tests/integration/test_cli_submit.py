@@ -33,10 +33,9 @@ def clusterctl(daemon: Daemon, *argv: str, cwd: Path) -> subprocess.CompletedPro
 def test_default_submission_is_accepted_and_wait_reports_the_outcome(daemon: Daemon, alice_dir: Path) -> None:
     # Run from a directory of alice's own, as she would: the job writes slurm-%j.out there, as her.
     common = ("submit", "-n", "1", "-t", "2", "--wait", "--parsable")
-    ok = clusterctl(daemon, *common, "--wrap", "test -n \"$HOME\"", cwd=alice_dir)
+    ok = clusterctl(daemon, *common, "--wrap", 'test -n "$HOME"', cwd=alice_dir)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.strip().isdigit()  # --parsable: the job id and nothing else
     failed = clusterctl(daemon, *common, "--wrap", "exit 3", cwd=alice_dir)
     assert failed.returncode == 3, failed.stdout  # the job's own exit code, as a shell reports it
     assert failed.stderr == ""
-

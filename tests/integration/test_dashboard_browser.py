@@ -57,8 +57,14 @@ def browser(tmp_path: Path) -> Iterator[Any]:
     os.environ.setdefault("SE_OFFLINE", "true")  # never let Selenium Manager look for downloads
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1400,1000", f"--user-data-dir={tmp_path / 'profile'}"):  # fmt: skip
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1400,1000",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
     driver.set_page_load_timeout(60)
@@ -93,8 +99,14 @@ def test_dashboard_lists_follows_and_hides(web_daemon: Daemon, browser: Any, ali
 
     alice, bob = web_daemon.client("alice"), web_daemon.client("bob")
     name = f"web-{uuid.uuid4().hex[:6]}"
-    job = alice.submit(jobs_pb2.JobSpec(name=name, command=["bash", "-c", "echo hello from $SLURM_JOB_ID; sleep 6"],
-                                        submit_directory=str(alice_dir), stdout_path="web-%j.out")).job  # fmt: skip
+    job = alice.submit(
+        jobs_pb2.JobSpec(
+            name=name,
+            command=["bash", "-c", "echo hello from $SLURM_JOB_ID; sleep 6"],
+            submit_directory=str(alice_dir),
+            stdout_path="web-%j.out",
+        )
+    ).job
     bobs = bob.submit(jobs_pb2.JobSpec(name="bobs-secret-name", command=["sleep", "30"])).job
     try:
         browser.get(f"http://127.0.0.1:{web_daemon.metrics_port}/")
@@ -105,8 +117,12 @@ def test_dashboard_lists_follows_and_hides(web_daemon: Daemon, browser: Any, ali
 
         # The job the test submitted is listed, and its row follows the job to its end (no reload).
         seen = {_wait(browser, lambda d: _row_state(d, job.job_id), 60, "alice's job in the list")}
-        final = _wait(browser, lambda d: seen.add(s := _row_state(d, job.job_id)) or (s == "COMPLETED" and s), 120,
-                      "the row to show COMPLETED")  # fmt: skip
+        final = _wait(
+            browser,
+            lambda d: seen.add(s := _row_state(d, job.job_id)) or (s == "COMPLETED" and s),
+            120,
+            "the row to show COMPLETED",
+        )
         assert final == "COMPLETED"
         assert seen & {"PENDING", "RUNNING", "COMPLETING"}, seen  # it changed state under the page's eyes
         assert name in browser.find_element(By.ID, "jobs-table").text

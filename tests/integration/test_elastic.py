@@ -38,8 +38,16 @@ def elastic_spec(stack: Stack, name: str) -> jobs_pb2.JobSpec:
     others = [n for n in stack.env["CLUSTERCTL_NODES"].split() if n not in LEAF]
     return jobs_pb2.JobSpec(
         name=name,
-        command=["python3", str(ROOT / "examples" / "train_elastic.py"),
-                 "--steps", str(TOTAL), "--every", str(EVERY), "--step-seconds", "0.1"],
+        command=[
+            "python3",
+            str(ROOT / "examples" / "train_elastic.py"),
+            "--steps",
+            str(TOTAL),
+            "--every",
+            str(EVERY),
+            "--step-seconds",
+            "0.1",
+        ],
         nodes=2,
         max_nodes=3,  # -N 2-3 (no --ntasks-per-node: sbatch would derive 2 tasks and start 2 nodes)
         checkpoint_uri=f"s3://{stack.env['CLUSTERCTL_BUCKET']}/tests/{name}",
@@ -53,9 +61,15 @@ def test_lost_node_restarts_on_fewer_nodes_from_the_resharded_checkpoint(daemon:
     client = daemon.client("alice")
     job = client.submit(elastic_spec(stack, name)).job
     try:
-        running = wait_for(lambda: (j := client.get(job.job_id)).state == jobs_pb2.JOB_STATE_RUNNING
-                           and j.checkpoint_step >= 2 * EVERY - 1 and j,
-                           timeout=180, what="the first checkpoints")  # fmt: skip
+        running = wait_for(
+            lambda: (
+                (j := client.get(job.job_id)).state == jobs_pb2.JOB_STATE_RUNNING
+                and j.checkpoint_step >= 2 * EVERY - 1
+                and j
+            ),
+            timeout=180,
+            what="the first checkpoints",
+        )
     except AssertionError:
         client.cancel(job.job_id)
         raise
@@ -75,8 +89,10 @@ def test_lost_node_restarts_on_fewer_nodes_from_the_resharded_checkpoint(daemon:
             return j if j.restart_count >= 1 and j.state == jobs_pb2.JOB_STATE_RUNNING else None
 
         again = wait_for(running_again, timeout=240, what="running again")
-        print(f"restart decided {decided[0]:.0f}s and running again {time.monotonic() - t_kill:.0f}s "
-              f"after {victim} died, on {list(again.nodes)}")  # fmt: skip
+        print(
+            f"restart decided {decided[0]:.0f}s and running again {time.monotonic() - t_kill:.0f}s "
+            f"after {victim} died, on {list(again.nodes)}"
+        )
         assert len(again.nodes) == 2 and victim not in again.nodes
     finally:
         stack.stack_sh("revive-node", victim)
@@ -95,8 +111,13 @@ def test_lost_node_restarts_on_fewer_nodes_from_the_resharded_checkpoint(daemon:
     assert sorted(re.findall(rf"VERIFIED restored step {step} rank (\d)/2", log)) == ["0", "1"]
     assert sorted(re.findall(rf"DONE rank (\d)/2 at step {TOTAL - 1} final state verified", log)) == ["0", "1"]
 
-    shown = subprocess.run([sys.executable, "-m", "clusterctl.cli.main", "status", job.job_id, "--json"],
-                           env=daemon.cli_env(), capture_output=True, text=True, timeout=60)  # fmt: skip
+    shown = subprocess.run(
+        [sys.executable, "-m", "clusterctl.cli.main", "status", job.job_id, "--json"],
+        env=daemon.cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert shown.returncode == 0, shown.stderr
     (record,) = json.loads(shown.stdout)["restarts"]
     assert (record["nodes_before"], record["nodes_after"]) == (3, 2)

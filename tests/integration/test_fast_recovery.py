@@ -34,11 +34,17 @@ def started(daemon: Daemon, stack: Stack, name: str, *args: str) -> tuple[jobs_p
     """A 2-node job with a short hang timeout that has committed a checkpoint and is beating."""
     client = daemon.client("alice")
     policy = jobs_pb2.RestartPolicy(hang_timeout=Duration(seconds=HANG))
-    spec = train_spec(stack, name, "--steps", str(TOTAL), "--every", str(EVERY), "--step-seconds", "0.1", *args,
-                      policy=policy)  # fmt: skip
+    spec = train_spec(
+        stack, name, "--steps", str(TOTAL), "--every", str(EVERY), "--step-seconds", "0.1", *args, policy=policy
+    )
     job = client.submit(spec).job
-    running = wait_for(lambda: (j := client.get(job.job_id)).state == jobs_pb2.JOB_STATE_RUNNING
-                       and j.checkpoint_step >= EVERY - 1 and j, timeout=120, what="first checkpoint")  # fmt: skip
+    running = wait_for(
+        lambda: (
+            (j := client.get(job.job_id)).state == jobs_pb2.JOB_STATE_RUNNING and j.checkpoint_step >= EVERY - 1 and j
+        ),
+        timeout=120,
+        what="first checkpoint",
+    )
     return job, list(running.nodes)
 
 
@@ -58,8 +64,20 @@ def test_powered_off_node_is_found_by_heartbeats(daemon: Daemon, stack: Stack, k
 
 def test_crashed_rank_is_restarted_from_the_checkpoint(daemon: Daemon, stack: Stack) -> None:
     name = f"crash-{uuid.uuid4().hex[:6]}"
-    spec = train_spec(stack, name, "--steps", str(TOTAL), "--every", str(EVERY), "--step-seconds", "0.1",
-                      "--crash-rank", "1", "--crash-at", str(EVERY * 2 + 5))  # fmt: skip
+    spec = train_spec(
+        stack,
+        name,
+        "--steps",
+        str(TOTAL),
+        "--every",
+        str(EVERY),
+        "--step-seconds",
+        "0.1",
+        "--crash-rank",
+        "1",
+        "--crash-at",
+        str(EVERY * 2 + 5),
+    )
     job = daemon.client("alice").submit(spec).job
     done = finished(daemon, job.job_id)
     assert done.state == jobs_pb2.JOB_STATE_COMPLETED, done
@@ -132,8 +150,7 @@ def test_two_nodes_lost_at_once_make_one_restart(daemon: Daemon, stack: Stack, k
     assert not set(nodes) & set(runs_of(log_of(stack, name, job.job_id))[-1].nodes.values())
 
 
-def test_a_node_back_at_once_does_not_get_the_job_again(daemon: Daemon, stack: Stack,
-                                                        killed_nodes: list[str]) -> None:  # fmt: skip
+def test_a_node_back_at_once_does_not_get_the_job_again(daemon: Daemon, stack: Stack, killed_nodes: list[str]) -> None:
     """It flaps: dead, then its slurmd registers again seconds later (ReturnToService) - the job's
     next run still avoids it."""
     name = f"flap-{uuid.uuid4().hex[:6]}"

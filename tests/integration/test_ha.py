@@ -129,10 +129,16 @@ def _leader_deaths(replicas: Replicas, stack: Stack, killed_nodes: list[str], ta
 
     client = replicas.client("alice")
     name = f"train-{tag}"
-    job = client.submit(train_spec(stack, name, "--steps", str(TOTAL), "--every", str(EVERY),
-                                   "--step-seconds", "0.1")).job  # fmt: skip
-    running = wait_for(lambda: (j := client.get(job.job_id)).state == jobs_pb2.JOB_STATE_RUNNING
-                       and j.checkpoint_step >= EVERY - 1 and j, timeout=120, what="first checkpoint")  # fmt: skip
+    job = client.submit(
+        train_spec(stack, name, "--steps", str(TOTAL), "--every", str(EVERY), "--step-seconds", "0.1")
+    ).job
+    running = wait_for(
+        lambda: (
+            (j := client.get(job.job_id)).state == jobs_pb2.JOB_STATE_RUNNING and j.checkpoint_step >= EVERY - 1 and j
+        ),
+        timeout=120,
+        what="first checkpoint",
+    )
     victim = running.nodes[-1]
 
     t0 = time.monotonic()
@@ -168,8 +174,11 @@ def _leader_deaths(replicas: Replicas, stack: Stack, killed_nodes: list[str], ta
         time.sleep(0.5)
     lost = [r for r in acked if names[r] == 0]
     duplicated = {r: n for r, n in names.items() if n > 1}
-    assert not lost and not duplicated, (f"{len(lost)} of {len(acked)} lost", _records(replicas.store_url, lost[:5]),
-                                         duplicated)  # fmt: skip
+    assert not lost and not duplicated, (
+        f"{len(lost)} of {len(acked)} lost",
+        _records(replicas.store_url, lost[:5]),
+        duplicated,
+    )
     assert sum(names.values()) <= len(acked) + sum(len(s.unacked) for s in submitters)
 
     # -- the training job: requeued once for its one failure, and done
@@ -195,15 +204,21 @@ def _logged(url: str) -> list[int]:
     """Log positions of every event of alice's jobs, read from PostgreSQL itself."""
     with psycopg.connect(url) as conn:
         rows = conn.execute("SELECT seq, record FROM events ORDER BY seq").fetchall()
-    return [int(seq) for seq, record in rows if (record if isinstance(record, dict) else json.loads(record))
-            .get("user") == "alice"]  # fmt: skip
+    return [
+        int(seq)
+        for seq, record in rows
+        if (record if isinstance(record, dict) else json.loads(record)).get("user") == "alice"
+    ]
 
 
 def _records(url: str, request_ids: list[str]) -> list[tuple[object, ...]]:
     """What the store says of ``request_ids`` (for a failure's message)."""
     with psycopg.connect(url) as conn:
-        return conn.execute("SELECT request_id, phase, job_id, state, observed->>'error', observed->>'final_reason' "
-                            "FROM jobs WHERE request_id = ANY(%s)", (request_ids,)).fetchall()  # fmt: skip
+        return conn.execute(
+            "SELECT request_id, phase, job_id, state, observed->>'error', observed->>'final_reason' "
+            "FROM jobs WHERE request_id = ANY(%s)",
+            (request_ids,),
+        ).fetchall()
 
 
 def _first_difference(seen: list[int], logged: list[int]) -> str:

@@ -33,8 +33,9 @@ def test_kill_leader_on_the_ha_stack(stack: Stack) -> None:
         pytest.skip("the stack is not in HA mode (deploy/local/stack.sh up --ha; scripts/test.sh's HA phase)")
     client = ClusterClient(stack.env["CLUSTERCTL_ADDR"], stack.tokens["alice"], timeout=5.0)
     assert len(client.addrs) == 2
-    before = wait_for(lambda: (r := _roles(stack)) and [x for x in r if x[0] == "leader"] and r, timeout=30,
-                      what="a leader")  # fmt: skip
+    before = wait_for(
+        lambda: (r := _roles(stack)) and [x for x in r if x[0] == "leader"] and r, timeout=30, what="a leader"
+    )
     epoch = max(e for role, e in before if role == "leader")
     tag = f"hastack-{uuid.uuid4().hex[:6]}"
     seen: list[jobs_pb2.JobEvent] = []
@@ -56,11 +57,17 @@ def test_kill_leader_on_the_ha_stack(stack: Stack) -> None:
     second = client.submit(jobs_pb2.JobSpec(name=f"{tag}-after", command=["true"], hold=True)).job
     accepted = time.monotonic() - t0
     assert accepted < 10, accepted
-    after = wait_for(lambda: (r := _roles(stack)) and any(role == "leader" and e > epoch for role, e in r) and r,
-                     timeout=15, what="a new leader")  # fmt: skip
+    after = wait_for(
+        lambda: (r := _roles(stack)) and any(role == "leader" and e > epoch for role, e in r) and r,
+        timeout=15,
+        what="a new leader",
+    )
     assert sorted(role for role, _ in after) in (["follower", "leader"], ["down", "leader"], ["leader", "not ready"])
-    wait_for(lambda: sorted(role for role, _ in _roles(stack)) == ["follower", "leader"], timeout=30,
-             what="the killed replica back as a follower")  # fmt: skip
+    wait_for(
+        lambda: sorted(role for role, _ in _roles(stack)) == ["follower", "leader"],
+        timeout=30,
+        what="the killed replica back as a follower",
+    )
     watcher.join(30)
     assert not watcher.is_alive(), "the watch did not see the submit made after the kill"
     names = [e.job.name for e in seen if e.type == jobs_pb2.JOB_EVENT_TYPE_SUBMITTED]
@@ -70,5 +77,3 @@ def test_kill_leader_on_the_ha_stack(stack: Stack) -> None:
     for job in (first, second):
         client.cancel(job.job_id)
     client.close()
-
-

@@ -48,8 +48,13 @@ def _done(client, job_id: str) -> jobs_pb2.JobStatus:  # type: ignore[no-untyped
 
 
 def _cli(daemon: Daemon, user: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "clusterctl.cli", *argv], capture_output=True, text=True,
-                          env=daemon.cli_env(user), timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "clusterctl.cli", *argv],
+        capture_output=True,
+        text=True,
+        env=daemon.cli_env(user),
+        timeout=120,
+    )
 
 
 def _http(daemon: Daemon, path: str, user: str | None) -> tuple[int, dict]:  # type: ignore[type-arg]
@@ -69,8 +74,13 @@ def _text(chunks: list[jobs_pb2.JobLogChunk]) -> str:
 def test_logs_tail_and_the_owner_rule(views_daemon: Daemon, alice_dir: Path) -> None:
     alice = views_daemon.client("alice")
     command = ["bash", "-c", "for i in 1 2 3 4 5; do echo line $i; done; echo oops >&2"]
-    spec = jobs_pb2.JobSpec(name="logs", command=command, submit_directory=str(alice_dir), stdout_path="out-%j.txt",
-                            stderr_path="err-%j.txt")  # fmt: skip
+    spec = jobs_pb2.JobSpec(
+        name="logs",
+        command=command,
+        submit_directory=str(alice_dir),
+        stdout_path="out-%j.txt",
+        stderr_path="err-%j.txt",
+    )
     job = alice.submit(spec).job
     _done(alice, job.job_id)
     chunks = list(alice.read_log(job.job_id))
@@ -96,8 +106,9 @@ def test_logs_refuse_a_symlinked_output_that_the_user_does_not_own(
     views_daemon: Daemon, alice_dir: Path, tmp_path: Path
 ) -> None:
     alice = views_daemon.client("alice")
-    job = alice.submit(jobs_pb2.JobSpec(name="link", command=["echo", "mine"], submit_directory=str(alice_dir),
-                                        stdout_path="out.txt")).job  # fmt: skip
+    job = alice.submit(
+        jobs_pb2.JobSpec(name="link", command=["echo", "mine"], submit_directory=str(alice_dir), stdout_path="out.txt")
+    ).job
     _done(alice, job.job_id)
     secret = tmp_path / "root-only.txt"  # pytest's tmp dirs are root's alone (0700)
     secret.write_text("root's secret\n")
@@ -116,8 +127,15 @@ def test_logs_refuse_a_symlinked_output_that_the_user_does_not_own(
 
 def test_logs_follow_keeps_going_across_a_requeue(views_daemon: Daemon, alice_dir: Path) -> None:
     alice = views_daemon.client("alice")
-    job = alice.submit(jobs_pb2.JobSpec(name="follow", script=REQUEUED_SCRIPT, submit_directory=str(alice_dir),
-                                        stdout_path="follow-%j.out", time_limit="5")).job  # fmt: skip
+    job = alice.submit(
+        jobs_pb2.JobSpec(
+            name="follow",
+            script=REQUEUED_SCRIPT,
+            submit_directory=str(alice_dir),
+            stdout_path="follow-%j.out",
+            time_limit="5",
+        )
+    ).job
     chunks: list[jobs_pb2.JobLogChunk] = []
     errors: list[BaseException] = []
 
@@ -173,9 +191,15 @@ def test_hold_release_and_the_whole_queue(views_daemon: Daemon) -> None:
         bob.release(bobs.job_id)
         # alice sees bob's job as squeue shows it to everyone, and nothing more.
         # Right after a release Slurm shows the job's reason as None until its scheduler looks again.
-        queue = wait_for(lambda: (q := {j.job_id: j for j in alice.queue().jobs}).get(later.job_id)
-                         and q[later.job_id].reason == "BeginTime" and q,
-                         timeout=30, what="BeginTime again")  # fmt: skip
+        queue = wait_for(
+            lambda: (
+                (q := {j.job_id: j for j in alice.queue().jobs}).get(later.job_id)
+                and q[later.job_id].reason == "BeginTime"
+                and q
+            ),
+            timeout=30,
+            what="BeginTime again",
+        )
         theirs, mine = queue[bobs.job_id], queue[later.job_id]
         assert (theirs.user, theirs.name, theirs.mine, theirs.supervised) == ("bob", bobs.name, False, False)
         assert theirs.state == jobs_pb2.JOB_STATE_RUNNING and theirs.nodes
@@ -192,10 +216,25 @@ def test_hold_release_and_the_whole_queue(views_daemon: Daemon) -> None:
 def test_adopt_a_plain_sbatch_job(views_daemon: Daemon, stack: Stack, alice_dir: Path) -> None:
     entry = pwd.getpwnam("alice")
     sbatch = subprocess.run(
-        ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups", "sbatch", "--parsable",
-         "--job-name=plain", f"--output={alice_dir}/plain-%j.out", "--wrap", "echo plain start; sleep 60"],
-        capture_output=True, text=True, cwd=alice_dir, env=stack.slurm_env(), timeout=60, check=True,
-    )  # fmt: skip
+        [
+            "setpriv",
+            f"--reuid={entry.pw_uid}",
+            f"--regid={entry.pw_gid}",
+            "--init-groups",
+            "sbatch",
+            "--parsable",
+            "--job-name=plain",
+            f"--output={alice_dir}/plain-%j.out",
+            "--wrap",
+            "echo plain start; sleep 60",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=alice_dir,
+        env=stack.slurm_env(),
+        timeout=60,
+        check=True,
+    )
     job_id = sbatch.stdout.strip().split(";")[0]
     alice, bob = views_daemon.client("alice"), views_daemon.client("bob")
     try:
@@ -218,8 +257,13 @@ def test_adopt_a_plain_sbatch_job(views_daemon: Daemon, stack: Stack, alice_dir:
         assert sj["comment"].startswith("clusterctl-record:") and sj["requeue"]
         status = alice.get(job_id)
         assert status.stdout_path == f"{alice_dir}/plain-{job_id}.out"
-        wait_for(lambda: "plain start" in _text(list(alice.read_log(job_id))) if alice.get(job_id).start_time.seconds
-                 else False, timeout=60, what="the adopted job's output")  # fmt: skip
+        wait_for(
+            lambda: (
+                "plain start" in _text(list(alice.read_log(job_id))) if alice.get(job_id).start_time.seconds else False
+            ),
+            timeout=60,
+            what="the adopted job's output",
+        )
         alice.cancel(job_id)
         assert _done(alice, job_id).state == jobs_pb2.JOB_STATE_CANCELLED
     finally:
@@ -228,8 +272,11 @@ def test_adopt_a_plain_sbatch_job(views_daemon: Daemon, stack: Stack, alice_dir:
 
 def test_dashboard_api_tokens_and_ownership(views_daemon: Daemon, alice_dir: Path) -> None:
     alice = views_daemon.client("alice")
-    job = alice.submit(jobs_pb2.JobSpec(name="web", command=["echo", "from the web"], submit_directory=str(alice_dir),
-                                        stdout_path="web-%j.out")).job  # fmt: skip
+    job = alice.submit(
+        jobs_pb2.JobSpec(
+            name="web", command=["echo", "from the web"], submit_directory=str(alice_dir), stdout_path="web-%j.out"
+        )
+    ).job
     _done(alice, job.job_id)
     assert _http(views_daemon, "/api/jobs", None)[0] == 401
     status, body = _http(views_daemon, f"/api/jobs/{job.job_id}", "bob")

@@ -169,9 +169,15 @@ def restd_daemon(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iter
     """A clusterd whose backend is slurmrestd (JWT signed per user) instead of Slurm's commands."""
     if "CLUSTERCTL_RESTD_URL" not in stack.env:
         pytest.fail("the stack's env file has no CLUSTERCTL_RESTD_URL: run deploy/local/stack.sh up")
-    d = Daemon(stack, tmp_path_factory.mktemp("clusterd-restd"), extra_env={
-        "CLUSTERD_SLURM__BACKEND": "slurmrestd", "CLUSTERD_SLURM__RESTD_URL": stack.env["CLUSTERCTL_RESTD_URL"],
-        "CLUSTERD_SLURM__JWT_KEY_FILE": stack.env["CLUSTERCTL_JWT_KEY"]})  # fmt: skip
+    d = Daemon(
+        stack,
+        tmp_path_factory.mktemp("clusterd-restd"),
+        extra_env={
+            "CLUSTERD_SLURM__BACKEND": "slurmrestd",
+            "CLUSTERD_SLURM__RESTD_URL": stack.env["CLUSTERCTL_RESTD_URL"],
+            "CLUSTERD_SLURM__JWT_KEY_FILE": stack.env["CLUSTERCTL_JWT_KEY"],
+        },
+    )
     d.start()
     yield d
     d.stop()

@@ -63,8 +63,16 @@ _COMMANDS = {"commands": ("sbatch", "scancel", "squeue"), "slurmrestd": ("POST j
 
 
 def test_clusterd_check_on_the_stack(stack: Stack, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    cmd = [sys.executable, "-m", "clusterd.main", "check", "--config", str(stack.dir / "clusterd.toml"),
-           "--storage-uri", f"s3://{stack.env['CLUSTERCTL_BUCKET']}/check-probe"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "clusterd.main",
+        "check",
+        "--config",
+        str(stack.dir / "clusterd.toml"),
+        "--storage-uri",
+        f"s3://{stack.env['CLUSTERCTL_BUCKET']}/check-probe",
+    ]
     env = {**stack.slurm_env(), **{k: v for k, v in stack.env.items() if k.startswith("AWS_")}}
     ok = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     assert ok.returncode == 0, ok.stdout + ok.stderr

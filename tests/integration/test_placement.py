@@ -35,9 +35,12 @@ def occupy(daemon: Daemon, nodes: list[str], ids: list[str]) -> None:
     admin = daemon.client("root")
     for node in nodes:
         spec = jobs_pb2.JobSpec(
-            name=f"block-{node}", command=["sleep", "600"], gpus_per_node=4, cpus_per_task=4,
+            name=f"block-{node}",
+            command=["sleep", "600"],
+            gpus_per_node=4,
+            cpus_per_task=4,
             placement=cluster_pb2.PlacementPreference(nodelist=[node], policy=cluster_pb2.PLACEMENT_POLICY_ANY),
-        )  # fmt: skip
+        )
         ids.append(admin.submit(spec).job.job_id)
     for job_id in ids:
         wait_for(lambda j=job_id: admin.get(j).state == jobs_pb2.JOB_STATE_RUNNING, what=f"blocker {job_id} running")
@@ -63,9 +66,12 @@ def test_pack_job_spans_switches_after_max_wait(daemon: Daemon, blockers: list[s
     max_wait = 15
     started = time.monotonic()
     spec = jobs_pb2.JobSpec(
-        name="span2", command=["sleep", "3"], nodes=2, gpus_per_node=4,
+        name="span2",
+        command=["sleep", "3"],
+        nodes=2,
+        gpus_per_node=4,
         placement=cluster_pb2.PlacementPreference(policy=cluster_pb2.PLACEMENT_POLICY_PACK, max_wait_seconds=max_wait),
-    )  # fmt: skip
+    )
     job = client.submit(spec).job
     assert "--switches=1@" in job.placement_explanation or "wait" in job.placement_explanation
     early = client.get(job.job_id)
@@ -81,9 +87,15 @@ def test_infeasible_request_is_refused_not_left_pending(daemon: Daemon) -> None:
     for spec, field in (
         (jobs_pb2.JobSpec(command=["true"], nodes=7, gpus_per_node=1), "spec.nodes"),
         (jobs_pb2.JobSpec(command=["true"], nodes=1, gpus_per_node=8), "spec.gpus_per_node"),
-        (jobs_pb2.JobSpec(command=["true"], nodes=4, placement=cluster_pb2.PlacementPreference(
-            policy=cluster_pb2.PLACEMENT_POLICY_EXACT, switch_count=1)), "spec.placement.switch_count"),
-    ):  # fmt: skip
+        (
+            jobs_pb2.JobSpec(
+                command=["true"],
+                nodes=4,
+                placement=cluster_pb2.PlacementPreference(policy=cluster_pb2.PLACEMENT_POLICY_EXACT, switch_count=1),
+            ),
+            "spec.placement.switch_count",
+        ),
+    ):
         with pytest.raises(ServiceError) as info:
             client.submit(spec)
         assert info.value.code_name == "INVALID_ARGUMENT" and field in info.value.message, info.value

@@ -48,11 +48,16 @@ def sleeper(name: str, seconds: int, uri: str = "") -> jobs_pb2.JobSpec:
 def test_hostile_prefixes_do_not_slow_anyone_else(daemon: Daemon, hostile: tuple[Path, Path]) -> None:
     deep, huge = hostile
     client = daemon.client("alice")
-    bad = [client.submit(sleeper("ckpt-deep", 120, f"file://{deep}")).job.job_id,
-           client.submit(sleeper("ckpt-huge", 120, str(huge))).job.job_id]  # fmt: skip
+    bad = [
+        client.submit(sleeper("ckpt-deep", 120, f"file://{deep}")).job.job_id,
+        client.submit(sleeper("ckpt-huge", 120, str(huge))).job.job_id,
+    ]
     try:
-        wait_for(lambda: all(client.get(j).state == jobs_pb2.JOB_STATE_RUNNING for j in bad), timeout=120,
-                 what="the hostile jobs to run")  # fmt: skip
+        wait_for(
+            lambda: all(client.get(j).state == jobs_pb2.JOB_STATE_RUNNING for j in bad),
+            timeout=120,
+            what="the hostile jobs to run",
+        )
         time.sleep(3 * daemon.poll_interval)  # both followed by the progress reader by now
         before = daemon.metrics()
 

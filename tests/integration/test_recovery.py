@@ -30,8 +30,9 @@ from tests.support.wait import wait_for
 pytestmark = pytest.mark.slurm
 
 
-def test_node_death_requeues_on_healthy_nodes_and_resumes(daemon: Daemon, stack: Stack,
-                                                          killed_nodes: list[str]) -> None:  # fmt: skip
+def test_node_death_requeues_on_healthy_nodes_and_resumes(
+    daemon: Daemon, stack: Stack, killed_nodes: list[str]
+) -> None:
     name = f"nodekill-{uuid.uuid4().hex[:6]}"
     client = daemon.client("alice")
     job, victim = training_with_checkpoints(daemon, stack, name)
@@ -42,8 +43,11 @@ def test_node_death_requeues_on_healthy_nodes_and_resumes(daemon: Daemon, stack:
     killed_nodes.append(victim)
     stack.stack_sh("kill-node", victim)
     t_kill = time.monotonic()
-    again = wait_for(lambda: (j := client.get(job.job_id)).restart_count >= 1
-                     and j.state == jobs_pb2.JOB_STATE_RUNNING and j, timeout=240, what="running again")  # fmt: skip
+    again = wait_for(
+        lambda: (j := client.get(job.job_id)).restart_count >= 1 and j.state == jobs_pb2.JOB_STATE_RUNNING and j,
+        timeout=240,
+        what="running again",
+    )
     print(f"running again {time.monotonic() - t_kill:.0f}s after the node died, on {list(again.nodes)}")
     assert victim not in again.nodes
     assert daemon.metrics()[requeues] == seen.get(requeues, 0) + 1
@@ -62,8 +66,9 @@ def test_node_death_requeues_on_healthy_nodes_and_resumes(daemon: Daemon, stack:
     assert restart.detected_at.ToSeconds() - restart.failed_at.ToSeconds() < 10, restart
 
 
-def test_service_restarted_during_recovery_still_brings_the_job_home(daemon: Daemon, stack: Stack,
-                                                                     killed_nodes: list[str]) -> None:  # fmt: skip
+def test_service_restarted_during_recovery_still_brings_the_job_home(
+    daemon: Daemon, stack: Stack, killed_nodes: list[str]
+) -> None:
     name = f"svckill-{uuid.uuid4().hex[:6]}"
     job, victim = training_with_checkpoints(daemon, stack, name)
     killed_nodes.append(victim)
@@ -80,8 +85,19 @@ def test_service_restarted_during_recovery_still_brings_the_job_home(daemon: Dae
 def test_time_limit_checkpoints_on_usr1_and_requeues(daemon: Daemon, stack: Stack) -> None:
     name, total = f"timelimit-{uuid.uuid4().hex[:6]}", 900
     policy = jobs_pb2.RestartPolicy(signal_before_timeout_seconds=45, max_restarts=10)
-    spec = train_spec(stack, name, "--steps", str(total), "--every", "100", "--step-seconds", "0.1",
-                      nodes=1, time_limit="2", policy=policy)  # fmt: skip
+    spec = train_spec(
+        stack,
+        name,
+        "--steps",
+        str(total),
+        "--every",
+        "100",
+        "--step-seconds",
+        "0.1",
+        nodes=1,
+        time_limit="2",
+        policy=policy,
+    )
     job = daemon.client("alice").submit(spec).job
     done = finished(daemon, job.job_id, timeout=600)
     assert done.state == jobs_pb2.JOB_STATE_COMPLETED, done
@@ -111,8 +127,7 @@ def test_crash_loop_stops_after_no_progress_limit(daemon: Daemon, stack: Stack) 
 
 def test_fatal_exit_code_is_not_requeued(daemon: Daemon, stack: Stack) -> None:
     name = f"fatal-{uuid.uuid4().hex[:6]}"
-    job = daemon.client("alice").submit(train_spec(stack, name, "--fail-at", "3", "--exit-code", "86",
-                                                   nodes=1)).job  # fmt: skip
+    job = daemon.client("alice").submit(train_spec(stack, name, "--fail-at", "3", "--exit-code", "86", nodes=1)).job
     done = finished(daemon, job.job_id, timeout=120)
     assert done.exit_code == 86 and not done.restarts and "fatal" in done.final_reason
 

@@ -42,13 +42,31 @@ def alice_dirs() -> Iterator[tuple[Path, Path]]:
 
 def sbatch_as_alice(stack: Stack, cwd: Path, script_path: Path, env: dict[str, str]) -> str:
     entry = pwd.getpwnam("alice")
-    base = {"PATH": "/usr/bin:/bin", "HOME": entry.pw_dir, "USER": "alice", "LOGNAME": "alice",
-            "SLURM_CONF": stack.env.get("SLURM_CONF", "/etc/slurm/slurm.conf")}  # fmt: skip
+    base = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": entry.pw_dir,
+        "USER": "alice",
+        "LOGNAME": "alice",
+        "SLURM_CONF": stack.env.get("SLURM_CONF", "/etc/slurm/slurm.conf"),
+    }
     out = subprocess.run(
-        ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups", "--",
-         "sbatch", "--parsable", str(script_path)],
-        cwd=cwd, env={**base, **env}, capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
+        [
+            "setpriv",
+            f"--reuid={entry.pw_uid}",
+            f"--regid={entry.pw_gid}",
+            "--clear-groups",
+            "--",
+            "sbatch",
+            "--parsable",
+            str(script_path),
+        ],
+        cwd=cwd,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return out.stdout.strip().split(";")[0]
 
 
@@ -63,11 +81,15 @@ def test_same_script_sees_the_same_world(daemon: Daemon, stack: Stack, alice_dir
     script_path = direct / "probe.sh"
     script_path.write_text(PROBE)
     direct_id = sbatch_as_alice(stack, direct, script_path, env)
-    job = daemon.client("alice").submit(jobs_pb2.JobSpec(script=PROBE, submit_directory=str(through),
-                                                         script_name="probe.sh", environment=env)).job  # fmt: skip
+    job = (
+        daemon.client("alice")
+        .submit(jobs_pb2.JobSpec(script=PROBE, submit_directory=str(through), script_name="probe.sh", environment=env))
+        .job
+    )
     wait_for(lambda: finished(stack, direct_id), timeout=120, what="the sbatch job")
-    done = wait_for(lambda: (j := daemon.client("alice").get(job.job_id)).terminal and j, timeout=120,
-                    what="the clusterd job")  # fmt: skip
+    done = wait_for(
+        lambda: (j := daemon.client("alice").get(job.job_id)).terminal and j, timeout=120, what="the clusterd job"
+    )
     assert done.state == jobs_pb2.JOB_STATE_COMPLETED and done.exit_code == 0
     seen_direct = (direct / f"probe.sh-{direct_id}.log").read_text().replace(str(direct), "DIR")
     seen_through = (through / f"probe.sh-{job.job_id}.log").read_text().replace(str(through), "DIR")
@@ -81,11 +103,19 @@ def test_default_output_names_match_for_arrays(daemon: Daemon, stack: Stack, ali
     script_path = direct / "arr.sh"
     script_path.write_text(DEFAULT_OUT)
     direct_id = sbatch_as_alice(stack, direct, script_path, {})
-    job = daemon.client("alice").submit(jobs_pb2.JobSpec(script=DEFAULT_OUT, submit_directory=str(through),
-                                                         script_name="arr.sh")).job  # fmt: skip
+    job = (
+        daemon.client("alice")
+        .submit(jobs_pb2.JobSpec(script=DEFAULT_OUT, submit_directory=str(through), script_name="arr.sh"))
+        .job
+    )
     for d, job_id in ((direct, direct_id), (through, job.job_id)):
-        wait_for(lambda d=d, job_id=job_id: all((d / f"slurm-{job_id}_{t}.out").exists() for t in (0, 1))
-                 and finished(stack, job_id), timeout=120, what=f"array {job_id}'s outputs")  # fmt: skip
+        wait_for(
+            lambda d=d, job_id=job_id: (
+                all((d / f"slurm-{job_id}_{t}.out").exists() for t in (0, 1)) and finished(stack, job_id)
+            ),
+            timeout=120,
+            what=f"array {job_id}'s outputs",
+        )
         assert sorted(p.name for p in d.glob("slurm-*")) == [f"slurm-{job_id}_0.out", f"slurm-{job_id}_1.out"]
     assert job.stdout_path == str(through / "slurm-%A_%a.out").replace("%A", job.job_id)
 
@@ -106,8 +136,11 @@ def test_export_modes_match_sbatch(daemon: Daemon, stack: Stack, alice_dirs: tup
     spec = jobs_pb2.JobSpec(script=ENV_PROBE, submit_directory=str(through), environment=caller_env, export=export)
     job = daemon.client("alice").submit(spec).job
     for d, job_id in ((direct, direct_id), (through, job.job_id)):
-        wait_for(lambda d=d, job_id=job_id: (d / "env.out").exists() and finished(stack, job_id), timeout=120,
-                 what=f"job {job_id}'s output")  # fmt: skip
+        wait_for(
+            lambda d=d, job_id=job_id: (d / "env.out").exists() and finished(stack, job_id),
+            timeout=120,
+            what=f"job {job_id}'s output",
+        )
     assert (through / "env.out").read_text() == (direct / "env.out").read_text()
 
 
@@ -118,8 +151,12 @@ def test_a_job_without_checkpoints_runs_to_its_limit(daemon: Daemon, alice_dirs:
     client = daemon.client("alice")
     job = client.submit(jobs_pb2.JobSpec(script=script, submit_directory=str(through))).job
     try:
-        wait_for(lambda: (j := client.get(job.job_id)).terminal or bool(j.restarts), timeout=240, interval=2,
-                 what="the job to reach its limit")  # fmt: skip
+        wait_for(
+            lambda: (j := client.get(job.job_id)).terminal or bool(j.restarts),
+            timeout=240,
+            interval=2,
+            what="the job to reach its limit",
+        )
         ended = client.get(job.job_id)
         if ended.restarts:
             assert ended.restarts[0].cause == jobs_pb2.TERMINATION_CAUSE_TIME_LIMIT, ended
@@ -140,12 +177,21 @@ def test_an_exported_function_reaches_the_job_as_under_sbatch(
     for d in (direct, through):
         (d / "fn.sh").write_text(script)
     direct_id = sbatch_as_alice(stack, direct, direct / "fn.sh", env)
-    cli = subprocess.run([sys.executable, "-m", "clusterctl.cli.main", "submit", "--parsable", "fn.sh"], cwd=through,
-                         env={**daemon.cli_env(), **env}, capture_output=True, text=True, timeout=60)  # fmt: skip
+    cli = subprocess.run(
+        [sys.executable, "-m", "clusterctl.cli.main", "submit", "--parsable", "fn.sh"],
+        cwd=through,
+        env={**daemon.cli_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert cli.returncode == 0, cli.stderr
     for d, job_id in ((direct, direct_id), (through, cli.stdout.strip())):
-        wait_for(lambda d=d, job_id=job_id: (d / "fn.out").exists() and finished(stack, job_id), timeout=120,
-                 what=f"job {job_id}'s output")  # fmt: skip
+        wait_for(
+            lambda d=d, job_id=job_id: (d / "fn.out").exists() and finished(stack, job_id),
+            timeout=120,
+            what=f"job {job_id}'s output",
+        )
     seen = (direct / "fn.out").read_text()
     assert seen == "hi batch from alice\nhi child from alice\n"
     assert (through / "fn.out").read_text() == seen

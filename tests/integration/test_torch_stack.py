@@ -46,13 +46,17 @@ def test_torchrun_job_loses_a_node_and_resumes_at_another_world_size(
     name = f"torch-{uuid.uuid4().hex[:6]}"
     script = SCRIPT.format(examples=stack.env["CLUSTERCTL_EXAMPLES"], steps=STEPS, every=EVERY)
     env = {k: v for k, v in stack.env.items() if k.startswith("AWS_")}
-    spec = jobs_pb2.JobSpec(name=name, script=script, environment=env,
-                            checkpoint_uri=f"s3://{stack.env['CLUSTERCTL_BUCKET']}/tests/{name}")  # fmt: skip
+    spec = jobs_pb2.JobSpec(
+        name=name, script=script, environment=env, checkpoint_uri=f"s3://{stack.env['CLUSTERCTL_BUCKET']}/tests/{name}"
+    )
     client = daemon.client("alice")
     job = client.submit(spec).job
     try:
-        running = wait_for(lambda: (j := client.get(job.job_id)).checkpoint_step >= 2 * EVERY - 1 and j,
-                           timeout=180, what="a committed checkpoint")  # fmt: skip
+        running = wait_for(
+            lambda: (j := client.get(job.job_id)).checkpoint_step >= 2 * EVERY - 1 and j,
+            timeout=180,
+            what="a committed checkpoint",
+        )
         victim = running.nodes[-1]
         killed_nodes.append(victim)
         stack.stack_sh("kill-node", victim)

@@ -29,8 +29,14 @@ class LoadReport:
         return {k: v for k, v in self.calls.items() if not k.endswith((":OK", ":RESOURCE_EXHAUSTED"))}
 
 
-def run_load(addr: str, tokens: list[str], *, clients: int = 50, seconds: float = 60.0,
-             command: tuple[str, ...] = ("sleep", "30")) -> LoadReport:  # fmt: skip
+def run_load(
+    addr: str,
+    tokens: list[str],
+    *,
+    clients: int = 50,
+    seconds: float = 60.0,
+    command: tuple[str, ...] = ("sleep", "30"),
+) -> LoadReport:
     report = LoadReport()
     lock = threading.Lock()
     deadline = time.monotonic() + seconds
@@ -56,8 +62,9 @@ def run_load(addr: str, tokens: list[str], *, clients: int = 50, seconds: float 
             rounds = 0
             while time.monotonic() < deadline:
                 rounds += 1
-                spec = jobs_pb2.JobSpec(command=list(command), name=f"load-{i}",
-                                        request_id=f"load-{i}-{next(seq)}-{time.time_ns()}")
+                spec = jobs_pb2.JobSpec(
+                    command=list(command), name=f"load-{i}", request_id=f"load-{i}-{next(seq)}-{time.time_ns()}"
+                )
                 resp = call("SubmitJob", c.submit, spec)
                 if resp is None:
                     continue

@@ -35,13 +35,34 @@ from clusterctl.storage.posix import PosixStorage
 
 BUDGET = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-MANIFEST = ShardManifest(step=5, rank=0, world_size=2, attempt="run-1", shard_key=layout.shard_key(5, "run-1", 0, 2),
-                         shard_size=24, chunk_size=16, chunks=["0" * 16, "1" * 16], tree={"w": {"t": "x"}},
-                         tensor_count=1, created=1.5, host="n1").to_json(b"")  # fmt: skip
-MARKER = CommitMarker(step=5, world_size=2, attempt="run-1", created=2.0, shards=[
-    ShardEntry(r, layout.manifest_key(5, "run-1", r, 2), 300, "ab" * 8, 24) for r in range(2)]).to_json(b"")
-_H = json.dumps({"__metadata__": {"a": "b"}, "w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
-                 "b": {"dtype": "U8", "shape": [3], "data_offsets": [16, 19]}}).encode()  # fmt: skip
+MANIFEST = ShardManifest(
+    step=5,
+    rank=0,
+    world_size=2,
+    attempt="run-1",
+    shard_key=layout.shard_key(5, "run-1", 0, 2),
+    shard_size=24,
+    chunk_size=16,
+    chunks=["0" * 16, "1" * 16],
+    tree={"w": {"t": "x"}},
+    tensor_count=1,
+    created=1.5,
+    host="n1",
+).to_json(b"")
+MARKER = CommitMarker(
+    step=5,
+    world_size=2,
+    attempt="run-1",
+    created=2.0,
+    shards=[ShardEntry(r, layout.manifest_key(5, "run-1", r, 2), 300, "ab" * 8, 24) for r in range(2)],
+).to_json(b"")
+_H = json.dumps(
+    {
+        "__metadata__": {"a": "b"},
+        "w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+        "b": {"dtype": "U8", "shape": [3], "data_offsets": [16, 19]},
+    }
+).encode()
 SHARD = struct.pack("<Q", len(_H)) + _H + bytes(19)
 
 JSON_VALUES = st.recursive(
@@ -108,8 +129,9 @@ def shard_headers(draw: st.DrawFn) -> bytes:
         header[f"t{i}"] = {
             "dtype": draw(st.one_of(st.sampled_from(["F32", "U8", "BF16", "X"]), JSON_VALUES)),
             "shape": draw(st.one_of(st.lists(st.one_of(st.integers(0, 4), HUGE), max_size=4), JSON_VALUES)),
-            "data_offsets": draw(st.one_of(st.lists(st.one_of(st.integers(-4, 40), HUGE), min_size=2, max_size=2),
-                                           JSON_VALUES)),
+            "data_offsets": draw(
+                st.one_of(st.lists(st.one_of(st.integers(-4, 40), HUGE), min_size=2, max_size=2), JSON_VALUES)
+            ),
         }
     body = json.dumps(header).encode()
     hlen = draw(st.one_of(st.just(len(body)), st.integers(0, 2**64 - 1)))
@@ -242,8 +264,11 @@ def test_hmac_round_trip_and_tampering(tmp_path: Path, monkeypatch: pytest.Monke
     m1["shards"][0].update(manifest_size=len(new), manifest_xxh3_64=checksum.digest(new))
     m1.pop("hmac_sha256")
     marker1.write_text(json.dumps(m1))
-    with pytest.warns(UserWarning), CheckpointManager(str(root), rank=0, world_size=1) as c, \
-            pytest.raises(RestoreError, match="HMAC"):  # fmt: skip
+    with (
+        pytest.warns(UserWarning),
+        CheckpointManager(str(root), rank=0, world_size=1) as c,
+        pytest.raises(RestoreError, match="HMAC"),
+    ):
         c.restore()
     # Without the key the reader does not check HMACs (the feature is opt-in): step 2 is whole again.
     monkeypatch.delenv(HMAC_ENV)

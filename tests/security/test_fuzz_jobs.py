@@ -28,16 +28,45 @@ from clusterd.slurm.request import JobRequest
 from clusterd.slurm.types import ClusterFacts
 from tests.clusterd.conftest import USER_A, auth, base_config, running, stub
 
-FACTS = ClusterFacts(partitions=frozenset({"debug", "batch"}), nodes=frozenset(f"node{i}" for i in range(1, 7)),
-                     default_partition="debug")  # fmt: skip
+FACTS = ClusterFacts(
+    partitions=frozenset({"debug", "batch"}),
+    nodes=frozenset(f"node{i}" for i in range(1, 7)),
+    default_partition="debug",
+)
 LIMITS = LimitsConfig(max_script_bytes=8192)
 BUDGET = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 HOSTILE = [
-    "$(id)", "`id`", "; rm -rf / #", "a\nb", "\x00", "' '", '"', "\\", "${IFS}cat${IFS}/etc/passwd", "--uid=0",
-    "-o/etc/passwd", "\n#SBATCH --uid=0", "%x%j", "../../etc/shadow", "&& true", "| sh", "*", "~root", "\r",
-    "x' ; id ; '", "$HOME", "!!", "\u202e", "a=b", "--", "-", "/bin/sh -c id", "debug,batch", "node1;node2",
-]  # fmt: skip
+    "$(id)",
+    "`id`",
+    "; rm -rf / #",
+    "a\nb",
+    "\x00",
+    "' '",
+    '"',
+    "\\",
+    "${IFS}cat${IFS}/etc/passwd",
+    "--uid=0",
+    "-o/etc/passwd",
+    "\n#SBATCH --uid=0",
+    "%x%j",
+    "../../etc/shadow",
+    "&& true",
+    "| sh",
+    "*",
+    "~root",
+    "\r",
+    "x' ; id ; '",
+    "$HOME",
+    "!!",
+    "\u202e",
+    "a=b",
+    "--",
+    "-",
+    "/bin/sh -c id",
+    "debug,batch",
+    "node1;node2",
+]
 _chars = st.characters(blacklist_categories=("Cs",))
 TEXT = st.one_of(
     st.text(_chars, max_size=30),
@@ -153,15 +182,23 @@ def test_validation_only_raises_invalid_argument(spec: jobs_pb2.JobSpec) -> None
     except InvalidArgument:
         return
     check_request(replace(job, user="u", comment="clusterd:1"))
-    script = inject_environment(job.script, job_environment(dict(job.export.variables), record_id=1,
-                                                            checkpoint_uri=spec.checkpoint_uri))  # fmt: skip
+    script = inject_environment(
+        job.script, job_environment(dict(job.export.variables), record_id=1, checkpoint_uri=spec.checkpoint_uri)
+    )
     assert "\x00" not in script
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.dictionaries(st.from_regex(r"\A[A-Z][A-Z0-9_]{0,8}\Z").filter(lambda n: not n.startswith(
-    ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "CLUSTERCTL_"))), TEXT.filter(lambda v: "\x00" not in v),
-    min_size=1, max_size=3))  # fmt: skip
+@given(
+    st.dictionaries(
+        st.from_regex(r"\A[A-Z][A-Z0-9_]{0,8}\Z").filter(
+            lambda n: not n.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "CLUSTERCTL_"))
+        ),
+        TEXT.filter(lambda v: "\x00" not in v),
+        min_size=1,
+        max_size=3,
+    )
+)
 def test_environment_reaches_the_job_verbatim(env: dict[str, str]) -> None:
     """The export lines are valid bash and each variable reads back byte for byte; nothing runs."""
     spec = jobs_pb2.JobSpec(command=["true"], environment=env)
@@ -171,14 +208,29 @@ def test_environment_reaches_the_job_verbatim(env: dict[str, str]) -> None:
     block = env_block(inject_environment(job.script, env_vars))
     assert subprocess.run(["bash", "-n"], input=block, text=True).returncode == 0
     for name, value in env.items():
-        out = subprocess.run(["bash", "-c", f"{block}\nprintenv -0 {name}"], capture_output=True, env={},
-                             timeout=10).stdout  # fmt: skip
+        out = subprocess.run(
+            ["bash", "-c", f"{block}\nprintenv -0 {name}"], capture_output=True, env={}, timeout=10
+        ).stdout
         assert out == value.encode() + b"\x00"
 
 
-STRING_FIELDS = ["name", "partition", "account", "qos", "time_limit", "working_directory", "stdout_path",
-                 "stderr_path", "checkpoint_uri", "request_id", "command", "env_value", "env_name", "exclude",
-                 "constraint"]  # fmt: skip
+STRING_FIELDS = [
+    "name",
+    "partition",
+    "account",
+    "qos",
+    "time_limit",
+    "working_directory",
+    "stdout_path",
+    "stderr_path",
+    "checkpoint_uri",
+    "request_id",
+    "command",
+    "env_value",
+    "env_name",
+    "exclude",
+    "constraint",
+]
 
 
 def hostile_spec(field: str, value: str) -> jobs_pb2.JobSpec:
@@ -208,8 +260,9 @@ async def test_shell_metacharacters_in_every_string_field_reach_sbatch_as_data(t
             for value in HOSTILE:
                 before = len(slurm.submitted)
                 try:
-                    await jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=hostile_spec(field, value)),
-                                         metadata=auth(USER_A))  # fmt: skip
+                    await jobs.SubmitJob(
+                        jobs_pb2.SubmitJobRequest(spec=hostile_spec(field, value)), metadata=auth(USER_A)
+                    )
                 except grpc.aio.AioRpcError as exc:
                     assert exc.code() == grpc.StatusCode.INVALID_ARGUMENT, (field, value, exc.details())
                     assert len(slurm.submitted) == before
@@ -220,8 +273,9 @@ async def test_shell_metacharacters_in_every_string_field_reach_sbatch_as_data(t
                 block = env_block(req.script)
                 assert subprocess.run(["bash", "-n"], input=block, text=True).returncode == 0
                 if field == "env_value":
-                    out = subprocess.run(["bash", "-c", f"{block}\nprintenv -0 HOSTILE"], capture_output=True,
-                                         env={}, timeout=10).stdout  # fmt: skip
+                    out = subprocess.run(
+                        ["bash", "-c", f"{block}\nprintenv -0 HOSTILE"], capture_output=True, env={}, timeout=10
+                    ).stdout
                     assert out == value.encode() + b"\x00"
     assert accepted > 20  # the test is not vacuous: many hostile values are legal data
 

@@ -75,14 +75,22 @@ def test_a_silent_job_flooding_slurmd_takes_no_node_from_others(daemon: Daemon, 
     alice, bob = daemon.client("alice"), daemon.client("bob")
     victim = bob.submit(jobs_pb2.JobSpec(name=f"victim-{uuid.uuid4().hex[:6]}", command=["sleep", "300"])).job
     try:
-        running = wait_for(lambda: (j := bob.get(victim.job_id)).state == jobs_pb2.JOB_STATE_RUNNING and j,
-                           timeout=60, what="the victim running")  # fmt: skip
+        running = wait_for(
+            lambda: (j := bob.get(victim.job_id)).state == jobs_pb2.JOB_STATE_RUNNING and j,
+            timeout=60,
+            what="the victim running",
+        )
         (node,) = running.nodes
         other = next(n for n in ("node1", "node2", "node3") if n != node)
-        policy = jobs_pb2.RestartPolicy(heartbeat_interval=Duration(nanos=500_000_000),
-                                        hang_timeout=Duration(seconds=HANG), max_restarts=1)  # fmt: skip
-        env = {"VICTIM_JOB": victim.job_id, "VICTIM_NODE": node, "OTHER_NODE": other,
-               "NODE_ADDR": node_addr(stack, node)}  # fmt: skip
+        policy = jobs_pb2.RestartPolicy(
+            heartbeat_interval=Duration(nanos=500_000_000), hang_timeout=Duration(seconds=HANG), max_restarts=1
+        )
+        env = {
+            "VICTIM_JOB": victim.job_id,
+            "VICTIM_NODE": node,
+            "OTHER_NODE": other,
+            "NODE_ADDR": node_addr(stack, node),
+        }
         script = f"#!/bin/bash\n#SBATCH --nodes=1 --ntasks=1 --nodelist={node}\npython3 - <<'EOF'\n{ATTACK}EOF\n"
         name = f"attack-{uuid.uuid4().hex[:6]}"
         attack = alice.submit(jobs_pb2.JobSpec(name=name, script=script, environment=env, restart_policy=policy)).job

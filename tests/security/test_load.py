@@ -33,8 +33,10 @@ async def test_load_fake(tmp_path: Path) -> None:
         report = await asyncio.to_thread(run_load, f"127.0.0.1:{daemon.port}", tokens, clients=50, seconds=4.0)
         after = rss_kib(os.getpid())
         store = {r.job_id for r in await daemon.store.list(user=None, include_finished=True, limit=10**6)}
-    print(f"\nload (FakeSlurm, in-process): {sum(report.calls.values())} calls in {report.seconds:.1f}s, "
-          f"{len(report.job_ids)} jobs, {dict(report.calls)}; test process RSS {before} -> {after} KiB")
+    print(
+        f"\nload (FakeSlurm, in-process): {sum(report.calls.values())} calls in {report.seconds:.1f}s, "
+        f"{len(report.job_ids)} jobs, {dict(report.calls)}; test process RSS {before} -> {after} KiB"
+    )
     assert not report.unexpected(), report.unexpected()
     assert len(report.job_ids) == len(set(report.job_ids)) > 0
     assert set(report.job_ids) == store  # nothing lost, nothing extra
@@ -72,8 +74,10 @@ def test_load_real_stack(stack: Stack, tmp_path: Path) -> None:
         stack.run("scancel", *ids[at : at + 500], check=False)
     queue = json.loads(out).get("jobs", [])
     tags = Counter(j.get("comment", "") for j in queue if str(j.get("job_id")) in store)
-    print(f"\nload (real Slurm): {sum(report.calls.values())} calls in {report.seconds:.1f}s, "
-          f"{len(report.job_ids)} jobs, {dict(report.calls)}; clusterd RSS {before} -> {after} KiB")
+    print(
+        f"\nload (real Slurm): {sum(report.calls.values())} calls in {report.seconds:.1f}s, "
+        f"{len(report.job_ids)} jobs, {dict(report.calls)}; clusterd RSS {before} -> {after} KiB"
+    )
     assert not report.unexpected(), report.unexpected()
     assert len(report.job_ids) == len(set(report.job_ids))
     assert set(report.job_ids) <= set(store), "a job the client was told about is not in the store"
@@ -81,4 +85,3 @@ def test_load_real_stack(stack: Stack, tmp_path: Path) -> None:
     assert set(store) <= in_queue, f"store jobs missing from squeue: {sorted(set(store) - in_queue)[:10]}"
     assert all(n == 1 for n in tags.values()), "one record submitted twice"
     assert after < before * 2 + 50_000, f"clusterd RSS grew from {before} to {after} KiB"
-

@@ -28,8 +28,12 @@ SUBMITS = ('{backend="commands",command="sbatch",', '{backend="slurmrestd",comma
 
 def submit_calls(d: Daemon) -> float:
     """Submissions that reached Slurm, whatever the backend (sbatch, or slurmrestd's POST)."""
-    return sum(v for k, v in d.metrics().items() if k.startswith("clusterd_slurm_calls_total") and
-               any(k.removeprefix("clusterd_slurm_calls_total").startswith(s) for s in SUBMITS))  # fmt: skip
+    return sum(
+        v
+        for k, v in d.metrics().items()
+        if k.startswith("clusterd_slurm_calls_total")
+        and any(k.removeprefix("clusterd_slurm_calls_total").startswith(s) for s in SUBMITS)
+    )
 
 
 @pytest.mark.parametrize(
@@ -64,8 +68,9 @@ def test_job_runs_as_the_caller_in_its_submit_directory(daemon: Daemon, alice_di
         "#!/bin/bash\n#SBATCH -t 2\n#SBATCH --output=out-%j.txt\n"
         'echo "uid=$(id -u) cwd=$(pwd) submit=$SLURM_SUBMIT_DIR name=$SLURM_JOB_NAME var=$MYVAR"\n'
     )
-    spec = jobs_pb2.JobSpec(script=script, submit_directory=str(alice_dir), script_name="probe.sh",
-                            environment={"MYVAR": "from the caller"})  # fmt: skip
+    spec = jobs_pb2.JobSpec(
+        script=script, submit_directory=str(alice_dir), script_name="probe.sh", environment={"MYVAR": "from the caller"}
+    )
     client = daemon.client("alice")
     job = client.submit(spec).job
     assert job.working_directory == str(alice_dir)
@@ -76,7 +81,7 @@ def test_job_runs_as_the_caller_in_its_submit_directory(daemon: Daemon, alice_di
     uid = pwd.getpwnam("alice").pw_uid
     assert out.read_text().strip() == (
         f"uid={uid} cwd={alice_dir} submit={alice_dir} name=probe.sh var=from the caller"
-    )  # fmt: skip
+    )
     assert out.stat().st_uid == uid
 
 
@@ -84,8 +89,9 @@ def test_missing_chdir_is_refused_up_front(daemon: Daemon, alice_dir: Path) -> N
     before = submit_calls(daemon)
     for d in ("/nonexistent", "/root"):  # missing; not enterable by alice
         with pytest.raises(ServiceError) as info:
-            daemon.client("alice").submit(jobs_pb2.JobSpec(command=["true"], working_directory=d,
-                                                           submit_directory=str(alice_dir)))  # fmt: skip
+            daemon.client("alice").submit(
+                jobs_pb2.JobSpec(command=["true"], working_directory=d, submit_directory=str(alice_dir))
+            )
         assert info.value.code_name == "INVALID_ARGUMENT" and "spec.working_directory" in info.value.message
     assert submit_calls(daemon) == before
 
@@ -94,8 +100,9 @@ def test_dos_line_breaks_are_refused_by_line_before_slurm(daemon: Daemon, alice_
     """A CRLF script: refused as sbatch would, by any backend (slurmrestd alone would take it)."""
     before = submit_calls(daemon)
     with pytest.raises(ServiceError) as info:
-        daemon.client("alice").submit(jobs_pb2.JobSpec(script="#!/bin/bash\r\ntrue\r\n",
-                                                       submit_directory=str(alice_dir)))  # fmt: skip
+        daemon.client("alice").submit(
+            jobs_pb2.JobSpec(script="#!/bin/bash\r\ntrue\r\n", submit_directory=str(alice_dir))
+        )
     assert info.value.code_name == "INVALID_ARGUMENT"
     assert "script line 1: DOS line breaks" in info.value.message
     assert submit_calls(daemon) == before
@@ -105,7 +112,14 @@ async def test_privileges_fail_as_the_caller_even_past_the_allowlist(stack: Stac
     """Defense in depth: a value validation would refuse (nice -5) still fails, sbatch running as alice."""
     backend = CommandsBackend(SlurmConfig(slurm_conf=stack.env.get("SLURM_CONF", "")))
     home = pwd.getpwnam("alice").pw_dir
-    req = JobRequest(script="#!/bin/bash\ntrue\n", name="nice", user="alice", hold=True, stdout="/dev/null",
-                     working_directory=home, submit_directory=home)  # fmt: skip
+    req = JobRequest(
+        script="#!/bin/bash\ntrue\n",
+        name="nice",
+        user="alice",
+        hold=True,
+        stdout="/dev/null",
+        working_directory=home,
+        submit_directory=home,
+    )
     with pytest.raises(SlurmError, match="nice"):
         await backend.submit(replace(req, nice=-5))

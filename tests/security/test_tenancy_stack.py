@@ -30,8 +30,11 @@ _POLLS = "clusterd_queue_poll_latency_seconds_count{}"
 
 @pytest.fixture(scope="module")
 def daemon(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = Daemon(stack, tmp_path_factory.mktemp("clusterd"), extra_env={
-        "CLUSTERD_LIMITS__MAX_JOBS_PER_USER": "2", "CLUSTERD_LIMITS__MAX_WATCHERS_PER_USER": "2"})  # fmt: skip
+    d = Daemon(
+        stack,
+        tmp_path_factory.mktemp("clusterd"),
+        extra_env={"CLUSTERD_LIMITS__MAX_JOBS_PER_USER": "2", "CLUSTERD_LIMITS__MAX_WATCHERS_PER_USER": "2"},
+    )
     d.start()
     yield d
     d.stop()

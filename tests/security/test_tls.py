@@ -54,9 +54,11 @@ def tls_config(tmp_path: Path, server: Pair, **tls: str) -> Config:
 async def call_list(addr: str, **client: str) -> list[jobs_pb2.JobStatus]:
     """The synchronous client in a thread: the server shares this event loop. One attempt: a refused
     handshake answers UNAVAILABLE at once instead of after the client's failover retries."""
+
     def go() -> list[jobs_pb2.JobStatus]:
         with ClusterClient(addr, client.pop("token", TOKEN_A), timeout=5, retry_seconds=0, **client) as c:
             return c.list_jobs()
+
     return await asyncio.to_thread(go)
 
 
@@ -74,8 +76,9 @@ async def test_tls_works_and_plaintext_to_a_tls_port_fails(tmp_path: Path, pki: 
         assert info.value.code_name == "UNAVAILABLE"
 
 
-async def test_client_reads_tls_settings_from_the_environment(tmp_path: Path, pki: tuple[CA, Pair],
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_client_reads_tls_settings_from_the_environment(
+    tmp_path: Path, pki: tuple[CA, Pair], monkeypatch: pytest.MonkeyPatch
+) -> None:
     ca, server = pki
     monkeypatch.setenv("CLUSTERCTL_CA", str(ca.pem))
     async with running(tls_config(tmp_path, server)) as daemon:
@@ -128,18 +131,29 @@ async def test_cn_map_authenticates_without_a_token(tmp_path: Path, pki: tuple[C
     assert '"auth":"mtls"' in lines[0] and '"user":"nobody"' in lines[0]
 
 
-@pytest.mark.parametrize(("listen", "loop"), [
-    ("127.0.0.1:50051", True), ("127.1.2.3:1", True), ("localhost:5", True), ("[::1]:5", True),
-    ("unix:/run/clusterd.sock", True), ("0.0.0.0:50051", False), ("[::]:50051", False), (":50051", False),
-    ("10.0.0.1:50051", False), ("login1.example.org:50051", False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("listen", "loop"),
+    [
+        ("127.0.0.1:50051", True),
+        ("127.1.2.3:1", True),
+        ("localhost:5", True),
+        ("[::1]:5", True),
+        ("unix:/run/clusterd.sock", True),
+        ("0.0.0.0:50051", False),
+        ("[::]:50051", False),
+        (":50051", False),
+        ("10.0.0.1:50051", False),
+        ("login1.example.org:50051", False),
+    ],
+)
 def test_loopback_detection(listen: str, loop: bool) -> None:
     assert is_loopback(listen) is loop
 
 
 @pytest.mark.parametrize("listen", ["0.0.0.0:0", "127.0.0.1:0", "localhost:0", "[::1]:0"])
-def test_plaintext_tcp_is_refused_loopback_included(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                    listen: str) -> None:  # fmt: skip
+def test_plaintext_tcp_is_refused_loopback_included(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], listen: str
+) -> None:
     """A local user can bind a free loopback port while clusterd is down and collect tokens: TCP needs TLS."""
     cfg = replace(base_config(tmp_path), listen=listen, allow_insecure=False)
     with pytest.raises(ConfigError, match="refusing plaintext gRPC on TCP address"):
@@ -152,11 +166,15 @@ def test_plaintext_tcp_is_refused_loopback_included(tmp_path: Path, capsys: pyte
     assert not (tmp_path / "s").exists()  # refused before anything was created
 
 
-@pytest.mark.parametrize("tls", [
-    TLSConfig(cert_file="/x.crt"), TLSConfig(client_ca_file="/ca.pem"),
-    TLSConfig(cert_file="/x", key_file="/y", cn_user_map="a=b"),
-    TLSConfig(cert_file="/x", key_file="/y", client_ca_file="/c", cn_user_map="novalue"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "tls",
+    [
+        TLSConfig(cert_file="/x.crt"),
+        TLSConfig(client_ca_file="/ca.pem"),
+        TLSConfig(cert_file="/x", key_file="/y", cn_user_map="a=b"),
+        TLSConfig(cert_file="/x", key_file="/y", client_ca_file="/c", cn_user_map="novalue"),
+    ],
+)
 def test_half_configured_tls_is_refused(tmp_path: Path, tls: TLSConfig) -> None:
     with pytest.raises(ConfigError):
         check_transport(replace(base_config(tmp_path), tls=tls))
@@ -213,9 +231,17 @@ with grpc.insecure_channel("unix:" + sys.argv[1]) as ch:
 def as_user(stack: Stack, user: str, code: str, *args: str) -> str:
     """Run ``code`` with the stack's job Python as Unix ``user``, with exactly that user's groups."""
     entry = pwd.getpwnam(user)
-    proc = subprocess.run([stack.env["CLUSTERCTL_JOB_PYTHON"], "-c", code, *args], capture_output=True, text=True,
-                          user=entry.pw_uid, group=entry.pw_gid, extra_groups=os.getgrouplist(user, entry.pw_gid),
-                          env={"PATH": "/usr/bin:/bin"}, cwd="/", timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [stack.env["CLUSTERCTL_JOB_PYTHON"], "-c", code, *args],
+        capture_output=True,
+        text=True,
+        user=entry.pw_uid,
+        group=entry.pw_gid,
+        extra_groups=os.getgrouplist(user, entry.pw_gid),
+        env={"PATH": "/usr/bin:/bin"},
+        cwd="/",
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
 
@@ -270,17 +296,38 @@ def test_state_is_readable_by_the_service_alone(stack: Stack, tmp_path: Path, op
 
 
 def test_plaintext_tcp_refused_by_the_real_process(stack: Stack, tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "clusterd.main", "serve", "--config", str(stack.dir / "clusterd.toml"),
-                           "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path / "s")],
-                          capture_output=True, text=True, timeout=60, env=stack.slurm_env())  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "clusterd.main",
+            "serve",
+            "--config",
+            str(stack.dir / "clusterd.toml"),
+            "--listen",
+            "127.0.0.1:0",
+            "--state-dir",
+            str(tmp_path / "s"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=stack.slurm_env(),
+    )
     assert proc.returncode == 2 and "refusing plaintext gRPC on TCP address '127.0.0.1:0'" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize(("setup", "message"), [
-    ("foreign_dir", "belongs to uid"), ("file_at_path", "is not a socket"), ("no_group", "does not exist"),
-    ("abstract", "abstract unix sockets"), ("relative", "must be absolute"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        ("foreign_dir", "belongs to uid"),
+        ("file_at_path", "is not a socket"),
+        ("no_group", "does not exist"),
+        ("abstract", "abstract unix sockets"),
+        ("relative", "must be absolute"),
+    ],
+)
 def test_unsafe_socket_settings_are_refused(tmp_path: Path, setup: str, message: str) -> None:
     sock = tmp_path / "run" / "clusterd.sock"
     cfg = replace(base_config(tmp_path), listen=f"unix:{sock}", socket_group="", allow_insecure=False)
@@ -309,6 +356,7 @@ async def test_second_clusterd_does_not_take_over_a_live_socket(tmp_path: Path) 
 
 # ----------------------------------------------------------------- clusterd -> slurmrestd
 
+
 @pytest.fixture
 def https_server(pki: tuple[CA, Pair]) -> Iterator[str]:
     """A TLS HTTP server with the test CA's localhost certificate (answers 404 to everything)."""
@@ -324,8 +372,9 @@ def https_server(pki: tuple[CA, Pair]) -> Iterator[str]:
     httpd.server_close()
 
 
-async def test_restd_https_is_verified_against_restd_ca_file(tmp_path: Path, pki: tuple[CA, Pair],
-                                                             https_server: str) -> None:  # fmt: skip
+async def test_restd_https_is_verified_against_restd_ca_file(
+    tmp_path: Path, pki: tuple[CA, Pair], https_server: str
+) -> None:
     ca, _ = pki
     client = _make_client(https_server, 5, ca_file=str(ca.pem))
     try:  # TLS verified, then an HTTP answer
@@ -342,14 +391,26 @@ async def test_restd_https_is_verified_against_restd_ca_file(tmp_path: Path, pki
         _make_client("http://127.0.0.1:6820", 5, ca_file=str(ca.pem))
 
 
-@pytest.mark.parametrize(("url", "refused"), [
-    ("http://10.0.0.5:6820", True), ("http://restd.example.org:6820", True), ("http://127.0.0.1:6820", False),
-    ("http://[::1]:6820", False), ("https://10.0.0.5:6820", False), ("unix:///run/slurmrestd.sock", False),
-])  # fmt: skip
-def test_plain_http_to_a_remote_slurmrestd_is_refused(tmp_path: Path, url: str, refused: bool,
-                                                      caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
-    cfg = replace(base_config(tmp_path), allow_insecure=False, listen=f"unix:{tmp_path / 'run' / 's.sock'}",
-                  slurm=SlurmConfig(backend="slurmrestd", restd_url=url, jwt_token_file="/x"))  # fmt: skip
+@pytest.mark.parametrize(
+    ("url", "refused"),
+    [
+        ("http://10.0.0.5:6820", True),
+        ("http://restd.example.org:6820", True),
+        ("http://127.0.0.1:6820", False),
+        ("http://[::1]:6820", False),
+        ("https://10.0.0.5:6820", False),
+        ("unix:///run/slurmrestd.sock", False),
+    ],
+)
+def test_plain_http_to_a_remote_slurmrestd_is_refused(
+    tmp_path: Path, url: str, refused: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = replace(
+        base_config(tmp_path),
+        allow_insecure=False,
+        listen=f"unix:{tmp_path / 'run' / 's.sock'}",
+        slurm=SlurmConfig(backend="slurmrestd", restd_url=url, jwt_token_file="/x"),
+    )
     if refused:
         with pytest.raises(ConfigError, match="plain HTTP to another host sends every user's JWT in clear"):
             check_transport(cfg)

@@ -65,8 +65,9 @@ def test_a_huge_output_width_is_filled_as_slurm_fills_it_and_costs_nothing(
     files_daemon: Daemon, alice_dir: Path
 ) -> None:
     alice, bob = files_daemon.client("alice"), files_daemon.client("bob")
-    spec = jobs_pb2.JobSpec(name="width", command=["echo", "padded"], submit_directory=str(alice_dir),
-                            stdout_path="out-%200000000n.log")  # fmt: skip
+    spec = jobs_pb2.JobSpec(
+        name="width", command=["echo", "padded"], submit_directory=str(alice_dir), stdout_path="out-%200000000n.log"
+    )
     job = alice.submit(spec).job
     wait_for(lambda: alice.get(job.job_id).terminal, timeout=120, what="the job to end")
     before = _rss_mb(files_daemon)
@@ -88,8 +89,11 @@ def test_checkpoint_views_show_nothing_of_roots_and_never_hang(
     ckpt = alice_dir / "ckpt"
     (ckpt / "commits").mkdir(parents=True)
     _give_alice(ckpt, ckpt / "commits")
-    job = alice.submit(jobs_pb2.JobSpec(name="ckpt-swap", command=["true"], submit_directory=str(alice_dir),
-                                        checkpoint_uri=f"file://{ckpt}")).job  # fmt: skip
+    job = alice.submit(
+        jobs_pb2.JobSpec(
+            name="ckpt-swap", command=["true"], submit_directory=str(alice_dir), checkpoint_uri=f"file://{ckpt}"
+        )
+    ).job
 
     # The swap after submitting: her checkpoint path now links to root's checkpoint.
     shutil.rmtree(ckpt)
@@ -129,8 +133,11 @@ def test_the_users_own_file_checkpoint_still_lists_and_verifies(files_daemon: Da
     for path in [ckpt, *ckpt.rglob("*")]:
         _give_alice(path)
     alice = files_daemon.client("alice")
-    job = alice.submit(jobs_pb2.JobSpec(name="ckpt-own", command=["true"], submit_directory=str(alice_dir),
-                                        checkpoint_uri=f"file://{ckpt}")).job  # fmt: skip
+    job = alice.submit(
+        jobs_pb2.JobSpec(
+            name="ckpt-own", command=["true"], submit_directory=str(alice_dir), checkpoint_uri=f"file://{ckpt}"
+        )
+    ).job
 
     def verified() -> jobs_pb2.ListJobCheckpointsResponse | None:
         listing = alice.checkpoints(job.job_id)
@@ -148,8 +155,14 @@ def test_progress_of_a_file_prefix_is_read_as_its_user(
     ckpt = alice_dir / "ckpt"
     ckpt.mkdir()
     _give_alice(ckpt)
-    job = alice.submit(jobs_pb2.JobSpec(name="ckpt-progress", command=["sleep", "60"], submit_directory=str(alice_dir),
-                                        checkpoint_uri=f"file://{ckpt}")).job  # fmt: skip
+    job = alice.submit(
+        jobs_pb2.JobSpec(
+            name="ckpt-progress",
+            command=["sleep", "60"],
+            submit_directory=str(alice_dir),
+            checkpoint_uri=f"file://{ckpt}",
+        )
+    ).job
     try:
         ckpt.rmdir()
         ckpt.symlink_to(root_checkpoint, target_is_directory=True)
@@ -157,8 +170,10 @@ def test_progress_of_a_file_prefix_is_read_as_its_user(
         wait_for(lambda: alice.get(job.job_id).state == jobs_pb2.JOB_STATE_RUNNING, timeout=60, what="running")
 
         def refused() -> bool:
-            return any("checkpoint progress" in r.get("message", "") and "permission denied for alice"
-                       in r.get("message", "") for r in files_daemon.log_records())  # fmt: skip
+            return any(
+                "checkpoint progress" in r.get("message", "") and "permission denied for alice" in r.get("message", "")
+                for r in files_daemon.log_records()
+            )
 
         wait_for(refused, timeout=30, what="a progress read refused as alice")
         assert alice.get(job.job_id).checkpoint_step < 77  # root's step never shows (-1: none known)

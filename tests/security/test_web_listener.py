@@ -70,9 +70,15 @@ print(json.dumps([closed.get(i) for i in range(count)]))
 
 @pytest.fixture(scope="module")
 def web_daemon(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = Daemon(stack, tmp_path_factory.mktemp("clusterd-webflood"), extra_env={
-        "CLUSTERD_WEB__ENABLED": "true", "CLUSTERD_WEB__REQUEST_TIMEOUT_SECONDS": "2",
-        "CLUSTERD_WEB__MAX_CONNECTIONS_PER_CLIENT": "8"})  # fmt: skip
+    d = Daemon(
+        stack,
+        tmp_path_factory.mktemp("clusterd-webflood"),
+        extra_env={
+            "CLUSTERD_WEB__ENABLED": "true",
+            "CLUSTERD_WEB__REQUEST_TIMEOUT_SECONDS": "2",
+            "CLUSTERD_WEB__MAX_CONNECTIONS_PER_CLIENT": "8",
+        },
+    )
     d.start()
     yield d
     d.stop()
@@ -87,8 +93,9 @@ def _threads_and_fds(pid: int) -> tuple[int, int]:
 def _whoami(port: int, token: str) -> float:
     """Seconds for another user's dashboard call; AssertionError unless it answered 200."""
     started = time.monotonic()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/whoami",
-                                     headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/whoami", headers={"Authorization": f"Bearer {token}"}
+    )
     with urllib.request.urlopen(request, timeout=10) as reply:
         assert reply.status == 200 and json.loads(reply.read())["user"] == "alice"
     return time.monotonic() - started
@@ -131,20 +138,37 @@ def test_a_squattable_dashboard_port_is_refused_and_the_used_one_cannot_be_squat
     web_daemon: Daemon, stack: Stack
 ) -> None:
     port = free_port()
-    squat = subprocess.Popen([*_AS_NOBODY, f"""
+    squat = subprocess.Popen(
+        [
+            *_AS_NOBODY,
+            f"""
 import socket, sys, time
 s = socket.socket(); s.bind(("127.0.0.1", {port})); s.listen(); print("bound", flush=True); time.sleep(30)
-"""], stdout=subprocess.PIPE, text=True)  # fmt: skip
+""",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert squat.stdout is not None and squat.stdout.readline().strip() == "bound"  # any user may do this
         env = {**stack.slurm_env(), "CLUSTERD_WEB__ENABLED": "true", "CLUSTERD_WEB__LISTEN": f"127.0.0.1:{port}"}
         config = str(stack.dir / "clusterd.toml")
-        check = subprocess.run([sys.executable, "-m", "clusterd.main", "check", "--config", config],
-                               capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+        check = subprocess.run(
+            [sys.executable, "-m", "clusterd.main", "check", "--config", config],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
         assert check.returncode == 1
         assert f"the dashboard on 127.0.0.1:{port}: any local user may bind port {port}" in check.stdout, check.stdout
-        serve = subprocess.run([sys.executable, "-m", "clusterd.main", "serve", "--config", config],
-                               capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+        serve = subprocess.run(
+            [sys.executable, "-m", "clusterd.main", "serve", "--config", config],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         assert serve.returncode != 0 and "below 1024" in serve.stdout + serve.stderr, serve.stdout + serve.stderr
     finally:
         squat.kill()

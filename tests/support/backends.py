@@ -70,9 +70,14 @@ def restd_config(stack: Stack, *, api_version: str = "", url: str = "") -> Slurm
     rest_url, key = stack.env.get("CLUSTERCTL_RESTD_URL"), stack.env.get("CLUSTERCTL_JWT_KEY")
     if not rest_url or not key:
         missing("the stack's env file has no CLUSTERCTL_RESTD_URL/CLUSTERCTL_JWT_KEY (stack predates slurmrestd)")
-    return SlurmConfig(restd_url=url or str(rest_url), jwt_key_file=str(key), slurm_conf=stack.slurm_conf,
-                       bin_dir=stack.slurm_bin, restd_api_version=api_version,
-                       command_timeout_seconds=30)  # fmt: skip
+    return SlurmConfig(
+        restd_url=url or str(rest_url),
+        jwt_key_file=str(key),
+        slurm_conf=stack.slurm_conf,
+        bin_dir=stack.slurm_bin,
+        restd_api_version=api_version,
+        command_timeout_seconds=30,
+    )
 
 
 def make_backend(name: str, stack: Stack, *, unreachable: Path | None = None, api_version: str = "") -> Any:
@@ -87,9 +92,11 @@ def make_backend(name: str, stack: Stack, *, unreachable: Path | None = None, ap
         return RestdBackend(restd_config(stack, api_version=api_version, url=url))
     if name == "pyslurm":
         if stack.slurm_version != PYSLURM_RELEASE:
-            pytest.skip(f"pyslurm is untested on this machine kind: PyPI's pyslurm builds only against Slurm "
-                        f"{PYSLURM_RELEASE}, which no reachable package source carries; this stack runs "
-                        f"{stack.slurm_version}")  # fmt: skip
+            pytest.skip(
+                f"pyslurm is untested on this machine kind: PyPI's pyslurm builds only against Slurm "
+                f"{PYSLURM_RELEASE}, which no reachable package source carries; this stack runs "
+                f"{stack.slurm_version}"
+            )
         try:
             from clusterd.slurm import pyslurm_backend
         except ImportError as exc:

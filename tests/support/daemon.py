@@ -65,14 +65,31 @@ class Daemon:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         aws = {k: v for k, v in self.stack.env.items() if k.startswith("AWS_")}  # progress reads markers
         metrics = f"127.0.0.1:{self.metrics_port}" if self.metrics_port is not None else ""
-        env = {**self.stack.slurm_env(), **aws, "CLUSTERD_POLL_INTERVAL_SECONDS": str(self.poll_interval),
-               "CLUSTERD_METRICS_LISTEN": metrics, "CLUSTERD_LOG_FORMAT": "json",
-               "CLUSTERD_SOCKET_GROUP": self.socket_group, "CLUSTERD_WEB__LISTEN": "",  # the dashboard: on metrics
-               **({"CLUSTERD_WEB__ENABLED": "false"} if self.metrics_port is None else {}),
-               **self.extra_env}  # fmt: skip
+        env = {
+            **self.stack.slurm_env(),
+            **aws,
+            "CLUSTERD_POLL_INTERVAL_SECONDS": str(self.poll_interval),
+            "CLUSTERD_METRICS_LISTEN": metrics,
+            "CLUSTERD_LOG_FORMAT": "json",
+            "CLUSTERD_SOCKET_GROUP": self.socket_group,
+            "CLUSTERD_WEB__LISTEN": "",  # the dashboard: on metrics
+            **({"CLUSTERD_WEB__ENABLED": "false"} if self.metrics_port is None else {}),
+            **self.extra_env,
+        }
         config = self.config or self.stack.dir / "clusterd.toml"
-        argv = [sys.executable, "-m", "clusterd.main", "serve", "--config", str(config), "--listen", self.addr,
-                "--state-dir", str(self.state_dir), *(["--allow-insecure"] if self.tcp else [])]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "clusterd.main",
+            "serve",
+            "--config",
+            str(config),
+            "--listen",
+            self.addr,
+            "--state-dir",
+            str(self.state_dir),
+            *(["--allow-insecure"] if self.tcp else []),
+        ]
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=log, env=env)
         try:

@@ -44,8 +44,9 @@ class FakeJobService(jobs_pb2_grpc.JobServiceServicer):
         with self._cond:
             return [r for _, r in self.beats]
 
-    def wait_for(self, predicate: Callable[[HeartbeatRequest], bool], timeout: float = 10.0,
-                 what: str = "a heartbeat") -> tuple[float, HeartbeatRequest]:  # fmt: skip
+    def wait_for(
+        self, predicate: Callable[[HeartbeatRequest], bool], timeout: float = 10.0, what: str = "a heartbeat"
+    ) -> tuple[float, HeartbeatRequest]:
         """The first beat (arrival time, request) that satisfies ``predicate``; AssertionError after ``timeout``."""
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -75,10 +76,18 @@ def serve(socket_path: Path, servicer: jobs_pb2_grpc.JobServiceServicer | None) 
 
 def heartbeat_env(socket_path: Path, **extra: str) -> dict[str, str]:
     """The variables clusterd puts in a job for its heartbeats (rank 1 of 2 on node7, restart 2)."""
-    return {"CLUSTERCTL_HEARTBEAT_ADDR": f"unix:{socket_path}", "CLUSTERCTL_HEARTBEAT_TOKEN": "hb-token",
-            "CLUSTERCTL_RECORD_ID": "42", "CLUSTERCTL_HEARTBEAT_INTERVAL": "0.2", "SLURM_JOB_ID": "1234",
-            "SLURM_RESTART_COUNT": "2", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURMD_NODENAME": "node7",
-            **extra}  # fmt: skip
+    return {
+        "CLUSTERCTL_HEARTBEAT_ADDR": f"unix:{socket_path}",
+        "CLUSTERCTL_HEARTBEAT_TOKEN": "hb-token",
+        "CLUSTERCTL_RECORD_ID": "42",
+        "CLUSTERCTL_HEARTBEAT_INTERVAL": "0.2",
+        "SLURM_JOB_ID": "1234",
+        "SLURM_RESTART_COUNT": "2",
+        "SLURM_PROCID": "1",
+        "SLURM_NTASKS": "2",
+        "SLURMD_NODENAME": "node7",
+        **extra,
+    }
 
 
 def child_env(extra: dict[str, str]) -> dict[str, str]:

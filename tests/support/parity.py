@@ -69,18 +69,34 @@ OPTION_CASES: dict[str, tuple[list[str], str, dict[str, str]]] = {
     "input-variables": (
         ["-H", "-J", "from-flag"],
         "#SBATCH -p debug -t 5 -J from-script --mem-per-cpu=300\n",
-        {"SBATCH_PARTITION": "batch", "SBATCH_TIMELIMIT": "7", "SBATCH_JOB_NAME": "from-env",
-         "SBATCH_GPUS_PER_NODE": "1", "SBATCH_NO_REQUEUE": "1"},
+        {
+            "SBATCH_PARTITION": "batch",
+            "SBATCH_TIMELIMIT": "7",
+            "SBATCH_JOB_NAME": "from-env",
+            "SBATCH_GPUS_PER_NODE": "1",
+            "SBATCH_NO_REQUEUE": "1",
+        },
     ),
-}  # fmt: skip
+}
 # clusterd's own placement (one leaf switch for a multi-node job) is not sbatch's: left out here.
 CLUSTERD_ONLY = ["--placement", "any"]
 # Fields that differ by construction: ids, times of submission, clusterd's tracking comment, the
 # way the script reached Slurm (Command= is sbatch's path of it), and the session sbatch ran in.
 VOLATILE = {
-    "JobId", "ArrayJobId", "SubmitTime", "EligibleTime", "AccrueTime", "StartTime", "EndTime", "LastSchedEval",
-    "Comment", "Command", "AllocNode:Sid", "SubmitLine", "Reason",
-}  # fmt: skip
+    "JobId",
+    "ArrayJobId",
+    "SubmitTime",
+    "EligibleTime",
+    "AccrueTime",
+    "StartTime",
+    "EndTime",
+    "LastSchedEval",
+    "Comment",
+    "Command",
+    "AllocNode:Sid",
+    "SubmitLine",
+    "Reason",
+}
 
 
 _FIELD_RE = re.compile(r"[A-Z][A-Za-z0-9:_/]*\Z")
@@ -116,19 +132,49 @@ def check_every_option(daemon: Daemon, stack: Stack, alice_dir: Path, *, unlike:
             script = alice_dir / f"{case}.sh"
             script.write_text(f"#!/bin/bash\n{header}echo {case}\n")
             direct = subprocess.run(
-                ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups", "--",
-                 "sbatch", "--parsable", *argv, script.name],
-                cwd=alice_dir, capture_output=True, text=True, timeout=60,
-                env={"PATH": stack.command_path(), "HOME": entry.pw_dir, "USER": "alice", "LOGNAME": "alice",
-                     "SLURM_CONF": stack.slurm_conf, **env},
-            )  # fmt: skip
+                [
+                    "setpriv",
+                    f"--reuid={entry.pw_uid}",
+                    f"--regid={entry.pw_gid}",
+                    "--clear-groups",
+                    "--",
+                    "sbatch",
+                    "--parsable",
+                    *argv,
+                    script.name,
+                ],
+                cwd=alice_dir,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env={
+                    "PATH": stack.command_path(),
+                    "HOME": entry.pw_dir,
+                    "USER": "alice",
+                    "LOGNAME": "alice",
+                    "SLURM_CONF": stack.slurm_conf,
+                    **env,
+                },
+            )
             assert direct.returncode == 0, f"{case}: sbatch refused it: {direct.stderr}"
             ids.append(direct.stdout.strip().split(";")[0])
             through = subprocess.run(
-                [sys.executable, "-m", "clusterctl.cli.main", "submit", "--parsable", *CLUSTERD_ONLY, *argv,
-                 script.name],
-                cwd=alice_dir, capture_output=True, text=True, timeout=60, env={**daemon.cli_env(), **env},
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "clusterctl.cli.main",
+                    "submit",
+                    "--parsable",
+                    *CLUSTERD_ONLY,
+                    *argv,
+                    script.name,
+                ],
+                cwd=alice_dir,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env={**daemon.cli_env(), **env},
+            )
             assert through.returncode == 0, f"{case}: clusterctl refused it: {through.stderr}"
             ids.append(through.stdout.strip())
             expected, got = show_job(stack, ids[-2]), show_job(stack, ids[-1])
@@ -137,8 +183,9 @@ def check_every_option(daemon: Daemon, stack: Stack, alice_dir: Path, *, unlike:
                 got.pop(name, None)
             assert got == expected, f"{case}: " + ", ".join(
                 f"{k}: sbatch {expected.get(k)!r} clusterctl {got.get(k)!r}"
-                for k in sorted(set(expected) | set(got)) if expected.get(k) != got.get(k)
-            )  # fmt: skip
+                for k in sorted(set(expected) | set(got))
+                if expected.get(k) != got.get(k)
+            )
     finally:
         if ids:
             stack.run("scancel", *ids, check=False)

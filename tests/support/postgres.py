@@ -57,8 +57,17 @@ class PostgresCluster:
                 os.chown(path, pg.pw_uid, pg.pw_gid)
         self._run(str(self.bindir / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
         options = f"-k {self.socket_dir} -c listen_addresses='' -c max_connections=200"
-        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "log"), "-o", options,
-                  "-w", "start")  # fmt: skip
+        self._run(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "log"),
+            "-o",
+            options,
+            "-w",
+            "start",
+        )
 
     def stop(self) -> None:
         with contextlib.suppress(subprocess.SubprocessError, OSError):

@@ -85,8 +85,12 @@ class SeaweedS3:
             aws_access_key_id=self.access_key,
             aws_secret_access_key=self.secret_key,
             region_name=self.region,
-            config=Config(s3={"addressing_style": "path"}, connect_timeout=2, read_timeout=20,
-                          retries={"total_max_attempts": 3, "mode": "standard"}),
+            config=Config(
+                s3={"addressing_style": "path"},
+                connect_timeout=2,
+                read_timeout=20,
+                retries={"total_max_attempts": 3, "mode": "standard"},
+            ),
         )
 
     def start(self, timeout: float = 60.0) -> None:
@@ -98,17 +102,37 @@ class SeaweedS3:
         data = self.workdir / "data"
         data.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "s3.json"
-        config.write_text(json.dumps({"identities": [{
-            "name": "tests",
-            "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
-            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-        }]}))
+        config.write_text(
+            json.dumps(
+                {
+                    "identities": [
+                        {
+                            "name": "tests",
+                            "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
+                            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                        }
+                    ]
+                }
+            )
+        )
         argv = [
-            weed, "server", "-s3", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            f"-master.port={self.master_port}", f"-volume.port={self.volume_port}",
-            f"-filer.port={self.filer_port}", f"-s3.port={self.s3_port}", f"-s3.config={config}",
-            "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.volumeSizeLimitMB=256", "-volume.max=0",
-            "-metricsPort=0", "-master.electionTimeout=1s",
+            weed,
+            "server",
+            "-s3",
+            f"-dir={data}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-master.port={self.master_port}",
+            f"-volume.port={self.volume_port}",
+            f"-filer.port={self.filer_port}",
+            f"-s3.port={self.s3_port}",
+            f"-s3.config={config}",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            "-master.volumeSizeLimitMB=256",
+            "-volume.max=0",
+            "-metricsPort=0",
+            "-master.electionTimeout=1s",
         ]
         log = open(self.workdir / "weed.log", "ab")  # noqa: SIM115 - owned by the child
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -48,8 +48,11 @@ class Stack:
 
     @property
     def tokens(self) -> dict[str, str]:
-        return {"alice": self.env["CLUSTERCTL_TOKEN"], "bob": self.env["CLUSTERCTL_TOKEN_BOB"],
-                "root": self.env["CLUSTERCTL_TOKEN_ADMIN"]}  # fmt: skip
+        return {
+            "alice": self.env["CLUSTERCTL_TOKEN"],
+            "bob": self.env["CLUSTERCTL_TOKEN_BOB"],
+            "root": self.env["CLUSTERCTL_TOKEN_ADMIN"],
+        }
 
     @property
     def slurm_conf(self) -> str:
@@ -83,13 +86,17 @@ class Stack:
         return env
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(list(argv), capture_output=True, text=True, check=check, env=self.slurm_env(),
-                              timeout=60)  # fmt: skip
+        return subprocess.run(list(argv), capture_output=True, text=True, check=check, env=self.slurm_env(), timeout=60)
 
     def stack_sh(self, *args: str) -> subprocess.CompletedProcess[str]:
         script = ROOT / "deploy" / "local" / "stack.sh"
-        return subprocess.run(["bash", str(script), *args], capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "CLUSTERCTL_STACK_DIR": str(self.dir)})  # fmt: skip
+        return subprocess.run(
+            ["bash", str(script), *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "CLUSTERCTL_STACK_DIR": str(self.dir)},
+        )
 
 
 def stack_for(version: str | None) -> Stack:

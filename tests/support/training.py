@@ -18,8 +18,14 @@ from .stack import Stack
 from .wait import wait_for
 
 
-def train_spec(stack: Stack, name: str, *args: str, nodes: int = 2, time_limit: str = "",
-               policy: jobs_pb2.RestartPolicy | None = None) -> jobs_pb2.JobSpec:  # fmt: skip
+def train_spec(
+    stack: Stack,
+    name: str,
+    *args: str,
+    nodes: int = 2,
+    time_limit: str = "",
+    policy: jobs_pb2.RestartPolicy | None = None,
+) -> jobs_pb2.JobSpec:
     env = {k: v for k, v in stack.env.items() if k.startswith("AWS_")}
     return jobs_pb2.JobSpec(
         name=name,
@@ -64,12 +70,24 @@ def log_of(stack: Stack, name: str, job_id: str) -> str:
 
 def finished(daemon: Daemon, job_id: str, timeout: float = 300) -> jobs_pb2.JobStatus:
     client = daemon.client("alice")
-    return wait_for(lambda: (j := client.get(job_id)).terminal and j, timeout=timeout,  # type: ignore[no-any-return]
-                    interval=1, what=f"job {job_id} to finish")  # fmt: skip
+    return wait_for(
+        lambda: (j := client.get(job_id)).terminal and j,
+        timeout=timeout,  # type: ignore[no-any-return]
+        interval=1,
+        what=f"job {job_id} to finish",
+    )
 
 
-def check_resume(stack: Stack, name: str, job: jobs_pb2.JobStatus, victim: str, every: int, total: int, *,
-                 exact_restart_step: bool = True) -> None:  # fmt: skip
+def check_resume(
+    stack: Stack,
+    name: str,
+    job: jobs_pb2.JobStatus,
+    victim: str,
+    every: int,
+    total: int,
+    *,
+    exact_restart_step: bool = True,
+) -> None:
     """The job resumed on other nodes from a checkpoint within one interval of where the dead rank stopped.
 
     ``exact_restart_step=False`` lets the restart record's step lag the resumed one by up to one
@@ -110,10 +128,18 @@ _SAVE_IN_FLIGHT_STEPS = 3
 def training_with_checkpoints(daemon: Daemon, stack: Stack, name: str) -> tuple[jobs_pb2.JobStatus, str]:
     """A 2-node training job that has committed two checkpoints; returns it and the node to kill."""
     client = daemon.client("alice")
-    job = client.submit(train_spec(stack, name, "--steps", str(TOTAL), "--every", str(EVERY),
-                                   "--step-seconds", "0.1")).job  # fmt: skip
-    running = wait_for(lambda: (j := client.get(job.job_id)).state == jobs_pb2.JOB_STATE_RUNNING
-                       and j.checkpoint_step >= EVERY * 2 - 1 and j, timeout=120, what="first checkpoints")  # fmt: skip
+    job = client.submit(
+        train_spec(stack, name, "--steps", str(TOTAL), "--every", str(EVERY), "--step-seconds", "0.1")
+    ).job
+    running = wait_for(
+        lambda: (
+            (j := client.get(job.job_id)).state == jobs_pb2.JOB_STATE_RUNNING
+            and j.checkpoint_step >= EVERY * 2 - 1
+            and j
+        ),
+        timeout=120,
+        what="first checkpoints",
+    )
     return job, running.nodes[-1]
 
 

@@ -55,8 +55,11 @@ def show_path(path: Path) -> str:
 
 def _shape(node: dict[str, Any], field: str = "shape") -> tuple[int, ...]:
     shape = node.get(field)
-    if (not isinstance(shape, list) or len(shape) > MAX_NDIM
-            or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 62 for d in shape)):
+    if (
+        not isinstance(shape, list)
+        or len(shape) > MAX_NDIM
+        or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 62 for d in shape)
+    ):
         raise ValueError(f"bad {field} {str(shape)[:80]}")
     return tuple(shape)
 
@@ -83,8 +86,11 @@ def leaf_shape(node: dict[str, Any]) -> tuple[int, ...]:
 def leaf_span(node: dict[str, Any]) -> tuple[int, int]:
     """The node's byte range in its shard, checked against its dtype and shape."""
     off = node.get("off")
-    if (not isinstance(off, list) or len(off) != 2
-            or not all(isinstance(o, int) and not isinstance(o, bool) for o in off)):
+    if (
+        not isinstance(off, list)
+        or len(off) != 2
+        or not all(isinstance(o, int) and not isinstance(o, bool) for o in off)
+    ):
         raise ValueError(f"bad byte range {str(off)[:80]}")
     begin, end = off
     dtype = leaf_dtype(node)
@@ -134,8 +140,9 @@ def _children(node: dict[str, Any]) -> list[tuple[str | int, Any]]:
     kind, items = node.get("t"), node.get("items")
     if kind == "map":
         if not isinstance(items, list) or not all(
-                isinstance(i, list) and len(i) == 2 and isinstance(i[0], str | int) and not isinstance(i[0], bool)
-                for i in items):
+            isinstance(i, list) and len(i) == 2 and isinstance(i[0], str | int) and not isinstance(i[0], bool)
+            for i in items
+        ):
             raise ValueError("malformed map node")
         return [(k, v) for k, v in items]
     if kind == "dict":
@@ -150,9 +157,20 @@ def _children(node: dict[str, Any]) -> list[tuple[str | int, Any]]:
 class Assembler:
     """Plans the reads of one rank's restore of one step and builds the result."""
 
-    def __init__(self, *, tree: Callable[[int], dict[str, Any]], want: Callable[..., None],
-                 view: Callable[[int, int, int], np.ndarray], base_rank: int, saved_world: int, rank: int,
-                 world_size: int, foreign: bool, rank_local: RankLocalPolicy, step: int) -> None:
+    def __init__(
+        self,
+        *,
+        tree: Callable[[int], dict[str, Any]],
+        want: Callable[..., None],
+        view: Callable[[int, int, int], np.ndarray],
+        base_rank: int,
+        saved_world: int,
+        rank: int,
+        world_size: int,
+        foreign: bool,
+        rank_local: RankLocalPolicy,
+        step: int,
+    ) -> None:
         self._tree = tree
         self._want = want
         self._view = view
@@ -201,15 +219,20 @@ class Assembler:
             return out
         if kind in ("list", "tuple"):
             subs = template if isinstance(template, list | tuple) else ()
-            items = [self.plan(child, subs[i] if isinstance(i, int) and i < len(subs) else None, (*path, i),
-                               replicated) for i, child in _children(node)]
+            items = [
+                self.plan(child, subs[i] if isinstance(i, int) and i < len(subs) else None, (*path, i), replicated)
+                for i, child in _children(node)
+            ]
             items = [None if v is DROP else v for v in items]
             return tuple(items) if kind == "tuple" else items
         if kind == "replicated":
             return self.plan(node.get("v"), template, path, True)
         if kind == "json":
-            if self.foreign and not replicated and any(
-                    self.index(r).get(path) != node for r in range(self.saved_world)):
+            if (
+                self.foreign
+                and not replicated
+                and any(self.index(r).get(path) != node for r in range(self.saved_world))
+            ):
                 return self._rank_local(path, lambda: node.get("v"))
             return node.get("v")
         if kind == "alias":
@@ -241,7 +264,9 @@ class Assembler:
             f"and was saved by {self.saved_world} rank(s) but {self.world_size} are restoring it: it cannot be "
             "mapped; wrap it in Replicated(...) or Sharded(...) when saving, or restore with "
             "rank_local='rank0' (take rank 0's value) or rank_local='drop'",
-            saved=self.saved_world, current=self.world_size)
+            saved=self.saved_world,
+            current=self.world_size,
+        )
 
     def _stored(self, node: dict[str, Any], path: Path, replicated: bool) -> tuple[int, dict[str, Any]]:
         """(saved rank, node with ``off``) of a tensor leaf of the base tree."""
@@ -253,7 +278,10 @@ class Assembler:
                 raise ValueError(f"{show_path(path)}: bad writer rank {str(src)[:20]}")
             stored = self.node_at(src, path)
             if (stored.get("t"), stored.get("dtype"), stored.get("shape")) != (
-                    node.get("t"), node.get("dtype"), node.get("shape")) or "off" not in stored:
+                node.get("t"),
+                node.get("dtype"),
+                node.get("shape"),
+            ) or "off" not in stored:
                 raise ValueError(f"{show_path(path)}: rank {src} stores another tensor")
             return src, stored
         return self.base_rank, node
@@ -265,8 +293,9 @@ class Assembler:
             self.torch()
         wanted = self._template_box(template, leaf_shape(node), path)
         if wanted is not None:  # a whole saved tensor cut to the slice the template asks for
-            return self._plan_pieces(node, [(src, ((0,) * len(leaf_shape(node)), leaf_shape(node)), begin)],
-                                     wanted, template, path)
+            return self._plan_pieces(
+                node, [(src, ((0,) * len(leaf_shape(node)), leaf_shape(node)), begin)], wanted, template, path
+            )
         if self.foreign and not replicated:
             return self._rank_local(path, lambda: self._plan_read(node, src, begin, end))
         return self._plan_read(node, src, begin, end)
@@ -291,8 +320,10 @@ class Assembler:
         except (ValueError, TypeError, AttributeError) as exc:
             raise RestoreError(f"template at {show_path(path)!r}: {exc}") from None
         if tshape != gshape:
-            raise RestoreError(f"template at {show_path(path)!r} has global shape {list(tshape)}, the checkpoint "
-                               f"of step {self.step} has {list(gshape)}")
+            raise RestoreError(
+                f"template at {show_path(path)!r} has global shape {list(tshape)}, the checkpoint "
+                f"of step {self.step} has {list(gshape)}"
+            )
         return box
 
     def _plan_sharded(self, node: dict[str, Any], template: Any, path: Path) -> Any:
@@ -318,8 +349,12 @@ class Assembler:
         for r in range(self.saved_world):
             n = self.node_at(r, path)
             inner = n.get("v")
-            if n.get("t") != "sharded" or _shape(n, "gshape") != gshape or not isinstance(inner, dict) or (
-                    inner.get("t"), inner.get("dtype")) != (like.get("t"), like.get("dtype")):
+            if (
+                n.get("t") != "sharded"
+                or _shape(n, "gshape") != gshape
+                or not isinstance(inner, dict)
+                or (inner.get("t"), inner.get("dtype")) != (like.get("t"), like.get("dtype"))
+            ):
                 raise ValueError(f"{show_path(path)}: rank {r} saved another array here")
             if inner.get("dup"):
                 continue
@@ -330,13 +365,14 @@ class Assembler:
             out.setdefault(box, (r, box, leaf_span(inner)[0]))
         pieces = list(out.values())
         for i, (_, a, _) in enumerate(pieces):
-            for _, b, _ in pieces[i + 1:]:
+            for _, b, _ in pieces[i + 1 :]:
                 if volume(a) and volume(b) and intersect(a, b) is not None:
                     raise ValueError(f"{show_path(path)}: saved pieces overlap")
         return pieces
 
-    def _plan_pieces(self, node: dict[str, Any], pieces: list[tuple[int, Box, int]], wanted: Box, template: Any,
-                     path: Path) -> Pending:
+    def _plan_pieces(
+        self, node: dict[str, Any], pieces: list[tuple[int, Box, int]], wanted: Box, template: Any, path: Path
+    ) -> Pending:
         dtype = leaf_dtype(node)
         target = _in_place_target(template, node, wanted[1])
         parts = []
@@ -349,14 +385,15 @@ class Assembler:
             b, e = begin + first * dtype.itemsize, begin + last * dtype.itemsize
             into = None
             if target is not None and inter[1][1:] == box[1][1:] == wanted[1][1:]:  # contiguous in both
-                t0, t1 = flat_span(wanted[1], tuple(o - w for o, w in zip(inter[0], wanted[0], strict=True)),
-                                   inter[1])
-                into = target[t0 * dtype.itemsize:t1 * dtype.itemsize]
+                t0, t1 = flat_span(wanted[1], tuple(o - w for o, w in zip(inter[0], wanted[0], strict=True)), inter[1])
+                into = target[t0 * dtype.itemsize : t1 * dtype.itemsize]
             self._want(src, b, e, into)
             parts.append((src, box, inter, b, e))
         if sum(volume(p[2]) for p in parts) != volume(wanted):
-            raise ValueError(f"{show_path(path)}: the saved pieces do not cover the wanted slice "
-                             f"(offset {list(wanted[0])}, shape {list(wanted[1])})")
+            raise ValueError(
+                f"{show_path(path)}: the saved pieces do not cover the wanted slice "
+                f"(offset {list(wanted[0])}, shape {list(wanted[1])})"
+            )
 
         def build() -> Any:
             shape = wanted[1]
@@ -372,7 +409,7 @@ class Assembler:
                     if target is not None and np.shares_memory(source, target):
                         continue  # read straight into the caller's tensor
                     flat = source.view(out.dtype)
-                    strides = tuple(math.prod(box[1][i + 1:]) * dtype.itemsize for i in range(len(box[1])))
+                    strides = tuple(math.prod(box[1][i + 1 :]) * dtype.itemsize for i in range(len(box[1])))
                     piece = as_strided(flat, shape=inter[1], strides=strides, writeable=False)
                     at = tuple(slice(o - w, o - w + n) for o, w, n in zip(inter[0], wanted[0], inter[1], strict=True))
                     out[at] = piece
@@ -396,14 +433,24 @@ def _in_place_target(template: Any, node: dict[str, Any], shape: tuple[int, ...]
     else:
         return None
     if isinstance(local, np.ndarray):
-        if (node.get("t") != "ndarray" or local.shape != shape or local.dtype != leaf_dtype(node)
-                or not local.flags.c_contiguous or not local.flags.writeable):
+        if (
+            node.get("t") != "ndarray"
+            or local.shape != shape
+            or local.dtype != leaf_dtype(node)
+            or not local.flags.c_contiguous
+            or not local.flags.writeable
+        ):
             return None
         return local.reshape(-1).view(np.uint8)
     if not torchcompat.is_tensor(local) or node.get("t") != "torch":
         return None
-    if (torchcompat.dtype_name(local) != node.get("dtype") or tuple(local.shape) != shape
-            or local.device.type != "cpu" or not local.is_contiguous() or local.requires_grad):
+    if (
+        torchcompat.dtype_name(local) != node.get("dtype")
+        or tuple(local.shape) != shape
+        or local.device.type != "cpu"
+        or not local.is_contiguous()
+        or local.requires_grad
+    ):
         return None
     return torchcompat.cpu_bytes_view(local).reshape(-1).view(np.uint8)
 

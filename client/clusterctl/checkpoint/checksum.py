@@ -30,19 +30,21 @@ def chunk_starts(size: int, chunk_size: int, segments: Sequence[int] = (0,)) -> 
     return [s for a, b in itertools.pairwise(bounds) for s in range(a, b, chunk_size)]
 
 
-def chunk_digests(data: memoryview, chunk_size: int, executor: Executor | None = None,
-                  segments: Sequence[int] = (0,)) -> list[str]:
+def chunk_digests(
+    data: memoryview, chunk_size: int, executor: Executor | None = None, segments: Sequence[int] = (0,)
+) -> list[str]:
     """xxh3_64 of each chunk of ``data`` (see :func:`chunk_starts`; an empty object has no chunks)."""
     data = data.cast("B")
     starts = chunk_starts(len(data), chunk_size, segments)
     ends = [*starts[1:], len(data)]
     if executor is None or len(starts) <= 1:
         return [digest(data[a:b]) for a, b in zip(starts, ends, strict=True)]
-    return list(executor.map(lambda ab: digest(data[ab[0]:ab[1]]), zip(starts, ends, strict=True)))
+    return list(executor.map(lambda ab: digest(data[ab[0] : ab[1]]), zip(starts, ends, strict=True)))
 
 
-def first_mismatch(data: memoryview, chunk_size: int, expected: Sequence[str],
-                   executor: Executor | None = None) -> int | None:
+def first_mismatch(
+    data: memoryview, chunk_size: int, expected: Sequence[str], executor: Executor | None = None
+) -> int | None:
     """Index of the first chunk whose digest differs from ``expected`` (or None if all match)."""
     got = chunk_digests(data, chunk_size, executor)  # format 1 layout (no segments)
     if len(got) != len(expected):

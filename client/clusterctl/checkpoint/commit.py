@@ -35,8 +35,9 @@ from .manifest import MAX_MANIFEST_BYTES, MAX_MARKER_BYTES, CommitMarker, ShardE
 class Poller:
     """Exponential backoff between ``initial`` and ``maximum`` until ``timeout`` seconds pass."""
 
-    def __init__(self, timeout: float, initial: float, maximum: float,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self, timeout: float, initial: float, maximum: float, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
         self.deadline = time.monotonic() + timeout
         self.delay = initial
         self.maximum = maximum
@@ -61,7 +62,11 @@ def duplicate_error(step: int, rank: int, world_size: int, first: str, second: s
         f"{second}; every process needs its own rank (under srun torchrun, call "
         "torch.distributed.init_process_group() before saving, or keep torchrun's RANK/WORLD_SIZE in the "
         "environment; SLURM_PROCID is shared by the processes of one Slurm task)",
-        rank=rank, step=step, key=key, writers=(first, second))
+        rank=rank,
+        step=step,
+        key=key,
+        writers=(first, second),
+    )
 
 
 def read_json_field(storage: Storage, key: str, name: str) -> object:
@@ -101,8 +106,9 @@ def _check_conflicts(storage: Storage, listed: set[str], *, step: int, world_siz
         raise duplicate_error(step, rank if isinstance(rank, int) else -1, world_size, pair[0], pair[1], key)
 
 
-def wait_for_manifests(storage: Storage, *, step: int, attempt: str, world_size: int, timeout: float,
-                       poll: tuple[float, float]) -> None:
+def wait_for_manifests(
+    storage: Storage, *, step: int, attempt: str, world_size: int, timeout: float, poll: tuple[float, float]
+) -> None:
     """Rank 0: block until every rank's manifest of this attempt is listed.
 
     Raises:
@@ -123,11 +129,15 @@ def wait_for_manifests(storage: Storage, *, step: int, attempt: str, world_size:
             raise CommitTimeoutError(
                 f"rank 0: step {step} not committed: no shard manifest from rank(s) [{shown}] after {timeout:.0f}s "
                 f"(a rank died or is still uploading); expected under {storage.uri}/{prefix}",
-                rank=0, step=step, key=prefix)
+                rank=0,
+                step=step,
+                key=prefix,
+            )
 
 
-def build_marker(storage: Storage, *, step: int, attempt: str, world_size: int,
-                 executor: Executor | None) -> CommitMarker:
+def build_marker(
+    storage: Storage, *, step: int, attempt: str, world_size: int, executor: Executor | None
+) -> CommitMarker:
     """Read and check every manifest of the attempt and describe them in a commit marker."""
 
     def entry(rank: int) -> ShardEntry:
@@ -136,11 +146,17 @@ def build_marker(storage: Storage, *, step: int, attempt: str, world_size: int,
         try:
             m = load_manifest(data)
         except ValueError as exc:
-            raise SaveError(f"rank 0: manifest {key} of rank {rank} is invalid: {exc}", rank=0, step=step,
-                            key=key) from None
+            raise SaveError(
+                f"rank 0: manifest {key} of rank {rank} is invalid: {exc}", rank=0, step=step, key=key
+            ) from None
         if (m.step, m.rank, m.world_size, m.attempt) != (step, rank, world_size, attempt):
-            raise SaveError(f"rank 0: manifest {key} describes step {m.step} rank {m.rank}/{m.world_size} "
-                            f"attempt {m.attempt}, not what its name says", rank=0, step=step, key=key)
+            raise SaveError(
+                f"rank 0: manifest {key} describes step {m.step} rank {m.rank}/{m.world_size} "
+                f"attempt {m.attempt}, not what its name says",
+                rank=0,
+                step=step,
+                key=key,
+            )
         return ShardEntry(rank, key, len(data), checksum.digest(data), m.shard_size)
 
     ranks = range(world_size)
@@ -169,9 +185,14 @@ def check_create_only(storage: Storage) -> None:
         return
     finally:
         storage.delete([key])
-    raise SaveError(f"rank 0: {storage.uri} ignores create-only writes (S3 If-None-Match: *): commit markers "
-                    "could overwrite each other, so no step is committed there; use a server that enforces "
-                    "conditional PUTs (AWS S3, MinIO, SeaweedFS)", rank=0, step=-1, key=key)
+    raise SaveError(
+        f"rank 0: {storage.uri} ignores create-only writes (S3 If-None-Match: *): commit markers "
+        "could overwrite each other, so no step is committed there; use a server that enforces "
+        "conditional PUTs (AWS S3, MinIO, SeaweedFS)",
+        rank=0,
+        step=-1,
+        key=key,
+    )
 
 
 def write_marker(storage: Storage, marker: CommitMarker) -> None:
@@ -187,8 +208,13 @@ def write_marker(storage: Storage, marker: CommitMarker) -> None:
         existing = read_marker_or_none(storage, marker.step)
         if existing is None or existing.attempt != marker.attempt:
             other = existing.attempt if existing else "unknown"
-            raise SaveError(f"rank 0: step {marker.step} is already committed (attempt {other}); "
-                            "committed steps are never overwritten", rank=0, step=marker.step, key=key) from None
+            raise SaveError(
+                f"rank 0: step {marker.step} is already committed (attempt {other}); "
+                "committed steps are never overwritten",
+                rank=0,
+                step=marker.step,
+                key=key,
+            ) from None
 
 
 def read_marker_or_none(storage: Storage, step: int) -> CommitMarker | None:
@@ -200,8 +226,9 @@ def read_marker_or_none(storage: Storage, step: int) -> CommitMarker | None:
         return None
 
 
-def wait_for_commit(storage: Storage, *, rank: int, step: int, attempt: str, timeout: float,
-                    poll: tuple[float, float]) -> None:
+def wait_for_commit(
+    storage: Storage, *, rank: int, step: int, attempt: str, timeout: float, poll: tuple[float, float]
+) -> None:
     """Ranks other than 0: block until rank 0 committed this attempt of the step.
 
     Raises:
@@ -214,9 +241,17 @@ def wait_for_commit(storage: Storage, *, rank: int, step: int, attempt: str, tim
         marker = read_marker_or_none(storage, step)
         if marker is not None:
             if marker.attempt != attempt:
-                raise SaveError(f"rank {rank}: step {step} was committed by attempt {marker.attempt}, "
-                                f"not this one ({attempt})", rank=rank, step=step, key=key)
+                raise SaveError(
+                    f"rank {rank}: step {step} was committed by attempt {marker.attempt}, not this one ({attempt})",
+                    rank=rank,
+                    step=step,
+                    key=key,
+                )
             return
         if not poller.wait():
-            raise CommitTimeoutError(f"rank {rank}: step {step} was not committed by rank 0 within {timeout:.0f}s "
-                                     f"(no {storage.uri}/{key})", rank=rank, step=step, key=key)
+            raise CommitTimeoutError(
+                f"rank {rank}: step {step} was not committed by rank 0 within {timeout:.0f}s (no {storage.uri}/{key})",
+                rank=rank,
+                step=step,
+                key=key,
+            )

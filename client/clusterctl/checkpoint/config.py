@@ -64,10 +64,15 @@ class CheckpointConfig:
 
     def s3_options(self) -> S3Options:
         return self.s3 or S3Options(
-            part_size=max(self.part_size, 5 << 20), max_concurrency=self.max_concurrency,
-            connect_timeout=self.connect_timeout, read_timeout=self.read_timeout, max_attempts=self.max_attempts,
-            thread_nice=self.background_nice)
+            part_size=max(self.part_size, 5 << 20),
+            max_concurrency=self.max_concurrency,
+            connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout,
+            max_attempts=self.max_attempts,
+            thread_nice=self.background_nice,
+        )
 
     def posix_options(self) -> PosixOptions:
-        return self.posix or PosixOptions(part_size=self.part_size, max_concurrency=min(self.max_concurrency, 8),
-                                          thread_nice=self.background_nice)
+        return self.posix or PosixOptions(
+            part_size=self.part_size, max_concurrency=min(self.max_concurrency, 8), thread_nice=self.background_nice
+        )

@@ -49,8 +49,7 @@ def _layouts(tree: Any, path: Path = (), replicated: bool = False) -> dict[Path,
             stack.append((node.get("v"), p, True))
         elif kind in ("map", "dict", "list", "tuple"):
             items = node["items"]
-            pairs = items.items() if isinstance(items, dict) else (
-                items if kind == "map" else enumerate(items))
+            pairs = items.items() if isinstance(items, dict) else (items if kind == "map" else enumerate(items))
             stack.extend((child, (*p, key), rep) for key, child in pairs)
         elif kind == "sharded":
             out[p] = "sharded"
@@ -106,9 +105,18 @@ def export_step(storage: Storage, step: int, directory: str, *, executor: Execut
     check_structure(storage, marker)
     reader = StepReader(storage, marker, executor)
     try:
-        asm = Assembler(tree=reader.tree, want=reader.ranges.want, view=reader.ranges.view, base_rank=0,
-                        saved_world=marker.world_size, rank=0, world_size=1, foreign=marker.world_size != 1,
-                        rank_local="rank0", step=step)
+        asm = Assembler(
+            tree=reader.tree,
+            want=reader.ranges.want,
+            view=reader.ranges.view,
+            base_rank=0,
+            saved_world=marker.world_size,
+            rank=0,
+            world_size=1,
+            foreign=marker.world_size != 1,
+            rank_local="rank0",
+            step=step,
+        )
         state = asm.plan(reader.tree(0), None)
         reader.ranges.fetch()
         state = finish(state)
@@ -123,8 +131,14 @@ def export_step(storage: Storage, step: int, directory: str, *, executor: Execut
             continue
         for leaf in leaves:
             leaf.name = leaf.name.removeprefix("v/") if leaf.name != "v" else str(key)
-        plan = plan_shard(leaves, {"format": "clusterctl.checkpoint.export", "step": str(step),
-                                   "dtypes": json.dumps({leaf.name: leaf.node.get("dtype") for leaf in leaves})})
+        plan = plan_shard(
+            leaves,
+            {
+                "format": "clusterctl.checkpoint.export",
+                "step": str(step),
+                "dtypes": json.dumps({leaf.name: leaf.node.get("dtype") for leaf in leaves}),
+            },
+        )
         path = os.path.join(directory, f"{stem}.safetensors")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
         with os.fdopen(fd, "wb") as f:
@@ -149,8 +163,7 @@ def file_stem(key: object) -> str:
     text = str(key)
     if not text:
         return "%"
-    out = "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass"))
-                  for c in text)
+    out = "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass")) for c in text)
     return "%2E" + out[1:] if out.startswith(".") else out
 
 
@@ -172,8 +185,10 @@ def _export_files(state: Any) -> list[tuple[str, Any, Any]]:
     for key, value in pairs:
         stem = file_stem(key)
         if stem in seen:
-            raise ValueError(f"top-level keys {seen[stem]!r} and {key!r} would both be written to "
-                             f"{stem}.safetensors; export cannot keep both")
+            raise ValueError(
+                f"top-level keys {seen[stem]!r} and {key!r} would both be written to "
+                f"{stem}.safetensors; export cannot keep both"
+            )
         seen[stem] = key
         out.append((stem, key, value))
     return out

@@ -41,8 +41,9 @@ class DuplicateWriterError(SaveError):
         writers: both writers, as ``host pid N (id)``: the one that claimed the rank first, then this one.
     """
 
-    def __init__(self, message: str, *, rank: int, step: int, key: str | None = None,
-                 writers: tuple[str, str] = ("", "")) -> None:
+    def __init__(
+        self, message: str, *, rank: int, step: int, key: str | None = None, writers: tuple[str, str] = ("", "")
+    ) -> None:
         super().__init__(message, rank=rank, step=step, key=key)
         self.writers = writers
 

@@ -69,8 +69,9 @@ class GarbageReport:
         return sum(o.size for o in self.objects)
 
 
-def find_garbage(storage: Storage, *, grace: float, in_flight: Collection[tuple[int, str]] = (),
-                 now: float | None = None) -> GarbageReport:
+def find_garbage(
+    storage: Storage, *, grace: float, in_flight: Collection[tuple[int, str]] = (), now: float | None = None
+) -> GarbageReport:
     """Objects under ``steps/`` not referenced by a commit marker, older than ``grace`` seconds."""
     now = time.time() if now is None else now
     live: dict[int, str | None] = {}
@@ -104,9 +105,15 @@ def find_garbage(storage: Storage, *, grace: float, in_flight: Collection[tuple[
     return report
 
 
-def collect_garbage(storage: Storage, *, grace: float, in_flight: Collection[tuple[int, str]] = (),
-                    dry_run: bool = False, progress: Progress | None = None,
-                    now: float | None = None) -> GarbageReport:
+def collect_garbage(
+    storage: Storage,
+    *,
+    grace: float,
+    in_flight: Collection[tuple[int, str]] = (),
+    dry_run: bool = False,
+    progress: Progress | None = None,
+    now: float | None = None,
+) -> GarbageReport:
     """Find garbage and (unless ``dry_run``) delete it; ``progress(done, total)`` after each batch."""
     report = find_garbage(storage, grace=grace, in_flight=in_flight, now=now)
     total = len(report.objects) + len(report.uploads)
@@ -115,7 +122,7 @@ def collect_garbage(storage: Storage, *, grace: float, in_flight: Collection[tup
     done = 0
     keys = [o.key for o in report.objects]
     for i in range(0, len(keys), 500):
-        batch = keys[i:i + 500]
+        batch = keys[i : i + 500]
         storage.delete(batch)
         done += len(batch)
         if progress:
@@ -126,6 +133,11 @@ def collect_garbage(storage: Storage, *, grace: float, in_flight: Collection[tup
         if progress:
             progress(done, total)
     if total:
-        log.info("gc: removed %d objects (%d bytes) and %d incomplete uploads under %s",
-                 len(report.objects), report.bytes, len(report.uploads), storage.uri)
+        log.info(
+            "gc: removed %d objects (%d bytes) and %d incomplete uploads under %s",
+            len(report.objects),
+            report.bytes,
+            len(report.uploads),
+            storage.uri,
+        )
     return report

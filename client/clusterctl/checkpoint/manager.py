@@ -104,8 +104,11 @@ def _resolve_run_id(config: CheckpointConfig, world_size: int, coordinator: Torc
         return re.sub(r"[^A-Za-z0-9._-]", "_", raw)[:80]
     if world_size == 1:
         return f"run-{uuid.uuid4().hex[:12]}"
-    log.warning("no run id for a %d-rank job (no Slurm, no torch.distributed, no CLUSTERCTL_RUN_ID): "
-                "using 'run'; a retried save of a failed step may then mix attempts", world_size)
+    log.warning(
+        "no run id for a %d-rank job (no Slurm, no torch.distributed, no CLUSTERCTL_RUN_ID): "
+        "using 'run'; a retried save of a failed step may then mix attempts",
+        world_size,
+    )
     return "run"
 
 
@@ -127,8 +130,16 @@ class CheckpointManager:
         ValueError: rank/world_size out of range.
     """
 
-    def __init__(self, uri: str, rank: int | None = None, world_size: int | None = None, keep: int = 3, *,
-                 config: CheckpointConfig | None = None, storage: Storage | None = None) -> None:
+    def __init__(
+        self,
+        uri: str,
+        rank: int | None = None,
+        world_size: int | None = None,
+        keep: int = 3,
+        *,
+        config: CheckpointConfig | None = None,
+        storage: Storage | None = None,
+    ) -> None:
         self.config = config = config or CheckpointConfig()
         self._explicit = (rank, world_size)
         self.rank, self.world_size = self._resolve_world()
@@ -145,13 +156,18 @@ class CheckpointManager:
         self._writer = f"{socket.gethostname()} pid {os.getpid()} ({uuid.uuid4().hex[:6]})"
         self.run_id = ""
         self._sync_world(force=True)
-        self._pool = StagingPool(config.staging_bytes, config.max_in_flight,
-                                 pinned_allocator=torchcompat.pinned_empty if torchcompat.cuda_available() else None)
+        self._pool = StagingPool(
+            config.staging_bytes,
+            config.max_in_flight,
+            pinned_allocator=torchcompat.pinned_empty if torchcompat.cuda_available() else None,
+        )
         nice = nice_initializer(config.background_nice)
-        self._bg = ThreadPoolExecutor(max_workers=config.max_in_flight, thread_name_prefix="ckpt-save",
-                                      initializer=nice)
-        self._io = ThreadPoolExecutor(max_workers=max(2, config.max_concurrency), thread_name_prefix="ckpt-io",
-                                      initializer=nice)
+        self._bg = ThreadPoolExecutor(
+            max_workers=config.max_in_flight, thread_name_prefix="ckpt-save", initializer=nice
+        )
+        self._io = ThreadPoolExecutor(
+            max_workers=max(2, config.max_concurrency), thread_name_prefix="ckpt-io", initializer=nice
+        )
         self._closed = False
         self._create_only_checked = False
         self.last_restored_step: int | None = None
@@ -174,10 +190,14 @@ class CheckpointManager:
         """
         rank, world = self._resolve_world()
         torch = torchcompat.loaded_torch()
-        dist_up = (torch is not None and world > 1 and torch.distributed.is_available()
-                   and torch.distributed.is_initialized())
-        if not force and (rank, world) == (self.rank, self.world_size) and (self._coordinator is not None
-                                                                             or not dist_up):
+        dist_up = (
+            torch is not None and world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized()
+        )
+        if (
+            not force
+            and (rank, world) == (self.rank, self.world_size)
+            and (self._coordinator is not None or not dist_up)
+        ):
             return
         if self._running():
             self.wait()  # saves in flight belong to the old world: finish them first
@@ -216,8 +236,10 @@ class CheckpointManager:
                 log.info("checkpoint step %d skipped: step %d still uploading", step, running[0][0].step)
                 return SaveHandle(step, None, skipped=True)
             if self.config.policy == "raise":
-                raise SaveInProgressError(f"cannot save step {step}: the save of step {running[0][0].step} is "
-                                          "still in flight (policy='raise')")
+                raise SaveInProgressError(
+                    f"cannot save step {step}: the save of step {running[0][0].step} is "
+                    "still in flight (policy='raise')"
+                )
             while len(running) >= self.config.max_in_flight:
                 running[0][0]._wait_quietly()
                 running = self._running()
@@ -227,8 +249,9 @@ class CheckpointManager:
         attempt = self.run_id if n == 1 else f"{self.run_id}-{n - 1}"
         if isinstance(state, Mapping) and stateful.has_stateful(state):
             state = stateful.to_state(state, self.world_size)
-        snap = take_snapshot(state, step=step, attempt=attempt, rank=self.rank, world_size=self.world_size,
-                             pool=self._pool)
+        snap = take_snapshot(
+            state, step=step, attempt=attempt, rank=self.rank, world_size=self.world_size, pool=self._pool
+        )
         future = self._bg.submit(self._run, snap, time.perf_counter() - snap.seconds)
         handle = SaveHandle(step, future)
         with self._lock:
@@ -253,7 +276,7 @@ class CheckpointManager:
             if exc is not None and not handle.observed:
                 handle.observed = True
                 with self._lock:  # keep later failures for the next call
-                    self._finished = finished[i + 1:] + self._finished
+                    self._finished = finished[i + 1 :] + self._finished
                 raise exc
 
     def _wrap(self, exc: BaseException, step: int, key: str | None) -> SaveError:
@@ -261,8 +284,9 @@ class CheckpointManager:
             return exc
         where = getattr(exc, "key", None) or key
         target = f"{self.storage.uri}/{where}" if where else self.storage.uri
-        err = SaveError(f"rank {self.rank}: saving step {step} failed at {target}: {exc}",
-                        rank=self.rank, step=step, key=where)
+        err = SaveError(
+            f"rank {self.rank}: saving step {step} failed at {target}: {exc}", rank=self.rank, step=step, key=where
+        )
         err.__cause__ = exc
         return err
 
@@ -287,17 +311,27 @@ class CheckpointManager:
         if error is not None:
             raise self._wrap(error, step, progress["key"])
         if not all_ok:
-            raise SaveError(f"rank {self.rank}: step {step} not committed: another rank failed to write its shard",
-                            rank=self.rank, step=step)
+            raise SaveError(
+                f"rank {self.rank}: step {step} not committed: another rank failed to write its shard",
+                rank=self.rank,
+                step=step,
+            )
         poll = (self.config.poll_initial, self.config.poll_max)
         failure: Exception | None = None
         try:
             if self.rank == 0:
                 progress["key"] = layout.attempt_prefix(step, attempt)
-                commit.wait_for_manifests(self.storage, step=step, attempt=attempt, world_size=self.world_size,
-                                          timeout=self.config.commit_timeout, poll=poll)
-                marker = commit.build_marker(self.storage, step=step, attempt=attempt, world_size=self.world_size,
-                                             executor=self._io)
+                commit.wait_for_manifests(
+                    self.storage,
+                    step=step,
+                    attempt=attempt,
+                    world_size=self.world_size,
+                    timeout=self.config.commit_timeout,
+                    poll=poll,
+                )
+                marker = commit.build_marker(
+                    self.storage, step=step, attempt=attempt, world_size=self.world_size, executor=self._io
+                )
                 if not self._create_only_checked:
                     progress["key"] = commit.PROBE_PREFIX
                     commit.check_create_only(self.storage)
@@ -315,11 +349,21 @@ class CheckpointManager:
             if self.rank == 0:
                 self._after_commit(step)
             elif announced is False:
-                raise SaveError(f"rank {self.rank}: step {step} not committed: rank 0 failed to commit it",
-                                rank=self.rank, step=step, key=layout.commit_key(step))
+                raise SaveError(
+                    f"rank {self.rank}: step {step} not committed: rank 0 failed to commit it",
+                    rank=self.rank,
+                    step=step,
+                    key=layout.commit_key(step),
+                )
             else:
-                commit.wait_for_commit(self.storage, rank=self.rank, step=step, attempt=attempt,
-                                       timeout=self.config.commit_timeout, poll=poll)
+                commit.wait_for_commit(
+                    self.storage,
+                    rank=self.rank,
+                    step=step,
+                    attempt=attempt,
+                    timeout=self.config.commit_timeout,
+                    poll=poll,
+                )
         except Exception as exc:
             raise self._wrap(exc, step, progress["key"]) from exc
         total = time.perf_counter() - t0
@@ -332,11 +376,21 @@ class CheckpointManager:
         if marker is not None and marker.attempt == attempt:
             key = layout.writer_key(step, attempt, self.rank, self.world_size)
             first = commit.read_json_field(self.storage, key, "writer")
-            return commit.duplicate_error(step, self.rank, self.world_size,
-                                          first if isinstance(first, str) else "another process", self._writer, key)
-        return SaveError(f"rank {self.rank}: step {step} is already committed under {self.storage.uri}; "
-                         "committed steps are never overwritten", rank=self.rank, step=step,
-                         key=layout.commit_key(step))
+            return commit.duplicate_error(
+                step,
+                self.rank,
+                self.world_size,
+                first if isinstance(first, str) else "another process",
+                self._writer,
+                key,
+            )
+        return SaveError(
+            f"rank {self.rank}: step {step} is already committed under {self.storage.uri}; "
+            "committed steps are never overwritten",
+            rank=self.rank,
+            step=step,
+            key=layout.commit_key(step),
+        )
 
     def _after_commit(self, step: int) -> None:
         """Retention and GC on rank 0; failures here are logged, the step is already committed."""
@@ -367,9 +421,16 @@ class CheckpointManager:
         """Newest committed step, or None (one LIST)."""
         return latest_committed(self.storage)
 
-    def restore(self, step: int | None = None, *, template: Any = None, rank: int | None = None,
-                rank_local: RankLocalPolicy | None = None, into: Mapping[str, Any] | None = None,
-                strict: bool = True) -> Any:
+    def restore(
+        self,
+        step: int | None = None,
+        *,
+        template: Any = None,
+        rank: int | None = None,
+        rank_local: RankLocalPolicy | None = None,
+        into: Mapping[str, Any] | None = None,
+        strict: bool = True,
+    ) -> Any:
         """The state of ``step`` (default: the newest valid step) for this rank, or None if none.
 
         ``into`` maps top-level keys to objects with ``load_state_dict()`` (modules, optimizers,
@@ -416,10 +477,16 @@ class CheckpointManager:
         if rank_local is None:
             rank_local = "rank0" if into is not None else "error"
         result = restore_state(
-            self.storage, step=step, rank=self.rank if rank is None else rank,
-            world_size=None if explicit else self.world_size, executor=self._io,
-            coordinator=None if explicit else self._coordinator, agree_timeout=self.config.commit_timeout,
-            template=template, rank_local=rank_local)
+            self.storage,
+            step=step,
+            rank=self.rank if rank is None else rank,
+            world_size=None if explicit else self.world_size,
+            executor=self._io,
+            coordinator=None if explicit else self._coordinator,
+            agree_timeout=self.config.commit_timeout,
+            template=template,
+            rank_local=rank_local,
+        )
         if result is None:
             heartbeat.report_restored()
             return None
@@ -436,8 +503,12 @@ class CheckpointManager:
 
     def gc(self, *, grace: float | None = None, dry_run: bool = False) -> GarbageReport:
         """Collect uncommitted objects and multipart uploads older than ``grace`` (default config)."""
-        return collect_garbage(self.storage, grace=self.config.gc_grace if grace is None else grace,
-                                  in_flight=self._in_flight_attempts(), dry_run=dry_run)
+        return collect_garbage(
+            self.storage,
+            grace=self.config.gc_grace if grace is None else grace,
+            in_flight=self._in_flight_attempts(),
+            dry_run=dry_run,
+        )
 
     # --- lifecycle ------------------------------------------------------------------------
     def _check_open(self) -> None:

@@ -69,8 +69,9 @@ def _check_signature(doc: dict[str, Any], key: bytes | None, fmt: str) -> None:
         return
     got = doc.get(HMAC_FIELD)
     if not isinstance(got, str):
-        raise SignatureError(f"{HMAC_ENV} is set but this {fmt} document carries no HMAC "
-                             "(written without the key, or tampered)")
+        raise SignatureError(
+            f"{HMAC_ENV} is set but this {fmt} document carries no HMAC (written without the key, or tampered)"
+        )
     if not hmac.compare_digest(got.encode("ascii", "replace"), _signature(doc, key).encode("ascii")):
         raise SignatureError(f"HMAC of this {fmt} document does not match: tampered, or written with another key")
 
@@ -103,12 +104,26 @@ class ShardManifest:
     def to_json(self, key: bytes | None = None) -> bytes:
         """The stored bytes; signed with ``key`` (default: the configured HMAC key, if any)."""
         doc: dict[str, Any] = {
-            "format": MANIFEST_FORMAT, "version": FORMAT_VERSION, "step": self.step, "rank": self.rank,
-            "world_size": self.world_size, "attempt": self.attempt, "created": self.created, "host": self.host,
-            "shard": {"key": self.shard_key, "size": self.shard_size,
-                      "checksum": {"algorithm": self.algorithm, "chunk_size": self.chunk_size,
-                                   "segments": self.segments, "chunks": self.chunks}},
-            "tensor_count": self.tensor_count, "tree": self.tree,
+            "format": MANIFEST_FORMAT,
+            "version": FORMAT_VERSION,
+            "step": self.step,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "attempt": self.attempt,
+            "created": self.created,
+            "host": self.host,
+            "shard": {
+                "key": self.shard_key,
+                "size": self.shard_size,
+                "checksum": {
+                    "algorithm": self.algorithm,
+                    "chunk_size": self.chunk_size,
+                    "segments": self.segments,
+                    "chunks": self.chunks,
+                },
+            },
+            "tensor_count": self.tensor_count,
+            "tree": self.tree,
         }
         return _seal(doc, key, ensure_ascii=False)
 
@@ -137,8 +152,13 @@ class CommitMarker:
     def to_json(self, key: bytes | None = None) -> bytes:
         """The stored bytes; signed with ``key`` (default: the configured HMAC key, if any)."""
         doc: dict[str, Any] = {
-            "format": MARKER_FORMAT, "version": FORMAT_VERSION, "step": self.step, "world_size": self.world_size,
-            "attempt": self.attempt, "created": self.created, "total_bytes": self.total_bytes,
+            "format": MARKER_FORMAT,
+            "version": FORMAT_VERSION,
+            "step": self.step,
+            "world_size": self.world_size,
+            "attempt": self.attempt,
+            "created": self.created,
+            "total_bytes": self.total_bytes,
             "shards": [asdict(s) for s in self.shards],
         }
         return _seal(doc, key, ensure_ascii=True)
@@ -177,8 +197,10 @@ def _doc(data: bytes, fmt: str, key: bytes | None = None) -> dict[str, Any]:
         raise ValueError(f"not a {fmt} document")
     version = doc.get("version")
     if isinstance(version, bool) or version not in READABLE_VERSIONS:
-        raise ValueError(f"format version {str(version)[:20]} is not supported (this clusterctl reads "
-                         f"{', '.join(map(str, READABLE_VERSIONS))})")
+        raise ValueError(
+            f"format version {str(version)[:20]} is not supported (this clusterctl reads "
+            f"{', '.join(map(str, READABLE_VERSIONS))})"
+        )
     _check_signature(doc, key, fmt)
     return doc
 
@@ -199,21 +221,35 @@ def load_manifest(data: bytes, *, key: bytes | None = None) -> ShardManifest:
     if not isinstance(tree, dict):
         raise ValueError("field 'tree' must be an object")
     m = ShardManifest(
-        step=_int(doc, "step"), rank=_int(doc, "rank", 0, MAX_WORLD_SIZE),
+        step=_int(doc, "step"),
+        rank=_int(doc, "rank", 0, MAX_WORLD_SIZE),
         world_size=_int(doc, "world_size", 1, MAX_WORLD_SIZE),
-        attempt=_str(doc, "attempt"), shard_key=_str(shard, "key"), shard_size=_int(shard, "size"),
-        chunk_size=_int(ck, "chunk_size", 1), chunks=chunks, tree=tree, tensor_count=_int(doc, "tensor_count"),
-        created=_created(doc), host=str(doc.get("host", ""))[:256], version=int(doc["version"]),
+        attempt=_str(doc, "attempt"),
+        shard_key=_str(shard, "key"),
+        shard_size=_int(shard, "size"),
+        chunk_size=_int(ck, "chunk_size", 1),
+        chunks=chunks,
+        tree=tree,
+        tensor_count=_int(doc, "tensor_count"),
+        created=_created(doc),
+        host=str(doc.get("host", ""))[:256],
+        version=int(doc["version"]),
     )
     segments = ck.get("segments", [0])
-    if (not isinstance(segments, list) or not segments or segments[0] != 0 or len(segments) > len(chunks) + 1
-            or not all(isinstance(x, int) and not isinstance(x, bool) for x in segments)
-            or any(b <= a for a, b in itertools.pairwise(segments))
-            or (len(segments) > 1 and segments[-1] >= m.shard_size)):
+    if (
+        not isinstance(segments, list)
+        or not segments
+        or segments[0] != 0
+        or len(segments) > len(chunks) + 1
+        or not all(isinstance(x, int) and not isinstance(x, bool) for x in segments)
+        or any(b <= a for a, b in itertools.pairwise(segments))
+        or (len(segments) > 1 and segments[-1] >= m.shard_size)
+    ):
         raise ValueError("field 'segments' must be ascending offsets inside the shard, starting at 0")
     m.segments = segments
-    if len(chunks) != sum(-(-(b - a) // m.chunk_size) for a, b in zip(segments, [*segments[1:], m.shard_size],
-                                                                        strict=True)):
+    if len(chunks) != sum(
+        -(-(b - a) // m.chunk_size) for a, b in zip(segments, [*segments[1:], m.shard_size], strict=True)
+    ):
         raise ValueError(f"{len(chunks)} chunk checksums do not cover {m.shard_size} bytes")
     return m
 
@@ -228,11 +264,18 @@ def load_marker(data: bytes, *, key: bytes | None = None) -> CommitMarker:
     for s in shards:
         if not isinstance(s, dict):
             raise ValueError("shard entry is not an object")
-        entries.append(ShardEntry(_int(s, "rank", 0, MAX_WORLD_SIZE), _str(s, "manifest_key"),
-                                  _int(s, "manifest_size", 0, MAX_MANIFEST_BYTES), _str(s, "manifest_xxh3_64"),
-                                  _int(s, "shard_size")))
-    m = CommitMarker(_int(doc, "step"), _int(doc, "world_size", 1, MAX_WORLD_SIZE), _str(doc, "attempt"),
-                     _created(doc), entries)
+        entries.append(
+            ShardEntry(
+                _int(s, "rank", 0, MAX_WORLD_SIZE),
+                _str(s, "manifest_key"),
+                _int(s, "manifest_size", 0, MAX_MANIFEST_BYTES),
+                _str(s, "manifest_xxh3_64"),
+                _int(s, "shard_size"),
+            )
+        )
+    m = CommitMarker(
+        _int(doc, "step"), _int(doc, "world_size", 1, MAX_WORLD_SIZE), _str(doc, "attempt"), _created(doc), entries
+    )
     if len(entries) != m.world_size:  # before building range(world_size) from a declared number
         raise ValueError(f"marker lists {len(entries)} shard(s) for world size {m.world_size}")
     if sorted(e.rank for e in entries) != list(range(m.world_size)):

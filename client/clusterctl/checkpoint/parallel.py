@@ -38,11 +38,16 @@ class Sharded:
         """
         gshape = tuple(int(d) for d in self.global_shape)
         lshape = tuple(int(d) for d in self.local.shape)
-        off = (int(self.offset),) + (0,) * (len(gshape) - 1) if isinstance(self.offset, int) else tuple(
-            int(o) for o in self.offset)
+        off = (
+            (int(self.offset),) + (0,) * (len(gshape) - 1)
+            if isinstance(self.offset, int)
+            else tuple(int(o) for o in self.offset)
+        )
         if len(gshape) != len(lshape) or len(off) != len(gshape):
-            raise ValueError(f"Sharded: local shape {list(lshape)}, offset {list(off)} and global shape "
-                             f"{list(gshape)} must have the same number of dimensions")
+            raise ValueError(
+                f"Sharded: local shape {list(lshape)}, offset {list(off)} and global shape "
+                f"{list(gshape)} must have the same number of dimensions"
+            )
         for d, (o, n, g) in enumerate(zip(off, lshape, gshape, strict=True)):
             if o < 0 or n < 0 or o + n > g:
                 raise ValueError(f"Sharded: dim {d}: offset {o} + local size {n} exceeds global size {g}")
@@ -89,7 +94,7 @@ def flat_span(shape: Sequence[int], lo: Sequence[int], size: Sequence[int]) -> t
     """Element range ``[first, last + 1)`` of a C-ordered array of ``shape`` that covers a sub-box."""
     if not shape:
         return 0, 1
-    strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]
+    strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
     first = sum(o * s for o, s in zip(lo, strides, strict=True))
     last = sum((o + n - 1) * s for o, n, s in zip(lo, size, strides, strict=True))
     return first, last + 1

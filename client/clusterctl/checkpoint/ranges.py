@@ -74,8 +74,9 @@ class RangeReader:
         try:
             self._storage.read_into(m.shard_key, buf.data, offset=begin)
         except ObjectNotFoundError:
-            raise CorruptCheckpointError(f"step {m.step}: shard {m.shard_key} is missing", step=m.step,
-                                         key=m.shard_key) from None
+            raise CorruptCheckpointError(
+                f"step {m.step}: shard {m.shard_key} is missing", step=m.step, key=m.shard_key
+            ) from None
         self._verify(m, begin, end, buf)
         return rank, begin, buf
 
@@ -91,8 +92,11 @@ class RangeReader:
         if self._find(rank, begin, end) is not None:
             return  # already read (a format 1 manifest reads its whole shard)
         if not 0 <= begin <= end <= m.shard_size or self._widen(m, begin, end) != (begin, end):
-            raise CorruptCheckpointError(f"step {m.step}: bytes [{begin}, {end}) are not whole chunks of shard "
-                                         f"{m.shard_key}", step=m.step, key=m.shard_key)
+            raise CorruptCheckpointError(
+                f"step {m.step}: bytes [{begin}, {end}) are not whole chunks of shard {m.shard_key}",
+                step=m.step,
+                key=m.shard_key,
+            )
         self._verify(m, begin, end, buf)
         self.bytes_read += buf.nbytes
         bisect.insort(self._buffers.setdefault(rank, []), (begin, buf), key=lambda x: x[0])
@@ -103,10 +107,12 @@ class RangeReader:
         first = bisect.bisect_left(starts, begin)
         for i in range(first, bisect.bisect_left(starts, end)):
             lo, hi = starts[i], starts[i + 1] if i + 1 < len(starts) else m.shard_size
-            if checksum.digest(buf.data[lo - begin:hi - begin]) != m.chunks[i]:
+            if checksum.digest(buf.data[lo - begin : hi - begin]) != m.chunks[i]:
                 raise CorruptCheckpointError(
                     f"step {m.step}: shard {m.shard_key} bytes [{lo}, {hi}) fail their xxh3 checksum",
-                    step=m.step, key=m.shard_key)
+                    step=m.step,
+                    key=m.shard_key,
+                )
 
     def fetch(self) -> None:
         """Read and verify everything wanted so far (in parallel over ranges).
@@ -116,7 +122,8 @@ class RangeReader:
             StorageError: the store failed (not a property of the data).
         """
         jobs: list[tuple[int, int, int, np.ndarray | None]] = [
-            (r, b, e, None) for r in sorted(self._wanted) for b, e in self._merged(r)]
+            (r, b, e, None) for r in sorted(self._wanted) for b, e in self._merged(r)
+        ]
         jobs += self._direct
         self._wanted.clear()
         self._direct = []
@@ -134,7 +141,7 @@ class RangeReader:
         if i >= 0:
             start, buf = bufs[i]
             if end <= start + buf.nbytes:
-                return buf[begin - start:end - start]
+                return buf[begin - start : end - start]
         return None
 
     def view(self, rank: int, begin: int, end: int) -> np.ndarray:

@@ -49,8 +49,9 @@ def read_marker(storage: Storage, step: int) -> CommitMarker:
     except (ValueError, StorageError) as exc:
         if isinstance(exc, StorageError) and type(exc) is not StorageError:
             raise  # outages, access denied: not a property of the data
-        raise CorruptCheckpointError(f"step {step}: commit marker {key} is invalid: {exc}", step=step,
-                                     key=key) from None
+        raise CorruptCheckpointError(
+            f"step {step}: commit marker {key} is invalid: {exc}", step=step, key=key
+        ) from None
     try:
         layout.check_attempt(marker.attempt)
     except ValueError as exc:
@@ -68,14 +69,18 @@ def check_structure(storage: Storage, marker: CommitMarker) -> None:
         mkey = layout.manifest_key(step, attempt, e.rank, world)
         skey = layout.shard_key(step, attempt, e.rank, world)
         if e.manifest_key != mkey:
-            raise CorruptCheckpointError(f"step {step}: marker names manifest {e.manifest_key!r}, expected {mkey}",
-                                         step=step, key=mkey)
+            raise CorruptCheckpointError(
+                f"step {step}: marker names manifest {e.manifest_key!r}, expected {mkey}", step=step, key=mkey
+            )
         for key, want in ((mkey, e.manifest_size), (skey, e.shard_size)):
             if key not in sizes:
                 raise CorruptCheckpointError(f"step {step}: {key} is missing", step=step, key=key)
             if sizes[key] != want:
-                raise CorruptCheckpointError(f"step {step}: {key} is {sizes[key]} bytes, expected {want} "
-                                             "(truncated or replaced)", step=step, key=key)
+                raise CorruptCheckpointError(
+                    f"step {step}: {key} is {sizes[key]} bytes, expected {want} (truncated or replaced)",
+                    step=step,
+                    key=key,
+                )
 
 
 def read_manifest(storage: Storage, marker: CommitMarker, rank: int) -> ShardManifest:
@@ -87,15 +92,21 @@ def read_manifest(storage: Storage, marker: CommitMarker, rank: int) -> ShardMan
     except ObjectNotFoundError:
         raise CorruptCheckpointError(f"step {step}: {key} is missing", step=step, key=key) from None
     if len(data) != entry.manifest_size or checksum.digest(data) != entry.manifest_xxh3_64:
-        raise CorruptCheckpointError(f"step {step}: {key} does not match the digest in the commit marker",
-                                     step=step, key=key)
+        raise CorruptCheckpointError(
+            f"step {step}: {key} does not match the digest in the commit marker", step=step, key=key
+        )
     try:
         m = load_manifest(data)
     except ValueError as exc:
         raise CorruptCheckpointError(f"step {step}: {key} is invalid: {exc}", step=step, key=key) from None
     expected_shard = layout.shard_key(step, marker.attempt, rank, marker.world_size)
     if (m.step, m.rank, m.world_size, m.attempt, m.shard_key) != (
-            step, rank, marker.world_size, marker.attempt, expected_shard):
+        step,
+        rank,
+        marker.world_size,
+        marker.attempt,
+        expected_shard,
+    ):
         raise CorruptCheckpointError(f"step {step}: {key} describes another shard", step=step, key=key)
     return m
 
@@ -139,12 +150,14 @@ class StepReader:
         Raises:
             CorruptCheckpointError: a manifest is missing or does not match the marker.
         """
-        todo = sorted(r for r in ranks if 0 <= r < self.marker.world_size and r not in self._manifests
-                      and r not in self._read)  # fmt: skip
+        todo = sorted(
+            r for r in ranks if 0 <= r < self.marker.world_size and r not in self._manifests and r not in self._read
+        )
         if self.executor is None or len(todo) < 2:
             return  # read on demand, as before
-        for r, m in zip(todo, self.executor.map(lambda r: read_manifest(self.storage, self.marker, r), todo),
-                        strict=True):  # fmt: skip
+        for r, m in zip(
+            todo, self.executor.map(lambda r: read_manifest(self.storage, self.marker, r), todo), strict=True
+        ):
             self._read[r] = m
 
     def manifest(self, rank: int) -> ShardManifest:
@@ -187,8 +200,9 @@ def ranks_needed(tree: Any, *, foreign: bool, world: int) -> set[int]:
         elif isinstance(items, dict):
             stack.extend((child, replicated) for child in items.values())
         elif isinstance(items, list):
-            stack.extend((i[1] if kind == "map" and isinstance(i, list) and len(i) == 2 else i, replicated)
-                         for i in items)  # fmt: skip
+            stack.extend(
+                (i[1] if kind == "map" and isinstance(i, list) and len(i) == 2 else i, replicated) for i in items
+            )
     return set(range(world)) if everyone else {r for r in out if 0 <= r < world}
 
 
@@ -201,8 +215,9 @@ def _read_whole(storage: Storage, key: str, size: int, step: int) -> np.ndarray:
     return buf
 
 
-def _first_reads(storage: Storage, marker: CommitMarker, reader: StepReader, rank: int, *, prefetch: bool,
-                 executor: Executor | None) -> ShardManifest:
+def _first_reads(
+    storage: Storage, marker: CommitMarker, reader: StepReader, rank: int, *, prefetch: bool, executor: Executor | None
+) -> ShardManifest:
     """The structure LIST, ``rank``'s manifest and, for a small shard of our own, the whole shard: at once.
 
     They are independent once the marker is read, so a restore pays one round trip for the three
@@ -230,8 +245,16 @@ def _first_reads(storage: Storage, marker: CommitMarker, reader: StepReader, ran
     return m
 
 
-def load_step(storage: Storage, step: int, *, rank: int, world_size: int | None, executor: Executor | None,
-              template: Any = None, rank_local: RankLocalPolicy = "error") -> Any:
+def load_step(
+    storage: Storage,
+    step: int,
+    *,
+    rank: int,
+    world_size: int | None,
+    executor: Executor | None,
+    template: Any = None,
+    rank_local: RankLocalPolicy = "error",
+) -> Any:
     """Verify and decode one rank's state of one committed step, at the layout wanted now.
 
     ``world_size`` None reads saved rank ``rank`` as it is (no resharding). Otherwise sharded and
@@ -251,9 +274,18 @@ def load_step(storage: Storage, step: int, *, rank: int, world_size: int | None,
     try:
         m = _first_reads(storage, marker, reader, base, prefetch=not foreign, executor=executor)
         reader.prefetch(ranks_needed(m.tree, foreign=foreign, world=marker.world_size) - {base})
-        asm = Assembler(tree=reader.tree, want=reader.ranges.want, view=reader.ranges.view, base_rank=base,
-                        saved_world=marker.world_size, rank=rank, world_size=world_size or marker.world_size,
-                        foreign=foreign, rank_local=rank_local, step=step)
+        asm = Assembler(
+            tree=reader.tree,
+            want=reader.ranges.want,
+            view=reader.ranges.view,
+            base_rank=base,
+            saved_world=marker.world_size,
+            rank=rank,
+            world_size=world_size or marker.world_size,
+            foreign=foreign,
+            rank_local=rank_local,
+            step=step,
+        )
         planned = asm.plan(m.tree, template)
         if not foreign:  # the safetensors header of our own shard, so tools can still open it
             nodes = [n.get("v") if n.get("t") == "sharded" else n for n in asm.index(base).values()]
@@ -262,14 +294,23 @@ def load_step(storage: Storage, step: int, *, rank: int, world_size: int | None,
         reader.ranges.fetch()
         return finish(planned)
     except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError, RuntimeError) as exc:
-        raise CorruptCheckpointError(f"step {step}: the shards of {storage.uri} cannot be decoded: "
-                                     f"{type(exc).__name__}: {exc}", step=step) from None
+        raise CorruptCheckpointError(
+            f"step {step}: the shards of {storage.uri} cannot be decoded: {type(exc).__name__}: {exc}", step=step
+        ) from None
 
 
-def restore_state(storage: Storage, *, step: int | None, rank: int, world_size: int | None,
-                  executor: Executor | None, coordinator: Coordinator | None = None,
-                  agree_timeout: float = 600.0, template: Any = None,
-                  rank_local: RankLocalPolicy = "error") -> tuple[int, Any] | None:
+def restore_state(
+    storage: Storage,
+    *,
+    step: int | None,
+    rank: int,
+    world_size: int | None,
+    executor: Executor | None,
+    coordinator: Coordinator | None = None,
+    agree_timeout: float = 600.0,
+    template: Any = None,
+    rank_local: RankLocalPolicy = "error",
+) -> tuple[int, Any] | None:
     """Restore ``step`` (or the newest valid step) for ``rank``; None when nothing is committed.
 
     Raises:
@@ -292,8 +333,15 @@ def restore_state(storage: Storage, *, step: int | None, rank: int, world_size: 
     for s in candidates:
         state: Any = None
         try:
-            state = load_step(storage, s, rank=rank, world_size=world_size, executor=executor, template=template,
-                              rank_local=rank_local)
+            state = load_step(
+                storage,
+                s,
+                rank=rank,
+                world_size=world_size,
+                executor=executor,
+                template=template,
+                rank_local=rank_local,
+            )
             ok = True
         except CorruptCheckpointError as exc:
             if step is not None:
@@ -305,13 +353,18 @@ def restore_state(storage: Storage, *, step: int | None, rank: int, world_size: 
             warnings.warn(msg, CheckpointFallbackWarning, stacklevel=3)
         if coordinator is not None and not coordinator.agree(ok, timeout=agree_timeout) and ok:
             failures.append(f"step {s}: another rank failed to verify it")
-            warnings.warn(f"checkpoint step {s} failed verification on another rank; falling back",
-                          CheckpointFallbackWarning, stacklevel=3)
+            warnings.warn(
+                f"checkpoint step {s} failed verification on another rank; falling back",
+                CheckpointFallbackWarning,
+                stacklevel=3,
+            )
             continue
         if ok:
             return s, state
-    raise RestoreError(f"no valid checkpoint under {storage.uri}: all {len(candidates)} committed step(s) failed "
-                       f"verification; newest problem: {failures[0] if failures else 'unknown'}")
+    raise RestoreError(
+        f"no valid checkpoint under {storage.uri}: all {len(candidates)} committed step(s) failed "
+        f"verification; newest problem: {failures[0] if failures else 'unknown'}"
+    )
 
 
 @dataclass
@@ -326,8 +379,9 @@ class VerifyReport:
         return not self.problems
 
 
-def verify_step(storage: Storage, step: int, *, executor: Executor | None = None,
-                progress: Callable[[int], None] | None = None) -> VerifyReport:
+def verify_step(
+    storage: Storage, step: int, *, executor: Executor | None = None, progress: Callable[[int], None] | None = None
+) -> VerifyReport:
     """Verify every rank's shard of a step chunk by chunk (bounded memory); report, do not raise
     for data problems. ``progress(nbytes)`` is called as bytes are verified."""
     report = VerifyReport(step)

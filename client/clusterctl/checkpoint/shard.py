@@ -38,8 +38,11 @@ def plan_shard(leaves: list[TensorLeaf], metadata: dict[str, str]) -> ShardPlan:
     offset = 0
     rel: list[tuple[TensorLeaf, int]] = []
     for leaf in ordered:
-        header[leaf.name] = {"dtype": leaf.st_dtype, "shape": leaf.st_shape,
-                             "data_offsets": [offset, offset + leaf.nbytes]}
+        header[leaf.name] = {
+            "dtype": leaf.st_dtype,
+            "shape": leaf.st_shape,
+            "data_offsets": [offset, offset + leaf.nbytes],
+        }
         rel.append((leaf, offset))
         offset += leaf.nbytes
     body = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
@@ -69,7 +72,7 @@ def parse_shard(buf: memoryview | bytes) -> ParsedShard:
     if hlen > MAX_HEADER or 8 + hlen > size:
         raise ValueError(f"header length {hlen} exceeds the shard ({size} bytes) or the {MAX_HEADER} limit")
     try:
-        header = json.loads(bytes(buf[8:8 + hlen]).decode("utf-8"))
+        header = json.loads(bytes(buf[8 : 8 + hlen]).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(f"header is not valid JSON: {exc}") from None
     if not isinstance(header, dict):
@@ -86,11 +89,17 @@ def parse_shard(buf: memoryview | bytes) -> ParsedShard:
         dtype, shape, offs = info.get("dtype"), info.get("shape"), info.get("data_offsets")
         if not isinstance(dtype, str) or dtype not in ST_ITEMSIZE:
             raise ValueError(f"tensor {name[:80]!r}: unknown dtype {str(dtype)[:40]}")
-        if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(
-                isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        if (
+            not isinstance(shape, list)
+            or len(shape) > MAX_NDIM
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+        ):
             raise ValueError(f"tensor {name[:80]!r}: bad shape {str(shape)[:80]}")
-        if (not isinstance(offs, list) or len(offs) != 2
-                or not all(isinstance(o, int) and not isinstance(o, bool) for o in offs)):
+        if (
+            not isinstance(offs, list)
+            or len(offs) != 2
+            or not all(isinstance(o, int) and not isinstance(o, bool) for o in offs)
+        ):
             raise ValueError(f"tensor {name!r}: bad data_offsets {offs!r}")
         begin, end = offs
         if not 0 <= begin <= end <= data_len:

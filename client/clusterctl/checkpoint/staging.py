@@ -43,8 +43,14 @@ class StagingBuffer:
 class StagingPool:
     """At most ``slots`` buffers in use and ``capacity`` bytes allocated (None = unbounded bytes)."""
 
-    def __init__(self, capacity: int | None, slots: int = 1, *, allocator: Allocator = _alloc,
-                 pinned_allocator: Allocator | None = None) -> None:
+    def __init__(
+        self,
+        capacity: int | None,
+        slots: int = 1,
+        *,
+        allocator: Allocator = _alloc,
+        pinned_allocator: Allocator | None = None,
+    ) -> None:
         self.capacity = capacity
         self.slots = max(1, slots)
         self._alloc = allocator
@@ -67,7 +73,8 @@ class StagingPool:
         if self.capacity is not None and nbytes > self.capacity:
             raise StagingLimitError(
                 f"snapshot needs {nbytes} bytes of staging memory, more than the configured "
-                f"staging_bytes={self.capacity}; raise CheckpointConfig.staging_bytes")
+                f"staging_bytes={self.capacity}; raise CheckpointConfig.staging_bytes"
+            )
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:

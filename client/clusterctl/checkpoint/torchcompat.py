@@ -13,19 +13,52 @@ import numpy as np
 
 # torch dtype name -> (safetensors dtype or None for raw bytes, numpy dtype of the same bytes)
 TORCH_DTYPES: dict[str, tuple[str | None, str]] = {
-    "float32": ("F32", "<f4"), "float64": ("F64", "<f8"), "float16": ("F16", "<f2"),
-    "bfloat16": ("BF16", "<u2"), "int8": ("I8", "|i1"), "int16": ("I16", "<i2"), "int32": ("I32", "<i4"),
-    "int64": ("I64", "<i8"), "uint8": ("U8", "|u1"), "uint16": ("U16", "<u2"), "uint32": ("U32", "<u4"),
-    "uint64": ("U64", "<u8"), "bool": ("BOOL", "|b1"), "complex64": ("C64", "<c8"),
-    "complex128": (None, "<c16"), "float8_e4m3fn": ("F8_E4M3", "|u1"), "float8_e5m2": ("F8_E5M2", "|u1"),
+    "float32": ("F32", "<f4"),
+    "float64": ("F64", "<f8"),
+    "float16": ("F16", "<f2"),
+    "bfloat16": ("BF16", "<u2"),
+    "int8": ("I8", "|i1"),
+    "int16": ("I16", "<i2"),
+    "int32": ("I32", "<i4"),
+    "int64": ("I64", "<i8"),
+    "uint8": ("U8", "|u1"),
+    "uint16": ("U16", "<u2"),
+    "uint32": ("U32", "<u4"),
+    "uint64": ("U64", "<u8"),
+    "bool": ("BOOL", "|b1"),
+    "complex64": ("C64", "<c8"),
+    "complex128": (None, "<c16"),
+    "float8_e4m3fn": ("F8_E4M3", "|u1"),
+    "float8_e5m2": ("F8_E5M2", "|u1"),
     # no safetensors name: stored as raw bytes, the torch dtype is recorded in the manifest tree
-    "complex32": (None, "<u4"), "float8_e4m3fnuz": (None, "|u1"), "float8_e5m2fnuz": (None, "|u1"),
-    "float8_e8m0fnu": (None, "|u1"), "float4_e2m1fn_x2": (None, "|u1"), "bits8": (None, "|u1"),
-    "bits16": (None, "<u2"), "bits1x8": (None, "|u1"), "bits2x4": (None, "|u1"), "bits4x2": (None, "|u1"),
+    "complex32": (None, "<u4"),
+    "float8_e4m3fnuz": (None, "|u1"),
+    "float8_e5m2fnuz": (None, "|u1"),
+    "float8_e8m0fnu": (None, "|u1"),
+    "float4_e2m1fn_x2": (None, "|u1"),
+    "bits8": (None, "|u1"),
+    "bits16": (None, "<u2"),
+    "bits1x8": (None, "|u1"),
+    "bits2x4": (None, "|u1"),
+    "bits4x2": (None, "|u1"),
 }
 # dtypes numpy has natively (``Tensor.numpy()`` works); every other one is viewed as a same-size int
-_NUMPY_NATIVE = {"float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-                 "uint64", "bool", "complex64", "complex128"}
+_NUMPY_NATIVE = {
+    "float32",
+    "float64",
+    "float16",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "bool",
+    "complex64",
+    "complex128",
+}
 
 
 def loaded_torch() -> Any | None:
@@ -64,8 +97,14 @@ def alias_key(tensor: Any) -> tuple[Any, ...] | None:
     ptr = local.untyped_storage().data_ptr()
     if ptr == 0:
         return None
-    view: tuple[Any, ...] = (str(local.device), ptr, local.storage_offset(), tuple(local.shape),
-                             tuple(local.stride()), str(local.dtype))
+    view: tuple[Any, ...] = (
+        str(local.device),
+        ptr,
+        local.storage_offset(),
+        tuple(local.shape),
+        tuple(local.stride()),
+        str(local.dtype),
+    )
     if local is not tensor:
         view += (tuple(tensor.shape), str(tensor.placements))
     return view
@@ -168,8 +207,9 @@ def dtensor_layout(t: Any, path: str) -> tuple[Any, list[int], list[int], bool] 
         raise InvalidStateError(f"{path or '/'}: {exc}") from None
     mesh = t.device_mesh
     coords = mesh.get_coordinate() or []
-    store = all(coords[d] == writer_rank(path, mesh.size(d))
-                for d, p in enumerate(t.placements) if isinstance(p, Replicate))
+    store = all(
+        coords[d] == writer_rank(path, mesh.size(d)) for d, p in enumerate(t.placements) if isinstance(p, Replicate)
+    )
     return t.to_local(), gshape, offset, store
 
 
@@ -178,5 +218,11 @@ def make_dtensor(local: Any, template: Any) -> Any:
     from torch.distributed.tensor import DTensor
 
     local = local.to(template.device) if local.device != template.device else local
-    return DTensor.from_local(local, template.device_mesh, template.placements, run_check=False,
-                              shape=template.shape, stride=template.stride())
+    return DTensor.from_local(
+        local,
+        template.device_mesh,
+        template.placements,
+        run_check=False,
+        shape=template.shape,
+        stride=template.stride(),
+    )

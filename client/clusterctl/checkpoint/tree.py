@@ -40,12 +40,37 @@ from .parallel import Replicated, Sharded, writer_rank
 
 # numpy dtypes that safetensors names natively (little-endian only)
 NUMPY_TO_ST: dict[str, str] = {
-    "|b1": "BOOL", "|i1": "I8", "|u1": "U8", "<i2": "I16", "<u2": "U16", "<i4": "I32", "<u4": "U32",
-    "<i8": "I64", "<u8": "U64", "<f2": "F16", "<f4": "F32", "<f8": "F64", "<c8": "C64",
+    "|b1": "BOOL",
+    "|i1": "I8",
+    "|u1": "U8",
+    "<i2": "I16",
+    "<u2": "U16",
+    "<i4": "I32",
+    "<u4": "U32",
+    "<i8": "I64",
+    "<u8": "U64",
+    "<f2": "F16",
+    "<f4": "F32",
+    "<f8": "F64",
+    "<c8": "C64",
 }
 ST_ITEMSIZE: dict[str, int] = {
-    "BOOL": 1, "I8": 1, "U8": 1, "I16": 2, "U16": 2, "I32": 4, "U32": 4, "I64": 8, "U64": 8,
-    "F16": 2, "BF16": 2, "F32": 4, "F64": 8, "C64": 8, "F8_E4M3": 1, "F8_E5M2": 1,
+    "BOOL": 1,
+    "I8": 1,
+    "U8": 1,
+    "I16": 2,
+    "U16": 2,
+    "I32": 4,
+    "U32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F16": 2,
+    "BF16": 2,
+    "F32": 4,
+    "F64": 8,
+    "C64": 8,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
 }
 
 
@@ -125,8 +150,17 @@ class Flattener:
         self._names.add(name)
         return name
 
-    def _add(self, node: dict[str, Any], path: str, array: np.ndarray | None, source: Any, st: str,
-             st_shape: list[int], nbytes: int, alignment: int) -> None:
+    def _add(
+        self,
+        node: dict[str, Any],
+        path: str,
+        array: np.ndarray | None,
+        source: Any,
+        st: str,
+        st_shape: list[int],
+        nbytes: int,
+        alignment: int,
+    ) -> None:
         name = node["name"] = self._name(path)
         self.leaves.append(TensorLeaf(name, array, source, st, st_shape, nbytes, alignment, node))
 
@@ -172,12 +206,14 @@ class Flattener:
             return self._torch_leaf(value, path, where)
         return None
 
-    def _sharded(self, local: Any, gshape: list[int], offset: list[int], path: str, store: bool,
-                 dtensor: bool = False) -> dict[str, Any]:
+    def _sharded(
+        self, local: Any, gshape: list[int], offset: list[int], path: str, store: bool, dtensor: bool = False
+    ) -> dict[str, Any]:
         inner = self._tensor(local, path, None if store else {"dup": True})
         if inner is None:
-            raise InvalidStateError(f"{path or '/'}: Sharded(local=...) must be a numpy array or torch tensor, "
-                                    f"got {type(local).__name__}")
+            raise InvalidStateError(
+                f"{path or '/'}: Sharded(local=...) must be a numpy array or torch tensor, got {type(local).__name__}"
+            )
         node = {"t": "sharded", "gshape": gshape, "offset": offset, "v": inner}
         return node | {"dtensor": True} if dtensor else node
 
@@ -203,7 +239,8 @@ class Flattener:
             if torchcompat.is_sparse(value):
                 raise InvalidStateError(
                     f"{path or '/'}: sparse tensors ({value.layout}) cannot be saved; save value.to_dense(), or "
-                    "its indices and values (value.coalesce().indices() / .values()) as two tensors")
+                    "its indices and values (value.coalesce().indices() / .values()) as two tensors"
+                )
             view = torchcompat.alias_key(value) if self.aliases else None
             if view is not None:  # tied weights: the same tensor at a second path is stored once
                 if view in self._seen:
@@ -213,8 +250,9 @@ class Flattener:
             layout = torchcompat.dtensor_layout(value, path)
             if layout is None:  # replicated over the whole mesh
                 full = value.to_local()
-                return self.node(full, path, True) if replicated else {"t": "replicated",
-                                                                        "v": self.node(full, path, True)}
+                return (
+                    self.node(full, path, True) if replicated else {"t": "replicated", "v": self.node(full, path, True)}
+                )
             local, gshape, dt_offset, store = layout
             return self._sharded(local, gshape, dt_offset, path, store, dtensor=True)
         where = None
@@ -231,8 +269,12 @@ class Flattener:
             return {"t": "json", "v": value}
         if isinstance(value, list | tuple):
             kind = "tuple" if isinstance(value, tuple) else "list"
-            return {"t": kind, "items": [self.node(v, f"{path}/{i}" if path else str(i), replicated, (*keys, i))
-                                         for i, v in enumerate(value)]}
+            return {
+                "t": kind,
+                "items": [
+                    self.node(v, f"{path}/{i}" if path else str(i), replicated, (*keys, i)) for i, v in enumerate(value)
+                ],
+            }
         if _is_json_scalar(value):
             return {"t": "json", "v": value}
         raise InvalidStateError(
@@ -242,8 +284,9 @@ class Flattener:
         )
 
 
-def flatten(state: Mapping[Any, Any], rank: int = 0, world_size: int = 1, *,
-            aliases: bool = True) -> tuple[dict[str, Any], list[TensorLeaf]]:
+def flatten(
+    state: Mapping[Any, Any], rank: int = 0, world_size: int = 1, *, aliases: bool = True
+) -> tuple[dict[str, Any], list[TensorLeaf]]:
     """Split ``state`` into its JSON tree and this rank's tensor leaves (views, not copies).
 
     ``aliases``: a tensor met again at another path (tied weights) becomes an alias node instead of

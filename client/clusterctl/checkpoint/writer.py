@@ -42,8 +42,9 @@ class Snapshot:
         return int(self.staging.array.nbytes)
 
 
-def take_snapshot(state: Mapping[str, Any], *, step: int, attempt: str, rank: int, world_size: int,
-                  pool: StagingPool) -> Snapshot:
+def take_snapshot(
+    state: Mapping[str, Any], *, step: int, attempt: str, rank: int, world_size: int, pool: StagingPool
+) -> Snapshot:
     """Copy ``state`` into staging memory; after this returns the caller may mutate its state.
 
     numpy arrays and CPU tensors are copied with ``np.copyto`` straight into their final place in
@@ -56,21 +57,27 @@ def take_snapshot(state: Mapping[str, Any], *, step: int, attempt: str, rank: in
     """
     t0 = time.perf_counter()
     tree, leaves = flatten(state, rank, world_size)
-    plan = plan_shard(leaves, {
-        "format": "clusterctl.checkpoint", "format_version": str(FORMAT_VERSION), "step": str(step),
-        "rank": str(rank), "world_size": str(world_size),
-    })
+    plan = plan_shard(
+        leaves,
+        {
+            "format": "clusterctl.checkpoint",
+            "format_version": str(FORMAT_VERSION),
+            "step": str(step),
+            "rank": str(rank),
+            "world_size": str(world_size),
+        },
+    )
     for leaf, offset in plan.slots:
         leaf.node["off"] = [offset, offset + leaf.nbytes]
     has_cuda = any(leaf.array is None for leaf in leaves)
     staging = pool.acquire(plan.total_size, pinned=has_cuda and torchcompat.cuda_available())
     try:
         buf = staging.array
-        buf[:len(plan.header)] = np.frombuffer(plan.header, dtype=np.uint8)
+        buf[: len(plan.header)] = np.frombuffer(plan.header, dtype=np.uint8)
         for leaf, offset in plan.slots:
             if leaf.nbytes == 0:
                 continue
-            dest = buf[offset:offset + leaf.nbytes]
+            dest = buf[offset : offset + leaf.nbytes]
             if leaf.array is None:
                 torchcompat.copy_cuda_into(leaf.source, dest)
             else:
@@ -83,13 +90,20 @@ def take_snapshot(state: Mapping[str, Any], *, step: int, attempt: str, rank: in
         raise
     big = [(off, off + leaf.nbytes) for leaf, off in plan.slots if leaf.nbytes >= checksum.CHUNK_SIZE]
     segments = [0] + [x for span in big for x in span if 0 < x < plan.total_size]
-    return Snapshot(step, attempt, rank, world_size, tree, staging, len(leaves), time.perf_counter() - t0,
-                    sorted(set(segments)))
+    return Snapshot(
+        step, attempt, rank, world_size, tree, staging, len(leaves), time.perf_counter() - t0, sorted(set(segments))
+    )
 
 
-def upload_snapshot(snap: Snapshot, storage: Storage, *, chunk_size: int = checksum.CHUNK_SIZE,
-                    executor: Executor | None, progress: dict[str, str | None],
-                    writer: str | None = None) -> tuple[str, ShardManifest]:
+def upload_snapshot(
+    snap: Snapshot,
+    storage: Storage,
+    *,
+    chunk_size: int = checksum.CHUNK_SIZE,
+    executor: Executor | None,
+    progress: dict[str, str | None],
+    writer: str | None = None,
+) -> tuple[str, ShardManifest]:
     """Checksum and upload the shard, release its staging memory, then write the shard manifest.
 
     ``writer`` (this process) first claims the rank of the attempt, so that a second process saving
@@ -107,8 +121,9 @@ def upload_snapshot(snap: Snapshot, storage: Storage, *, chunk_size: int = check
         storage.prepare_prefix(prefix)
         if writer is not None:
             progress["key"] = layout.writer_key(snap.step, snap.attempt, snap.rank, snap.world_size)
-            commit.claim_rank(storage, step=snap.step, attempt=snap.attempt, rank=snap.rank,
-                              world_size=snap.world_size, writer=writer)
+            commit.claim_rank(
+                storage, step=snap.step, attempt=snap.attempt, rank=snap.rank, world_size=snap.world_size, writer=writer
+            )
         progress["key"] = shard_key
         storage.put(shard_key, data)
         size = len(data)
@@ -116,10 +131,19 @@ def upload_snapshot(snap: Snapshot, storage: Storage, *, chunk_size: int = check
     finally:
         snap.staging.release()
     manifest = ShardManifest(
-        step=snap.step, rank=snap.rank, world_size=snap.world_size, attempt=snap.attempt, shard_key=shard_key,
-        shard_size=size, chunk_size=chunk_size, chunks=chunks, tree=snap.tree, tensor_count=snap.tensor_count,
+        step=snap.step,
+        rank=snap.rank,
+        world_size=snap.world_size,
+        attempt=snap.attempt,
+        shard_key=shard_key,
+        shard_size=size,
+        chunk_size=chunk_size,
+        chunks=chunks,
+        tree=snap.tree,
+        tensor_count=snap.tensor_count,
         segments=snap.segments,
-        created=time.time(), host=socket.gethostname(),
+        created=time.time(),
+        host=socket.gethostname(),
     )
     progress["key"] = manifest_key
     storage.put(manifest_key, manifest.to_json())

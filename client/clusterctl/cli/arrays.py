@@ -77,4 +77,3 @@ def rows(jobs: Iterable[jobs_pb2.JobStatus], *, expand: bool = False) -> Iterato
         for task in job.tasks:
             if expand or task.task_id not in pending:
                 yield task_view(job, task.task_id)
-

@@ -33,12 +33,15 @@ Handler = Callable[[argparse.Namespace], int]
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``checkpoints`` command (``list``, ``verify``, ``gc``) to a CLI's subparsers."""
     parser = subparsers.add_parser(
-        "checkpoints", help="list, verify and garbage-collect checkpoints",
+        "checkpoints",
+        help="list, verify and garbage-collect checkpoints",
         description="Inspect a checkpoint location (s3://bucket/prefix, file:///dir or a path). "
-                    "S3 settings come from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION.",
-        epilog="exit codes: 0 ok, 1 storage error, 2 bad input, 3 verification found corruption")
-    sub = parser.add_subparsers(dest="checkpoints_command", metavar="{list,latest,verify,gc,show,export}",
-                                required=True)
+        "S3 settings come from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION.",
+        epilog="exit codes: 0 ok, 1 storage error, 2 bad input, 3 verification found corruption",
+    )
+    sub = parser.add_subparsers(
+        dest="checkpoints_command", metavar="{list,latest,verify,gc,show,export}", required=True
+    )
 
     p = sub.add_parser("list", help="committed steps with world size, size and time")
     p.add_argument("uri")
@@ -51,31 +54,43 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("verify", help="read every shard and check every checksum")
     p.add_argument("uri")
-    p.add_argument("--step", type=argtype(step_number), default=None,
-                   help="verify only this step (default: every committed step)")
+    p.add_argument(
+        "--step", type=argtype(step_number), default=None, help="verify only this step (default: every committed step)"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_guard(cmd_verify))
 
     p = sub.add_parser("gc", help="delete uncommitted objects and orphaned multipart uploads")
     p.add_argument("uri")
-    p.add_argument("--grace", type=argtype(seconds), default=DEFAULT_GRACE, metavar="SECONDS",
-                   help=f"keep anything younger than this (default {DEFAULT_GRACE:.0f}); must exceed the longest save")
+    p.add_argument(
+        "--grace",
+        type=argtype(seconds),
+        default=DEFAULT_GRACE,
+        metavar="SECONDS",
+        help=f"keep anything younger than this (default {DEFAULT_GRACE:.0f}); must exceed the longest save",
+    )
     p.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_guard(cmd_gc))
 
-    p = sub.add_parser("show", help="each tensor leaf of a step: layout, dtype, global shape, bytes",
-                       description="URI and STEP may come in either order.")
+    p = sub.add_parser(
+        "show",
+        help="each tensor leaf of a step: layout, dtype, global shape, bytes",
+        description="URI and STEP may come in either order.",
+    )
     p.add_argument("uri")
     p.add_argument("step")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_guard(cmd_show))
 
-    p = sub.add_parser("export", help="write a step's full (consolidated) tensors as safetensors files",
-                       description="Reads every shard a leaf needs, verifying checksums, and writes one "
-                                   "<top-level key>.safetensors per key (or list index) into DIR; characters "
-                                   "other than letters, digits, '_', '-', '.' are %-escaped. "
-                                   "Rank-local leaves: rank 0's.")
+    p = sub.add_parser(
+        "export",
+        help="write a step's full (consolidated) tensors as safetensors files",
+        description="Reads every shard a leaf needs, verifying checksums, and writes one "
+        "<top-level key>.safetensors per key (or list index) into DIR; characters "
+        "other than letters, digits, '_', '-', '.' are %-escaped. "
+        "Rank-local leaves: rank 0's.",
+    )
     p.add_argument("uri")
     p.add_argument("step")
     p.add_argument("dir")
@@ -123,9 +138,16 @@ def _open(uri: str) -> Any:
 @contextlib.contextmanager
 def _progress(total: int, label: str) -> Iterator[Callable[[int], None]]:
     console = Console(stderr=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                  TimeRemainingColumn(), console=console, transient=True,
-                  disable=not console.is_terminal) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    ) as progress:
         task = progress.add_task(label, total=total)
         yield lambda n: progress.advance(task, n)
 
@@ -153,11 +175,16 @@ def cmd_list(args: argparse.Namespace) -> int:
         rows: list[dict[str, Any]] = []
         for step in list_committed(storage):
             marker = read_marker_or_none(storage, step)
-            rows.append({"step": step, "valid_marker": marker is not None,
-                         "world_size": marker.world_size if marker else None,
-                         "bytes": marker.total_bytes if marker else None,
-                         "created": marker.created if marker else None,
-                         "attempt": marker.attempt if marker else None})
+            rows.append(
+                {
+                    "step": step,
+                    "valid_marker": marker is not None,
+                    "world_size": marker.world_size if marker else None,
+                    "bytes": marker.total_bytes if marker else None,
+                    "created": marker.created if marker else None,
+                    "attempt": marker.attempt if marker else None,
+                }
+            )
     finally:
         storage.close()
     if args.json:
@@ -214,9 +241,24 @@ def cmd_verify(args: argparse.Namespace) -> int:
         storage.close()
     bad = [r for r in reports if not r.ok]
     if args.json:
-        print(json.dumps({"uri": args.uri, "steps": [
-            {"step": r.step, "ok": r.ok, "world_size": r.world_size, "bytes": r.bytes, "problems": r.problems}
-            for r in reports]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "uri": args.uri,
+                    "steps": [
+                        {
+                            "step": r.step,
+                            "ok": r.ok,
+                            "world_size": r.world_size,
+                            "bytes": r.bytes,
+                            "problems": r.problems,
+                        }
+                        for r in reports
+                    ],
+                },
+                indent=2,
+            )
+        )
     else:
         if not reports:
             print(f"no committed checkpoints under {args.uri}")
@@ -263,9 +305,26 @@ def cmd_show(args: argparse.Namespace) -> int:
     finally:
         storage.close()
     if args.json:
-        print(json.dumps({"uri": uri, "step": step, "leaves": [
-            {"key": x.path, "layout": x.layout, "dtype": x.dtype, "global_shape": x.shape, "bytes": x.bytes,
-             "ranks": x.ranks} for x in leaves]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "uri": uri,
+                    "step": step,
+                    "leaves": [
+                        {
+                            "key": x.path,
+                            "layout": x.layout,
+                            "dtype": x.dtype,
+                            "global_shape": x.shape,
+                            "bytes": x.bytes,
+                            "ranks": x.ranks,
+                        }
+                        for x in leaves
+                    ],
+                },
+                indent=2,
+            )
+        )
         return EXIT_OK
     table = Table(title=f"step {step} under {uri}")
     for col in ("key", "layout", "dtype", "global shape", "bytes"):
@@ -321,17 +380,29 @@ def cmd_gc(args: argparse.Namespace) -> int:
         storage.close()
     verb = "would remove" if args.dry_run else "removed"
     if args.json:
-        print(json.dumps({"uri": args.uri, "dry_run": args.dry_run, "objects": [o.key for o in report.objects],
-                          "bytes": report.bytes, "incomplete_uploads": [u.key for u in report.uploads],
-                          "kept_young": report.young}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "uri": args.uri,
+                    "dry_run": args.dry_run,
+                    "objects": [o.key for o in report.objects],
+                    "bytes": report.bytes,
+                    "incomplete_uploads": [u.key for u in report.uploads],
+                    "kept_young": report.young,
+                },
+                indent=2,
+            )
+        )
     else:
         if args.dry_run:
             for o in report.objects:
                 print(f"{o.key}\t{_size(o.size)}")
             for u in report.uploads:
                 print(f"{u.key}\t(incomplete upload)")
-        print(f"{verb} {len(report.objects)} object(s) ({_size(report.bytes)}) and {len(report.uploads)} "
-              f"incomplete upload(s); kept {report.young} younger than {args.grace:.0f}s")
+        print(
+            f"{verb} {len(report.objects)} object(s) ({_size(report.bytes)}) and {len(report.uploads)} "
+            f"incomplete upload(s); kept {report.young} younger than {args.grace:.0f}s"
+        )
     return EXIT_OK
 
 

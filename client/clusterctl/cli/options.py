@@ -51,10 +51,17 @@ class ArgumentError(Exception):
 class _RefuseToken(argparse.Action):
     """``--token`` (the full name only: abbreviations are off) ends the run with the reason."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:  # fmt: skip
-        raise ArgumentError("--token is not accepted: a token on the command line is visible to every local user "
-                            "(ps); set CLUSTERCTL_TOKEN or CLUSTERCTL_TOKEN_FILE (a file only you can read)")
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        raise ArgumentError(
+            "--token is not accepted: a token on the command line is visible to every local user "
+            "(ps); set CLUSTERCTL_TOKEN or CLUSTERCTL_TOKEN_FILE (a file only you can read)"
+        )
 
 
 def add_connection_options(parser: argparse.ArgumentParser, *, top_level: bool) -> None:
@@ -69,9 +76,11 @@ def add_connection_options(parser: argparse.ArgumentParser, *, top_level: bool) 
         **({"default": None} | suppress),
     )
     group.add_argument("--token", nargs="?", action=_RefuseToken, help=argparse.SUPPRESS)
-    for flag, env, what in (("--ca", "CLUSTERCTL_CA", "CA certificate (PEM) that signed clusterd's: turns on TLS"),
-                            ("--cert", "CLUSTERCTL_CERT", "client certificate (PEM) for mTLS"),
-                            ("--key", "CLUSTERCTL_KEY", "client private key (PEM) for mTLS")):
+    for flag, env, what in (
+        ("--ca", "CLUSTERCTL_CA", "CA certificate (PEM) that signed clusterd's: turns on TLS"),
+        ("--cert", "CLUSTERCTL_CERT", "client certificate (PEM) for mTLS"),
+        ("--key", "CLUSTERCTL_KEY", "client private key (PEM) for mTLS"),
+    ):
         group.add_argument(flag, metavar="FILE", help=f"{what} (default: ${env})", **({"default": None} | suppress))
     group.add_argument(
         "--timeout",
@@ -100,9 +109,14 @@ def default_client_factory(args: argparse.Namespace) -> ClusterClient:
     Failing over between replicas lasts at most --timeout (or CLUSTERCTL_RETRY_SECONDS when shorter):
     a command never waits much longer than the deadline it was given.
     """
-    return ClusterClient(addr=args.addr, timeout=args.timeout, ca=getattr(args, "ca", None),
-                         cert=getattr(args, "cert", None), key=getattr(args, "key", None),
-                         retry_seconds=min(resolve_retry_seconds(), args.timeout))  # fmt: skip
+    return ClusterClient(
+        addr=args.addr,
+        timeout=args.timeout,
+        ca=getattr(args, "ca", None),
+        cert=getattr(args, "cert", None),
+        key=getattr(args, "key", None),
+        retry_seconds=min(resolve_retry_seconds(), args.timeout),
+    )
 
 
 def token_given() -> bool:

@@ -102,10 +102,21 @@ def event_type(kind: int) -> str:
 
 # squeue/sacct's short state codes (``squeue -t PD``, ``sacct -s CD``).
 SHORT_STATES = {
-    "PD": "PENDING", "R": "RUNNING", "S": "SUSPENDED", "CG": "COMPLETING", "CD": "COMPLETED", "F": "FAILED",
-    "CA": "CANCELLED", "TO": "TIMEOUT", "NF": "NODE_FAIL", "PR": "PREEMPTED", "OOM": "OUT_OF_MEMORY",
-    "RQ": "REQUEUED", "BF": "BOOT_FAIL", "DL": "DEADLINE",
-}  # fmt: skip
+    "PD": "PENDING",
+    "R": "RUNNING",
+    "S": "SUSPENDED",
+    "CG": "COMPLETING",
+    "CD": "COMPLETED",
+    "F": "FAILED",
+    "CA": "CANCELLED",
+    "TO": "TIMEOUT",
+    "NF": "NODE_FAIL",
+    "PR": "PREEMPTED",
+    "OOM": "OUT_OF_MEMORY",
+    "RQ": "REQUEUED",
+    "BF": "BOOT_FAIL",
+    "DL": "DEADLINE",
+}
 
 
 def short_state(state: int) -> str:
@@ -280,8 +291,13 @@ def tasks_table(job: jobs_pb2.JobStatus) -> Table:
         code = "-"
         if task.has_exit_code:
             code = f"{task.exit_code}" + (f" (signal {task.exit_signal})" if task.exit_signal else "")
-        table.add_row(f"{job.job_id}_{task.task_id}", styled_state(job_state(task.state)), code,
-                      Text(_nodes_text(task.nodes)), str(task.restart_count))  # fmt: skip
+        table.add_row(
+            f"{job.job_id}_{task.task_id}",
+            styled_state(job_state(task.state)),
+            code,
+            Text(_nodes_text(task.nodes)),
+            str(task.restart_count),
+        )
     return table
 
 

@@ -32,9 +32,17 @@ def history_table(jobs: Iterable[jobs_pb2.HistoryEntry], *, show_source: bool) -
         table.add_column(column, no_wrap=column not in ("NAME", "NODES"))
     for job in jobs:
         elapsed = slurm_duration(job.elapsed.seconds) if job.HasField("elapsed") else "-"
-        cells = [Text(job.job_id), Text(job.name), Text(job.user), styled_state(job_state(job.state)),
-                 Text(exit_text(job)), Text(elapsed), Text(str(job.restart_count)), Text(_nodes(job.nodes)),
-                 Text(timestamp(job.end_time))]  # fmt: skip
+        cells = [
+            Text(job.job_id),
+            Text(job.name),
+            Text(job.user),
+            styled_state(job_state(job.state)),
+            Text(exit_text(job)),
+            Text(elapsed),
+            Text(str(job.restart_count)),
+            Text(_nodes(job.nodes)),
+            Text(timestamp(job.end_time)),
+        ]
         table.add_row(*cells, *([Text(job.source)] if show_source else []))
     return table
 
@@ -50,7 +58,14 @@ def queue_table(jobs: Iterable[jobs_pb2.QueueEntry], *, now: float | None = None
         running = job.state != jobs_pb2.JOB_STATE_PENDING and started > 0
         where = _nodes(job.nodes) if job.nodes else f"({job.reason or 'None'})"
         job_id = Text(job.job_id, style="bold" if job.mine else "")
-        table.add_row(job_id, Text(job.partition), Text(job.name), Text(job.user), Text(short_state(job.state)),
-                      Text(slurm_duration(int(now - started)) if running else "0:00"), Text(str(len(job.nodes) or "-")),
-                      Text(where))  # fmt: skip
+        table.add_row(
+            job_id,
+            Text(job.partition),
+            Text(job.name),
+            Text(job.user),
+            Text(short_state(job.state)),
+            Text(slurm_duration(int(now - started)) if running else "0:00"),
+            Text(str(len(job.nodes) or "-")),
+            Text(where),
+        )
     return table

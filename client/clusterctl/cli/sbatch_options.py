@@ -73,8 +73,12 @@ _FORWARDED: tuple[tuple[tuple[str, ...], str | None, Callable[[str], object] | N
     (("--ntasks-per-core",), "N", sv.count, "tasks on each core"),
     (("--gpu-bind",), "BIND", sv.gpu_bind, "closest, none, single:N, per_task:N, map_gpu:..., mask_gpu:..."),
     (("--gres-flags",), "FLAG", _choice("enforce-binding", "disable-binding"), "enforce-binding, disable-binding"),
-    (("--hint",), "HINT", _choice("compute_bound", "memory_bound", "multithread", "nomultithread"),
-     "compute_bound, memory_bound, multithread, nomultithread"),
+    (
+        ("--hint",),
+        "HINT",
+        _choice("compute_bound", "memory_bound", "multithread", "nomultithread"),
+        "compute_bound, memory_bound, multithread, nomultithread",
+    ),
     (("-m", "--distribution"), "DIST", sv.distribution, "task distribution: block, cyclic:block, plane=N, ..."),
     (("-B", "--extra-node-info"), "S[:C[:T]]", sv.extra_node_info, "sockets per node, cores per socket, threads"),
     (("--sockets-per-node",), "N", sv.count, "sockets on each node"),
@@ -87,8 +91,12 @@ _FORWARDED: tuple[tuple[tuple[str, ...], str | None, Callable[[str], object] | N
     (("--comment",), "TEXT", sv.comment, "a comment of yours on the job, as squeue/sacct show it"),
     (("--open-mode",), "MODE", _choice("append", "truncate"), "append or truncate the output files"),
     (("--kill-on-invalid-dep",), "yes|no", _choice("yes", "no"), "end the job when its dependency cannot be met"),
-    (("--signal",), "[R|B:]SIG[@TIME]", None,
-     "send SIG this long before the time limit (B: the batch shell only; R: before the reservation ends)"),
+    (
+        ("--signal",),
+        "[R|B:]SIG[@TIME]",
+        None,
+        "send SIG this long before the time limit (B: the batch shell only; R: before the reservation ends)",
+    ),
     (("-i", "--input"), "PATH", None, "the file the batch script reads on stdin (relative: to the working directory)"),
     (("--tmp",), "SIZE", sv.megabytes, "scratch disk on each node"),
     (("--ntasks-per-socket",), "N", sv.count, "tasks on each socket"),
@@ -108,7 +116,7 @@ _FORWARDED: tuple[tuple[tuple[str, ...], str | None, Callable[[str], object] | N
     (("--spread-job",), None, None, "spread the job over as many nodes as it may"),
     (("--requeue",), None, None, "the job may be requeued (the default)"),
     (("--no-requeue",), None, None, "never requeue the job: no automatic restart either"),
-)  # fmt: skip
+)
 # Optional values, registered whole so that "--exclusive SCRIPT" stays a flag, as with getopt.
 _WHOLE = ("--exclusive=user", "--exclusive=mcs", "--no-kill=off")
 # sbatch flags clusterctl knows and the service refuses: the reason is the table's.
@@ -118,8 +126,15 @@ _REFUSED = ("--export-file", "--uid", "--gid", "--get-user-env")
 class _Forward(argparse.Action):
     """Append the option, in sbatch's syntax, to ``sbatch_options`` (command-line order kept)."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str, check: Callable[[str], object] | None = None,
-                 long_name: str = "", fixed: str | None = None, **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        option_strings: Sequence[str],
+        dest: str,
+        check: Callable[[str], object] | None = None,
+        long_name: str = "",
+        fixed: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(option_strings, dest, **kwargs)
         self.check = check
         self.long_name = long_name
@@ -174,11 +189,17 @@ def add_sbatch_options(p: argparse.ArgumentParser) -> None:
     p.set_defaults(sbatch_options=[])
     for fwd_flags, value_name, check, fwd_help in _FORWARDED:
         nargs: dict[str, Any] = {"nargs": 0} if value_name is None else {"metavar": value_name}
-        res.add_argument(*fwd_flags, dest="sbatch_options", action=_Forward, check=check,
-                         long_name=fwd_flags[-1][2:], help=fwd_help, **nargs)  # fmt: skip
+        res.add_argument(
+            *fwd_flags,
+            dest="sbatch_options",
+            action=_Forward,
+            check=check,
+            long_name=fwd_flags[-1][2:],
+            help=fwd_help,
+            **nargs,
+        )
     for whole in _WHOLE:
-        res.add_argument(whole, dest="sbatch_options", action=_Forward, nargs=0, fixed=whole,
-                         help=argparse.SUPPRESS)  # fmt: skip
+        res.add_argument(whole, dest="sbatch_options", action=_Forward, nargs=0, fixed=whole, help=argparse.SUPPRESS)
     for flag in _REFUSED:
         res.add_argument(flag, action=_Refuse, reason=REFUSED[flag[2:]])
 
@@ -252,8 +273,11 @@ def environment_options(environ: Mapping[str, str]) -> list[str]:
 def _value_checks() -> dict[str, Callable[[str], object]]:
     """Long option -> the check its command-line flag's value gets (the shared parsers)."""
     checks: dict[str, Callable[[str], object]] = {
-        "nodes": node_range, "gpus": typed_gpus, "gpus-per-node": typed_gpus, "gres": gres_gpus,
-    }  # fmt: skip
+        "nodes": node_range,
+        "gpus": typed_gpus,
+        "gpus-per-node": typed_gpus,
+        "gres": gres_gpus,
+    }
     for flags, _field, _metavar, parse, _text in _PLAIN:
         checks[flags[-1][2:]] = parse
     for fwd_flags, _value_name, check, _help in _FORWARDED:

@@ -167,8 +167,9 @@ def history(args: argparse.Namespace) -> int:
     else:
         con.print("No finished jobs in that window.")
     if response.accounting_note:
-        print(f"clusterctl: {response.accounting_note}: jobs submitted with plain sbatch are not listed",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"clusterctl: {response.accounting_note}: jobs submitted with plain sbatch are not listed", file=sys.stderr
+        )
     return 0
 
 
@@ -187,8 +188,9 @@ def adopt(args: argparse.Namespace) -> int:
     elif response.already:
         render.console().print(f"job {response.job.job_id} is already supervised by clusterd")
     else:
-        render.console().print(f"Adopted job {response.job.job_id}: clusterd now supervises it "
-                               f"({render.job_state(response.job.state)})")  # fmt: skip
+        render.console().print(
+            f"Adopted job {response.job.job_id}: clusterd now supervises it ({render.job_state(response.job.state)})"
+        )
     return 0
 
 

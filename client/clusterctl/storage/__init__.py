@@ -22,9 +22,23 @@ from .s3options import S3Options
 from .uri import StorageURI, parse_uri
 
 __all__ = [
-    "AccessDeniedError", "IncompleteUpload", "InvalidKeyError", "InvalidURIError", "MemoryStorage",
-    "ObjectExistsError", "ObjectInfo", "ObjectNotFoundError", "PosixOptions", "PosixStorage", "S3Options",
-    "Storage", "StorageError", "StorageURI", "StorageUnavailableError", "open_storage", "parse_uri",
+    "AccessDeniedError",
+    "IncompleteUpload",
+    "InvalidKeyError",
+    "InvalidURIError",
+    "MemoryStorage",
+    "ObjectExistsError",
+    "ObjectInfo",
+    "ObjectNotFoundError",
+    "PosixOptions",
+    "PosixStorage",
+    "S3Options",
+    "Storage",
+    "StorageError",
+    "StorageURI",
+    "StorageUnavailableError",
+    "open_storage",
+    "parse_uri",
     "validate_key",
 ]
 
@@ -42,4 +56,3 @@ def open_storage(uri: str, *, s3: S3Options | None = None, posix: PosixOptions |
         assert parsed.bucket is not None
         return S3Storage(parsed.bucket, parsed.prefix, s3)
     return PosixStorage(parsed.prefix, posix)
-

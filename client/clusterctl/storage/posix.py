@@ -71,9 +71,11 @@ class PosixStorage:
     def __init__(self, root: str, options: PosixOptions | None = None) -> None:
         self.root = os.path.abspath(root)
         self.options = options or PosixOptions()
-        self._pool = ThreadPoolExecutor(max_workers=max(1, self.options.max_concurrency),
-                                        thread_name_prefix="posix-io",
-                                        initializer=nice_initializer(self.options.thread_nice))
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(1, self.options.max_concurrency),
+            thread_name_prefix="posix-io",
+            initializer=nice_initializer(self.options.thread_nice),
+        )
         self._lfs = shutil.which("lfs")
 
     @property
@@ -114,8 +116,11 @@ class PosixStorage:
                     child = os.open(part, _DIR_FLAGS | _NOFOLLOW, dir_fd=fd)
                 except OSError as exc:
                     if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                        raise InvalidKeyError(f"{key}: {part!r} is a symbolic link or not a directory; "
-                                              "checkpoint paths never follow links", key=key) from None
+                        raise InvalidKeyError(
+                            f"{key}: {part!r} is a symbolic link or not a directory; "
+                            "checkpoint paths never follow links",
+                            key=key,
+                        ) from None
                     raise
                 os.close(fd)
                 fd = child
@@ -130,8 +135,9 @@ class PosixStorage:
                 return os.open(name, flags | _NOFOLLOW, mode, dir_fd=dfd)
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
-                    raise InvalidKeyError(f"{key} is a symbolic link; checkpoint paths never follow links",
-                                          key=key) from None
+                    raise InvalidKeyError(
+                        f"{key} is a symbolic link; checkpoint paths never follow links", key=key
+                    ) from None
                 raise
 
     def _write_all(self, fd: int, data: memoryview) -> None:
@@ -139,7 +145,7 @@ class PosixStorage:
         n = len(data)
 
         def write_range(start: int) -> None:
-            view = data[start:min(start + part, n)]
+            view = data[start : min(start + part, n)]
             pos = start
             while len(view):
                 written = os.pwrite(fd, view, pos)
@@ -195,7 +201,7 @@ class PosixStorage:
         part = read_part_size(len(out), self.options.part_size, self.options.max_concurrency)
 
         def read_range(fd: int, start: int) -> None:
-            view = out[start:min(start + part, len(out))]
+            view = out[start : min(start + part, len(out))]
             pos = offset + start
             while len(view):
                 got = os.preadv(fd, [view], pos)
@@ -270,8 +276,9 @@ class PosixStorage:
                 if not (key.startswith(prefix) or prefix.startswith(key + "/")):
                     continue
                 if depth >= MAX_LIST_DEPTH:
-                    log.warning("listing %s: %s is more than %d levels deep; not listed", self.root, key,
-                                MAX_LIST_DEPTH)
+                    log.warning(
+                        "listing %s: %s is more than %d levels deep; not listed", self.root, key, MAX_LIST_DEPTH
+                    )
                     continue
                 stack.append((os.path.join(directory, name), key + "/", depth + 1))
 

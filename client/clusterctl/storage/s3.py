@@ -50,9 +50,20 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _TRANSIENT_CODES = {
-    "SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "RequestTimeout",
-    "RequestTimeTooSkewed", "InternalError", "ServiceUnavailable", "503", "500", "502", "504",
-    "TooManyRequests", "OperationAborted",
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "RequestTimeout",
+    "RequestTimeTooSkewed",
+    "InternalError",
+    "ServiceUnavailable",
+    "503",
+    "500",
+    "502",
+    "504",
+    "TooManyRequests",
+    "OperationAborted",
 }
 _NOT_FOUND_CODES = {"NoSuchKey", "NotFound", "404", "NoSuchUpload"}
 _DENIED_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403", "AllAccessDisabled"}
@@ -74,8 +85,14 @@ def is_transient(exc: BaseException) -> bool:
         return _error_code(exc) in _TRANSIENT_CODES or status >= 500 or status == 429
     return isinstance(
         exc,
-        EndpointConnectionError | ConnectionClosedError | ReadTimeoutError | ConnectTimeoutError
-        | HTTPClientError | ResponseStreamingError | ConnectionError | TimeoutError,
+        EndpointConnectionError
+        | ConnectionClosedError
+        | ReadTimeoutError
+        | ConnectTimeoutError
+        | HTTPClientError
+        | ResponseStreamingError
+        | ConnectionError
+        | TimeoutError,
     )
 
 
@@ -95,8 +112,9 @@ def map_error(exc: BaseException, what: str, key: str | None) -> StorageError:
         if code in _EXISTS_CODES or status == 412:
             return ObjectExistsError(f"{what}: already exists (precondition failed)", key=key)
         if is_transient(exc):
-            return StorageUnavailableError(f"{what}: {code or status} {msg} (gave up after retries)",
-                                           key=key, retryable=True)
+            return StorageUnavailableError(
+                f"{what}: {code or status} {msg} (gave up after retries)", key=key, retryable=True
+            )
         return StorageError(f"{what}: {code or status} {msg}", key=key)
     if is_transient(exc):
         return StorageUnavailableError(f"{what}: {exc} (gave up after retries)", key=key, retryable=True)
@@ -121,13 +139,13 @@ class _ViewReader(io.RawIOBase):
         n = min(len(b), len(self._view) - self._pos)
         if n <= 0:
             return 0
-        memoryview(b).cast("B")[:n] = self._view[self._pos:self._pos + n]
+        memoryview(b).cast("B")[:n] = self._view[self._pos : self._pos + n]
         self._pos += n
         return n
 
     def read(self, size: int | None = -1) -> bytes:
         end = len(self._view) if size is None or size < 0 else min(len(self._view), self._pos + size)
-        out = self._view[self._pos:end].tobytes()
+        out = self._view[self._pos : end].tobytes()
         self._pos = end
         return out
 
@@ -197,8 +215,9 @@ def new_client(opts: S3Options) -> Any:
 class S3Storage:
     """Objects under ``s3://bucket/prefix``."""
 
-    def __init__(self, bucket: str, prefix: str = "", options: S3Options | None = None,
-                 *, client: Any | None = None) -> None:
+    def __init__(
+        self, bucket: str, prefix: str = "", options: S3Options | None = None, *, client: Any | None = None
+    ) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         validate_key(self.prefix, allow_empty=True, what="prefix")
@@ -214,8 +233,11 @@ class S3Storage:
             threading.Thread(target=self._make_client, name="s3-client", daemon=True).start()
         else:
             self._client_ready.set()
-        self._pool = ThreadPoolExecutor(max_workers=max(1, opts.max_concurrency), thread_name_prefix="s3-io",
-                                        initializer=nice_initializer(opts.thread_nice))
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(1, opts.max_concurrency),
+            thread_name_prefix="s3-io",
+            initializer=nice_initializer(opts.thread_nice),
+        )
 
     def _make_client(self) -> None:
         try:
@@ -247,7 +269,7 @@ class S3Storage:
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _rel(self, full: str) -> str:
-        return full[len(self.prefix) + 1:] if self.prefix else full
+        return full[len(self.prefix) + 1 :] if self.prefix else full
 
     def _call(self, what: str, key: str | None, fn: Callable[[], T]) -> T:
         retrying = Retrying(
@@ -268,34 +290,50 @@ class S3Storage:
         view = memoryview(data).cast("B")
         extra: dict[str, str] = {"IfNoneMatch": "*"} if if_absent else {}
         if len(view) <= self._threshold:
+
             def put_once() -> None:
-                self.client.put_object(Bucket=self.bucket, Key=full, Body=_ViewReader(view),
-                                       ContentLength=len(view), **extra)
+                self.client.put_object(
+                    Bucket=self.bucket, Key=full, Body=_ViewReader(view), ContentLength=len(view), **extra
+                )
+
             self._call("PUT", key, put_once)
             return
         self._put_multipart(key, full, view, extra)
 
     def _put_multipart(self, key: str, full: str, view: memoryview, extra: dict[str, str]) -> None:
-        upload_id = self._call("CreateMultipartUpload", key, lambda: self.client.create_multipart_upload(
-            Bucket=self.bucket, Key=full)["UploadId"])
+        upload_id = self._call(
+            "CreateMultipartUpload",
+            key,
+            lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=full)["UploadId"],
+        )
         try:
             part = self.options.part_size
             starts = list(range(0, len(view), part))
 
             def send(number: int, start: int) -> dict[str, Any]:
-                body = view[start:start + part]
+                body = view[start : start + part]
 
                 def once() -> str:
-                    resp = self.client.upload_part(Bucket=self.bucket, Key=full, UploadId=upload_id,
-                                                   PartNumber=number, Body=_ViewReader(body),
-                                                   ContentLength=len(body))
+                    resp = self.client.upload_part(
+                        Bucket=self.bucket,
+                        Key=full,
+                        UploadId=upload_id,
+                        PartNumber=number,
+                        Body=_ViewReader(body),
+                        ContentLength=len(body),
+                    )
                     return str(resp["ETag"])
 
                 return {"PartNumber": number, "ETag": self._call(f"UploadPart {number}", key, once)}
 
             parts = run_all(self._pool, send, [(i + 1, s) for i, s in enumerate(starts)])
-            self._call("CompleteMultipartUpload", key, lambda: self.client.complete_multipart_upload(
-                Bucket=self.bucket, Key=full, UploadId=upload_id, MultipartUpload={"Parts": parts}, **extra))
+            self._call(
+                "CompleteMultipartUpload",
+                key,
+                lambda: self.client.complete_multipart_upload(
+                    Bucket=self.bucket, Key=full, UploadId=upload_id, MultipartUpload={"Parts": parts}, **extra
+                ),
+            )
         except BaseException:
             try:
                 self.client.abort_multipart_upload(Bucket=self.bucket, Key=full, UploadId=upload_id)
@@ -323,7 +361,7 @@ class S3Storage:
         part = read_part_size(len(out), self.options.part_size, self.options.max_concurrency)
 
         def fetch(start: int) -> None:
-            view = out[start:min(start + part, len(out))]
+            view = out[start : min(start + part, len(out))]
             first, last = offset + start, offset + start + len(view) - 1
 
             def once() -> None:
@@ -365,8 +403,9 @@ class S3Storage:
                 if not following:
                     return out
                 if following == token.get("ContinuationToken"):
-                    raise StorageError(f"LIST {self.uri}/{prefix}: the server repeated its continuation token",
-                                       key=prefix)
+                    raise StorageError(
+                        f"LIST {self.uri}/{prefix}: the server repeated its continuation token", key=prefix
+                    )
                 token = {"ContinuationToken": following}
 
         return sorted(self._call("LIST", prefix, once), key=lambda o: o.key)
@@ -374,18 +413,21 @@ class S3Storage:
     def delete(self, keys: Sequence[str]) -> None:
         fulls = [self._full(k) for k in keys]
         for i in range(0, len(fulls), 1000):
-            batch = fulls[i:i + 1000]
+            batch = fulls[i : i + 1000]
 
             def once(batch: list[str] = batch) -> Any:
                 return self.client.delete_objects(
-                    Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True})
+                    Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True}
+                )
 
             resp = self._call("DELETE", batch[0], once)
             errors = [e for e in resp.get("Errors", []) if e.get("Code") not in ("NoSuchKey",)]
             if errors:
                 e = errors[0]
-                raise StorageError(f"DELETE {self.uri}: {e.get('Key')}: {e.get('Code')} {e.get('Message')}",
-                                   key=self._rel(str(e.get("Key", ""))))
+                raise StorageError(
+                    f"DELETE {self.uri}: {e.get('Key')}: {e.get('Code')} {e.get('Message')}",
+                    key=self._rel(str(e.get("Key", ""))),
+                )
 
     def prepare_prefix(self, prefix: str) -> None:
         validate_key(prefix, allow_empty=True, what="prefix")

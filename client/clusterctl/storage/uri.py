@@ -78,7 +78,7 @@ def parse_uri(uri: str) -> StorageURI:
             raise InvalidURIError(f"invalid checkpoint URI {uri!r}: '..' path segments are refused")
         return StorageURI("file", None, os.path.abspath(uri))
     scheme = m.group(1).lower()
-    rest = uri[m.end():]
+    rest = uri[m.end() :]
     if "?" in rest or "#" in rest:
         raise InvalidURIError(f"invalid checkpoint URI {uri!r}: query strings and fragments are not supported")
     if scheme == "file":

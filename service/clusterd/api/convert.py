@@ -62,8 +62,7 @@ def job_status(rec: JobRecord, *, with_spec: bool = False) -> jobs_pb2.JobStatus
         checkpoint_step=rec.checkpoint_step,
         excluded_nodes=list(rec.excluded_nodes),
     )
-    for name, value in (("submit_time", rec.submit_time), ("start_time", rec.start_time),
-                        ("end_time", rec.end_time)):  # fmt: skip
+    for name, value in (("submit_time", rec.submit_time), ("start_time", rec.start_time), ("end_time", rec.end_time)):
         ts = _ts(value)
         if ts is not None:
             getattr(msg, name).CopyFrom(ts)
@@ -99,10 +98,17 @@ def array_tasks(rec: JobRecord) -> list[jobs_pb2.ArrayTask]:
     out = []
     for i in sorted(set(array_view.indices(rec)) | set(rec.array_tasks)):
         task = rec.array_tasks.get(i) or ArrayTask()
-        out.append(jobs_pb2.ArrayTask(
-            task_id=i, state=job_state(task.state), exit_code=task.exit_code, exit_signal=task.exit_signal,
-            nodes=list(task.nodes), has_exit_code=task.state.terminal, restart_count=task.restarts,
-        ))  # fmt: skip
+        out.append(
+            jobs_pb2.ArrayTask(
+                task_id=i,
+                state=job_state(task.state),
+                exit_code=task.exit_code,
+                exit_signal=task.exit_signal,
+                nodes=list(task.nodes),
+                has_exit_code=task.state.terminal,
+                restart_count=task.restarts,
+            )
+        )
     return out
 
 

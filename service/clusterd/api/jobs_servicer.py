@@ -67,9 +67,12 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     ) -> jobs_pb2.ListJobsResponse:
         states = frozenset(convert.job_state_from_proto(s) for s in request.states)
         records = await self._manager.list(
-            current_identity(), user=request.user, include_finished=request.include_finished or bool(states),
-            limit=request.limit, states=states,
-        )  # fmt: skip
+            current_identity(),
+            user=request.user,
+            include_finished=request.include_finished or bool(states),
+            limit=request.limit,
+            states=states,
+        )
         return jobs_pb2.ListJobsResponse(jobs=[convert.job_status(r) for r in records])
 
     async def CancelJob(

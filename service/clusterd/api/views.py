@@ -66,20 +66,36 @@ def history_entry(row: Finished) -> jobs_pb2.HistoryEntry:
     if row.record is not None:
         rec = row.record
         msg = jobs_pb2.HistoryEntry(
-            job_id=rec.job_id, name=rec.name or rec.spec.name, user=rec.user, state=convert.job_state(rec.state),
-            exit_code=rec.exit_code, exit_signal=rec.exit_signal, has_exit_code=not (rec.array and not rec.array_tasks),
-            restart_count=rec.restart_count, nodes=list(rec.nodes), partition=rec.partition,
-            final_reason=rec.final_reason, source="clusterd",
-        )  # fmt: skip
+            job_id=rec.job_id,
+            name=rec.name or rec.spec.name,
+            user=rec.user,
+            state=convert.job_state(rec.state),
+            exit_code=rec.exit_code,
+            exit_signal=rec.exit_signal,
+            has_exit_code=not (rec.array and not rec.array_tasks),
+            restart_count=rec.restart_count,
+            nodes=list(rec.nodes),
+            partition=rec.partition,
+            final_reason=rec.final_reason,
+            source="clusterd",
+        )
         start, end, submit = rec.start_time, rec.end_time, rec.submit_time
     else:
         job = row.accounted
         assert job is not None
         msg = jobs_pb2.HistoryEntry(
-            job_id=job.display_id, name=job.name, user=job.user, state=convert.job_state(job.state),
-            exit_code=job.exit_code, exit_signal=job.exit_signal, has_exit_code=True,
-            restart_count=job.restart_count, nodes=list(job.nodes), partition=job.partition, source="slurmdbd",
-        )  # fmt: skip
+            job_id=job.display_id,
+            name=job.name,
+            user=job.user,
+            state=convert.job_state(job.state),
+            exit_code=job.exit_code,
+            exit_signal=job.exit_signal,
+            has_exit_code=True,
+            restart_count=job.restart_count,
+            nodes=list(job.nodes),
+            partition=job.partition,
+            source="slurmdbd",
+        )
         start, end, submit = job.start_time, job.end_time, job.submit_time
     _set_ts(msg, "submit_time", submit)
     _set_ts(msg, "start_time", start)
@@ -90,8 +106,16 @@ def history_entry(row: Finished) -> jobs_pb2.HistoryEntry:
 
 
 class JobViews:
-    def __init__(self, manager: JobManager, logs: JobLogs, history: History, checkpoints: CheckpointViews,
-                 cache: QueueCache, placer: TopologyPlacer, views: ViewsConfig) -> None:  # fmt: skip
+    def __init__(
+        self,
+        manager: JobManager,
+        logs: JobLogs,
+        history: History,
+        checkpoints: CheckpointViews,
+        cache: QueueCache,
+        placer: TopologyPlacer,
+        views: ViewsConfig,
+    ) -> None:
         self.manager = manager
         self._logs = logs
         self._history = history
@@ -111,8 +135,13 @@ class JobViews:
 
     async def list_jobs(self, ident: Identity, request: jobs_pb2.ListJobsRequest) -> jobs_pb2.ListJobsResponse:
         states = frozenset(convert.job_state_from_proto(s) for s in request.states)
-        records = await self.manager.list(ident, user=request.user, limit=request.limit, states=states,
-                                          include_finished=request.include_finished or bool(states))  # fmt: skip
+        records = await self.manager.list(
+            ident,
+            user=request.user,
+            limit=request.limit,
+            states=states,
+            include_finished=request.include_finished or bool(states),
+        )
         return jobs_pb2.ListJobsResponse(jobs=[convert.job_status(r) for r in records])
 
     def topology(self) -> cluster_pb2.GetTopologyResponse:
@@ -124,21 +153,32 @@ class JobViews:
         self, ident: Identity, request: jobs_pb2.ReadJobLogRequest
     ) -> AsyncIterator[jobs_pb2.JobLogChunk]:
         stderr = request.stream == jobs_pb2.LOG_STREAM_STDERR
-        chunks = self._logs.read(ident, request.job_id, stderr=stderr, tail_lines=request.tail_lines,
-                                 follow=request.follow)  # fmt: skip
+        chunks = self._logs.read(
+            ident, request.job_id, stderr=stderr, tail_lines=request.tail_lines, follow=request.follow
+        )
         async for c in chunks:
-            yield jobs_pb2.JobLogChunk(data=c.data, path=c.path, offset=c.offset, notice=c.notice,
-                                       state=convert.job_state(c.state), restart_count=c.restart_count)  # fmt: skip
+            yield jobs_pb2.JobLogChunk(
+                data=c.data,
+                path=c.path,
+                offset=c.offset,
+                notice=c.notice,
+                state=convert.job_state(c.state),
+                restart_count=c.restart_count,
+            )
 
     async def list_history(self, ident: Identity, request: jobs_pb2.ListHistoryRequest) -> jobs_pb2.ListHistoryResponse:
         query = HistoryQuery(
-            user=request.user, states=frozenset(convert.job_state_from_proto(s) for s in request.states),
-            name=request.name, since=_seconds(request.since, "since"), until=_seconds(request.until, "until"),
+            user=request.user,
+            states=frozenset(convert.job_state_from_proto(s) for s in request.states),
+            name=request.name,
+            since=_seconds(request.since, "since"),
+            until=_seconds(request.until, "until"),
             limit=request.limit,
-        )  # fmt: skip
+        )
         result = await self._history.find(ident, query)
-        return jobs_pb2.ListHistoryResponse(jobs=[history_entry(r) for r in result.jobs],
-                                            accounting=result.accounting, accounting_note=result.note)  # fmt: skip
+        return jobs_pb2.ListHistoryResponse(
+            jobs=[history_entry(r) for r in result.jobs], accounting=result.accounting, accounting_note=result.note
+        )
 
     async def hold(self, ident: Identity, job_id: str, *, release: bool) -> jobs_pb2.JobStatus:
         rec = await (self.manager.release if release else self.manager.hold)(ident, job_id)
@@ -148,14 +188,27 @@ class JobViews:
         snapshot = self._cache.snapshot
         mine = await self.manager.list(ident, user="", include_finished=False, limit=0)
         public = self._views.public_queue and not self.slurm_private_jobs
-        rows = queue_rows(snapshot, ident, public=public, partition=request.partition,
-                          supervised=frozenset(r.job_id for r in mine),
-                          states=frozenset(convert.job_state_from_proto(s) for s in request.states))  # fmt: skip
+        rows = queue_rows(
+            snapshot,
+            ident,
+            public=public,
+            partition=request.partition,
+            supervised=frozenset(r.job_id for r in mine),
+            states=frozenset(convert.job_state_from_proto(s) for s in request.states),
+        )
         out = jobs_pb2.ListQueueResponse()
         for r in rows:
-            entry = out.jobs.add(job_id=r.job_id, partition=r.partition, name=r.name, user=r.user,
-                                 state=convert.job_state(r.state), reason=r.reason, nodes=list(r.nodes),
-                                 mine=r.mine, supervised=r.supervised)  # fmt: skip
+            entry = out.jobs.add(
+                job_id=r.job_id,
+                partition=r.partition,
+                name=r.name,
+                user=r.user,
+                state=convert.job_state(r.state),
+                reason=r.reason,
+                nodes=list(r.nodes),
+                mine=r.mine,
+                supervised=r.supervised,
+            )
             _set_ts(entry, "submit_time", r.submit_time)
             _set_ts(entry, "start_time", r.start_time)
         _set_ts(out, "as_of", snapshot.time)
@@ -172,7 +225,8 @@ class JobViews:
         listing = await self._checkpoints.list(ident, request.job_id)
         out = jobs_pb2.ListJobCheckpointsResponse(uri=listing.uri, error=listing.error)
         for s in listing.steps:
-            info = out.checkpoints.add(step=s.step, bytes=s.bytes, world_size=s.world_size,
-                                       verification=s.verification, detail=s.detail)  # fmt: skip
+            info = out.checkpoints.add(
+                step=s.step, bytes=s.bytes, world_size=s.world_size, verification=s.verification, detail=s.detail
+            )
             _set_ts(info, "committed_at", s.committed_at)
         return out

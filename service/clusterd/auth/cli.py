@@ -48,8 +48,11 @@ def run_token_command(args: argparse.Namespace) -> int:
         if args.token_command == "add":
             token, entry = add_token(path, args.user, admin=args.admin)
             print(token)
-            print(f"clusterd: added token {entry.prefix} for {entry.user}{' (admin)' if entry.admin else ''} "
-                  f"to {path}; it is shown only this once", file=sys.stderr)
+            print(
+                f"clusterd: added token {entry.prefix} for {entry.user}{' (admin)' if entry.admin else ''} "
+                f"to {path}; it is shown only this once",
+                file=sys.stderr,
+            )
         elif args.token_command == "revoke":
             if (args.user is None) == (args.prefix is None):
                 print("clusterd: token revoke: give USER or --prefix HASHPREFIX", file=sys.stderr)

@@ -45,8 +45,9 @@ def render(entries: list[TokenEntry]) -> str:
     """The file text for ``entries``; plaintext entries are written as digests (upgrading the file)."""
     parts = [_HEADER]
     for e in entries:
-        parts.append(f"\n[[token]]\nuser = {_quote(e.user)}\ntoken_sha256 = \"{e.digest}\"\n"
-                     f"admin = {str(e.admin).lower()}\n")
+        parts.append(
+            f'\n[[token]]\nuser = {_quote(e.user)}\ntoken_sha256 = "{e.digest}"\nadmin = {str(e.admin).lower()}\n'
+        )
     return "".join(parts)
 
 

@@ -113,11 +113,16 @@ class TokenStore:
         entries = parse_tokens(text, str(self._path))
         plain = sorted({e.user for e in entries if e.plaintext})
         if plain:
-            log.warning("tokens file %s holds plaintext tokens for %s: replace them with token_sha256 entries "
-                        "(clusterd token add)", self._path, ", ".join(plain))
+            log.warning(
+                "tokens file %s holds plaintext tokens for %s: replace them with token_sha256 entries "
+                "(clusterd token add)",
+                self._path,
+                ", ".join(plain),
+            )
         if stat.st_mode & 0o077:
-            log.warning("tokens file %s is readable by group/others (mode %o): chmod 600 it",
-                        self._path, stat.st_mode & 0o777)
+            log.warning(
+                "tokens file %s is readable by group/others (mode %o): chmod 600 it", self._path, stat.st_mode & 0o777
+            )
         self._entries = [(bytes.fromhex(e.digest), e.identity) for e in entries]
         self._stamp = _stamp(stat)
 

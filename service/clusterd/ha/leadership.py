@@ -41,9 +41,13 @@ class Leadership:
     """Acquires, renews and gives up the supervisor lease; tells the supervisor whether it may act."""
 
     def __init__(
-        self, store: JobStore, config: HAConfig, *, holder: str | None = None,
+        self,
+        store: JobStore,
+        config: HAConfig,
+        *,
+        holder: str | None = None,
         clock: Callable[[], float] = time.monotonic,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if not 0 < config.renew_seconds < config.lease_seconds:
             raise ConfigError(
                 f"ha.renew_seconds ({config.renew_seconds}) must be above 0 and below ha.lease_seconds "

@@ -31,13 +31,17 @@ def adoptable(ident: Identity, job_id: str, snapshot: ClusterSnapshot) -> SlurmJ
     if job is None and job_id in snapshot.arrays:
         job = snapshot.arrays[job_id][0]
     if job is None:
-        raise NotFound(f"job {job_id} is not in Slurm's queue: only queued or running jobs can be adopted "
-                       "(a job submitted a moment ago shows after the next poll)")  # fmt: skip
+        raise NotFound(
+            f"job {job_id} is not in Slurm's queue: only queued or running jobs can be adopted "
+            "(a job submitted a moment ago shows after the next poll)"
+        )
     if job.user != ident.user:
         raise PermissionDenied(f"job {job_id} belongs to another user: only its owner may adopt it")
     if job.in_array:
-        raise FailedPrecondition(f"job {job_id} is an array job: arrays submitted with plain sbatch cannot be "
-                                 "adopted; submit the array through clusterctl instead")  # fmt: skip
+        raise FailedPrecondition(
+            f"job {job_id} is an array job: arrays submitted with plain sbatch cannot be "
+            "adopted; submit the array through clusterctl instead"
+        )
     if job.state.terminal:
         raise FailedPrecondition(f"job {job_id} has already ended ({job.state.value}): nothing to supervise")
     return job

@@ -155,16 +155,26 @@ class CheckpointViews:
 
     async def _list(self, uri: str, user: str) -> CheckpointList:
         try:
-            markers = await asyncio.wait_for(self._in_pool(_read_markers, uri, user),
-                                             self._views.checkpoint_list_seconds)  # fmt: skip
+            markers = await asyncio.wait_for(
+                self._in_pool(_read_markers, uri, user), self._views.checkpoint_list_seconds
+            )
         except TimeoutError:
             return CheckpointList(uri, [], f"listing took more than {self._views.checkpoint_list_seconds:g}s")
         except ServiceError as exc:
             return CheckpointList(uri, [], str(exc))
         except Exception as exc:  # the store's errors, botocore's, a hostile prefix: shown, not raised
             return CheckpointList(uri, [], f"{type(exc).__name__}: {exc}"[:500])
-        steps = [StepInfo(m.step, m.bytes, m.world_size, m.created, "unverified" if m.valid else "invalid-marker",
-                          "" if m.valid else "the commit marker does not parse") for m in markers]  # fmt: skip
+        steps = [
+            StepInfo(
+                m.step,
+                m.bytes,
+                m.world_size,
+                m.created,
+                "unverified" if m.valid else "invalid-marker",
+                "" if m.valid else "the commit marker does not parse",
+            )
+            for m in markers
+        ]
         newest = next((s for s in reversed(steps) if s.verification == "unverified"), None)
         if newest is not None:
             self._maybe_verify(uri, user, newest)
@@ -175,8 +185,13 @@ class CheckpointViews:
         if key in self._verdicts or key in self._verifying:
             return
         if step.bytes > self._views.checkpoint_verify_max_bytes:
-            self._remember(key, ("unverified", f"larger than views.checkpoint_verify_max_bytes "
-                                               f"({self._views.checkpoint_verify_max_bytes} bytes)"))  # fmt: skip
+            self._remember(
+                key,
+                (
+                    "unverified",
+                    f"larger than views.checkpoint_verify_max_bytes ({self._views.checkpoint_verify_max_bytes} bytes)",
+                ),
+            )
             return
         self._verifying.add(key)
 

@@ -100,8 +100,11 @@ def parse_directives(script: str) -> list[Directive]:
         if not options_line and body and not body[0].isspace():
             continue  # "#PBSX": a comment
         if not options_line:
-            raise DirectiveError(lineno, f"{family} directives are refused (clusterd does not translate them into "
-                                 "sbatch options as sbatch does): write the line as #SBATCH")  # fmt: skip
+            raise DirectiveError(
+                lineno,
+                f"{family} directives are refused (clusterd does not translate them into "
+                "sbatch options as sbatch does): write the line as #SBATCH",
+            )
         text = line.strip()
         for directive in _parse_line(lineno, text, body):
             why = refusal(directive.option)
@@ -145,5 +148,11 @@ def parse_options(words: list[str], field: str = "spec.sbatch_options") -> list[
 
 
 __all__ = [
-    "ACCEPTED", "Directive", "DirectiveError", "neutralise", "parse_directives", "parse_options", "resolve_long",
-]  # fmt: skip
+    "ACCEPTED",
+    "Directive",
+    "DirectiveError",
+    "neutralise",
+    "parse_directives",
+    "parse_options",
+    "resolve_long",
+]

@@ -80,8 +80,9 @@ class History:
         name = _check_name(query.name)
         limit = min(query.limit or self._limits.list_default_limit, self._limits.list_default_limit)
         who: str | None = ident.user if not query.user else (None if query.user == "*" else query.user)
-        records = await self._store.finished(user=who, since=since, until=until, limit=limit, states=query.states,
-                                             name_glob=name)  # fmt: skip
+        records = await self._store.finished(
+            user=who, since=since, until=until, limit=limit, states=query.states, name_glob=name
+        )
         rows = [Finished(r.end_time or r.start_time or r.created, record=r) for r in records]
         accounted, used, note = await self._accounting(who, since, until)
         known = {(r.job_id, r.user) for r in records}

@@ -66,8 +66,9 @@ def _task_view(rec: JobRecord, task: int | None) -> tuple[JobState, int, bool, t
 
 
 class JobLogs:
-    def __init__(self, manager: JobManager, store: JobStore, bus: EventBus, cache: QueueCache,
-                 views: ViewsConfig) -> None:  # fmt: skip
+    def __init__(
+        self, manager: JobManager, store: JobStore, bus: EventBus, cache: QueueCache, views: ViewsConfig
+    ) -> None:
         self._manager = manager
         self._store = store
         self._bus = bus
@@ -98,8 +99,10 @@ class JobLogs:
             fd = await open_as(owner, target.path, field=target.field, python=self._views.reader_python)
         except FileMissing:
             if state == JobState.PENDING:
-                raise FailedPrecondition(f"job {job_id} has not started yet: {target.field} {target.path} "
-                                         "does not exist (logs -f waits for it)") from None  # fmt: skip
+                raise FailedPrecondition(
+                    f"job {job_id} has not started yet: {target.field} {target.path} "
+                    "does not exist (logs -f waits for it)"
+                ) from None
             raise
         try:
             if target.notice:
@@ -123,11 +126,18 @@ class JobLogs:
             raise FailedPrecondition(f"job {rec.job_id} has no output path on record")
         element = rec.job_id
         if task is not None:
-            element = next((j.job_id for j in self._cache.snapshot.arrays.get(rec.job_id, ())
-                            if j.array_task_id == task), "")  # fmt: skip
+            element = next(
+                (j.job_id for j in self._cache.snapshot.arrays.get(rec.job_id, ()) if j.array_task_id == task), ""
+            )
         _state, _restarts, _over, nodes = _task_view(rec, task)
-        job = OutputJob(job_id=element, array_id=rec.job_id, task_id=task, name=rec.name or spec.name,
-                        user=rec.user, first_node=nodes[0] if nodes else "")  # fmt: skip
+        job = OutputJob(
+            job_id=element,
+            array_id=rec.job_id,
+            task_id=task,
+            name=rec.name or spec.name,
+            user=rec.user,
+            first_node=nodes[0] if nodes else "",
+        )
         return _Target(await asyncio.to_thread(expand, pattern, job, field=field), field, notice)
 
     async def drain(
@@ -178,8 +188,14 @@ class JobLogs:
                         yield chunk
                     if follower.fd < 0:
                         state = _task_view(cur, task)[0]
-                        yield LogChunk(b"", follower.path, 0, f"the job ended ({state.value}) without writing "
-                                       f"{follower.path or 'its output'}", state, _task_view(cur, task)[1])  # fmt: skip
+                        yield LogChunk(
+                            b"",
+                            follower.path,
+                            0,
+                            f"the job ended ({state.value}) without writing {follower.path or 'its output'}",
+                            state,
+                            _task_view(cur, task)[1],
+                        )
                     return
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), self._views.follow_interval_seconds)

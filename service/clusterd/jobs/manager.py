@@ -198,8 +198,10 @@ class JobManager:
         beat_env, rec.heartbeat_token_sha256 = credentials.issue(spec, self._config.liveness, self._config.listen)
         env.update(beat_env)
         request = replace(
-            request, user=unix_user.name, comment=rec.tagged(request.comment),
-            script=inject_environment(request.script, env)
+            request,
+            user=unix_user.name,
+            comment=rec.tagged(request.comment),
+            script=inject_environment(request.script, env),
         )
         try:
             job_id = await self._backend.submit(request)
@@ -282,7 +284,7 @@ class JobManager:
         include_finished: bool,
         limit: int,
         states: frozenset[JobState] = frozenset(),
-    ) -> list[JobRecord]:  # fmt: skip
+    ) -> list[JobRecord]:
         """Compact records (no spec), newest first: the caller's, or, for an admin, anyone's ("*")."""
         if user and user != ident.user and not ident.admin:
             raise PermissionDenied("only admins may list other users' jobs")
@@ -298,14 +300,17 @@ class JobManager:
         if rec is None:
             raise NotFound(f"job {job_id} is no longer on record")
         if rec.superseded:
-            raise FailedPrecondition(f"Slurm gave job id {job_id} to a newer job after losing its state; "
-                                     "this record's job is gone and nothing was sent to Slurm")  # fmt: skip
+            raise FailedPrecondition(
+                f"Slurm gave job id {job_id} to a newer job after losing its state; "
+                "this record's job is gone and nothing was sent to Slurm"
+            )
         seen = self._cache.snapshot.jobs.get(job_id)
         if seen is not None and not rec.adopts(seen):
             # Slurm reused the id (for another record's job, or a plain sbatch) and the store has not
             # caught up yet: the job under this id is not this record's, so nothing may act on it.
-            raise FailedPrecondition(f"Slurm job {job_id} is now another submission, not this record's job; "
-                                     "nothing was sent to Slurm")  # fmt: skip
+            raise FailedPrecondition(
+                f"Slurm job {job_id} is now another submission, not this record's job; nothing was sent to Slurm"
+            )
         return rec
 
     @_audited("CancelJob")
@@ -365,8 +370,14 @@ class JobManager:
                 await self._backend.requeue(f"{parent}_{task_id}")
             except SlurmError as exc:
                 raise FailedPrecondition(f"Slurm cannot requeue job {parent}_{task_id}: {exc.detail}") from exc
-            entry = RestartEntry("MANUAL_REQUEUE", task.nodes, time.time(), rec.checkpoint_step, task.exit_code,
-                                 f"task {task_id}: requested by {ident.user}")  # fmt: skip
+            entry = RestartEntry(
+                "MANUAL_REQUEUE",
+                task.nodes,
+                time.time(),
+                rec.checkpoint_step,
+                task.exit_code,
+                f"task {task_id}: requested by {ident.user}",
+            )
             task.restart_count += 1
             task.state = JobState.PENDING
             array_view.derive(rec)
@@ -393,8 +404,15 @@ class JobManager:
                 raise  # UNAVAILABLE: retryable, unlike a refusal
             except SlurmError as exc:
                 raise FailedPrecondition(f"Slurm cannot requeue job {job_id}: {exc.detail}") from exc
-            entry = RestartEntry("MANUAL_REQUEUE", rec.nodes, time.time(), rec.checkpoint_step, rec.exit_code,
-                                 f"requested by {ident.user}", nodes_before=len(rec.nodes))  # fmt: skip
+            entry = RestartEntry(
+                "MANUAL_REQUEUE",
+                rec.nodes,
+                time.time(),
+                rec.checkpoint_step,
+                rec.exit_code,
+                f"requested by {ident.user}",
+                nodes_before=len(rec.nodes),
+            )
             rec.acked_restarts = rec.restart_count + 1
             rec.needs_release = True
             rec.terminal = False
@@ -486,8 +504,12 @@ def _log_unsaved(rec: JobRecord, saved: asyncio.Future[None]) -> None:
     """A submit answered before its record committed, whose commit then failed: the record stays
     SUBMITTING, and the reconciler adopts the job by its comment tag as after a lost sbatch answer."""
     if not saved.cancelled() and (error := saved.exception()) is not None:
-        log.error("job %s (record %s) is not recorded yet; the reconciler settles it from Slurm: %s",
-                  rec.job_id, rec.record_id, error)  # fmt: skip
+        log.error(
+            "job %s (record %s) is not recorded yet; the reconciler settles it from Slurm: %s",
+            rec.job_id,
+            rec.record_id,
+            error,
+        )
 
 
 def _relayed(exc: SlurmError) -> str:

@@ -58,16 +58,26 @@ def expand(pattern: str, job: OutputJob, *, field: str) -> str:
     def fill(m: re.Match[str]) -> str:
         pad, letter = m.group(1), m.group(2)
         values: dict[str, str | int | None] = {
-            "%": "%", "A": job.array_id or job.job_id, "a": job.task_id, "j": job.job_id or None,
-            "b": None if job.task_id is None else job.task_id % 10, "N": job.first_node or None, "n": 0, "t": 0,
-            "u": job.user, "x": job.name,
-        }  # fmt: skip
+            "%": "%",
+            "A": job.array_id or job.job_id,
+            "a": job.task_id,
+            "j": job.job_id or None,
+            "b": None if job.task_id is None else job.task_id % 10,
+            "N": job.first_node or None,
+            "n": 0,
+            "t": 0,
+            "u": job.user,
+            "x": job.name,
+        }
         if letter not in values:
             raise FailedPrecondition(f"{field} {pattern!r}: %{letter} names no single file of the batch script")
         value = values[letter]
         if value is None or value == "":
-            why = {"N": "the job has not started on a node yet", "a": "name one array task (JOB_TASK)",
-                   "b": "name one array task (JOB_TASK)"}.get(letter, "its value is not known")  # fmt: skip
+            why = {
+                "N": "the job has not started on a node yet",
+                "a": "name one array task (JOB_TASK)",
+                "b": "name one array task (JOB_TASK)",
+            }.get(letter, "its value is not known")
             raise FailedPrecondition(f"{field} {pattern!r}: cannot fill %{letter}: {why}")
         text = "%" if letter == "%" else str(value)
         if pad and letter in _NUMERIC:
@@ -86,5 +96,6 @@ def expand(pattern: str, job: OutputJob, *, field: str) -> str:
 
 def _too_long(pattern: str, field: str) -> FailedPrecondition:
     shown = pattern if len(pattern) <= 80 else pattern[:80] + "..."
-    return FailedPrecondition(f"{field} {shown!r} fills to more than {MAX_EXPANDED} characters: "
-                              "no file can be opened by so long a path")  # fmt: skip
+    return FailedPrecondition(
+        f"{field} {shown!r} fills to more than {MAX_EXPANDED} characters: no file can be opened by so long a path"
+    )

@@ -60,10 +60,19 @@ def queue_rows(
         if job.state not in states if states else job.state.terminal:
             continue  # as squeue: finished jobs only when asked for by state (history has them)
         pending = job.state == JobState.PENDING
-        rows.append(QueueRow(
-            job_id=job.display_id, partition=job.partition, name=job.name, user=job.user, state=job.state,
-            reason=job.reason if pending else "", nodes=() if pending else job.nodes,
-            submit_time=job.submit_time, start_time=job.start_time, mine=mine,
-            supervised=mine and (job.array_job_id or job.job_id) in supervised,
-        ))  # fmt: skip
+        rows.append(
+            QueueRow(
+                job_id=job.display_id,
+                partition=job.partition,
+                name=job.name,
+                user=job.user,
+                state=job.state,
+                reason=job.reason if pending else "",
+                nodes=() if pending else job.nodes,
+                submit_time=job.submit_time,
+                start_time=job.start_time,
+                mine=mine,
+                supervised=mine and (job.array_job_id or job.job_id) in supervised,
+            )
+        )
     return rows

@@ -28,8 +28,13 @@ def check_begin(field_name: str, value: str) -> None:
         raise InvalidArgument(field_name, f"bad begin time {value[:80]!r}: use now+N[unit] or YYYY-MM-DD[THH:MM[:SS]]")
 
 
-_SHARING = {"": Sharing.EXCLUSIVE, "exclusive": Sharing.EXCLUSIVE, "user": Sharing.USER, "mcs": Sharing.MCS,
-            "oversubscribe": Sharing.OVERSUBSCRIBE}  # fmt: skip
+_SHARING = {
+    "": Sharing.EXCLUSIVE,
+    "exclusive": Sharing.EXCLUSIVE,
+    "user": Sharing.USER,
+    "mcs": Sharing.MCS,
+    "oversubscribe": Sharing.OVERSUBSCRIBE,
+}
 
 
 def sharing(m: Merged) -> Sharing | None:
@@ -57,8 +62,9 @@ def sbatch_options(spec: jobs_pb2.JobSpec) -> list[Directive]:
         raise InvalidArgument("spec.sbatch_options", f"more than {_MAX_SBATCH_OPTIONS} options")
     for i, word in enumerate(spec.sbatch_options):
         if len(word) > _MAX_OPTION or any(ord(c) < 32 or ord(c) == 127 for c in word):
-            raise InvalidArgument(f"spec.sbatch_options[{i}]", f"longer than {_MAX_OPTION} characters or "
-                                                               "contains control characters")  # fmt: skip
+            raise InvalidArgument(
+                f"spec.sbatch_options[{i}]", f"longer than {_MAX_OPTION} characters or contains control characters"
+            )
     try:
         return parse_options(list(spec.sbatch_options))
     except ValueError as exc:

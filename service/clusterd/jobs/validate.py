@@ -80,8 +80,11 @@ def _validate_env(spec: jobs_pb2.JobSpec, limits: LimitsConfig) -> None:
     for name, value in spec.environment.items():
         where = f"spec.environment[{name[:64]!r}]"
         if not values.env_name_ok(name) and exported_function(name, value) is None:
-            raise InvalidArgument(where, "variable names must match [A-Za-z_][A-Za-z0-9_]* (or be an exported "
-                                         "bash function: BASH_FUNC_name%% holding '() { ... }')")  # fmt: skip
+            raise InvalidArgument(
+                where,
+                "variable names must match [A-Za-z_][A-Za-z0-9_]* (or be an exported "
+                "bash function: BASH_FUNC_name%% holding '() { ... }')",
+            )
         if name.startswith(_RESERVED_ENV_PREFIXES):
             raise InvalidArgument(where, f"names starting with {', '.join(_RESERVED_ENV_PREFIXES)} are reserved")
         if len(value.encode()) > limits.max_env_value_bytes:
@@ -109,8 +112,10 @@ def _validate_restart(policy: jobs_pb2.RestartPolicy) -> None:
     if policy.HasField("signal_before_timeout_seconds"):
         _count("spec.restart_policy.signal_before_timeout_seconds", policy.signal_before_timeout_seconds, 65535)
     # Heartbeats cost the service a call per rank per interval: no faster than 10 per second.
-    for name, low, high, words in (("heartbeat_interval", 0.1, 300.0, "0.1 s and 5 minutes"),
-                                   ("hang_timeout", 1.0, 86400.0, "1 s and 1 day")):  # fmt: skip
+    for name, low, high, words in (
+        ("heartbeat_interval", 0.1, 300.0, "0.1 s and 5 minutes"),
+        ("hang_timeout", 1.0, 86400.0, "1 s and 1 day"),
+    ):
         if policy.HasField(name):
             d = getattr(policy, name)
             seconds = d.seconds + d.nanos / 1e9
@@ -199,8 +204,11 @@ def _script_body(spec: jobs_pb2.JobSpec, limits: LimitsConfig) -> str:
         raise InvalidArgument("spec.script", "must start with an interpreter line such as '#!/bin/bash'")
     if "\r\n" in script:  # sbatch's own check, for every backend: slurmrestd would take it, and bash trips on \r
         lineno = script.count("\n", 0, script.index("\r\n")) + 1
-        raise InvalidArgument("spec.script", f"script line {lineno}: DOS line breaks (\\r\\n), which sbatch "
-                                             "refuses too; convert the script with dos2unix")  # fmt: skip
+        raise InvalidArgument(
+            "spec.script",
+            f"script line {lineno}: DOS line breaks (\\r\\n), which sbatch "
+            "refuses too; convert the script with dos2unix",
+        )
     return script
 
 
@@ -272,8 +280,9 @@ def _time(spec: jobs_pb2.JobSpec, m: Merged) -> tuple[int | None, bool]:
 def _paths(spec: jobs_pb2.JobSpec, m: Merged) -> dict[str, Any]:
     submit_dir = spec.submit_directory
     _check_path("spec.submit_directory", submit_dir, absolute=True)
-    chdir = m.text("chdir", spec.working_directory, "spec.working_directory",
-                   lambda f, v: _check_path(f, v, absolute=False))  # fmt: skip
+    chdir = m.text(
+        "chdir", spec.working_directory, "spec.working_directory", lambda f, v: _check_path(f, v, absolute=False)
+    )
     if chdir and not chdir.startswith("/") and submit_dir:
         chdir = normpath(f"{submit_dir}/{chdir}")  # else relative to the job directory (settled later)
     return {
@@ -298,8 +307,9 @@ def _export(spec: jobs_pb2.JobSpec, m: Merged, limits: LimitsConfig) -> Export:
         where = "spec.script"
     for name, value in result.variables.items():
         if name.startswith(_RESERVED_ENV_PREFIXES):
-            raise InvalidArgument(where, f"--export {name}: names starting with {', '.join(_RESERVED_ENV_PREFIXES)} "
-                                         "are reserved")  # fmt: skip
+            raise InvalidArgument(
+                where, f"--export {name}: names starting with {', '.join(_RESERVED_ENV_PREFIXES)} are reserved"
+            )
         if len(value.encode()) > limits.max_env_value_bytes or "\x00" in value:
             raise InvalidArgument(where, f"--export {name}: value too long or contains a NUL byte")
     return result
@@ -370,10 +380,12 @@ def validate_spec(spec: jobs_pb2.JobSpec, facts: ClusterFacts, limits: LimitsCon
             raise InvalidArgument(part_field, f"unknown partition {part!r} (known: {known})")
     account = m.text("account", spec.account, "spec.account", lambda f, v: _check_name(f, v, "account"))
     qos = m.text("qos", spec.qos, "spec.qos", lambda f, v: _check_name(f, v, "qos"))
-    reservation = m.text("reservation", spec.reservation, "spec.reservation",
-                         lambda f, v: _check_name(f, v, "reservation"))  # fmt: skip
-    constraint = m.text("constraint", spec.constraint or "&".join(spec.placement.constraints), "spec.constraint",
-                        _check_constraint)  # fmt: skip
+    reservation = m.text(
+        "reservation", spec.reservation, "spec.reservation", lambda f, v: _check_name(f, v, "reservation")
+    )
+    constraint = m.text(
+        "constraint", spec.constraint or "&".join(spec.placement.constraints), "spec.constraint", _check_constraint
+    )
     array: ArraySpec | None
     if spec.array:
         array = _spec_value("spec.array", spec.array, lambda t: values.array(t, _MAX_ARRAY_TASKS))

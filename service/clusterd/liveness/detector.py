@@ -183,9 +183,19 @@ class Detector:
         if dead:
             ranks = sorted(r for r, b in run.ranks.items() if b.node in dead)
             return self._node_failure(run, dead, ranks, f"; {crash_detail(rank, beat)} as a consequence")
-        return Detection(run.record_id, run.job_id, run.restart_count, "RANK_FAILED", (beat.node,), (rank,),
-                         "rank-exit", beat.seen_wall, time.time(), crash_detail(rank, beat),
-                         exit_code=beat.exit_code)  # fmt: skip
+        return Detection(
+            run.record_id,
+            run.job_id,
+            run.restart_count,
+            "RANK_FAILED",
+            (beat.node,),
+            (rank,),
+            "rank-exit",
+            beat.seen_wall,
+            time.time(),
+            crash_detail(rank, beat),
+            exit_code=beat.exit_code,
+        )
 
     def _beating_nodes(self) -> dict[str, dict[int, str]]:
         """Node -> the records (and their users) whose ranks beat from it within their last interval."""
@@ -243,20 +253,38 @@ class Detector:
             last_wall = max(run.ranks[r].seen_wall for r in ranks)
             who = f"rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, sorted(ranks)))}"
             if now - last > run.hang_timeout:
-                return Detection(run.record_id, run.job_id, run.restart_count, "RANK_HUNG", (node,), tuple(ranks),
-                                 "heartbeat", last_wall, time.time(),
-                                 f"{who} on {node} silent {now - last:.1f}s (hang timeout {run.hang_timeout:g}s) "
-                                 "while the node answers")  # fmt: skip
+                return Detection(
+                    run.record_id,
+                    run.job_id,
+                    run.restart_count,
+                    "RANK_HUNG",
+                    (node,),
+                    tuple(ranks),
+                    "heartbeat",
+                    last_wall,
+                    time.time(),
+                    f"{who} on {node} silent {now - last:.1f}s (hang timeout {run.hang_timeout:g}s) "
+                    "while the node answers",
+                )
         return None
 
     def _node_failure(self, run: Run, dead: list[str], ranks: list[int], more: str = "") -> Detection:
         """NODE_FAILURE of ``dead`` (probed), whose ``ranks`` went silent with them."""
         last = max(run.ranks[r].seen for r in ranks)
         who = f"rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))}"
-        return Detection(run.record_id, run.job_id, run.restart_count, "NODE_FAILURE", tuple(dead), tuple(ranks),
-                         "heartbeat+probe", max(run.ranks[r].seen_wall for r in ranks), time.time(),
-                         f"node{'s' if len(dead) > 1 else ''} {', '.join(dead)} unreachable: {who} silent "
-                         f"{time.monotonic() - last:.1f}s, node not answering{more}")  # fmt: skip
+        return Detection(
+            run.record_id,
+            run.job_id,
+            run.restart_count,
+            "NODE_FAILURE",
+            tuple(dead),
+            tuple(ranks),
+            "heartbeat+probe",
+            max(run.ranks[r].seen_wall for r in ranks),
+            time.time(),
+            f"node{'s' if len(dead) > 1 else ''} {', '.join(dead)} unreachable: {who} silent "
+            f"{time.monotonic() - last:.1f}s, node not answering{more}",
+        )
 
     async def _node_alive(self, node: SlurmNode | None) -> bool:
         """Dead twice in a row (or DOWN in Slurm already) is dead; unknown nodes count as alive."""

@@ -57,9 +57,16 @@ Jobs = Callable[[str], JobView | None]
 
 class HeartbeatService:
     def __init__(
-        self, store: JobStore, table: LivenessTable, config: LivenessConfig, first_step: FirstStep,
-        *, jobs: Jobs, hurry: Callable[[], None] = lambda: None, leading: Callable[[], bool] = lambda: True,
-    ) -> None:  # fmt: skip
+        self,
+        store: JobStore,
+        table: LivenessTable,
+        config: LivenessConfig,
+        first_step: FirstStep,
+        *,
+        jobs: Jobs,
+        hurry: Callable[[], None] = lambda: None,
+        leading: Callable[[], bool] = lambda: True,
+    ) -> None:
         """``jobs``: Slurm's view of a job by id, from the last poll; ``hurry``: poll again soon (a
         job that beats before the poll saw it running); ``leading``: whether this replica
         supervises now; only the leader's detector listens."""
@@ -89,8 +96,9 @@ class HeartbeatService:
         if not self._leading():
             raise Unavailable("this clusterd replica is a follower; heartbeats go to the leader")
         if not req.token or req.record_id <= 0:
-            raise Unauthenticated("heartbeat needs record_id and token (CLUSTERCTL_RECORD_ID, "
-                                  "CLUSTERCTL_HEARTBEAT_TOKEN)")  # fmt: skip
+            raise Unauthenticated(
+                "heartbeat needs record_id and token (CLUSTERCTL_RECORD_ID, CLUSTERCTL_HEARTBEAT_TOKEN)"
+            )
         known = await self._lookup(req.record_id)
         if known is None or not credentials.matches(req.token, known.sha256):
             # A wrong token for a live record costs no store read (the record is cached) and never
@@ -118,14 +126,36 @@ class HeartbeatService:
             raise PermissionDenied(f"node {node or '(none)'!r} is not in job {job_id}'s allocation")
         bound = _rank_bound(view)
         if req.world_size > bound:
-            raise InvalidArgument("world_size", f"{req.world_size}: a job on {len(view.nodes)} node(s) with "
-                                  f"{bound} CPUs in all has at most {bound} ranks (one per CPU)")  # fmt: skip
-        beat = Beat(req.record_id, job_id, view.restart_count, req.rank, max(req.world_size, 1), node, req.pid,
-                    req.step, req.committed_step, req.restored, req.exiting, req.exit_code)  # fmt: skip
+            raise InvalidArgument(
+                "world_size",
+                f"{req.world_size}: a job on {len(view.nodes)} node(s) with "
+                f"{bound} CPUs in all has at most {bound} ranks (one per CPU)",
+            )
+        beat = Beat(
+            req.record_id,
+            job_id,
+            view.restart_count,
+            req.rank,
+            max(req.world_size, 1),
+            node,
+            req.pid,
+            req.step,
+            req.committed_step,
+            req.restored,
+            req.exiting,
+            req.exit_code,
+        )
         run, first = self._table.record(beat, interval=known.interval, hang_timeout=known.hang_timeout)
         if req.exiting:
-            log.info("job %s run %d: rank %d/%d on %s exits with status %d", beat.job_id, beat.restart_count,
-                     beat.rank, beat.world_size, beat.node, beat.exit_code)  # fmt: skip
+            log.info(
+                "job %s run %d: rank %d/%d on %s exits with status %d",
+                beat.job_id,
+                beat.restart_count,
+                beat.rank,
+                beat.world_size,
+                beat.node,
+                beat.exit_code,
+            )
         if first and run.restart_count > 0:
             await self._first_step(run)
         return known.interval, run.decided and run.restart_count == req.restart_count
@@ -188,8 +218,12 @@ class HeartbeatService:
             self._remember_unknown(record_id)  # an ended record never beats again
         if rec is None or rec.terminal or not rec.heartbeat_token_sha256:
             return None  # not yet submitted (or no such record): asked again next time, within the lookup cap
-        known = _Known(rec.heartbeat_token_sha256, rec.job_id, credentials.interval_of(rec.spec, self._config),
-                       credentials.hang_timeout_of(rec.spec, self._config))  # fmt: skip
+        known = _Known(
+            rec.heartbeat_token_sha256,
+            rec.job_id,
+            credentials.interval_of(rec.spec, self._config),
+            credentials.hang_timeout_of(rec.spec, self._config),
+        )
         if len(self._known) >= _MAX_CACHED:
             self._known.pop(next(iter(self._known)))
         self._known[record_id] = known

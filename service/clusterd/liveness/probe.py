@@ -82,10 +82,19 @@ class SlurmdProber:
         wait = str(max(1, round(self._timeout)))
         try:
             proc = await asyncio.create_subprocess_exec(
-                self._ping, "-n", "-q", "-c", "1", "-W", wait, "--", address,
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                self._ping,
+                "-n",
+                "-q",
+                "-c",
+                "1",
+                "-W",
+                wait,
+                "--",
+                address,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.DEVNULL,
-            )  # fmt: skip
+            )
         except OSError as exc:
             log.warning("cannot run %s: %s; the host counts as up", self._ping, exc)
             return True
@@ -93,9 +102,13 @@ class SlurmdProber:
             status = await proc.wait()
             if status not in (0, 1) and not self._warned:
                 self._warned = True
-                log.warning("%s %s exited %d (not a reply or its absence): clusterd needs CAP_NET_RAW for "
-                            "ping; until then a silent slurmd port never makes a node dead", self._ping, address,
-                            status)  # fmt: skip
+                log.warning(
+                    "%s %s exited %d (not a reply or its absence): clusterd needs CAP_NET_RAW for "
+                    "ping; until then a silent slurmd port never makes a node dead",
+                    self._ping,
+                    address,
+                    status,
+                )
             return status != 1
         finally:
             if proc.returncode is None:  # cancelled: the connect already decided (the watcher reaps it)

@@ -84,8 +84,9 @@ class LivenessTable:
         if beat.rank not in run.ranks and len(run.ranks) >= MAX_RANKS:
             return run, False
         now, wall = time.monotonic(), time.time()
-        run.ranks[beat.rank] = RankBeat(beat.node, beat.pid, now, wall, beat.step, beat.committed_step,
-                                        beat.restored, beat.exiting, beat.exit_code)  # fmt: skip
+        run.ranks[beat.rank] = RankBeat(
+            beat.node, beat.pid, now, wall, beat.step, beat.committed_step, beat.restored, beat.exiting, beat.exit_code
+        )
         first = beat.step >= 0 and run.first_step_wall is None
         if first:
             run.first_step_wall = wall

@@ -142,8 +142,13 @@ def observed_slurm_call(backend: str, command: str, *, read: bool) -> Iterator[N
         seconds = time.monotonic() - started
         observe_slurm_call(backend, command, outcome, seconds)
         level = logging.DEBUG if read and outcome == "ok" else logging.INFO
-        log.log(level, "slurm %s %s", command, outcome,
-                extra={"backend": backend, "duration_ms": round(seconds * 1000, 2), "stderr": detail})  # fmt: skip
+        log.log(
+            level,
+            "slurm %s %s",
+            command,
+            outcome,
+            extra={"backend": backend, "duration_ms": round(seconds * 1000, 2), "stderr": detail},
+        )
 
 
 class MetricsServer(Protocol):

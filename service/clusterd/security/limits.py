@@ -52,8 +52,9 @@ class RateLimiter:
         b.stamp = now
         if b.tokens < 1.0:
             wait = (1.0 - b.tokens) / self.rate
-            raise ResourceExhausted(f"rate limit: {self.rate:g} requests/s per user (burst {self.burst}); "
-                                    f"retry in {wait:.2f}s")
+            raise ResourceExhausted(
+                f"rate limit: {self.rate:g} requests/s per user (burst {self.burst}); retry in {wait:.2f}s"
+            )
         b.tokens -= 1.0
 
 

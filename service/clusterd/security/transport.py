@@ -71,7 +71,7 @@ def check_transport(config: Config) -> None:
             raise ConfigError(
                 f"refusing plaintext gRPC on TCP address {config.listen!r}: bearer tokens would be exposed (on a "
                 "network to anyone on the path; on loopback to any local user who binds the port while clusterd "
-                "is down). Listen on a unix socket (listen = \"unix:/run/clusterd/clusterd.sock\"), configure "
+                'is down). Listen on a unix socket (listen = "unix:/run/clusterd/clusterd.sock"), configure '
                 "[tls] cert_file/key_file, or set allow_insecure = true"
             )
         if not unix:
@@ -81,8 +81,9 @@ def check_transport(config: Config) -> None:
     parse_cn_map(tls.cn_user_map)
     exposure = restd_exposure(config.slurm)
     if exposure is not None and exposure.remote and not config.allow_insecure:
-        raise ConfigError(f"refusing {exposure.message}; use https:// (slurm.restd_ca_file) or unix://, "
-                          "or set allow_insecure = true")  # fmt: skip
+        raise ConfigError(
+            f"refusing {exposure.message}; use https:// (slurm.restd_ca_file) or unix://, or set allow_insecure = true"
+        )
     if exposure is not None:
         log.warning("%s%s", "allow_insecure: " if exposure.remote else "", exposure.message)
 
@@ -99,11 +100,15 @@ def restd_exposure(slurm: SlurmConfig) -> Exposure | None:
         return None
     host = urlsplit(slurm.restd_url).hostname or ""
     if is_loopback(f"[{host}]:0" if ":" in host else f"{host}:0"):
-        return Exposure(False, f"slurm.restd_url {slurm.restd_url!r} is plain HTTP on loopback: a local user who "
-                               "binds that port while slurmrestd is down receives users' JWTs; prefer unix:// "
-                               "or https://")  # fmt: skip
-    return Exposure(True, f"slurm.restd_url {slurm.restd_url!r}: plain HTTP to another host sends every user's "
-                          "JWT in clear")  # fmt: skip
+        return Exposure(
+            False,
+            f"slurm.restd_url {slurm.restd_url!r} is plain HTTP on loopback: a local user who "
+            "binds that port while slurmrestd is down receives users' JWTs; prefer unix:// "
+            "or https://",
+        )
+    return Exposure(
+        True, f"slurm.restd_url {slurm.restd_url!r}: plain HTTP to another host sends every user's JWT in clear"
+    )
 
 
 def _read(path: str, what: str) -> bytes:

@@ -28,8 +28,10 @@ _MAX_PATH = 107  # sun_path holds 108 bytes, the last one a NUL
 def socket_path(listen: str) -> str | None:
     """``unix:/p`` or ``unix:///p`` -> ``/p``; None for a TCP address. Raises ConfigError when unusable."""
     if listen.startswith("unix-abstract:"):
-        raise ConfigError(f"listen {listen!r}: abstract unix sockets have no file permissions (anyone on the "
-                          "host could connect); use unix:/ABSOLUTE/PATH")  # fmt: skip
+        raise ConfigError(
+            f"listen {listen!r}: abstract unix sockets have no file permissions (anyone on the "
+            "host could connect); use unix:/ABSOLUTE/PATH"
+        )
     if not listen.startswith("unix:"):
         return None
     path = listen.removeprefix("unix:")
@@ -56,16 +58,20 @@ def _group_id(name: str) -> int | None:
     try:
         return grp.getgrnam(name).gr_gid
     except KeyError:
-        raise ConfigError(f"socket_group {name!r} does not exist: create it (groupadd {name}) and add the users "
-                          "allowed to call clusterd, or set socket_group") from None  # fmt: skip
+        raise ConfigError(
+            f"socket_group {name!r} does not exist: create it (groupadd {name}) and add the users "
+            "allowed to call clusterd, or set socket_group"
+        ) from None
 
 
 def _check_parent(directory: Path) -> None:
     parent = directory.parent
     st = parent.stat()
     if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX and st.st_uid not in (0, os.geteuid()):
-        raise ConfigError(f"socket directory {directory}: its parent {parent} is writable by others "
-                          "(another user could move the directory away and put their own there)")  # fmt: skip
+        raise ConfigError(
+            f"socket directory {directory}: its parent {parent} is writable by others "
+            "(another user could move the directory away and put their own there)"
+        )
 
 
 def prepare_socket_dir(path: str, group: str) -> SocketPlan:
@@ -87,8 +93,10 @@ def prepare_socket_dir(path: str, group: str) -> SocketPlan:
         if not stat.S_ISDIR(st.st_mode):
             raise ConfigError(f"socket directory {directory} is not a directory (a symlink?)")
         if st.st_uid != os.geteuid():
-            raise ConfigError(f"socket directory {directory} belongs to uid {st.st_uid}, not clusterd's "
-                              f"(uid {os.geteuid()}): whoever owns it could replace the socket; remove it")  # fmt: skip
+            raise ConfigError(
+                f"socket directory {directory} belongs to uid {st.st_uid}, not clusterd's "
+                f"(uid {os.geteuid()}): whoever owns it could replace the socket; remove it"
+            )
         os.chown(directory, -1, gid if gid is not None else -1)
         os.chmod(directory, DIR_MODE if gid is not None else 0o700)
         try:

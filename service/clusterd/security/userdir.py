@@ -50,8 +50,10 @@ def open_checked(dir_fd: int, name: str, uids: frozenset[int], *, directory: boo
         kind_ok = stat.S_ISDIR(st.st_mode) if directory else stat.S_ISREG(st.st_mode)
         if not kind_ok or st.st_uid not in uids:
             what = "directory" if directory else "regular file"
-            raise AccessDeniedError(f"{key}: not a {what} of the job's user (uid {st.st_uid}, mode "
-                                    f"{stat.filemode(st.st_mode)}); not read", key=key)  # fmt: skip
+            raise AccessDeniedError(
+                f"{key}: not a {what} of the job's user (uid {st.st_uid}, mode {stat.filemode(st.st_mode)}); not read",
+                key=key,
+            )
         try:
             return os.open(f"/proc/self/fd/{path_fd}", _READ | (os.O_DIRECTORY if directory else 0))
         except OSError as exc:
@@ -166,8 +168,7 @@ class UserDirStorage:
                     if entry.is_dir(follow_symlinks=False):
                         if key.startswith(prefix) or prefix.startswith(key + "/"):
                             subdirs.append(entry.name)
-                    elif (entry.is_file(follow_symlinks=False) and key.startswith(prefix)
-                          and TMP_MARK not in entry.name):  # fmt: skip
+                    elif entry.is_file(follow_symlinks=False) and key.startswith(prefix) and TMP_MARK not in entry.name:
                         with contextlib.suppress(FileNotFoundError):
                             st = entry.stat(follow_symlinks=False)
                             found(ObjectInfo(key, st.st_size, st.st_mtime))

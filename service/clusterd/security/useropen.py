@@ -77,8 +77,10 @@ def check_opened(
     if not kind_ok:
         problem = "is not a directory" if directory else "is not a regular file"
     elif st.st_uid not in (owner.uid, also_uid):
-        problem = (f"belongs to uid {st.st_uid}, not to {owner.name}: only what the job's user owns is shown "
-                   "(a link to another file is not followed there)")  # fmt: skip
+        problem = (
+            f"belongs to uid {st.st_uid}, not to {owner.name}: only what the job's user owns is shown "
+            "(a link to another file is not followed there)"
+        )
     if problem:
         os.close(fd)
         raise (PermissionDenied if kind_ok else FailedPrecondition)(f"{field} {path} {problem}")
@@ -124,13 +126,30 @@ async def _open_via_helper(owner: UnixAccount, path: str, field: str, python: st
     try:
         os.set_blocking(err_r, False)
         groups = ["--groups=" + ",".join(map(str, owner.groups))] if owner.groups else ["--clear-groups"]
-        argv = [_SETPRIV, f"--reuid={owner.uid}", f"--regid={owner.gid}", *groups, "--",
-                python, "-I", "-S", "-c", _OPENER, str(theirs.fileno()), path]  # fmt: skip
+        argv = [
+            _SETPRIV,
+            f"--reuid={owner.uid}",
+            f"--regid={owner.gid}",
+            *groups,
+            "--",
+            python,
+            "-I",
+            "-S",
+            "-c",
+            _OPENER,
+            str(theirs.fileno()),
+            path,
+        ]
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=_DEVNULL, stdout=_DEVNULL, stderr=err_w, pass_fds=(theirs.fileno(),),
-                env={"LANG": "C.UTF-8"}, cwd="/",
-            )  # fmt: skip
+                *argv,
+                stdin=_DEVNULL,
+                stdout=_DEVNULL,
+                stderr=err_w,
+                pass_fds=(theirs.fileno(),),
+                env={"LANG": "C.UTF-8"},
+                cwd="/",
+            )
         except OSError as exc:
             raise FailedPrecondition(f"cannot start the file opener ({python}): {exc.strerror}") from exc
         theirs.close()
@@ -152,8 +171,10 @@ async def _open_via_helper(owner: UnixAccount, path: str, field: str, python: st
             msg, fds = b"", []
         if not msg and not fds:  # it never answered: setpriv or the interpreter failed
             said = _read_some(err_r).decode(errors="replace").strip().splitlines()
-            raise FailedPrecondition(f"{field} {path}: the opener running as {owner.name} failed: "
-                                     f"{said[-1] if said else f'exit {proc.returncode}'}") from None  # fmt: skip
+            raise FailedPrecondition(
+                f"{field} {path}: the opener running as {owner.name} failed: "
+                f"{said[-1] if said else f'exit {proc.returncode}'}"
+            ) from None
         if fds:
             if msg == b"K" and len(fds) == 1:
                 return fds[0]

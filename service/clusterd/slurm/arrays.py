@@ -65,9 +65,17 @@ def compress(indices: Iterable[int]) -> str:
 _ACTIVE = (JobState.RUNNING, JobState.COMPLETING, JobState.SUSPENDED)
 # Which ended state an array with mixed outcomes shows: a failure beats a cancel beats success.
 _END_ORDER = (
-    JobState.NODE_FAIL, JobState.BOOT_FAIL, JobState.OUT_OF_MEMORY, JobState.FAILED, JobState.TIMEOUT,
-    JobState.DEADLINE, JobState.PREEMPTED, JobState.CANCELLED, JobState.UNKNOWN, JobState.COMPLETED,
-)  # fmt: skip
+    JobState.NODE_FAIL,
+    JobState.BOOT_FAIL,
+    JobState.OUT_OF_MEMORY,
+    JobState.FAILED,
+    JobState.TIMEOUT,
+    JobState.DEADLINE,
+    JobState.PREEMPTED,
+    JobState.CANCELLED,
+    JobState.UNKNOWN,
+    JobState.COMPLETED,
+)
 
 
 def derive_state(states: Iterable[JobState]) -> JobState:

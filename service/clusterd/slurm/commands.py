@@ -125,8 +125,12 @@ class CommandsBackend:
 
     def _user_env(self, user: str, run_as: UnixAccount | None) -> dict[str, str]:
         """The whole environment of a command run for ``user``: identity and PATH, nothing of clusterd's."""
-        return {"HOME": run_as.home if run_as else "/", "USER": user, "LOGNAME": user,
-                "PATH": self._job_path or os.environ.get("PATH", "/usr/bin:/bin")}  # fmt: skip
+        return {
+            "HOME": run_as.home if run_as else "/",
+            "USER": user,
+            "LOGNAME": user,
+            "PATH": self._job_path or os.environ.get("PATH", "/usr/bin:/bin"),
+        }
 
     async def mark_supervised(self, job_id: str, comment: str) -> None:
         await self.runner.run(argv.supervise_argv(job_id, comment))

@@ -39,8 +39,16 @@ class FakeSlurm:
             for _ in range(per_leaf):
                 n += 1
                 names.append(f"node{n}")
-                nodes.append(SlurmNode(f"node{n}", NodeState.IDLE, cpus_total=cpus, gpus_total=gpus,
-                                       memory_mb_total=2048, partitions=("debug", "batch")))  # fmt: skip
+                nodes.append(
+                    SlurmNode(
+                        f"node{n}",
+                        NodeState.IDLE,
+                        cpus_total=cpus,
+                        gpus_total=gpus,
+                        memory_mb_total=2048,
+                        partitions=("debug", "batch"),
+                    )
+                )
             switches.append(SlurmSwitch(f"leaf{leaf}", 0, nodes=tuple(names)))
         switches.append(SlurmSwitch("spine", 1, switches=tuple(s.name for s in switches)))
         return cls(nodes=nodes, switches=switches)
@@ -74,8 +82,14 @@ class FakeSlurm:
         job_id = array_id if not left else str(next(self._ids))
         if left:
             self.jobs[array_id] = replace(pending, array_pending=compress(left) + (f"%{limit}" if limit else ""))
-        self.jobs[job_id] = replace(pending, job_id=job_id, array_task_id=task, array_pending="", state=state,
-                                    **changes)  # type: ignore[arg-type]  # fmt: skip
+        self.jobs[job_id] = replace(
+            pending,
+            job_id=job_id,
+            array_task_id=task,
+            array_pending="",
+            state=state,
+            **changes,  # type: ignore[arg-type]
+        )
         return job_id
 
     def task(self, array_id: str, task: int) -> str:
@@ -130,8 +144,9 @@ class FakeSlurm:
         self.nodes = [replace(n, state=NodeState.DOWN, reason=reason) if n.name == node else n for n in self.nodes]
         for job_id, job in list(self.jobs.items()):
             if job.state == JobState.RUNNING and node in job.nodes and job.requeue:
-                self.jobs[job_id] = replace(job, state=JobState.PENDING, reason="BeginTime", nodes=(),
-                                            restart_count=job.restart_count + 1)  # fmt: skip
+                self.jobs[job_id] = replace(
+                    job, state=JobState.PENDING, reason="BeginTime", nodes=(), restart_count=job.restart_count + 1
+                )
 
     async def update_job(
         self, job_id: str, *, exclude_nodes: tuple[str, ...] | None = None, start_after: int | None = None
@@ -182,8 +197,11 @@ class FakeSlurm:
         self.calls["accounting_jobs"] += 1
         if self.accounting is None:
             return None
-        return [j for j in self.accounting if (user is None or j.user == user)
-                and j.end_time is not None and since <= j.end_time < until]  # fmt: skip
+        return [
+            j
+            for j in self.accounting
+            if (user is None or j.user == user) and j.end_time is not None and since <= j.end_time < until
+        ]
 
 
 def _split(job_id: str) -> tuple[str, int]:

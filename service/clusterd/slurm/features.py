@@ -67,20 +67,26 @@ class SlurmFeatures:
             out.append(f"REST {self.rest_used} used (slurmrestd serves {offered})")
         if self.json_filters:
             out.append("squeue/sinfo --json honour filters: the poll asks --states=all")
-            out.append("nodes (commands backend) from scontrol show nodes --json: newer sinfo --json leaves out "
-                       "the node addresses the liveness probe needs")  # fmt: skip
+            out.append(
+                "nodes (commands backend) from scontrol show nodes --json: newer sinfo --json leaves out "
+                "the node addresses the liveness probe needs"
+            )
         else:
             out.append("squeue/sinfo --json ignore filters: the poll reads the whole queue and filters here")
         if self.requeue_delay_seconds is not None:
-            out.append(f"requeue_delay={self.requeue_delay_seconds}s: requeued jobs wait that long, not 120 s "
-                       "(clusterd releases them at once either way)")  # fmt: skip
+            out.append(
+                f"requeue_delay={self.requeue_delay_seconds}s: requeued jobs wait that long, not 120 s "
+                "(clusterd releases them at once either way)"
+            )
         else:
             out.append("requeued jobs wait cred_expire (120 s) unless released: clusterd releases them (StartTime=now)")
         if "jobs" in self.private_data:
             out.append("PrivateData=jobs: `list --all` shows each user their own jobs, as squeue does")
         if self.expedited_requeue:
-            out.append("expedited requeue enabled on the cluster, not requested (a failing job would be held in "
-                       "REQUEUE_HOLD instead of failing; the restart policy decides)")  # fmt: skip
+            out.append(
+                "expedited requeue enabled on the cluster, not requested (a failing job would be held in "
+                "REQUEUE_HOLD instead of failing; the restart policy decides)"
+            )
         return out
 
 
@@ -126,8 +132,9 @@ async def detect(config: SlurmConfig, backend: SlurmBackend) -> SlurmFeatures:
     version = await backend.version()
     settings: dict[str, str] = {}
     if asks_the_cluster(backend):  # a test double has no cluster to ask
-        runner = CommandRunner(bin_dir=config.bin_dir, slurm_conf=config.slurm_conf,
-                               timeout=config.command_timeout_seconds)  # fmt: skip
+        runner = CommandRunner(
+            bin_dir=config.bin_dir, slurm_conf=config.slurm_conf, timeout=config.command_timeout_seconds
+        )
         try:
             result = await runner.run(["scontrol", "show", "config"], check=False)
             settings = parse_show_config(result.stdout) if result.returncode == 0 else {}

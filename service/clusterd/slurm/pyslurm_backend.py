@@ -271,8 +271,11 @@ def _array_fields(job: Any) -> dict[str, Any]:
         return {}
     task = getattr(job, "array_task_id", None)
     pending = str(getattr(job, "array_tasks_waiting", "") or "") if task is None else ""
-    return {"array_job_id": str(array_id), "array_task_id": None if task is None else _int(task),
-            "array_pending": pending}  # fmt: skip
+    return {
+        "array_job_id": str(array_id),
+        "array_task_id": None if task is None else _int(task),
+        "array_pending": pending,
+    }
 
 
 def _gres_gpus(gres: Any) -> int:

@@ -190,8 +190,14 @@ class _Connection:
     async def exchange(self, request: h11.Request, content: bytes) -> Reply:
         send = self._h11.send
         try:
-            self._writer.write(b"".join(filter(None, (send(request), send(h11.Data(data=content)) if content else b"",
-                                                      send(h11.EndOfMessage())))))  # fmt: skip
+            self._writer.write(
+                b"".join(
+                    filter(
+                        None,
+                        (send(request), send(h11.Data(data=content)) if content else b"", send(h11.EndOfMessage())),
+                    )
+                )
+            )
             await self._writer.drain()
             data = await self._reader.read(_READ)
         except OSError as exc:

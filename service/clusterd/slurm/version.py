@@ -81,4 +81,3 @@ class SlurmVersion:
 
     def __str__(self) -> str:
         return f"{self.major}.{self.minor:02d}.{self.micro}"
-

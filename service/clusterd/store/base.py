@@ -78,9 +78,7 @@ class JobStore(Protocol):
 
     async def get_by_record(self, record_id: int) -> JobRecord | None: ...
 
-    async def get_by_job_id(
-        self, job_id: str, *, user: str | None = None, with_spec: bool = True
-    ) -> JobRecord | None:
+    async def get_by_job_id(self, job_id: str, *, user: str | None = None, with_spec: bool = True) -> JobRecord | None:
         """The record Slurm id ``job_id`` names now (the current one), else the newest that held it."""
         ...
 
@@ -89,9 +87,15 @@ class JobStore(Protocol):
         ...
 
     async def finished(
-        self, *, user: str | None, since: float, until: float, limit: int,
-        states: frozenset[JobState] = frozenset(), name_glob: str = "",
-    ) -> builtins.list[JobRecord]:  # fmt: skip
+        self,
+        *,
+        user: str | None,
+        since: float,
+        until: float,
+        limit: int,
+        states: frozenset[JobState] = frozenset(),
+        name_glob: str = "",
+    ) -> builtins.list[JobRecord]:
         """Submitted records that finished in [since, until), newest end first, compact.
 
         ``name_glob``: ``*``, ``?``, ``[...]`` (``[^...]`` negates), case-sensitive, as SQLite's GLOB.

@@ -15,11 +15,30 @@ from clusterd.slurm.types import JobState
 from clusterd.store.records import ArrayTask, JobRecord, Phase, RestartEntry
 
 OBSERVED = (
-    "name", "reason", "nodes", "partition", "exit_code", "exit_signal", "submit_time", "start_time",
-    "end_time", "restart_count", "final_reason", "checkpoint_step", "excluded_nodes",
-    "placement_explanation", "error", "user_cancelled", "acked_restarts", "final_cause",
-    "needs_release", "backoff_seconds", "array", "array_tasks", "heartbeat_token_sha256",
-)  # fmt: skip
+    "name",
+    "reason",
+    "nodes",
+    "partition",
+    "exit_code",
+    "exit_signal",
+    "submit_time",
+    "start_time",
+    "end_time",
+    "restart_count",
+    "final_reason",
+    "checkpoint_step",
+    "excluded_nodes",
+    "placement_explanation",
+    "error",
+    "user_cancelled",
+    "acked_restarts",
+    "final_cause",
+    "needs_release",
+    "backoff_seconds",
+    "array",
+    "array_tasks",
+    "heartbeat_token_sha256",
+)
 _TUPLES = ("nodes", "excluded_nodes")
 
 
@@ -31,8 +50,7 @@ class Row(Protocol):
 
 def superseded_reason(job_id: str) -> str:
     """The final reason a record gets when Slurm gave its job id to a newer job."""
-    return (f"Slurm gave job id {job_id} to a newer job (slurmctld lost its state); "
-            "what became of this one is unknown")  # fmt: skip
+    return f"Slurm gave job id {job_id} to a newer job (slurmctld lost its state); what became of this one is unknown"
 
 
 def observed(rec: JobRecord) -> dict[str, Any]:
@@ -50,20 +68,35 @@ def observed_json(rec: JobRecord) -> str:
 
 
 def restart_json(entry: RestartEntry) -> dict[str, Any]:
-    return {"cause": entry.cause, "nodes": list(entry.failed_nodes), "time": entry.time,
-            "step": entry.checkpoint_step, "exit_code": entry.exit_code, "detail": entry.detail,
-            "nodes_before": entry.nodes_before, "nodes_after": entry.nodes_after,
-            "detected_by": entry.detected_by, "phases": dict(entry.phases)}  # fmt: skip
+    return {
+        "cause": entry.cause,
+        "nodes": list(entry.failed_nodes),
+        "time": entry.time,
+        "step": entry.checkpoint_step,
+        "exit_code": entry.exit_code,
+        "detail": entry.detail,
+        "nodes_before": entry.nodes_before,
+        "nodes_after": entry.nodes_after,
+        "detected_by": entry.detected_by,
+        "phases": dict(entry.phases),
+    }
 
 
 def restart_from(row: Row) -> RestartEntry:
     """A restart from a table row (nodes and phases JSON text) or from :func:`restart_json`."""
     nodes, phases = row["nodes"], row["phases"]
     return RestartEntry(
-        row["cause"], tuple(json.loads(nodes) if isinstance(nodes, str) else nodes), row["time"], row["step"],
-        row["exit_code"], row["detail"], row["nodes_before"], row["nodes_after"], row["detected_by"],
+        row["cause"],
+        tuple(json.loads(nodes) if isinstance(nodes, str) else nodes),
+        row["time"],
+        row["step"],
+        row["exit_code"],
+        row["detail"],
+        row["nodes_before"],
+        row["nodes_after"],
+        row["detected_by"],
         json.loads(phases) if isinstance(phases, str) else dict(phases),
-    )  # fmt: skip
+    )
 
 
 def record_from(
@@ -71,11 +104,18 @@ def record_from(
 ) -> JobRecord:
     """A record from its row columns and decoded observed fields (``spec`` None: compact, empty)."""
     rec = JobRecord(
-        record_id=int(row["record_id"]), user=row["user"], request_id=row["request_id"],
-        spec=spec if spec is not None else jobs_pb2.JobSpec(), phase=Phase(row["phase"]),
-        created=float(row["created"]), job_id=row["job_id"] or "", terminal=bool(row["terminal"]),
-        superseded=bool(row["superseded"]), tasks=int(row["tasks"]), restarts=restarts,
-    )  # fmt: skip
+        record_id=int(row["record_id"]),
+        user=row["user"],
+        request_id=row["request_id"],
+        spec=spec if spec is not None else jobs_pb2.JobSpec(),
+        phase=Phase(row["phase"]),
+        created=float(row["created"]),
+        job_id=row["job_id"] or "",
+        terminal=bool(row["terminal"]),
+        superseded=bool(row["superseded"]),
+        tasks=int(row["tasks"]),
+        restarts=restarts,
+    )
     for name, value in obs.items():
         if name == "array_tasks":
             rec.array_tasks = {int(i): ArrayTask.from_json(t) for i, t in value.items()}
@@ -87,12 +127,23 @@ def record_from(
 
 def event_record_json(rec: JobRecord) -> str:
     """The record as an event keeps it: row fields, observed fields and restarts, no spec."""
-    return json.dumps({
-        "record_id": rec.record_id, "user": rec.user, "request_id": rec.request_id, "job_id": rec.job_id,
-        "phase": rec.phase.value, "terminal": rec.terminal, "superseded": rec.superseded, "state": rec.state.value,
-        "tasks": rec.tasks, "created": rec.created, "observed": observed(rec),
-        "restarts": [restart_json(e) for e in rec.restarts],
-    }, sort_keys=True)  # fmt: skip
+    return json.dumps(
+        {
+            "record_id": rec.record_id,
+            "user": rec.user,
+            "request_id": rec.request_id,
+            "job_id": rec.job_id,
+            "phase": rec.phase.value,
+            "terminal": rec.terminal,
+            "superseded": rec.superseded,
+            "state": rec.state.value,
+            "tasks": rec.tasks,
+            "created": rec.created,
+            "observed": observed(rec),
+            "restarts": [restart_json(e) for e in rec.restarts],
+        },
+        sort_keys=True,
+    )
 
 
 def event_record_from(data: str | Mapping[str, Any]) -> JobRecord:

@@ -149,9 +149,14 @@ class PostgresJobStore:
             raise ValueError(f"not a valid PostgreSQL connection URL: {exc}") from None
         kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
         self._pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
-            url, min_size=pool_min, max_size=pool_max, kwargs=kwargs, open=False, name="clusterd-store",
+            url,
+            min_size=pool_min,
+            max_size=pool_max,
+            kwargs=kwargs,
+            open=False,
+            name="clusterd-store",
             reset=_reset,
-        )  # fmt: skip
+        )
         self._lock_pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             url, min_size=1, max_size=pool_max, kwargs=kwargs, open=False, name="clusterd-locks", reset=_reset
         )
@@ -195,10 +200,14 @@ class PostgresJobStore:
                 for r in await cur.fetchall():
                     specs[int(r["record_id"])] = jobs_pb2.JobSpec.FromString(bytes(r["spec"]))
         return [
-            codec.record_from(row, row["observed"], restarts[int(row["record_id"])],
-                              specs.get(int(row["record_id"]), jobs_pb2.JobSpec()) if with_spec else None)
+            codec.record_from(
+                row,
+                row["observed"],
+                restarts[int(row["record_id"])],
+                specs.get(int(row["record_id"]), jobs_pb2.JobSpec()) if with_spec else None,
+            )
             for row in rows
-        ]  # fmt: skip
+        ]
 
     async def _query(self, sql: str, params: Sequence[Any], *, with_spec: bool) -> list[JobRecord]:
         async with self._pool.connection() as conn:
@@ -255,9 +264,18 @@ class PostgresJobStore:
         await conn.execute(
             "UPDATE jobs SET job_id=%s, phase=%s, state=%s, observed=%s, terminal=%s, updated=%s, "
             "finished=CASE WHEN %s THEN COALESCE(finished, %s) END WHERE record_id=%s",
-            (rec.job_id or None, rec.phase.value, rec.state.value, Jsonb(codec.observed(rec)), rec.terminal, now,
-             finished, now, rec.record_id),
-        )  # fmt: skip
+            (
+                rec.job_id or None,
+                rec.phase.value,
+                rec.state.value,
+                Jsonb(codec.observed(rec)),
+                rec.terminal,
+                now,
+                finished,
+                now,
+                rec.record_id,
+            ),
+        )
         return assigns
 
     # -- JobStore ------------------------------------------------------------------------------
@@ -271,9 +289,14 @@ class PostgresJobStore:
         return lock
 
     async def reserve(
-        self, user: str, request_id: str, spec: jobs_pb2.JobSpec, *, tasks: int = 1,
+        self,
+        user: str,
+        request_id: str,
+        spec: jobs_pb2.JobSpec,
+        *,
+        tasks: int = 1,
         limits: bounds.UserBounds | None = None,
-    ) -> tuple[JobRecord, bool]:  # fmt: skip
+    ) -> tuple[JobRecord, bool]:
         """As SqliteJobStore.reserve; replicas reserving for one user take turns (an advisory lock)."""
         blob = spec.SerializeToString()
         now = time.time()
@@ -288,8 +311,9 @@ class PostgresJobStore:
                 if row is not None:  # a failed attempt submitted nothing: this retry may submit
                     await self._delete(conn, [int(row["record_id"])])
             if limits is not None:
-                prune = bounds.admit(limits, await self._usage(conn, user), user=user, tasks=tasks,
-                                     spec_bytes=len(blob))  # fmt: skip
+                prune = bounds.admit(
+                    limits, await self._usage(conn, user), user=user, tasks=tasks, spec_bytes=len(blob)
+                )
                 if prune.needed:
                     await self._delete(conn, prune.choose(await self._oldest_finished(conn, user, prune.rows)))
             cur = await conn.execute(
@@ -323,10 +347,21 @@ class PostgresJobStore:
                 await conn.execute(
                     "INSERT INTO restarts(record_id, seq, cause, nodes, time, step, exit_code, detail, nodes_before, "
                     "nodes_after, detected_by, phases) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                    (rec.record_id, int(seq["n"]), entry.cause, json.dumps(list(entry.failed_nodes)), entry.time,
-                     entry.checkpoint_step, entry.exit_code, entry.detail, entry.nodes_before, entry.nodes_after,
-                     entry.detected_by, json.dumps(entry.phases, sort_keys=True)),
-                )  # fmt: skip
+                    (
+                        rec.record_id,
+                        int(seq["n"]),
+                        entry.cause,
+                        json.dumps(list(entry.failed_nodes)),
+                        entry.time,
+                        entry.checkpoint_step,
+                        entry.exit_code,
+                        entry.detail,
+                        entry.nodes_before,
+                        entry.nodes_after,
+                        entry.detected_by,
+                        json.dumps(entry.phases, sort_keys=True),
+                    ),
+                )
             await self._update(conn, rec)
         rec.restarts.append(entry)
 
@@ -335,9 +370,15 @@ class PostgresJobStore:
             await conn.execute(
                 "UPDATE restarts SET nodes_after=%s, detail=%s, phases=%s WHERE record_id=%s AND seq=%s AND EXISTS "
                 "(SELECT 1 FROM jobs WHERE record_id=%s AND NOT superseded)",
-                (entry.nodes_after, entry.detail, json.dumps(entry.phases, sort_keys=True), rec.record_id,
-                 len(rec.restarts) - 1, rec.record_id),
-            )  # fmt: skip
+                (
+                    entry.nodes_after,
+                    entry.detail,
+                    json.dumps(entry.phases, sort_keys=True),
+                    rec.record_id,
+                    len(rec.restarts) - 1,
+                    rec.record_id,
+                ),
+            )
         rec.restarts[-1] = entry
 
     async def get_by_record(self, record_id: int) -> JobRecord | None:
@@ -358,9 +399,15 @@ class PostgresJobStore:
         return [LiveRow(int(r["record_id"]), Phase(r["phase"]), r["job_id"] or "", float(r["updated"])) for r in rows]
 
     async def finished(
-        self, *, user: str | None, since: float, until: float, limit: int,
-        states: frozenset[JobState] = frozenset(), name_glob: str = "",
-    ) -> list[JobRecord]:  # fmt: skip
+        self,
+        *,
+        user: str | None,
+        since: float,
+        until: float,
+        limit: int,
+        states: frozenset[JobState] = frozenset(),
+        name_glob: str = "",
+    ) -> list[JobRecord]:
         """As SqliteJobStore.finished; ``name_glob`` is translated to an anchored regex (:func:`glob_to_regex`)."""
         clauses = ["phase=%s", "terminal", "finished >= %s", "finished < %s"]
         params: list[Any] = [Phase.SUBMITTED.value, since, until]
@@ -418,8 +465,14 @@ class PostgresJobStore:
                 cur = await conn.execute(
                     "INSERT INTO events(seq, record_id, type, previous_state, message, time, record) "
                     "VALUES (nextval('events_seq'), %s, %s, %s, %s, %s, %s::jsonb) RETURNING seq",
-                    (e.record.record_id, e.type, e.previous_state, e.message, e.time,
-                     codec.event_record_json(e.record)),
+                    (
+                        e.record.record_id,
+                        e.type,
+                        e.previous_state,
+                        e.message,
+                        e.time,
+                        codec.event_record_json(e.record),
+                    ),
                 )
                 row = await cur.fetchone()
                 assert row is not None
@@ -434,8 +487,17 @@ class PostgresJobStore:
                 (seq, limit),
             )
             rows = await cur.fetchall()
-        return [LoggedEvent(int(r["seq"]), codec.event_record_from(r["record"]), r["type"], r["previous_state"],
-                            r["message"], float(r["time"])) for r in rows]  # fmt: skip
+        return [
+            LoggedEvent(
+                int(r["seq"]),
+                codec.event_record_from(r["record"]),
+                r["type"],
+                r["previous_state"],
+                r["message"],
+                float(r["time"]),
+            )
+            for r in rows
+        ]
 
     async def event_bounds(self) -> tuple[int, int]:
         async with self._pool.connection() as conn:

@@ -58,15 +58,27 @@ class ArrayTask:
         return max(self.restart_count, self.slurm_restarts)
 
     def to_json(self) -> dict[str, object]:
-        return {"state": self.state.value, "exit_code": self.exit_code, "exit_signal": self.exit_signal,
-                "nodes": list(self.nodes), "restart_count": self.restart_count,
-                "slurm_restarts": self.slurm_restarts, "cancelled": self.cancelled}  # fmt: skip
+        return {
+            "state": self.state.value,
+            "exit_code": self.exit_code,
+            "exit_signal": self.exit_signal,
+            "nodes": list(self.nodes),
+            "restart_count": self.restart_count,
+            "slurm_restarts": self.slurm_restarts,
+            "cancelled": self.cancelled,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ArrayTask:
-        return cls(JobState(data.get("state", "PENDING")), int(data.get("exit_code", 0)),
-                   int(data.get("exit_signal", 0)), tuple(data.get("nodes", ())), int(data.get("restart_count", 0)),
-                   int(data.get("slurm_restarts", 0)), bool(data.get("cancelled", False)))  # fmt: skip
+        return cls(
+            JobState(data.get("state", "PENDING")),
+            int(data.get("exit_code", 0)),
+            int(data.get("exit_signal", 0)),
+            tuple(data.get("nodes", ())),
+            int(data.get("restart_count", 0)),
+            int(data.get("slurm_restarts", 0)),
+            bool(data.get("cancelled", False)),
+        )
 
 
 @dataclass

@@ -31,18 +31,22 @@ def finished(row: str = "") -> str:
 def _add(row: str) -> str:
     """The statement adding ``row``'s record to its user's usage."""
     up, done = live(row), finished(row)
-    return (f"INSERT INTO usage(user, live_tasks, live_bytes, finished, finished_bytes) VALUES ({row}user, "
-            f"{up} * {row}tasks, {up} * {row}spec_bytes, {done}, {done} * {row}spec_bytes) ON CONFLICT(user) DO "
-            "UPDATE SET live_tasks = live_tasks + excluded.live_tasks, live_bytes = live_bytes + excluded.live_bytes, "
-            "finished = finished + excluded.finished, finished_bytes = finished_bytes + excluded.finished_bytes;")
+    return (
+        f"INSERT INTO usage(user, live_tasks, live_bytes, finished, finished_bytes) VALUES ({row}user, "
+        f"{up} * {row}tasks, {up} * {row}spec_bytes, {done}, {done} * {row}spec_bytes) ON CONFLICT(user) DO "
+        "UPDATE SET live_tasks = live_tasks + excluded.live_tasks, live_bytes = live_bytes + excluded.live_bytes, "
+        "finished = finished + excluded.finished, finished_bytes = finished_bytes + excluded.finished_bytes;"
+    )
 
 
 def _take(row: str) -> str:
     """The statement taking ``row``'s record out of its user's usage."""
     up, done = live(row), finished(row)
-    return (f"UPDATE usage SET live_tasks = live_tasks - {up} * {row}tasks, live_bytes = live_bytes - {up} * "
-            f"{row}spec_bytes, finished = finished - {done}, finished_bytes = finished_bytes - {done} * "
-            f"{row}spec_bytes WHERE user = {row}user;")
+    return (
+        f"UPDATE usage SET live_tasks = live_tasks - {up} * {row}tasks, live_bytes = live_bytes - {up} * "
+        f"{row}spec_bytes, finished = finished - {done}, finished_bytes = finished_bytes - {done} * "
+        f"{row}spec_bytes WHERE user = {row}user;"
+    )
 
 
 _USAGE = f"""
@@ -70,7 +74,8 @@ INSERT INTO usage(user, live_tasks, live_bytes, finished, finished_bytes)
     FROM jobs GROUP BY user;
 """
 
-SCHEMA = """
+SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS jobs (
     record_id   INTEGER PRIMARY KEY AUTOINCREMENT,
     user        TEXT NOT NULL,
@@ -127,7 +132,9 @@ CREATE TABLE IF NOT EXISTS leases (
     epoch       INTEGER NOT NULL,
     expires     REAL NOT NULL
 );
-""" + _USAGE
+"""
+    + _USAGE
+)
 
 # Version 1 kept the spec inline and made job_id UNIQUE (which wedged on a reused Slurm id).
 _FROM_V1 = """

@@ -185,8 +185,9 @@ class SqliteJobStore:
         now = time.time()
         with self._lock, self._transaction(durable=True):
             if request_id:
-                row = self._db.execute(f"SELECT {_ROW} FROM jobs WHERE user=? AND request_id=?",
-                                       (user, request_id)).fetchone()  # fmt: skip
+                row = self._db.execute(
+                    f"SELECT {_ROW} FROM jobs WHERE user=? AND request_id=?", (user, request_id)
+                ).fetchone()
                 if row is not None and row["phase"] != Phase.FAILED.value:
                     return self._records([row], with_spec=True)[0], False  # a retry is not a new job
                 if row is not None:  # a failed attempt submitted nothing: this retry may submit
@@ -222,9 +223,18 @@ class SqliteJobStore:
         self._db.execute(
             "UPDATE jobs SET job_id=?, phase=?, state=?, observed=?, terminal=?, updated=?, "
             "finished=CASE WHEN ? THEN COALESCE(finished, ?) END WHERE record_id=?",
-            (rec.job_id or None, rec.phase.value, rec.state.value, codec.observed_json(rec), int(rec.terminal), now,
-             int(finished), now, rec.record_id),
-        )  # fmt: skip
+            (
+                rec.job_id or None,
+                rec.phase.value,
+                rec.state.value,
+                codec.observed_json(rec),
+                int(rec.terminal),
+                now,
+                int(finished),
+                now,
+                rec.record_id,
+            ),
+        )
 
     def _save(self, rec: JobRecord) -> None:
         with self._lock:
@@ -241,10 +251,22 @@ class SqliteJobStore:
                 "INSERT INTO restarts(record_id, seq, cause, nodes, time, step, exit_code, detail, nodes_before, "
                 "nodes_after, detected_by, phases) SELECT ?,?,?,?,?,?,?,?,?,?,?,? WHERE EXISTS "
                 "(SELECT 1 FROM jobs WHERE record_id=? AND superseded=0)",
-                (rec.record_id, seq, entry.cause, json.dumps(list(entry.failed_nodes)), entry.time,
-                 entry.checkpoint_step, entry.exit_code, entry.detail, entry.nodes_before, entry.nodes_after,
-                 entry.detected_by, json.dumps(entry.phases, sort_keys=True), rec.record_id),
-            )  # fmt: skip
+                (
+                    rec.record_id,
+                    seq,
+                    entry.cause,
+                    json.dumps(list(entry.failed_nodes)),
+                    entry.time,
+                    entry.checkpoint_step,
+                    entry.exit_code,
+                    entry.detail,
+                    entry.nodes_before,
+                    entry.nodes_after,
+                    entry.detected_by,
+                    json.dumps(entry.phases, sort_keys=True),
+                    rec.record_id,
+                ),
+            )
             self._update(rec)
 
     def _amend_restart(self, rec: JobRecord, entry: RestartEntry) -> None:
@@ -252,9 +274,15 @@ class SqliteJobStore:
             self._db.execute(
                 "UPDATE restarts SET nodes_after=?, detail=?, phases=? WHERE record_id=? AND seq=? AND EXISTS "
                 "(SELECT 1 FROM jobs WHERE record_id=? AND superseded=0)",
-                (entry.nodes_after, entry.detail, json.dumps(entry.phases, sort_keys=True), rec.record_id,
-                 len(rec.restarts) - 1, rec.record_id),
-            )  # fmt: skip
+                (
+                    entry.nodes_after,
+                    entry.detail,
+                    json.dumps(entry.phases, sort_keys=True),
+                    rec.record_id,
+                    len(rec.restarts) - 1,
+                    rec.record_id,
+                ),
+            )
 
     def _query(self, sql: str, params: tuple[Any, ...], *, with_spec: bool) -> list[JobRecord]:
         with self._lock:
@@ -266,25 +294,38 @@ class SqliteJobStore:
 
     def _prune(self, cutoff: float, keep: int) -> int:
         with self._lock, self._transaction():
-            ids = [r[0] for r in self._db.execute(
-                f"SELECT record_id FROM (SELECT record_id, finished, ROW_NUMBER() OVER "
-                f"(PARTITION BY user ORDER BY finished DESC, record_id DESC) AS rank FROM jobs WHERE {_FINISHED}) "
-                "WHERE finished < ? OR (? > 0 AND rank > ?)",
-                (cutoff, keep, keep),
-            )]  # fmt: skip
+            ids = [
+                r[0]
+                for r in self._db.execute(
+                    f"SELECT record_id FROM (SELECT record_id, finished, ROW_NUMBER() OVER "
+                    f"(PARTITION BY user ORDER BY finished DESC, record_id DESC) AS rank FROM jobs WHERE {_FINISHED}) "
+                    "WHERE finished < ? OR (? > 0 AND rank > ?)",
+                    (cutoff, keep, keep),
+                )
+            ]
             self._delete(ids)
         return len(ids)
 
     def _append_events(self, events: Sequence[EventRow]) -> list[int]:
         with self._lock, self._transaction():
             return [
-                int(self._db.execute(
-                    "INSERT INTO events(record_id, type, previous_state, message, time, record) VALUES (?,?,?,?,?,?)",
-                    (e.record.record_id, e.type, e.previous_state, e.message, e.time,
-                     codec.event_record_json(e.record)),
-                ).lastrowid or 0)
+                int(
+                    self._db.execute(
+                        "INSERT INTO events(record_id, type, previous_state, message, time, record)"
+                        " VALUES (?,?,?,?,?,?)",
+                        (
+                            e.record.record_id,
+                            e.type,
+                            e.previous_state,
+                            e.message,
+                            e.time,
+                            codec.event_record_json(e.record),
+                        ),
+                    ).lastrowid
+                    or 0
+                )
                 for e in events
-            ]  # fmt: skip
+            ]
 
     def _events_after(self, seq: int, limit: int) -> list[LoggedEvent]:
         with self._lock:
@@ -293,8 +334,12 @@ class SqliteJobStore:
                 "WHERE seq > ? ORDER BY seq LIMIT ?",
                 (seq, limit),
             ).fetchall()
-        return [LoggedEvent(r["seq"], codec.event_record_from(r["record"]), r["type"], r["previous_state"],
-                            r["message"], r["time"]) for r in rows]  # fmt: skip
+        return [
+            LoggedEvent(
+                r["seq"], codec.event_record_from(r["record"]), r["type"], r["previous_state"], r["message"], r["time"]
+            )
+            for r in rows
+        ]
 
     def _lease(self, name: str) -> Lease | None:
         row = self._db.execute("SELECT name, holder, epoch, expires FROM leases WHERE name=?", (name,)).fetchone()
@@ -352,9 +397,14 @@ class SqliteJobStore:
         return lock
 
     async def reserve(
-        self, user: str, request_id: str, spec: jobs_pb2.JobSpec, *, tasks: int = 1,
+        self,
+        user: str,
+        request_id: str,
+        spec: jobs_pb2.JobSpec,
+        *,
+        tasks: int = 1,
         limits: bounds.UserBounds | None = None,
-    ) -> tuple[JobRecord, bool]:  # fmt: skip
+    ) -> tuple[JobRecord, bool]:
         """Create a SUBMITTING record, or return the live one holding ``(user, request_id)``.
 
         Returns (record, created). Only the caller that got created=True may run sbatch. With
@@ -414,9 +464,15 @@ class SqliteJobStore:
         return [LiveRow(int(rid), Phase(phase), job_id or "", float(updated)) for rid, phase, job_id, updated in rows]
 
     async def finished(
-        self, *, user: str | None, since: float, until: float, limit: int,
-        states: frozenset[JobState] = frozenset(), name_glob: str = "",
-    ) -> list[JobRecord]:  # fmt: skip
+        self,
+        *,
+        user: str | None,
+        since: float,
+        until: float,
+        limit: int,
+        states: frozenset[JobState] = frozenset(),
+        name_glob: str = "",
+    ) -> list[JobRecord]:
         """Submitted records that finished in [since, until), newest end first, as compact rows.
 
         ``name_glob`` is matched with SQLite's GLOB (``*``, ``?``, ``[...]``; case-sensitive).
@@ -456,7 +512,6 @@ class SqliteJobStore:
         """Delete finished records that ended before ``older_than`` or past each user's newest
         ``keep_per_user`` (0 = no count bound); returns how many went."""
         return await self._write(self._prune, older_than, keep_per_user)
-
 
     async def append_events(self, events: Sequence[EventRow]) -> builtins.list[int]:
         """Append in one transaction; seqs (AUTOINCREMENT: never reused) follow commit order."""

@@ -35,8 +35,16 @@ def all_states(rec: JobRecord) -> list[JobState]:
 
 def observe_array(rec: JobRecord, elements: tuple[SlurmJob, ...]) -> bool:
     """Copy one poll's array elements into the record; True when anything a client sees changed."""
-    before = (rec.state, rec.reason, rec.nodes, rec.exit_code, rec.exit_signal, rec.start_time, rec.end_time,
-              {i: replace(t) for i, t in rec.array_tasks.items()})  # fmt: skip
+    before = (
+        rec.state,
+        rec.reason,
+        rec.nodes,
+        rec.exit_code,
+        rec.exit_signal,
+        rec.start_time,
+        rec.end_time,
+        {i: replace(t) for i, t in rec.array_tasks.items()},
+    )
     reason, ends = "", [rec.end_time or 0.0]
     waiting: SlurmJob | None = None  # the pending range, when this poll lists one
     for sj in elements:
@@ -64,8 +72,16 @@ def observe_array(rec: JobRecord, elements: tuple[SlurmJob, ...]) -> bool:
             ends.append(waiting.end_time)
     derive(rec, reason)
     rec.end_time = (max(ends) or None) if finished(rec) else None
-    after = (rec.state, rec.reason, rec.nodes, rec.exit_code, rec.exit_signal, rec.start_time, rec.end_time,
-             rec.array_tasks)  # fmt: skip
+    after = (
+        rec.state,
+        rec.reason,
+        rec.nodes,
+        rec.exit_code,
+        rec.exit_signal,
+        rec.start_time,
+        rec.end_time,
+        rec.array_tasks,
+    )
     return before != after
 
 
@@ -124,9 +140,12 @@ def finished(rec: JobRecord) -> bool:
 
 
 _CAUSES = {
-    JobState.CANCELLED: "CANCELLED", JobState.TIMEOUT: "TIME_LIMIT", JobState.OUT_OF_MEMORY: "OUT_OF_MEMORY",
-    JobState.NODE_FAIL: "NODE_FAILURE", JobState.PREEMPTED: "PREEMPTED",
-}  # fmt: skip
+    JobState.CANCELLED: "CANCELLED",
+    JobState.TIMEOUT: "TIME_LIMIT",
+    JobState.OUT_OF_MEMORY: "OUT_OF_MEMORY",
+    JobState.NODE_FAIL: "NODE_FAILURE",
+    JobState.PREEMPTED: "PREEMPTED",
+}
 
 
 def final_cause(rec: JobRecord) -> str:

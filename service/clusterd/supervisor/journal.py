@@ -66,9 +66,15 @@ class EventJournal:
     """An EventSink that logs into the store and feeds ``bus`` from the log (this replica's tail)."""
 
     def __init__(
-        self, store: JobStore, bus: EventBus, *, poll_seconds: float = 0.1, retention_seconds: float = 3600.0,
-        clock: Callable[[], float] = time.time, sole_writer: bool = False,
-    ) -> None:  # fmt: skip
+        self,
+        store: JobStore,
+        bus: EventBus,
+        *,
+        poll_seconds: float = 0.1,
+        retention_seconds: float = 3600.0,
+        clock: Callable[[], float] = time.time,
+        sole_writer: bool = False,
+    ) -> None:
         self._store = store
         self._bus = bus
         self._sole_writer = sole_writer

@@ -118,8 +118,11 @@ def _classify(rec: JobRecord, before_nodes: tuple[str, ...], sj: SlurmJob, down:
     if failed:
         return Termination(Cause.NODE_FAILURE, failed, sj.exit_code, detail=_nodes_text(failed))
     if sj.exit_code == REQUEUE_EXIT_CODE:
-        return Termination(Cause.REQUEUE_REQUESTED, exit_code=sj.exit_code,
-                           detail=f"exit {REQUEUE_EXIT_CODE}: checkpointed and asked to be requeued")  # fmt: skip
+        return Termination(
+            Cause.REQUEUE_REQUESTED,
+            exit_code=sj.exit_code,
+            detail=f"exit {REQUEUE_EXIT_CODE}: checkpointed and asked to be requeued",
+        )
     detail = f"signal {sj.exit_signal}" if sj.exit_signal else f"exit code {sj.exit_code}"
     return Termination(Cause.EXIT_CODE, exit_code=sj.exit_code, detail=detail)
 
@@ -177,18 +180,23 @@ def decide(term: Termination, policy: Policy, rec: JobRecord, current_step: int)
         Cause.RANK_FAILED: policy.on_rank_failure,
     }.get(term.cause, False)
     if allowed and term.cause == Cause.TIME_LIMIT and current_step <= step_at_start(rec.restarts):
-        return Decision(False, f"{term.detail} with no new checkpoint: not requeued (it would start over)",
-                        Cause.TIME_LIMIT)  # fmt: skip
+        return Decision(
+            False, f"{term.detail} with no new checkpoint: not requeued (it would start over)", Cause.TIME_LIMIT
+        )
     if not allowed:
         return Decision(False, f"{term.detail or term.cause.value.lower()}: not requeued by policy", term.cause)
     automatic = [r for r in rec.restarts if r.cause != "MANUAL_REQUEUE"]
     if len(automatic) >= policy.max_restarts:
-        return Decision(False, f"{term.detail}; restart budget spent ({policy.max_restarts} restarts)",
-                        Cause.RESTARTS_EXHAUSTED)  # fmt: skip
+        return Decision(
+            False, f"{term.detail}; restart budget spent ({policy.max_restarts} restarts)", Cause.RESTARTS_EXHAUSTED
+        )
     if policy.no_progress_limit and stalled_restarts(rec.restarts, current_step) >= policy.no_progress_limit:
         step = "no checkpoint" if current_step < 0 else f"step {current_step}"
-        return Decision(False, f"{term.detail}; {policy.no_progress_limit} restarts made no checkpoint progress "
-                        f"(still at {step})", Cause.NO_PROGRESS)  # fmt: skip
+        return Decision(
+            False,
+            f"{term.detail}; {policy.no_progress_limit} restarts made no checkpoint progress (still at {step})",
+            Cause.NO_PROGRESS,
+        )
     return Decision(True, term.detail or term.cause.value.lower())
 
 

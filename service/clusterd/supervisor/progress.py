@@ -172,8 +172,9 @@ class _Job:
 class ProgressReader:
     """Keeps the newest committed step of each followed job, read by its own task within budgets."""
 
-    def __init__(self, budget: ProgressBudget | None = None, *, lister: StepLister = list_steps,
-                 opener: DirOpener = open_as_user) -> None:  # fmt: skip
+    def __init__(
+        self, budget: ProgressBudget | None = None, *, lister: StepLister = list_steps, opener: DirOpener = open_as_user
+    ) -> None:
         self._budget = budget or ProgressBudget()
         self._lister = lister
         self._opener = opener
@@ -306,7 +307,12 @@ class ProgressReader:
 
     def _failed(self, key: int, job: _Job, why: str) -> None:
         if not job.reading.error:  # once per bad spell, not once per retry
-            log.warning("checkpoint progress of record %d (%s) unknown: %s; next try in %g s",
-                        key, job.uri, why, self._budget.retry_after)  # fmt: skip
+            log.warning(
+                "checkpoint progress of record %d (%s) unknown: %s; next try in %g s",
+                key,
+                job.uri,
+                why,
+                self._budget.retry_after,
+            )
         job.reading = Reading(None, job.reading.read_at, why)
         job.due = time.monotonic() + self._budget.retry_after

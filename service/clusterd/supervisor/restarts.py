@@ -147,16 +147,26 @@ class Restarter:
             if not sj.state.terminal or sj.restart_count < task.restart_count:
                 continue  # still running, or our requeue has not shown up in Slurm yet
             prefix = f"task {sj.array_task_id}: "
-            view = replace(rec, user_cancelled=rec.user_cancelled or task.cancelled, acked_restarts=task.restart_count,
-                           restarts=[r for r in rec.restarts if r.detail.startswith(prefix)])  # fmt: skip
+            view = replace(
+                rec,
+                user_cancelled=rec.user_cancelled or task.cancelled,
+                acked_restarts=task.restart_count,
+                restarts=[r for r in rec.restarts if r.detail.startswith(prefix)],
+            )
             term = classify(view, task.nodes, sj, down)
             if term is None or term.cause in (Cause.COMPLETED, Cause.CANCELLED):
                 continue
             decision = decide(term, policy, view, rec.checkpoint_step)
             if not decision.requeue:
                 continue
-            entry = RestartEntry(term.cause.value, term.failed_nodes, time.time(), rec.checkpoint_step,
-                                 term.exit_code, prefix + decision.reason)  # fmt: skip
+            entry = RestartEntry(
+                term.cause.value,
+                term.failed_nodes,
+                time.time(),
+                rec.checkpoint_step,
+                term.exit_code,
+                prefix + decision.reason,
+            )
             task.restart_count += 1
             task.state = JobState.PENDING
             rec.restart_count = sum(t.restarts for t in rec.array_tasks.values())
@@ -203,9 +213,17 @@ class Restarter:
                 with contextlib.suppress(SlurmError):
                     await self._backend.kill_steps(rec.job_id)  # not left running with a dead rank
             return Outcome(kick=True)  # the reconciler classifies the end and stops the job
-        entry = RestartEntry(cause.value, term.failed_nodes, det.detected_at, rec.checkpoint_step, det.exit_code,
-                             decision.reason, nodes_before=len(rec.nodes), detected_by=det.detected_by,
-                             phases={"failed": det.failed_at, "detected": det.detected_at})  # fmt: skip
+        entry = RestartEntry(
+            cause.value,
+            term.failed_nodes,
+            det.detected_at,
+            rec.checkpoint_step,
+            det.exit_code,
+            decision.reason,
+            nodes_before=len(rec.nodes),
+            detected_by=det.detected_by,
+            phases={"failed": det.failed_at, "detected": det.detected_at},
+        )
         rec.acked_restarts = sj.restart_count + 1
         rec.excluded_nodes = still_excluded(rec, det.detected_at)
         if policy.exclude_failed_nodes and node_dead:
@@ -215,8 +233,9 @@ class Restarter:
         rec.backoff_seconds = policy.backoff_seconds
         await self._store.record_restart(rec, entry)
         REQUEUES.labels(cause=cause.value).inc()
-        log.info("job %s: restart %d (%s, detected by %s)", rec.job_id, len(rec.restarts), decision.reason,
-                 det.detected_by)  # fmt: skip
+        log.info(
+            "job %s: restart %d (%s, detected by %s)", rec.job_id, len(rec.restarts), decision.reason, det.detected_by
+        )
         if not slurm_requeues:
             await self._kill_and_requeue(rec.job_id)
         await self.amend_phase(rec, "requeued", time.time())
@@ -236,8 +255,9 @@ class Restarter:
         try:
             await (self._backend.drain_node if drain else self._backend.set_node_down)(node, reason)
         except SlurmError as exc:
-            log.warning("cannot mark node %s %s (%s); Slurm will after SlurmdTimeout", node,
-                        "drained" if drain else "down", exc)  # fmt: skip
+            log.warning(
+                "cannot mark node %s %s (%s); Slurm will after SlurmdTimeout", node, "drained" if drain else "down", exc
+            )
 
     async def _kill_and_requeue(self, job_id: str) -> None:
         """Kill the steps (srun collects their exits at once), then requeue, retried while Slurm ends the run."""
@@ -286,8 +306,13 @@ class Restarter:
         if failed is None:
             return term
         rank, beat = failed
-        return replace(term, cause=Cause.RANK_FAILED, exit_code=beat.exit_code, detail=crash_detail(rank, beat),
-                       detected_by="rank-exit")  # fmt: skip
+        return replace(
+            term,
+            cause=Cause.RANK_FAILED,
+            exit_code=beat.exit_code,
+            detail=crash_detail(rank, beat),
+            detected_by="rank-exit",
+        )
 
     def _first_look(self, rec: JobRecord, term: Termination) -> Termination:
         """How the run ended as first seen: while the decision waits for a progress read, Slurm
@@ -341,13 +366,30 @@ class Restarter:
         if term.slurm_requeued and sj.restart_count > rec.acked_restarts + 1:
             # Slurm requeued it more than once between two looks: each of those is a restart too.
             for _ in range(sj.restart_count - rec.acked_restarts - 1):
-                await self._store.record_restart(rec, RestartEntry(
-                    term.cause.value, (), now, step, 0, f"{term.detail or term.cause.value.lower()} "
-                    "(an earlier requeue by Slurm, seen late)", detected_by="slurm"))  # fmt: skip
+                await self._store.record_restart(
+                    rec,
+                    RestartEntry(
+                        term.cause.value,
+                        (),
+                        now,
+                        step,
+                        0,
+                        f"{term.detail or term.cause.value.lower()} (an earlier requeue by Slurm, seen late)",
+                        detected_by="slurm",
+                    ),
+                )
         failed = sj.end_time if sj.end_time and sj.state.terminal else self._ended_at.get(rec.record_id, now)
-        entry = RestartEntry(term.cause.value, term.failed_nodes, now, step, term.exit_code, decision.reason,
-                             nodes_before=len(term.nodes), detected_by=term.detected_by,
-                             phases={"failed": min(failed, now), "detected": now})  # fmt: skip
+        entry = RestartEntry(
+            term.cause.value,
+            term.failed_nodes,
+            now,
+            step,
+            term.exit_code,
+            decision.reason,
+            nodes_before=len(term.nodes),
+            detected_by=term.detected_by,
+            phases={"failed": min(failed, now), "detected": now},
+        )
         # Persist the decision before acting on it: a crash after this line re-issues, never repeats.
         rec.acked_restarts = sj.restart_count + (0 if term.slurm_requeued else 1)
         rec.excluded_nodes = excluded
@@ -356,8 +398,13 @@ class Restarter:
         rec.backoff_seconds = policy.backoff_seconds
         await self._store.record_restart(rec, entry)
         REQUEUES.labels(cause=term.cause.value).inc()
-        log.info("job %s: restart %d (%s), excluding %s", rec.job_id, len(rec.restarts), decision.reason,
-                 ",".join(excluded) or "nothing")  # fmt: skip
+        log.info(
+            "job %s: restart %d (%s), excluding %s",
+            rec.job_id,
+            len(rec.restarts),
+            decision.reason,
+            ",".join(excluded) or "nothing",
+        )
         if not term.slurm_requeued:
             try:
                 await self._backend.requeue(rec.job_id)

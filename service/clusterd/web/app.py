@@ -46,17 +46,30 @@ log = logging.getLogger(__name__)
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
 _HTTP_STATUS = {
-    "INVALID_ARGUMENT": "400 Bad Request", "UNAUTHENTICATED": "401 Unauthorized", "PERMISSION_DENIED": "403 Forbidden",
-    "NOT_FOUND": "404 Not Found", "FAILED_PRECONDITION": "409 Conflict", "ALREADY_EXISTS": "409 Conflict",
-    "RESOURCE_EXHAUSTED": "429 Too Many Requests", "UNAVAILABLE": "503 Service Unavailable",
-}  # fmt: skip
-_ASSETS = {"/": ("index.html", "text/html; charset=utf-8"), "/static/app.js": ("app.js", "text/javascript"),
-           "/static/app.css": ("app.css", "text/css")}  # fmt: skip
+    "INVALID_ARGUMENT": "400 Bad Request",
+    "UNAUTHENTICATED": "401 Unauthorized",
+    "PERMISSION_DENIED": "403 Forbidden",
+    "NOT_FOUND": "404 Not Found",
+    "FAILED_PRECONDITION": "409 Conflict",
+    "ALREADY_EXISTS": "409 Conflict",
+    "RESOURCE_EXHAUSTED": "429 Too Many Requests",
+    "UNAVAILABLE": "503 Service Unavailable",
+}
+_ASSETS = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/static/app.js": ("app.js", "text/javascript"),
+    "/static/app.css": ("app.css", "text/css"),
+}
 _SECURITY_HEADERS = [
-    ("X-Content-Type-Options", "nosniff"), ("Referrer-Policy", "no-referrer"), ("X-Frame-Options", "DENY"),
-    ("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-                                "img-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'"),
-]  # fmt: skip
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+    ("X-Frame-Options", "DENY"),
+    (
+        "Content-Security-Policy",
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+        "img-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'",
+    ),
+]
 _CALL_TIMEOUT = 30.0
 _MAX_LOG_BYTES = 1 << 20
 
@@ -123,23 +136,32 @@ class _Query:
 class WebApp:
     """The WSGI callable; ``loop`` is clusterd's event loop, where every API call runs."""
 
-    def __init__(self, config: Config, views: JobViews, tokens: TokenStore, limiter: RateLimiter | None,
-                 loop: asyncio.AbstractEventLoop) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: Config,
+        views: JobViews,
+        tokens: TokenStore,
+        limiter: RateLimiter | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
         self._config = config
         self._views = views
         self._tokens = tokens
         self._limiter = limiter
         self._loop = loop
         self._slots = threading.BoundedSemaphore(max(1, config.web.max_concurrent))
-        self._assets = {path: (resources.files("clusterd.web").joinpath("static", name).read_bytes(), kind)
-                        for path, (name, kind) in _ASSETS.items()}  # fmt: skip
+        self._assets = {
+            path: (resources.files("clusterd.web").joinpath("static", name).read_bytes(), kind)
+            for path, (name, kind) in _ASSETS.items()
+        }
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         method = environ.get("REQUEST_METHOD", "GET")
         path = environ.get("PATH_INFO", "/") or "/"
         if method not in ("GET", "HEAD"):
-            response = _json({"error": "the dashboard is read-only: GET only", "code": "INVALID_ARGUMENT"},
-                             "405 Method Not Allowed")  # fmt: skip
+            response = _json(
+                {"error": "the dashboard is read-only: GET only", "code": "INVALID_ARGUMENT"}, "405 Method Not Allowed"
+            )
         elif path in self._assets:
             body, kind = self._assets[path]
             response = Response("200 OK", body, kind)
@@ -147,27 +169,35 @@ class WebApp:
             response = self._api(environ, path)
         else:
             response = _json({"error": f"no page {path}", "code": "NOT_FOUND"}, "404 Not Found")
-        headers = [("Content-Type", response.content_type), ("Content-Length", str(len(response.body))),
-                   ("Cache-Control", "no-store"), *_SECURITY_HEADERS]  # fmt: skip
+        headers = [
+            ("Content-Type", response.content_type),
+            ("Content-Length", str(len(response.body))),
+            ("Cache-Control", "no-store"),
+            *_SECURITY_HEADERS,
+        ]
         start_response(response.status, headers)
         return [b"" if method == "HEAD" else response.body]
 
     def _api(self, environ: dict[str, Any], path: str) -> Response:
         if not self._slots.acquire(blocking=False):
-            return _json({"error": "too many dashboard requests at once; retry", "code": "UNAVAILABLE"},
-                         "503 Service Unavailable")  # fmt: skip
+            return _json(
+                {"error": "too many dashboard requests at once; retry", "code": "UNAVAILABLE"},
+                "503 Service Unavailable",
+            )
         try:
             future = asyncio.run_coroutine_threadsafe(
                 self._handle(environ.get("HTTP_AUTHORIZATION", ""), path, environ.get("QUERY_STRING", "")), self._loop
             )
             return future.result(_CALL_TIMEOUT)
         except TimeoutError:
-            return _json({"error": "the service did not answer in time", "code": "UNAVAILABLE"},
-                         "503 Service Unavailable")  # fmt: skip
+            return _json(
+                {"error": "the service did not answer in time", "code": "UNAVAILABLE"}, "503 Service Unavailable"
+            )
         except Exception:
             log.exception("dashboard request %s failed", path)
-            return _json({"error": "internal error (see clusterd's log)", "code": "INTERNAL"},
-                         "500 Internal Server Error")  # fmt: skip
+            return _json(
+                {"error": "internal error (see clusterd's log)", "code": "INTERNAL"}, "500 Internal Server Error"
+            )
         finally:
             self._slots.release()
 
@@ -190,13 +220,17 @@ class WebApp:
         parts = [p for p in path.split("/") if p][1:]  # after "api"
         views = self._views
         routes: dict[tuple[str, ...], Callable[[], Awaitable[Message | dict[str, Any]]]] = {
-            ("jobs",): lambda: views.list_jobs(ident, jobs_pb2.ListJobsRequest(
-                user=q.text("user"), include_finished=q.flag("finished"), limit=q.number("limit", most=100_000))),
+            ("jobs",): lambda: views.list_jobs(
+                ident,
+                jobs_pb2.ListJobsRequest(
+                    user=q.text("user"), include_finished=q.flag("finished"), limit=q.number("limit", most=100_000)
+                ),
+            ),
             ("queue",): lambda: views.list_queue(ident, jobs_pb2.ListQueueRequest(partition=q.text("partition"))),
             ("history",): lambda: views.list_history(ident, _history_request(q)),
             ("topology",): self._topology,
             ("whoami",): self._whoami(ident),
-        }  # fmt: skip
+        }
         if len(parts) == 1 and tuple(parts) in routes:
             return _answer(await routes[tuple(parts)]())
         if len(parts) in (2, 3) and parts[0] == "jobs":
@@ -226,9 +260,10 @@ class WebApp:
             raise InvalidArgument("stream", "must be stdout or stderr")
         lines = q.number("tail", self._config.web.log_tail_lines, most=self._config.views.max_tail_lines)
         request = jobs_pb2.ReadJobLogRequest(
-            job_id=job_id, tail_lines=lines or self._config.web.log_tail_lines,
+            job_id=job_id,
+            tail_lines=lines or self._config.web.log_tail_lines,
             stream=jobs_pb2.LOG_STREAM_STDERR if stream == "stderr" else jobs_pb2.LOG_STREAM_STDOUT,
-        )  # fmt: skip
+        )
         data, notices, path, truncated = bytearray(), [], "", False
         async for chunk in self._views.read_log(ident, request):
             path = chunk.path or path
@@ -246,8 +281,9 @@ def _answer(result: Message | dict[str, Any]) -> Response:
 
 
 def _history_request(q: _Query) -> jobs_pb2.ListHistoryRequest:
-    request = jobs_pb2.ListHistoryRequest(name=q.text("name"), user=q.text("user"),
-                                          limit=q.number("limit", most=100_000))  # fmt: skip
+    request = jobs_pb2.ListHistoryRequest(
+        name=q.text("name"), user=q.text("user"), limit=q.number("limit", most=100_000)
+    )
     for state in q.list("state"):
         name = f"JOB_STATE_{state.upper()}"
         if name not in jobs_pb2.JobState.keys():  # noqa: SIM118 - an EnumTypeWrapper, not a dict

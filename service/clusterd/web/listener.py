@@ -68,8 +68,15 @@ class _Closed(Exception):
 class HttpListener:
     """Serves ``app`` on an already bound, listening ``sock`` until :meth:`stop`."""
 
-    def __init__(self, sock: socket.socket, app: Wsgi, *, limits: Limits, tls: ssl.SSLContext | None = None,
-                 cleanup: Callable[[], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        sock: socket.socket,
+        app: Wsgi,
+        *,
+        limits: Limits,
+        tls: ssl.SSLContext | None = None,
+        cleanup: Callable[[], None] | None = None,
+    ) -> None:
         self._sock = sock
         self._app = app
         self._limits = limits
@@ -166,8 +173,9 @@ class HttpListener:
         tasks.add(task)
         task.add_done_callback(self._ended(tasks, key, slots))
 
-    def _ended(self, tasks: set[asyncio.Task[None]], key: str, slots: asyncio.Semaphore
-               ) -> Callable[[asyncio.Task[None]], None]:  # fmt: skip
+    def _ended(
+        self, tasks: set[asyncio.Task[None]], key: str, slots: asyncio.Semaphore
+    ) -> Callable[[asyncio.Task[None]], None]:
         """A connection's done-callback: its place, overall and its client's, is free again."""
 
         def release(task: asyncio.Task[None]) -> None:
@@ -258,21 +266,30 @@ class HttpListener:
             else:  # PAUSED (a protocol switch was asked for): not served here
                 raise h11.RemoteProtocolError("unsupported request", error_status_hint=400)
 
-    def _call(self, request: h11.Request, body: bytes, writer: asyncio.StreamWriter
-              ) -> tuple[str, list[tuple[bytes, bytes]], list[bytes]]:  # fmt: skip
+    def _call(
+        self, request: h11.Request, body: bytes, writer: asyncio.StreamWriter
+    ) -> tuple[str, list[tuple[bytes, bytes]], list[bytes]]:
         """In a worker thread: run the WSGI app on one request, collect its whole answer."""
         target = request.target.decode("latin-1")
         path, _, query = target.partition("?")
         environ: dict[str, Any] = {
-            "REQUEST_METHOD": request.method.decode("latin-1"), "SCRIPT_NAME": "",
-            "PATH_INFO": unquote(path, "latin-1"), "QUERY_STRING": query,
-            "SERVER_NAME": "clusterd", "SERVER_PORT": str(self.port),
+            "REQUEST_METHOD": request.method.decode("latin-1"),
+            "SCRIPT_NAME": "",
+            "PATH_INFO": unquote(path, "latin-1"),
+            "QUERY_STRING": query,
+            "SERVER_NAME": "clusterd",
+            "SERVER_PORT": str(self.port),
             "SERVER_PROTOCOL": f"HTTP/{request.http_version.decode('latin-1')}",
             "REMOTE_ADDR": str((writer.get_extra_info("peername") or ("",))[0]),
-            "CONTENT_LENGTH": str(len(body)), "wsgi.version": (1, 0),
-            "wsgi.url_scheme": "https" if self._tls else "http", "wsgi.input": io.BytesIO(body),
-            "wsgi.errors": sys.stderr, "wsgi.multithread": True, "wsgi.multiprocess": False, "wsgi.run_once": False,
-        }  # fmt: skip
+            "CONTENT_LENGTH": str(len(body)),
+            "wsgi.version": (1, 0),
+            "wsgi.url_scheme": "https" if self._tls else "http",
+            "wsgi.input": io.BytesIO(body),
+            "wsgi.errors": sys.stderr,
+            "wsgi.multithread": True,
+            "wsgi.multiprocess": False,
+            "wsgi.run_once": False,
+        }
         for name, value in request.headers:
             key = name.decode("latin-1").upper().replace("-", "_")
             if key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
@@ -302,8 +319,15 @@ class HttpListener:
         headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.get("headers", [])]
         return status, headers, chunks
 
-    async def _send(self, h: h11.Connection, writer: asyncio.StreamWriter, request: h11.Request, status: str,
-                    headers: list[tuple[bytes, bytes]], chunks: list[bytes]) -> None:  # fmt: skip
+    async def _send(
+        self,
+        h: h11.Connection,
+        writer: asyncio.StreamWriter,
+        request: h11.Request,
+        status: str,
+        headers: list[tuple[bytes, bytes]],
+        chunks: list[bytes],
+    ) -> None:
         body = b"".join(chunks)
         if not any(k.lower() == b"content-length" for k, _ in headers):
             headers.append((b"content-length", str(len(body)).encode()))
@@ -322,11 +346,22 @@ class HttpListener:
         body = f"{why}\n".encode()
         with contextlib.suppress(h11.LocalProtocolError, OSError, TimeoutError):
             writer.write(
-                (h.send(h11.Response(status_code=status, headers=[(b"content-type", b"text/plain"),
-                                                                  (b"content-length", str(len(body)).encode()),
-                                                                  (b"connection", b"close")])) or b"")
-                + (h.send(h11.Data(data=body)) or b"") + (h.send(h11.EndOfMessage()) or b"")
-            )  # fmt: skip
+                (
+                    h.send(
+                        h11.Response(
+                            status_code=status,
+                            headers=[
+                                (b"content-type", b"text/plain"),
+                                (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close"),
+                            ],
+                        )
+                    )
+                    or b""
+                )
+                + (h.send(h11.Data(data=body)) or b"")
+                + (h.send(h11.EndOfMessage()) or b"")
+            )
             async with asyncio.timeout(1.0):
                 await writer.drain()
 

@@ -59,9 +59,11 @@ class PeerKeys:
 
     def _tcp_owner(self, family: int, client: tuple[str, int], server: tuple[str, int]) -> tuple[int, int] | None:
         """(uid, inode) of the TCP socket at ``client`` connected to ``server`` (None: not found, no netlink)."""
-        body = (_REQ_HEAD.pack(family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF)
-                + _REQ_PORTS.pack(client[1], server[1], _packed(family, client[0]), _packed(family, server[0]))
-                + _REQ_TAIL.pack(0, 0xFFFFFFFF, 0xFFFFFFFF))  # fmt: skip
+        body = (
+            _REQ_HEAD.pack(family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF)
+            + _REQ_PORTS.pack(client[1], server[1], _packed(family, client[0]), _packed(family, server[0]))
+            + _REQ_TAIL.pack(0, 0xFFFFFFFF, 0xFFFFFFFF)
+        )
         self._seq = self._seq % 0xFFFFFFFF + 1
         message = _HEADER.pack(_HEADER.size + len(body), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, self._seq, 0) + body
         try:
@@ -83,7 +85,6 @@ class PeerKeys:
             return None
         uid, inode = struct.unpack_from("=II", reply, _UID_OFFSET)
         return int(uid), int(inode)
-
 
 
 def _unmapped(host: str) -> str:

@@ -41,8 +41,14 @@ def combined(web: Wsgi | None, health: Callable[[], dict[str, Any]] | None = Non
             state = health()
             body = json.dumps(state, sort_keys=True).encode()
             status = "200 OK" if state.get("role") in ("leader", "follower") else "503 Service Unavailable"
-            start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
-                                    ("Cache-Control", "no-store")])  # fmt: skip
+            start_response(
+                status,
+                [
+                    ("Content-Type", "application/json"),
+                    ("Content-Length", str(len(body))),
+                    ("Cache-Control", "no-store"),
+                ],
+            )
             return [body]
         if path == "/metrics" or web is None:
             return metrics(environ, start_response)
@@ -69,8 +75,12 @@ def serve(listen: str, app: Wsgi, *, config: Config | None = None, dashboard: bo
     path = socket_path(listen)
     sock, cleanup = _bind_unix(path, cfg.socket_group) if path is not None else (_bind_tcp(listen), None)
     web = cfg.web
-    limits = Limits(max_connections=web.max_connections, max_connections_per_client=web.max_connections_per_client,
-                    request_timeout_seconds=web.request_timeout_seconds, workers=web.max_concurrent + 4)  # fmt: skip
+    limits = Limits(
+        max_connections=web.max_connections,
+        max_connections_per_client=web.max_connections_per_client,
+        request_timeout_seconds=web.request_timeout_seconds,
+        workers=web.max_concurrent + 4,
+    )
     return HttpListener(sock, app, limits=limits, tls=tls, cleanup=cleanup)
 
 

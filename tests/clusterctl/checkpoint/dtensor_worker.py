@@ -31,8 +31,9 @@ def main() -> None:
         with CheckpointManager(uri, rank=0, world_size=1, config=config) as ckpt:
             state = ckpt.restore()
         reference.load_state_dict(state["model"])  # raises if anything is missing or misshaped
-        same = all(torch.equal(a, b) for a, b in zip(seeded().state_dict().values(),
-                                                      state["model"].values(), strict=True))
+        same = all(
+            torch.equal(a, b) for a, b in zip(seeded().state_dict().values(), state["model"].values(), strict=True)
+        )
         print(json.dumps({"ok": same, "step": ckpt.last_restored_step}), flush=True)
         return
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
@@ -48,8 +49,10 @@ def main() -> None:
     model = seeded()
     fully_shard(model[0], mesh=mesh)
     fully_shard(model, mesh=mesh)
-    extra = {"tp_col": distribute_tensor(torch.arange(14.0).reshape(2, 7), mesh, [Shard(1)]),
-             "repl": distribute_tensor(torch.ones(3), mesh, [Replicate()])}
+    extra = {
+        "tp_col": distribute_tensor(torch.arange(14.0).reshape(2, 7), mesh, [Shard(1)]),
+        "repl": distribute_tensor(torch.ones(3), mesh, [Replicate()]),
+    }
     with CheckpointManager(uri, config=config) as ckpt:
         if mode == "save":
             ckpt.save(5, {"model": model.state_dict(), "extra": extra}).result()
@@ -65,10 +68,15 @@ def main() -> None:
             same = all(torch.equal(full[k], v) for k, v in seeded().state_dict().items())
             got = state["extra"]
             same = same and torch.equal(got["tp_col"].full_tensor(), torch.arange(14.0).reshape(2, 7))
-            same = same and torch.equal(got["repl"].full_tensor() if hasattr(got["repl"], "full_tensor")
-                                        else got["repl"], torch.ones(3))
-            print(json.dumps({"ok": same, "step": ckpt.last_restored_step,
-                              "local0": list(model[0].weight.to_local().shape)}), flush=True)
+            same = same and torch.equal(
+                got["repl"].full_tensor() if hasattr(got["repl"], "full_tensor") else got["repl"], torch.ones(3)
+            )
+            print(
+                json.dumps(
+                    {"ok": same, "step": ckpt.last_restored_step, "local0": list(model[0].weight.to_local().shape)}
+                ),
+                flush=True,
+            )
     dist.destroy_process_group()
 
 

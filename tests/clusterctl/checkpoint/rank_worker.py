@@ -20,15 +20,27 @@ from clusterctl.checkpoint import CheckpointConfig, CheckpointManager, SaveError
 
 def rank_state(rank: int, step: int, size: int) -> dict[str, Any]:
     rng = np.random.default_rng(1000 * rank + step)
-    return {"w": rng.standard_normal(size).astype(np.float32), "rank": rank, "step": step,
-            "nested": {"ids": np.full(3, rank, dtype=np.int64)}}
+    return {
+        "w": rng.standard_normal(size).astype(np.float32),
+        "rank": rank,
+        "step": step,
+        "nested": {"ids": np.full(3, rank, dtype=np.int64)},
+    }
 
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
-    config = CheckpointConfig(part_size=5 << 20, max_concurrency=2, commit_timeout=spec.get("commit_timeout", 30),
-                              poll_initial=0.02, poll_max=0.2, max_attempts=2, connect_timeout=2, read_timeout=10,
-                              gc_on_commit=False)
+    config = CheckpointConfig(
+        part_size=5 << 20,
+        max_concurrency=2,
+        commit_timeout=spec.get("commit_timeout", 30),
+        poll_initial=0.02,
+        poll_max=0.2,
+        max_attempts=2,
+        connect_timeout=2,
+        read_timeout=10,
+        gc_on_commit=False,
+    )
     ckpt = CheckpointManager(spec["uri"], keep=0, config=config)
     die_step = spec.get("die_at_step")
     if die_step is not None:

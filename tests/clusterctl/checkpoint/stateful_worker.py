@@ -58,8 +58,13 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, sched: Any, s
 def summary(model: torch.nn.Module, opt: torch.optim.Optimizer, sched: Any, app: Counter) -> dict[str, Any]:
     msd, osd = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True))
     optim = {k: {n: v.flatten().tolist() for n, v in s.items()} for k, s in osd["state"].items()}
-    return {"model": {k: v.flatten().tolist() for k, v in msd.items()}, "optim": optim,
-            "lr": sched.get_last_lr(), "epoch": sched.last_epoch, "app": app.n}  # fmt: skip
+    return {
+        "model": {k: v.flatten().tolist() for k, v in msd.items()},
+        "optim": optim,
+        "lr": sched.get_last_lr(),
+        "epoch": sched.last_epoch,
+        "app": app.n,
+    }
 
 
 def main() -> None:

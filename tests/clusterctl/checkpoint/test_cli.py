@@ -120,12 +120,17 @@ def test_missing_bucket_exit_1(s3_env: Any, capsys: pytest.CaptureFixture[str]) 
 
 def test_module_entry_point(posix_uri: str, tmp_path: Path) -> None:
     make_steps(posix_uri, [4]).close()
-    proc = subprocess.run([sys.executable, "-m", "clusterctl.cli.checkpoints", "checkpoints", "list", posix_uri,
-                           "--json"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "clusterctl.cli.checkpoints", "checkpoints", "list", posix_uri, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["steps"][0]["step"] == 4
-    proc = subprocess.run([sys.executable, "-m", "clusterctl.cli.checkpoints", "checkpoints"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "clusterctl.cli.checkpoints", "checkpoints"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
 
 
@@ -168,8 +173,15 @@ def test_show_and_export_bad_input_exit_2(posix_uri: str, tmp_path: Path, capsys
 
 @pytest.mark.parametrize(
     "argv",
-    [["verify", "--step", "\u0661"], ["verify", "--step", "-1"], ["verify", "--step", str(2**63)],
-     ["gc", "--grace", "inf"], ["gc", "--grace", "nan"], ["gc", "--grace", "-1"], ["gc", "--grace", "1e3"]],
+    [
+        ["verify", "--step", "\u0661"],
+        ["verify", "--step", "-1"],
+        ["verify", "--step", str(2**63)],
+        ["gc", "--grace", "inf"],
+        ["gc", "--grace", "nan"],
+        ["gc", "--grace", "-1"],
+        ["gc", "--grace", "1e3"],
+    ],
 )
 def test_numeric_flags_are_usage_errors(posix_uri: str, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
@@ -206,8 +218,9 @@ def test_export_file_names_are_injective(posix_uri: str, tmp_path: Path, capsys:
     np.testing.assert_array_equal(safetensors.numpy.load_file(str(out / "a_b.safetensors"))["a_b"], b)
 
 
-def test_export_refuses_keys_that_share_a_name(posix_uri: str, tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_export_refuses_keys_that_share_a_name(
+    posix_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _save(posix_uri, {1: np.ones(2), "1": np.zeros(2)})
     assert run(["checkpoints", "export", posix_uri, "1", str(tmp_path / "export")]) == 2
     err = capsys.readouterr().err
@@ -224,4 +237,12 @@ def test_export_entries_of_any_top_level() -> None:
     assert _export_files((x,)) == [("0", 0, x)]
     assert _export_files(x) == [("state", "state", x)]
     assert [file_stem(k) for k in ("model", "a/b", "a_b", "%2F", ".x", "", "é", "a b")] == [
-        "model", "a%2Fb", "a_b", "%252F", "%2Ex", "%", "%C3%A9", "a%20b"]
+        "model",
+        "a%2Fb",
+        "a_b",
+        "%252F",
+        "%2Ex",
+        "%",
+        "%C3%A9",
+        "a%20b",
+    ]

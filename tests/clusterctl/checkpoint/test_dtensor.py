@@ -20,8 +20,16 @@ WORKER = str(Path(__file__).with_name("dtensor_worker.py"))
 def run(mode: str, uri: str, world: int) -> list[dict[str, object]]:
     port = str(free_port())
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    procs = [subprocess.Popen([sys.executable, WORKER, mode, uri, str(r), str(world), port], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, WORKER, mode, uri, str(r), str(world), port],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(world)
+    ]
     outs = []
     for p in procs:
         stdout, stderr = p.communicate(timeout=180)

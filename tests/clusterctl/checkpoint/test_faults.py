@@ -69,7 +69,8 @@ CORRUPTIONS: dict[str, Callable[[CheckpointManager], None]] = {
     "edited_manifest": lambda c: flip_byte(c.storage, manifest_of(c, 2), where=0.9),
     "garbage_marker": lambda c: c.storage.put(layout.commit_key(2), b"{not json"),
     "marker_of_newer_format": lambda c: c.storage.put(
-        layout.commit_key(2), json.dumps({"format": "clusterctl.checkpoint.commit", "version": 99}).encode()),
+        layout.commit_key(2), json.dumps({"format": "clusterctl.checkpoint.commit", "version": 99}).encode()
+    ),
 }
 
 
@@ -197,8 +198,7 @@ def test_gc_during_a_save_keeps_the_save() -> None:
 def test_gc_collects_only_old_uncommitted_objects() -> None:
     age = [0.0]
     storage = MemoryStorage(clock=lambda: time.time() - age[0])
-    ckpt = CheckpointManager("/unused", rank=0, world_size=1, keep=0, storage=storage,
-                             config=fast_config(gc_grace=100))
+    ckpt = CheckpointManager("/unused", rank=0, world_size=1, keep=0, storage=storage, config=fast_config(gc_grace=100))
     age[0] = 1000.0  # the committed step is old too: it must survive because it is committed
     ckpt.save(1, state_for(1)).result()
     # debris of a failed attempt of step 2, an orphaned upload and a stale attempt of step 1: old
@@ -210,7 +210,8 @@ def test_gc_collects_only_old_uncommitted_objects() -> None:
     dry = ckpt.gc(grace=100, dry_run=True)
     assert sorted(o.key for o in dry.objects) == [
         "steps/000000000001/otherattempt/rank-00000-of-00001.safetensors",
-        "steps/000000000002/deadrun/rank-00000-of-00001.safetensors"]
+        "steps/000000000002/deadrun/rank-00000-of-00001.safetensors",
+    ]
     assert len(dry.uploads) == 1 and dry.young == 1 and len(storage.list_objects("steps/")) == 6
     ckpt.gc(grace=100)  # left: step 1's shard, manifest and writer claim, and the young object
     assert len(storage.list_objects("steps/")) == 4 and storage.list_incomplete("") == []

@@ -36,8 +36,16 @@ def shard_bytes(header: dict[str, object], data: bytes = b"") -> bytes:
         (shard_bytes({"a": {"dtype": "PICKLE", "shape": [1], "data_offsets": [0, 1]}}, b"1"), "unknown dtype"),
         (shard_bytes({"a": {"dtype": "U8", "shape": [-1], "data_offsets": [0, 1]}}, b"1"), "bad shape"),
         (shard_bytes({"a": {"dtype": "U8", "shape": [1], "data_offsets": [1, 0]}}, b"1"), "outside"),
-        (shard_bytes({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]},
-                      "b": {"dtype": "U8", "shape": [2], "data_offsets": [1, 3]}}, b"123"), "overlap"),
+        (
+            shard_bytes(
+                {
+                    "a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]},
+                    "b": {"dtype": "U8", "shape": [2], "data_offsets": [1, 3]},
+                },
+                b"123",
+            ),
+            "overlap",
+        ),
         (shard_bytes({"__metadata__": {"k": 1}}), "__metadata__"),
     ],
 )
@@ -60,7 +68,7 @@ def test_mutated_shard_header_is_refused_or_bounded(noise: bytes, pos: int) -> N
     plan = plan_shard(leaves, {"x": "y"})
     blob = bytearray(plan.header + b"\0" * (plan.total_size - len(plan.header)))
     pos %= len(blob)
-    blob[pos:pos + len(noise)] = noise
+    blob[pos : pos + len(noise)] = noise
     try:
         parsed = parse_shard(bytes(blob))
     except ValueError:
@@ -80,13 +88,16 @@ def test_object_dtypes_refused_on_restore() -> None:
         leaf_span(tree)
 
 
-@pytest.mark.parametrize("node", [
-    {"t": "ndarray", "dtype": "<f4", "shape": [2], "off": [0, 4]},  # size does not match the shape
-    {"t": "ndarray", "dtype": "<f4", "shape": [1.5], "off": [0, 4]},  # tampered shape: not an int
-    {"t": "ndarray", "dtype": "<f4", "shape": [True], "off": [0, 4]},
-    {"t": "ndarray", "dtype": "<f4", "shape": [1], "off": [2, 6]},  # misaligned
-    {"t": "torch", "dtype": "pickle", "shape": [1], "off": [0, 4]},
-])
+@pytest.mark.parametrize(
+    "node",
+    [
+        {"t": "ndarray", "dtype": "<f4", "shape": [2], "off": [0, 4]},  # size does not match the shape
+        {"t": "ndarray", "dtype": "<f4", "shape": [1.5], "off": [0, 4]},  # tampered shape: not an int
+        {"t": "ndarray", "dtype": "<f4", "shape": [True], "off": [0, 4]},
+        {"t": "ndarray", "dtype": "<f4", "shape": [1], "off": [2, 6]},  # misaligned
+        {"t": "torch", "dtype": "pickle", "shape": [1], "off": [0, 4]},
+    ],
+)
 def test_tampered_tensor_nodes_refused(node: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         leaf_span(node)
@@ -95,7 +106,9 @@ def test_tampered_tensor_nodes_refused(node: dict[str, object]) -> None:
 @pytest.mark.parametrize(
     "doc",
     [
-        b"", b"[]", b'{"format": "other"}',
+        b"",
+        b"[]",
+        b'{"format": "other"}',
         b'{"format": "clusterctl.checkpoint.commit", "version": 1, "step": 1, "world_size": 2, "attempt": "a",'
         b' "shards": [{"rank": 0, "manifest_key": "k", "manifest_size": 1, "manifest_xxh3_64": "0",'
         b' "shard_size": 1}]}',
@@ -147,28 +160,68 @@ def test_format_1_checkpoints_are_still_read(tmp_path: object) -> None:
 
     root = Path(str(tmp_path)) / "v1"
     a, blob = np.arange(6, dtype=np.float32).reshape(2, 3), np.frombuffer(b"xyz", dtype=np.uint8)
-    leaves = [TensorLeaf("model/a", a, a, "F32", [2, 3], a.nbytes, 4, {}),
-              TensorLeaf("blob", blob, blob, "U8", [3], 3, 1, {})]
+    leaves = [
+        TensorLeaf("model/a", a, a, "F32", [2, 3], a.nbytes, 4, {}),
+        TensorLeaf("blob", blob, blob, "U8", [3], 3, 1, {}),
+    ]
     plan = plan_shard(leaves, {"format": "clusterctl.checkpoint", "format_version": "1"})
     data = bytearray(plan.total_size)
-    data[:len(plan.header)] = plan.header
+    data[: len(plan.header)] = plan.header
     for leaf, off in plan.slots:
-        data[off:off + leaf.nbytes] = leaf.array.tobytes()  # type: ignore[union-attr]
+        data[off : off + leaf.nbytes] = leaf.array.tobytes()  # type: ignore[union-attr]
     shard = layout.shard_key(3, "old", 0, 1)
-    tree = {"t": "dict", "items": {
-        "model": {"t": "dict", "items": {"a": {"t": "ndarray", "name": "model/a", "dtype": "<f4", "shape": [2, 3]}}},
-        "blob": {"t": "bytes", "name": "blob"}, "step": {"t": "json", "v": 3},
-        "pair": {"t": "tuple", "items": [{"t": "json", "v": 1}, {"t": "json", "v": None}]}}}
-    manifest = json.dumps({"format": "clusterctl.checkpoint.shard-manifest", "version": 1, "step": 3, "rank": 0,
-                           "world_size": 1, "attempt": "old", "created": _time.time(), "host": "h",
-                           "shard": {"key": shard, "size": len(data), "checksum": {
-                               "algorithm": "xxh3_64", "chunk_size": 64 << 20, "chunks": [checksum.digest(data)]}},
-                           "tensor_count": 2, "tree": tree}).encode()
+    tree = {
+        "t": "dict",
+        "items": {
+            "model": {
+                "t": "dict",
+                "items": {"a": {"t": "ndarray", "name": "model/a", "dtype": "<f4", "shape": [2, 3]}},
+            },
+            "blob": {"t": "bytes", "name": "blob"},
+            "step": {"t": "json", "v": 3},
+            "pair": {"t": "tuple", "items": [{"t": "json", "v": 1}, {"t": "json", "v": None}]},
+        },
+    }
+    manifest = json.dumps(
+        {
+            "format": "clusterctl.checkpoint.shard-manifest",
+            "version": 1,
+            "step": 3,
+            "rank": 0,
+            "world_size": 1,
+            "attempt": "old",
+            "created": _time.time(),
+            "host": "h",
+            "shard": {
+                "key": shard,
+                "size": len(data),
+                "checksum": {"algorithm": "xxh3_64", "chunk_size": 64 << 20, "chunks": [checksum.digest(data)]},
+            },
+            "tensor_count": 2,
+            "tree": tree,
+        }
+    ).encode()
     mkey = layout.manifest_key(3, "old", 0, 1)
-    marker = json.dumps({"format": "clusterctl.checkpoint.commit", "version": 1, "step": 3, "world_size": 1,
-                         "attempt": "old", "created": _time.time(), "total_bytes": len(data),
-                         "shards": [{"rank": 0, "manifest_key": mkey, "manifest_size": len(manifest),
-                                     "manifest_xxh3_64": checksum.digest(manifest), "shard_size": len(data)}]})
+    marker = json.dumps(
+        {
+            "format": "clusterctl.checkpoint.commit",
+            "version": 1,
+            "step": 3,
+            "world_size": 1,
+            "attempt": "old",
+            "created": _time.time(),
+            "total_bytes": len(data),
+            "shards": [
+                {
+                    "rank": 0,
+                    "manifest_key": mkey,
+                    "manifest_size": len(manifest),
+                    "manifest_xxh3_64": checksum.digest(manifest),
+                    "shard_size": len(data),
+                }
+            ],
+        }
+    )
     for key, body in ((shard, bytes(data)), (mkey, manifest), (layout.commit_key(3), marker.encode())):
         (root / key).parent.mkdir(parents=True, exist_ok=True)
         (root / key).write_bytes(body)

@@ -57,8 +57,13 @@ def test_a_real_sender_sees_what_the_manager_did(tmp_path: Path) -> None:
     fake = FakeJobService()
     with serve(sock, fake):
         env = heartbeat_env(sock, SLURM_PROCID="0", SLURM_NTASKS="1")
-        done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(tmp_path / "ckpt")],
-                              env=child_env(env), capture_output=True, text=True, timeout=60)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code), str(tmp_path / "ckpt")],
+            env=child_env(env),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
     beats = fake.requests()
     assert any(b.restored and b.step == -1 for b in beats), "restore() returning is sent at once"

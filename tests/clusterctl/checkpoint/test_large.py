@@ -17,8 +17,9 @@ def test_one_gib_state_round_trip(posix_uri: str) -> None:
     n = (1 << 30) // 4 // 4
     state = {f"layer{i}": np.full(n, i + 0.5, dtype=np.float32) for i in range(4)}  # 4 x 256 MiB
     state["tail"] = {"odd": np.arange(1001, dtype=np.int8)}
-    ckpt = CheckpointManager(posix_uri, rank=0, world_size=1, keep=1,
-                             config=fast_config(part_size=64 << 20, max_concurrency=4))
+    ckpt = CheckpointManager(
+        posix_uri, rank=0, world_size=1, keep=1, config=fast_config(part_size=64 << 20, max_concurrency=4)
+    )
     t0 = time.monotonic()
     h = ckpt.save(1, state)
     blocking = time.monotonic() - t0

@@ -24,16 +24,35 @@ WORKER = str(Path(__file__).with_name("rank_worker.py"))
 Outcome = list[tuple[int, list[dict[str, Any]]]]
 
 
-def run_ranks(uri: str, world: int, spec: dict[str, Any], env: dict[str, str],
-              per_rank: dict[int, dict[str, Any]] | None = None, timeout: float = 120) -> Outcome:
+def run_ranks(
+    uri: str,
+    world: int,
+    spec: dict[str, Any],
+    env: dict[str, str],
+    per_rank: dict[int, dict[str, Any]] | None = None,
+    timeout: float = 120,
+) -> Outcome:
     job = uuid.uuid4().hex[:8]
     procs = []
     for rank in range(world):
         rank_spec = {**spec, "uri": uri, **((per_rank or {}).get(rank, {}))}
-        penv = {**os.environ, **env, "SLURM_PROCID": str(rank), "SLURM_NTASKS": str(world), "SLURM_JOB_ID": job,
-                "SLURM_STEP_ID": "0"}
-        procs.append(subprocess.Popen([sys.executable, WORKER, json.dumps(rank_spec)], env=penv,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        penv = {
+            **os.environ,
+            **env,
+            "SLURM_PROCID": str(rank),
+            "SLURM_NTASKS": str(world),
+            "SLURM_JOB_ID": job,
+            "SLURM_STEP_ID": "0",
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, WORKER, json.dumps(rank_spec)],
+                env=penv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     out = []
     for p in procs:
         stdout, stderr = p.communicate(timeout=timeout)
@@ -58,16 +77,23 @@ def test_ranks_save_and_restore_their_shards(s3_uri: str, s3_env: Any, world: in
             expected = rank_state(rank, 2, 300_000)
             np.testing.assert_array_equal(state["w"], expected["w"])
             assert state["rank"] == rank and (state["nested"]["ids"] == rank).all()
-    with CheckpointManager(s3_uri, rank=0, world_size=world + 1) as ckpt, \
-            pytest.raises(WorldSizeMismatchError, match=f"saved by {world} rank"):
+    with (
+        CheckpointManager(s3_uri, rank=0, world_size=world + 1) as ckpt,
+        pytest.raises(WorldSizeMismatchError, match=f"saved by {world} rank"),
+    ):
         ckpt.restore()
 
 
 @pytest.mark.s3
 def test_kill_9_of_a_rank_mid_upload(s3_uri: str, s3_env: Any) -> None:
     """Rank 1 is SIGKILLed during the multipart upload of step 2: step 2 never commits, step 1 restores."""
-    results = run_ranks(s3_uri, 2, {"steps": [1, 2], "size": 3 << 20, "commit_timeout": 6}, s3_env.env(),
-                        per_rank={1: {"die_at_step": 2}})
+    results = run_ranks(
+        s3_uri,
+        2,
+        {"steps": [1, 2], "size": 3 << 20, "commit_timeout": 6},
+        s3_env.env(),
+        per_rank={1: {"die_at_step": 2}},
+    )
     (rc0, lines0), (rc1, lines1) = results
     assert rc0 == 0 and rc1 == -9
     assert lines0[0] == {"step": 1, "committed": True}

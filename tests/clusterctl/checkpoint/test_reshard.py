@@ -58,9 +58,11 @@ def template_of(rank: int, world: int) -> dict[str, Any]:
     a0, a1 = split(13, world, rank)
     b0, b1 = split(10, world, rank, uneven=True)
     c0, c1 = split(6, world, rank, uneven=True)
-    return {"a": Sharded(np.empty((a1 - a0, 3), np.float32), A.shape, a0),
-            "b": Sharded(torch.empty(b1 - b0), B.shape, b0),
-            "c": Sharded(np.empty((5, c1 - c0)), C.shape, (0, c0))}
+    return {
+        "a": Sharded(np.empty((a1 - a0, 3), np.float32), A.shape, a0),
+        "b": Sharded(torch.empty(b1 - b0), B.shape, b0),
+        "c": Sharded(np.empty((5, c1 - c0)), C.shape, (0, c0)),
+    }
 
 
 class CountingStorage:
@@ -79,8 +81,12 @@ class CountingStorage:
 
 
 def save_world(uri: str, world: int, make: Callable[[int, int], dict[str, Any]], step: int = 1) -> None:
-    managers = [CheckpointManager(uri, rank=r, world_size=world, keep=0,
-                                  config=fast_config(run_id=f"w{world}", gc_on_commit=False)) for r in range(world)]
+    managers = [
+        CheckpointManager(
+            uri, rank=r, world_size=world, keep=0, config=fast_config(run_id=f"w{world}", gc_on_commit=False)
+        )
+        for r in range(world)
+    ]
     handles = [m.save(step, make(m.rank, world)) for m in managers]
     for h in handles:
         assert h.result().committed
@@ -165,13 +171,18 @@ def test_each_rank_reads_only_what_it_needs(posix_uri: str) -> None:
     rows, width = 8192, 512  # 16 MiB float32: 4 MiB per rank at 4 ranks, 64x the 256 KiB checksum chunk
     full = np.random.default_rng(0).standard_normal((rows, width)).astype(np.float32)
     half = rows // 2
-    save_world(posix_uri, 2, lambda r, w: {"x": Sharded(full[r * half:(r + 1) * half], full.shape, r * half)})
+    save_world(posix_uri, 2, lambda r, w: {"x": Sharded(full[r * half : (r + 1) * half], full.shape, r * half)})
     for now in (1, 4):
         for rank in range(now):
             lo, hi = split(rows, now, rank)
             storage = CountingStorage(PosixStorage(posix_uri))
-            with CheckpointManager(posix_uri, rank=rank, world_size=now, storage=storage,  # type: ignore[arg-type]
-                                   config=fast_config()) as ckpt:
+            with CheckpointManager(
+                posix_uri,
+                rank=rank,
+                world_size=now,
+                storage=storage,  # type: ignore[arg-type]
+                config=fast_config(),
+            ) as ckpt:
                 out = ckpt.restore(template={"x": Sharded(np.empty((hi - lo, width), np.float32), full.shape, lo)})
             np.testing.assert_array_equal(out["x"], full[lo:hi])
             needed = (hi - lo) * width * 4

@@ -85,12 +85,21 @@ ROWS = np.arange(12 * 2, dtype=np.float32).reshape(12, 2)
 
 def save_sharded(storage: MemoryStorage, world: int) -> None:
     config = fast_config(run_id=f"w{world}", gc_on_commit=False)
-    managers = [CheckpointManager("/unused", rank=r, world_size=world, keep=0, storage=storage, config=config)
-                for r in range(world)]  # fmt: skip
+    managers = [
+        CheckpointManager("/unused", rank=r, world_size=world, keep=0, storage=storage, config=config)
+        for r in range(world)
+    ]
     size = 12 // world
-    handles = [m.save(1, {"w": Sharded(ROWS[m.rank * size:(m.rank + 1) * size], ROWS.shape, m.rank * size),
-                          "rep": Replicated({f"r{i}": np.full(3, i) for i in range(8)})})
-               for m in managers]  # fmt: skip
+    handles = [
+        m.save(
+            1,
+            {
+                "w": Sharded(ROWS[m.rank * size : (m.rank + 1) * size], ROWS.shape, m.rank * size),
+                "rep": Replicated({f"r{i}": np.full(3, i) for i in range(8)}),
+            },
+        )
+        for m in managers
+    ]
     for h in handles:
         assert h.result().committed
     for m in managers:

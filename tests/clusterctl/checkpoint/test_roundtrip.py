@@ -17,9 +17,29 @@ from clusterctl.storage import InvalidURIError
 from .helpers import fast_config
 
 ALL_DTYPES = [
-    "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32",
-    "float64", "complex64", "complex128", "longdouble", "clongdouble", "datetime64[ns]", "timedelta64[s]",
-    "U7", "S5", ">f4", ">i8", "V3",
+    "bool",
+    "int8",
+    "uint8",
+    "int16",
+    "uint16",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "longdouble",
+    "clongdouble",
+    "datetime64[ns]",
+    "timedelta64[s]",
+    "U7",
+    "S5",
+    ">f4",
+    ">i8",
+    "V3",
 ]
 
 
@@ -52,8 +72,10 @@ def nested_state() -> dict[str, Any]:
     rng = np.random.default_rng(0)
     return {
         "model": {
-            "encoder": {"weight": rng.standard_normal((64, 33)).astype(np.float32),
-                        "bias": rng.standard_normal(33).astype(np.float16)},
+            "encoder": {
+                "weight": rng.standard_normal((64, 33)).astype(np.float32),
+                "bias": rng.standard_normal(33).astype(np.float16),
+            },
             "layers": [{"w": rng.integers(0, 100, (5, 5))} for _ in range(3)],
             "odd/key~name": np.arange(4, dtype=np.int16),
             "non_contiguous": np.arange(100, dtype=np.float64).reshape(10, 10)[::2, 1::3],
@@ -63,8 +85,11 @@ def nested_state() -> dict[str, Any]:
         "rng": {"state": b"\x00\xff" * 100, "extra": bytearray(b"abc"), "empty": b""},
         "meta": {"name": "exp-7", "tags": ["a", "b"], "flag": True, "uni": "héllo ✓"},
         "scalars": {"f": np.float32(1.5), "i": np.int64(-3), "b": np.bool_(True)},
-        "empties": {"e0": np.zeros(0, dtype=np.float32), "e2": np.zeros((3, 0, 2), dtype=np.int64),
-                    "zero_d": np.array(7.0)},
+        "empties": {
+            "e0": np.zeros(0, dtype=np.float32),
+            "e2": np.zeros((3, 0, 2), dtype=np.int64),
+            "zero_d": np.array(7.0),
+        },
         "mixed": [1, np.ones(2, dtype=np.uint8), "x", (2, np.zeros(1))],
     }
 
@@ -111,8 +136,11 @@ def test_structured_dtype(posix_uri: str) -> None:
 
 
 def test_shard_opens_with_safetensors(posix_uri: str) -> None:
-    state = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "n": {"b": np.ones(3, dtype=np.int64)},
-             "big": np.zeros(2, dtype=np.complex128)}
+    state = {
+        "w": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "n": {"b": np.ones(3, dtype=np.int64)},
+        "big": np.zeros(2, dtype=np.complex128),
+    }
     with CheckpointManager(posix_uri, rank=0, world_size=1, config=fast_config()) as ckpt:
         ckpt.save(3, state).result()
     [shard] = glob.glob(os.path.join(posix_uri, "steps", "000000000003", "*", "rank-00000-of-00001.safetensors"))
@@ -175,8 +203,9 @@ def test_not_a_mapping(posix_uri: str) -> None:
         ckpt.save(1, [np.zeros(1)])  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("uri", ["gs://bucket/x", "s3://", "s3://bucket/../x", "s3://Bad_Bucket", "file://host/x",
-                                 "", "s3://bucket/a\x00"])
+@pytest.mark.parametrize(
+    "uri", ["gs://bucket/x", "s3://", "s3://bucket/../x", "s3://Bad_Bucket", "file://host/x", "", "s3://bucket/a\x00"]
+)
 def test_bad_uris(uri: str) -> None:
     with pytest.raises(InvalidURIError):
         CheckpointManager(uri, rank=0, world_size=1)

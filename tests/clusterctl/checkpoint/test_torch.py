@@ -45,8 +45,10 @@ def test_torch_round_trip_all_dtypes(posix_uri: str) -> None:
         if isinstance(v, torch.Tensor):
             got = out[k]
             assert isinstance(got, torch.Tensor) and got.dtype == v.dtype and got.shape == v.shape, k
-            assert torch.equal(got.view(torch.uint8) if v.dtype == torch.float8_e4m3fn else got,
-                               v.detach().view(torch.uint8) if v.dtype == torch.float8_e4m3fn else v.detach()), k
+            assert torch.equal(
+                got.view(torch.uint8) if v.dtype == torch.float8_e4m3fn else got,
+                v.detach().view(torch.uint8) if v.dtype == torch.float8_e4m3fn else v.detach(),
+            ), k
         else:
             np.testing.assert_array_equal(out[k], v)
 
@@ -93,8 +95,16 @@ WORKER = textwrap.dedent("""
 def run_dist(uri: str, fail: bool) -> list[dict[str, object]]:
     port = str(free_port())
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(r), "2", uri, port, "1" if fail else "0"],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(r), "2", uri, port, "1" if fail else "0"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
     outs = []
     for p in procs:
         stdout, stderr = p.communicate(timeout=120)

@@ -44,5 +44,7 @@ def test_three_ranks_save_and_two_resume_the_same_global_state(tmp_path: Path) -
     resumed = sorted(m.groups() for line in second if (m := pattern.match(line)))
     assert resumed == [("19", "0", "3"), ("19", "1", "3")]  # the newest commit of the 3-rank run
     assert sorted(line for line in second if line.startswith("VERIFIED")) == [
-        "VERIFIED restored step 19 rank 0/2 rows 0:7", "VERIFIED restored step 19 rank 1/2 rows 7:13"]  # fmt: skip
+        "VERIFIED restored step 19 rank 0/2 rows 0:7",
+        "VERIFIED restored step 19 rank 1/2 rows 7:13",
+    ]
     assert sum("final state verified" in line for line in second) == 2

@@ -41,8 +41,12 @@ def train(model: Any, opt: Any, sched: Any, steps: int) -> list[float]:
 
 
 def snapshot(model: Any, opt: Any, sched: Any) -> dict[str, Any]:
-    return {"model": model.state_dict(), "optim": opt.state_dict(), "sched": sched.state_dict(),
-            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}}
+    return {
+        "model": model.state_dict(),
+        "optim": opt.state_dict(),
+        "sched": sched.state_dict(),
+        "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+    }
 
 
 def test_training_continues_bit_identically(any_uri: str) -> None:
@@ -70,9 +74,30 @@ def test_training_continues_bit_identically(any_uri: str) -> None:
 
 
 EVERY_TORCH_DTYPE = [
-    "float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-    "uint64", "bool", "complex64", "complex128", "complex32", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
-    "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2", "bits8", "bits16",
+    "float32",
+    "float64",
+    "float16",
+    "bfloat16",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "bool",
+    "complex64",
+    "complex128",
+    "complex32",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "float4_e2m1fn_x2",
+    "bits8",
+    "bits16",
 ]
 
 
@@ -106,10 +131,17 @@ def test_every_torch_dtype_and_view(posix_uri: str, name: str) -> None:
 
 def test_containers_keys_and_scalars(any_uri: str) -> None:
     state: dict[Any, Any] = {
-        0: {"step": 3, 1: (torch.tensor(2.0), None)}, "0": "str zero beside int zero",
-        "tuple": (1, 2.5, "x", (True, False)), "list": [None, [1, 2], {"a": b"\x00\xff"}],
-        "floats": [math.inf, -math.inf, -0.0, 1e300], "nan": math.nan, "bytes": b"abc", "ba": bytearray(b"de"),
-        "np_scalar": np.float32(1.5), "np0d": np.array(7, dtype=np.int16), "t0d": torch.tensor(5, dtype=torch.int64),
+        0: {"step": 3, 1: (torch.tensor(2.0), None)},
+        "0": "str zero beside int zero",
+        "tuple": (1, 2.5, "x", (True, False)),
+        "list": [None, [1, 2], {"a": b"\x00\xff"}],
+        "floats": [math.inf, -math.inf, -0.0, 1e300],
+        "nan": math.nan,
+        "bytes": b"abc",
+        "ba": bytearray(b"de"),
+        "np_scalar": np.float32(1.5),
+        "np0d": np.array(7, dtype=np.int16),
+        "t0d": torch.tensor(5, dtype=torch.int64),
         "nested_tuple": ((np.arange(3), torch.arange(2)), []),
     }
     with CheckpointManager(any_uri, rank=0, world_size=1, config=fast_config()) as ckpt:

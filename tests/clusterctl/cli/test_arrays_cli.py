@@ -30,9 +30,13 @@ def array_job(
 def test_rows_collapse_pending_tasks_like_squeue() -> None:
     ids = [(r.job_id, r.state) for r in arrays.rows([array_job(), job("15")])]
     assert ids == [
-        ("14_[4-5]", S.JOB_STATE_PENDING), ("14_0", S.JOB_STATE_COMPLETED), ("14_1", S.JOB_STATE_FAILED),
-        ("14_2", S.JOB_STATE_RUNNING), ("14_3", S.JOB_STATE_PENDING), ("15", S.JOB_STATE_RUNNING),
-    ]  # fmt: skip
+        ("14_[4-5]", S.JOB_STATE_PENDING),
+        ("14_0", S.JOB_STATE_COMPLETED),
+        ("14_1", S.JOB_STATE_FAILED),
+        ("14_2", S.JOB_STATE_RUNNING),
+        ("14_3", S.JOB_STATE_PENDING),
+        ("15", S.JOB_STATE_RUNNING),
+    ]
     expanded = [r.job_id for r in arrays.rows([array_job()], expand=True)]
     assert expanded == [f"14_{i}" for i in range(6)]
 

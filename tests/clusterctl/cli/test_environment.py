@@ -33,8 +33,11 @@ def test_all_sends_the_shell_minus_what_never_travels() -> None:
     out = collect(None, SHELL)
     assert out.export is None  # the default stays unset so a script's #SBATCH --export decides
     # an exported function travels, as under sbatch's --export=ALL (Lmod's `module` is one)
-    assert out.environment == {"HOME": "/home/alice", "AWS_SECRET_ACCESS_KEY": "s3cr3t",
-                               "BASH_FUNC_module%%": "() { :; }"}  # fmt: skip
+    assert out.environment == {
+        "HOME": "/home/alice",
+        "AWS_SECRET_ACCESS_KEY": "s3cr3t",
+        "BASH_FUNC_module%%": "() { :; }",
+    }
     assert out.left_out == []
     assert collect("ALL", SHELL).environment == out.environment
     assert collect("ALL", SHELL).export == "ALL"
@@ -95,8 +98,10 @@ def sent_env(fake: FakeClient) -> tuple[str | None, dict[str, str]]:
 @pytest.mark.usefixtures("shell")
 def test_cli_default_is_export_all(cli: Runner, fake: FakeClient) -> None:
     assert cli("submit", "--", "env").code == 0
-    assert sent_env(fake) == (None, {"HOME": "/home/alice", "AWS_SECRET_ACCESS_KEY": "s3cr3t",
-                                     "BASH_FUNC_module%%": "() { :; }"})  # fmt: skip
+    assert sent_env(fake) == (
+        None,
+        {"HOME": "/home/alice", "AWS_SECRET_ACCESS_KEY": "s3cr3t", "BASH_FUNC_module%%": "() { :; }"},
+    )
 
 
 @pytest.mark.usefixtures("shell")

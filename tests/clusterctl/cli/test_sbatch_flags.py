@@ -277,9 +277,13 @@ def test_parsable_prints_only_the_job_id(cli: Runner) -> None:
     ],
 )
 def test_sbatch_input_variables_are_options(
-    cli: Runner, fake: FakeClient, monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], flags: list[str],
+    cli: Runner,
+    fake: FakeClient,
+    monkeypatch: pytest.MonkeyPatch,
+    environ: dict[str, str],
+    flags: list[str],
     fields: dict[str, Any],
-) -> None:  # fmt: skip
+) -> None:
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     r = cli("submit", *flags, "job.sh")

@@ -56,7 +56,7 @@ def test_large_object_parallel_parts_round_trip(storage: Storage) -> None:
     assert out == data
     window = bytearray(1000)
     storage.read_into("big/shard", memoryview(window), offset=(6 << 20) - 10)
-    assert window == data[(6 << 20) - 10:(6 << 20) + 990]
+    assert window == data[(6 << 20) - 10 : (6 << 20) + 990]
     assert storage.list_incomplete("big/") == []
 
 

@@ -19,7 +19,7 @@ def fake_lfs(tmp_path: Path, rc: int = 0) -> Path:
     bindir.mkdir()
     log = tmp_path / "lfs.log"
     script = bindir / "lfs"
-    script.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\nexit {rc}\n")
+    script.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexit {rc}\n')
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return log
 
@@ -35,8 +35,9 @@ def test_lfs_setstripe_on_new_step_dirs(tmp_path: Path, monkeypatch: pytest.Monk
     st.close()
 
 
-def test_lfs_failure_is_only_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                       caplog: pytest.LogCaptureFixture) -> None:
+def test_lfs_failure_is_only_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     fake_lfs(tmp_path, rc=1)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     # Another test's logging set-up may have disabled or raised this logger: this one reads it.
@@ -105,9 +106,14 @@ def test_listing_and_io_never_follow_symlinks(tmp_path: Path) -> None:
     (root / "steps" / "1" / "a" / "f").symlink_to(outside / "secret")
     assert [o.key for o in st.list_objects("steps/")] == ["steps/1/a/x"]
     from clusterctl.storage import InvalidKeyError
-    for op in (lambda: st.get("steps/link/secret"), lambda: st.get("steps/1/a/f"),
-               lambda: st.put("steps/link/new", b"x"), lambda: st.stat("steps/link/secret"),
-               lambda: st.read_into("steps/1/a/f", memoryview(bytearray(1)))):
+
+    for op in (
+        lambda: st.get("steps/link/secret"),
+        lambda: st.get("steps/1/a/f"),
+        lambda: st.put("steps/link/new", b"x"),
+        lambda: st.stat("steps/link/secret"),
+        lambda: st.read_into("steps/1/a/f", memoryview(bytearray(1))),
+    ):
         with pytest.raises(InvalidKeyError, match="symbolic link"):
             op()
     assert not (outside / "new").exists()

@@ -47,8 +47,9 @@ def test_missing_bucket_is_permanent(s3_server: Any) -> None:
 
 @pytest.mark.s3
 def test_bad_credentials_are_permanent(s3_server: Any) -> None:
-    st = S3Storage(s3_server.bucket, "p", s3_options(s3_server, secret_access_key="nope", max_attempts=5,
-                                                    backoff_initial=1.0))
+    st = S3Storage(
+        s3_server.bucket, "p", s3_options(s3_server, secret_access_key="nope", max_attempts=5, backoff_initial=1.0)
+    )
     t0 = time.monotonic()
     with pytest.raises(AccessDeniedError):
         st.list_objects("")
@@ -57,8 +58,16 @@ def test_bad_credentials_are_permanent(s3_server: Any) -> None:
 
 
 def test_unreachable_endpoint_retries_then_fails_fast() -> None:
-    opts = S3Options(endpoint_url="http://127.0.0.1:9", access_key_id="a", secret_access_key="b",
-                     connect_timeout=0.5, read_timeout=0.5, max_attempts=3, backoff_initial=0.01, backoff_max=0.02)
+    opts = S3Options(
+        endpoint_url="http://127.0.0.1:9",
+        access_key_id="a",
+        secret_access_key="b",
+        connect_timeout=0.5,
+        read_timeout=0.5,
+        max_attempts=3,
+        backoff_initial=0.01,
+        backoff_max=0.02,
+    )
     st = S3Storage("bucket", "p", opts)
     t0 = time.monotonic()
     with pytest.raises(StorageUnavailableError, match="gave up after retries") as info:
@@ -69,8 +78,9 @@ def test_unreachable_endpoint_retries_then_fails_fast() -> None:
 
 
 def client_error(code: str, status: int) -> ClientError:
-    return ClientError({"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
-                       "PutObject")
+    return ClientError(
+        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "PutObject"
+    )
 
 
 @pytest.mark.parametrize(
@@ -171,7 +181,7 @@ class PagedClient:
     def list_objects_v2(self, **kw: Any) -> dict[str, Any]:
         self.calls.append(kw)
         start = 0 if self.stuck else int(kw.get("ContinuationToken", "0"))
-        page = self.keys[start:start + 2]
+        page = self.keys[start : start + 2]
         when = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
         out: dict[str, Any] = {"Contents": [{"Key": k, "Size": 1, "LastModified": when} for k in page]}
         if start + 2 < len(self.keys):

@@ -95,8 +95,9 @@ async def test_tokens_reload_without_restart(harness: Harness, tmp_path: Path) -
 
 
 @pytest.mark.parametrize(("case", "bad", "field"), BAD, ids=[c[0] for c in BAD])
-async def test_rejected_requests_never_reach_slurm(harness: Harness, case: str, bad: jobs_pb2.JobSpec,
-                                                    field: str) -> None:  # fmt: skip
+async def test_rejected_requests_never_reach_slurm(
+    harness: Harness, case: str, bad: jobs_pb2.JobSpec, field: str
+) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await harness.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=bad), metadata=auth(USER_A))
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -109,8 +110,9 @@ async def test_rejected_requests_never_reach_slurm(harness: Harness, case: str, 
 async def test_oversized_request_is_refused(tmp_path: Path) -> None:
     from clusterd.slurm.fake import FakeSlurm
 
-    daemon = ClusterDaemon(make_config(tmp_path, max_message_bytes=64 << 10, max_script_bytes=1 << 20),
-                           backend=FakeSlurm.cluster())  # fmt: skip
+    daemon = ClusterDaemon(
+        make_config(tmp_path, max_message_bytes=64 << 10, max_script_bytes=1 << 20), backend=FakeSlurm.cluster()
+    )
     await daemon.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as ch:

@@ -69,7 +69,8 @@ async def test_unauthenticated_calls_never_reach_the_handler(served: tuple[Any, 
     get = jobs_pb2.GetJobRequest(job_id="1")
     assert await code(jobs.GetJob(get)) == grpc.StatusCode.UNAUTHENTICATED
     assert await code(jobs.GetJob(get, metadata=[("authorization", "Bearer wrong")])) == (
-        grpc.StatusCode.UNAUTHENTICATED)
+        grpc.StatusCode.UNAUTHENTICATED
+    )
     assert await code(jobs.WatchJobs(jobs_pb2.WatchJobsRequest()).read()) == grpc.StatusCode.UNAUTHENTICATED
     assert probe.seen == []
 
@@ -104,6 +105,7 @@ async def test_the_request_rate_is_per_user(served: tuple[Any, Probe]) -> None:
         await jobs.GetJob(get, metadata=auth(USER_A))
     assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "rate limit" in (info.value.details() or "")
     assert await code(jobs.WatchJobs(jobs_pb2.WatchJobsRequest(), metadata=auth(USER_A)).read()) == (
-        grpc.StatusCode.RESOURCE_EXHAUSTED)
+        grpc.StatusCode.RESOURCE_EXHAUSTED
+    )
     await jobs.GetJob(get, metadata=auth(USER_B))
     assert len(probe.seen) == 4

@@ -52,8 +52,10 @@ async def test_holding_a_running_job_is_a_failed_precondition_with_slurms_words(
 
 
 async def test_bad_job_ids_name_the_field(harness: Harness) -> None:
-    for call in (harness.jobs.HoldJob(jobs_pb2.HoldJobRequest(job_id="x;rm"), metadata=auth(USER_A)),
-                 harness.jobs.AdoptJob(jobs_pb2.AdoptJobRequest(job_id=""), metadata=auth(USER_A))):  # fmt: skip
+    for call in (
+        harness.jobs.HoldJob(jobs_pb2.HoldJobRequest(job_id="x;rm"), metadata=auth(USER_A)),
+        harness.jobs.AdoptJob(jobs_pb2.AdoptJobRequest(job_id=""), metadata=auth(USER_A)),
+    ):
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await call
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -80,8 +82,17 @@ async def test_the_queue_shows_everyone_squeues_fields_and_marks_the_callers_own
 
 async def test_adopt_tags_the_owners_plain_sbatch_job_and_supervises_it(harness: Harness) -> None:
     slurm = harness.slurm
-    slurm.jobs["900"] = SlurmJob("900", "plain", USER_A, JobState.RUNNING, nodes=("node2",), submit_time=time.time(),
-                                 stdout="out-%j.txt", working_directory="/home/a", partition="debug")  # fmt: skip
+    slurm.jobs["900"] = SlurmJob(
+        "900",
+        "plain",
+        USER_A,
+        JobState.RUNNING,
+        nodes=("node2",),
+        submit_time=time.time(),
+        stdout="out-%j.txt",
+        working_directory="/home/a",
+        partition="debug",
+    )
     await harness.poll()
     code = await code_of(harness.jobs.AdoptJob(jobs_pb2.AdoptJobRequest(job_id="900"), metadata=auth(USER_B)))
     assert code == grpc.StatusCode.PERMISSION_DENIED
@@ -106,8 +117,9 @@ async def test_adopt_refuses_jobs_not_in_the_queue_and_bad_uris(harness: Harness
     code = await code_of(harness.jobs.AdoptJob(jobs_pb2.AdoptJobRequest(job_id="12345"), metadata=auth(USER_A)))
     assert code == grpc.StatusCode.NOT_FOUND
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await harness.jobs.AdoptJob(jobs_pb2.AdoptJobRequest(job_id="1", checkpoint_uri="ftp://x"),
-                                    metadata=auth(USER_A))  # fmt: skip
+        await harness.jobs.AdoptJob(
+            jobs_pb2.AdoptJobRequest(job_id="1", checkpoint_uri="ftp://x"), metadata=auth(USER_A)
+        )
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert (err.value.details() or "").startswith("checkpoint_uri:")
 
@@ -135,8 +147,9 @@ async def test_history_lists_finished_jobs_with_filters_and_accounting(harness: 
     assert by_id[other].exit_code == 3 and by_id["777"].source == "slurmdbd"
     named = await harness.jobs.ListHistory(jobs_pb2.ListHistoryRequest(name="train-*"), metadata=auth(USER_A))
     assert {j.job_id for j in named.jobs} == {done, "777"}
-    failed = await harness.jobs.ListHistory(jobs_pb2.ListHistoryRequest(states=[jobs_pb2.JOB_STATE_FAILED]),
-                                            metadata=auth(USER_A))  # fmt: skip
+    failed = await harness.jobs.ListHistory(
+        jobs_pb2.ListHistoryRequest(states=[jobs_pb2.JOB_STATE_FAILED]), metadata=auth(USER_A)
+    )
     assert [j.job_id for j in failed.jobs] == [other]
     code = await code_of(harness.jobs.ListHistory(jobs_pb2.ListHistoryRequest(user="*"), metadata=auth(USER_A)))
     assert code == grpc.StatusCode.PERMISSION_DENIED

@@ -39,8 +39,10 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
 
 def test_hashed_entries_authenticate_and_plaintext_is_warned(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     f = tmp_path / "tokens.toml"
-    f.write_text(f'[[token]]\nuser = "alice"\ntoken_sha256 = "{token_digest("alice-secret-token-1")}"\n'
-                 '[[token]]\nuser = "bob"\ntoken = "bob-plain-token-0123"\nadmin = true\n')
+    f.write_text(
+        f'[[token]]\nuser = "alice"\ntoken_sha256 = "{token_digest("alice-secret-token-1")}"\n'
+        '[[token]]\nuser = "bob"\ntoken = "bob-plain-token-0123"\nadmin = true\n'
+    )
     f.chmod(0o600)
     with caplog.at_level(logging.WARNING):
         store = TokenStore(f)
@@ -54,13 +56,16 @@ def test_hashed_entries_authenticate_and_plaintext_is_warned(tmp_path: Path, cap
     assert store.authenticate("") is None
 
 
-@pytest.mark.parametrize("entry", [
-    'user = "a"\ntoken_sha256 = "abc"',
-    'user = "a"\ntoken_sha256 = "' + "g" * 64 + '"',
-    'user = "a"\ntoken = "0123456789abcdef"\ntoken_sha256 = "' + "a" * 64 + '"',
-    'user = "a"',
-    'token_sha256 = "' + "a" * 64 + '"',
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "entry",
+    [
+        'user = "a"\ntoken_sha256 = "abc"',
+        'user = "a"\ntoken_sha256 = "' + "g" * 64 + '"',
+        'user = "a"\ntoken = "0123456789abcdef"\ntoken_sha256 = "' + "a" * 64 + '"',
+        'user = "a"',
+        'token_sha256 = "' + "a" * 64 + '"',
+    ],
+)
 def test_malformed_hashed_entries_are_refused(entry: str) -> None:
     with pytest.raises(TokenFileError):
         parse_tokens("[[token]]\n" + entry)
@@ -138,8 +143,9 @@ def test_user_names_cannot_inject_toml(tmp_path: Path) -> None:
     assert [e.user for e in read_entries(f)] == ['we"ird\\name']
 
 
-async def test_running_service_sees_added_and_revoked_tokens(tmp_path: Path,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+async def test_running_service_sees_added_and_revoked_tokens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     cfg = base_config(tmp_path)
     f = tmp_path / "hashed.toml"
     cfg = replace(cfg, tokens_file=str(f))
@@ -210,8 +216,11 @@ def test_token_cli_takes_config_before_or_after_the_action(tmp_path: Path, capsy
 
 # ----------------------------------------------------------------- tokens never in argv (ps shows argv)
 
-@pytest.mark.parametrize("argv", [["--token", "s3cret", "list"], ["list", "--token=s3cret"], ["list", "--tok", "x"],
-                                  ["status", "1", "--token"]])  # fmt: skip
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--token", "s3cret", "list"], ["list", "--token=s3cret"], ["list", "--tok", "x"], ["status", "1", "--token"]],
+)
 def test_cli_refuses_a_token_on_the_command_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     def no_client(args: object) -> object:
         raise AssertionError("no call may be made with a token from argv")
@@ -227,6 +236,7 @@ def test_cli_refuses_a_token_on_the_command_line(argv: list[str], capsys: pytest
 
 def test_no_clusterd_command_takes_a_secret_as_an_argument() -> None:
     """Every option of every clusterd subcommand: none carries a token, key or password value."""
+
     def options(parser: argparse.ArgumentParser) -> Iterator[str]:
         for action in parser._actions:
             yield from action.option_strings
@@ -234,13 +244,17 @@ def test_no_clusterd_command_takes_a_secret_as_an_argument() -> None:
                 for sub in action.choices.values():
                     yield from options(sub)
 
-    secret = [o for o in options(build_parser()) if any(w in o for w in ("token", "secret", "password", "key"))
-              and not o.endswith("-file")]  # fmt: skip
+    secret = [
+        o
+        for o in options(build_parser())
+        if any(w in o for w in ("token", "secret", "password", "key")) and not o.endswith("-file")
+    ]
     assert secret == []
 
 
-async def test_token_file_is_used_and_must_be_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+async def test_token_file_is_used_and_must_be_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.delenv("CLUSTERCTL_TOKEN", raising=False)
     f = tmp_path / "token"
     f.write_text(auth(USER_A)[0][1].removeprefix("Bearer ") + "\n")

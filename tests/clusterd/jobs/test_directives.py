@@ -17,9 +17,17 @@ def test_getopt_forms() -> None:
         "#SBATCH --ntasks-per-n=3   # comment\n#SBATCH --exclusive --nice=5\n#SBATCH -J 'two words'\n"
     )
     assert opts(script) == [
-        ("job-name", "a"), ("nodes", "2"), ("ntasks", "4"), ("cpus-per-task", "2"), ("partition", "batch"),
-        ("hold", None), ("ntasks-per-node", "3"), ("exclusive", None), ("nice", "5"), ("job-name", "two words"),
-    ]  # fmt: skip
+        ("job-name", "a"),
+        ("nodes", "2"),
+        ("ntasks", "4"),
+        ("cpus-per-task", "2"),
+        ("partition", "batch"),
+        ("hold", None),
+        ("ntasks-per-node", "3"),
+        ("exclusive", None),
+        ("nice", "5"),
+        ("job-name", "two words"),
+    ]
 
 
 def test_header_ends_at_first_command_and_lookalikes_are_comments() -> None:

@@ -85,7 +85,9 @@ async def test_list_is_own_jobs_unless_admin(world: World) -> None:
     own = await world.manager.list(ALICE, user="", include_finished=False, limit=0)
     assert [r.user for r in own] == [USER_A] and own[0].spec.ByteSize() == 0  # compact rows
     assert {r.user for r in await world.manager.list(ROOT, user="*", include_finished=False, limit=0)} == {
-        USER_A, USER_B}
+        USER_A,
+        USER_B,
+    }
     with pytest.raises(PermissionDenied):
         await world.manager.list(ALICE, user=USER_B, include_finished=False, limit=0)
 

@@ -49,8 +49,12 @@ def test_gpu_site_options_become_fields() -> None:
         10240,
         1,
     )
-    assert (r.gpu_bind, r.gres_flags, r.hint, r.distribution) == ("closest", "enforce-binding", "nomultithread",
-                                                                 "cyclic:block")  # fmt: skip
+    assert (r.gpu_bind, r.gres_flags, r.hint, r.distribution) == (
+        "closest",
+        "enforce-binding",
+        "nomultithread",
+        "cyclic:block",
+    )
     assert (r.sockets_per_node, r.cores_per_socket, r.threads_per_core, r.min_cpus_per_node) == (1, 2, 1, 2)
     assert r.contiguous and r.spread_job and r.kill_on_invalid_dep is True
     assert (r.deadline, r.time_min_seconds, r.wckey, r.tasks_per_core) == ("now+2hours", 1800, "proj", 1)
@@ -85,11 +89,15 @@ def test_node_and_accounting_options_become_fields() -> None:
         "#SBATCH --use-min-nodes --wait-all-nodes=1 --mem-bind=local --acctg-freq=task=30 -L fluent:2\n"
         "#SBATCH --batch=a100"
     )
-    assert (r.tmp_mb, r.tasks_per_socket, r.gpus_per_socket, r.gpu_type, r.delay_boot_seconds) == (1024, 1, 1, "a100",
-                                                                                                    600)  # fmt: skip
+    assert (r.tmp_mb, r.tasks_per_socket, r.gpus_per_socket, r.gpu_type, r.delay_boot_seconds) == (
+        1024,
+        1,
+        1,
+        "a100",
+        600,
+    )
     assert r.overcommit and r.no_kill and r.use_min_nodes and r.wait_all_nodes is True
-    assert (r.mem_bind, r.acctg_freq, r.licenses, r.batch_features) == (
-        "local", "task=30", "fluent:2", "a100")  # fmt: skip
+    assert (r.mem_bind, r.acctg_freq, r.licenses, r.batch_features) == ("local", "task=30", "fluent:2", "a100")
     assert req("#SBATCH --no-kill=off").no_kill is False
     assert req("#SBATCH -i data/in.txt").stdin == "data/in.txt"  # slurmd opens it, as the user
     with pytest.raises(InvalidArgument, match="must not contain"):

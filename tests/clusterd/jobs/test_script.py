@@ -39,8 +39,9 @@ def test_environment_goes_after_the_header_quoted_on_one_line() -> None:
     added = lines.index("echo start") - 1
     assert lines[added].startswith("export A=1; export MSG=")
     assert parse_directives(out) == parse_directives(SCRIPT)  # header intact
-    printed = subprocess.run(["bash", "-c", out.split("echo start")[0] + 'printf %s "$MSG"'],
-                             capture_output=True, text=True, check=True).stdout  # fmt: skip
+    printed = subprocess.run(
+        ["bash", "-c", out.split("echo start")[0] + 'printf %s "$MSG"'], capture_output=True, text=True, check=True
+    ).stdout
     assert printed == "it's $(id) `x`"
 
 
@@ -52,19 +53,47 @@ def test_command_script_runs_argv_verbatim() -> None:
 
 def test_sbatch_argv_golden() -> None:
     spec = jobs_pb2.JobSpec(
-        name="train", command=["python", "t.py"], nodes=2, gpus_per_node=4, time_limit="1:00:00",
-        memory_mb_per_node=1024, account="ml", checkpoint_uri="s3://ckpt/run1", array="0-3%2",
+        name="train",
+        command=["python", "t.py"],
+        nodes=2,
+        gpus_per_node=4,
+        time_limit="1:00:00",
+        memory_mb_per_node=1024,
+        account="ml",
+        checkpoint_uri="s3://ckpt/run1",
+        array="0-3%2",
         placement=cluster_pb2.PlacementPreference(constraints=["a100", "ib"]),
-    )  # fmt: skip
+    )
     req = validate_spec(spec, FACTS, LimitsConfig())
-    req = replace(req, user="alice", comment="clusterctl-record:7", switches=Switches(1, 300),
-                  working_directory="/jobs/alice", stdout="/jobs/alice/%x-%j.out")  # fmt: skip
+    req = replace(
+        req,
+        user="alice",
+        comment="clusterctl-record:7",
+        switches=Switches(1, 300),
+        working_directory="/jobs/alice",
+        stdout="/jobs/alice/%x-%j.out",
+    )
     assert sbatch_argv(req) == [
-        "sbatch", "--parsable", "--ignore-pbs", "--job-name=train", "--comment=clusterctl-record:7",
-        "--partition=debug", "--account=ml", "--nodes=2", "--gres=gpu:4", "--mem=1024M", "--time=1:00:00",
-        "--constraint=a100&ib", "--switches=1@5:00", "--chdir=/jobs/alice", "--output=/jobs/alice/%x-%j.out",
-        "--array=0-3%2", "--requeue", "--open-mode=append", "--export=ALL",
-    ]  # fmt: skip
+        "sbatch",
+        "--parsable",
+        "--ignore-pbs",
+        "--job-name=train",
+        "--comment=clusterctl-record:7",
+        "--partition=debug",
+        "--account=ml",
+        "--nodes=2",
+        "--gres=gpu:4",
+        "--mem=1024M",
+        "--time=1:00:00",
+        "--constraint=a100&ib",
+        "--switches=1@5:00",
+        "--chdir=/jobs/alice",
+        "--output=/jobs/alice/%x-%j.out",
+        "--array=0-3%2",
+        "--requeue",
+        "--open-mode=append",
+        "--export=ALL",
+    ]
     assert job_environment({"A": "1"}, record_id=7, checkpoint_uri="s3://ckpt/run1") == {
         "A": "1",
         "CLUSTERCTL_RECORD_ID": "7",
@@ -76,8 +105,12 @@ def test_sbatch_argv_is_single_tokens() -> None:
     req = JobRequest(script="#!/bin/sh\n", name="a --uid=0", user="alice")
     assert sbatch_argv(req)[3] == "--job-name=a --uid=0"
     assert update_job_argv("5", exclude_nodes=("node1", "node2"), start_after=0) == [
-        "scontrol", "update", "jobid=5", "ExcNodeList=node1,node2", "StartTime=now"
-    ]  # fmt: skip
+        "scontrol",
+        "update",
+        "jobid=5",
+        "ExcNodeList=node1,node2",
+        "StartTime=now",
+    ]
 
 
 def test_script_directives_become_request_fields_and_are_neutralised() -> None:
@@ -130,8 +163,9 @@ def run_prelude(line: str, then: str, tmp_path: Path) -> str:
     fake.write_text('#!/bin/sh\n[ "$1 $2 $3" = "checkpoints latest s3://b/run" ] && echo 41\n')
     fake.chmod(0o755)
     env = {"PATH": f"{fake.parent}:/usr/bin:/bin", "SLURM_RESTART_COUNT": "2"}
-    return subprocess.run(["bash", "-c", f"{line}\n{then}"], capture_output=True, text=True, env=env,
-                          check=True, timeout=30).stdout  # fmt: skip
+    return subprocess.run(
+        ["bash", "-c", f"{line}\n{then}"], capture_output=True, text=True, env=env, check=True, timeout=30
+    ).stdout
 
 
 def test_resume_step_is_looked_up_only_for_scripts_that_mention_it(tmp_path: Path) -> None:

@@ -46,8 +46,11 @@ async def test_directories_export_and_status_view(harness: Harness) -> None:
         os.mkdir(f"{cwd}/run")
         spec = jobs_pb2.JobSpec(
             script="#!/bin/bash\n#SBATCH -o out-%j.txt\n#SBATCH -D run\n#SBATCH -t 1:00:00\ntrue\n",
-            submit_directory=cwd, script_name="train.sh", environment={"A": "1", "B": "2"}, export="A,C=3",
-        )  # fmt: skip
+            submit_directory=cwd,
+            script_name="train.sh",
+            environment={"A": "1", "B": "2"},
+            export="A,C=3",
+        )
         resp = await submit(harness, spec)
         req = harness.slurm.submitted[-1]
         assert (req.submit_directory, req.working_directory, req.stdout) == (cwd, f"{cwd}/run", "out-%j.txt")

@@ -96,35 +96,80 @@ BAD: list[tuple[str, jobs_pb2.JobSpec, str]] = [
     ("checkpoint file relative", spec(checkpoint_uri="file://relative/x"), "spec.checkpoint_uri"),
     ("request id spaces", spec(request_id="a b"), "spec.request_id"),
     ("request id too long", spec(request_id="r" * 129), "spec.request_id"),
-    ("restart exit code 0", spec(restart_policy=jobs_pb2.RestartPolicy(retryable_exit_codes=[0])),
-     "spec.restart_policy.retryable_exit_codes"),
-    ("restart exit code 300", spec(restart_policy=jobs_pb2.RestartPolicy(fatal_exit_codes=[300])),
-     "spec.restart_policy.fatal_exit_codes"),
-    ("retryable and fatal", spec(restart_policy=jobs_pb2.RestartPolicy(retryable_exit_codes=[3], fatal_exit_codes=[3])),
-     "spec.restart_policy.fatal_exit_codes"),
-    ("huge max restarts", spec(restart_policy=jobs_pb2.RestartPolicy(max_restarts=100_000)),
-     "spec.restart_policy.max_restarts"),
-    ("negative backoff", spec(restart_policy=jobs_pb2.RestartPolicy(backoff=Duration(seconds=-1))),
-     "spec.restart_policy.backoff"),
-    ("exact without count", spec(placement=cluster_pb2.PlacementPreference(policy=cluster_pb2.PLACEMENT_POLICY_EXACT)),
-     "spec.placement.switch_count"),
-    ("more switches than nodes", spec(nodes=2, placement=cluster_pb2.PlacementPreference(
-        policy=cluster_pb2.PLACEMENT_POLICY_EXACT, switch_count=3)), "spec.placement.switch_count"),
-    ("unknown excluded node", spec(placement=cluster_pb2.PlacementPreference(exclude_nodes=["node99"])),
-     "spec.placement.exclude_nodes[0]"),
-    ("excluded node metachar", spec(placement=cluster_pb2.PlacementPreference(exclude_nodes=["node1,node2"])),
-     "spec.placement.exclude_nodes[0]"),
-    ("nodelist count mismatch", spec(nodes=2, placement=cluster_pb2.PlacementPreference(nodelist=["node1"])),
-     "spec.placement.nodelist"),
-    ("nodelist and exclude overlap", spec(nodes=1, placement=cluster_pb2.PlacementPreference(
-        nodelist=["node1"], exclude_nodes=["node1"])), "spec.placement.nodelist"),
-    ("max wait too long", spec(placement=cluster_pb2.PlacementPreference(max_wait_seconds=10**8)),
-     "spec.placement.max_wait_seconds"),
-    ("constraint metachar", spec(placement=cluster_pb2.PlacementPreference(constraints=["a|b"])),
-     "spec.placement.constraints[0]"),
-    ("unknown policy value", spec(placement=cluster_pb2.PlacementPreference(policy=42)),  # type: ignore[arg-type]
-     "spec.placement.policy"),
-]  # fmt: skip
+    (
+        "restart exit code 0",
+        spec(restart_policy=jobs_pb2.RestartPolicy(retryable_exit_codes=[0])),
+        "spec.restart_policy.retryable_exit_codes",
+    ),
+    (
+        "restart exit code 300",
+        spec(restart_policy=jobs_pb2.RestartPolicy(fatal_exit_codes=[300])),
+        "spec.restart_policy.fatal_exit_codes",
+    ),
+    (
+        "retryable and fatal",
+        spec(restart_policy=jobs_pb2.RestartPolicy(retryable_exit_codes=[3], fatal_exit_codes=[3])),
+        "spec.restart_policy.fatal_exit_codes",
+    ),
+    (
+        "huge max restarts",
+        spec(restart_policy=jobs_pb2.RestartPolicy(max_restarts=100_000)),
+        "spec.restart_policy.max_restarts",
+    ),
+    (
+        "negative backoff",
+        spec(restart_policy=jobs_pb2.RestartPolicy(backoff=Duration(seconds=-1))),
+        "spec.restart_policy.backoff",
+    ),
+    (
+        "exact without count",
+        spec(placement=cluster_pb2.PlacementPreference(policy=cluster_pb2.PLACEMENT_POLICY_EXACT)),
+        "spec.placement.switch_count",
+    ),
+    (
+        "more switches than nodes",
+        spec(
+            nodes=2,
+            placement=cluster_pb2.PlacementPreference(policy=cluster_pb2.PLACEMENT_POLICY_EXACT, switch_count=3),
+        ),
+        "spec.placement.switch_count",
+    ),
+    (
+        "unknown excluded node",
+        spec(placement=cluster_pb2.PlacementPreference(exclude_nodes=["node99"])),
+        "spec.placement.exclude_nodes[0]",
+    ),
+    (
+        "excluded node metachar",
+        spec(placement=cluster_pb2.PlacementPreference(exclude_nodes=["node1,node2"])),
+        "spec.placement.exclude_nodes[0]",
+    ),
+    (
+        "nodelist count mismatch",
+        spec(nodes=2, placement=cluster_pb2.PlacementPreference(nodelist=["node1"])),
+        "spec.placement.nodelist",
+    ),
+    (
+        "nodelist and exclude overlap",
+        spec(nodes=1, placement=cluster_pb2.PlacementPreference(nodelist=["node1"], exclude_nodes=["node1"])),
+        "spec.placement.nodelist",
+    ),
+    (
+        "max wait too long",
+        spec(placement=cluster_pb2.PlacementPreference(max_wait_seconds=10**8)),
+        "spec.placement.max_wait_seconds",
+    ),
+    (
+        "constraint metachar",
+        spec(placement=cluster_pb2.PlacementPreference(constraints=["a|b"])),
+        "spec.placement.constraints[0]",
+    ),
+    (
+        "unknown policy value",
+        spec(placement=cluster_pb2.PlacementPreference(policy=42)),  # type: ignore[arg-type]
+        "spec.placement.policy",
+    ),
+]
 
 
 @pytest.mark.parametrize(("case", "bad", "field"), BAD, ids=[c[0] for c in BAD])
@@ -153,9 +198,17 @@ def test_command_gets_generated_script_and_name() -> None:
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("30", 1800), ("30:15", 1815), ("1:00:00", 3600), ("2-0", 172800), ("1-2:03", 93780),
-     ("1-2:03:04", 93784), ("UNLIMITED", None), ("infinite", None)],
-)  # fmt: skip
+    [
+        ("30", 1800),
+        ("30:15", 1815),
+        ("1:00:00", 3600),
+        ("2-0", 172800),
+        ("1-2:03", 93780),
+        ("1-2:03:04", 93784),
+        ("UNLIMITED", None),
+        ("infinite", None),
+    ],
+)
 def test_time_limits(text: str, seconds: int | None) -> None:
     assert parse_time_limit(text) == seconds
 
@@ -167,8 +220,10 @@ def test_shell_metacharacters_in_free_text_are_data_not_code() -> None:
     assert job.name == hostile
 
 
-@pytest.mark.parametrize(("field", "seconds"), [("heartbeat_interval", 0.01), ("heartbeat_interval", 600),
-                                                ("hang_timeout", 0.5), ("hang_timeout", 10**6)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("field", "seconds"),
+    [("heartbeat_interval", 0.01), ("heartbeat_interval", 600), ("hang_timeout", 0.5), ("hang_timeout", 10**6)],
+)
 def test_liveness_settings_out_of_range_are_refused(field: str, seconds: float) -> None:
     d = Duration()
     d.FromNanoseconds(int(seconds * 1e9))
@@ -184,13 +239,16 @@ def test_dos_line_breaks_are_refused_naming_the_line() -> None:
     assert info.value.field == "spec.script" and "script line 2: DOS line breaks" in str(info.value)
 
 
-@pytest.mark.parametrize(("policy", "name"), [
-    (cluster_pb2.PLACEMENT_POLICY_UNSPECIFIED, "pack"),
-    (cluster_pb2.PLACEMENT_POLICY_PACK, "pack"),
-    (cluster_pb2.PLACEMENT_POLICY_ANY, "any"),
-    (cluster_pb2.PLACEMENT_POLICY_EXACT, "exact"),
-    (99, "pack"),  # a dry run's unknown policy (a submit's is refused first)
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("policy", "name"),
+    [
+        (cluster_pb2.PLACEMENT_POLICY_UNSPECIFIED, "pack"),
+        (cluster_pb2.PLACEMENT_POLICY_PACK, "pack"),
+        (cluster_pb2.PLACEMENT_POLICY_ANY, "any"),
+        (cluster_pb2.PLACEMENT_POLICY_EXACT, "exact"),
+        (99, "pack"),  # a dry run's unknown policy (a submit's is refused first)
+    ],
+)
 def test_the_placement_preference_in_the_services_terms(policy: int, name: str) -> None:
     pref = placement_preference(
         cluster_pb2.PlacementPreference(policy=policy, switch_count=2, exclude_nodes=["node3"], nodelist=["node1"])

@@ -45,8 +45,9 @@ class Live:
 
     async def submit(self, user: str = USER_A, **policy: object) -> tuple[str, int, str]:
         """A 2-node job with fast heartbeats, RUNNING on node1+node2; returns (job id, record id, token)."""
-        rp = jobs_pb2.RestartPolicy(heartbeat_interval=Duration(nanos=int(INTERVAL * 1e9)),
-                                    hang_timeout=Duration(seconds=int(HANG)), **policy)  # type: ignore[arg-type]  # fmt: skip
+        rp = jobs_pb2.RestartPolicy(
+            heartbeat_interval=Duration(nanos=int(INTERVAL * 1e9)), hang_timeout=Duration(seconds=int(HANG)), **policy
+        )  # type: ignore[arg-type]
         spec = jobs_pb2.JobSpec(command=["train"], nodes=2, restart_policy=rp)
         job = (await self.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec), metadata=auth(user))).job
         script = self.slurm.submitted[-1].script
@@ -65,8 +66,15 @@ class Live:
     async def beat(
         self, job_id: str, record: int, token: str, rank: int, node: str = "", **fields: object
     ) -> jobs_pb2.HeartbeatResponse:
-        req = jobs_pb2.HeartbeatRequest(record_id=record, token=token, job_id=job_id, rank=rank, world_size=2,
-                                        node=node or f"node{rank + 1}", **fields)  # type: ignore[arg-type]  # fmt: skip
+        req = jobs_pb2.HeartbeatRequest(
+            record_id=record,
+            token=token,
+            job_id=job_id,
+            rank=rank,
+            world_size=2,
+            node=node or f"node{rank + 1}",
+            **fields,
+        )  # type: ignore[arg-type]
         return await self.jobs.Heartbeat(req)
 
     async def status(self, job_id: str) -> jobs_pb2.JobStatus:
@@ -77,8 +85,9 @@ class Live:
 async def live(tmp_path: Path) -> AsyncIterator[Live]:
     slurm = FakeSlurm.cluster()
     slurm.nodes = [replace(n, address=f"10.0.0.{i}", port=6818) for i, n in enumerate(slurm.nodes, 1)]
-    config = replace(make_config(tmp_path), liveness=LivenessConfig(heartbeat_addr="unix:/run/test.sock",
-                                                                      check_every_seconds=3600))  # fmt: skip
+    config = replace(
+        make_config(tmp_path), liveness=LivenessConfig(heartbeat_addr="unix:/run/test.sock", check_every_seconds=3600)
+    )
     daemon = ClusterDaemon(config, backend=slurm)
     prober = Prober()
     daemon.detector._prober = prober  # the probe's verdict is the test's to give
@@ -243,8 +252,11 @@ async def test_a_beat_naming_a_node_outside_the_allocation_is_not_believed(live:
     live.prober.dead.add("10.0.0.5")
     await live.beat(job_id, record, token, 0, step=1)
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await live.jobs.Heartbeat(jobs_pb2.HeartbeatRequest(record_id=record, token=token, job_id=job_id, rank=1,
-                                                            world_size=2, node="node5", step=1))  # fmt: skip
+        await live.jobs.Heartbeat(
+            jobs_pb2.HeartbeatRequest(
+                record_id=record, token=token, job_id=job_id, rank=1, world_size=2, node="node5", step=1
+            )
+        )
     assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
     for _ in range(4):
         await asyncio.sleep(INTERVAL)
@@ -297,12 +309,16 @@ async def test_beats_are_claims_checked_against_slurm(live: Live) -> None:
         await live.beat(other_id, record, token, 0)
     assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
     with pytest.raises(grpc.aio.AioRpcError) as err:  # a node outside the allocation
-        await live.jobs.Heartbeat(jobs_pb2.HeartbeatRequest(record_id=record, token=token, job_id=job_id, rank=0,
-                                                            world_size=2, node="node5"))  # fmt: skip
+        await live.jobs.Heartbeat(
+            jobs_pb2.HeartbeatRequest(record_id=record, token=token, job_id=job_id, rank=0, world_size=2, node="node5")
+        )
     assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
     with pytest.raises(grpc.aio.AioRpcError) as err:  # more ranks than the allocation's CPUs (2 x 4)
-        await live.jobs.Heartbeat(jobs_pb2.HeartbeatRequest(record_id=record, token=token, job_id=job_id,
-                                                            rank=60000, world_size=65536, node="node1"))  # fmt: skip
+        await live.jobs.Heartbeat(
+            jobs_pb2.HeartbeatRequest(
+                record_id=record, token=token, job_id=job_id, rank=60000, world_size=65536, node="node1"
+            )
+        )
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     # A run Slurm does not show (a forged restart count) is not recorded.
     await live.beat(job_id, record, token, 0, restart_count=7)

@@ -37,18 +37,22 @@ async def test_every_mutating_call_is_audited(tmp_path: Path) -> None:
         job = (await jobs.SubmitJob(command_request(request_id="req-1"), metadata=auth(USER_A))).job  # 1
         await jobs.ListJobs(jobs_pb2.ListJobsRequest(), metadata=auth(USER_A))  # 2: reads are not audited
         await jobs.GetJob(jobs_pb2.GetJobRequest(job_id=job.job_id), metadata=auth(USER_A))  # 3
-        assert await code_of(jobs.CancelJob(jobs_pb2.CancelJobRequest(job_id=job.job_id),
-                                            metadata=auth(USER_B))) == grpc.StatusCode.PERMISSION_DENIED
+        assert (
+            await code_of(jobs.CancelJob(jobs_pb2.CancelJobRequest(job_id=job.job_id), metadata=auth(USER_B)))
+            == grpc.StatusCode.PERMISSION_DENIED
+        )
         bad = jobs_pb2.SubmitJobRequest(spec=jobs_pb2.JobSpec(command=["x"], partition="no;such"))
         assert await code_of(jobs.SubmitJob(bad, metadata=auth(USER_A))) == grpc.StatusCode.INVALID_ARGUMENT  # 4
         forged = jobs_pb2.CancelJobRequest(job_id='1\n{"user":"root","result":"OK"}')
         assert await code_of(jobs.CancelJob(forged, metadata=auth(USER_A))) == grpc.StatusCode.INVALID_ARGUMENT  # 5
         assert await code_of(jobs.CancelJob(jobs_pb2.CancelJobRequest(job_id=job.job_id))) == (
-            grpc.StatusCode.UNAUTHENTICATED)
+            grpc.StatusCode.UNAUTHENTICATED
+        )
         await jobs.RequeueJob(jobs_pb2.RequeueJobRequest(job_id=job.job_id), metadata=auth(USER_A))  # 6
         await jobs.CancelJob(jobs_pb2.CancelJobRequest(job_id=job.job_id), metadata=auth(USER_A))  # 7
         assert await code_of(jobs.SubmitJob(command_request(), metadata=auth(USER_A))) == (
-            grpc.StatusCode.RESOURCE_EXHAUSTED)
+            grpc.StatusCode.RESOURCE_EXHAUSTED
+        )
     assert stat.S_IMODE(audit.stat().st_mode) == 0o600
     entries = read_audit(audit)
     summary = [(e["method"], e["user"], e["result"]) for e in entries]

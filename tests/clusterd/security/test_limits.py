@@ -51,18 +51,22 @@ async def test_request_rate_is_limited_per_user(tmp_path: Path) -> None:
         for _ in range(5):
             await jobs.ListJobs(jobs_pb2.ListJobsRequest(), metadata=auth(USER_A))
         assert await code_of(jobs.ListJobs(jobs_pb2.ListJobsRequest(), metadata=auth(USER_A))) == (
-            grpc.StatusCode.RESOURCE_EXHAUSTED)
+            grpc.StatusCode.RESOURCE_EXHAUSTED
+        )
         watch = jobs.WatchJobs(jobs_pb2.WatchJobsRequest(), metadata=auth(USER_A))
         assert await code_of(watch.read()) == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert await code_of(jobs.SubmitJob(command_request(), metadata=auth(USER_A))) == (
-            grpc.StatusCode.RESOURCE_EXHAUSTED)
+            grpc.StatusCode.RESOURCE_EXHAUSTED
+        )
         await jobs.ListJobs(jobs_pb2.ListJobsRequest(), metadata=auth(USER_B))  # another user's bucket
 
 
 async def test_queued_jobs_per_user(tmp_path: Path) -> None:
     slurm = FakeSlurm.cluster()
-    async with running(base_config(tmp_path, max_jobs_per_user=2), slurm) as daemon, \
-            grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as ch:  # fmt: skip
+    async with (
+        running(base_config(tmp_path, max_jobs_per_user=2), slurm) as daemon,
+        grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as ch,
+    ):
         jobs = stub(ch)
         first = await jobs.SubmitJob(command_request(request_id="r1"), metadata=auth(USER_A))
         await jobs.SubmitJob(command_request(request_id="r2"), metadata=auth(USER_A))
@@ -82,11 +86,14 @@ async def test_queued_jobs_per_user(tmp_path: Path) -> None:
 
 async def test_concurrent_submits_never_exceed_the_cap(tmp_path: Path) -> None:
     slurm = FakeSlurm.cluster()
-    async with running(base_config(tmp_path, max_jobs_per_user=3), slurm) as daemon, \
-            grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as ch:  # fmt: skip
+    async with (
+        running(base_config(tmp_path, max_jobs_per_user=3), slurm) as daemon,
+        grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as ch,
+    ):
         jobs = stub(ch)
-        codes = await asyncio.gather(*(code_of(jobs.SubmitJob(command_request(request_id=f"c{i}"),
-                                                              metadata=auth(USER_A))) for i in range(12)))
+        codes = await asyncio.gather(
+            *(code_of(jobs.SubmitJob(command_request(request_id=f"c{i}"), metadata=auth(USER_A))) for i in range(12))
+        )
         assert set(codes) <= {grpc.StatusCode.OK, grpc.StatusCode.RESOURCE_EXHAUSTED}
         assert 1 <= codes.count(grpc.StatusCode.OK) <= 3
         assert slurm.calls["submit"] == codes.count(grpc.StatusCode.OK)
@@ -95,8 +102,10 @@ async def test_concurrent_submits_never_exceed_the_cap(tmp_path: Path) -> None:
 
 
 async def test_one_user_cannot_take_every_watch_slot(tmp_path: Path) -> None:
-    async with running(base_config(tmp_path, max_watchers=3, max_watchers_per_user=2)) as daemon, \
-            grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as ch:  # fmt: skip
+    async with (
+        running(base_config(tmp_path, max_watchers=3, max_watchers_per_user=2)) as daemon,
+        grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as ch,
+    ):
         jobs = stub(ch)
         for user in (USER_A, USER_B):
             await jobs.SubmitJob(command_request(), metadata=auth(user))
@@ -121,8 +130,9 @@ async def test_quotas_count_array_tasks_and_prune_by_age(tmp_path: Path) -> None
     now = [1000.0]
     store = SqliteJobStore(tmp_path / "db.sqlite3")
     try:
-        quotas = Quotas(store, LimitsConfig(max_jobs_per_user=10, finished_retention_seconds=50.0),
-                        clock=lambda: now[0])  # fmt: skip
+        quotas = Quotas(
+            store, LimitsConfig(max_jobs_per_user=10, finished_retention_seconds=50.0), clock=lambda: now[0]
+        )
         rec, _ = await quotas.reserve_submit(USER_A, jobs_pb2.JobSpec(command=["x"]), tasks=8)
         with pytest.raises(ResourceExhausted, match="this job adds 3; the limit is 10"):
             await quotas.reserve_submit(USER_A, jobs_pb2.JobSpec(command=["x"]), tasks=3)

@@ -46,8 +46,9 @@ def test_reads_and_lists_the_users_own_files(store: UserDirStorage) -> None:
         store.put("commits/x", b"")
 
 
-def test_links_and_fifos_below_the_root_are_refused_without_blocking(store: UserDirStorage, ckpt: Path,
-                                                                     tmp_path: Path) -> None:  # fmt: skip
+def test_links_and_fifos_below_the_root_are_refused_without_blocking(
+    store: UserDirStorage, ckpt: Path, tmp_path: Path
+) -> None:
     secret = tmp_path / "secret"
     secret.mkdir()
     (secret / "000000000009.json").write_text("root's")
@@ -73,8 +74,9 @@ def test_links_and_fifos_below_the_root_are_refused_without_blocking(store: User
     assert "linked/000000000009.json" not in {o.key for o in store.list_objects("")}
 
 
-def test_the_directory_opened_is_read_even_after_its_path_is_swapped(store: UserDirStorage, ckpt: Path,
-                                                                     tmp_path: Path) -> None:  # fmt: skip
+def test_the_directory_opened_is_read_even_after_its_path_is_swapped(
+    store: UserDirStorage, ckpt: Path, tmp_path: Path
+) -> None:
     other = tmp_path / "other"
     (other / "commits").mkdir(parents=True)
     (other / "commits" / "000000000042.json").write_text("not this")

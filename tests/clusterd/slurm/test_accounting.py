@@ -15,27 +15,59 @@ from clusterd.slurm.accounting import parse_sacct
 from clusterd.slurm.parse import SlurmParseError
 from clusterd.slurm.types import JobState
 
-V38 = {"jobs": [
-    {"job_id": 11, "name": "train", "user": "alice", "partition": "debug", "nodes": "node[1-2]",
-     "state": {"current": "COMPLETED", "reason": "None"}, "exit_code": {"status": "SUCCESS", "return_code": 0},
-     "time": {"elapsed": 30, "start": 1700000000, "end": 1700000030, "submission": 1699999990},
-     "array": {"job_id": 0, "task_id": None}},
-    {"job_id": 12, "name": "crash", "user": "bob", "partition": "debug", "nodes": "node3",
-     "state": {"current": "FAILED", "reason": "NonZeroExitCode"},
-     "exit_code": {"status": "SIGNALED", "return_code": 0, "signal": {"signal_id": 9, "name": "KILL"}},
-     "time": {"elapsed": 5, "start": 1700000100, "end": 1700000105, "submission": 1700000090}},
-    {"job_id": 13, "name": "still", "user": "alice", "nodes": "node4", "state": {"current": "RUNNING"},
-     "time": {"start": 1700000200, "end": 0}},
-]}  # fmt: skip
+V38 = {
+    "jobs": [
+        {
+            "job_id": 11,
+            "name": "train",
+            "user": "alice",
+            "partition": "debug",
+            "nodes": "node[1-2]",
+            "state": {"current": "COMPLETED", "reason": "None"},
+            "exit_code": {"status": "SUCCESS", "return_code": 0},
+            "time": {"elapsed": 30, "start": 1700000000, "end": 1700000030, "submission": 1699999990},
+            "array": {"job_id": 0, "task_id": None},
+        },
+        {
+            "job_id": 12,
+            "name": "crash",
+            "user": "bob",
+            "partition": "debug",
+            "nodes": "node3",
+            "state": {"current": "FAILED", "reason": "NonZeroExitCode"},
+            "exit_code": {"status": "SIGNALED", "return_code": 0, "signal": {"signal_id": 9, "name": "KILL"}},
+            "time": {"elapsed": 5, "start": 1700000100, "end": 1700000105, "submission": 1700000090},
+        },
+        {
+            "job_id": 13,
+            "name": "still",
+            "user": "alice",
+            "nodes": "node4",
+            "state": {"current": "RUNNING"},
+            "time": {"start": 1700000200, "end": 0},
+        },
+    ]
+}
 
-V40 = {"jobs": [
-    {"job_id": 21, "name": "sweep", "user": "alice", "partition": "debug", "nodes": "node5",
-     "state": {"current": ["TIMEOUT"], "reason": "None"},
-     "exit_code": {"status": ["SUCCESS"], "return_code": {"set": True, "infinite": False, "number": 0},
-                   "signal": {"id": {"set": True, "infinite": False, "number": 15}, "name": "TERM"}},
-     "time": {"elapsed": 60, "start": 1700001000, "end": 1700001060, "submission": 1700000999},
-     "array": {"job_id": 20, "task_id": {"set": True, "infinite": False, "number": 3}}},
-]}  # fmt: skip
+V40 = {
+    "jobs": [
+        {
+            "job_id": 21,
+            "name": "sweep",
+            "user": "alice",
+            "partition": "debug",
+            "nodes": "node5",
+            "state": {"current": ["TIMEOUT"], "reason": "None"},
+            "exit_code": {
+                "status": ["SUCCESS"],
+                "return_code": {"set": True, "infinite": False, "number": 0},
+                "signal": {"id": {"set": True, "infinite": False, "number": 15}, "name": "TERM"},
+            },
+            "time": {"elapsed": 60, "start": 1700001000, "end": 1700001060, "submission": 1700000999},
+            "array": {"job_id": 20, "task_id": {"set": True, "infinite": False, "number": 3}},
+        },
+    ]
+}
 
 
 def test_22_05_shape() -> None:

@@ -17,15 +17,17 @@ from clusterd.slurm.types import JobState
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "slurm"
 
 
-
 def test_running_array_shows_tasks_and_the_pending_range() -> None:
     jobs = parse_squeue((FIXTURES / "squeue_array_running_pending.json").read_text())
     shown = {j.display_id: (j.job_id, j.state) for j in jobs}
     assert shown == {
-        "308_0": ("309", JobState.COMPLETED), "308_1": ("310", JobState.COMPLETED),
-        "308_2": ("311", JobState.RUNNING), "308_3": ("312", JobState.RUNNING),
-        "308_[4-9%2]": ("308", JobState.PENDING), "313": ("313", JobState.RUNNING),
-    }  # fmt: skip
+        "308_0": ("309", JobState.COMPLETED),
+        "308_1": ("310", JobState.COMPLETED),
+        "308_2": ("311", JobState.RUNNING),
+        "308_3": ("312", JobState.RUNNING),
+        "308_[4-9%2]": ("308", JobState.PENDING),
+        "313": ("313", JobState.RUNNING),
+    }
     pending = next(j for j in jobs if j.job_id == "308")
     assert pending.array_job_id == "308" and pending.array_task_id is None and pending.array_pending == "4-9%2"
     plain = next(j for j in jobs if j.job_id == "313")
@@ -42,11 +44,15 @@ def test_finished_array_keeps_each_tasks_exit_and_the_last_task_takes_the_array_
 
 def test_newer_shapes_wrap_array_numbers() -> None:
     """23.02+: ``array_job_id``/``array_task_id`` are {"set", "number"}; unset on plain jobs."""
+
     def job(job_id: int, array: int, task: int | None, string: str = "") -> dict[str, object]:
-        return {"job_id": job_id, "job_state": ["PENDING"] if task is None else ["RUNNING"],
-                "array_job_id": {"set": bool(array), "infinite": False, "number": array},
-                "array_task_id": {"set": task is not None, "infinite": False, "number": task or 0},
-                "array_task_string": string}  # fmt: skip
+        return {
+            "job_id": job_id,
+            "job_state": ["PENDING"] if task is None else ["RUNNING"],
+            "array_job_id": {"set": bool(array), "infinite": False, "number": array},
+            "array_task_id": {"set": task is not None, "infinite": False, "number": task or 0},
+            "array_task_string": string,
+        }
 
     jobs = parse_squeue_data({"jobs": [job(14, 14, None, "3-9%2"), job(15, 14, 1), job(16, 0, None)]})
     assert [j.display_id for j in jobs] == ["14_[3-9%2]", "14_1", "16"]

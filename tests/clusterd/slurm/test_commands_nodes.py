@@ -30,12 +30,18 @@ class ScriptedRunner:
     ("version", "command", "fixture", "address", "port"),
     [
         ("slurm-wlm 22.05.8", ("sinfo", "--json"), "sinfo_all_idle.json", "10.77.0.11", 6818),
-        ("slurm-wlm 26.05.5", ("scontrol", "show", "nodes", "--json"), "scontrol_show_nodes_26.05_real.json",
-         "10.77.26.11", 26818),
+        (
+            "slurm-wlm 26.05.5",
+            ("scontrol", "show", "nodes", "--json"),
+            "scontrol_show_nodes_26.05_real.json",
+            "10.77.26.11",
+            26818,
+        ),
     ],
-)  # fmt: skip
-async def test_nodes_come_with_their_addresses(version: str, command: tuple[str, ...], fixture: str, address: str,
-                                               port: int) -> None:  # fmt: skip
+)
+async def test_nodes_come_with_their_addresses(
+    version: str, command: tuple[str, ...], fixture: str, address: str, port: int
+) -> None:
     runner = ScriptedRunner({("sbatch", "--version"): version, command: (SLURM_FIXTURES / fixture).read_text()})
     backend = CommandsBackend(SlurmConfig(), runner=runner)  # type: ignore[arg-type]
     for _ in range(2):

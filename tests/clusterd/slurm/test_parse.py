@@ -79,18 +79,26 @@ def test_sbatch_refusals_are_not_an_outage(name: str) -> None:
 
 @pytest.mark.parametrize(
     ("base", "flags", "state"),
-    [("idle", [], NodeState.IDLE), ("mixed", ["DRAIN"], NodeState.DRAINING), ("idle", ["DRAIN"], NodeState.DRAINED),
-     ("down", [], NodeState.DOWN), ("idle", ["NOT_RESPONDING"], NodeState.IDLE), ("weird", [], NodeState.UNKNOWN)],
-)  # fmt: skip
+    [
+        ("idle", [], NodeState.IDLE),
+        ("mixed", ["DRAIN"], NodeState.DRAINING),
+        ("idle", ["DRAIN"], NodeState.DRAINED),
+        ("down", [], NodeState.DOWN),
+        ("idle", ["NOT_RESPONDING"], NodeState.IDLE),
+        ("weird", [], NodeState.UNKNOWN),
+    ],
+)
 def test_node_states(base: str, flags: list[str], state: NodeState) -> None:
     assert node_state(base, flags) == state
 
 
 def test_newer_api_shapes_are_understood() -> None:
     """26.05-style job_state lists and {set, infinite, number} numbers (documented shapes)."""
-    text = ('{"jobs": [{"job_id": 5, "job_state": ["RUNNING", "COMPLETING"], "restart_cnt": {"set": true, '
-            '"infinite": false, "number": 2}, "exit_code": {"return_code": {"set": true, "number": 4}}, '
-            '"nodes": "n[1-2]"}], "errors": []}')  # fmt: skip
+    text = (
+        '{"jobs": [{"job_id": 5, "job_state": ["RUNNING", "COMPLETING"], "restart_cnt": {"set": true, '
+        '"infinite": false, "number": 2}, "exit_code": {"return_code": {"set": true, "number": 4}}, '
+        '"nodes": "n[1-2]"}], "errors": []}'
+    )
     (job,) = parse_squeue(text)
     assert (job.state, job.restart_count, job.exit_code, job.nodes) == (JobState.RUNNING, 2, 4, ("n1", "n2"))
     assert job_state("bogus") == JobState.UNKNOWN

@@ -11,8 +11,12 @@ from tests.support.paths import SLURM_FIXTURES
 def test_squeue_jobs_of_every_state() -> None:
     jobs = {j.job_id: j for j in parse_squeue((SLURM_FIXTURES / "squeue_26.05_real.json").read_text())}
     gpu2, held, ok, fail3, cancelled = (jobs[i] for i in ("127", "128", "129", "130", "131"))
-    assert (gpu2.state, gpu2.nodes, gpu2.user, gpu2.batch_host) == (JobState.RUNNING, ("node1", "node2"), "alice",
-                                                                     "node1")  # fmt: skip
+    assert (gpu2.state, gpu2.nodes, gpu2.user, gpu2.batch_host) == (
+        JobState.RUNNING,
+        ("node1", "node2"),
+        "alice",
+        "node1",
+    )
     assert gpu2.requeue and gpu2.start_time and gpu2.submit_time and gpu2.restart_count == 0
     assert (held.state, held.reason) == (JobState.PENDING, "JobHeldUser")
     assert (ok.state, ok.exit_code) == (JobState.COMPLETED, 0)

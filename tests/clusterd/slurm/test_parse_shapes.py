@@ -77,7 +77,10 @@ def test_grouped_sinfo_merges_partitions_and_spreads_group_figures() -> None:
     assert (nodes["node3"].cpus_allocated, nodes["node3"].memory_mb_allocated, nodes["node3"].cpus_total) == (1, 256, 4)
     down = {n.name: n for n in parse_sinfo(text("sinfo_26.05_documented_node_down.json"))}
     assert (down["node4"].state, down["node4"].flags, down["node4"].reason) == (
-        NodeState.DOWN, ("NOT_RESPONDING",), "Not responding")  # fmt: skip
+        NodeState.DOWN,
+        ("NOT_RESPONDING",),
+        "Not responding",
+    )
     drained = {n.name: n for n in parse_sinfo(text("sinfo_26.05_documented_node_drained.json"))}
     assert drained["node6"].state == NodeState.DRAINED and drained["node6"].reason.startswith("clusterctl")
 
@@ -85,21 +88,35 @@ def test_grouped_sinfo_merges_partitions_and_spreads_group_figures() -> None:
 def test_infinite_and_unset_numbers() -> None:
     unset = {"set": False, "infinite": False, "number": 7}
     data = {
-        "jobs": [{
-            "job_id": 9, "job_state": ["RUNNING"], "end_time": {"set": False, "infinite": True, "number": 0},
-            "start_time": unset, "submit_time": {"set": True, "infinite": False, "number": 0},
-            "restart_cnt": unset, "exit_code": {"status": ["PENDING"], "return_code": unset, "signal": {"id": unset}},
-        }],
+        "jobs": [
+            {
+                "job_id": 9,
+                "job_state": ["RUNNING"],
+                "end_time": {"set": False, "infinite": True, "number": 0},
+                "start_time": unset,
+                "submit_time": {"set": True, "infinite": False, "number": 0},
+                "restart_cnt": unset,
+                "exit_code": {"status": ["PENDING"], "return_code": unset, "signal": {"id": unset}},
+            }
+        ],
         "meta": {"plugin": {"data_parser": "data_parser/v0.0.45"}},
-    }  # fmt: skip
+    }
     (job,) = parse_squeue_data(data)
     assert (job.end_time, job.start_time, job.submit_time) == (None, None, None)
     assert (job.restart_count, job.exit_code, job.exit_signal) == (0, 0, 0)
 
 
 def test_flat_new_node_record_with_list_features() -> None:
-    node = {"name": "n1", "state": ["ALLOCATED", "DRAIN"], "cpus": 8, "alloc_cpus": 8, "gres": "gpu:a100:8",
-            "features": ["a100", "ib"], "active_features": ["a100"], "partitions": ["gpu"]}  # fmt: skip
+    node = {
+        "name": "n1",
+        "state": ["ALLOCATED", "DRAIN"],
+        "cpus": 8,
+        "alloc_cpus": 8,
+        "gres": "gpu:a100:8",
+        "features": ["a100", "ib"],
+        "active_features": ["a100"],
+        "partitions": ["gpu"],
+    }
     (n,) = parse_sinfo_data({"nodes": [node]})
     assert (n.state, n.features, n.partitions, n.gpus_total) == (NodeState.DRAINING, ("a100",), ("gpu",), 8)
 

@@ -68,11 +68,19 @@ def fake_pyslurm(version: str = "25.11.2") -> types.ModuleType:
     mod = types.ModuleType("pyslurm")
     calls: list[tuple[Any, ...]] = []
     jobs: dict[int, FakeJob] = {
-        24: FakeJob(24, "twonode", "alice", "RUNNING", allocated_nodes="node[2-3]", submit_time=1795347032,
-                    start_time=1795347033, batch_host="node2"),
+        24: FakeJob(
+            24,
+            "twonode",
+            "alice",
+            "RUNNING",
+            allocated_nodes="node[2-3]",
+            submit_time=1795347032,
+            start_time=1795347033,
+            batch_host="node2",
+        ),
         26: FakeJob(26, "fail3", "alice", "FAILED", "NonZeroExitCode", "node1", exit_code=3, end_time=1795347033),
         32: FakeJob(32, "requeueme", "alice", "PENDING", "BeginTime", requeue_count=1, excluded_nodes="node4"),
-    }  # fmt: skip
+    }
     nodes = {
         "node1": FakeNode("node1", "MIXED", allocated_cpus=1, allocated_gres={"gpu": {"count": 2, "indexes": "0-1"}}),
         "node4": FakeNode("node4", "DOWN+NOT_RESPONDING", reason="Not responding"),
@@ -138,9 +146,17 @@ def pyslurm(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
 
 
 def test_submit_attributes_from_the_request() -> None:
-    req = JobRequest(script="#!/bin/bash\nsrun train.py\n", name="svc", user="", nodes=2, gpus_per_node=4,
-                     signal=Signal("USR1", 120), exclude=("node4",), working_directory="/w",
-                     submit_directory="/s")  # fmt: skip
+    req = JobRequest(
+        script="#!/bin/bash\nsrun train.py\n",
+        name="svc",
+        user="",
+        nodes=2,
+        gpus_per_node=4,
+        signal=Signal("USR1", 120),
+        exclude=("node4",),
+        working_directory="/w",
+        submit_directory="/s",
+    )
     attrs = submit_attributes(req)
     assert (attrs["name"], attrs["nodes"], attrs["gpus_per_node"]) == ("svc", 2, 4)
     assert (attrs["is_requeueable"], attrs["signal"], attrs["log_files_open_mode"]) == (True, "B:USR1@120", "append")
@@ -154,7 +170,11 @@ async def test_backend_maps_jobs_nodes_and_partitions(pyslurm: types.ModuleType)
     assert isinstance(backend, SlurmBackend)
     jobs = {j.job_id: j for j in await backend.list_jobs()}
     assert (jobs["24"].state, jobs["24"].nodes, jobs["24"].reason, jobs["24"].batch_host) == (
-        JobState.RUNNING, ("node2", "node3"), "", "node2")  # fmt: skip
+        JobState.RUNNING,
+        ("node2", "node3"),
+        "",
+        "node2",
+    )
     assert (jobs["24"].submit_time, jobs["24"].end_time) == (1795347032.0, None)
     assert (jobs["26"].state, jobs["26"].exit_code, jobs["26"].reason) == (JobState.FAILED, 3, "NonZeroExitCode")
     assert (jobs["32"].restart_count, jobs["32"].excluded_nodes, jobs["32"].reason) == (1, ("node4",), "BeginTime")
@@ -162,7 +182,10 @@ async def test_backend_maps_jobs_nodes_and_partitions(pyslurm: types.ModuleType)
     assert (nodes["node1"].state, nodes["node1"].gpus_allocated, nodes["node1"].gpus_total) == (NodeState.MIXED, 2, 4)
     assert (nodes["node4"].state, nodes["node4"].flags) == (NodeState.DOWN, ("NOT_RESPONDING",))
     assert (nodes["node6"].state, nodes["node6"].features, nodes["node6"].reason) == (
-        NodeState.DRAINED, ("a100",), "maintenance")  # fmt: skip
+        NodeState.DRAINED,
+        ("a100",),
+        "maintenance",
+    )
     assert nodes["node1"].partitions == ("debug", "batch")
     assert await backend.partitions() == ["debug", "batch"]
 

@@ -11,22 +11,79 @@ from clusterd.slurm import argv, pyslurm_backend, restd_submit, restd_versions
 from clusterd.slurm.request import ArraySpec, Export, ExportMode, JobRequest, Sharing, Signal, Switches
 
 FULL = JobRequest(
-    script="#!/bin/bash\ntrue\n", name="train", user="root", comment="clusterctl-record:7", partition="batch",
-    account="ml", qos="high", reservation="maint", nodes=2, max_nodes=4, ntasks=8, tasks_per_node=4,
-    cpus_per_task=2, gpus=8, gpus_per_node=4, gpu_type="a100", memory_mb_per_node=2048, memory_mb_per_cpu=512,
-    time_limit_seconds=3600, time_unlimited=False, constraint="ib&a100", nodelist=("node1", "node2"),
-    exclude=("node5",), switches=Switches(1, 300), working_directory="/home/alice/run",
-    submit_directory="/home/alice", stdout="out-%j.txt", stderr="err-%j.txt", stdin="in.txt",
+    script="#!/bin/bash\ntrue\n",
+    name="train",
+    user="root",
+    comment="clusterctl-record:7",
+    partition="batch",
+    account="ml",
+    qos="high",
+    reservation="maint",
+    nodes=2,
+    max_nodes=4,
+    ntasks=8,
+    tasks_per_node=4,
+    cpus_per_task=2,
+    gpus=8,
+    gpus_per_node=4,
+    gpu_type="a100",
+    memory_mb_per_node=2048,
+    memory_mb_per_cpu=512,
+    time_limit_seconds=3600,
+    time_unlimited=False,
+    constraint="ib&a100",
+    nodelist=("node1", "node2"),
+    exclude=("node5",),
+    switches=Switches(1, 300),
+    working_directory="/home/alice/run",
+    submit_directory="/home/alice",
+    stdout="out-%j.txt",
+    stderr="err-%j.txt",
+    stdin="in.txt",
     array=ArraySpec((0, 1, 2, 3), 2),
-    dependency="afterok:12", begin="now+60", hold=True, sharing=Sharing.USER, mail_type=("END",), mail_user="alice",
-    nice=10, requeue=True, open_append=True, signal=Signal("USR1", 120), export=Export(ExportMode.ALL, {"A": "1"}),
-    gpus_per_task=2, cpus_per_gpu=4, memory_mb_per_gpu=1024, tasks_per_gpu=1, tasks_per_core=1, gpu_bind="closest",
-    gres_flags="enforce-binding", hint="nomultithread", distribution="cyclic", sockets_per_node=1, cores_per_socket=2,
-    threads_per_core=1, min_cpus_per_node=2, contiguous=True, spread_job=True, kill_on_invalid_dep=True,
-    deadline="now+2hours", time_min_seconds=1800, wckey="proj", tmp_mb=100, tasks_per_socket=1, gpus_per_socket=1,
-    delay_boot_seconds=600, overcommit=True, no_kill=True, use_min_nodes=True, wait_all_nodes=True, mem_bind="local",
-    acctg_freq="task=30", licenses="fluent:2", batch_features="a100",
-)  # fmt: skip
+    dependency="afterok:12",
+    begin="now+60",
+    hold=True,
+    sharing=Sharing.USER,
+    mail_type=("END",),
+    mail_user="alice",
+    nice=10,
+    requeue=True,
+    open_append=True,
+    signal=Signal("USR1", 120),
+    export=Export(ExportMode.ALL, {"A": "1"}),
+    gpus_per_task=2,
+    cpus_per_gpu=4,
+    memory_mb_per_gpu=1024,
+    tasks_per_gpu=1,
+    tasks_per_core=1,
+    gpu_bind="closest",
+    gres_flags="enforce-binding",
+    hint="nomultithread",
+    distribution="cyclic",
+    sockets_per_node=1,
+    cores_per_socket=2,
+    threads_per_core=1,
+    min_cpus_per_node=2,
+    contiguous=True,
+    spread_job=True,
+    kill_on_invalid_dep=True,
+    deadline="now+2hours",
+    time_min_seconds=1800,
+    wckey="proj",
+    tmp_mb=100,
+    tasks_per_socket=1,
+    gpus_per_socket=1,
+    delay_boot_seconds=600,
+    overcommit=True,
+    no_kill=True,
+    use_min_nodes=True,
+    wait_all_nodes=True,
+    mem_bind="local",
+    acctg_freq="task=30",
+    licenses="fluent:2",
+    batch_features="a100",
+)
 FIELDS = {f.name for f in dataclasses.fields(JobRequest)}
 # Fields whose value another field's renderer carries (e.g. -N MIN-MAX), per backend.
 CARRIED = {"max_nodes": "nodes", "gpu_type": "gpus", "time_unlimited": "time_limit_seconds"}
@@ -52,23 +109,55 @@ def _pyslurm(req: JobRequest) -> Any:
     return pyslurm_backend.submit_attributes(req)
 
 
-BACKENDS = {"sbatch": (_sbatch, argv.SBATCH_RENDERERS), "restd-v0.0.38": (_restd38, restd_submit.RENDERERS),
-            "restd-v0.0.41": (_restd41, restd_versions.DP_RENDERERS),
-            "restd-v0.0.40": (_restd40, restd_versions.DP_RENDERERS),
-            "pyslurm": (_pyslurm, pyslurm_backend.RENDERERS)}  # fmt: skip
+BACKENDS = {
+    "sbatch": (_sbatch, argv.SBATCH_RENDERERS),
+    "restd-v0.0.38": (_restd38, restd_submit.RENDERERS),
+    "restd-v0.0.41": (_restd41, restd_versions.DP_RENDERERS),
+    "restd-v0.0.40": (_restd40, restd_versions.DP_RENDERERS),
+    "pyslurm": (_pyslurm, pyslurm_backend.RENDERERS),
+}
 # What a backend refuses (RestdBackend then submits with sbatch), tested below: left out of FULL there.
-_DP_BY_SBATCH = {"mail_type": (), "gpu_bind": "", "gres_flags": "", "hint": "", "distribution": "",
-                 "min_cpus_per_node": None, "spread_job": False, "tmp_mb": None, "delay_boot_seconds": None,
-                 "overcommit": False, "no_kill": False, "use_min_nodes": False, "wait_all_nodes": None,
-                 "mem_bind": "", "acctg_freq": "", "batch_features": "", "cores_per_socket": None}  # fmt: skip
+_DP_BY_SBATCH = {
+    "mail_type": (),
+    "gpu_bind": "",
+    "gres_flags": "",
+    "hint": "",
+    "distribution": "",
+    "min_cpus_per_node": None,
+    "spread_job": False,
+    "tmp_mb": None,
+    "delay_boot_seconds": None,
+    "overcommit": False,
+    "no_kill": False,
+    "use_min_nodes": False,
+    "wait_all_nodes": None,
+    "mem_bind": "",
+    "acctg_freq": "",
+    "batch_features": "",
+    "cores_per_socket": None,
+}
 REFUSED: dict[str, dict[str, Any]] = {
-    "restd-v0.0.41": _DP_BY_SBATCH, "restd-v0.0.40": _DP_BY_SBATCH,
-    "restd-v0.0.38": {"signal": Signal("USR1", 120, batch_only=False), "hint": "", "distribution": "",
-                      "contiguous": False, "wckey": "", "tmp_mb": None, "tasks_per_socket": None,
-                      "overcommit": False, "no_kill": False, "use_min_nodes": False, "wait_all_nodes": None,
-                      "mem_bind": "", "acctg_freq": "", "licenses": "", "batch_features": ""},
+    "restd-v0.0.41": _DP_BY_SBATCH,
+    "restd-v0.0.40": _DP_BY_SBATCH,
+    "restd-v0.0.38": {
+        "signal": Signal("USR1", 120, batch_only=False),
+        "hint": "",
+        "distribution": "",
+        "contiguous": False,
+        "wckey": "",
+        "tmp_mb": None,
+        "tasks_per_socket": None,
+        "overcommit": False,
+        "no_kill": False,
+        "use_min_nodes": False,
+        "wait_all_nodes": None,
+        "mem_bind": "",
+        "acctg_freq": "",
+        "licenses": "",
+        "batch_features": "",
+    },
     "pyslurm": {"hint": ""},
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -109,8 +198,10 @@ def test_an_export_without_all_starts_from_the_login_environment(export: Export)
     req = dataclasses.replace(FULL, **REFUSED["restd-v0.0.38"], export=export)
     req = dataclasses.replace(req, signal=None)
     assert restd_submit.job_description(req, {"PATH": "/bin"})["job"]["get_user_environment"] == ""
-    assert "get_user_environment" not in restd_submit.job_description(dataclasses.replace(req, export=Export()),
-                                                                      {"PATH": "/bin"})["job"]  # fmt: skip
+    assert (
+        "get_user_environment"
+        not in restd_submit.job_description(dataclasses.replace(req, export=Export()), {"PATH": "/bin"})["job"]
+    )
     with pytest.raises(restd_submit.Unexpressible, match=r"--export=.*login environment"):
         restd_versions.api_for("v0.0.41").submit_body(dataclasses.replace(req, **_DP_BY_SBATCH), {"PATH": "/bin"})
 
@@ -164,8 +255,17 @@ def test_sharing_per_backend(sharing: Sharing, argv_opt: str, v38: dict[str, Any
 
 
 def test_gpu_amounts_as_each_backend_sends_them() -> None:
-    req = JobRequest(script="#!/bin/sh\n", name="x", user="root", gpus=4, gpus_per_task=2, cpus_per_gpu=3,
-                     memory_mb_per_gpu=1024, tasks_per_gpu=1, time_min_seconds=90)  # fmt: skip
+    req = JobRequest(
+        script="#!/bin/sh\n",
+        name="x",
+        user="root",
+        gpus=4,
+        gpus_per_task=2,
+        cpus_per_gpu=3,
+        memory_mb_per_gpu=1024,
+        tasks_per_gpu=1,
+        time_min_seconds=90,
+    )
     args = argv.sbatch_argv(req)
     for opt in (
         "--gpus-per-task=2",

@@ -67,16 +67,23 @@ async def echo(request: web.Request) -> web.Response:
 
 
 @pytest.mark.parametrize("which", ["tcp", "unix"])
-async def test_a_json_request_and_its_answer(serve: Callable[[Handler], Awaitable[tuple[str, str, Server]]],
-                                             which: str) -> None:  # fmt: skip
+async def test_a_json_request_and_its_answer(
+    serve: Callable[[Handler], Awaitable[tuple[str, str, Server]]], which: str
+) -> None:
     tcp, unix, _ = await serve(echo)
     client = H11Client(tcp if which == "tcp" else unix, 5)
     try:
-        reply = await client.request("POST", "/slurm/v0.0.38/job/submit", headers={"X-SLURM-USER-NAME": "alice"},
-                                     body={"job": {"name": "x"}})  # fmt: skip
+        reply = await client.request(
+            "POST", "/slurm/v0.0.38/job/submit", headers={"X-SLURM-USER-NAME": "alice"}, body={"job": {"name": "x"}}
+        )
         assert (reply.status, reply.reason) == (200, "OK")
-        assert reply.json() == {"method": "POST", "path": "/slurm/v0.0.38/job/submit", "user": "alice",
-                                "type": "application/json", "body": {"job": {"name": "x"}}}  # fmt: skip
+        assert reply.json() == {
+            "method": "POST",
+            "path": "/slurm/v0.0.38/job/submit",
+            "user": "alice",
+            "type": "application/json",
+            "body": {"job": {"name": "x"}},
+        }
         reply = await client.request("GET", "/openapi/v3", headers={})
         assert reply.json()["body"] is None and reply.json()["method"] == "GET"
     finally:
@@ -184,12 +191,15 @@ async def test_no_answer_in_time_is_a_timeout(serve: Callable[[Handler], Awaitab
         await client.aclose()
 
 
-@pytest.mark.parametrize(("url", "ca_file", "words"), [
-    ("ftp://restd:6820", "", "expected https://"),
-    ("restd:6820", "", "expected https://"),
-    ("http://127.0.0.1:6820", "/etc/ssl/certs/ca-certificates.crt", "is not https://"),
-    ("https://restd:6820", "/nonexistent/ca.pem", "slurm.restd_ca_file /nonexistent/ca.pem"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("url", "ca_file", "words"),
+    [
+        ("ftp://restd:6820", "", "expected https://"),
+        ("restd:6820", "", "expected https://"),
+        ("http://127.0.0.1:6820", "/etc/ssl/certs/ca-certificates.crt", "is not https://"),
+        ("https://restd:6820", "/nonexistent/ca.pem", "slurm.restd_ca_file /nonexistent/ca.pem"),
+    ],
+)
 def test_bad_settings_are_refused_before_any_request(url: str, ca_file: str, words: str) -> None:
     with pytest.raises(ValueError, match=words):
         H11Client(url, 5, ca_file=ca_file)

@@ -25,29 +25,58 @@ SCRIPT = "#!/bin/bash\necho hi\n"
 
 
 def args(script: str = SCRIPT, **fields: object) -> JobRequest:
-    return JobRequest(script=script, name=str(fields.pop("name", "job")), user=str(fields.pop("user", "alice")),
-                      **fields)  # type: ignore[arg-type]  # fmt: skip
+    return JobRequest(
+        script=script, name=str(fields.pop("name", "job")), user=str(fields.pop("user", "alice")), **fields
+    )  # type: ignore[arg-type]
 
 
 def test_every_field_maps_to_the_v0038_keys() -> None:
     body = job_description(
         args(
-            name="train", nodes=2, tasks_per_node=4, cpus_per_task=2, gpus_per_node=4, comment="clusterd:7",
-            memory_mb_per_node=2048, time_limit_seconds=3600, signal=Signal("USR1", 120, batch_only=False),
-            partition="batch", account="ml", qos="high", constraint="a100&ib", stdout="/j/%x-%j.out",
-            stderr="/j/%x-%j.err", exclude=("node1", "node2"), working_directory="/j", submit_directory="/s",
+            name="train",
+            nodes=2,
+            tasks_per_node=4,
+            cpus_per_task=2,
+            gpus_per_node=4,
+            comment="clusterd:7",
+            memory_mb_per_node=2048,
+            time_limit_seconds=3600,
+            signal=Signal("USR1", 120, batch_only=False),
+            partition="batch",
+            account="ml",
+            qos="high",
+            constraint="a100&ib",
+            stdout="/j/%x-%j.out",
+            stderr="/j/%x-%j.err",
+            exclude=("node1", "node2"),
+            working_directory="/j",
+            submit_directory="/s",
         ),
         BASE_ENV,
-    )  # fmt: skip
+    )
     assert body["script"] == SCRIPT
     assert body["job"] == {
-        "name": "train", "nodes": "2", "tasks_per_node": 4, "cpus_per_task": 2, "gres": "gpu:4",
-        "requeue": True, "open_mode": "append", "comment": "clusterd:7",
-        "memory_per_node": 2048, "time_limit": "60", "signal": "USR1@120", "partition": "batch",
-        "account": "ml", "qos": "high", "constraints": "a100&ib", "standard_output": "/j/%x-%j.out",
-        "standard_error": "/j/%x-%j.err", "exclude_nodes": "node[1-2]", "current_working_directory": "/j",
+        "name": "train",
+        "nodes": "2",
+        "tasks_per_node": 4,
+        "cpus_per_task": 2,
+        "gres": "gpu:4",
+        "requeue": True,
+        "open_mode": "append",
+        "comment": "clusterd:7",
+        "memory_per_node": 2048,
+        "time_limit": "60",
+        "signal": "USR1@120",
+        "partition": "batch",
+        "account": "ml",
+        "qos": "high",
+        "constraints": "a100&ib",
+        "standard_output": "/j/%x-%j.out",
+        "standard_error": "/j/%x-%j.err",
+        "exclude_nodes": "node[1-2]",
+        "current_working_directory": "/j",
         "environment": {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "USER": "alice", "SLURM_SUBMIT_DIR": "/s"},
-    }  # fmt: skip
+    }
 
 
 def test_export_none_sends_no_submit_environment() -> None:

@@ -33,8 +33,9 @@ DATA_PARSER = [v for v in KNOWN_API_VERSIONS if v != "v0.0.38"]
 
 
 def args(script: str = SCRIPT, **fields: object) -> JobRequest:
-    return JobRequest(script=script, name=str(fields.pop("name", "job")), user=str(fields.pop("user", "alice")),
-                      **fields)  # type: ignore[arg-type]  # fmt: skip
+    return JobRequest(
+        script=script, name=str(fields.pop("name", "job")), user=str(fields.pop("user", "alice")), **fields
+    )  # type: ignore[arg-type]
 
 
 def body(version: str, a: JobRequest) -> dict[str, Any]:
@@ -53,28 +54,59 @@ def test_every_field_maps_to_the_documented_keys(version: str) -> None:
     b = body(
         version,
         args(
-            name="train", nodes=2, tasks_per_node=4, cpus_per_task=2, gpus_per_node=4, comment="clusterd:7",
-            memory_mb_per_node=2048, time_limit_seconds=3600, signal=Signal("USR1", 120), switches=Switches(1, 300),
-            partition="batch", account="ml", qos="high", constraint="a100&ib", stdout="/j/%x-%j.out",
-            stderr="/j/%x-%j.err", exclude=("node1", "node3"), working_directory="/j", submit_directory="/s",
+            name="train",
+            nodes=2,
+            tasks_per_node=4,
+            cpus_per_task=2,
+            gpus_per_node=4,
+            comment="clusterd:7",
+            memory_mb_per_node=2048,
+            time_limit_seconds=3600,
+            signal=Signal("USR1", 120),
+            switches=Switches(1, 300),
+            partition="batch",
+            account="ml",
+            qos="high",
+            constraint="a100&ib",
+            stdout="/j/%x-%j.out",
+            stderr="/j/%x-%j.err",
+            exclude=("node1", "node3"),
+            working_directory="/j",
+            submit_directory="/s",
         ),
-    )  # fmt: skip
+    )
     assert b["script"] == SCRIPT
     # From v0.0.42 the job says OOMKillStep is unset (NO_VAL16), as sbatch leaves it.
     assert b["job"].pop("oom_kill_step", None) == (0xFFFE if api_for(version).oom_kill_step_key else None)
     assert b["job"] == {
-        "name": "train", "nodes": "2", "tasks_per_node": 4, "cpus_per_task": 2,
-        "tres_per_node": "gres/gpu:4", "requeue": True, "open_mode": ["APPEND"], "comment": "clusterd:7",
-        "memory_per_node": number(2048), "time_limit": number(60),
+        "name": "train",
+        "nodes": "2",
+        "tasks_per_node": 4,
+        "cpus_per_task": 2,
+        "tres_per_node": "gres/gpu:4",
+        "requeue": True,
+        "open_mode": ["APPEND"],
+        "comment": "clusterd:7",
+        "memory_per_node": number(2048),
+        "time_limit": number(60),
         # B: is expressible from v0.0.40 on: the batch shell gets USR1 120 s before the limit
-        "kill_warning_flags": ["BATCH_JOB"], "kill_warning_signal": "USR1", "kill_warning_delay": number(120),
+        "kill_warning_flags": ["BATCH_JOB"],
+        "kill_warning_signal": "USR1",
+        "kill_warning_delay": number(120),
         # --switches is a live key: no scontrol update after the submit
-        "required_switches": number(1), "wait_for_switch": 300,
-        "partition": "batch", "account": "ml", "qos": "high", "constraints": "a100&ib",
-        "standard_output": "/j/%x-%j.out", "standard_error": "/j/%x-%j.err",
-        "excluded_nodes": ["node1", "node3"], "current_working_directory": "/j",
-        "environment": ["PATH=/usr/bin:/bin", "LANG=C.UTF-8", "USER=alice", "SLURM_SUBMIT_DIR=/s"], "script": SCRIPT,
-    }  # fmt: skip
+        "required_switches": number(1),
+        "wait_for_switch": 300,
+        "partition": "batch",
+        "account": "ml",
+        "qos": "high",
+        "constraints": "a100&ib",
+        "standard_output": "/j/%x-%j.out",
+        "standard_error": "/j/%x-%j.err",
+        "excluded_nodes": ["node1", "node3"],
+        "current_working_directory": "/j",
+        "environment": ["PATH=/usr/bin:/bin", "LANG=C.UTF-8", "USER=alice", "SLURM_SUBMIT_DIR=/s"],
+        "script": SCRIPT,
+    }
     assert not api_for(version).defers_switches
 
 
@@ -86,9 +118,21 @@ def test_hold_is_a_key_from_v0041_and_priority_zero_before() -> None:
 
 
 def test_value_conversions() -> None:
-    job = body("v0.0.45", args(nodes=2, max_nodes=4, gpus_per_node=4, gpu_type="a100", sharing=Sharing.EXCLUSIVE,
-                               begin="now+1hour", time_limit_seconds=61, memory_mb_per_cpu=512, gpus=8,
-                               array=ArraySpec((0, 1, 2, 5), 2)))["job"]  # fmt: skip
+    job = body(
+        "v0.0.45",
+        args(
+            nodes=2,
+            max_nodes=4,
+            gpus_per_node=4,
+            gpu_type="a100",
+            sharing=Sharing.EXCLUSIVE,
+            begin="now+1hour",
+            time_limit_seconds=61,
+            memory_mb_per_cpu=512,
+            gpus=8,
+            array=ArraySpec((0, 1, 2, 5), 2),
+        ),
+    )["job"]
     assert job["nodes"] == "2-4"
     assert job["tres_per_node"] == "gres/gpu:a100:4" and job["tres_per_job"] == "gres/gpu:a100:8"
     assert job["shared"] == ["none"]

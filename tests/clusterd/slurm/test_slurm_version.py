@@ -33,9 +33,17 @@ def test_capture_and_ordering() -> None:
 
 @pytest.mark.parametrize(
     ("release", "api"),
-    [((22, 5), "v0.0.38"), ((23, 2), "v0.0.39"), ((23, 11), "v0.0.40"), ((24, 5), "v0.0.41"),
-     ((24, 11), "v0.0.42"), ((25, 5), "v0.0.43"), ((25, 11), "v0.0.44"), ((26, 5), "v0.0.45")],
-)  # fmt: skip
+    [
+        ((22, 5), "v0.0.38"),
+        ((23, 2), "v0.0.39"),
+        ((23, 11), "v0.0.40"),
+        ((24, 5), "v0.0.41"),
+        ((24, 11), "v0.0.42"),
+        ((25, 5), "v0.0.43"),
+        ((25, 11), "v0.0.44"),
+        ((26, 5), "v0.0.45"),
+    ],
+)
 def test_data_parser_table(release: tuple[int, int], api: str) -> None:
     assert SlurmVersion(*release).data_parser == api
 

@@ -11,8 +11,9 @@ OLDEST = [(1, 100), (2, 300), (3, 100), (4, 100)]  # (record_id, spec_bytes), ol
 
 
 def test_within_bounds_nothing_is_read() -> None:
-    prune = admit(UserBounds(max_finished=4, max_spec_bytes=10_000), Usage(0, 0, 4, 600), user="a", tasks=1,
-                  spec_bytes=100)  # fmt: skip
+    prune = admit(
+        UserBounds(max_finished=4, max_spec_bytes=10_000), Usage(0, 0, 4, 600), user="a", tasks=1, spec_bytes=100
+    )
     assert not prune.needed
     assert prune.choose(OLDEST) == []
 
@@ -33,8 +34,9 @@ def test_over_the_bytes_the_oldest_go_until_the_new_spec_fits() -> None:
 
 
 def test_count_and_bytes_together_take_the_larger_cut() -> None:
-    prune = admit(UserBounds(max_finished=1, max_spec_bytes=1_000), Usage(0, 0, 4, 600), user="a", tasks=1,
-                  spec_bytes=500)  # fmt: skip
+    prune = admit(
+        UserBounds(max_finished=1, max_spec_bytes=1_000), Usage(0, 0, 4, 600), user="a", tasks=1, spec_bytes=500
+    )
     assert prune.choose(OLDEST) == [1, 2, 3]  # the count needs 3 gone; the bytes only 100
 
 

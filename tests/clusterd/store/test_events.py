@@ -22,10 +22,12 @@ async def test_events_read_back_as_compact_records_in_seq_order(store: JobStore)
     first = await store.append_events([EventRow(rec.snapshot(), "SUBMITTED", "", "submitted", 10.0)])
     rec.state = JobState.RUNNING
     rec.restarts.append(RestartEntry("NODE_FAILURE", ("n2",), 11.0, 3, phases={"failed": 11.0}))
-    more = await store.append_events([
-        EventRow(rec.snapshot(), "STATE_CHANGED", "PENDING", "running", 12.0),
-        EventRow(rec.snapshot(), "RESTARTED", "RUNNING", "requeued", 13.0),
-    ])  # fmt: skip
+    more = await store.append_events(
+        [
+            EventRow(rec.snapshot(), "STATE_CHANGED", "PENDING", "running", 12.0),
+            EventRow(rec.snapshot(), "RESTARTED", "RUNNING", "requeued", 13.0),
+        ]
+    )
     assert len(first) == 1 and len(more) == 2 and first[0] < more[0] < more[1]
     assert await store.append_events([]) == []
     events = await store.events_after(0)

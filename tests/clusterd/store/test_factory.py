@@ -33,12 +33,15 @@ async def test_a_postgresql_url_is_the_shared_store(tmp_path: Path) -> None:
     await store.close()  # never opened: nothing to close, nothing connected
 
 
-@pytest.mark.parametrize(("env", "message"), [
-    ({"CLUSTERD_STORE__URL": "mysql://db/clusterd"}, r"store.url: expected empty .* got scheme 'mysql'"),
-    ({"CLUSTERD_STORE__URL": "/var/lib/db"}, r"store.url: expected empty"),
-    ({"CLUSTERD_STORE__POOL_MIN": "0"}, r"store.pool_min/pool_max: need 1 <= pool_min <= pool_max, got 0/20"),
-    ({"CLUSTERD_STORE__POOL_MIN": "5", "CLUSTERD_STORE__POOL_MAX": "4"}, r"got 5/4"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"CLUSTERD_STORE__URL": "mysql://db/clusterd"}, r"store.url: expected empty .* got scheme 'mysql'"),
+        ({"CLUSTERD_STORE__URL": "/var/lib/db"}, r"store.url: expected empty"),
+        ({"CLUSTERD_STORE__POOL_MIN": "0"}, r"store.pool_min/pool_max: need 1 <= pool_min <= pool_max, got 0/20"),
+        ({"CLUSTERD_STORE__POOL_MIN": "5", "CLUSTERD_STORE__POOL_MAX": "4"}, r"got 5/4"),
+    ],
+)
 def test_bad_store_settings_are_config_errors(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(environ=env)

@@ -111,8 +111,27 @@ async def test_replicas_starting_together_migrate_once(pg_url: str) -> None:
 
 
 GLOBS = ["train*", "*-[0-9]", "job?", "[^a-m]*", "[]x]*", "a.b", "100%_*", "*", "x[a-c]y", "[!x]*", "w\\*", "[", "a[b"]
-NAMES = ["train-1", "train", "job1", "jobs", "job", "zeta", "alpha", "]x", "xyz", "a.b", "axb", "100%_ok", "x-2",
-         "!bang", "xby", "w\\x", "", "a[b", "line\nbreak"]  # fmt: skip
+NAMES = [
+    "train-1",
+    "train",
+    "job1",
+    "jobs",
+    "job",
+    "zeta",
+    "alpha",
+    "]x",
+    "xyz",
+    "a.b",
+    "axb",
+    "100%_ok",
+    "x-2",
+    "!bang",
+    "xby",
+    "w\\x",
+    "",
+    "a[b",
+    "line\nbreak",
+]
 
 
 async def test_the_name_glob_matches_what_sqlite_glob_matches(pg_url: str) -> None:

@@ -18,8 +18,9 @@ async def _restarted_record(path: Path) -> int:
         rec.phase, rec.job_id = Phase.SUBMITTED, "5"
         await store.save(rec)
         await store.record_restart(rec, RestartEntry("NODE_FAILURE", ("n3",), 1.0, 4, detail="d", nodes_before=3))
-        await store.amend_last_restart(rec, RestartEntry("NODE_FAILURE", ("n3",), 1.0, 4, detail="d; resumed",
-                                                         nodes_before=3, nodes_after=2))  # fmt: skip
+        await store.amend_last_restart(
+            rec, RestartEntry("NODE_FAILURE", ("n3",), 1.0, 4, detail="d; resumed", nodes_before=3, nodes_after=2)
+        )
         return rec.record_id
     finally:
         await store.close()

@@ -26,8 +26,16 @@ def spec(script_bytes: int = 0, **kw: object) -> jobs_pb2.JobSpec:
     return jobs_pb2.JobSpec(command=["hostname"], script="#!/bin/sh\n" + "x" * script_bytes, **kw)  # type: ignore[arg-type]
 
 
-async def submitted(store: JobStore, user: str, job_id: str, *, request_id: str = "", tasks: int = 1,
-                    limits: UserBounds | None = None, size: int = 0) -> JobRecord:  # fmt: skip
+async def submitted(
+    store: JobStore,
+    user: str,
+    job_id: str,
+    *,
+    request_id: str = "",
+    tasks: int = 1,
+    limits: UserBounds | None = None,
+    size: int = 0,
+) -> JobRecord:
     rec, created = await store.reserve(user, request_id, spec(size), tasks=tasks, limits=limits)
     assert created
     rec.job_id, rec.phase, rec.name = job_id, Phase.SUBMITTED, f"{user}-job"
@@ -98,8 +106,11 @@ async def test_lists_are_compact_rows_with_restarts(store: JobStore) -> None:
 async def test_live_tasks_bound_counts_array_tasks_and_lets_retries_through(store: JobStore) -> None:
     limits = UserBounds(max_live_tasks=10)
     await submitted(store, "alice", "1", tasks=8, request_id="a", limits=limits)
-    with pytest.raises(ResourceExhausted, match=r"has 8 queued or running task\(s\) and this job adds 3; "
-                                                r"the limit is 10 per user \(limits.max_jobs_per_user\)"):
+    with pytest.raises(
+        ResourceExhausted,
+        match=r"has 8 queued or running task\(s\) and this job adds 3; "
+        r"the limit is 10 per user \(limits.max_jobs_per_user\)",
+    ):
         await store.reserve("alice", "b", spec(), tasks=3, limits=limits)
     rec, created = await store.reserve("alice", "a", spec(), tasks=3, limits=limits)  # a retry submits nothing
     assert not created and rec.job_id == "1" and rec.tasks == 8
@@ -262,8 +273,10 @@ async def test_version_1_databases_are_migrated(tmp_path: Path) -> None:
             cause TEXT NOT NULL, nodes TEXT NOT NULL, time REAL NOT NULL, step INTEGER NOT NULL,
             exit_code INTEGER NOT NULL, detail TEXT NOT NULL, PRIMARY KEY (record_id, seq));
     """)
-    db.execute("INSERT INTO jobs VALUES (7, 'alice', 'r', '55', 'submitted', ?, ?, 1, 1.0, 2.0)",
-               (spec(100).SerializeToString(), '{"state": "COMPLETED", "name": "old"}'))  # fmt: skip
+    db.execute(
+        "INSERT INTO jobs VALUES (7, 'alice', 'r', '55', 'submitted', ?, ?, 1, 1.0, 2.0)",
+        (spec(100).SerializeToString(), '{"state": "COMPLETED", "name": "old"}'),
+    )
     db.execute("INSERT INTO restarts VALUES (7, 0, 'NODE_FAILURE', '[\"n1\"]', 1.5, 2, 0, '')")
     db.commit()
     db.close()
@@ -285,8 +298,9 @@ def test_adoption_needs_the_tag_and_the_owner() -> None:
     rec = JobRecord(record_id=12, user="alice", request_id="", spec=spec(), phase=Phase.SUBMITTING, created=0.0)
     tagged = SlurmJob(job_id="1", name="j", user="alice", state=JobState.PENDING, comment="clusterctl-record:12")
     assert rec.adopts(tagged)
-    assert not rec.adopts(SlurmJob(job_id="2", name="j", user="mallory", state=JobState.PENDING,
-                                   comment="clusterctl-record:12"))  # fmt: skip
+    assert not rec.adopts(
+        SlurmJob(job_id="2", name="j", user="mallory", state=JobState.PENDING, comment="clusterctl-record:12")
+    )
     assert not rec.adopts(SlurmJob(job_id="3", name="j", user="alice", state=JobState.PENDING, comment="x"))
 
 
@@ -303,8 +317,9 @@ async def test_finished_filters_by_window_state_user_and_name_glob(store: JobSto
     assert [r.job_id for r in glob] == ["3", "1"]
     mine = await store.finished(user="alice", since=0.0, until=float("inf"), limit=10, name_glob="*")
     assert [r.job_id for r in mine] == ["2", "1"]
-    failed = await store.finished(user=None, since=0.0, until=float("inf"), limit=10,
-                                  states=frozenset({JobState.FAILED}))  # fmt: skip
+    failed = await store.finished(
+        user=None, since=0.0, until=float("inf"), limit=10, states=frozenset({JobState.FAILED})
+    )
     assert failed == []
     assert await store.finished(user=None, since=0.0, until=1.0, limit=10) == []
 
@@ -330,9 +345,13 @@ async def test_version_4_databases_gain_the_event_log_and_leases(tmp_path: Path)
 def assert_usage_counted(store: SqliteJobStore) -> None:
     """The usage rows the triggers keep equal what summing every record gives, for every user."""
     live, done = schema.live(), schema.finished()
-    counted = {row[0]: tuple(row[1:]) for row in store._db.execute(
-        f"SELECT user, SUM({live} * tasks), SUM({live} * spec_bytes), SUM({done}), SUM({done} * spec_bytes) "
-        "FROM jobs GROUP BY user")}  # fmt: skip
+    counted = {
+        row[0]: tuple(row[1:])
+        for row in store._db.execute(
+            f"SELECT user, SUM({live} * tasks), SUM({live} * spec_bytes), SUM({done}), SUM({done} * spec_bytes) "
+            "FROM jobs GROUP BY user"
+        )
+    }
     kept = {row[0]: tuple(row[1:]) for row in store._db.execute("SELECT * FROM usage") if any(row[1:])}
     assert kept == {user: sums for user, sums in counted.items() if any(sums)}
 
@@ -364,8 +383,10 @@ async def test_version_5_databases_count_usage_from_their_records(tmp_path: Path
     await finish(store, await submitted(store, "alice", "6"))
     await store.close()
     db = sqlite3.connect(path)
-    db.executescript("DROP TRIGGER usage_insert; DROP TRIGGER usage_delete; DROP TRIGGER usage_update; "
-                     "DROP TABLE usage; PRAGMA user_version=5;")  # fmt: skip
+    db.executescript(
+        "DROP TRIGGER usage_insert; DROP TRIGGER usage_delete; DROP TRIGGER usage_update; "
+        "DROP TABLE usage; PRAGMA user_version=5;"
+    )
     db.close()
     store = SqliteJobStore(path)
     try:

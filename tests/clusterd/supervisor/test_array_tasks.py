@@ -200,8 +200,9 @@ async def test_a_crashed_array_submission_is_adopted_under_the_arrays_id(
     """Found by any task's tag, the record takes the array's id (not the task's own job id)."""
     spec = jobs_pb2.JobSpec(command=["x"], array="0-1")
     rec, _ = await world.store.reserve("alice", "req-1", spec, tasks=2)
-    request = JobRequest(script="#!/bin/sh\n", name="arr", user="alice", comment=rec.comment_tag,
-                         array=ArraySpec((0, 1)))  # fmt: skip
+    request = JobRequest(
+        script="#!/bin/sh\n", name="arr", user="alice", comment=rec.comment_tag, array=ArraySpec((0, 1))
+    )
     array_id = await world.slurm.submit(request)
     world.slurm.start_task(array_id, 0, JobState.RUNNING)
     monkeypatch.setattr(reconciler, "_ADOPT_GRACE_SECONDS", 0.0)  # the submit handler is long gone

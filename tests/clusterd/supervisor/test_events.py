@@ -11,8 +11,15 @@ from clusterd.supervisor.events import EventBus, EventType, JobEvent
 
 
 def event(user: str = "alice", job_id: str = "1") -> JobEvent:
-    rec = JobRecord(record_id=1, user=user, request_id="", spec=jobs_pb2.JobSpec(), phase=Phase.SUBMITTED,
-                    created=0.0, job_id=job_id)  # fmt: skip
+    rec = JobRecord(
+        record_id=1,
+        user=user,
+        request_id="",
+        spec=jobs_pb2.JobSpec(),
+        phase=Phase.SUBMITTED,
+        created=0.0,
+        job_id=job_id,
+    )
     return JobEvent(EventType.SUBMITTED, rec)
 
 
@@ -20,8 +27,11 @@ def test_one_user_cannot_take_every_slot() -> None:
     bus = EventBus(max_subscribers=3, max_per_user=2)
     a1 = bus.subscribe(lambda ev: True, user="alice")
     bus.subscribe(lambda ev: True, user="alice")
-    with pytest.raises(ResourceExhausted, match=r"alice already has 2 watch stream\(s\) open; the limit is 2 per "
-                                                r"user \(limits.max_watchers_per_user\)"):
+    with pytest.raises(
+        ResourceExhausted,
+        match=r"alice already has 2 watch stream\(s\) open; the limit is 2 per "
+        r"user \(limits.max_watchers_per_user\)",
+    ):
         bus.subscribe(lambda ev: True, user="alice")
     bus.subscribe(lambda ev: True, user="bob")  # bob still gets in
     with pytest.raises(ResourceExhausted, match=r"limit 3 in all"):

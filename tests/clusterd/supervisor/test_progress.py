@@ -136,8 +136,12 @@ def lister() -> Iterator[Lister]:
 
 async def test_a_slow_or_failing_store_costs_only_its_own_job(lister: Lister, caplog: pytest.LogCaptureFixture) -> None:
     reader = ProgressReader(ProgressBudget(seconds=0.2, interval=60, retry_after=60, workers=4), lister=lister)
-    lister.answers = {"s3://b/hang": "hang", "s3://b/deep": RecursionError("maximum recursion depth exceeded"),
-                      "s3://b/huge": OverBudget("more than 10000 keys"), "s3://b/good": 42}  # fmt: skip
+    lister.answers = {
+        "s3://b/hang": "hang",
+        "s3://b/deep": RecursionError("maximum recursion depth exceeded"),
+        "s3://b/huge": OverBudget("more than 10000 keys"),
+        "s3://b/good": 42,
+    }
     for key, uri in enumerate(lister.answers):
         reader.follow(key, uri)
     with caplog.at_level(logging.WARNING, "clusterd.supervisor.progress"):

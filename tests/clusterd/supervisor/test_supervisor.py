@@ -34,7 +34,9 @@ async def status(h: Harness, job_id: str) -> jobs_pb2.JobStatus:
     return (await h.jobs.GetJob(jobs_pb2.GetJobRequest(job_id=job_id), metadata=auth(USER_A))).job
 
 
-async def run_then_end(h: Harness, job_id: str, state: JobState, exit_code: int = 0, nodes: tuple[str, ...] = ("node1",)) -> None:  # noqa: E501
+async def run_then_end(
+    h: Harness, job_id: str, state: JobState, exit_code: int = 0, nodes: tuple[str, ...] = ("node1",)
+) -> None:
     h.slurm.set_state(job_id, JobState.RUNNING, nodes=nodes)
     await h.poll()
     h.slurm.set_state(job_id, state, nodes=nodes, exit_code=exit_code)
@@ -59,8 +61,11 @@ async def test_fatal_and_unlisted_exit_codes_are_not_requeued(harness: Harness) 
     await run_then_end(harness, dnr, JobState.FAILED, exit_code=86)
     plain = await submit(harness)
     await run_then_end(harness, plain, JobState.FAILED, exit_code=2)
-    for job_id, words in ((fatal, "exit code 3 is fatal"), (dnr, "exit code 86 is fatal"),
-                          (plain, "not requeued by policy")):  # fmt: skip
+    for job_id, words in (
+        (fatal, "exit code 3 is fatal"),
+        (dnr, "exit code 86 is fatal"),
+        (plain, "not requeued by policy"),
+    ):
         job = await status(harness, job_id)
         assert job.terminal and not job.restarts and words in job.final_reason
     assert harness.slurm.calls["requeue"] == 0
@@ -311,9 +316,19 @@ def test_exclusions_expire_but_the_users_own_stay() -> None:
     from clusterd.supervisor.restarts import still_excluded
 
     now = _time.time()
-    rec = JobRecord(1, "u", "r", jobs_pb2.JobSpec(), Phase.SUBMITTED, now, excluded_nodes=("n1", "n2", "n9"),
-                    restarts=[RestartEntry("NODE_FAILURE", ("n1",), now - 3600, -1),
-                              RestartEntry("NODE_FAILURE", ("n2",), now - 60, -1)])  # fmt: skip
+    rec = JobRecord(
+        1,
+        "u",
+        "r",
+        jobs_pb2.JobSpec(),
+        Phase.SUBMITTED,
+        now,
+        excluded_nodes=("n1", "n2", "n9"),
+        restarts=[
+            RestartEntry("NODE_FAILURE", ("n1",), now - 3600, -1),
+            RestartEntry("NODE_FAILURE", ("n2",), now - 60, -1),
+        ],
+    )
     assert still_excluded(rec, now) == ("n2", "n9")  # n1 failed an hour ago; n9 is the user's --exclude
 
 
@@ -326,8 +341,9 @@ async def test_a_node_back_before_the_poll_is_still_a_node_failure(harness: Harn
     started = _time.time() - 30
     harness.slurm.set_state(job_id, JobState.RUNNING, nodes=("node1", "node2"), start_time=started)
     await harness.poll()
-    harness.slurm.nodes = [replace(n, slurmd_started=_time.time()) if n.name == "node2" else n
-                           for n in harness.slurm.nodes]  # fmt: skip
+    harness.slurm.nodes = [
+        replace(n, slurmd_started=_time.time()) if n.name == "node2" else n for n in harness.slurm.nodes
+    ]
     harness.slurm.set_state(job_id, JobState.PENDING, nodes=(), restart_count=1, reason="BeginTime")
     await harness.poll()
     job = await status(harness, job_id)

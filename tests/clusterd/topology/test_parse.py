@@ -17,7 +17,6 @@ SwitchName=spine Level=1 LinkSpeed=1 Switches=leaf[1-2]
 """
 
 
-
 def test_scontrol_output() -> None:
     assert parse_topology(SCONTROL_2205) == [
         SlurmSwitch("leaf1", 0, nodes=("node1", "node2", "node3")),

@@ -55,11 +55,17 @@ def test_spanning_job_uses_fewest_leaves_then_lowest_switch() -> None:
     m = tree(
         {
             # spine1: 40 free but in four pieces of 10
-            "l1": ("spine1", 10, 6), "l2": ("spine1", 10, 6), "l3": ("spine1", 10, 6), "l4": ("spine1", 10, 6),
+            "l1": ("spine1", 10, 6),
+            "l2": ("spine1", 10, 6),
+            "l3": ("spine1", 10, 6),
+            "l4": ("spine1", 10, 6),
             # spine2: 24 free in two pieces
-            "l5": ("spine2", 16, 0), "l6": ("spine2", 8, 8), "l7": ("spine2", 0, 16), "l8": ("spine2", 0, 16),
+            "l5": ("spine2", 16, 0),
+            "l6": ("spine2", 8, 8),
+            "l7": ("spine2", 0, 16),
+            "l8": ("spine2", 0, 16),
         }
-    )  # fmt: skip
+    )
     p = plan(m, PlacementRequest(nodes=24, gpus_per_node=8, policy="any"))
     assert sorted(p.switches) == ["l5", "l6"]
     assert p.common_switch == "spine2" and p.spine_hops == 1
@@ -70,10 +76,13 @@ def test_spanning_job_uses_fewest_leaves_then_lowest_switch() -> None:
 def test_fewer_leaves_beat_a_lower_common_switch() -> None:
     m = tree(
         {
-            "l1": ("spine1", 5, 11), "l2": ("spine1", 5, 11), "l3": ("spine1", 5, 11),
-            "l4": ("spine2", 8, 8), "l5": ("spine3", 8, 8),
+            "l1": ("spine1", 5, 11),
+            "l2": ("spine1", 5, 11),
+            "l3": ("spine1", 5, 11),
+            "l4": ("spine2", 8, 8),
+            "l5": ("spine3", 8, 8),
         }
-    )  # fmt: skip
+    )
     p = plan(m, PlacementRequest(nodes=15, gpus_per_node=8, policy="any"))
     assert sorted(p.switches) == ["l4", "l5"] and p.common_switch == "core" and p.spine_hops == 2
 

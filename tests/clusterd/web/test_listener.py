@@ -125,13 +125,15 @@ def test_https_with_the_grpc_certificate_and_an_impostor_is_not_trusted(tmp_path
     cfg = Config(tls=TLSConfig(cert_file=str(pair.cert), key_file=str(pair.key)), web=WebConfig(enabled=True))
     with listening(cfg, request_timeout_seconds=1.0) as server:
         silent = socket.create_connection(("127.0.0.1", server.port))  # no handshake: cut, blocks no one
-        conn = http.client.HTTPSConnection("localhost", server.port, timeout=5,
-                                           context=ssl.create_default_context(cafile=str(ca.pem)))  # fmt: skip
+        conn = http.client.HTTPSConnection(
+            "localhost", server.port, timeout=5, context=ssl.create_default_context(cafile=str(ca.pem))
+        )
         conn.request("GET", "/y")
         assert conn.getresponse().read() == b"GET /y?"
         conn.close()
-        wrong = http.client.HTTPSConnection("localhost", server.port, timeout=5,
-                                            context=ssl.create_default_context(cafile=str(impostor.pem)))  # fmt: skip
+        wrong = http.client.HTTPSConnection(
+            "localhost", server.port, timeout=5, context=ssl.create_default_context(cafile=str(impostor.pem))
+        )
         with pytest.raises(ssl.SSLCertVerificationError):
             wrong.request("GET", "/y", headers={"Authorization": "Bearer never-sent"})
         silent.settimeout(5)

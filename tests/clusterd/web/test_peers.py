@@ -22,9 +22,19 @@ _CONNECT = (
 
 
 def _key_of_nobody(server: socket.socket, family: int, address: object) -> str:
-    client = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable, "-c",
-                               _CONNECT.format(family=int(family), address=address)],
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    client = subprocess.Popen(
+        [
+            "setpriv",
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            sys.executable,
+            "-c",
+            _CONNECT.format(family=int(family), address=address),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert client.stdout is not None and client.stdout.readline().strip() == "in"
         conn, _ = server.accept()
@@ -40,9 +50,14 @@ def _key_of_nobody(server: socket.socket, family: int, address: object) -> str:
 
 
 @needs_root
-@pytest.mark.parametrize(("family", "bind", "host"), [
-    (socket.AF_INET, "127.0.0.1", "127.0.0.1"), (socket.AF_INET6, "::1", "::1"), (socket.AF_INET6, "::", "127.0.0.1"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("family", "bind", "host"),
+    [
+        (socket.AF_INET, "127.0.0.1", "127.0.0.1"),
+        (socket.AF_INET6, "::1", "::1"),
+        (socket.AF_INET6, "::", "127.0.0.1"),
+    ],
+)
 def test_a_loopback_client_is_its_uid(family: int, bind: str, host: str) -> None:
     with socket.socket(family) as server:
         if bind == "::":
