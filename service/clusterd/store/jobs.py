@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, Select, case, delete, func, insert, select, update
+from sqlalchemy import Boolean, Connection, Row, Select, bindparam, case, delete, func, insert, null, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from clusterctl.v1 import jobs_pb2
@@ -38,6 +38,37 @@ _ROW = (
     jobs.c.tasks,
     jobs.c.created,
     jobs.c.observed,
+)
+
+
+_USAGE = select(
+    func.coalesce(func.sum(case((live(), jobs.c.tasks), else_=0)), 0),
+    func.coalesce(func.sum(case((live(), jobs.c.spec_bytes), else_=0)), 0),
+    func.coalesce(func.sum(case((live(), 0), else_=1)), 0),
+    func.coalesce(func.sum(case((live(), 0), else_=jobs.c.spec_bytes)), 0),
+).where(jobs.c.user == bindparam("user"))
+# The statements every submit and save runs, built once: building and keying a statement costs more
+# Python than running it on SQLite, and SQLAlchemy memoizes a reused statement's cache key.
+_BY_REQUEST = select(*_ROW).where(jobs.c.user == bindparam("user"), jobs.c.request_id == bindparam("request_id"))
+_BY_RECORD = select(*_ROW).where(jobs.c.record_id == bindparam("record_id"))
+_INSERT_JOB = insert(jobs).returning(*_ROW)
+_INSERT_SPEC = insert(specs)
+_HELD_JOB_ID = select(jobs.c.job_id).where(jobs.c.record_id == bindparam("record_id"))
+_LOCK_ROW = select(jobs.c.job_id, jobs.c.superseded).where(jobs.c.record_id == bindparam("record_id")).with_for_update()
+_UPDATE = (
+    update(jobs)
+    .where(jobs.c.record_id == bindparam("b_record_id"))
+    .values(
+        job_id=bindparam("b_job_id"),
+        phase=bindparam("b_phase"),
+        state=bindparam("b_state"),
+        observed=bindparam("b_observed", type_=jobs.c.observed.type),
+        terminal=bindparam("b_terminal", type_=Boolean),
+        updated=bindparam("b_now", type_=jobs.c.updated.type),
+        finished=case(
+            (bindparam("b_done", type_=Boolean), func.coalesce(jobs.c.finished, bindparam("b_now"))), else_=null()
+        ),
+    )
 )
 
 
@@ -81,7 +112,7 @@ class JobRecords:
     ) -> tuple[JobRecord, bool]:
         self._db.dialect.lock_user(conn, user)
         if request_id:
-            row = conn.execute(select(*_ROW).where(jobs.c.user == user, jobs.c.request_id == request_id)).first()
+            row = conn.execute(_BY_REQUEST, {"user": user, "request_id": request_id}).first()
             if row is not None and row.phase != Phase.FAILED.value:
                 return _records(conn, [row], with_spec=True)[0], False  # a retry is not a new job
             if row is not None:  # a failed attempt submitted nothing: this retry may submit
@@ -92,23 +123,22 @@ class JobRecords:
                 _delete(conn, prune.choose(_oldest_finished(conn, user, prune.rows)))
         now = time.time()
         row = conn.execute(
-            insert(jobs)
-            .values(
-                user=user,
-                request_id=request_id,
-                phase=Phase.SUBMITTING.value,
-                terminal=False,
-                superseded=False,
-                state=JobState.PENDING.value,
-                tasks=tasks,
-                spec_bytes=len(blob),
-                created=now,
-                updated=now,
-                observed={},
-            )
-            .returning(*_ROW)
+            _INSERT_JOB,
+            {
+                "user": user,
+                "request_id": request_id,
+                "phase": Phase.SUBMITTING.value,
+                "terminal": False,
+                "superseded": False,
+                "state": JobState.PENDING.value,
+                "tasks": tasks,
+                "spec_bytes": len(blob),
+                "created": now,
+                "updated": now,
+                "observed": {},
+            },
         ).one()
-        conn.execute(insert(specs).values(record_id=row.record_id, spec=blob))
+        conn.execute(_INSERT_SPEC, {"record_id": row.record_id, "spec": blob})
         return _record(row, [], None), True
 
     async def save(self, rec: JobRecord) -> None:
@@ -135,7 +165,9 @@ class JobRecords:
         rec.restarts[-1] = entry
 
     async def get_by_record(self, record_id: int) -> JobRecord | None:
-        rows = await self._query(select(*_ROW).where(jobs.c.record_id == record_id), with_spec=True)
+        rows = await self._db.read(
+            lambda conn: _records(conn, conn.execute(_BY_RECORD, {"record_id": record_id}).all(), with_spec=True)
+        )
         return rows[0] if rows else None
 
     async def get_by_job_id(self, job_id: str, *, user: str | None = None, with_spec: bool = True) -> JobRecord | None:
@@ -227,16 +259,7 @@ class JobRecords:
 
 def usage(conn: Connection, user: str) -> bounds.Usage:
     """What ``user`` holds now: one sum over their records, answered from the ``jobs_usage`` index."""
-    up = live()
-    row = conn.execute(
-        select(
-            func.coalesce(func.sum(case((up, jobs.c.tasks), else_=0)), 0),
-            func.coalesce(func.sum(case((up, jobs.c.spec_bytes), else_=0)), 0),
-            func.coalesce(func.sum(case((up, 0), else_=1)), 0),
-            func.coalesce(func.sum(case((up, 0), else_=jobs.c.spec_bytes)), 0),
-        ).where(jobs.c.user == user)
-    ).one()
-    return bounds.Usage(*(int(v) for v in row))
+    return bounds.Usage(*(int(v) for v in conn.execute(_USAGE, {"user": user}).one()))
 
 
 def _submitted(user: str | None, states: frozenset[JobState]) -> Select[Any]:
@@ -266,34 +289,31 @@ def _delete(conn: Connection, ids: list[int]) -> None:
 
 
 def _assigns_job_id(conn: Connection, rec: JobRecord) -> bool:
-    held = conn.execute(select(jobs.c.job_id).where(jobs.c.record_id == rec.record_id)).first()
+    held = conn.execute(_HELD_JOB_ID, {"record_id": rec.record_id}).first()
     return held is not None and held.job_id != rec.job_id
 
 
 def _update(conn: Connection, rec: JobRecord) -> None:
     """Write ``rec`` (its row locked); a record given a Slurm id another current record holds
     supersedes that one, which is then frozen: terminal, its fate unknown."""
-    row = conn.execute(
-        select(jobs.c.job_id, jobs.c.superseded).where(jobs.c.record_id == rec.record_id).with_for_update()
-    ).first()
+    row = conn.execute(_LOCK_ROW, {"record_id": rec.record_id}).first()
     if row is None or row.superseded:
         return  # pruned, or frozen: Slurm's id now names another record's job
     now = time.time()
     if rec.job_id and row.job_id != rec.job_id:
         _supersede(conn, rec.job_id, now)
-    done = rec.terminal or rec.phase is Phase.FAILED
     conn.execute(
-        update(jobs)
-        .where(jobs.c.record_id == rec.record_id)
-        .values(
-            job_id=rec.job_id or None,
-            phase=rec.phase.value,
-            state=rec.state.value,
-            observed=codec.observed(rec),
-            terminal=rec.terminal,
-            updated=now,
-            finished=func.coalesce(jobs.c.finished, now) if done else None,
-        )
+        _UPDATE,
+        {
+            "b_record_id": rec.record_id,
+            "b_job_id": rec.job_id or None,
+            "b_phase": rec.phase.value,
+            "b_state": rec.state.value,
+            "b_observed": codec.observed(rec),
+            "b_terminal": rec.terminal,
+            "b_now": now,
+            "b_done": rec.terminal or rec.phase is Phase.FAILED,
+        },
     )
 
 
