@@ -1,4 +1,5 @@
-"""The store under concurrent submitters: what 16 at once get beside what one gets, same run.
+"""The store under concurrent submitters: what 16 at once get beside what one gets, same run, and
+SQLite's group commit beside its absence.
 
 A submit's store work is a durable reservation (the record, its spec, the per-user bounds) and the
 durable save that records Slurm's job id; this drives exactly that, from N asyncio tasks (16
@@ -6,9 +7,10 @@ users, a spec of ~4 KiB, the default per-user bounds), against the SQLite store 
 with ``--pg-url``, a PostgreSQL database (its tables are created there). Each user already holds
 ``--history`` finished records, so the per-user bounds' indexed sum has work to do.
 
-Printed: submits per second with 1 and with 16 concurrent submitters, and their ratio (16 / 1).
-The store answers each submitter only after its commit and syncs each durable write itself; the
-ratio says how much of the one-at-a-time rate concurrency recovers.
+Printed: submits per second with 1 and with 16 concurrent submitters, and their ratio (16 / 1),
+for SQLite with its group commit and without it (``sqlite_store(group_commit=False)``: a transaction
+and a sync per durable write), then PostgreSQL; last, what the group commit gains at 1 and at 16.
+The store answers each submitter only after its commit (synced where durable).
 
     python -m bench.store                      # SQLite
     python -m bench.store --pg-url 'postgresql:///bench?host=/run/postgresql'
@@ -59,7 +61,7 @@ async def rate(jobs: JobRecords, submitters: int, total: int) -> float:
     return each * submitters / (time.perf_counter() - started)
 
 
-async def measure(store: Store, name: str, total: int, history: int, rounds: int) -> None:
+async def measure(store: Store, name: str, total: int, history: int, rounds: int) -> tuple[float, float]:
     await store.open()
     try:
         await seed(store.jobs, history)
@@ -71,7 +73,8 @@ async def measure(store: Store, name: str, total: int, history: int, rounds: int
             many.append(await rate(store.jobs, 16, total))
             one.append(await rate(store.jobs, 1, total))
         a, b = sorted(one)[len(one) // 2], sorted(many)[len(many) // 2]
-        print(f"{name:<11} 1 submitter {a:8.0f}/s   16 submitters {b:8.0f}/s   16/1 {b / a:5.2f}x")
+        print(f"{name:<22} 1 submitter {a:8.0f}/s   16 submitters {b:8.0f}/s   16/1 {b / a:5.2f}x")
+        return a, b
     finally:
         await store.close()
 
@@ -84,10 +87,13 @@ def main() -> None:
     ap.add_argument("--pg-url", default="", help="also a PostgreSQL database (libpq URL)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="store-bench-") as tmp:
-        lite = sqlite_store(Path(tmp) / "bench.sqlite3")
-        asyncio.run(measure(lite, "sqlite", args.submits, args.history, args.rounds))
+        plain = sqlite_store(Path(tmp) / "plain.sqlite3", group_commit=False)
+        p1, p16 = asyncio.run(measure(plain, "sqlite", args.submits, args.history, args.rounds))
+        grouped = sqlite_store(Path(tmp) / "grouped.sqlite3")
+        g1, g16 = asyncio.run(measure(grouped, "sqlite, group commit", args.submits, args.history, args.rounds))
     if args.pg_url:
         asyncio.run(measure(postgres_store(args.pg_url), "postgresql", args.submits, args.history, args.rounds))
+    print(f"group commit / without: 1 submitter {g1 / p1:5.2f}x   16 submitters {g16 / p16:5.2f}x")
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ from clusterd.store.locks import AdvisoryLocks, LocalLocks, RecordLocks
 class Store:
     """Not usable before :meth:`open` (which migrates); :meth:`close` at shutdown."""
 
-    def __init__(self, dialect: Dialect, locks: RecordLocks) -> None:
-        self.db = Database(dialect)
+    def __init__(self, dialect: Dialect, locks: RecordLocks, *, group_commit: bool = False) -> None:
+        self.db = Database(dialect, group_commit=group_commit)
         self._locks = locks
         self.jobs = JobRecords(self.db, locks)
         self.events = EventLog(self.db)
@@ -37,9 +37,10 @@ class Store:
         await self.db.close()
 
 
-def sqlite_store(path: str | Path) -> Store:
-    """The embedded store of one replica, in the file ``path`` (created private: 0600 in a 0700 directory)."""
-    return Store(SqliteDialect(path), LocalLocks())
+def sqlite_store(path: str | Path, *, group_commit: bool = True) -> Store:
+    """The embedded store of one replica, in the file ``path`` (created private: 0600 in a 0700 directory);
+    its writes are group-committed (store/database.py) unless ``group_commit`` is False."""
+    return Store(SqliteDialect(path), LocalLocks(), group_commit=group_commit)
 
 
 def postgres_store(url: str, *, pool_min: int = 2, pool_max: int = 20) -> Store:

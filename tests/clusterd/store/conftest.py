@@ -41,6 +41,15 @@ def _make(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     return postgres_store(request.getfixturevalue("pg_url"), pool_min=1, pool_max=8)
 
 
+@pytest.fixture
+async def embedded(tmp_path: Path) -> AsyncIterator[Store]:
+    """The SQLite store alone, as clusterd makes it (group commit on)."""
+    s = sqlite_store(tmp_path / "state" / "db.sqlite3")
+    await s.open()
+    yield s
+    await s.close()
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     s = _make(request, tmp_path)

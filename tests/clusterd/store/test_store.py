@@ -177,6 +177,18 @@ async def test_the_writes_a_submit_acknowledges_commit_durably(store: Store) -> 
         assert seen == [False]  # only the last save turns synchronous_commit off
 
 
+async def test_sqlite_group_commits_concurrent_writes(embedded: Store) -> None:
+    """16 reservations at once share commits: fewer write transactions than writes."""
+    began: list[str] = []
+    event.listen(
+        embedded.db.dialect.engine,
+        "before_cursor_execute",
+        lambda conn, cursor, sql, *args: began.append(sql) if sql == "BEGIN IMMEDIATE" else None,
+    )
+    await asyncio.gather(*(embedded.jobs.reserve(f"user{i}", "", spec(0)) for i in range(16)))
+    assert 1 <= len(began) < 16 and len(await embedded.jobs.live()) == 16
+
+
 async def test_concurrent_reservations_fail_alone(store: Store) -> None:
     """16 reservations at once; the one refused by its bound is undone alone while the others stand."""
     tight = UserBounds(max_live_tasks=1)
