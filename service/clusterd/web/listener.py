@@ -146,7 +146,7 @@ class _Connection(web.RequestHandler):
 async def _bounded(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The body within the request's deadline (408, 413 beyond 64 KiB), the answer out within 30 s."""
     conn = request.protocol
-    if not isinstance(conn, _Connection):  # served by something else (a test's own runner)
+    if not isinstance(conn, _Connection):  # served by an aiohttp runner of its own: no bounds to keep
         return await handler(request)
     conn.head_arrived()
     response: web.StreamResponse
