@@ -8,6 +8,7 @@ import http.client
 import select
 import socket
 import ssl
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -83,6 +84,20 @@ async def test_oversized_head_and_body_are_refused() -> None:
         body = b"b" * 70_000
         head = f"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode()
         assert (await asyncio.to_thread(_raw, server.port, head + body)).startswith(b"HTTP/1.1 413 ")
+
+
+async def test_a_connection_costs_no_thread() -> None:
+    async with listening(max_connections_per_client=64) as server:
+        before = threading.active_count()
+        conns = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(50)]
+        try:
+            reader, writer = conns[-1]  # accepted in order: an answer on the last means all are in
+            writer.write(b"GET /last HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert (await reader.readline()).startswith(b"HTTP/1.1 200 ")
+            assert threading.active_count() == before
+        finally:
+            for _, w in conns:
+                w.close()
 
 
 def _slow_head(port: int) -> None:
