@@ -128,7 +128,7 @@ class _Query:
         return [v for raw in self._values.get(name, []) for v in raw.split(",") if v]
 
 
-Answer = Callable[[Identity, "_Query"], Awaitable[Message | dict[str, Any]]]
+Answer = Callable[[Identity, _Query], Awaitable[Message | dict[str, Any]]]
 
 
 class WebApp:
