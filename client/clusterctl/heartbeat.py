@@ -194,10 +194,13 @@ class HeartbeatSender:
             return self._stop_news
 
     def wait_stop(self, timeout: float) -> StopNews:
-        """The news once clusterd named the step (or refused the claim), else as it stands after ``timeout`` s."""
+        """The news once clusterd named the step (or refused the claim, or is restarting the run), else as
+        it stands after ``timeout`` s."""
         end = time.monotonic() + timeout
         with self._news:
             while self._stop_news.step is None and not self._stop_news.refused and not self._closed:
+                if self._stop.is_set():
+                    break  # the run is being restarted (a peer failed): it will not stop together
                 if self._ready.is_set() and self._call is None:
                     break  # heartbeats could not start: no answer will come
                 left = end - time.monotonic()
@@ -331,6 +334,8 @@ class HeartbeatSender:
             self.interval = min(MAX_INTERVAL, max(MIN_INTERVAL, wanted))
         if reply.stop:
             self._stop.set()
+            with self._news:
+                self._news.notify_all()  # a rank holding for a stop step waits no more: none will come
         self._hear_stop(reply, claimed=claim is not None)
         return True
 

@@ -135,7 +135,13 @@ class RequeueOnSignal:
         if news is not None and news.step is not None:
             self.stop_step = news.step
         else:
-            why = "clusterd did not take the claim" if news is not None and news.refused else "no answer in time"
+            why = (
+                "the run is being restarted"
+                if heartbeat.stop_requested()
+                else "clusterd did not take the claim"
+                if news is not None and news.refused
+                else "no answer in time"
+            )
             print(
                 f"clusterctl: stopping at step {step} without the other ranks' agreement ({why})",
                 file=sys.stderr,

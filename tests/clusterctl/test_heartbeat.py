@@ -201,6 +201,18 @@ def test_a_claim_answered_without_a_stop_ends_the_wait_at_once(sock: Path, fake:
         s.finish(0)
 
 
+def test_a_run_being_restarted_ends_the_wait_for_a_stop_step(sock: Path) -> None:
+    fake = FakeJobService(stop=True, stopping=True)  # a peer failed while the ranks held
+    with serve(sock, fake):
+        s = sender(sock, CLUSTERCTL_HEARTBEAT_INTERVAL="60").start()
+        try:
+            s.report_stopping(3)
+            news = s.wait_stop(60)
+            assert news.step is None and s.stop_requested()
+        finally:
+            s.finish(0)
+
+
 def test_waiting_for_a_stop_step_is_bounded(sock: Path) -> None:
     fake = FakeJobService(stopping=True)  # a peer never holds: no step is named
     with serve(sock, fake):
