@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -80,6 +81,13 @@ class SqliteDialect:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         _private(self.path)
+        # WAL is a property of the file: set here, once, before any store thread connects (two
+        # connections switching a new file's journal mode at once may get "database is locked").
+        db = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+        finally:
+            db.close()
         self.engine = create_engine(
             f"sqlite:///{self.path}",
             pool_size=1,
@@ -199,9 +207,9 @@ def _private(path: Path) -> None:
 
 
 def _sqlite_connect(dbapi: Any, record: Any) -> None:
-    """WAL; transactions are begun by :func:`_sqlite_begin`, not by the driver."""
+    """Transactions are begun by :func:`_sqlite_begin`, not by the driver."""
     dbapi.isolation_level = None
-    for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=5000"):
+    for pragma in ("busy_timeout=5000", "synchronous=NORMAL"):
         dbapi.execute(f"PRAGMA {pragma}")
 
 
