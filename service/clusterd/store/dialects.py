@@ -140,7 +140,6 @@ class PostgresDialect:
             creator=lambda: psycopg.connect(self.url),
             pool_size=pool_min,
             max_overflow=pool_max - pool_min,
-            pool_pre_ping=True,
         )
 
     def lock_user(self, conn: Connection, user: str) -> None:
