@@ -4,7 +4,8 @@ UNIQUE(user, request_id) makes idempotency hold across concurrent calls, restart
 database, not an in-memory map, decides which caller submits. The same transaction admits the
 caller's per-user bounds (store/bounds.py) from one indexed sum over the user's records (the
 ``jobs_usage`` index covers it), after the dialect's per-user lock, so concurrent submissions
-cannot all pass one count. Reading a record locks its row where the database can (FOR UPDATE).
+cannot all pass one count. A save locks its record's row (FOR UPDATE on PostgreSQL; SQLite's write
+transaction already excludes every other writer).
 """
 
 from __future__ import annotations
@@ -40,15 +41,14 @@ _ROW = (
     jobs.c.observed,
 )
 
-
+# The statements every submit and save runs, built once: building and keying a statement costs more
+# Python than running it on SQLite, and SQLAlchemy memoizes a reused statement's cache key.
 _USAGE = select(
     func.coalesce(func.sum(case((live(), jobs.c.tasks), else_=0)), 0),
     func.coalesce(func.sum(case((live(), jobs.c.spec_bytes), else_=0)), 0),
     func.coalesce(func.sum(case((live(), 0), else_=1)), 0),
     func.coalesce(func.sum(case((live(), 0), else_=jobs.c.spec_bytes)), 0),
 ).where(jobs.c.user == bindparam("user"))
-# The statements every submit and save runs, built once: building and keying a statement costs more
-# Python than running it on SQLite, and SQLAlchemy memoizes a reused statement's cache key.
 _BY_REQUEST = select(*_ROW).where(jobs.c.user == bindparam("user"), jobs.c.request_id == bindparam("request_id"))
 _BY_RECORD = select(*_ROW).where(jobs.c.record_id == bindparam("record_id"))
 _INSERT_JOB = insert(jobs).returning(*_ROW)
