@@ -32,7 +32,7 @@ from clusterctl.cli.values import (
 )
 from clusterctl.sbatch import values as sv
 from clusterctl.sbatch.environment import options_from_environment
-from clusterctl.sbatch.options import REFUSED, OptionError, parse_words, refusal
+from clusterctl.sbatch.options import REFUSED, OptionError, RefusedOption, allowed_options
 from clusterctl.v1 import jobs_pb2
 
 # (flags, JobSpec field) for sbatch options whose value is sent as typed, text or count.
@@ -253,13 +253,12 @@ def environment_options(environ: Mapping[str, str]) -> list[str]:
         if variable == "SBATCH_EXPORT":
             continue
         try:
-            parsed = parse_words([option])
+            parsed = allowed_options([option])
+        except RefusedOption as exc:
+            raise ArgumentError(f"{variable} stands for --{exc.option}, which is not allowed: {exc.reason}") from None
         except OptionError as exc:
             raise ArgumentError(f"{variable}={environ.get(variable, '')!r}: {exc}") from None
         for o in parsed:
-            why = refusal(o.name)
-            if why is not None:
-                raise ArgumentError(f"{variable} stands for --{o.name}, which is not allowed: {why}")
             check = _VALUE_CHECKS.get(o.name)
             if check is not None and o.value is not None:
                 try:

@@ -189,6 +189,16 @@ class OptionError(ValueError):
     """A word that is not an sbatch option sbatch would take as written (unknown, ambiguous, no value)."""
 
 
+class RefusedOption(OptionError):
+    """An sbatch option clusterd refuses: ``option`` (its long name), as ``written``, and why."""
+
+    def __init__(self, option: str, written: str, reason: str) -> None:
+        super().__init__(f"--{option} is not allowed ({reason})")
+        self.option = option
+        self.written = written
+        self.reason = reason
+
+
 @dataclass(frozen=True)
 class Option:
     """One option as given, resolved to sbatch's full long name."""
@@ -263,3 +273,20 @@ def parse_words(words: list[str]) -> list[Option]:
 def refusal(option: str) -> str | None:
     """Why ``option`` (a long name) is refused, or None when it is accepted."""
     return None if option in ACCEPTED or option in ANSWER_ONLY else REFUSED[option]
+
+
+def allowed_options(words: list[str]) -> list[Option]:
+    """The options ``words`` give (getopt's rules), each one clusterd takes: the one reader of sbatch
+    option words, for the CLI's ``SBATCH_*`` variables and clusterd's directives and forwarded options.
+
+    Raises:
+        RefusedOption: an option of the refused table; its message ("--uid is not allowed (why)")
+            is the service's wording, the CLI words its own from the fields.
+        OptionError: a word sbatch would not take as written.
+    """
+    options = parse_words(words)
+    for o in options:
+        why = refusal(o.name)
+        if why is not None:
+            raise RefusedOption(o.name, o.written, why)
+    return options
