@@ -282,6 +282,8 @@ class ClusterDaemon:
             SLURM_INFO.labels(version=features.version, backend=kind).set(1)
             log.info("Slurm %s via the %s backend: %s", features.version, kind, "; ".join(features.describe()))
             self.views.slurm_private_jobs = "jobs" in features.private_data
+            if features.release is not None:  # scripts' #PBS lines are read as this release's sbatch reads them
+                self.poller.slurm_release = features.release.release
         self._start_http()
         await server.start()
         self._server = server

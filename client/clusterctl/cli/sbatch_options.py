@@ -116,6 +116,7 @@ _FORWARDED: tuple[tuple[tuple[str, ...], str | None, Callable[[str], object] | N
     (("--spread-job",), None, None, "spread the job over as many nodes as it may"),
     (("--requeue",), None, None, "the job may be requeued (the default)"),
     (("--no-requeue",), None, None, "never requeue the job: no automatic restart either"),
+    (("--ignore-pbs",), None, None, "do not translate the script's #PBS and #BSUB lines"),
 )
 # Optional values, registered whole so that "--exclusive SCRIPT" stays a flag, as with getopt.
 _WHOLE = ("--exclusive=user", "--exclusive=mcs", "--no-kill=off")

@@ -363,11 +363,13 @@ def validate_spec(spec: jobs_pb2.JobSpec, facts: ClusterFacts, limits: LimitsCon
     if spec.request_id and not _REQUEST_ID_RE.match(spec.request_id):
         raise InvalidArgument("spec.request_id", "must be 1-128 of [A-Za-z0-9_.:-]")
     script = _script_body(spec, limits)
+    forwarded = sbatch_options(spec)
+    ignore_pbs = any(d.option == "ignore-pbs" for d in forwarded)
     try:
-        directives = parse_directives(script)
+        directives = parse_directives(script, release=facts.slurm_release, ignore_pbs=ignore_pbs)
     except DirectiveError as exc:
         raise InvalidArgument("spec.script", str(exc)) from None
-    m = Merged(directives + sbatch_options(spec))
+    m = Merged(directives + forwarded)
     res = _resources(spec, m, limits)
     seconds, unlimited = _time(spec, m)
 
