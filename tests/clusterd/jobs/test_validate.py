@@ -146,7 +146,7 @@ BAD: list[tuple[str, jobs_pb2.JobSpec, str]] = [
     ),
     (
         "nodelist count mismatch",
-        spec(nodes=2, placement=cluster_pb2.PlacementPreference(nodelist=["node1"])),
+        spec(nodes=1, placement=cluster_pb2.PlacementPreference(nodelist=["node1", "node2"])),
         "spec.placement.nodelist",
     ),
     (
@@ -279,3 +279,13 @@ def test_pbs_working_directory_is_read_as_the_clusters_release_reads_it() -> Non
     older = ClusterFacts(FACTS.partitions, FACTS.nodes, "debug", slurm_release=(22, 5))
     with pytest.raises(InvalidArgument, match="script line 2: #PBS -d /tmp/w: -d is translated by sbatch"):
         validate_spec(spec(script=script), older, LIMITS)
+
+
+def test_a_nodelist_sets_the_node_count_as_slurm_does() -> None:
+    """-w node1,node2 without -N is a 2-node job; -N 2 -w node1 has Slurm add a node."""
+    for nodes, listed in ((0, ["node1", "node2"]), (2, ["node1"]), (0, ["node1"])):
+        pref = cluster_pb2.PlacementPreference(nodelist=listed)
+        validate_spec(spec(nodes=nodes, placement=pref), FACTS, LIMITS)
+    with pytest.raises(InvalidArgument, match="3 nodes listed for a 2-node job"):
+        pref = cluster_pb2.PlacementPreference(nodelist=["node1", "node2", "node3"])
+        validate_spec(spec(nodes=1, max_nodes=2, placement=pref), FACTS, LIMITS)
