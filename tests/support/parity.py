@@ -96,7 +96,7 @@ OPTION_CASES: dict[str, tuple[list[str], str, dict[str, str]]] = {
     ),
     "bsub": (
         ["-H"],
-        "#PBS -N not-read\n#BSUB -J lsf -n 1,2 -W 10 -M 100000\n#BSUB -cwd sub -x\n",
+        "#PBS -N not-read\n#BSUB -J lsf -n 1,2 -W 10 -M 100000\n#BSUB -cwd sub -x -m 'node1 node2'\n",
         {},
     ),
     "ignore-pbs": (
