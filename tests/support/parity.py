@@ -83,6 +83,11 @@ OPTION_CASES: dict[str, tuple[list[str], str, dict[str, str]]] = {
         '#SBATCH -J "run#1" -t 5 # a comment\n#SBATCH --wckey=w#x -n 1\n',
         {},
     ),
+    "split-directive": (
+        ["-H"],
+        '#SBATCH -t 5 --job-name\n#SBATCH split-name\n#SBATCH -n\n#SBATCH 2 "" -p batch\n',
+        {},
+    ),
     "pbs-torque": (
         ["-H"],
         "#SBATCH -t 5 -J from-sbatch\n#PBS -N torque -q batch -l nodes=2:ppn=2,walltime=00:30:00,mem=200mb\n"

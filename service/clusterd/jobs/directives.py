@@ -2,7 +2,8 @@
 
 sbatch reads the comment block at the top of a script (up to the first line that is neither blank
 nor a comment): ``#SBATCH`` lines as options, ``#SLURM`` lines as ``#SBATCH`` ones (sbatch asks for
-them to be changed, and applies them). Then, unless ``--ignore-pbs`` is given, the script's
+them to be changed, and applies them), all their words read as one command line (an option's value
+may be on the next line). Then, unless ``--ignore-pbs`` is given, the script's
 ``#BSUB`` or ``#PBS`` lines, translated as sbatch translates them (:mod:`clusterctl.sbatch.wrappers`);
 they win over the ``#SBATCH`` lines. A line's words are read as sbatch reads them
 (:mod:`clusterctl.sbatch.words`: quotes group, an unquoted ``#`` starts a comment) and its options
@@ -65,14 +66,33 @@ def _family(line: str) -> str | None:
     return next((f for f in _FAMILIES if line.startswith(f)), None)
 
 
-def _parse_line(lineno: int, text: str, body: str) -> list[Directive]:
+@dataclass(frozen=True)
+class _Word:
+    lineno: int
+    text: str  # the line, for messages
+    word: str
+
+
+def _sbatch_lines(lines: list[str]) -> list[Directive]:
+    """The header's #SBATCH/#SLURM lines: their words read as one command line, as sbatch reads them
+    (``#SBATCH --job-name`` then ``#SBATCH x`` names the job x); each option is told by its first word's line."""
+    words: list[_Word] = []
+    for index in range(header_end(lines)):
+        line = lines[index].rstrip("\r")
+        family = _family(line)
+        if family is None:
+            continue
+        text = line.strip()
+        try:  # "#SBATCH--time=5" is an option to sbatch, "#SBATCHfoo" an error
+            words.extend(_Word(index + 1, text, w) for w in directive_words(line[len(family) :]))
+        except WordsError as exc:
+            raise DirectiveError(index + 1, f"{text}: cannot read the directive: {exc}") from None
     try:
-        options = allowed_options(directive_words(body))
-    except WordsError as exc:
-        raise DirectiveError(lineno, f"{text}: cannot read the directive: {exc}") from None
+        options = allowed_options([w.word for w in words])
     except OptionError as exc:
-        raise DirectiveError(lineno, f"{text}: {exc}") from None
-    return [Directive(lineno, o.name, o.value, text) for o in options]
+        where = words[min(exc.index, len(words) - 1)]
+        raise DirectiveError(where.lineno, f"{where.text}: {exc}") from None
+    return [Directive(words[o.index].lineno, o.name, o.value, words[o.index].text) for o in options]
 
 
 def parse_directives(
@@ -86,12 +106,7 @@ def parse_directives(
     Raises DirectiveError naming the line for a refused option.
     """
     lines = script.split("\n")
-    out: list[Directive] = []
-    for index in range(header_end(lines)):
-        line = lines[index].rstrip("\r")
-        family = _family(line)
-        if family is not None:  # "#SBATCH--time=5" is an option to sbatch, "#SBATCHfoo" an error
-            out.extend(_parse_line(index + 1, line.strip(), line[len(family) :]))
+    out = _sbatch_lines(lines)
     if ignore_pbs or any(d.option == "ignore-pbs" for d in out):
         return out
     try:

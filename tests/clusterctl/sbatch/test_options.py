@@ -28,3 +28,11 @@ def test_a_malformed_word_is_an_option_error_not_a_refusal() -> None:
         allowed_options(["--par=x"])
     assert not isinstance(info.value, RefusedOption)
     assert "ambiguous" in str(info.value)
+
+
+def test_errors_and_options_tell_which_word_they_start_at() -> None:
+    assert [o.index for o in allowed_options(["-t", "5", "-HN2", "--comment", "x"])] == [0, 2, 2, 3]
+    for words, index in ((["-t", "5", "--frob"], 2), (["-H", "--uid=0"], 1), (["-t", "5", "--", "x"], 3)):
+        with pytest.raises(OptionError) as info:
+            allowed_options(words)
+        assert info.value.index == index, words

@@ -152,3 +152,17 @@ def test_neutralise_hides_pbs_lines_sbatch_would_read_past_the_header() -> None:
     lines = neutralise(script).split("\n")
     assert lines[2].startswith("#clusterd:") and lines[3].startswith("#clusterd:")
     assert lines[-2] == "#PBS -N far"  # sbatch stops looking after 100 other lines
+
+
+def test_the_sbatch_lines_are_one_command_line_as_to_sbatch() -> None:
+    """sbatch 22.05 holds these with JobName=split-name, TimeLimit=7 (an empty word ends its line)."""
+    script = '#!/bin/bash\n#SBATCH -t 5 --job-name\n#SBATCH split-name\n#SBATCH -t\n#SBATCH 7 "" -p batch\n'
+    directives = parse_directives(script)
+    assert [(d.option, d.value, d.lineno) for d in directives] == [
+        ("time", "5", 2),
+        ("job-name", "split-name", 2),
+        ("time", "7", 4),
+    ]
+    assert opts("#!/bin/bash\n#SBATCH -t 5 --\n") == [("time", "5")]
+    with pytest.raises(DirectiveError, match=r"script line 3: #SBATCH x: 'x' is not an option"):
+        parse_directives("#!/bin/bash\n#SBATCH -t 5 --\n#SBATCH x\n")
