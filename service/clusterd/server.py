@@ -274,7 +274,8 @@ class ClusterDaemon:
         except SlurmError as exc:
             log.warning(
                 "Slurm's release and configuration unknown (%s): `list --all` shows each user their "
-                "own jobs until a restart reads them",
+                "own jobs, and scripts' #PBS lines are read as the newest sbatch reads them, until a "
+                "restart reads them",
                 exc,
             )
         else:
