@@ -93,12 +93,12 @@ BSUB_OPTIONS: dict[str, tuple[str, Arg]] = {
     "W": ("time", Arg.REQUIRED),
     "x": ("exclusive", Arg.NONE),
 }
-# What sbatch does with each #PBS letter: an sbatch option, or nothing (its PBS meaning has no Slurm one).
+# The letters sbatch turns into one sbatch option each, and (PBS_IGNORED) those it ignores.
 PBS_DIRECT = {"a": "begin", "A": "account", "e": "error", "o": "output", "h": "hold", "J": "array", "t": "array"}
 PBS_DIRECT |= {"M": "mail-user", "N": "job-name", "p": "nice", "q": "partition", "d": "chdir", "w": "chdir"}
 PBS_IGNORED = "cCIjkrSuVz"
 BSUB_DIRECT = {"c": "chdir", "e": "error", "J": "job-name", "o": "output", "q": "partition", "W": "time"}
-# The translations that are more than one option for one (docs/sbatch-options.md shows these).
+# The translations that are more than a renamed option, as docs/sbatch-options.md words them.
 PBS_NOTES = {
     "l": "the resource list: see below",
     "m": "`--mail-type`: a is FAIL, b BEGIN, e END, n NONE",
