@@ -223,12 +223,18 @@ def _mail_type(letters: str) -> str | None:
     return ",".join(found) or None
 
 
-_LEADING_INT = re.compile(r"\s*([+-]?[0-9]+)")
+_LEADING_INT = re.compile(r"\s*([+-]?[0-9]{1,18})")
+_NUMBER = re.compile(r"[0-9]{1,9}\Z")
 
 
 def _leading_int(text: str) -> int:
+    """strtol's reading of a count (digits past 18 are dropped: the count is refused later anyway)."""
     m = _LEADING_INT.match(text)
     return int(m.group(1)) if m else 0
+
+
+def _number(text: str | None) -> int | None:
+    return int(text) if text and _NUMBER.match(text) else None
 
 
 def _until(text: str, i: int, stops: str) -> tuple[str, int]:
@@ -307,9 +313,10 @@ def _resource_list(rl: str, emit: Emit, current: Mapping[str, str | None], where
             continue
         if low.startswith("naccelerators="):
             value, i = _until(rl, i + 14, ",")
-            if not value.isdigit() or int(value) <= 0:
+            count = _number(value)
+            if not count:
                 raise WrapperError(where.lineno, where.text, f"naccelerators={value[:40]!r}: not a positive number")
-            gpus = int(value)
+            gpus = count
             continue
         if rest.startswith("nodes="):
             value, i = _until(rl, i + 6, ",")
@@ -330,9 +337,9 @@ def _resource_list(rl: str, emit: Emit, current: Mapping[str, str | None], where
                 break
         else:
             i += 1
-    mincpus, per_node = current.get("mincpus") or "", current.get("ntasks-per-node") or ""
-    if pro == 7 and mincpus.isdigit() and per_node.isdigit() and int(per_node) and int(mincpus) > int(per_node):
-        emit("cpus-per-task", str(int(mincpus) // int(per_node)))
+    mincpus, per_node = _number(current.get("mincpus")), _number(current.get("ntasks-per-node"))
+    if pro == 7 and mincpus and per_node and mincpus > per_node:
+        emit("cpus-per-task", str(mincpus // per_node))
     if gpus > 0:
         gres = current.get("gres")
         emit("gres", f"{gres},gpu:{gpus}" if gres else f"gpu:{gpus}")

@@ -134,3 +134,10 @@ def test_refusals_name_the_line(header: str, says: str) -> None:
     with pytest.raises(WrapperError, match=says) as info:
         xl(header)
     assert info.value.lineno == 2 and info.value.text == header.strip()
+
+
+def test_outsized_and_non_ascii_counts_are_data_not_crashes() -> None:
+    assert xl("#PBS -l nodes=" + "9" * 5000 + "\n") == [("nodes", "9" * 18)]  # refused later, by the bound
+    with pytest.raises(WrapperError, match="not a positive number"):
+        xl("#PBS -l naccelerators=²\n")
+    assert xl("#PBS -l select=1:ncpus=²:mpiprocs=1\n") == [("nodes", "1"), ("mincpus", "²"), ("ntasks-per-node", "1")]
