@@ -18,6 +18,7 @@ the validated request: the allowlist holds by construction.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from clusterctl.sbatch.options import ACCEPTED, OptionError, allowed_options, resolve_long
@@ -25,6 +26,7 @@ from clusterctl.sbatch.words import WordsError, directive_words
 from clusterctl.sbatch.wrappers import WrapperError, translate, wrapper_lines
 
 _FAMILIES = ("#SBATCH", "#SLURM")
+_HETJOB = re.compile(r"\s*(?:hetjob|packjob)(?:\s|\Z)", re.IGNORECASE)  # sbatch's component separator
 NEUTRAL_PREFIX = "#clusterd:"  # what a directive line starts with once neutralised
 
 
@@ -83,8 +85,11 @@ def _sbatch_lines(lines: list[str]) -> list[Directive]:
         if family is None:
             continue
         text = line.strip()
-        try:  # "#SBATCH--time=5" is an option to sbatch, "#SBATCHfoo" an error
-            words.extend(_Word(index + 1, text, w) for w in directive_words(line[len(family) :]))
+        body = line[len(family) :]  # "#SBATCH--time=5" is an option to sbatch, "#SBATCHfoo" an error
+        if _HETJOB.match(body):
+            raise DirectiveError(index + 1, f"{text}: heterogeneous jobs are refused (clusterd submits one job)")
+        try:
+            words.extend(_Word(index + 1, text, w) for w in directive_words(body))
         except WordsError as exc:
             raise DirectiveError(index + 1, f"{text}: cannot read the directive: {exc}") from None
     try:

@@ -86,6 +86,8 @@ def test_abbreviations_resolve_as_sbatch_does() -> None:
         ("#PBSX", "not an option"),
         ("#SBATCH --comment=a : b", "unexpected ':'"),
         ("#SBATCH --job-name='x", "cannot read"),
+        ("#SBATCH hetjob", "heterogeneous jobs are refused"),
+        ("#SBATCH  PACKJOB", "heterogeneous jobs are refused"),
     ],
 )
 def test_refused_directives_name_the_line(line: str, needle: str) -> None:
