@@ -19,8 +19,6 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-import psycopg
-from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy import Connection, Engine, Float, create_engine, event, func, literal, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION
@@ -123,7 +121,11 @@ class PostgresDialect:
     name = "postgresql"
 
     def __init__(self, url: str, *, pool_min: int = 2, pool_max: int = 20) -> None:
-        """Raises ValueError for a connection string libpq cannot parse (nothing connects yet)."""
+        """Raises ValueError for a connection string libpq cannot parse (nothing connects yet), and
+        ImportError without psycopg (imported only when PostgreSQL is configured)."""
+        import psycopg
+        from psycopg.conninfo import conninfo_to_dict
+
         try:
             conninfo_to_dict(url)
         except psycopg.ProgrammingError as exc:
@@ -135,6 +137,8 @@ class PostgresDialect:
 
     def new_engine(self, pool_min: int, pool_max: int) -> Engine:
         """An engine on :attr:`url` (libpq's syntax, kept as the operator wrote it)."""
+        import psycopg
+
         return create_engine(
             "postgresql+psycopg://",
             creator=lambda: psycopg.connect(self.url),

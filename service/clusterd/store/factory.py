@@ -16,5 +16,8 @@ def open_store(config: Config) -> Store:
         return sqlite_store(config.db_path)
     try:
         return postgres_store(config.store.url, pool_min=config.store.pool_min, pool_max=config.store.pool_max)
+    except ImportError as exc:
+        need = "pip install 'clusterctl[service]'"
+        raise ConfigError(f"store.url names PostgreSQL, which needs psycopg ({need}): {exc}") from None
     except ValueError as exc:
         raise ConfigError(f"store.url: {exc}") from None
