@@ -179,8 +179,8 @@ class RequeueOnSignal:
     def exit(self) -> NoReturn:
         """Exit with the requeue code (flushing stdio first).
 
-        Through ``sys.exit`` (not a bare ``raise SystemExit``) so that the heartbeat sender's exit
-        hook sees the code and tells clusterd "exited 85", not "exited 0".
+        The SystemExit leaving the job's runtime block (``clusterctl.job_runtime()`` or
+        ``with CheckpointManager(...)``) tells clusterd "exited 85".
         """
         sys.stdout.flush()
         sys.stderr.flush()
