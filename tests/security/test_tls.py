@@ -402,14 +402,15 @@ async def test_restd_https_is_verified_against_restd_ca_file(
         ("unix:///run/slurmrestd.sock", False),
     ],
 )
+@pytest.mark.parametrize("backend", ["slurmrestd", "auto"])  # auto with a restd_url is slurmrestd
 def test_plain_http_to_a_remote_slurmrestd_is_refused(
-    tmp_path: Path, url: str, refused: bool, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, url: str, refused: bool, backend: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     cfg = replace(
         base_config(tmp_path),
         allow_insecure=False,
         listen=f"unix:{tmp_path / 'run' / 's.sock'}",
-        slurm=SlurmConfig(backend="slurmrestd", restd_url=url, jwt_token_file="/x"),
+        slurm=SlurmConfig(backend=backend, restd_url=url, jwt_token_file="/x"),
     )
     if refused:
         with pytest.raises(ConfigError, match="plain HTTP to another host sends every user's JWT in clear"):
