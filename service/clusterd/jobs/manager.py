@@ -83,7 +83,8 @@ def check_job_id(value: str, field: str = "job_id") -> tuple[str, int | None]:
 
 
 def _audited(method: str) -> Callable[[_Call], _Call]:
-    """Write ``method``'s audit line when the call ends, with its outcome (refusals included).
+    """Write ``method``'s audit line when the call ends, with its outcome (refusals included), before
+    the call is answered.
 
     The decorated method takes (identity, target): a job id, or a spec carrying a request_id.
     """
@@ -102,7 +103,7 @@ def _audited(method: str) -> Callable[[_Call], _Call]:
                 raise
             finally:
                 if self._audit is not None:
-                    self._audit.record(
+                    await self._audit.record(
                         user=ident.user,
                         admin=ident.admin,
                         method=method,
