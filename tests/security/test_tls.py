@@ -34,6 +34,7 @@ from clusterd.slurm.restd import _make_client
 from clusterd.slurm.restd_http import HttpFailure
 from tests.clusterd.conftest import USER_A, auth, base_config, code_of, command_request, running, stub
 from tests.support.daemon import Daemon
+from tests.support.privileges import needs_root
 from tests.support.stack import Stack
 
 from .pki import CA, Pair
@@ -321,7 +322,7 @@ def test_plaintext_tcp_refused_by_the_real_process(stack: Stack, tmp_path: Path)
 @pytest.mark.parametrize(
     ("setup", "message"),
     [
-        ("foreign_dir", "belongs to uid"),
+        pytest.param("foreign_dir", "belongs to uid", marks=needs_root("gives a directory to another user")),
         ("file_at_path", "is not a socket"),
         ("no_group", "does not exist"),
         ("abstract", "abstract unix sockets"),
