@@ -221,3 +221,14 @@ def test_without_configuration_the_runtime_sends_nothing_and_imports_nothing_hea
         done = run_child(code, env)
         assert done.returncode == 0, done.stderr
     assert fake.beats == []
+
+
+def test_examples_train_reports_its_exit_code(sock: Path, fake: FakeJobService, tmp_path: Path) -> None:
+    """examples/train.py, the job of the recovery tests: ``sys.exit(main())`` inside the runtime block."""
+    train = Path(__file__).resolve().parents[2] / "examples" / "train.py"
+    argv = ["--ckpt", str(tmp_path / "ckpt"), "--steps", "9", "--every", "2", "--fail-at", "5", "--exit-code", "42"]
+    code = f"import runpy, sys; sys.argv = {[str(train), *argv]!r}; runpy.run_path(sys.argv[0], run_name='__main__')"
+    done = run_child(code, heartbeat_env(sock, SLURM_PROCID="0", SLURM_NTASKS="1"), timeout=60)
+    assert done.returncode == 42, done.stderr
+    beats = fake.requests()
+    assert exiting(beats) == [42] and beats[-1].step == 4 and beats[-1].restored
