@@ -10,6 +10,7 @@ import atexit
 import os
 import signal
 import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,16 +72,31 @@ def test_nothing_is_patched() -> None:
     assert (sys.exit, sys.excepthook, atexit._ncallbacks()) == before  # type: ignore[attr-defined]
 
 
-BLOCK = """
+# A child waits for its sender's first answered beat before it ends: the exiting beat goes out only
+# once the sender is connected (a process that ends sooner reports nothing; Slurm still knows).
+CONNECTED = """
+import time
+from clusterctl import heartbeat
+
+def connected():
+    deadline = time.monotonic() + 30
+    while heartbeat.start().sent < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+"""
+
+BLOCK = (
+    CONNECTED
+    + """
 import sys
 import clusterctl
-from clusterctl import heartbeat
 assert sys.exit.__module__ == "sys" and sys.excepthook is sys.__excepthook__
 with clusterctl.job_runtime():
     assert sys.exit.__module__ == "sys" and sys.excepthook is sys.__excepthook__
     heartbeat.report_step(5)
+    connected()
     {ending}
 """
+)
 
 
 @pytest.mark.parametrize(
@@ -113,45 +129,49 @@ def test_the_last_beat_carries_the_exit_status(sock: Path, fake: FakeJobService,
 
 
 def test_as_a_decorator(sock: Path, fake: FakeJobService) -> None:
-    code = """
-    import sys
+    code = CONNECTED + textwrap.dedent("""
     import clusterctl
-    from clusterctl import heartbeat
 
     @clusterctl.job_runtime()
     def main():
         heartbeat.report_step(1)
+        connected()
 
     main()  # returning: exit 0
-    """
+    """)
     done = run_child(code, heartbeat_env(sock))
     assert done.returncode == 0, done.stderr
     assert exiting(fake.requests()) == [0]
 
 
 def test_a_decorated_function_that_exits(sock: Path, fake: FakeJobService) -> None:
-    code = """
+    code = CONNECTED + textwrap.dedent("""
     import sys
     import clusterctl
 
     @clusterctl.job_runtime()
     def main():
+        heartbeat.report_step(1)
+        connected()
         sys.exit(4)
 
     main()
-    """
+    """)
     done = run_child(code, heartbeat_env(sock))
     assert done.returncode == 4, done.stderr
     assert exiting(fake.requests()) == [4]
 
 
-MANAGER = """
+MANAGER = (
+    CONNECTED
+    + """
 import sys, time
 import numpy as np
 import clusterctl
 from clusterctl.checkpoint import CheckpointManager
 {body}
 """
+)
 
 
 def run_manager(sock: Path, tmp_path: Path, body: str) -> int:
@@ -165,6 +185,7 @@ def test_a_manager_block_reports_an_exception_leaving_it(sock: Path, fake: FakeJ
     body = """
 with CheckpointManager(URI) as ckpt:
     ckpt.restore()
+    connected()
     ckpt.save(3, {"w": np.arange(4)}).result()
     raise ValueError("boom")
 """
@@ -179,10 +200,13 @@ def test_a_script_going_on_after_a_manager_block_has_not_exited(
     body = """
 with CheckpointManager(URI) as ckpt:
     ckpt.restore()
+    connected()
     ckpt.save(3, {"w": np.arange(4)}).result()
-from clusterctl import heartbeat
+sent = heartbeat.start().sent
 heartbeat.report_step(4)  # the sender still runs after the block
-time.sleep(0.5)
+heartbeat.beat_now()
+while heartbeat.start().sent < sent + 2:  # a beat in flight, then one with step 4
+    time.sleep(0.01)
 """
     assert run_manager(sock, tmp_path, body) == 0
     beats = fake.requests()
@@ -195,6 +219,7 @@ with clusterctl.job_runtime():
     try:
         with CheckpointManager(URI) as ckpt:
             ckpt.restore()
+            connected()
             raise ValueError("boom")
     except ValueError:
         pass  # caught: the rank goes on
@@ -227,7 +252,9 @@ def test_examples_train_reports_its_exit_code(sock: Path, fake: FakeJobService, 
     """examples/train.py, the job of the recovery tests: ``sys.exit(main())`` inside the runtime block."""
     train = Path(__file__).resolve().parents[2] / "examples" / "train.py"
     argv = ["--ckpt", str(tmp_path / "ckpt"), "--steps", "9", "--every", "2", "--fail-at", "5", "--exit-code", "42"]
-    code = f"import runpy, sys; sys.argv = {[str(train), *argv]!r}; runpy.run_path(sys.argv[0], run_name='__main__')"
+    code = (  # grpc imported up front: the sender connects at once, before this short job ends
+        f"import grpc, runpy, sys; sys.argv = {[str(train), *argv]!r}; runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
     done = run_child(code, heartbeat_env(sock, SLURM_PROCID="0", SLURM_NTASKS="1"), timeout=60)
     assert done.returncode == 42, done.stderr
     beats = fake.requests()
