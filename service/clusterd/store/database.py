@@ -142,14 +142,19 @@ class GroupCommit:
 def _part(
     conn: Connection, context: contextvars.Context, fn: Callable[[Connection], Any]
 ) -> tuple[Any, BaseException | None]:
-    """``fn(conn)`` in a savepoint of the group's transaction: its error undoes it alone."""
-    part = conn.begin_nested()
+    """``fn(conn)`` in a savepoint of the group's transaction: its error undoes it alone. The driver
+    runs the savepoint's statements: SQLAlchemy's nested transaction compiles each one anew, which
+    cost a third of the store thread's time with 16 writes a group."""
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    driver.execute("SAVEPOINT part")
     try:
         value = context.run(fn, conn)
     except Exception as exc:
-        part.rollback()  # raises where SQLite rolled the whole group back: all fail
+        driver.execute("ROLLBACK TO part")  # raises where SQLite rolled the whole group back: all fail
+        driver.execute("RELEASE part")
         return None, exc
-    part.commit()
+    driver.execute("RELEASE part")
     return value, None
 
 
