@@ -36,6 +36,7 @@ import grpc
 from bench.submit import percentile
 from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
 from clusterd.config import Config, SlurmConfig
+from clusterd.model.spec import JobSpec
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.request import JobRequest
@@ -137,7 +138,7 @@ async def save_ms(directory: Path, synchronous: str, saves: int) -> float:
     store = SqliteJobStore(directory / f"sync-{synchronous}.sqlite3")
     try:
         store._db.execute(f"PRAGMA synchronous={synchronous}")
-        rec, _ = await store.reserve("u", "", jobs_pb2.JobSpec(command=["true"]))
+        rec, _ = await store.reserve("u", "", JobSpec(command=("true",)))
         rec.phase, rec.job_id = Phase.SUBMITTED, "1"
         started = time.perf_counter()
         for i in range(saves):

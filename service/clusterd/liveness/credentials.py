@@ -11,8 +11,8 @@ import hashlib
 import hmac
 import secrets
 
-from clusterctl.v1 import jobs_pb2
 from clusterd.config import LivenessConfig
+from clusterd.model.spec import JobSpec
 from clusterd.security.unixsock import socket_path
 
 
@@ -33,19 +33,17 @@ def heartbeat_addr(config: LivenessConfig, listen: str) -> str:
     return listen if socket_path(listen) is not None else ""
 
 
-def interval_of(spec: jobs_pb2.JobSpec, config: LivenessConfig) -> float:
-    d = spec.restart_policy.heartbeat_interval
-    seconds = d.seconds + d.nanos / 1e9
+def interval_of(spec: JobSpec, config: LivenessConfig) -> float:
+    seconds = spec.restart_policy.heartbeat_interval_seconds or 0.0
     return seconds if seconds > 0 else config.heartbeat_interval_seconds
 
 
-def hang_timeout_of(spec: jobs_pb2.JobSpec, config: LivenessConfig) -> float:
-    d = spec.restart_policy.hang_timeout
-    seconds = d.seconds + d.nanos / 1e9
+def hang_timeout_of(spec: JobSpec, config: LivenessConfig) -> float:
+    seconds = spec.restart_policy.hang_timeout_seconds or 0.0
     return seconds if seconds > 0 else config.hang_timeout_seconds
 
 
-def issue(spec: jobs_pb2.JobSpec, config: LivenessConfig, listen: str) -> tuple[dict[str, str], str]:
+def issue(spec: JobSpec, config: LivenessConfig, listen: str) -> tuple[dict[str, str], str]:
     """(the job's CLUSTERCTL_HEARTBEAT_* variables, the token's digest); ({}, "") when heartbeats are off."""
     addr = heartbeat_addr(config, listen)
     if not addr:

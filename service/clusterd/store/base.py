@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Protocol
 
-from clusterctl.v1 import jobs_pb2
+from clusterd.model.spec import JobSpec
 from clusterd.slurm.types import JobState
 from clusterd.store.bounds import UserBounds
 from clusterd.store.records import EventRow, JobRecord, Lease, LiveRow, LoggedEvent, RestartEntry
@@ -47,7 +47,7 @@ class JobStore(Protocol):
         ...
 
     async def reserve(
-        self, user: str, request_id: str, spec: jobs_pb2.JobSpec, *, tasks: int = 1, limits: UserBounds | None = None
+        self, user: str, request_id: str, spec: JobSpec, *, tasks: int = 1, limits: UserBounds | None = None
     ) -> tuple[JobRecord, bool]:
         """Create a SUBMITTING record, or return the live one holding ``(user, request_id)``.
 

@@ -8,8 +8,12 @@ step at the end. Columns mirror store/schema.py (SQLite) so both stores keep the
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow
+
+from clusterd.store.migrations import legacy_spec
 
 # Advisory lock keys, two-int form (its key space is apart from the one-bigint form record locks use).
 LOCK_SPACE = 0x434C5553  # "CLUS"
@@ -17,7 +21,9 @@ LOCK_MIGRATE = 1
 LOCK_EVENTS = 2
 LOCK_USER = 0x434C5554  # second space: (LOCK_USER, hashtext(user)) serializes one user's admissions
 
-MIGRATIONS: list[tuple[int, str]] = [
+# A step is SQL, or a function that rewrites rows inside the migration's transaction.
+Step = str | Callable[[AsyncConnection[DictRow]], Awaitable[None]]
+MIGRATIONS: list[tuple[int, Step]] = [
     (
         1,
         """
@@ -87,6 +93,8 @@ CREATE TABLE leases (
 );
 """,
     ),
+    # Specs were serialized JobSpec messages: now the store's JSON form (store/codec.py).
+    (3, legacy_spec.reencode_postgres),
 ]
 
 VERSION = MIGRATIONS[-1][0]
@@ -103,9 +111,12 @@ async def migrate(conn: AsyncConnection[DictRow]) -> list[int]:
         cur = await conn.execute("SELECT version FROM schema_migrations")
         have = {int(row["version"]) for row in await cur.fetchall()}
         applied = []
-        for version, sql in MIGRATIONS:
+        for version, step in MIGRATIONS:
             if version not in have:
-                await conn.execute(sql)  # several statements: allowed without parameters
+                if isinstance(step, str):
+                    await conn.execute(step)  # several statements: allowed without parameters
+                else:
+                    await step(conn)
                 await conn.execute("INSERT INTO schema_migrations(version) VALUES (%s)", (version,))
                 applied.append(version)
         return applied

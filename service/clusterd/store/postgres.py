@@ -30,7 +30,8 @@ from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from clusterctl.v1 import jobs_pb2
+from clusterd.model.events import EventType
+from clusterd.model.spec import JobSpec
 from clusterd.slurm.types import JobState
 from clusterd.store import bounds, codec, pg_schema
 from clusterd.store.records import EventRow, JobRecord, Lease, LiveRow, LoggedEvent, Phase, RestartEntry
@@ -190,7 +191,7 @@ class PostgresJobStore:
         """Rows -> records; restarts in one query for all of them, specs only when asked."""
         ids = [int(r["record_id"]) for r in rows]
         restarts: dict[int, list[RestartEntry]] = {i: [] for i in ids}
-        specs: dict[int, jobs_pb2.JobSpec] = {}
+        specs: dict[int, JobSpec] = {}
         if ids:
             cur = await conn.execute("SELECT * FROM restarts WHERE record_id = ANY(%s) ORDER BY record_id, seq", (ids,))
             for r in await cur.fetchall():
@@ -198,13 +199,13 @@ class PostgresJobStore:
             if with_spec:
                 cur = await conn.execute("SELECT record_id, spec FROM specs WHERE record_id = ANY(%s)", (ids,))
                 for r in await cur.fetchall():
-                    specs[int(r["record_id"])] = jobs_pb2.JobSpec.FromString(bytes(r["spec"]))
+                    specs[int(r["record_id"])] = codec.decode_spec(bytes(r["spec"]))
         return [
             codec.record_from(
                 row,
                 row["observed"],
                 restarts[int(row["record_id"])],
-                specs.get(int(row["record_id"]), jobs_pb2.JobSpec()) if with_spec else None,
+                specs.get(int(row["record_id"]), JobSpec()) if with_spec else None,
             )
             for row in rows
         ]
@@ -292,13 +293,13 @@ class PostgresJobStore:
         self,
         user: str,
         request_id: str,
-        spec: jobs_pb2.JobSpec,
+        spec: JobSpec,
         *,
         tasks: int = 1,
         limits: bounds.UserBounds | None = None,
     ) -> tuple[JobRecord, bool]:
         """As SqliteJobStore.reserve; replicas reserving for one user take turns (an advisory lock)."""
-        blob = spec.SerializeToString()
+        blob = codec.encode_spec(spec)
         now = time.time()
         async with self._tx() as conn:
             await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (pg_schema.LOCK_USER, user))
@@ -350,7 +351,7 @@ class PostgresJobStore:
                     (
                         rec.record_id,
                         int(seq["n"]),
-                        entry.cause,
+                        entry.cause.value,
                         json.dumps(list(entry.failed_nodes)),
                         entry.time,
                         entry.checkpoint_step,
@@ -467,7 +468,7 @@ class PostgresJobStore:
                     "VALUES (nextval('events_seq'), %s, %s, %s, %s, %s, %s::jsonb) RETURNING seq",
                     (
                         e.record.record_id,
-                        e.type,
+                        e.type.value,
                         e.previous_state,
                         e.message,
                         e.time,
@@ -491,7 +492,7 @@ class PostgresJobStore:
             LoggedEvent(
                 int(r["seq"]),
                 codec.event_record_from(r["record"]),
-                r["type"],
+                EventType(r["type"]),
                 r["previous_state"],
                 r["message"],
                 float(r["time"]),

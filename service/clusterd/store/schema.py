@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import sqlite3
 
-VERSION = 6
+from clusterd.store.migrations import legacy_spec
+
+VERSION = 7
 
 
 def live(row: str = "") -> str:
@@ -184,6 +186,8 @@ def migrate(db: sqlite3.Connection) -> None:
         for column, kind in _RESTART_COLUMNS.items():
             if column not in have:  # an older table: CREATE ... IF NOT EXISTS kept its columns
                 db.execute(f"ALTER TABLE restarts ADD COLUMN {column} {kind}")
+        if version < 7:  # specs were serialized JobSpec messages: now the store's JSON form
+            legacy_spec.reencode_sqlite(db)
         _run(db, _RECOUNT)
         db.execute(f"PRAGMA user_version={VERSION}")
         db.execute("COMMIT")

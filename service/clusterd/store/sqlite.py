@@ -33,7 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from clusterctl.v1 import jobs_pb2
+from clusterd.model.events import EventType
+from clusterd.model.spec import JobSpec
 from clusterd.slurm.types import JobState
 from clusterd.store import bounds, codec, schema
 from clusterd.store.records import EventRow, JobRecord, Lease, LiveRow, LoggedEvent, Phase, RestartEntry
@@ -156,7 +157,7 @@ class SqliteJobStore:
             spec = None
             if with_spec:
                 (blob,) = self._db.execute("SELECT spec FROM specs WHERE record_id=?", (row["record_id"],)).fetchone()
-                spec = jobs_pb2.JobSpec.FromString(blob)
+                spec = codec.decode_spec(blob)
             out.append(codec.record_from(row, json.loads(row["observed"]), restarts[row["record_id"]], spec))
         return out
 
@@ -254,7 +255,7 @@ class SqliteJobStore:
                 (
                     rec.record_id,
                     seq,
-                    entry.cause,
+                    entry.cause.value,
                     json.dumps(list(entry.failed_nodes)),
                     entry.time,
                     entry.checkpoint_step,
@@ -315,7 +316,7 @@ class SqliteJobStore:
                         " VALUES (?,?,?,?,?,?)",
                         (
                             e.record.record_id,
-                            e.type,
+                            e.type.value,
                             e.previous_state,
                             e.message,
                             e.time,
@@ -336,7 +337,12 @@ class SqliteJobStore:
             ).fetchall()
         return [
             LoggedEvent(
-                r["seq"], codec.event_record_from(r["record"]), r["type"], r["previous_state"], r["message"], r["time"]
+                r["seq"],
+                codec.event_record_from(r["record"]),
+                EventType(r["type"]),
+                r["previous_state"],
+                r["message"],
+                r["time"],
             )
             for r in rows
         ]
@@ -400,7 +406,7 @@ class SqliteJobStore:
         self,
         user: str,
         request_id: str,
-        spec: jobs_pb2.JobSpec,
+        spec: JobSpec,
         *,
         tasks: int = 1,
         limits: bounds.UserBounds | None = None,
@@ -412,7 +418,7 @@ class SqliteJobStore:
         first, to make room); raises ResourceExhausted naming the limit when it cannot. A retry of
         a held request_id is returned whatever the bounds: it submits nothing new.
         """
-        rec, created = await self._write(self._reserve, user, request_id, spec.SerializeToString(), tasks, limits)
+        rec, created = await self._write(self._reserve, user, request_id, codec.encode_spec(spec), tasks, limits)
         if created:
             rec.spec = spec  # the caller's own message: not a second multi-MiB copy parsed back from the blob
         return rec, created

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from clusterctl.v1 import jobs_pb2
+from clusterd.model.causes import Cause
+from clusterd.model.spec import JobSpec
 from clusterd.store import schema
 from clusterd.store.records import Phase, RestartEntry
 from clusterd.store.sqlite import SqliteJobStore
@@ -14,12 +15,12 @@ from clusterd.store.sqlite import SqliteJobStore
 async def _restarted_record(path: Path) -> int:
     store = SqliteJobStore(path)
     try:
-        rec, _ = await store.reserve("alice", "r", jobs_pb2.JobSpec(command=["x"], nodes=2, max_nodes=3))
+        rec, _ = await store.reserve("alice", "r", JobSpec(command=["x"], nodes=2, max_nodes=3))
         rec.phase, rec.job_id = Phase.SUBMITTED, "5"
         await store.save(rec)
-        await store.record_restart(rec, RestartEntry("NODE_FAILURE", ("n3",), 1.0, 4, detail="d", nodes_before=3))
+        await store.record_restart(rec, RestartEntry(Cause.NODE_FAILURE, ("n3",), 1.0, 4, detail="d", nodes_before=3))
         await store.amend_last_restart(
-            rec, RestartEntry("NODE_FAILURE", ("n3",), 1.0, 4, detail="d; resumed", nodes_before=3, nodes_after=2)
+            rec, RestartEntry(Cause.NODE_FAILURE, ("n3",), 1.0, 4, detail="d; resumed", nodes_before=3, nodes_after=2)
         )
         return rec.record_id
     finally:

@@ -12,18 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl.v1 import jobs_pb2
+from clusterd.api.spec_convert import spec_to_proto
 from clusterd.errors import ResourceExhausted
+from clusterd.model.causes import Cause
+from clusterd.model.events import EventType
+from clusterd.model.spec import JobSpec
 from clusterd.slurm.types import JobState, SlurmJob
-from clusterd.store import schema
+from clusterd.store import codec, schema
 from clusterd.store.base import JobStore
 from clusterd.store.bounds import Usage, UserBounds
 from clusterd.store.records import EventRow, JobRecord, Phase, RestartEntry
 from clusterd.store.sqlite import SqliteJobStore
 
 
-def spec(script_bytes: int = 0, **kw: object) -> jobs_pb2.JobSpec:
-    return jobs_pb2.JobSpec(command=["hostname"], script="#!/bin/sh\n" + "x" * script_bytes, **kw)  # type: ignore[arg-type]
+def spec(script_bytes: int = 0, **kw: object) -> JobSpec:
+    return JobSpec(command=["hostname"], script="#!/bin/sh\n" + "x" * script_bytes, **kw)  # type: ignore[arg-type]
 
 
 async def submitted(
@@ -50,7 +53,7 @@ async def finish(store: JobStore, rec: JobRecord) -> None:
 
 async def test_reserve_is_idempotent_per_user_and_a_failed_attempt_may_retry(store: JobStore) -> None:
     first, created = await store.reserve("alice", "r1", spec())
-    assert created and first.phase is Phase.SUBMITTING and first.spec.command == ["hostname"]
+    assert created and first.phase is Phase.SUBMITTING and first.spec.command == ("hostname",)
     again, created = await store.reserve("alice", "r1", spec())
     assert not created and again.record_id == first.record_id
     other, created = await store.reserve("bob", "r1", spec())  # request ids are per user
@@ -63,7 +66,7 @@ async def test_reserve_is_idempotent_per_user_and_a_failed_attempt_may_retry(sto
 
 async def test_a_reused_slurm_id_is_a_new_job_and_the_old_record_is_superseded(store: JobStore) -> None:
     old = await submitted(store, "alice", "100")
-    await store.record_restart(old, RestartEntry("NODE_FAILURE", ("node1",), 1.0, 3))
+    await store.record_restart(old, RestartEntry(Cause.NODE_FAILURE, ("node1",), 1.0, 3))
     new = await submitted(store, "bob", "100")  # the old UNIQUE(job_id) made this save raise, for good
     current = await store.get_by_job_id("100")
     assert current is not None and current.record_id == new.record_id and not current.superseded
@@ -75,7 +78,7 @@ async def test_a_reused_slurm_id_is_a_new_job_and_the_old_record_is_superseded(s
     # A stale in-memory copy of the old record cannot bring it back or add restarts.
     old.terminal, old.state = False, JobState.RUNNING
     await store.save(old)
-    await store.record_restart(old, RestartEntry("MANUAL_REQUEUE", (), 2.0, 3))
+    await store.record_restart(old, RestartEntry(Cause.MANUAL_REQUEUE, (), 2.0, 3))
     frozen = await store.get_by_record(old.record_id)
     assert frozen is not None and frozen.terminal and frozen.state is JobState.UNKNOWN and len(frozen.restarts) == 1
     # The same user getting the id again: their newest record is the one they reach.
@@ -88,13 +91,13 @@ async def test_a_reused_slurm_id_is_a_new_job_and_the_old_record_is_superseded(s
 
 async def test_lists_are_compact_rows_with_restarts(store: JobStore) -> None:
     a = await submitted(store, "alice", "1", size=10_000)
-    await store.record_restart(a, RestartEntry("PREEMPTED", (), 1.0, -1))
+    await store.record_restart(a, RestartEntry(Cause.PREEMPTED, (), 1.0, -1))
     b = await submitted(store, "alice", "2")
     await finish(store, b)
     await submitted(store, "bob", "3")
     rows = await store.list(user="alice", include_finished=True, limit=10)
     assert [r.job_id for r in rows] == ["2", "1"]
-    assert all(r.spec.ByteSize() == 0 for r in rows)  # specs are never decoded for a list
+    assert all(r.spec == JobSpec() for r in rows)  # specs are never decoded for a list
     assert rows[1].name == "alice-job" and [e.cause for e in rows[1].restarts] == ["PREEMPTED"]
     assert [r.job_id for r in await store.list(user="alice", include_finished=False, limit=10)] == ["1"]
     done = await store.list(user=None, include_finished=True, limit=10, states=frozenset({JobState.COMPLETED}))
@@ -275,7 +278,7 @@ async def test_version_1_databases_are_migrated(tmp_path: Path) -> None:
     """)
     db.execute(
         "INSERT INTO jobs VALUES (7, 'alice', 'r', '55', 'submitted', ?, ?, 1, 1.0, 2.0)",
-        (spec(100).SerializeToString(), '{"state": "COMPLETED", "name": "old"}'),
+        (spec_to_proto(spec(100)).SerializeToString(), '{"state": "COMPLETED", "name": "old"}'),
     )
     db.execute("INSERT INTO restarts VALUES (7, 0, 'NODE_FAILURE', '[\"n1\"]', 1.5, 2, 0, '')")
     db.commit()
@@ -284,7 +287,7 @@ async def test_version_1_databases_are_migrated(tmp_path: Path) -> None:
     try:
         rec = await store.get_by_job_id("55")
         assert rec is not None and rec.record_id == 7 and rec.state is JobState.COMPLETED and rec.terminal
-        assert rec.name == "old" and len(rec.spec.script) > 100 and rec.restarts[0].failed_nodes == ("n1",)
+        assert rec.name == "old" and rec.spec == spec(100) and rec.restarts[0].failed_nodes == ("n1",)
         assert store._db.execute("PRAGMA user_version").fetchone()[0] == schema.VERSION
         restarts_sql = store._db.execute("SELECT sql FROM sqlite_master WHERE name='restarts'").fetchone()[0]
         assert "REFERENCES jobs(" in restarts_sql
@@ -312,7 +315,7 @@ async def test_finished_filters_by_window_state_user_and_name_glob(store: JobSto
     live = await submitted(store, "alice", "4")
     assert live.job_id == "4"
     everything = await store.finished(user=None, since=0.0, until=float("inf"), limit=10)
-    assert [r.job_id for r in everything] == ["3", "2", "1"] and all(r.spec.ByteSize() == 0 for r in everything)
+    assert [r.job_id for r in everything] == ["3", "2", "1"] and all(r.spec == JobSpec() for r in everything)
     glob = await store.finished(user=None, since=0.0, until=float("inf"), limit=10, name_glob="train-[0-9]")
     assert [r.job_id for r in glob] == ["3", "1"]
     mine = await store.finished(user="alice", since=0.0, until=float("inf"), limit=10, name_glob="*")
@@ -336,7 +339,7 @@ async def test_version_4_databases_gain_the_event_log_and_leases(tmp_path: Path)
     try:
         assert store._db.execute("PRAGMA user_version").fetchone()[0] == schema.VERSION
         assert await store.get_by_record(kept.record_id) is not None
-        assert await store.append_events([EventRow(kept, "SUBMITTED", "", "", 1.0)]) == [1]
+        assert await store.append_events([EventRow(kept, EventType.SUBMITTED, "", "", 1.0)]) == [1]
         assert await store.acquire_lease("supervisor", "r1", 5.0) is not None
     finally:
         await store.close()
@@ -373,7 +376,8 @@ async def test_usage_rows_follow_every_kind_of_write(sqlite_store: SqliteJobStor
     assert_usage_counted(store)
     assert await store.prune_finished(older_than=float("inf"), keep_per_user=0) > 0
     assert_usage_counted(store)
-    assert store._usage("alice") == Usage(1, retry.spec.ByteSize(), 0, 0) and store._usage("carol") == Usage(0, 0, 0, 0)
+    assert store._usage("alice") == Usage(1, len(codec.encode_spec(retry.spec)), 0, 0)
+    assert store._usage("carol") == Usage(0, 0, 0, 0)
 
 
 async def test_version_5_databases_count_usage_from_their_records(tmp_path: Path) -> None:
