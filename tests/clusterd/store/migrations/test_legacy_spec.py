@@ -1,0 +1,155 @@
+"""Specs earlier releases stored as serialized JobSpec messages: re-encoded once, in the upgrade's
+transaction, on SQLite and PostgreSQL; a spec that cannot be read stops the upgrade naming its record."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import psycopg
+import pytest
+from google.protobuf.duration_pb2 import Duration
+
+from clusterctl.v1 import cluster_pb2, jobs_pb2
+from clusterd.api.spec_convert import spec_from_proto
+from clusterd.main import main
+from clusterd.model.spec import JobSpec
+from clusterd.store import codec, schema
+from clusterd.store.migrations import MigrationError
+from clusterd.store.migrations.legacy_spec import reencode
+from clusterd.store.postgres import PostgresJobStore
+from clusterd.store.sqlite import SqliteJobStore
+from tests.clusterd.test_check import write_config
+
+UNREADABLE = b"\xff\xff\xff\xff"  # a truncated varint: no JobSpec, and not the JSON form either
+
+
+def legacy() -> jobs_pb2.JobSpec:
+    """A spec as an earlier release stored it, with nested, optional and repeated fields set."""
+    return jobs_pb2.JobSpec(
+        name="train",
+        script="#!/bin/bash\n#SBATCH -N 2\nsrun python train.py\n",
+        nodes=2,
+        time_limit="1:00:00",
+        environment={"MSG": "hello $(id)", "EMPTY": ""},
+        checkpoint_uri="s3://bucket/run",
+        request_id="r-1",
+        sbatch_options=["--gpus-per-task=1"],
+        export="NONE",
+        restart_policy=jobs_pb2.RestartPolicy(
+            max_restarts=0,
+            on_preemption=False,
+            fatal_exit_codes=[3],
+            backoff=Duration(seconds=1, nanos=500_000_000),
+            hang_timeout=Duration(seconds=90),
+        ),
+        placement=cluster_pb2.PlacementPreference(
+            policy=cluster_pb2.PLACEMENT_POLICY_EXACT, switch_count=1, exclude_nodes=["node3"]
+        ),
+    )
+
+
+def test_a_serialized_spec_becomes_the_stored_json_form() -> None:
+    wire = legacy()
+    stored = reencode(wire.SerializeToString())
+    assert stored == codec.encode_spec(spec_from_proto(wire))  # what the API would have stored
+    assert codec.decode_spec(stored).restart_policy.max_restarts == 0  # an explicit zero stays set
+    assert reencode(jobs_pb2.JobSpec().SerializeToString()) == codec.encode_spec(JobSpec())
+
+
+def test_the_current_form_is_kept_and_anything_else_is_refused() -> None:
+    stored = codec.encode_spec(spec_from_proto(legacy()))
+    assert reencode(stored) == stored
+    with pytest.raises(ValueError, match="not a serialized JobSpec"):
+        reencode(UNREADABLE)
+
+
+async def _sqlite_with(path: Path, blobs: list[bytes]) -> list[int]:
+    """A database as the previous release (schema version 6) left it, one record per blob."""
+    store = SqliteJobStore(path)
+    ids = []
+    for i, _ in enumerate(blobs):
+        rec, _ = await store.reserve("alice", f"r{i}", JobSpec(command=("true",)))
+        ids.append(rec.record_id)
+    await store.close()
+    db = sqlite3.connect(path)
+    for record_id, blob in zip(ids, blobs, strict=True):
+        db.execute("UPDATE specs SET spec=? WHERE record_id=?", (blob, record_id))
+        db.execute("UPDATE jobs SET spec_bytes=? WHERE record_id=?", (len(blob), record_id))
+    db.execute("PRAGMA user_version=6")
+    db.commit()
+    db.close()
+    return ids
+
+
+async def test_sqlite_upgrade_reencodes_every_spec(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    (first, second) = await _sqlite_with(path, [legacy().SerializeToString(), b""])
+    store = SqliteJobStore(path)
+    try:
+        rec = await store.get_by_record(first)
+        assert rec is not None and rec.spec == spec_from_proto(legacy())
+        empty = await store.get_by_record(second)
+        assert empty is not None and empty.spec == JobSpec()
+        assert store._db.execute("PRAGMA user_version").fetchone()[0] == schema.VERSION
+        (size,) = store._db.execute("SELECT spec_bytes FROM jobs WHERE record_id=?", (first,)).fetchone()
+        assert size == len(codec.encode_spec(rec.spec))
+        (live_bytes,) = store._db.execute("SELECT live_bytes FROM usage WHERE user='alice'").fetchone()
+        assert live_bytes == sum(len(codec.encode_spec(s)) for s in (rec.spec, empty.spec))
+    finally:
+        await store.close()
+
+
+async def test_sqlite_upgrade_stops_at_an_unreadable_spec_and_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    good = legacy().SerializeToString()
+    (_, bad) = await _sqlite_with(path, [good, UNREADABLE])
+    with pytest.raises(MigrationError, match=f"^record {bad}: its stored spec cannot be read"):
+        SqliteJobStore(path)
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 6
+    assert [bytes(b) for (b,) in db.execute("SELECT spec FROM specs ORDER BY record_id")] == [good, UNREADABLE]
+    db.close()
+
+
+async def test_clusterd_exits_1_naming_the_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path)
+    (state := tmp_path / "state").mkdir(mode=0o700)
+    (bad,) = await _sqlite_with(state / "clusterd.sqlite3", [UNREADABLE])
+    assert main(["serve", "--config", str(config)]) == 1
+    err = capsys.readouterr().err  # the service's own log lines come first
+    assert err.endswith("the upgrade stopped, the database is unchanged\n") and "Traceback" not in err
+    assert err.splitlines()[-1].startswith(f"clusterd: record {bad}: its stored spec cannot be read")
+
+
+async def test_postgres_upgrade_reencodes_every_spec_and_stops_at_an_unreadable_one(pg_url: str) -> None:
+    store = PostgresJobStore(pg_url, pool_min=1, pool_max=2)
+    await store.open()
+    ids = [(await store.reserve("alice", f"r{i}", JobSpec(command=("true",))))[0].record_id for i in range(2)]
+    await store.close()
+
+    def as_previous_release(blobs: list[bytes]) -> None:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            for record_id, blob in zip(ids, blobs, strict=True):
+                conn.execute("UPDATE specs SET spec=%s WHERE record_id=%s", (blob, record_id))
+            conn.execute("DELETE FROM schema_migrations WHERE version=3")
+
+    as_previous_release([legacy().SerializeToString(), UNREADABLE])
+    store = PostgresJobStore(pg_url, pool_min=1, pool_max=2)
+    with pytest.raises(MigrationError, match=f"^record {ids[1]}: its stored spec cannot be read"):
+        await store.open()
+    await store.close()
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone() == (2,)
+        (kept,) = conn.execute("SELECT spec FROM specs WHERE record_id=%s", (ids[0],)).fetchone()
+        assert bytes(kept) == legacy().SerializeToString()  # rolled back: nothing half converted
+
+    as_previous_release([legacy().SerializeToString(), b""])
+    store = PostgresJobStore(pg_url, pool_min=1, pool_max=2)
+    await store.open()
+    try:
+        first, second = [await store.get_by_record(i) for i in ids]
+        assert first is not None and first.spec == spec_from_proto(legacy())
+        assert second is not None and second.spec == JobSpec()
+    finally:
+        await store.close()
