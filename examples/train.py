@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             snapshot = {"params": params, "step": step, "meta": {"world": world, "loss": loss}}
             if (step + 1) % args.every == 0:
                 ckpt.save(step, snapshot)
-            if stop.requested:
+            if stop.requested_at(step):  # every rank stops at the same step (agreed through clusterd)
                 print(f"SIGNAL at step {step}: checkpointing and asking to be requeued", flush=True)
                 stop.checkpoint_and_exit(ckpt, step, snapshot)
     ckpt.wait()

@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             snapshot = sharded_state(w, m, lo, step, world)
             if (step + 1) % args.every == 0:
                 ckpt.save(step, snapshot)
-            if stop.requested:
+            if stop.requested_at(step):  # every rank stops at the same step (agreed through clusterd)
                 print(f"SIGNAL at step {step}: checkpointing and asking to be requeued", flush=True)
                 stop.checkpoint_and_exit(ckpt, step, snapshot)
     ckpt.wait()

@@ -105,7 +105,7 @@ def main() -> None:
                 print(f"step {step} loss {loss.item():.5f}", flush=True)
             if step % args.save_every == args.save_every - 1:
                 ckpt.save(step, state)  # returns once snapshotted; uploads in the background
-            if stop.requested:  # this same step on every rank: save it, wait for the commit, exit 85
+            if stop.requested_at(step):  # this same step on every rank: save it, wait for the commit, exit 85
                 stop.checkpoint_and_exit(ckpt, step, state)
             time.sleep(args.sleep)
     ckpt.close()

@@ -9,10 +9,6 @@ from pathlib import Path
 
 SERVICE = Path(__file__).resolve().parents[1] / "service" / "clusterd"
 EDGE = ("api/", "web/", "server.py", "store/migrations/")
-# Modules outside the edge that still take a wire message, each with what it takes.
-WIRE_INPUTS = {
-    "liveness/heartbeats.py": "HeartbeatRequest, handed over by the servicer",
-}
 WIRE = "clusterctl.v1"
 
 
@@ -34,16 +30,8 @@ def _modules() -> Iterator[tuple[str, list[str]]]:
 
 
 def test_only_the_edge_imports_the_wire_types() -> None:
-    inside = {
-        name: found for name, found in _modules() if found and not name.startswith(EDGE) and name not in WIRE_INPUTS
-    }
+    inside = {name: found for name, found in _modules() if found and not name.startswith(EDGE)}
     assert not inside, f"modules inside the service import {WIRE}: {inside}; convert at clusterd.api instead"
-
-
-def test_the_listed_wire_inputs_still_import_it() -> None:
-    """A module that no longer needs the wire leaves WIRE_INPUTS, so the list never hides a new use."""
-    found = {name for name, imports in _modules() if imports}
-    assert set(WIRE_INPUTS) <= found, f"drop {sorted(set(WIRE_INPUTS) - found)} from WIRE_INPUTS"
 
 
 def test_the_check_sees_every_spelling() -> None:

@@ -173,6 +173,60 @@ def test_stop_in_a_reply_is_seen(sock: Path) -> None:
             s.finish(0)
 
 
+def test_a_claim_goes_out_at_once_and_the_named_stop_step_is_heard(sock: Path) -> None:
+    fake = FakeJobService(stopping=True, stop_step=9)
+    with serve(sock, fake):
+        s = sender(sock, CLUSTERCTL_HEARTBEAT_INTERVAL="60").start()
+        try:
+            s.report_restored()
+            fake.wait_for(lambda r: r.restored, what="the restored beat")
+            s.report_stopping(0)  # step 0 is a step: sent, not taken for "not stopping"
+            _, claim = fake.wait_for(lambda r: r.HasField("stopping_step"), what="the claim")
+            assert claim.stopping_step == 0
+            news = s.wait_stop(10)
+            assert (news.under_way, news.step, news.refused) == (True, 9, False)
+        finally:
+            s.finish(0)
+    assert not fake.requests()[0].HasField("stopping_step")  # no claim before the rank holds
+
+
+def test_a_claim_answered_without_a_stop_ends_the_wait_at_once(sock: Path, fake: FakeJobService) -> None:
+    """A clusterd that does not take claims answers as before: the rank stops where it holds."""
+    s = sender(sock, CLUSTERCTL_HEARTBEAT_INTERVAL="60").start()
+    try:
+        s.report_stopping(3)
+        news = s.wait_stop(60)
+        assert (news.step, news.refused) == (None, True)
+    finally:
+        s.finish(0)
+
+
+def test_a_run_being_restarted_ends_the_wait_for_a_stop_step(sock: Path) -> None:
+    fake = FakeJobService(stop=True, stopping=True)  # a peer failed while the ranks held
+    with serve(sock, fake):
+        s = sender(sock, CLUSTERCTL_HEARTBEAT_INTERVAL="60").start()
+        try:
+            s.report_stopping(3)
+            news = s.wait_stop(60)
+            assert news.step is None and s.stop_requested()
+        finally:
+            s.finish(0)
+
+
+def test_waiting_for_a_stop_step_is_bounded(sock: Path) -> None:
+    fake = FakeJobService(stopping=True)  # a peer never holds: no step is named
+    with serve(sock, fake):
+        s = sender(sock).start()
+        try:
+            s.report_stopping(3)
+            started = time.monotonic()
+            news = s.wait_stop(0.3)
+            assert time.monotonic() - started >= 0.3
+            assert (news.under_way, news.step, news.refused) == (True, None, False)
+        finally:
+            s.finish(0)
+
+
 def report_timings(s: HeartbeatSender, calls: int = 2000) -> list[float]:
     times = []
     for i in range(calls):

@@ -1,7 +1,8 @@
 """A fake clusterd that only answers ``JobService.Heartbeat``: records every beat with its arrival time.
 
 Used by the heartbeat client's tests and by bench/restart.py (the first-step beat is the last
-phase of a restart). It listens on a unix socket; ``interval``/``stop`` set what each reply says.
+phase of a restart). It listens on a unix socket; ``interval``/``stop``/``stopping``/``stop_step``
+set what each reply says.
 """
 
 from __future__ import annotations
@@ -25,9 +26,13 @@ HeartbeatRequest = jobs_pb2.HeartbeatRequest
 class FakeJobService(jobs_pb2_grpc.JobServiceServicer):
     """Heartbeat only (every other JobService method answers UNIMPLEMENTED, as the base class does)."""
 
-    def __init__(self, *, interval: float = 0.0, stop: bool = False) -> None:
+    def __init__(
+        self, *, interval: float = 0.0, stop: bool = False, stopping: bool = False, stop_step: int | None = None
+    ) -> None:
         self.interval = interval
         self.stop = stop
+        self.stopping = stopping
+        self.stop_step = stop_step
         self.beats: list[tuple[float, HeartbeatRequest]] = []  # (time.monotonic() on arrival, request)
         self._cond = threading.Condition()
 
@@ -35,7 +40,7 @@ class FakeJobService(jobs_pb2_grpc.JobServiceServicer):
         with self._cond:
             self.beats.append((time.monotonic(), request))
             self._cond.notify_all()
-        reply = jobs_pb2.HeartbeatResponse(stop=self.stop)
+        reply = jobs_pb2.HeartbeatResponse(stop=self.stop, stopping=self.stopping, stop_step=self.stop_step)
         if self.interval:
             reply.interval.FromNanoseconds(int(self.interval * 1e9))
         return reply

@@ -9,6 +9,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.api.spec_convert import spec_to_proto
+from clusterd.liveness.claims import BeatClaim, BeatReply
 from clusterd.slurm.request import parse_time_limit
 from clusterd.slurm.types import JobState, NodeState, SlurmNode
 from clusterd.store.records import ArrayTask, JobRecord
@@ -196,3 +197,29 @@ def node(n: SlurmNode, switch: str) -> cluster_pb2.Node:
         reason=n.reason,
         flags=list(n.flags),
     )
+
+
+def beat_claim(req: jobs_pb2.HeartbeatRequest) -> BeatClaim:
+    """A rank's heartbeat, as the liveness service takes it (``stopping_step`` absent: not stopping)."""
+    return BeatClaim(
+        record_id=req.record_id,
+        token=req.token,
+        job_id=req.job_id,
+        restart_count=req.restart_count,
+        rank=req.rank,
+        world_size=req.world_size,
+        node=req.node,
+        pid=req.pid,
+        step=req.step,
+        committed_step=req.committed_step,
+        restored=req.restored,
+        exiting=req.exiting,
+        exit_code=req.exit_code,
+        stopping_step=req.stopping_step if req.HasField("stopping_step") else None,
+    )
+
+
+def heartbeat_response(reply: BeatReply) -> jobs_pb2.HeartbeatResponse:
+    msg = jobs_pb2.HeartbeatResponse(stop=reply.stop, stopping=reply.stopping, stop_step=reply.stop_step)
+    msg.interval.FromNanoseconds(int(reply.interval * 1e9))
+    return msg

@@ -47,10 +47,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     async def Heartbeat(
         self, request: jobs_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.HeartbeatResponse:
-        interval, stop = await self._heartbeats.beat(request)
-        reply = jobs_pb2.HeartbeatResponse(stop=stop)
-        reply.interval.FromNanoseconds(int(interval * 1e9))
-        return reply
+        return convert.heartbeat_response(await self._heartbeats.beat(convert.beat_claim(request)))
 
     async def SubmitJob(
         self, request: jobs_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext

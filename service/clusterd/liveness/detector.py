@@ -151,7 +151,7 @@ class Detector:
             if view is None or view.state.terminal:
                 gone = run.gone_since = run.gone_since or time.monotonic()
                 if time.monotonic() - gone > _FORGET_AFTER_SECONDS:
-                    self._table.forget(run.record_id)
+                    self._table.forget(run)
                 continue
             run.gone_since = 0.0
             if run.decided or view.state != JobState.RUNNING or view.restart_count != run.restart_count:

@@ -300,7 +300,7 @@ class Restarter:
         """
         if term.cause != Cause.EXIT_CODE or self._liveness is None:
             return term
-        run = self._liveness.get(rec.record_id)
+        run = self._liveness.get(rec.record_id, sj.job_id)
         if run is None or run.restart_count != sj.restart_count:
             return term
         failed = crashed_rank(run)
@@ -329,7 +329,7 @@ class Restarter:
         final = rec.user_cancelled or term.cause in (Cause.COMPLETED, Cause.CANCELLED, Cause.OUT_OF_MEMORY)
         if not rec.spec.checkpoint_uri or final:  # the step cannot change the decision
             return rec.checkpoint_step
-        run = self._liveness.get(rec.record_id) if self._liveness is not None else None
+        run = self._liveness.get(rec.record_id, rec.job_id) if self._liveness is not None else None
         if run is not None and run.restart_count == rec.acked_restarts and run.committed_step() >= 0:
             # The ranks reported their newest commit in their heartbeats: no storage read to wait for.
             self._ended_at.pop(rec.record_id, None)

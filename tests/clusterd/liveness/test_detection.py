@@ -322,9 +322,9 @@ async def test_beats_are_claims_checked_against_slurm(live: Live) -> None:
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     # A run Slurm does not show (a forged restart count) is not recorded.
     await live.beat(job_id, record, token, 0, restart_count=7)
-    assert live.daemon.liveness.get(record) is None
+    assert live.daemon.liveness.get(record, job_id) is None
     await live.beat(job_id, record, token, 0)
-    run = live.daemon.liveness.get(record)
+    run = live.daemon.liveness.get(record, job_id)
     assert run is not None and run.job_id == job_id and run.restart_count == 0 and set(run.ranks) == {0}
 
 
@@ -338,7 +338,7 @@ async def test_beats_of_a_job_not_running_are_not_recorded_and_an_ended_records_
     live.daemon.poller.hurry = hurried.append  # type: ignore[method-assign]
     for _ in range(5):
         reply = await live.beat(job_id, record, token, 0)
-    assert live.daemon.liveness.get(record) is None and reply.interval.ToNanoseconds() / 1e9 <= 0.5
+    assert live.daemon.liveness.get(record, job_id) is None and reply.interval.ToNanoseconds() / 1e9 <= 0.5
     assert len(hurried) == 1  # a held job's beats cannot keep the queue poll hurried
     live.slurm.set_state(job_id, JobState.CANCELLED, nodes=())
     for _ in range(3):
@@ -386,7 +386,7 @@ async def test_ids_of_no_live_record_never_block_a_record_made_later(live: Live)
     job_id, record, token = await live.submit()
     assert record == 1
     assert not (await live.beat(job_id, record, token, 0)).stop
-    assert live.daemon.liveness.get(record) is not None
+    assert live.daemon.liveness.get(record, job_id) is not None
 
 
 async def test_a_long_interval_still_leaves_room_for_every_rank_once(live: Live) -> None:
@@ -418,7 +418,7 @@ async def test_a_late_check_after_a_stalled_loop_decides_nothing(live: Live) -> 
     live.prober.dead.add("10.0.0.2")
     await beat_both_then_silence(live, job_id, record, token, keep=0)
     await live.daemon.detector.check_once()  # (the first check after start)
-    live.daemon.liveness.get(record).decided = False  # type: ignore[union-attr]
+    live.daemon.liveness.get(record, job_id).decided = False  # type: ignore[union-attr]
     await asyncio.sleep(0)
     time_stalled = 1.5
     live.daemon.detector._last_check -= time_stalled
