@@ -26,7 +26,15 @@ class PlacementPolicy(enum.StrEnum):
     @property
     def planned(self) -> Policy:
         """The policy the planner applies."""
-        return "pack" if self is PlacementPolicy.UNSPECIFIED else self.value  # type: ignore[return-value]
+        return _PLANNED[self]
+
+
+_PLANNED: dict[PlacementPolicy, Policy] = {
+    PlacementPolicy.UNSPECIFIED: "pack",
+    PlacementPolicy.PACK: "pack",
+    PlacementPolicy.ANY: "any",
+    PlacementPolicy.EXACT: "exact",
+}
 
 
 def _freeze(obj: object, names: Sequence[str]) -> None:

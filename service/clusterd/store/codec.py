@@ -75,14 +75,14 @@ def _changed(value: Any) -> dict[str, Any]:
     return out
 
 
-def encode_spec(spec: JobSpec) -> bytes:
+def spec_bytes(spec: JobSpec) -> bytes:
     """The stored form of ``spec`` (what the store's spec column holds, and its size counts)."""
     doc = {"version": SPEC_VERSION, **_changed(spec)}
     return json.dumps(doc, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
 
 
-def decode_spec(blob: bytes) -> JobSpec:
-    """The spec :func:`encode_spec` stored; ValueError for anything else (another version, a
+def spec_from(blob: bytes) -> JobSpec:
+    """The spec :func:`spec_bytes` stored; ValueError for anything else (another version, a
     field this release does not know, a value of the wrong kind)."""
     try:
         doc = json.loads(blob)

@@ -199,7 +199,7 @@ class PostgresJobStore:
             if with_spec:
                 cur = await conn.execute("SELECT record_id, spec FROM specs WHERE record_id = ANY(%s)", (ids,))
                 for r in await cur.fetchall():
-                    specs[int(r["record_id"])] = codec.decode_spec(bytes(r["spec"]))
+                    specs[int(r["record_id"])] = codec.spec_from(bytes(r["spec"]))
         return [
             codec.record_from(
                 row,
@@ -299,7 +299,7 @@ class PostgresJobStore:
         limits: bounds.UserBounds | None = None,
     ) -> tuple[JobRecord, bool]:
         """As SqliteJobStore.reserve; replicas reserving for one user take turns (an advisory lock)."""
-        blob = codec.encode_spec(spec)
+        blob = codec.spec_bytes(spec)
         now = time.time()
         async with self._tx() as conn:
             await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (pg_schema.LOCK_USER, user))

@@ -157,7 +157,7 @@ class SqliteJobStore:
             spec = None
             if with_spec:
                 (blob,) = self._db.execute("SELECT spec FROM specs WHERE record_id=?", (row["record_id"],)).fetchone()
-                spec = codec.decode_spec(blob)
+                spec = codec.spec_from(blob)
             out.append(codec.record_from(row, json.loads(row["observed"]), restarts[row["record_id"]], spec))
         return out
 
@@ -418,7 +418,7 @@ class SqliteJobStore:
         first, to make room); raises ResourceExhausted naming the limit when it cannot. A retry of
         a held request_id is returned whatever the bounds: it submits nothing new.
         """
-        rec, created = await self._write(self._reserve, user, request_id, codec.encode_spec(spec), tasks, limits)
+        rec, created = await self._write(self._reserve, user, request_id, codec.spec_bytes(spec), tasks, limits)
         if created:
             rec.spec = spec  # the caller's own message: not a second multi-MiB copy parsed back from the blob
         return rec, created

@@ -3,43 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from google.protobuf.descriptor import FieldDescriptor
-from google.protobuf.message import Message
 
 from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.api.spec_convert import placement_from_proto, spec_from_proto, spec_to_proto
 from clusterd.errors import InvalidArgument
 from clusterd.model.spec import JobSpec, PlacementPolicy, RestartPolicy
-
-
-def _fill(msg: Message) -> Message:
-    """Every field of ``msg`` set to something other than its default (nested messages too)."""
-    for i, f in enumerate(msg.DESCRIPTOR.fields, start=1):
-        if f.message_type is not None and f.message_type.GetOptions().map_entry:
-            getattr(msg, f.name)["K"] = "v"
-        elif f.type == FieldDescriptor.TYPE_MESSAGE:
-            if f.message_type.full_name == "google.protobuf.Duration":
-                getattr(msg, f.name).FromNanoseconds(i * 1_000_000_123)
-            else:
-                _fill(getattr(msg, f.name))
-        elif f.type == FieldDescriptor.TYPE_ENUM:
-            setattr(msg, f.name, f.enum_type.values[-1].number)
-        elif f.type == FieldDescriptor.TYPE_BOOL:
-            if f.is_repeated:
-                getattr(msg, f.name).append(True)
-            else:
-                setattr(msg, f.name, True)
-        elif f.type == FieldDescriptor.TYPE_STRING:
-            value = f"{f.name}-{i}"
-            getattr(msg, f.name).append(value) if f.is_repeated else setattr(msg, f.name, value)
-        else:
-            getattr(msg, f.name).append(i) if f.is_repeated else setattr(msg, f.name, i)
-    return msg
+from tests.support.wire import filled
 
 
 def test_every_field_survives_the_round_trip() -> None:
-    wire = _fill(jobs_pb2.JobSpec())
-    assert isinstance(wire, jobs_pb2.JobSpec)
+    wire = filled(jobs_pb2.JobSpec())
     spec = spec_from_proto(wire)
     assert spec_to_proto(spec) == wire
     assert spec.restart_policy.backoff_seconds == pytest.approx(7.000000861)

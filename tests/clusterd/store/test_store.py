@@ -376,7 +376,7 @@ async def test_usage_rows_follow_every_kind_of_write(sqlite_store: SqliteJobStor
     assert_usage_counted(store)
     assert await store.prune_finished(older_than=float("inf"), keep_per_user=0) > 0
     assert_usage_counted(store)
-    assert store._usage("alice") == Usage(1, len(codec.encode_spec(retry.spec)), 0, 0)
+    assert store._usage("alice") == Usage(1, len(codec.spec_bytes(retry.spec)), 0, 0)
     assert store._usage("carol") == Usage(0, 0, 0, 0)
 
 

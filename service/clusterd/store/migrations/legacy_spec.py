@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import DecodeError
 
@@ -37,7 +37,7 @@ _DURATIONS = {
 
 
 def _restart_policy(p: jobs_pb2.RestartPolicy) -> RestartPolicy:
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}
     for name in RestartPolicy.__dataclass_fields__:
         wire = _DURATIONS.get(name, name)
         if name.endswith("_exit_codes"):
@@ -45,7 +45,7 @@ def _restart_policy(p: jobs_pb2.RestartPolicy) -> RestartPolicy:
         elif p.HasField(wire):
             d = getattr(p, wire)
             values[name] = d.seconds + d.nanos / 1e9 if name in _DURATIONS else d
-    return RestartPolicy(**values)  # type: ignore[arg-type]
+    return RestartPolicy(**values)
 
 
 def _placement(p: cluster_pb2.PlacementPreference) -> PlacementPreference:
@@ -57,7 +57,7 @@ def _placement(p: cluster_pb2.PlacementPreference) -> PlacementPreference:
 
 def legacy_spec(p: jobs_pb2.JobSpec) -> JobSpec:
     """The model of a JobSpec message as earlier releases stored it."""
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}
     for name in JobSpec.__dataclass_fields__:
         if name == "restart_policy":
             values[name] = _restart_policy(p.restart_policy)
@@ -71,7 +71,7 @@ def legacy_spec(p: jobs_pb2.JobSpec) -> JobSpec:
             values[name] = tuple(getattr(p, name))
         else:
             values[name] = getattr(p, name)
-    return JobSpec(**values)  # type: ignore[arg-type]
+    return JobSpec(**values)
 
 
 def reencode(spec_bytes: bytes) -> bytes:
@@ -80,7 +80,7 @@ def reencode(spec_bytes: bytes) -> bytes:
     ValueError when it is neither.
     """
     try:
-        codec.decode_spec(spec_bytes)
+        codec.spec_from(spec_bytes)
         return spec_bytes
     except ValueError:
         pass
@@ -88,7 +88,7 @@ def reencode(spec_bytes: bytes) -> bytes:
         message = jobs_pb2.JobSpec.FromString(spec_bytes)
     except DecodeError as exc:
         raise ValueError(f"not a serialized JobSpec: {exc}") from None
-    return codec.encode_spec(legacy_spec(message))
+    return codec.spec_bytes(legacy_spec(message))
 
 
 def _converted(rows: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:

@@ -20,6 +20,7 @@ from clusterd.store.migrations.legacy_spec import reencode
 from clusterd.store.postgres import PostgresJobStore
 from clusterd.store.sqlite import SqliteJobStore
 from tests.clusterd.test_check import write_config
+from tests.support.wire import filled
 
 UNREADABLE = b"\xff\xff\xff\xff"  # a truncated varint: no JobSpec, and not the JSON form either
 
@@ -52,13 +53,18 @@ def legacy() -> jobs_pb2.JobSpec:
 def test_a_serialized_spec_becomes_the_stored_json_form() -> None:
     wire = legacy()
     stored = reencode(wire.SerializeToString())
-    assert stored == codec.encode_spec(spec_from_proto(wire))  # what the API would have stored
-    assert codec.decode_spec(stored).restart_policy.max_restarts == 0  # an explicit zero stays set
-    assert reencode(jobs_pb2.JobSpec().SerializeToString()) == codec.encode_spec(JobSpec())
+    assert stored == codec.spec_bytes(spec_from_proto(wire))  # what the API would have stored
+    assert codec.spec_from(stored).restart_policy.max_restarts == 0  # an explicit zero stays set
+    assert reencode(jobs_pb2.JobSpec().SerializeToString()) == codec.spec_bytes(JobSpec())
+
+
+def test_every_field_of_an_old_spec_is_carried_over() -> None:
+    wire = filled(jobs_pb2.JobSpec())
+    assert codec.spec_from(reencode(wire.SerializeToString())) == spec_from_proto(wire)
 
 
 def test_the_current_form_is_kept_and_anything_else_is_refused() -> None:
-    stored = codec.encode_spec(spec_from_proto(legacy()))
+    stored = codec.spec_bytes(spec_from_proto(legacy()))
     assert reencode(stored) == stored
     with pytest.raises(ValueError, match="not a serialized JobSpec"):
         reencode(UNREADABLE)
@@ -93,9 +99,9 @@ async def test_sqlite_upgrade_reencodes_every_spec(tmp_path: Path) -> None:
         assert empty is not None and empty.spec == JobSpec()
         assert store._db.execute("PRAGMA user_version").fetchone()[0] == schema.VERSION
         (size,) = store._db.execute("SELECT spec_bytes FROM jobs WHERE record_id=?", (first,)).fetchone()
-        assert size == len(codec.encode_spec(rec.spec))
+        assert size == len(codec.spec_bytes(rec.spec))
         (live_bytes,) = store._db.execute("SELECT live_bytes FROM usage WHERE user='alice'").fetchone()
-        assert live_bytes == sum(len(codec.encode_spec(s)) for s in (rec.spec, empty.spec))
+        assert live_bytes == sum(len(codec.spec_bytes(s)) for s in (rec.spec, empty.spec))
     finally:
         await store.close()
 
