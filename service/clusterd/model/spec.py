@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from clusterd.topology.demand import Policy
 
@@ -98,7 +99,7 @@ class JobSpec:
     partition: str = ""
     account: str = ""
     qos: str = ""
-    environment: Mapping[str, str] = field(default_factory=dict)
+    environment: Mapping[str, str] = field(default_factory=dict)  # read-only once made
     working_directory: str = ""
     stdout_path: str = ""
     stderr_path: str = ""
@@ -128,5 +129,5 @@ class JobSpec:
 
     def __post_init__(self) -> None:
         _freeze(self, ("command", "sbatch_options"))
-        if not isinstance(self.environment, dict):
-            object.__setattr__(self, "environment", dict(self.environment))
+        if not isinstance(self.environment, MappingProxyType):
+            object.__setattr__(self, "environment", MappingProxyType(dict(self.environment)))
