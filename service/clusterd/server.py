@@ -282,7 +282,7 @@ class ClusterDaemon:
             SLURM_INFO.labels(version=features.version, backend=kind).set(1)
             log.info("Slurm %s via the %s backend: %s", features.version, kind, "; ".join(features.describe()))
             self.views.slurm_private_jobs = "jobs" in features.private_data
-        self._start_http()
+        await self._start_http()
         await server.start()
         self._server = server
         self._tokens_task = asyncio.create_task(self.tokens.watch(self._stop, self.config.tokens_reload_seconds))
@@ -292,17 +292,16 @@ class ClusterDaemon:
             mode = f"unix socket, group {group}" if group else "unix socket, owner only"
         log.info("clusterd listening on %s (%s)", self.config.listen, mode)
 
-    def _start_http(self) -> None:
+    async def _start_http(self) -> None:
         """/metrics, and the dashboard on its own listener or sharing the metrics one."""
         cfg = self.config
-        loop = asyncio.get_running_loop()
-        web = WebApp(cfg, self.views, self.tokens, self.limiter, loop) if cfg.web.enabled else None
+        web = WebApp(cfg, self.views, self.tokens, self.limiter) if cfg.web.enabled else None
         scheme = "https" if cfg.tls.cert_file and web is not None else "http"
         same = cfg.web.listen == cfg.metrics_listen and not cfg.web.listen.endswith(":0")  # two ":0" are two ports
         shared = web is not None and (not cfg.web.listen or same)
         if cfg.metrics_listen:
             if shared:
-                self._metrics = serve(cfg.metrics_listen, combined(web, self.role), config=cfg)
+                self._metrics = await serve(cfg.metrics_listen, combined(web, self.role), config=cfg)
                 log.info(
                     "metrics on %s://%s/metrics, dashboard on %s://%s/",
                     scheme,
@@ -311,10 +310,10 @@ class ClusterDaemon:
                     cfg.metrics_listen,
                 )
             else:
-                self._metrics = serve(cfg.metrics_listen, combined(None, self.role), config=cfg, dashboard=False)
+                self._metrics = await serve(cfg.metrics_listen, combined(None, self.role), config=cfg, dashboard=False)
                 log.info("metrics on http://%s/metrics, health on /healthz", cfg.metrics_listen)
         if web is not None and not shared:
-            self._web = serve(cfg.web.listen, web, config=cfg)
+            self._web = await serve(cfg.web.listen, combined(web, metrics=False), config=cfg)
             log.info("dashboard on %s://%s/", scheme, cfg.web.listen)
 
     def _health_changed(self, ok: bool) -> None:
@@ -386,7 +385,7 @@ class ClusterDaemon:
         self.prober.close()
         for http in (self._metrics, self._web):
             if http is not None:
-                await asyncio.to_thread(http.stop)
+                await http.stop()
         self._metrics = self._web = None
         self.checkpoints.close()
         close = getattr(self.backend, "aclose", None)
