@@ -19,7 +19,7 @@ from clusterd.store.migrations import MigrationError
 from clusterd.store.migrations.legacy_spec import reencode
 from clusterd.store.postgres import PostgresJobStore
 from clusterd.store.sqlite import SqliteJobStore
-from tests.clusterd.test_check import write_config
+from tests.clusterd.conftest import write_tokens
 from tests.support.wire import filled
 
 UNREADABLE = b"\xff\xff\xff\xff"  # a truncated varint: no JobSpec, and not the JSON form either
@@ -119,8 +119,14 @@ async def test_sqlite_upgrade_stops_at_an_unreadable_spec_and_changes_nothing(tm
 
 
 async def test_clusterd_exits_1_naming_the_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    config = write_config(tmp_path)
+    write_tokens(tokens := tmp_path / "tokens.toml")
+    tokens.chmod(0o600)
     (state := tmp_path / "state").mkdir(mode=0o700)
+    config = tmp_path / "clusterd.toml"
+    config.write_text(
+        f'listen = "unix:{tmp_path / "run" / "clusterd.sock"}"\nsocket_group = ""\n'
+        f'state_dir = "{state}"\ntokens_file = "{tokens}"\n[slurm]\njob_root = "{tmp_path / "jobs"}"\n'
+    )
     (bad,) = await _sqlite_with(state / "clusterd.sqlite3", [UNREADABLE])
     assert main(["serve", "--config", str(config)]) == 1
     err = capsys.readouterr().err  # the service's own log lines come first
