@@ -274,7 +274,8 @@ class ClusterDaemon:
         except SlurmError as exc:
             log.warning(
                 "Slurm's release and configuration unknown (%s): `list --all` shows each user their "
-                "own jobs until a restart reads them",
+                "own jobs, and scripts' #PBS lines are read as the newest sbatch reads them, until a "
+                "restart reads them",
                 exc,
             )
         else:
@@ -282,6 +283,8 @@ class ClusterDaemon:
             SLURM_INFO.labels(version=features.version, backend=kind).set(1)
             log.info("Slurm %s via the %s backend: %s", features.version, kind, "; ".join(features.describe()))
             self.views.slurm_private_jobs = "jobs" in features.private_data
+            if features.release is not None:  # scripts' #PBS lines are read as this release's sbatch reads them
+                self.poller.slurm_release = features.release.release
         await self._start_http()
         await server.start()
         self._server = server

@@ -596,7 +596,7 @@ class ListQueueRequest(_message.Message):
     def __init__(self, partition: _Optional[str] = ..., states: _Optional[_Iterable[_Union[JobState, str]]] = ...) -> None: ...
 
 class QueueEntry(_message.Message):
-    __slots__ = ("job_id", "partition", "name", "user", "state", "reason", "nodes", "submit_time", "start_time", "mine", "supervised")
+    __slots__ = ("job_id", "partition", "name", "user", "state", "reason", "nodes", "submit_time", "start_time", "mine", "supervised", "end_time")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -608,6 +608,7 @@ class QueueEntry(_message.Message):
     START_TIME_FIELD_NUMBER: _ClassVar[int]
     MINE_FIELD_NUMBER: _ClassVar[int]
     SUPERVISED_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     partition: str
     name: str
@@ -619,7 +620,8 @@ class QueueEntry(_message.Message):
     start_time: _timestamp_pb2.Timestamp
     mine: bool
     supervised: bool
-    def __init__(self, job_id: _Optional[str] = ..., partition: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., mine: _Optional[bool] = ..., supervised: _Optional[bool] = ...) -> None: ...
+    end_time: _timestamp_pb2.Timestamp
+    def __init__(self, job_id: _Optional[str] = ..., partition: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., mine: _Optional[bool] = ..., supervised: _Optional[bool] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListQueueResponse(_message.Message):
     __slots__ = ("jobs", "as_of")

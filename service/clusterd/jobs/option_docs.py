@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from clusterctl.sbatch import wrappers
 from clusterctl.sbatch.options import ACCEPTED, ANSWER_ONLY, SBATCH_LONG, SBATCH_SHORT, Arg, refusal
 from clusterd.config import LimitsConfig
 from clusterd.jobs.validate import validate_spec
@@ -117,6 +118,59 @@ _BACKENDS: tuple[tuple[str, Callable[[JobRequest], object]], ...] = (
 )
 
 
+def _wrapper_option(letter: str, long_name: str) -> str:
+    return f"`-{letter}`" + (f", `--{long_name}`" if long_name else "")
+
+
+def _wrapper_tables() -> list[str]:
+    """The #PBS and #BSUB translations, from the tables the translation reads."""
+    lines = [
+        "",
+        "## #PBS and #BSUB lines",
+        "",
+        "Translated into sbatch options as sbatch translates them, then read like any other option:",
+        "they win over `#SBATCH` lines, lose to `SBATCH_*` variables and the command line, and",
+        "`--ignore-pbs` (anywhere) skips them. A script with any `#BSUB` line has its `#BSUB` lines read,",
+        "else its `#PBS` lines; they are looked for past the header too, up to the 101st line that",
+        "does not start with `#`, and all of a family's words are read as one command line.",
+        "An option with no translation is refused naming the line.",
+        "",
+        "### #PBS",
+        "",
+        "| option | sbatch |",
+        "|---|---|",
+    ]
+    pbs = {**wrappers.PBS_OPTIONS, **{letter: ("", Arg.REQUIRED) for letter in wrappers.PBS_NEWER}}
+    for letter in sorted(pbs, key=lambda c: (c.lower(), c)):
+        if letter in wrappers.PBS_IGNORED:
+            what = "ignored, as by sbatch"
+        elif letter in wrappers.PBS_NOTES:
+            what = wrappers.PBS_NOTES[letter]
+        else:
+            what = f"`--{wrappers.PBS_DIRECT[letter]}`"
+        if letter in wrappers.PBS_NEWER:
+            what += " (Slurm 23.02 on; 22.05's sbatch refuses it)"
+        lines.append(f"| {_wrapper_option(letter, pbs[letter][0])} | {what} |")
+    lines += ["", "`-l` resource list keys (others, and unknown text, are skipped as by sbatch):", ""]
+    lines += ["| key | sbatch |", "|---|---|"]
+    keys = {key: f"`--{option}`" for key, _folded, option, _stops in wrappers.RESOURCES if option}
+    for key, note in sorted({**keys, **wrappers.RESOURCE_NOTES}.items()):
+        lines.append(f"| `{key}` | {note} |")
+    skipped = sorted(key for key, _folded, option, _stops in wrappers.RESOURCES if option is None)
+    lines += [
+        "",
+        "Ignored keys: " + ", ".join(f"`{key}`" for key in skipped) + ". With `select=`, `ncpus=` and `mpiprocs=`",
+        "all given, ncpus over mpiprocs (when above mpiprocs) sets `--cpus-per-task`; a size's trailing B",
+        "(`2gb`) is dropped.",
+    ]
+    lines += ["", "### #BSUB", "", "| option | sbatch |", "|---|---|"]
+    for letter in sorted(wrappers.BSUB_OPTIONS, key=lambda c: (c.lower(), c)):
+        what = wrappers.BSUB_NOTES.get(letter) or f"`--{wrappers.BSUB_DIRECT[letter]}`"
+        lines.append(f"| {_wrapper_option(letter, wrappers.BSUB_OPTIONS[letter][0])} | {what} |")
+    lines += ["", "`-cwd` in an option's place is read as `-c`, as by sbatch."]
+    return lines
+
+
 def render() -> str:
     short = {long: letter for letter, long in SBATCH_SHORT.items()}
     lines = [
@@ -165,6 +219,7 @@ def render() -> str:
         "",
         "Options newer releases added to sbatch (24.11, 26.05) are not in the table yet: they are refused",
         "as unknown options.",
+        *_wrapper_tables(),
         "",
     ]
     return "\n".join(lines)

@@ -25,7 +25,7 @@ from clusterd.jobs.script import command_script
 from clusterd.model.spec import JobSpec, PlacementPolicy, PlacementPreference, RestartPolicy
 from clusterd.slurm.request import ArraySpec, Export, ExportMode, JobRequest, Sharing
 from clusterd.slurm.types import ClusterFacts
-from clusterd.topology.demand import Preference
+from clusterd.topology.demand import Preference, node_count
 
 T = TypeVar("T")
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}\Z")  # partitions, accounts, qos, node names, features
@@ -131,7 +131,9 @@ def placement_preference(p: PlacementPreference) -> Preference:
     )
 
 
-def _validate_placement(p: PlacementPreference, facts: ClusterFacts, nodes: int) -> None:
+def _validate_placement(p: PlacementPreference, facts: ClusterFacts, res: dict[str, Any]) -> None:
+    most = res["max_nodes"] or res["nodes"]
+    nodes = node_count(res["nodes"], res["max_nodes"], tuple(p.nodelist))
     if p.max_wait_seconds > _MAX_WAIT_SECONDS:
         raise InvalidArgument("spec.placement.max_wait_seconds", f"exceeds {_MAX_WAIT_SECONDS} (7 days)")
     if p.policy is PlacementPolicy.EXACT:
@@ -149,8 +151,8 @@ def _validate_placement(p: PlacementPreference, facts: ClusterFacts, nodes: int)
                 raise InvalidArgument(where, f"unknown node {node!r}")
     if set(p.exclude_nodes) & set(p.nodelist):
         raise InvalidArgument("spec.placement.nodelist", "a node is both requested and excluded")
-    if p.nodelist and len(p.nodelist) != nodes:
-        raise InvalidArgument("spec.placement.nodelist", f"{len(p.nodelist)} nodes listed for a {nodes}-node job")
+    if most is not None and len(set(p.nodelist)) > most:  # fewer is fine: Slurm adds nodes, as to sbatch -w
+        raise InvalidArgument("spec.placement.nodelist", f"{len(set(p.nodelist))} nodes listed for a {most}-node job")
     for i, feature in enumerate(p.constraints):
         _check_name(f"spec.placement.constraints[{i}]", feature, "feature")
 
@@ -349,11 +351,13 @@ def validate_spec(spec: JobSpec, facts: ClusterFacts, limits: LimitsConfig) -> J
     if spec.request_id and not _REQUEST_ID_RE.match(spec.request_id):
         raise InvalidArgument("spec.request_id", "must be 1-128 of [A-Za-z0-9_.:-]")
     script = _script_body(spec, limits)
+    forwarded = sbatch_options(spec)
+    ignore_pbs = any(d.option == "ignore-pbs" for d in forwarded)
     try:
-        directives = parse_directives(script)
+        directives = parse_directives(script, release=facts.slurm_release, ignore_pbs=ignore_pbs)
     except DirectiveError as exc:
         raise InvalidArgument("spec.script", str(exc)) from None
-    m = Merged(directives + sbatch_options(spec))
+    m = Merged(directives + forwarded)
     res = _resources(spec, m, limits)
     seconds, unlimited = _time(spec, m)
 
@@ -386,7 +390,7 @@ def validate_spec(spec: JobSpec, facts: ClusterFacts, limits: LimitsConfig) -> J
     _check_path("spec.stdout_path", spec.stdout_path, absolute=False)
     _validate_checkpoint_uri(spec.checkpoint_uri)
     _validate_restart(spec.restart_policy)
-    _validate_placement(spec.placement, facts, res["nodes"] or 1)
+    _validate_placement(spec.placement, facts, res)
 
     default_name = spec.script_name.rsplit("/", 1)[-1] if spec.script_name else "job"
     if spec.command:
