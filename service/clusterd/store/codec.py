@@ -82,8 +82,8 @@ def spec_bytes(spec: JobSpec) -> bytes:
 
 
 def spec_from(blob: bytes) -> JobSpec:
-    """The spec :func:`spec_bytes` stored; ValueError for anything else (another version, a
-    field this release does not know, a value of the wrong kind)."""
+    """The spec :func:`spec_bytes` stored; ValueError for anything else (not that JSON, another
+    version, a field or placement policy this release does not know)."""
     try:
         doc = json.loads(blob)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
