@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+import clusterctl
 from clusterctl import heartbeat
 from clusterctl.checkpoint import CheckpointManager, Replicated, Sharded
 from clusterctl.slurm_env import RequeueOnSignal, rank_and_world_size
@@ -118,4 +119,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with clusterctl.job_runtime():  # heartbeats, and the exit status as this rank's last beat
+        sys.exit(main())

@@ -22,7 +22,7 @@ follower answers UNAVAILABLE): a beat answered UNAVAILABLE or DEADLINE_EXCEEDED 
 to the next address in the list, so the sender finds the leader within one round (no retries inside
 a beat: another comes every interval anyway; only the exiting beat tries each address once).
 Nothing here raises into the trainer or blocks it (a report is a field update under a lock). A
-forked child (DataLoader workers) never inherits the sender and starts none by itself;
+forked child (DataLoader workers) never inherits the sender and starts none;
 ``multiprocessing`` children do not start one either. The sender connects (and imports grpc) when
 ``restore()`` returns or the first step is reported, at most START_GRACE seconds after it started,
 so that its ~90 ms of CPU does not delay the restore.
@@ -34,16 +34,15 @@ a stop is under way and, once all of them hold, the step they all stop at (:func
 nothing of a stop (a clusterd that does not take claims, a run it does not follow any more) ends
 the wait at once: the rank then stops where it holds.
 
-Exit status: an uncaught exception (chained ``sys.excepthook``) is 1 (130 for KeyboardInterrupt);
-``sys.exit(n)`` is recorded by a wrapper that then calls the original; anything else that reaches
-``atexit`` is 0. A bare ``raise SystemExit(n)`` is invisible to Python code by then and is sent as
-0 (Slurm's own exit status stays authoritative); ``os._exit`` and fatal signals send nothing, which
-the service sees as silence.
+Started and ended by the job's runtime (:mod:`clusterctl.runtime`: ``clusterctl.job_runtime()`` or
+``with CheckpointManager(...)``), which sends the exit status of the block it leaves as the last
+beat (:func:`finish`). Nothing here patches ``sys.exit``, ``sys.excepthook`` or ``atexit``: a
+process that ends outside a runtime block, by ``os._exit`` or by a fatal signal sends no exit
+status, which the service sees as silence (Slurm's own exit status stays authoritative).
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import math
 import os
@@ -52,7 +51,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 from .digits import parse_digits
 from .ranks import rank_and_world_size
@@ -380,15 +379,16 @@ class HeartbeatSender:
 # --- the process-wide sender --------------------------------------------------------------
 _lock = threading.Lock()
 _sender: HeartbeatSender | None = None
-_checked = False  # the environment was looked at in this process
-_auto = True  # report_* may start the sender (False in a forked child)
+_checked = False  # the environment was looked at in this process (True in a forked child: it starts none)
 _abandoned: list[HeartbeatSender] = []  # a parent's senders, kept alive in a forked child (never touched)
-_exit_code: int | None = None
-_hooked = False
 
 
 def start() -> HeartbeatSender | None:
-    """Start this process's sender when the environment configures one (idempotent); never raises."""
+    """Start this process's sender when the environment configures one (idempotent); never raises.
+
+    Called by :func:`clusterctl.job_runtime` (and ``with CheckpointManager(...)``); the reports
+    below go to the sender it started and are no-ops before.
+    """
     global _sender, _checked
     if _checked:
         return _sender
@@ -409,20 +409,13 @@ def _start_from_env() -> HeartbeatSender | None:
     config = HeartbeatConfig.from_env()
     if config is None:
         return None
-    _install_exit_hooks()
     return HeartbeatSender(config).start()
-
-
-def _current() -> HeartbeatSender | None:
-    if _checked:
-        return _sender
-    return start() if _auto else None
 
 
 def report_step(step: int) -> None:
     """This rank finished training step ``step``: the first one after start/restore is sent at once."""
     try:
-        if (s := _current()) is not None:
+        if (s := _sender) is not None:
             s.report_step(step)
     except Exception as exc:
         log.debug("heartbeat report_step: %s", exc)
@@ -431,7 +424,7 @@ def report_step(step: int) -> None:
 def report_committed(step: int) -> None:
     """Checkpoint step ``step`` is committed (as this rank saw it)."""
     try:
-        if (s := _current()) is not None:
+        if (s := _sender) is not None:
             s.report_committed(step)
     except Exception as exc:
         log.debug("heartbeat report_committed: %s", exc)
@@ -440,7 +433,7 @@ def report_committed(step: int) -> None:
 def report_restored() -> None:
     """``restore()`` returned in this run (with a state or with None); sent at once."""
     try:
-        if (s := _current()) is not None:
+        if (s := _sender) is not None:
             s.report_restored()
     except Exception as exc:
         log.debug("heartbeat report_restored: %s", exc)
@@ -449,7 +442,7 @@ def report_restored() -> None:
 def beat_now() -> None:
     """Send a beat now instead of at the end of the interval (the answer may carry ``stop``)."""
     try:
-        if (s := _current()) is not None:
+        if (s := _sender) is not None:
             s.beat_now()
     except Exception as exc:
         log.debug("heartbeat beat_now: %s", exc)
@@ -458,7 +451,7 @@ def beat_now() -> None:
 def report_stopping(step: int) -> None:
     """This rank holds at training step ``step`` for a stop (see the module doc); sent at once."""
     try:
-        if (s := _current()) is not None:
+        if (s := _sender) is not None:
             s.report_stopping(step)
     except Exception as exc:
         log.debug("heartbeat report_stopping: %s", exc)
@@ -466,79 +459,43 @@ def report_stopping(step: int) -> None:
 
 def stop_news() -> StopNews | None:
     """What clusterd said so far about a stop of this run; None when this process sends no heartbeats."""
-    s = _current()
+    s = _sender
     return s.stop_news() if s is not None else None
 
 
 def wait_stop(timeout: float) -> StopNews | None:
     """Wait up to ``timeout`` s for clusterd to name the stop step (or refuse the claim); None without heartbeats."""
-    s = _current()
+    s = _sender
     return s.wait_stop(timeout) if s is not None else None
 
 
 def stop_requested() -> bool:
     """True once the service answered a beat with ``stop``: the job is being restarted, exit soon."""
-    s = _sender if _checked else None
+    s = _sender
     return s is not None and s.stop_requested()
+
+
+def finish(exit_code: int) -> None:
+    """Send this process's exiting beat with ``exit_code`` and stop its sender (once; never raises)."""
+    s = _sender
+    if s is None or s.pid != os.getpid():
+        return
+    try:
+        s.finish(exit_code)
+    except Exception as exc:
+        log.debug("heartbeat finish: %s", exc)
 
 
 def _opted_out(env: Mapping[str, str]) -> bool:
     return env.get("CLUSTERCTL_HEARTBEAT", "").strip().lower() in ("0", "false", "no", "off")
 
 
-# --- exit status ------------------------------------------------------------------------------
-def _note_exit(code: int) -> None:
-    global _exit_code
-    _exit_code = code
-
-
-def _status_code(status: object) -> int:
-    """The process exit status Python derives from ``sys.exit(status)``."""
-    if status is None:
-        return 0
-    if isinstance(status, int):
-        return status
-    return 1  # a message: printed to stderr, exit status 1
-
-
-def _install_exit_hooks() -> None:
-    """atexit + a chained sys.excepthook + a sys.exit wrapper, once per process (see module doc)."""
-    global _hooked
-    if _hooked:
-        return
-    _hooked = True
-    previous_hook, previous_exit = sys.excepthook, sys.exit
-
-    def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
-        _note_exit(130 if issubclass(kind, KeyboardInterrupt) else 1)
-        previous_hook(kind, value, tb)
-
-    def exit(status: Any = None) -> NoReturn:
-        _note_exit(_status_code(status))
-        previous_exit(status)
-        raise SystemExit(status)  # not reached: the original raises
-
-    sys.excepthook = excepthook
-    sys.exit = exit
-    atexit.register(_at_exit)
-
-
-def _at_exit() -> None:
-    s = _sender
-    if s is None or s.pid != os.getpid():
-        return
-    try:
-        s.finish(0 if _exit_code is None else _exit_code)
-    except Exception as exc:
-        log.debug("heartbeat at exit: %s", exc)
-
-
 def _after_fork_in_child() -> None:
-    """A forked child keeps no sender: its grpc channel belongs to the parent (never used or closed)."""
-    global _sender, _checked, _auto, _exit_code, _lock
+    """A forked child keeps no sender and starts none: its grpc channel belongs to the parent (never used or closed)."""
+    global _sender, _checked, _lock
     if _sender is not None:
         _abandoned.append(_sender)
-    _sender, _checked, _auto, _exit_code = None, False, False, None
+    _sender, _checked = None, True
     _lock = threading.Lock()
 
 
@@ -549,6 +506,8 @@ __all__ = [
     "HeartbeatConfig",
     "HeartbeatSender",
     "StopNews",
+    "beat_now",
+    "finish",
     "report_committed",
     "report_restored",
     "report_step",
@@ -558,8 +517,3 @@ __all__ = [
     "stop_requested",
     "wait_stop",
 ]
-
-# The exit hooks go in at import, in a job that beats: ``sys.exit(main())`` looks ``sys.exit`` up
-# before ``main()`` runs (and starts the sender), so a wrapper installed later never sees the code.
-if os.environ.get("CLUSTERCTL_HEARTBEAT_ADDR") and not _opted_out(os.environ):
-    _install_exit_hooks()

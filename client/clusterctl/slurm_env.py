@@ -73,7 +73,8 @@ class RequeueOnSignal:
     True on every rank once any rank got the signal, so every rank checkpoints the same step. Read
     it exactly once per step on every rank, as above.
 
-    Without a process group, ranks agree through clusterd's heartbeats: ask
+    Without a process group, ranks agree through clusterd's heartbeats (sent while the rank runs
+    in the job's runtime: ``clusterctl.job_runtime()`` or ``with CheckpointManager(...)``): ask
     :meth:`requested_at` with the step just finished instead of reading ``requested``::
 
         if stop.requested_at(step):
@@ -237,8 +238,8 @@ class RequeueOnSignal:
     def exit(self) -> NoReturn:
         """Exit with the requeue code (flushing stdio first).
 
-        Through ``sys.exit`` (not a bare ``raise SystemExit``) so that the heartbeat sender's exit
-        hook sees the code and tells clusterd "exited 85", not "exited 0".
+        The SystemExit leaving the job's runtime block (``clusterctl.job_runtime()`` or
+        ``with CheckpointManager(...)``) tells clusterd "exited 85".
         """
         sys.stdout.flush()
         sys.stderr.flush()

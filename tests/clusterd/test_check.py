@@ -50,6 +50,12 @@ async def test_good_config_passes_with_fake_slurm(tmp_path: Path) -> None:
     assert not (tmp_path / "state").exists()  # check changes nothing
 
 
+async def test_check_names_the_backend_auto_chose(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLUSTERD_SLURM__BACKEND", "auto")
+    got = by_check(await run_checks(str(write_config(tmp_path)), [], backend=FakeSlurm.cluster()))
+    assert got["slurm"][0][1].startswith("Slurm 22.05.8 (JSON/REST v0.0.38) via commands (auto): ")
+
+
 async def test_every_problem_is_named_and_all_checks_still_run(tmp_path: Path) -> None:
     (tmp_path / "tokens.toml").write_text('[[token]]\nuser = "no-such-user-xyz"\ntoken_sha256 = "' + "0" * 64 + '"\n')
     extra = 'metrics_listen = "nohost"\n[tls]\ncert_file = "/nonexistent/cert.pem"\nkey_file = "/nonexistent/key.pem"'

@@ -8,6 +8,9 @@ set what each reply says.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -103,3 +106,14 @@ def child_env(extra: dict[str, str]) -> dict[str, str]:
     paths = [str(Path(clusterctl.__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     return {**env, **extra}
+
+
+def run_child(code: str, env: dict[str, str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` (dedented) in a child Python with ``env`` on top of :func:`child_env`'s environment."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=child_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

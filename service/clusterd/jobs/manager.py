@@ -39,8 +39,8 @@ from clusterd.errors import (
 )
 from clusterd.jobs import adopt as adopt_checks
 from clusterd.jobs.script import inject_environment, job_environment
-from clusterd.jobs.submission import SettledDirectories, persisted_spec, with_signal
-from clusterd.jobs.users import UnixUser, kept_unix_user, resolve_unix_user
+from clusterd.jobs.submission import persisted_spec, settle_directories, with_signal
+from clusterd.jobs.users import UnixUser, resolve_unix_user
 from clusterd.jobs.validate import placement_preference, validate_spec
 from clusterd.liveness import credentials
 from clusterd.model.causes import Cause
@@ -85,7 +85,8 @@ def check_job_id(value: str, field: str = "job_id") -> tuple[str, int | None]:
 
 
 def _audited(method: str) -> Callable[[_Call], _Call]:
-    """Write ``method``'s audit line when the call ends, with its outcome (refusals included).
+    """Write ``method``'s audit line when the call ends, with its outcome (refusals included), before
+    the call is answered.
 
     The decorated method takes (identity, target): a job id, or a spec carrying a request_id.
     """
@@ -104,7 +105,7 @@ def _audited(method: str) -> Callable[[_Call], _Call]:
                 raise
             finally:
                 if self._audit is not None:
-                    self._audit.record(
+                    await self._audit.record(
                         user=ident.user,
                         admin=ident.admin,
                         method=method,
@@ -142,7 +143,6 @@ class JobManager:
         self._quotas = quotas or Quotas(store, config.limits)
         self._audit = audit
         self._submits: set[asyncio.Task[JobRecord]] = set()  # shielded: they outlive a cancelled caller
-        self._settled = SettledDirectories(config.slurm.job_root)
 
     # -- submit -----------------------------------------------------------------------------
 
@@ -173,17 +173,14 @@ class JobManager:
         return await asyncio.shield(task), False
 
     async def _user_and_directories(self, name: str, request: JobRequest) -> tuple[UnixUser, JobRequest]:
-        """The caller's Unix account and the request's directories settled with its rights: from
-        what is kept when both are (no wait), else in one worker-thread hop for both blocking steps."""
-        unix_user = kept_unix_user(name)
-        if unix_user is not None and (settled := self._settled.kept(request, unix_user)) is not None:
-            return unix_user, settled
+        """The caller's Unix account and the request's directories settled with its rights, checked
+        at every submit in one worker-thread hop for both blocking steps."""
         return await asyncio.to_thread(self._settle, name, request)
 
     def _settle(self, name: str, request: JobRequest) -> tuple[UnixUser, JobRequest]:
         unix_user = resolve_unix_user(name)
         try:
-            return unix_user, self._settled.settle(request, unix_user)
+            return unix_user, settle_directories(request, unix_user, self._config.slurm.job_root)
         except OSError as exc:
             raise FailedPrecondition(f"cannot create the job directory for {unix_user.name}: {exc}") from exc
 

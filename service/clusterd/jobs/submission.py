@@ -7,9 +7,6 @@ job asks for it, and the spec the store keeps holds the resolved values ``status
 from __future__ import annotations
 
 import posixpath
-import threading
-import time
-from collections.abc import Callable
 from dataclasses import replace
 
 from clusterd.errors import InvalidArgument
@@ -41,53 +38,6 @@ def settle_directories(request: JobRequest, user: UnixUser, job_root: str) -> Jo
         if problem:
             raise InvalidArgument("spec.working_directory", f"--chdir {problem}")
     return replace(request, submit_directory=submit_dir, working_directory=workdir, stdout=stdout)
-
-
-SETTLED_KEEP_SECONDS = 5.0
-_SETTLED_MAX = 4096  # entries; past it the memo starts over (a burst of many users' distinct directories)
-_Key = tuple[UnixUser, str, str, str]
-
-
-class SettledDirectories:
-    """Directories that :func:`settle_directories` passed, kept :data:`SETTLED_KEEP_SECONDS`.
-
-    The check is advisory: a job may start hours after its submit, when a directory may be gone; it
-    exists to give the caller a clear INVALID_ARGUMENT now rather than a failed job later. Keeping a
-    pass for a few seconds changes nothing about that, and lets a burst of one user's submits skip
-    the worker-thread hop the check needs (each hop is a wake-up the submit waits for, on cores the
-    submits share). A refusal is never kept; the user's rights are part of the key.
-    """
-
-    def __init__(
-        self, job_root: str, keep_seconds: float = SETTLED_KEEP_SECONDS, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self._job_root = job_root
-        self._keep = keep_seconds
-        self._clock = clock
-        self._kept: dict[_Key, tuple[str, str, str, float]] = {}
-        self._lock = threading.Lock()  # settle() runs in worker threads, kept() on the event loop
-
-    @staticmethod
-    def _key(request: JobRequest, user: UnixUser) -> _Key:
-        return user, request.submit_directory, request.working_directory, request.stdout
-
-    def kept(self, request: JobRequest, user: UnixUser) -> JobRequest | None:
-        """``request`` settled as a recent pass settled it, or None; never blocks."""
-        with self._lock:
-            hit = self._kept.get(self._key(request, user))
-        if hit is None or self._clock() >= hit[3]:
-            return None
-        return replace(request, submit_directory=hit[0], working_directory=hit[1], stdout=hit[2])
-
-    def settle(self, request: JobRequest, user: UnixUser) -> JobRequest:
-        """:func:`settle_directories` (blocking), its pass kept."""
-        settled = settle_directories(request, user, self._job_root)
-        entry = (settled.submit_directory, settled.working_directory, settled.stdout, self._clock() + self._keep)
-        with self._lock:
-            if len(self._kept) >= _SETTLED_MAX:
-                self._kept.clear()
-            self._kept[self._key(request, user)] = entry
-        return settled
 
 
 def with_signal(request: JobRequest, spec: JobSpec, default_seconds: int) -> JobRequest:

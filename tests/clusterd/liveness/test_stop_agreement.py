@@ -38,18 +38,19 @@ WORKER = textwrap.dedent("""
     from clusterctl.checkpoint import CheckpointConfig, CheckpointManager
     from clusterctl.slurm_env import RequeueOnSignal
     uri, signal_at, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-    ckpt = CheckpointManager(uri, config=CheckpointConfig(commit_timeout=30, poll_initial=0.01, gc_on_commit=False))
-    assert ckpt.restore() is None
-    weights = np.zeros(4)
-    with RequeueOnSignal(hold_timeout=30) as stop:
-        for step in range(100_000):
-            weights += 1  # the training step
-            time.sleep(pause)
-            if step == signal_at:
-                os.kill(os.getpid(), signal.SIGUSR1)
-            if stop.requested_at(step):
-                print(f"held {stop.held_step} stop {stop.stop_step} saved {step}", flush=True)
-                stop.checkpoint_and_exit(ckpt, step, {"step": step, "weights": weights, "rank": ckpt.rank})
+    config = CheckpointConfig(commit_timeout=30, poll_initial=0.01, gc_on_commit=False)
+    with CheckpointManager(uri, config=config) as ckpt:  # the job's runtime: heartbeats to clusterd
+        assert ckpt.restore() is None
+        weights = np.zeros(4)
+        with RequeueOnSignal(hold_timeout=30) as stop:
+            for step in range(100_000):
+                weights += 1  # the training step
+                time.sleep(pause)
+                if step == signal_at:
+                    os.kill(os.getpid(), signal.SIGUSR1)
+                if stop.requested_at(step):
+                    print(f"held {stop.held_step} stop {stop.stop_step} saved {step}", flush=True)
+                    stop.checkpoint_and_exit(ckpt, step, {"step": step, "weights": weights, "rank": ckpt.rank})
     sys.exit(3)  # never reached
 """)
 

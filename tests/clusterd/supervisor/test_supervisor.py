@@ -22,6 +22,7 @@ from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.request import JobRequest
 from clusterd.slurm.types import JobState, NodeState
+from tests.support.privileges import IS_ROOT
 
 from ..conftest import USER_A, Harness, auth, make_config
 
@@ -182,7 +183,7 @@ def user_tmp() -> Iterator[Path]:
 
 def give(*paths: Path) -> None:
     """Hand ``paths`` to USER_A when the tests run as root, as clusterd does."""
-    if os.geteuid() == 0:
+    if IS_ROOT:
         entry = pwd.getpwnam(USER_A)
         for path in paths:
             os.chown(path, entry.pw_uid, entry.pw_gid)
