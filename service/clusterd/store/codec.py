@@ -48,7 +48,7 @@ _TUPLES = ("nodes", "excluded_nodes")
 
 
 class Row(Protocol):
-    """A row by column name: sqlite3.Row, a psycopg dict row, or a decoded JSON object."""
+    """A row by column name: a SQLAlchemy row mapping or a decoded JSON object."""
 
     def __getitem__(self, key: str, /) -> Any: ...
 

@@ -20,7 +20,7 @@ from clusterd.liveness.table import Run
 from clusterd.model.events import EventType
 from clusterd.observability.metrics import CHECKPOINT_COMMITS, CHECKPOINT_STEP, JOBS_BY_STATE
 from clusterd.slurm.types import JobState, SlurmJob
-from clusterd.store.base import JobStore
+from clusterd.store.jobs import JobRecords
 from clusterd.store.records import JobRecord, Phase
 from clusterd.supervisor import array_view
 from clusterd.supervisor.cache import ClusterSnapshot
@@ -122,7 +122,7 @@ class Reconciler:
 
     def __init__(
         self,
-        store: JobStore,
+        store: JobRecords,
         events: EventSink,
         restarter: Restarter,
         progress: ProgressReader,

@@ -25,7 +25,7 @@ from clusterd.model.events import EventType
 from clusterd.observability.metrics import REQUEUES
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.types import JobState, SlurmJob
-from clusterd.store.base import JobStore
+from clusterd.store.jobs import JobRecords
 from clusterd.store.records import JobRecord, RestartEntry
 from clusterd.supervisor.events import JobEvent
 from clusterd.supervisor.policy import (
@@ -76,7 +76,7 @@ class Restarter:
     def __init__(
         self,
         backend: SlurmBackend,
-        store: JobStore,
+        store: JobRecords,
         events: EventSink,
         progress: ProgressReader,
         defaults: RestartDefaults,

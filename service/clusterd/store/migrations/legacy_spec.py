@@ -1,27 +1,23 @@
 """Specs stored by earlier releases (serialized clusterctl.v1 JobSpec messages) re-encoded as the
 store's JSON form (:mod:`clusterd.store.codec`).
 
-The only reader of that old form: it runs once, inside the schema upgrade's transaction, and a spec
-it cannot read stops the upgrade (:class:`MigrationError` naming the record), so nothing is half
-converted and no record silently loses its spec.
+The only reader of that old form: revision v0003 runs it once, inside the upgrade's transaction,
+and a spec it cannot read stops the upgrade (:class:`MigrationError` naming the record), so nothing
+is half converted and no record silently loses its spec.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from google.protobuf.message import DecodeError
+from sqlalchemy import Connection, text
 
 from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.model.spec import JobSpec, PlacementPolicy, PlacementPreference, RestartPolicy
 from clusterd.store import codec
 from clusterd.store.migrations import MigrationError
-
-if TYPE_CHECKING:  # psycopg is there only where PostgreSQL is configured
-    from psycopg import AsyncConnection
-    from psycopg.rows import DictRow
 
 _POLICIES = {
     cluster_pb2.PLACEMENT_POLICY_UNSPECIFIED: PlacementPolicy.UNSPECIFIED,
@@ -100,18 +96,21 @@ def _converted(rows: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]
             raise MigrationError(f"{why}; the upgrade stopped, the database is unchanged") from None
 
 
-def reencode_sqlite(db: sqlite3.Connection) -> None:
-    """Re-encode every stored spec, inside the caller's transaction (the usage triggers follow spec_bytes)."""
-    rows = db.execute("SELECT record_id, spec FROM specs ORDER BY record_id").fetchall()
-    for record_id, blob in _converted((int(r), bytes(b)) for r, b in rows):
-        db.execute("UPDATE specs SET spec=? WHERE record_id=?", (blob, record_id))
-        db.execute("UPDATE jobs SET spec_bytes=? WHERE record_id=?", (len(blob), record_id))
+_BATCH = 500  # records re-encoded per statement round trip
 
 
-async def reencode_postgres(conn: AsyncConnection[DictRow]) -> None:
-    """Re-encode every stored spec, inside the caller's transaction."""
-    cur = await conn.execute("SELECT record_id, spec FROM specs ORDER BY record_id")
-    rows = [(int(r["record_id"]), bytes(r["spec"])) for r in await cur.fetchall()]
-    for record_id, blob in _converted(rows):
-        await conn.execute("UPDATE specs SET spec=%s WHERE record_id=%s", (blob, record_id))
-        await conn.execute("UPDATE jobs SET spec_bytes=%s WHERE record_id=%s", (len(blob), record_id))
+def reencode_all(conn: Connection) -> None:
+    """Re-encode every stored spec in batches of record ids, inside the upgrade's transaction; the
+    record's ``spec_bytes`` follows its new size."""
+    after = -1
+    while True:
+        rows = conn.execute(
+            text("SELECT record_id, spec FROM specs WHERE record_id > :after ORDER BY record_id LIMIT :n"),
+            {"after": after, "n": _BATCH},
+        ).all()
+        if not rows:
+            return
+        after = int(rows[-1][0])
+        done = [{"id": i, "spec": blob, "n": len(blob)} for i, blob in _converted((int(r), bytes(b)) for r, b in rows)]
+        conn.execute(text("UPDATE specs SET spec = :spec WHERE record_id = :id"), done)
+        conn.execute(text("UPDATE jobs SET spec_bytes = :n WHERE record_id = :id"), done)

@@ -1,4 +1,5 @@
-"""The PostgreSQL schema of the job store: an ordered list of versioned migration steps.
+"""A frozen copy of the PostgreSQL store's schema code from before Alembic (schema_migrations
+version 2), so tests can build a database as that release left it without the migrations under test.
 
 Applied by :func:`migrate` in ONE transaction under a transaction-level advisory lock, so replicas
 that start together migrate once: the second waits for the first's commit and then finds every
@@ -8,12 +9,8 @@ step at the end. Columns mirror store/schema.py (SQLite) so both stores keep the
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow
-
-from clusterd.store.migrations import legacy_spec
 
 # Advisory lock keys, two-int form (its key space is apart from the one-bigint form record locks use).
 LOCK_SPACE = 0x434C5553  # "CLUS"
@@ -21,9 +18,7 @@ LOCK_MIGRATE = 1
 LOCK_EVENTS = 2
 LOCK_USER = 0x434C5554  # second space: (LOCK_USER, hashtext(user)) serializes one user's admissions
 
-# A step is SQL, or a function that rewrites rows inside the migration's transaction.
-Step = str | Callable[[AsyncConnection[DictRow]], Awaitable[None]]
-MIGRATIONS: list[tuple[int, Step]] = [
+MIGRATIONS: list[tuple[int, str]] = [
     (
         1,
         """
@@ -93,8 +88,6 @@ CREATE TABLE leases (
 );
 """,
     ),
-    # Specs were serialized JobSpec messages: now the store's JSON form (store/codec.py).
-    (3, legacy_spec.reencode_postgres),
 ]
 
 VERSION = MIGRATIONS[-1][0]
@@ -111,12 +104,9 @@ async def migrate(conn: AsyncConnection[DictRow]) -> list[int]:
         cur = await conn.execute("SELECT version FROM schema_migrations")
         have = {int(row["version"]) for row in await cur.fetchall()}
         applied = []
-        for version, step in MIGRATIONS:
+        for version, sql in MIGRATIONS:
             if version not in have:
-                if isinstance(step, str):
-                    await conn.execute(step)  # several statements: allowed without parameters
-                else:
-                    await step(conn)
+                await conn.execute(sql)  # several statements: allowed without parameters
                 await conn.execute("INSERT INTO schema_migrations(version) VALUES (%s)", (version,))
                 applied.append(version)
         return applied

@@ -1,4 +1,5 @@
-"""The SQLite schema of the job store and its migrations.
+"""A frozen copy of the SQLite store's schema code from before Alembic (user_version 6), so tests can
+build a database as that release left it without the migrations under test.
 
 Specs live in their own table: a job row stays a few hundred bytes however large its spec, so
 listing, counting and polling never read (or walk the overflow pages of) multi-MiB blobs. A Slurm
@@ -15,9 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from clusterd.store.migrations import legacy_spec
-
-VERSION = 7
+VERSION = 6
 
 
 def live(row: str = "") -> str:
@@ -186,8 +185,6 @@ def migrate(db: sqlite3.Connection) -> None:
         for column, kind in _RESTART_COLUMNS.items():
             if column not in have:  # an older table: CREATE ... IF NOT EXISTS kept its columns
                 db.execute(f"ALTER TABLE restarts ADD COLUMN {column} {kind}")
-        if version < 7:  # specs were serialized JobSpec messages: now the store's JSON form
-            legacy_spec.reencode_sqlite(db)
         _run(db, _RECOUNT)
         db.execute(f"PRAGMA user_version={VERSION}")
         db.execute("COMMIT")
