@@ -19,6 +19,8 @@ SERVICE_ONLY = {
     "aiohttp": "aiohttp",
     "pyjwt": "jwt",
     "python-json-logger": "pythonjsonlogger",
+    "sqlalchemy": "sqlalchemy",
+    "alembic": "alembic",
 }
 
 

@@ -92,7 +92,7 @@ class ClusterDaemon:
         shared = bool(config.store.url)
         poll = ha.event_poll_seconds if shared else max(ha.event_poll_seconds, _EMBEDDED_EVENT_POLL_SECONDS)
         self.journal = EventJournal(
-            self.store,
+            self.store.events,
             self.bus,
             poll_seconds=poll,
             retention_seconds=ha.event_retention_seconds,
@@ -100,7 +100,7 @@ class ClusterDaemon:
         )
         # One replica of several leads: it alone supervises (requeues, releases, marks nodes down),
         # and each of its Slurm writes is fenced by the lease epoch.
-        self.leadership = Leadership(self.store, ha)
+        self.leadership = Leadership(self.store.leases, ha)
         self.leadership.subscribe(self._leadership_changed)
         fenced = FencedBackend(self.backend, self.leadership)
         # Supervision in three parts, wired here and nowhere else: the queue cache polls Slurm and
@@ -121,9 +121,9 @@ class ClusterDaemon:
             )
         )
         self.liveness = LivenessTable()
-        self.restarter = Restarter(fenced, self.store, self.journal, self.progress, config.restart, self.liveness)
+        self.restarter = Restarter(fenced, self.store.jobs, self.journal, self.progress, config.restart, self.liveness)
         self.reconciler = Reconciler(
-            self.store,
+            self.store.jobs,
             self.journal,
             self.restarter,
             self.progress,
@@ -136,7 +136,7 @@ class ClusterDaemon:
         # would see after SlurmdTimeout, acted on by the reconciler's restarter.
         live = config.liveness
         self.heartbeats = HeartbeatService(
-            self.store,
+            self.store.jobs,
             self.liveness,
             live,
             self.reconciler.on_first_step,
@@ -156,11 +156,11 @@ class ClusterDaemon:
             check_every=live.check_every_seconds,
         )
         self.placer = TopologyPlacer(self.poller)
-        self.quotas = Quotas(self.store, config.limits)
+        self.quotas = Quotas(self.store.jobs, config.limits)
         self.manager = JobManager(
             config,
             self.backend,
-            self.store,
+            self.store.jobs,
             self.poller,
             self.journal,
             self.placer,
@@ -172,8 +172,8 @@ class ClusterDaemon:
         self.checkpoints = CheckpointViews(self.manager, config.views)
         self.views = JobViews(
             self.manager,
-            JobLogs(self.manager, self.store, self.bus, self.poller, config.views),
-            History(self.store, self.backend, config.views, config.limits),
+            JobLogs(self.manager, self.store.jobs, self.bus, self.poller, config.views),
+            History(self.store.jobs, self.backend, config.views, config.limits),
             self.checkpoints,
             self.poller,
             self.placer,
@@ -227,7 +227,7 @@ class ClusterDaemon:
         return server.port if server is not None else None
 
     async def start(self) -> None:
-        await self.store.open()  # PostgreSQL connects and migrates here (SQLite did in open_store)
+        await self.store.open()  # connects and migrates (store/migrate.py)
         limit = self.config.limits.max_message_bytes
         server = grpc.aio.server(
             interceptors=[

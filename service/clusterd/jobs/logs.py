@@ -30,7 +30,7 @@ from clusterd.jobs.manager import JobManager, check_job_id
 from clusterd.jobs.outputs import OutputJob, expand
 from clusterd.security.useropen import FileMissing, open_as, owner_of
 from clusterd.slurm.types import JobState
-from clusterd.store.base import JobStore
+from clusterd.store.jobs import JobRecords
 from clusterd.store.records import JobRecord
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventBus
@@ -67,7 +67,7 @@ def _task_view(rec: JobRecord, task: int | None) -> tuple[JobState, int, bool, t
 
 class JobLogs:
     def __init__(
-        self, manager: JobManager, store: JobStore, bus: EventBus, cache: QueueCache, views: ViewsConfig
+        self, manager: JobManager, store: JobRecords, bus: EventBus, cache: QueueCache, views: ViewsConfig
     ) -> None:
         self._manager = manager
         self._store = store

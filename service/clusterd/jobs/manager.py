@@ -50,7 +50,7 @@ from clusterd.slurm.arrays import split_task_id
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.request import ExportMode, JobRequest
 from clusterd.slurm.types import JobState
-from clusterd.store.base import JobStore
+from clusterd.store.jobs import JobRecords
 from clusterd.store.records import ArrayTask, JobRecord, Phase, RestartEntry
 from clusterd.supervisor import array_view
 from clusterd.supervisor.cache import QueueCache
@@ -123,7 +123,7 @@ class JobManager:
         self,
         config: Config,
         backend: SlurmBackend,
-        store: JobStore,
+        store: JobRecords,
         cache: QueueCache,
         bus: EventSink,
         placer: Placer,
@@ -218,11 +218,7 @@ class JobManager:
         rec.placement_explanation = explanation
         rec.excluded_nodes = request.exclude
         rec.array = rec.spec.array  # persisted_spec resolved it (#SBATCH --array included)
-        saved = self._store.save_behind(rec)
-        if saved is None:
-            await self._store.save(rec)
-        else:
-            saved.add_done_callback(functools.partial(_log_unsaved, rec))
+        await self._store.save(rec)  # durable: an acknowledged submit is recorded
         self._bus.publish(JobEvent(EventType.SUBMITTED, rec))
         log.info("submitted job %s for %s (record %s)", job_id, rec.user, rec.record_id)
         return rec
@@ -495,18 +491,6 @@ class JobManager:
             if seen is None or seen.comment == tag:
                 return
             await asyncio.sleep(0.2)
-
-
-def _log_unsaved(rec: JobRecord, saved: asyncio.Future[None]) -> None:
-    """A submit answered before its record committed, whose commit then failed: the record stays
-    SUBMITTING, and the reconciler adopts the job by its comment tag as after a lost sbatch answer."""
-    if not saved.cancelled() and (error := saved.exception()) is not None:
-        log.error(
-            "job %s (record %s) is not recorded yet; the reconciler settles it from Slurm: %s",
-            rec.job_id,
-            rec.record_id,
-            error,
-        )
 
 
 def _relayed(exc: SlurmError) -> str:

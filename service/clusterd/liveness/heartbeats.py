@@ -33,7 +33,7 @@ from clusterd.liveness.claims import BeatClaim, BeatReply
 from clusterd.liveness.detector import JobView
 from clusterd.liveness.table import MAX_RANKS, Beat, LivenessTable, Run
 from clusterd.slurm.types import JobState
-from clusterd.store.base import JobStore
+from clusterd.store.jobs import JobRecords
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ Jobs = Callable[[str], JobView | None]
 class HeartbeatService:
     def __init__(
         self,
-        store: JobStore,
+        store: JobRecords,
         table: LivenessTable,
         config: LivenessConfig,
         first_step: FirstStep,

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from clusterctl.v1 import jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.errors import ResourceExhausted
-from clusterd.store.base import JobStore
 from clusterd.store.bounds import UserBounds
+from clusterd.store.jobs import JobRecords
 from clusterd.store.records import JobRecord
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class Quotas:
     refusing it would hide a job that exists.
     """
 
-    def __init__(self, store: JobStore, limits: LimitsConfig, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: JobRecords, limits: LimitsConfig, clock: Callable[[], float] = time.time) -> None:
         self._store = store
         self._clock = clock
         self.bounds = UserBounds(

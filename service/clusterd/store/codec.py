@@ -43,9 +43,19 @@ _TUPLES = ("nodes", "excluded_nodes")
 
 
 class Row(Protocol):
-    """A row by column name: sqlite3.Row, a psycopg dict row, or a decoded JSON object."""
+    """A row by column name: a SQLAlchemy row mapping or a decoded JSON object."""
 
     def __getitem__(self, key: str, /) -> Any: ...
+
+
+def spec_bytes(spec: jobs_pb2.JobSpec) -> bytes:
+    """The bytes the specs table keeps for ``spec`` (the store never looks inside them)."""
+    return spec.SerializeToString()
+
+
+def spec_from(blob: bytes) -> jobs_pb2.JobSpec:
+    """The spec that :func:`spec_bytes` wrote."""
+    return jobs_pb2.JobSpec.FromString(blob)
 
 
 def superseded_reason(job_id: str) -> str:

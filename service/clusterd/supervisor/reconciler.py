@@ -19,7 +19,7 @@ from clusterd.liveness.detector import Detection
 from clusterd.liveness.table import Run
 from clusterd.observability.metrics import CHECKPOINT_COMMITS, CHECKPOINT_STEP, JOBS_BY_STATE
 from clusterd.slurm.types import JobState, SlurmJob
-from clusterd.store.base import JobStore
+from clusterd.store.jobs import JobRecords
 from clusterd.store.records import JobRecord, Phase
 from clusterd.supervisor import array_view
 from clusterd.supervisor.cache import ClusterSnapshot
@@ -121,7 +121,7 @@ class Reconciler:
 
     def __init__(
         self,
-        store: JobStore,
+        store: JobRecords,
         events: EventSink,
         restarter: Restarter,
         progress: ProgressReader,

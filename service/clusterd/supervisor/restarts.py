@@ -23,7 +23,7 @@ from clusterd.liveness.table import LivenessTable
 from clusterd.observability.metrics import REQUEUES
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.types import JobState, SlurmJob
-from clusterd.store.base import JobStore
+from clusterd.store.jobs import JobRecords
 from clusterd.store.records import JobRecord, RestartEntry
 from clusterd.supervisor.events import EventType, JobEvent
 from clusterd.supervisor.policy import (
@@ -75,7 +75,7 @@ class Restarter:
     def __init__(
         self,
         backend: SlurmBackend,
-        store: JobStore,
+        store: JobRecords,
         events: EventSink,
         progress: ProgressReader,
         defaults: RestartDefaults,

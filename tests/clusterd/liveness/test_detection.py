@@ -370,14 +370,14 @@ async def test_ids_of_no_live_record_never_block_a_record_made_later(live: Live)
     """Record ids are handed out in order: beats naming the next one before it exists cost a store
     read each (within the service-wide cap), and do not keep its job's own beats out once it runs."""
     reads = 0
-    real = live.daemon.store.get_by_record
+    real = live.daemon.store.jobs.get_by_record
 
     async def counted(record_id: int):  # type: ignore[no-untyped-def]
         nonlocal reads
         reads += 1
         return await real(record_id)
 
-    live.daemon.store.get_by_record = counted  # type: ignore[method-assign]
+    live.daemon.store.jobs.get_by_record = counted  # type: ignore[method-assign]
     for _ in range(20):
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await live.jobs.Heartbeat(jobs_pb2.HeartbeatRequest(record_id=1, token="x" * 43))
@@ -429,10 +429,10 @@ async def test_a_cancel_before_a_decided_requeue_shows_is_not_undone(live: Live)
     """The requeue was decided (and persisted) but Slurm shows the run cancelled, by its user or an
     administrator's scancel: the requeue is never sent again."""
     job_id, record, _ = await live.submit()
-    rec = await live.daemon.store.get_by_record(record)
+    rec = await live.daemon.store.jobs.get_by_record(record)
     assert rec is not None
     rec.acked_restarts = 1  # decided, not yet seen in Slurm
-    await live.daemon.store.save(rec)
+    await live.daemon.store.jobs.save(rec)
     live.slurm.set_state(job_id, JobState.CANCELLED, end_time=1.0)
     await live.daemon.poller.poll_once()
     assert live.slurm.calls["requeue"] == 0

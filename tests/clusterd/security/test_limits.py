@@ -17,7 +17,7 @@ from clusterd.security.limits import Quotas, RateLimiter
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.types import JobState
 from clusterd.store.records import Phase
-from clusterd.store.sqlite import SqliteJobStore
+from clusterd.store.store import sqlite_store
 
 from ..conftest import USER_A, auth, base_config, code_of, command_request, running, stub
 
@@ -128,7 +128,9 @@ async def test_one_user_cannot_take_every_watch_slot(tmp_path: Path) -> None:
 
 async def test_quotas_count_array_tasks_and_prune_by_age(tmp_path: Path) -> None:
     now = [1000.0]
-    store = SqliteJobStore(tmp_path / "db.sqlite3")
+    opened = sqlite_store(tmp_path / "db.sqlite3")
+    await opened.open()
+    store = opened.jobs
     try:
         quotas = Quotas(
             store, LimitsConfig(max_jobs_per_user=10, finished_retention_seconds=50.0), clock=lambda: now[0]
@@ -143,7 +145,7 @@ async def test_quotas_count_array_tasks_and_prune_by_age(tmp_path: Path) -> None
         now[0] = time.time() + 100.0
         assert await quotas.prune() == 1 and await store.get_by_record(rec.record_id) is None
     finally:
-        await store.close()
+        await opened.close()
 
 
 async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:

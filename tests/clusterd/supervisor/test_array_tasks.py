@@ -1,4 +1,4 @@
-"""Array jobs under the Reconciler + Restarter, over FakeSlurm and a real JobStore.
+"""Array jobs under the Reconciler + Restarter, over FakeSlurm and a real JobRecords.
 
 Per-task state (what squeue shows for each ID_TASK), the array's derived state and end, and the
 restart policy applied to one task at a time.
@@ -17,9 +17,9 @@ from clusterd.slurm.arrays import task_indices
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.request import ArraySpec, JobRequest
 from clusterd.slurm.types import JobState
-from clusterd.store.base import JobStore
+from clusterd.store.jobs import JobRecords
 from clusterd.store.records import JobRecord, Phase
-from clusterd.store.sqlite import SqliteJobStore
+from clusterd.store.store import sqlite_store
 from clusterd.supervisor import reconciler
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventType, JobEvent
@@ -39,7 +39,7 @@ class Events:
 @dataclass
 class World:
     slurm: FakeSlurm
-    store: JobStore
+    store: JobRecords
     events: Events
     cache: QueueCache
 
@@ -65,13 +65,15 @@ class World:
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
     slurm = FakeSlurm.cluster()
-    store = SqliteJobStore(tmp_path / "db.sqlite3")
+    opened = sqlite_store(tmp_path / "db.sqlite3")
+    await opened.open()
+    store = opened.jobs
     events = Events()
     progress = ProgressReader(ProgressBudget(interval=3600), lister=lambda uri, keys, deadline: -1)
     cache = supervised(slurm, store, events, progress)
     yield World(slurm, store, events, cache)
     progress.close()
-    await store.close()
+    await opened.close()
 
 
 async def test_tasks_are_tracked_one_by_one_and_the_array_state_is_derived(world: World) -> None:

@@ -1,6 +1,6 @@
 """Elastic restarts: a -N MIN-MAX job that runs again on fewer nodes says so in its restart record.
 
-Reconciler + Restarter over FakeSlurm and a real JobStore; Slurm's own requeue after a node death
+Reconciler + Restarter over FakeSlurm and a real JobRecords; Slurm's own requeue after a node death
 is played by hand (PENDING with the restart count bumped, then RUNNING on the nodes left).
 """
 
@@ -16,9 +16,9 @@ from clusterctl.v1 import jobs_pb2
 from clusterd.api.convert import job_status
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.types import JobState, NodeState, SlurmJob
-from clusterd.store.base import JobStore
+from clusterd.store.jobs import JobRecords
 from clusterd.store.records import JobRecord, Phase, RestartEntry
-from clusterd.store.sqlite import SqliteJobStore
+from clusterd.store.store import sqlite_store
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import JobEvent
 from clusterd.supervisor.policy import resumed
@@ -37,7 +37,7 @@ class _Sink:
 @dataclass
 class World:
     slurm: FakeSlurm
-    store: JobStore
+    store: JobRecords
     cache: QueueCache
     progress: ProgressReader
 
@@ -67,11 +67,13 @@ class World:
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
     slurm = FakeSlurm.cluster()
-    store = SqliteJobStore(tmp_path / "db.sqlite3")
+    opened = sqlite_store(tmp_path / "db.sqlite3")
+    await opened.open()
+    store = opened.jobs
     progress = ProgressReader(ProgressBudget(interval=3600), lister=lambda uri, keys, deadline: -1)
     cache = supervised(slurm, store, _Sink(), progress)
     yield World(slurm, store, cache, progress)
-    await store.close()
+    await opened.close()
 
 
 def test_resumed_names_a_change_of_world_size_only() -> None:

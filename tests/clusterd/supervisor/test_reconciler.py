@@ -1,4 +1,4 @@
-"""Reconciler + Restarter over FakeSlurm and a real JobStore: Slurm's view diffed into the store."""
+"""Reconciler + Restarter over FakeSlurm and a real JobRecords: Slurm's view diffed into the store."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 from clusterctl.v1 import jobs_pb2
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.types import JobState, SlurmJob
-from clusterd.store.base import JobStore
+from clusterd.store.jobs import JobRecords
 from clusterd.store.records import JobRecord, Phase
-from clusterd.store.sqlite import SqliteJobStore
+from clusterd.store.store import sqlite_store
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventType, JobEvent
 from clusterd.supervisor.progress import ProgressBudget, ProgressReader
@@ -48,7 +48,7 @@ class Steps:
 @dataclass
 class World:
     slurm: FakeSlurm
-    store: JobStore
+    store: JobRecords
     events: Events
     steps: Steps
     progress: ProgressReader
@@ -72,13 +72,15 @@ class World:
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
     slurm = FakeSlurm.cluster()
-    store = SqliteJobStore(tmp_path / "db.sqlite3")
+    opened = sqlite_store(tmp_path / "db.sqlite3")
+    await opened.open()
+    store = opened.jobs
     events, steps, kicks = Events(), Steps(), []
     progress = ProgressReader(ProgressBudget(interval=3600), lister=steps)
     cache = supervised(slurm, store, events, progress, kick=lambda: kicks.append(1))
     yield World(slurm, store, events, steps, progress, cache, kicks)
     progress.close()
-    await store.close()
+    await opened.close()
 
 
 async def test_state_changes_are_saved_and_published_once(world: World) -> None:

@@ -155,7 +155,7 @@ async def test_service_killed_between_decision_and_requeue_requeues_once(tmp_pat
     await daemon.start()
     for _ in range(3):
         await daemon.poller.poll_once()
-    rec = await daemon.store.get_by_job_id(job_id)
+    rec = await daemon.store.jobs.get_by_job_id(job_id)
     await daemon.stop()
     assert rec is not None and len(rec.restarts) == 1 and not rec.terminal
     assert slurm.calls["requeue"] == 1 and slurm.jobs[job_id].state == JobState.PENDING
@@ -189,7 +189,7 @@ def give(*paths: Path) -> None:
 
 async def test_poll_rereads_only_records_that_changed(harness: Harness, monkeypatch, user_tmp: Path) -> None:  # type: ignore[no-untyped-def]
     """A poll's cost follows the jobs that changed: settled records are not re-read from the store."""
-    store = harness.daemon.store
+    store = harness.daemon.store.jobs
     reads: list[int] = []
     real = store.get_by_record
 
