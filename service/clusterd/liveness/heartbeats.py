@@ -46,6 +46,11 @@ _NOT_RUNNING_INTERVAL = 0.5  # a job Slurm does not show running (yet) is asked 
 _HURRY_EVERY_SECONDS = 30.0  # a record's beats hurry the queue poll at most this often
 
 
+# The rate-limit buckets' clock: a test of the limit replaces it, so the limit is checked whatever
+# the machine's load.
+_bucket_clock: Callable[[], float] = time.monotonic
+
+
 @dataclass
 class _Known:
     sha256: str
@@ -58,10 +63,6 @@ class _Known:
 
 
 FirstStep = Callable[[Run], Awaitable[None]]
-
-# The rate-limit buckets' clock: a test of the limit replaces it, so the limit is checked whatever
-# the machine's load.
-_bucket_clock = time.monotonic
 Jobs = Callable[[str], JobView | None]
 
 
