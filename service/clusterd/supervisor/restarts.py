@@ -196,7 +196,7 @@ class Restarter:
             return _NOTHING
         if sj.restart_count != det.restart_count or sj.restart_count != rec.acked_restarts:
             return _NOTHING  # another run by now, or a restart already under way
-        cause = Cause(det.cause)
+        cause = det.cause
         node_dead = cause == Cause.NODE_FAILURE
         term = Termination(cause, det.nodes if node_dead else (), det.exit_code, det.detail, nodes=rec.nodes)
         policy = effective_policy(rec.spec.restart_policy, self._defaults)
