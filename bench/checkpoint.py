@@ -298,7 +298,7 @@ def fsdp_worker(rank: int, world: int, args: dict[str, Any], barrier: Any, out: 
     through torch's state-dict API (``get_state_dict``, then ``set_state_dict`` after ``dcp.load``),
     inside the timed region on both sides. Saves also time, in the same rounds, ``async_save`` with a
     stager kept across saves and a plain ``copy_`` of the rank's bytes into a warm buffer (the floor),
-    and count the minor page faults of each blocking call.
+    and count the CPU time (of the calling thread) and minor page faults of each blocking call.
     """
     os.environ.update({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
     import torch
@@ -339,7 +339,7 @@ def fsdp_worker(rank: int, world: int, args: dict[str, Any], barrier: Any, out: 
             stager = DefaultStager(StagingOptions(False, False, False, False))
             sources = [t.reshape(-1).view(torch.uint8) for t in local_tensors()]
             floor_buf = torch.ones(sum(t.numel() for t in sources), dtype=torch.uint8)  # warm pages
-            timings: dict[str, list[tuple[float, float, int]]] = {}  # (blocking s, end to end s, faults)
+            timings: dict[str, list[tuple[float, float, float, int]]] = {}  # blocking s, e2e s, CPU s, faults
 
             def ours(i: int) -> Any:
                 return ckpt.save(i, held)
@@ -363,15 +363,15 @@ def fsdp_worker(rank: int, world: int, args: dict[str, Any], barrier: Any, out: 
             def timed(name: str, run: Any, i: int) -> None:
                 barrier.wait()
                 f0 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
-                t0 = time.perf_counter()
+                c0, t0 = time.thread_time(), time.perf_counter()
                 h = run(i)
-                block = time.perf_counter() - t0
+                block, cpu = time.perf_counter() - t0, time.thread_time() - c0
                 faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - f0
                 if h is not None:
                     h.result()
                 e2e = time.perf_counter() - t0
                 if i > 0:  # the first of each warms staging memory
-                    timings.setdefault(name, []).append((block, e2e, faults))
+                    timings.setdefault(name, []).append((block, e2e, cpu, faults))
 
             runs = {"ours": ours, "dcp": theirs, "dcp_warm": theirs_warm, "copy": floor}
             for i in range(reps + 1):  # forward, then reversed order (ABBA)
@@ -379,9 +379,10 @@ def fsdp_worker(rank: int, world: int, args: dict[str, Any], barrier: Any, out: 
                     timed(name, runs[name], i)
             stager.close()
             for name, runs_of in timings.items():
-                block, e2e, faults = zip(*runs_of, strict=True)
+                block, e2e, cpu, faults = zip(*runs_of, strict=True)
                 res[f"{name}_block_s"] = statistics.median(block)
                 res[f"{name}_e2e_s"] = statistics.median(e2e)
+                res[f"{name}_cpu_s"] = statistics.median(cpu)
                 res[f"{name}_faults"] = statistics.median(faults)
             # a replicated half: as much again in tensors every rank holds whole (DDP-style)
             sd = model.state_dict()
@@ -472,6 +473,15 @@ def run_fsdp(opts: argparse.Namespace) -> list[tuple[str, str, str, str, str]]:
         worst(saved, "ours_block_s") / worst(saved, "copy_block_s"),
         "(info)",
     )
+    for anchor, label in (("dcp", "DCP async_save"), ("copy", "the copy")):
+        row(
+            f"  CPU time of the blocking call / {label}",
+            worst(saved, "ours_cpu_s"),
+            worst(saved, f"{anchor}_cpu_s"),
+            "s",
+            worst(saved, "ours_cpu_s") / worst(saved, f"{anchor}_cpu_s"),
+            "(info)",
+        )
     rows.append(
         (
             "  page faults in the blocking call, ours / DCP",
