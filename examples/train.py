@@ -6,8 +6,10 @@ background, and on SIGUSR1/SIGTERM (Slurm's warning before the time limit, or pr
 checkpoints and exits with the "requeue me" code so that clusterd brings it back.
 
 Every step prints ``STEP <n> rank <r> loss <x>``; the tests read these lines to prove that a
-restart resumed where the last committed checkpoint left off. Each step is also reported to
-clusterd's failure detector (``heartbeat.report_step``; a no-op outside a clusterd job).
+restart resumed where the last committed checkpoint left off. The process runs in the job's
+runtime (``clusterctl.job_runtime()``: heartbeats to clusterd's failure detector, and the exit
+status as the last beat; a no-op outside a clusterd job), and each step is reported to it
+(``heartbeat.report_step``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 
 import numpy as np
 
+import clusterctl
 from clusterctl import heartbeat
 from clusterctl.checkpoint import CheckpointManager
 from clusterctl.slurm_env import RequeueOnSignal, rank_and_world_size
@@ -117,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             snapshot = {"params": params, "step": step, "meta": {"world": world, "loss": loss}}
             if (step + 1) % args.every == 0:
                 ckpt.save(step, snapshot)
-            if stop.requested:
+            if stop.requested_at(step):  # every rank stops at the same step (agreed through clusterd)
                 print(f"SIGNAL at step {step}: checkpointing and asking to be requeued", flush=True)
                 stop.checkpoint_and_exit(ckpt, step, snapshot)
     ckpt.wait()
@@ -127,4 +130,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with clusterctl.job_runtime():  # the exit status below leaves the block: it is this rank's last beat
+        sys.exit(main())

@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+import clusterctl
 from clusterctl import heartbeat
 from clusterctl.checkpoint import CheckpointManager, Replicated, Sharded
 from clusterctl.slurm_env import RequeueOnSignal, rank_and_world_size
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             snapshot = sharded_state(w, m, lo, step, world)
             if (step + 1) % args.every == 0:
                 ckpt.save(step, snapshot)
-            if stop.requested:
+            if stop.requested_at(step):  # every rank stops at the same step (agreed through clusterd)
                 print(f"SIGNAL at step {step}: checkpointing and asking to be requeued", flush=True)
                 stop.checkpoint_and_exit(ckpt, step, snapshot)
     ckpt.wait()
@@ -118,4 +119,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with clusterctl.job_runtime():  # heartbeats, and the exit status as this rank's last beat
+        sys.exit(main())

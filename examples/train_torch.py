@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+import clusterctl
 from clusterctl.checkpoint import CheckpointManager
 from clusterctl.slurm_env import RequeueOnSignal
 
@@ -69,6 +70,7 @@ def init_distributed() -> torch.device:
     return torch.device("cpu")
 
 
+@clusterctl.job_runtime()  # this rank's heartbeats; main() returning is exit 0, SystemExit(85) is 85
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--uri", default=os.environ.get("CLUSTERCTL_CHECKPOINT_URI"), help="checkpoint URI")
@@ -87,28 +89,29 @@ def main() -> None:
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(optim, T_max=args.steps)
     state: dict[str, Any] = {"model": model, "optim": optim, "sched": sched}
 
-    ckpt = CheckpointManager(args.uri, keep=3)
-    last = ckpt.restore(into=state)  # the newest valid step, loaded in place; None on the first run
-    start = 0 if last is None else last + 1
-    if last is not None:
-        print(f"RESUMED from step {last} rank {rank}/{world}", flush=True)
+    # The manager's block enters the job's runtime (heartbeats to clusterd) and closes the manager:
+    # the last save has committed when the block ends.
+    with CheckpointManager(args.uri, keep=3) as ckpt:
+        last = ckpt.restore(into=state)  # the newest valid step, loaded in place; None on the first run
+        start = 0 if last is None else last + 1
+        if last is not None:
+            print(f"RESUMED from step {last} rank {rank}/{world}", flush=True)
 
-    with RequeueOnSignal() as stop:  # with a process group, every rank sees the stop at the same step
-        for step in range(start, args.steps):
-            x, y = batch(step, rank, world, device)
-            loss = (model(x) - y).pow(2).mean()
-            loss.backward()
-            optim.step()
-            optim.zero_grad()
-            sched.step()
-            if rank == 0 and step % 10 == 0:
-                print(f"step {step} loss {loss.item():.5f}", flush=True)
-            if step % args.save_every == args.save_every - 1:
-                ckpt.save(step, state)  # returns once snapshotted; uploads in the background
-            if stop.requested:  # this same step on every rank: save it, wait for the commit, exit 85
-                stop.checkpoint_and_exit(ckpt, step, state)
-            time.sleep(args.sleep)
-    ckpt.close()
+        with RequeueOnSignal() as stop:  # with a process group, every rank sees the stop at the same step
+            for step in range(start, args.steps):
+                x, y = batch(step, rank, world, device)
+                loss = (model(x) - y).pow(2).mean()
+                loss.backward()
+                optim.step()
+                optim.zero_grad()
+                sched.step()
+                if rank == 0 and step % 10 == 0:
+                    print(f"step {step} loss {loss.item():.5f}", flush=True)
+                if step % args.save_every == args.save_every - 1:
+                    ckpt.save(step, state)  # returns once snapshotted; uploads in the background
+                if stop.requested_at(step):  # the same step on every rank: save it, wait for the commit, exit 85
+                    stop.checkpoint_and_exit(ckpt, step, state)
+                time.sleep(args.sleep)
     if rank == 0:
         print(f"DONE {args.steps} steps", flush=True)
     dist.destroy_process_group()

@@ -3,9 +3,11 @@
 # network namespaces, SeaweedFS S3), run lint, types and every test, and take the stack down again
 # if this script brought it up. README's test command and .ci/run both call exactly this. Between
 # the two, the stack is switched to its HA mode (up --ha) for tests/integration/test_ha_stack.py.
-# Then the Slurm compatibility suite (tests/compat + tests/contract) on each newer release in
-# CLUSTERCTL_COMPAT_SLURM (default "24.11 26.05"; "" skips), each on its own stack
-# (deploy/local/stack.sh up --slurm VER: a debootstrap chroot, built once and cached).
+# The Slurm compatibility suite (scripts/compat.sh: tests/compat + tests/contract) runs on each newer
+# release in CLUSTERCTL_COMPAT_SLURM (default "24.11 26.05"; "" skips), one after the other on
+# stacks of their own, beside the main suite: the two share nothing, and the main suite leaves most
+# of the machine idle while it waits on jobs. Its output is printed after the main suite's, also
+# when the main suite fails; the script fails when either does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh >/dev/null
@@ -30,40 +32,75 @@ fi
 export PATH="$PWD/.venv/bin:$PATH"
 export CLUSTERCTL_REQUIRE_STACK=1
 
+# compat_result: wait for the compatibility suite, print its output, return its status.
+compat_result() {
+    local rc=0
+    [ -n "$compat_pid" ] || return 0
+    wait "$compat_pid" || rc=$?
+    compat_pid=""
+    cat "$compat_log"
+    rm -f "$compat_log"
+    return "$rc"
+}
+# kill_tree PID: TERM a process and everything under it (compat.sh's own trap takes its stack down).
+kill_tree() {
+    local child
+    for child in $(pgrep -P "$1"); do kill_tree "$child"; done
+    kill -TERM "$1" 2>/dev/null || true
+}
+# On an early exit (a failed install or stack start), stop the compatibility suite too.
+cleanup() {
+    if [ -n "$compat_pid" ]; then
+        kill_tree "$compat_pid"
+        compat_result || true
+    fi
+    if [ "$started_stack" = 1 ]; then
+        bash deploy/local/stack.sh down >/dev/null 2>&1 || true
+    fi
+}
+
+compat_pid=""
+compat_log=""
 started_stack=0
+trap cleanup EXIT
 if ! bash deploy/local/stack.sh status >/dev/null 2>&1; then
     started_stack=1
-    trap 'bash deploy/local/stack.sh down >/dev/null 2>&1 || true' EXIT
     bash deploy/local/stack.sh up
 fi
-
-echo "== ruff"; ruff check . && ruff format --check .
-echo "== mypy"; mypy
-echo "== pytest"
-python -m pytest -q -p no:cacheprovider "$@"
-# The stack's own HA mode, as an operator drives it: PostgreSQL and two replicas, one killed.
-echo "== ha: stack.sh up --ha"
-bash deploy/local/stack.sh up --ha
-python -m pytest -q -p no:cacheprovider tests/integration/test_ha_stack.py
-bash deploy/local/stack.sh up --no-ha
-if [ "$started_stack" = 1 ]; then
-    bash deploy/local/stack.sh down
-    trap - EXIT
+# The compatibility suite starts once the 22.05 stack is up: both bring-ups may run apt.
+compat_log=$(mktemp /tmp/clusterctl-compat.XXXXXX)
+compat_pid=""
+if [ -n "${CLUSTERCTL_COMPAT_SLURM-24.11 26.05}" ]; then
+    (
+        rc=0
+        for ver in ${CLUSTERCTL_COMPAT_SLURM-24.11 26.05}; do
+            echo "== compat: Slurm $ver"
+            bash scripts/compat.sh "$ver" || rc=1
+        done
+        exit "$rc"
+    ) >"$compat_log" 2>&1 &
+    compat_pid=$!
 fi
 
-for ver in ${CLUSTERCTL_COMPAT_SLURM-24.11 26.05}; do
-    echo "== compat: Slurm $ver"
-    started=0
-    if ! bash deploy/local/stack.sh status --slurm "$ver" >/dev/null 2>&1; then
-        started=1
-        trap 'bash deploy/local/stack.sh down --slurm "$ver" >/dev/null 2>&1 || true' EXIT
-    fi
-    # Always `up` (idempotent, a few seconds): it refreshes a running stack's job venv to this checkout.
-    bash deploy/local/stack.sh up --slurm "$ver"
-    CLUSTERCTL_STACK_DIR="$(bash deploy/local/stack.sh env --slurm "$ver" | xargs dirname)" \
-        python -m pytest -q -p no:cacheprovider tests/compat tests/contract
-    if [ "$started" = 1 ]; then
-        bash deploy/local/stack.sh down --slurm "$ver"
-        trap - EXIT
-    fi
-done
+# The main suite; a failure here still waits for the compatibility suite and prints its output.
+run_main() {
+    echo "== ruff"; ruff check . && ruff format --check . || return
+    echo "== mypy"; mypy || return
+    echo "== pytest"; python -m pytest -q -p no:cacheprovider "$@" || return
+    # The stack's own HA mode, as an operator drives it: PostgreSQL and two replicas, one killed.
+    echo "== ha: stack.sh up --ha"; bash deploy/local/stack.sh up --ha || return
+    python -m pytest -q -p no:cacheprovider tests/integration/test_ha_stack.py
+}
+main_rc=0
+run_main "$@" || main_rc=$?
+bash deploy/local/stack.sh up --no-ha >/dev/null
+if [ "$started_stack" = 1 ]; then
+    bash deploy/local/stack.sh down
+    started_stack=0
+fi
+
+compat_rc=0
+compat_result || compat_rc=$?
+trap - EXIT
+echo "== main suite exit $main_rc, compatibility suite exit $compat_rc"
+[ "$main_rc" = 0 ] && [ "$compat_rc" = 0 ]

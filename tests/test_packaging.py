@@ -16,8 +16,11 @@ SERVICE_ONLY = {
     "grpcio-reflection": "grpc_reflection",
     "prometheus-client": "prometheus_client",
     "h11": "h11",
+    "aiohttp": "aiohttp",
     "pyjwt": "jwt",
     "python-json-logger": "pythonjsonlogger",
+    "sqlalchemy": "sqlalchemy",
+    "alembic": "alembic",
 }
 
 

@@ -31,6 +31,11 @@ class ServiceError(ClusterctlError):
     def is_bad_input(self) -> bool:
         return self.code_name in ("INVALID_ARGUMENT", "OUT_OF_RANGE")
 
+    @property
+    def server_too_old(self) -> bool:
+        """The server has no such call (UNIMPLEMENTED): it is older than this client."""
+        return self.code_name == "UNIMPLEMENTED"
+
 
 class ResumeExpired(ServiceError):
     """A watch cannot continue after ``resume_token``: the service's event log no longer reaches back

@@ -22,21 +22,27 @@ follower answers UNAVAILABLE): a beat answered UNAVAILABLE or DEADLINE_EXCEEDED 
 to the next address in the list, so the sender finds the leader within one round (no retries inside
 a beat: another comes every interval anyway; only the exiting beat tries each address once).
 Nothing here raises into the trainer or blocks it (a report is a field update under a lock). A
-forked child (DataLoader workers) never inherits the sender and starts none by itself;
+forked child (DataLoader workers) never inherits the sender and starts none;
 ``multiprocessing`` children do not start one either. The sender connects (and imports grpc) when
 ``restore()`` returns or the first step is reported, at most START_GRACE seconds after it started,
 so that its ~90 ms of CPU does not delay the restore.
 
-Exit status: an uncaught exception (chained ``sys.excepthook``) is 1 (130 for KeyboardInterrupt);
-``sys.exit(n)`` is recorded by a wrapper that then calls the original; anything else that reaches
-``atexit`` is 0. A bare ``raise SystemExit(n)`` is invisible to Python code by then and is sent as
-0 (Slurm's own exit status stays authoritative); ``os._exit`` and fatal signals send nothing, which
-the service sees as silence.
+Stopping together (ranks without a shared process group): a rank that holds for a stop signal
+claims the step it holds at (:func:`report_stopping`); clusterd answers every rank of the run that
+a stop is under way and, once all of them hold, the step they all stop at (:func:`stop_news`,
+:func:`wait_stop`). While a rank holds, it beats twice per interval. An answer to a claim that says
+nothing of a stop (a clusterd that does not take claims, a run it does not follow any more) ends
+the wait at once: the rank then stops where it holds.
+
+Started and ended by the job's runtime (:mod:`clusterctl.runtime`: ``clusterctl.job_runtime()`` or
+``with CheckpointManager(...)``), which sends the exit status of the block it leaves as the last
+beat (:func:`finish`). Nothing here patches ``sys.exit``, ``sys.excepthook`` or ``atexit``: a
+process that ends outside a runtime block, by ``os._exit`` or by a fatal signal sends no exit
+status, which the service sees as silence (Slurm's own exit status stays authoritative).
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import math
 import os
@@ -45,7 +51,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 from .digits import parse_digits
 from .ranks import rank_and_world_size
@@ -58,6 +64,15 @@ MAX_DEADLINE = 2.0  # per beat; never more than the interval
 FINAL_DEADLINE = 1.0  # the exiting beat delays the process exit by at most this (plus a pending connect)
 START_GRACE = 1.0  # seconds the sender waits for restore()/the first step before importing grpc (see below)
 _INT32 = (1 << 31) - 1
+
+
+@dataclass(frozen=True)
+class StopNews:
+    """What clusterd said about a stop of this rank's run."""
+
+    under_way: bool = False  # a rank of the run holds for a stop: hold at the next step and claim it
+    step: int | None = None  # every rank held: the step each trains on to, saves, and stops at
+    refused: bool = False  # clusterd answered this rank's claim without taking it: no step will come
 
 
 @dataclass(frozen=True)
@@ -124,6 +139,9 @@ class HeartbeatSender:
         self._go = threading.Event()  # restore() returned or a step was reported: connect now
         self._ready = threading.Event()  # the channel exists (or could not be made)
         self._stop = threading.Event()
+        self._news = threading.Condition(self._lock)  # notified when the stop news changes
+        self._stopping_step: int | None = None  # the step this rank holds at for a stop
+        self._stop_news = StopNews()
         self._step = self._committed = -1
         self._restored = self._closed = self._warned = self._rotated = False
         self._urgent = True  # the first step reported (in this process, then after restore) goes out at once
@@ -162,6 +180,33 @@ class HeartbeatSender:
             self._restored = self._urgent = True
         self._go.set()
         self._wake.set()
+
+    def report_stopping(self, step: int) -> None:
+        """This rank holds at ``step`` for a stop: sent at once, and every half interval until answered."""
+        with self._lock:
+            self._stopping_step = max(int(step), self._stopping_step if self._stopping_step is not None else -1)
+        self._go.set()
+        self._wake.set()
+
+    def stop_news(self) -> StopNews:
+        with self._lock:
+            return self._stop_news
+
+    def wait_stop(self, timeout: float) -> StopNews:
+        """The news once clusterd named the step (or refused the claim, or is restarting the run), else as
+        it stands after ``timeout`` s."""
+        end = time.monotonic() + timeout
+        with self._news:
+            while self._stop_news.step is None and not self._stop_news.refused and not self._closed:
+                if self._stop.is_set():
+                    break  # the run is being restarted (a peer failed): it will not stop together
+                if self._ready.is_set() and self._call is None:
+                    break  # heartbeats could not start: no answer will come
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                self._news.wait(min(left, 0.5))
+            return self._stop_news
 
     def stop_requested(self) -> bool:
         return self._stop.is_set()
@@ -234,7 +279,10 @@ class HeartbeatSender:
                     return
             started = time.monotonic()
             self._beat()
-            self._wake.wait(max(0.0, started + self.interval - time.monotonic()))
+            with self._lock:
+                holding = self._stopping_step is not None and self._stop_news.step is None
+            period = self.interval / 2 if holding else self.interval
+            self._wake.wait(max(0.0, started + period - time.monotonic()))
             self._wake.clear()
 
     def _beat(self, *, exit_code: int | None = None, deadline: float | None = None) -> bool:
@@ -246,6 +294,9 @@ class HeartbeatSender:
         c = self.config
         with self._lock:
             fields = {"step": self._step, "committed_step": self._committed, "restored": self._restored}
+            claim = self._stopping_step
+        if claim is not None:
+            fields["stopping_step"] = claim
         if exit_code is not None:
             fields.update(exiting=True, exit_code=max(-_INT32 - 1, min(_INT32, exit_code)))
         timeout = deadline if deadline is not None else min(self.interval, MAX_DEADLINE)
@@ -266,6 +317,8 @@ class HeartbeatSender:
             code = exc.code().name if hasattr(exc, "code") and callable(exc.code) else repr(exc)
             if code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
                 self._rotated = self._rotate()  # a follower ("follower; ...") or a dead replica: try the next
+            elif claim is not None and code in ("UNAUTHENTICATED", "PERMISSION_DENIED", "INVALID_ARGUMENT"):
+                self._refuse_claim()  # the record ended (a cancel) or the claim is not believed: no step will come
             if not self._warned:
                 self._warned = True
                 log.info(
@@ -280,7 +333,26 @@ class HeartbeatSender:
             self.interval = min(MAX_INTERVAL, max(MIN_INTERVAL, wanted))
         if reply.stop:
             self._stop.set()
+            with self._news:
+                self._news.notify_all()  # a rank holding for a stop step waits no more: none will come
+        self._hear_stop(reply, claimed=claim is not None)
         return True
+
+    def _hear_stop(self, reply: Any, *, claimed: bool) -> None:
+        step = reply.stop_step if reply.HasField("stop_step") else None
+        if reply.stopping or step is not None:
+            with self._news:
+                if self._stop_news.step is None:  # a decision stands
+                    self._stop_news = StopNews(True, step)
+                    self._news.notify_all()
+        elif claimed:
+            self._refuse_claim()
+
+    def _refuse_claim(self) -> None:
+        with self._news:
+            if self._stop_news.step is None:
+                self._stop_news = StopNews(self._stop_news.under_way, None, refused=True)
+                self._news.notify_all()
 
     def finish(self, exit_code: int) -> None:
         """Send the one exiting beat with ``exit_code`` and stop the thread (at most ~FINAL_DEADLINE s)."""
@@ -288,6 +360,7 @@ class HeartbeatSender:
             if self._closed:
                 return
             self._closed = True
+            self._news.notify_all()
         self._go.set()
         self._wake.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
@@ -306,15 +379,16 @@ class HeartbeatSender:
 # --- the process-wide sender --------------------------------------------------------------
 _lock = threading.Lock()
 _sender: HeartbeatSender | None = None
-_checked = False  # the environment was looked at in this process
-_auto = True  # report_* may start the sender (False in a forked child)
+_checked = False  # the environment was looked at in this process (True in a forked child: it starts none)
 _abandoned: list[HeartbeatSender] = []  # a parent's senders, kept alive in a forked child (never touched)
-_exit_code: int | None = None
-_hooked = False
 
 
 def start() -> HeartbeatSender | None:
-    """Start this process's sender when the environment configures one (idempotent); never raises."""
+    """Start this process's sender when the environment configures one (idempotent); never raises.
+
+    Called by :func:`clusterctl.job_runtime` (and ``with CheckpointManager(...)``); the reports
+    below go to the sender it started and are no-ops before.
+    """
     global _sender, _checked
     if _checked:
         return _sender
@@ -335,20 +409,13 @@ def _start_from_env() -> HeartbeatSender | None:
     config = HeartbeatConfig.from_env()
     if config is None:
         return None
-    _install_exit_hooks()
     return HeartbeatSender(config).start()
-
-
-def _current() -> HeartbeatSender | None:
-    if _checked:
-        return _sender
-    return start() if _auto else None
 
 
 def report_step(step: int) -> None:
     """This rank finished training step ``step``: the first one after start/restore is sent at once."""
     try:
-        if (s := _current()) is not None:
+        if (s := _sender) is not None:
             s.report_step(step)
     except Exception as exc:
         log.debug("heartbeat report_step: %s", exc)
@@ -357,7 +424,7 @@ def report_step(step: int) -> None:
 def report_committed(step: int) -> None:
     """Checkpoint step ``step`` is committed (as this rank saw it)."""
     try:
-        if (s := _current()) is not None:
+        if (s := _sender) is not None:
             s.report_committed(step)
     except Exception as exc:
         log.debug("heartbeat report_committed: %s", exc)
@@ -366,7 +433,7 @@ def report_committed(step: int) -> None:
 def report_restored() -> None:
     """``restore()`` returned in this run (with a state or with None); sent at once."""
     try:
-        if (s := _current()) is not None:
+        if (s := _sender) is not None:
             s.report_restored()
     except Exception as exc:
         log.debug("heartbeat report_restored: %s", exc)
@@ -375,75 +442,60 @@ def report_restored() -> None:
 def beat_now() -> None:
     """Send a beat now instead of at the end of the interval (the answer may carry ``stop``)."""
     try:
-        if (s := _current()) is not None:
+        if (s := _sender) is not None:
             s.beat_now()
     except Exception as exc:
         log.debug("heartbeat beat_now: %s", exc)
 
 
+def report_stopping(step: int) -> None:
+    """This rank holds at training step ``step`` for a stop (see the module doc); sent at once."""
+    try:
+        if (s := _sender) is not None:
+            s.report_stopping(step)
+    except Exception as exc:
+        log.debug("heartbeat report_stopping: %s", exc)
+
+
+def stop_news() -> StopNews | None:
+    """What clusterd said so far about a stop of this run; None when this process sends no heartbeats."""
+    s = _sender
+    return s.stop_news() if s is not None else None
+
+
+def wait_stop(timeout: float) -> StopNews | None:
+    """Wait up to ``timeout`` s for clusterd to name the stop step (or refuse the claim); None without heartbeats."""
+    s = _sender
+    return s.wait_stop(timeout) if s is not None else None
+
+
 def stop_requested() -> bool:
     """True once the service answered a beat with ``stop``: the job is being restarted, exit soon."""
-    s = _sender if _checked else None
+    s = _sender
     return s is not None and s.stop_requested()
+
+
+def finish(exit_code: int) -> None:
+    """Send this process's exiting beat with ``exit_code`` and stop its sender (once; never raises)."""
+    s = _sender
+    if s is None or s.pid != os.getpid():
+        return
+    try:
+        s.finish(exit_code)
+    except Exception as exc:
+        log.debug("heartbeat finish: %s", exc)
 
 
 def _opted_out(env: Mapping[str, str]) -> bool:
     return env.get("CLUSTERCTL_HEARTBEAT", "").strip().lower() in ("0", "false", "no", "off")
 
 
-# --- exit status ------------------------------------------------------------------------------
-def _note_exit(code: int) -> None:
-    global _exit_code
-    _exit_code = code
-
-
-def _status_code(status: object) -> int:
-    """The process exit status Python derives from ``sys.exit(status)``."""
-    if status is None:
-        return 0
-    if isinstance(status, int):
-        return status
-    return 1  # a message: printed to stderr, exit status 1
-
-
-def _install_exit_hooks() -> None:
-    """atexit + a chained sys.excepthook + a sys.exit wrapper, once per process (see module doc)."""
-    global _hooked
-    if _hooked:
-        return
-    _hooked = True
-    previous_hook, previous_exit = sys.excepthook, sys.exit
-
-    def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
-        _note_exit(130 if issubclass(kind, KeyboardInterrupt) else 1)
-        previous_hook(kind, value, tb)
-
-    def exit(status: Any = None) -> NoReturn:
-        _note_exit(_status_code(status))
-        previous_exit(status)
-        raise SystemExit(status)  # not reached: the original raises
-
-    sys.excepthook = excepthook
-    sys.exit = exit
-    atexit.register(_at_exit)
-
-
-def _at_exit() -> None:
-    s = _sender
-    if s is None or s.pid != os.getpid():
-        return
-    try:
-        s.finish(0 if _exit_code is None else _exit_code)
-    except Exception as exc:
-        log.debug("heartbeat at exit: %s", exc)
-
-
 def _after_fork_in_child() -> None:
-    """A forked child keeps no sender: its grpc channel belongs to the parent (never used or closed)."""
-    global _sender, _checked, _auto, _exit_code, _lock
+    """A forked child keeps no sender and starts none: its grpc channel belongs to the parent (never used or closed)."""
+    global _sender, _checked, _lock
     if _sender is not None:
         _abandoned.append(_sender)
-    _sender, _checked, _auto, _exit_code = None, False, False, None
+    _sender, _checked = None, True
     _lock = threading.Lock()
 
 
@@ -453,14 +505,15 @@ if hasattr(os, "register_at_fork"):
 __all__ = [
     "HeartbeatConfig",
     "HeartbeatSender",
+    "StopNews",
+    "beat_now",
+    "finish",
     "report_committed",
     "report_restored",
     "report_step",
+    "report_stopping",
     "start",
+    "stop_news",
     "stop_requested",
+    "wait_stop",
 ]
-
-# The exit hooks go in at import, in a job that beats: ``sys.exit(main())`` looks ``sys.exit`` up
-# before ``main()`` runs (and starts the sender), so a wrapper installed later never sees the code.
-if os.environ.get("CLUSTERCTL_HEARTBEAT_ADDR") and not _opted_out(os.environ):
-    _install_exit_hooks()

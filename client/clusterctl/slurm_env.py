@@ -7,7 +7,8 @@ and shared by the processes torchrun starts inside one task), else ``0``/``1``.
 Preemption: Slurm sends a signal before the time limit when the job was submitted with
 ``--signal=B:USR1@<seconds>`` (clusterd does this; ``B:`` sends it to the batch shell, which
 forwards it to the tasks; without ``B:`` it goes to every task), and SIGTERM on preemption or
-``scancel``. :class:`RequeueOnSignal` turns either into a flag the training loop polls, and
+``scancel``. :class:`RequeueOnSignal` turns either into a flag the training loop polls (with
+:meth:`RequeueOnSignal.requested_at`, every rank stops at the same step), and
 :meth:`RequeueOnSignal.checkpoint_and_exit` finishes the in-flight checkpoint (or takes one),
 then exits with :data:`REQUEUE_EXIT_CODE`.
 """
@@ -31,6 +32,10 @@ REQUEUE_EXIT_CODE = 85
 preemption) after a committed checkpoint and wants to continue from it. clusterd's restart
 policy treats it as retryable without counting it as a failure; 85 is outside the ranges used by
 shells (126-165 = signals/exec errors), Slurm and Python (1, 2)."""
+
+HOLD_TIMEOUT = 20.0
+"""Seconds a rank holds at its step for clusterd to name the stop step (requested_at): well within
+Slurm's default KillWait (30 s) after SIGTERM, leaving time to train on and save."""
 
 
 def slurm_run_id(env: Mapping[str, str] | None = None) -> str | None:
@@ -67,6 +72,18 @@ class RequeueOnSignal:
     default, or ``agree=True``), ranks agree: reading ``requested`` is then a collective that is
     True on every rank once any rank got the signal, so every rank checkpoints the same step. Read
     it exactly once per step on every rank, as above.
+
+    Without a process group, ranks agree through clusterd's heartbeats (sent while the rank runs
+    in the job's runtime: ``clusterctl.job_runtime()`` or ``with CheckpointManager(...)``): ask
+    :meth:`requested_at` with the step just finished instead of reading ``requested``::
+
+        if stop.requested_at(step):
+            stop.checkpoint_and_exit(ckpt, step, state)
+
+    A rank that got the signal, or heard from clusterd that another rank did, holds at that step
+    until clusterd names the step every rank stops at (the highest step held), then trains on to
+    it. When no answer comes within ``hold_timeout`` seconds (no heartbeats, a clusterd that does
+    not take the claim, a peer that never holds), the rank stops at the step it holds at.
     """
 
     def __init__(
@@ -75,9 +92,13 @@ class RequeueOnSignal:
         *,
         exit_code: int = REQUEUE_EXIT_CODE,
         agree: bool | None = None,
+        hold_timeout: float = HOLD_TIMEOUT,
     ) -> None:
         self.signals = tuple(signals)
         self.exit_code = exit_code
+        self.hold_timeout = hold_timeout
+        self.held_step: int | None = None  # the step this rank held at for a stop (requested_at)
+        self.stop_step: int | None = None  # the step this rank stops at, once known (requested_at)
         self._event = threading.Event()
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
@@ -90,6 +111,44 @@ class RequeueOnSignal:
         if self._agreement is not None:
             return bool(self._agreement.any(self._event.is_set()))
         return self._event.is_set()
+
+    def requested_at(self, step: int) -> bool:
+        """Whether to checkpoint and stop after ``step``, the training step just finished.
+
+        With a process group this is ``requested`` (a collective: ask once per step on every rank).
+        Without one, a stop signal here or on another rank (as clusterd tells) holds this rank at
+        ``step`` until clusterd names the step all ranks stop at, at most ``hold_timeout`` seconds;
+        then it is True at that step. Without heartbeats, or when no step is named in time, it is
+        True at the step the rank holds at (the save then commits only if every rank chose it).
+        """
+        if self._agreement is not None:
+            return self.requested
+        if self.stop_step is not None:
+            return step >= self.stop_step
+        news = heartbeat.stop_news()
+        if not self._event.is_set() and (news is None or not news.under_way):
+            return False
+        self.held_step = self.stop_step = step  # unless clusterd names another step
+        if news is None:
+            return True  # no heartbeats: no one to agree through
+        heartbeat.report_stopping(step)
+        news = heartbeat.wait_stop(self.hold_timeout)
+        if news is not None and news.step is not None:
+            self.stop_step = news.step
+        else:
+            why = (
+                "the run is being restarted"
+                if heartbeat.stop_requested()
+                else "clusterd did not take the claim"
+                if news is not None and news.refused
+                else "no answer in time"
+            )
+            print(
+                f"clusterctl: stopping at step {step} without the other ranks' agreement ({why})",
+                file=sys.stderr,
+                flush=True,
+            )
+        return step >= self.stop_step
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._event.wait(timeout)
@@ -179,8 +238,8 @@ class RequeueOnSignal:
     def exit(self) -> NoReturn:
         """Exit with the requeue code (flushing stdio first).
 
-        Through ``sys.exit`` (not a bare ``raise SystemExit``) so that the heartbeat sender's exit
-        hook sees the code and tells clusterd "exited 85", not "exited 0".
+        The SystemExit leaving the job's runtime block (``clusterctl.job_runtime()`` or
+        ``with CheckpointManager(...)``) tells clusterd "exited 85".
         """
         sys.stdout.flush()
         sys.stderr.flush()

@@ -245,6 +245,12 @@ def check_paths(config: Config, out: Findings) -> None:
         out.add("paths", OK, f"state {config.state_dir}, audit {config.audit_path}, jobs {config.slurm.job_root}")
 
 
+def _backend_label(config: Config) -> str:
+    """The backend in use, and that ``auto`` chose it: ``slurmrestd (auto)``."""
+    chosen = config.slurm.chosen_backend
+    return chosen if chosen == config.slurm.backend else f"{chosen} ({config.slurm.backend})"
+
+
 async def check_slurm(config: Config, out: Findings, backend: SlurmBackend | None = None) -> None:
     try:
         backend = backend or make_backend(config.slurm)
@@ -257,7 +263,7 @@ async def check_slurm(config: Config, out: Findings, backend: SlurmBackend | Non
         partitions = await backend.partitions()
         switches = await backend.topology()
     except SlurmError as exc:  # SlurmUnavailable included: the message says which command and why
-        out.add("slurm", FAIL, f"{config.slurm.backend} backend: {exc}")
+        out.add("slurm", FAIL, f"{_backend_label(config)} backend: {exc}")
         return
     try:
         release = SlurmVersion.parse(version)
@@ -278,7 +284,7 @@ async def check_slurm(config: Config, out: Findings, backend: SlurmBackend | Non
     out.add(
         "slurm",
         OK,
-        f"Slurm {version}{api} via {config.slurm.backend}: {len(nodes)} nodes ({usable} usable), "
+        f"Slurm {version}{api} via {_backend_label(config)}: {len(nodes)} nodes ({usable} usable), "
         f"partitions {', '.join(partitions)}, {len(switches)} switches",
     )
     if not usable:

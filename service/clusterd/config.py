@@ -19,7 +19,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class SlurmConfig:
-    backend: str = "commands"  # commands | slurmrestd | pyslurm | auto (pyslurm when it matches Slurm)
+    backend: str = "commands"  # commands | slurmrestd | pyslurm | auto (see chosen_backend)
     slurm_conf: str = ""  # exported as SLURM_CONF to every Slurm command when set
     bin_dir: str = ""  # where sbatch & co live; empty = PATH
     default_partition: str = ""
@@ -37,6 +37,16 @@ class SlurmConfig:
     jwt_key_file: str = ""
     jwt_token_file: str = ""
     jwt_lifetime_seconds: int = 600
+
+    @property
+    def chosen_backend(self) -> str:
+        """The backend ``backend`` names; ``auto`` is slurmrestd when ``restd_url`` is set, else commands.
+
+        ``auto`` never picks pyslurm: no real-Slurm test covers it (it is used only when named).
+        """
+        if self.backend != "auto":
+            return self.backend
+        return "slurmrestd" if self.restd_url else "commands"
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from dataclasses import replace
 from clusterd.errors import InvalidArgument
 from clusterd.slurm.request import JobRequest, Switches
 from clusterd.supervisor.cache import ClusterSnapshot, QueueCache
-from clusterd.topology.demand import PlacementRequest, Preference
+from clusterd.topology.demand import PlacementRequest, Preference, node_count
 from clusterd.topology.errors import InvalidPlacementRequest
 from clusterd.topology.model import TopologyModel
 from clusterd.topology.planner import Plan, plan
@@ -76,16 +76,17 @@ class TopologyPlacer:
         """``job`` with its switches/exclude/nodelist planned, and the explanation users see."""
         if not self._cache.snapshot.nodes:
             return job, "placement not planned: the service has no node information from Slurm yet"
+        nodelist = pref.nodelist or job.nodelist
         request = replace(
             placement_request(
-                nodes=job.nodes or 1,  # -N MIN-MAX is feasible when MIN fits: Slurm may start it on MIN
+                nodes=node_count(job.nodes, job.max_nodes, nodelist),
                 gpus_per_node=job.gpus_per_node or 0,
                 cpus_per_node=(job.tasks_per_node or 1) * (job.cpus_per_task or 1),
                 partition=job.partition,
                 pref=pref,
             ),
             exclude_nodes=tuple(dict.fromkeys([*pref.exclude_nodes, *job.exclude])),
-            nodelist=pref.nodelist or job.nodelist,
+            nodelist=nodelist,
         )
         result = self.dry_run(request, field="spec.placement")
         if not result.feasible:

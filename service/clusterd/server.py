@@ -92,7 +92,7 @@ class ClusterDaemon:
         shared = bool(config.store.url)
         poll = ha.event_poll_seconds if shared else max(ha.event_poll_seconds, _EMBEDDED_EVENT_POLL_SECONDS)
         self.journal = EventJournal(
-            self.store,
+            self.store.events,
             self.bus,
             poll_seconds=poll,
             retention_seconds=ha.event_retention_seconds,
@@ -100,7 +100,7 @@ class ClusterDaemon:
         )
         # One replica of several leads: it alone supervises (requeues, releases, marks nodes down),
         # and each of its Slurm writes is fenced by the lease epoch.
-        self.leadership = Leadership(self.store, ha)
+        self.leadership = Leadership(self.store.leases, ha)
         self.leadership.subscribe(self._leadership_changed)
         fenced = FencedBackend(self.backend, self.leadership)
         # Supervision in three parts, wired here and nowhere else: the queue cache polls Slurm and
@@ -121,9 +121,9 @@ class ClusterDaemon:
             )
         )
         self.liveness = LivenessTable()
-        self.restarter = Restarter(fenced, self.store, self.journal, self.progress, config.restart, self.liveness)
+        self.restarter = Restarter(fenced, self.store.jobs, self.journal, self.progress, config.restart, self.liveness)
         self.reconciler = Reconciler(
-            self.store,
+            self.store.jobs,
             self.journal,
             self.restarter,
             self.progress,
@@ -136,7 +136,7 @@ class ClusterDaemon:
         # would see after SlurmdTimeout, acted on by the reconciler's restarter.
         live = config.liveness
         self.heartbeats = HeartbeatService(
-            self.store,
+            self.store.jobs,
             self.liveness,
             live,
             self.reconciler.on_first_step,
@@ -156,11 +156,11 @@ class ClusterDaemon:
             check_every=live.check_every_seconds,
         )
         self.placer = TopologyPlacer(self.poller)
-        self.quotas = Quotas(self.store, config.limits)
+        self.quotas = Quotas(self.store.jobs, config.limits)
         self.manager = JobManager(
             config,
             self.backend,
-            self.store,
+            self.store.jobs,
             self.poller,
             self.journal,
             self.placer,
@@ -172,8 +172,8 @@ class ClusterDaemon:
         self.checkpoints = CheckpointViews(self.manager, config.views)
         self.views = JobViews(
             self.manager,
-            JobLogs(self.manager, self.store, self.bus, self.poller, config.views),
-            History(self.store, self.backend, config.views, config.limits),
+            JobLogs(self.manager, self.store.jobs, self.bus, self.poller, config.views),
+            History(self.store.jobs, self.backend, config.views, config.limits),
             self.checkpoints,
             self.poller,
             self.placer,
@@ -227,7 +227,7 @@ class ClusterDaemon:
         return server.port if server is not None else None
 
     async def start(self) -> None:
-        await self.store.open()  # PostgreSQL connects and migrates here (SQLite did in open_store)
+        await self.store.open()  # connects and migrates (store/migrate.py)
         limit = self.config.limits.max_message_bytes
         server = grpc.aio.server(
             interceptors=[
@@ -274,7 +274,8 @@ class ClusterDaemon:
         except SlurmError as exc:
             log.warning(
                 "Slurm's release and configuration unknown (%s): `list --all` shows each user their "
-                "own jobs until a restart reads them",
+                "own jobs, and scripts' #PBS lines are read as the newest sbatch reads them, until a "
+                "restart reads them",
                 exc,
             )
         else:
@@ -282,7 +283,9 @@ class ClusterDaemon:
             SLURM_INFO.labels(version=features.version, backend=kind).set(1)
             log.info("Slurm %s via the %s backend: %s", features.version, kind, "; ".join(features.describe()))
             self.views.slurm_private_jobs = "jobs" in features.private_data
-        self._start_http()
+            if features.release is not None:  # scripts' #PBS lines are read as this release's sbatch reads them
+                self.poller.slurm_release = features.release.release
+        await self._start_http()
         await server.start()
         self._server = server
         self._tokens_task = asyncio.create_task(self.tokens.watch(self._stop, self.config.tokens_reload_seconds))
@@ -292,17 +295,16 @@ class ClusterDaemon:
             mode = f"unix socket, group {group}" if group else "unix socket, owner only"
         log.info("clusterd listening on %s (%s)", self.config.listen, mode)
 
-    def _start_http(self) -> None:
+    async def _start_http(self) -> None:
         """/metrics, and the dashboard on its own listener or sharing the metrics one."""
         cfg = self.config
-        loop = asyncio.get_running_loop()
-        web = WebApp(cfg, self.views, self.tokens, self.limiter, loop) if cfg.web.enabled else None
+        web = WebApp(cfg, self.views, self.tokens, self.limiter) if cfg.web.enabled else None
         scheme = "https" if cfg.tls.cert_file and web is not None else "http"
         same = cfg.web.listen == cfg.metrics_listen and not cfg.web.listen.endswith(":0")  # two ":0" are two ports
         shared = web is not None and (not cfg.web.listen or same)
         if cfg.metrics_listen:
             if shared:
-                self._metrics = serve(cfg.metrics_listen, combined(web, self.role), config=cfg)
+                self._metrics = await serve(cfg.metrics_listen, combined(web, self.role), config=cfg)
                 log.info(
                     "metrics on %s://%s/metrics, dashboard on %s://%s/",
                     scheme,
@@ -311,10 +313,10 @@ class ClusterDaemon:
                     cfg.metrics_listen,
                 )
             else:
-                self._metrics = serve(cfg.metrics_listen, combined(None, self.role), config=cfg, dashboard=False)
+                self._metrics = await serve(cfg.metrics_listen, combined(None, self.role), config=cfg, dashboard=False)
                 log.info("metrics on http://%s/metrics, health on /healthz", cfg.metrics_listen)
         if web is not None and not shared:
-            self._web = serve(cfg.web.listen, web, config=cfg)
+            self._web = await serve(cfg.web.listen, combined(web, metrics=False), config=cfg)
             log.info("dashboard on %s://%s/", scheme, cfg.web.listen)
 
     def _health_changed(self, ok: bool) -> None:
@@ -386,7 +388,7 @@ class ClusterDaemon:
         self.prober.close()
         for http in (self._metrics, self._web):
             if http is not None:
-                await asyncio.to_thread(http.stop)
+                await http.stop()
         self._metrics = self._web = None
         self.checkpoints.close()
         close = getattr(self.backend, "aclose", None)

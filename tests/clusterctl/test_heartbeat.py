@@ -1,16 +1,13 @@
 """The heartbeat sender against a fake JobService on a unix socket (tests.support.heartbeat).
 
 In-process tests drive a :class:`HeartbeatSender` directly; everything that touches the
-process-wide sender or the exit hooks runs in a child Python process.
+process-wide sender runs in a child Python process (the runtime's exit status: test_runtime.py).
 """
 
 from __future__ import annotations
 
 import os
 import statistics
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +18,7 @@ import grpc
 import pytest
 
 from clusterctl.heartbeat import DEFAULT_INTERVAL, HeartbeatConfig, HeartbeatSender
-from tests.support.heartbeat import FakeJobService, HeartbeatRequest, child_env, heartbeat_env, serve
+from tests.support.heartbeat import FakeJobService, HeartbeatRequest, heartbeat_env, run_child, serve
 
 
 @pytest.fixture
@@ -40,16 +37,6 @@ def sender(sock: Path, **extra: str) -> HeartbeatSender:
     config = HeartbeatConfig.from_env(heartbeat_env(sock, **extra))
     assert config is not None
     return HeartbeatSender(config, start_grace=0)
-
-
-def run_child(code: str, env: dict[str, str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env=child_env(env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def test_config_from_env() -> None:
@@ -173,6 +160,60 @@ def test_stop_in_a_reply_is_seen(sock: Path) -> None:
             s.finish(0)
 
 
+def test_a_claim_goes_out_at_once_and_the_named_stop_step_is_heard(sock: Path) -> None:
+    fake = FakeJobService(stopping=True, stop_step=9)
+    with serve(sock, fake):
+        s = sender(sock, CLUSTERCTL_HEARTBEAT_INTERVAL="60").start()
+        try:
+            s.report_restored()
+            fake.wait_for(lambda r: r.restored, what="the restored beat")
+            s.report_stopping(0)  # step 0 is a step: sent, not taken for "not stopping"
+            _, claim = fake.wait_for(lambda r: r.HasField("stopping_step"), what="the claim")
+            assert claim.stopping_step == 0
+            news = s.wait_stop(10)
+            assert (news.under_way, news.step, news.refused) == (True, 9, False)
+        finally:
+            s.finish(0)
+    assert not fake.requests()[0].HasField("stopping_step")  # no claim before the rank holds
+
+
+def test_a_claim_answered_without_a_stop_ends_the_wait_at_once(sock: Path, fake: FakeJobService) -> None:
+    """A clusterd that does not take claims answers as before: the rank stops where it holds."""
+    s = sender(sock, CLUSTERCTL_HEARTBEAT_INTERVAL="60").start()
+    try:
+        s.report_stopping(3)
+        news = s.wait_stop(60)
+        assert (news.step, news.refused) == (None, True)
+    finally:
+        s.finish(0)
+
+
+def test_a_run_being_restarted_ends_the_wait_for_a_stop_step(sock: Path) -> None:
+    fake = FakeJobService(stop=True, stopping=True)  # a peer failed while the ranks held
+    with serve(sock, fake):
+        s = sender(sock, CLUSTERCTL_HEARTBEAT_INTERVAL="60").start()
+        try:
+            s.report_stopping(3)
+            news = s.wait_stop(60)
+            assert news.step is None and s.stop_requested()
+        finally:
+            s.finish(0)
+
+
+def test_waiting_for_a_stop_step_is_bounded(sock: Path) -> None:
+    fake = FakeJobService(stopping=True)  # a peer never holds: no step is named
+    with serve(sock, fake):
+        s = sender(sock).start()
+        try:
+            s.report_stopping(3)
+            started = time.monotonic()
+            news = s.wait_stop(0.3)
+            assert time.monotonic() - started >= 0.3
+            assert (news.under_way, news.step, news.refused) == (True, None, False)
+        finally:
+            s.finish(0)
+
+
 def report_timings(s: HeartbeatSender, calls: int = 2000) -> list[float]:
     times = []
     for i in range(calls):
@@ -223,37 +264,6 @@ def test_values_out_of_protobuf_range_drop_beats_not_the_thread(
     assert crashes == [] and fake.beats == [] and s.sent == 0
 
 
-CHILD = """
-import sys, time
-from clusterctl import heartbeat
-assert heartbeat.start() is not None
-heartbeat.report_step(5)
-time.sleep(0.1)
-{ending}
-"""
-
-
-@pytest.mark.parametrize(
-    ("ending", "code"),
-    [
-        ("pass", 0),
-        ("sys.exit(3)", 3),
-        ("raise ValueError('boom')", 1),
-        ("from clusterctl.slurm_env import RequeueOnSignal; RequeueOnSignal().exit()", 85),
-    ],
-)
-def test_the_last_beat_carries_the_exit_status(sock: Path, fake: FakeJobService, ending: str, code: int) -> None:
-    t0 = time.monotonic()
-    done = run_child(CHILD.format(ending=ending), heartbeat_env(sock))
-    assert done.returncode == code, done.stderr
-    assert time.monotonic() - t0 < 10
-    beats = fake.requests()
-    assert [b.exiting for b in beats].count(True) == 1 and beats[-1].exiting, beats
-    assert beats[-1].exit_code == code and beats[-1].step == 5 and beats[-1].pid != os.getpid()
-    if code == 1:  # the original excepthook still ran
-        assert "ValueError: boom" in done.stderr
-
-
 def test_off_switch_and_no_configuration_send_nothing(sock: Path, fake: FakeJobService) -> None:
     code = """
     from clusterctl import heartbeat
@@ -269,25 +279,32 @@ def test_off_switch_and_no_configuration_send_nothing(sock: Path, fake: FakeJobS
     assert fake.beats == []
 
 
-def test_report_calls_start_lazily_and_forked_children_send_nothing(sock: Path, fake: FakeJobService) -> None:
+def test_reports_before_start_and_forked_children_send_nothing(sock: Path, fake: FakeJobService) -> None:
     code = """
     import os, sys, time
     from clusterctl import heartbeat
-    heartbeat.report_step(1)  # starts the sender in this process
+    heartbeat.report_step(1)  # no sender yet: goes nowhere, starts nothing
+    assert heartbeat._sender is None
+    assert heartbeat.start() is not None
+    heartbeat.report_step(2)
     pid = os.fork()
     if pid == 0:  # a DataLoader-style worker: its reports and its exit go nowhere
+        assert heartbeat.start() is None
         heartbeat.report_step(999)
-        sys.exit(7)
+        heartbeat.finish(7)
+        os._exit(7)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 7
-    heartbeat.report_step(2)
+    heartbeat.report_step(3)
     time.sleep(0.3)
+    heartbeat.finish(0)
     """
     done = run_child(code, heartbeat_env(sock))
     assert done.returncode == 0, done.stderr
     beats = fake.requests()
     assert {b.pid for b in beats} == {beats[0].pid}
-    assert all(b.step != 999 for b in beats) and beats[-1].exiting and beats[-1].exit_code == 0
+    assert {b.step for b in beats} <= {2, 3} and beats[-1].exiting
+    assert (beats[-1].exit_code, beats[-1].step) == (0, 3)
     assert [b.exiting for b in beats].count(True) == 1
 
 

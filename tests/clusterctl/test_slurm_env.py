@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from clusterctl import heartbeat
+from clusterctl.heartbeat import StopNews
 from clusterctl.slurm_env import REQUEUE_EXIT_CODE, RequeueOnSignal, rank_and_world_size, slurm_run_id
 
 
@@ -44,6 +46,65 @@ def test_signal_sets_flag() -> None:
         os.kill(os.getpid(), signal.SIGUSR1)
         assert stop.wait(5) and stop.requested and stop.signum == signal.SIGUSR1
     assert signal.getsignal(signal.SIGUSR1) is not stop._handle
+
+
+class Clusterd:
+    """The heartbeat module as RequeueOnSignal sees it: what clusterd said, and the claims sent."""
+
+    def __init__(self, news: StopNews | None, answer: StopNews | None = None) -> None:
+        self.news, self.answer = news, answer
+        self.claims: list[int] = []
+        self.waits: list[float] = []
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(heartbeat, "stop_news", lambda: self.news)
+        monkeypatch.setattr(heartbeat, "report_stopping", self.claims.append)
+        monkeypatch.setattr(heartbeat, "wait_stop", self.wait)
+
+    def wait(self, timeout: float) -> StopNews | None:
+        self.waits.append(timeout)
+        return self.answer
+
+
+def test_without_heartbeats_a_rank_stops_at_the_step_of_its_signal(monkeypatch: pytest.MonkeyPatch) -> None:
+    clusterd = Clusterd(None)
+    clusterd.install(monkeypatch)
+    with RequeueOnSignal(agree=False) as stop:
+        assert not stop.requested_at(3)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert stop.wait(5) and stop.requested_at(4)
+    assert (stop.held_step, stop.stop_step, clusterd.waits) == (4, 4, [])
+
+
+def test_a_signalled_rank_holds_then_trains_on_to_the_step_clusterd_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    clusterd = Clusterd(StopNews(), answer=StopNews(True, 9))
+    clusterd.install(monkeypatch)
+    with RequeueOnSignal(agree=False, hold_timeout=7) as stop:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert stop.wait(5)
+        assert [stop.requested_at(step) for step in range(4, 10)] == [False] * 5 + [True]
+    assert (clusterd.claims, clusterd.waits, stop.held_step, stop.stop_step) == ([4], [7], 4, 9)
+
+
+def test_a_rank_that_hears_of_a_stop_holds_without_a_signal(monkeypatch: pytest.MonkeyPatch) -> None:
+    clusterd = Clusterd(StopNews(), answer=StopNews(True, 6))
+    clusterd.install(monkeypatch)
+    with RequeueOnSignal(agree=False) as stop:
+        assert not stop.requested_at(5)
+        clusterd.news = StopNews(under_way=True)
+        assert stop.requested_at(6) and clusterd.claims == [6] and stop.signum is None
+
+
+@pytest.mark.parametrize("answer", [StopNews(True, None), StopNews(refused=True)], ids=["timed-out", "refused"])
+def test_without_a_named_step_a_rank_stops_where_it_holds(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], answer: StopNews
+) -> None:
+    clusterd = Clusterd(StopNews(), answer=answer)
+    clusterd.install(monkeypatch)
+    with RequeueOnSignal(agree=False) as stop:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert stop.wait(5) and stop.requested_at(8) and stop.stop_step == 8
+    assert "stopping at step 8 without the other ranks' agreement" in capsys.readouterr().err
 
 
 def test_sigterm_checkpoints_and_exits_with_requeue_code(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ from clusterctl.v1 import cluster_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 from clusterd.config import Config, LimitsConfig, RestartDefaults, SlurmConfig
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
-from clusterd.store.base import JobStore
-from clusterd.store.sqlite import SqliteJobStore
+from clusterd.store.jobs import JobRecords
+from clusterd.store.store import Store, sqlite_store
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.progress import ProgressReader
 from clusterd.supervisor.reconciler import Reconciler
@@ -116,7 +116,7 @@ def stub(channel: grpc.aio.Channel) -> jobs_pb2_grpc.JobServiceStub:
 
 def supervised(
     slurm: FakeSlurm,
-    store: JobStore,
+    store: JobRecords,
     events: EventSink,
     progress: ProgressReader,
     defaults: RestartDefaults | None = None,
@@ -133,9 +133,9 @@ def supervised(
 
 
 @pytest.fixture
-async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqliteJobStore]:
-    """An opened SQLite store of this test's own (tests/clusterd/store runs both stores)."""
-    store = SqliteJobStore(tmp_path / "db.sqlite3")
+async def embedded_store(tmp_path: Path) -> AsyncIterator[Store]:
+    """An opened SQLite store of this test's own (tests/clusterd/store runs both databases)."""
+    store = sqlite_store(tmp_path / "db.sqlite3")
     await store.open()
     yield store
     await store.close()

@@ -50,6 +50,12 @@ async def test_good_config_passes_with_fake_slurm(tmp_path: Path) -> None:
     assert not (tmp_path / "state").exists()  # check changes nothing
 
 
+async def test_check_names_the_backend_auto_chose(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLUSTERD_SLURM__BACKEND", "auto")
+    got = by_check(await run_checks(str(write_config(tmp_path)), [], backend=FakeSlurm.cluster()))
+    assert got["slurm"][0][1].startswith("Slurm 22.05.8 (JSON/REST v0.0.38) via commands (auto): ")
+
+
 async def test_every_problem_is_named_and_all_checks_still_run(tmp_path: Path) -> None:
     (tmp_path / "tokens.toml").write_text('[[token]]\nuser = "no-such-user-xyz"\ntoken_sha256 = "' + "0" * 64 + '"\n')
     extra = 'metrics_listen = "nohost"\n[tls]\ncert_file = "/nonexistent/cert.pem"\nkey_file = "/nonexistent/key.pem"'
@@ -191,9 +197,9 @@ async def test_job_root_inside_the_private_state_dir_fails(tmp_path: Path) -> No
 async def test_tcp_heartbeats_need_a_ca_the_jobs_can_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ranks dialing TCP carry their job's token: plaintext is warned about, TLS without a CA for the
     jobs FAILs, and the CA's path reaches the jobs' environment as CLUSTERCTL_CA."""
-    from clusterctl.v1 import jobs_pb2
     from clusterd.config import LivenessConfig
     from clusterd.liveness import credentials
+    from clusterd.model.spec import JobSpec
 
     cfg = str(write_config(tmp_path))
     monkeypatch.setenv("CLUSTERD_LIVENESS__HEARTBEAT_ADDR", "clusterd-a:50051,clusterd-b:50051")
@@ -207,5 +213,5 @@ async def test_tcp_heartbeats_need_a_ca_the_jobs_can_read(tmp_path: Path, monkey
     got = by_check(await run_checks(cfg, [], backend=FakeSlurm.cluster()))
     assert got["heartbeats"][0][0] == OK
     live = LivenessConfig(heartbeat_addr="clusterd-a:50051", heartbeat_ca_file="/shared/clusterd-ca.pem")
-    env, _ = credentials.issue(jobs_pb2.JobSpec(), live, "unix:/run/clusterd.sock")
+    env, _ = credentials.issue(JobSpec(), live, "unix:/run/clusterd.sock")
     assert env["CLUSTERCTL_CA"] == "/shared/clusterd-ca.pem"

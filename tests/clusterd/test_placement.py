@@ -20,7 +20,7 @@ async def placer() -> TopologyPlacer:
     return TopologyPlacer(cache)
 
 
-def job(nodes: int, max_nodes: int | None, **fields: object) -> JobRequest:
+def job(nodes: int | None, max_nodes: int | None, **fields: object) -> JobRequest:
     return JobRequest(script="#!/bin/bash\n", name="x", user="alice", nodes=nodes, max_nodes=max_nodes, **fields)  # type: ignore[arg-type]
 
 
@@ -46,6 +46,20 @@ async def test_tasks_per_node_with_a_range_is_explained() -> None:
 async def test_an_infeasible_script_nodelist_names_spec_script() -> None:
     with pytest.raises(InvalidArgument) as err:  # the #SBATCH --nodelist node has too few CPUs
         (await placer())(job(1, None, nodelist=("node1",), cpus_per_task=100000), Preference())
+    assert err.value.field == "spec.script"
+
+
+async def test_a_nodelist_without_a_node_count_is_a_job_of_that_many_nodes() -> None:
+    """sbatch -w node1,node2 (no -N): slurmctld raises the node count to the list's size."""
+    p = await placer()
+    planned, _ = p(job(None, None, nodelist=("node1", "node4")), Preference())
+    assert (planned.nodes, planned.nodelist) == (None, ("node1", "node4"))
+    planned, _ = p(job(None, None), Preference(nodelist=("node1", "node2", "node3")))
+    assert planned.nodelist == ("node1", "node2", "node3")
+    planned, _ = p(job(1, 3, nodelist=("node1", "node2")), Preference())
+    assert planned.nodelist == ("node1", "node2")
+    with pytest.raises(InvalidArgument, match="nodelist names 2 nodes but the job asks for 1") as err:
+        p(job(1, None, nodelist=("node1", "node2")), Preference())  # -N 1 is at most 1: Slurm refuses it too
     assert err.value.field == "spec.script"
 
 

@@ -22,7 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.privileges import needs_root
 from tests.support.wait import wait_for
+
+FAULT_HOOKS = needs_root("stack.sh's fault hooks run as root")
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = ROOT / "deploy" / "local"
@@ -123,8 +126,6 @@ class FakeReplica:
 @pytest.fixture
 def fake_ha(tmp_path: Path) -> Iterator[tuple[Path, int, dict[str, FakeReplica]]]:
     """A state dir recorded as HA, with clusterd-a a follower and clusterd-b the leader."""
-    if os.geteuid() != 0:
-        pytest.skip("stack.sh's fault hooks run as root")
     (tmp_path / "run").mkdir()
     (tmp_path / "ha").touch()
     for _ in range(20):  # two neighbouring free ports: replica i listens on base + i
@@ -159,6 +160,7 @@ def stack(state: Path, port: int, *args: str) -> subprocess.CompletedProcess[str
     return subprocess.run(["bash", str(STACK), *args], capture_output=True, text=True, timeout=30, env=env)
 
 
+@FAULT_HOOKS
 def test_kill_leader_sigkills_the_replica_whose_healthz_says_leader(
     fake_ha: tuple[Path, int, dict[str, FakeReplica]],
 ) -> None:
@@ -171,6 +173,7 @@ def test_kill_leader_sigkills_the_replica_whose_healthz_says_leader(
     assert replicas["clusterd-a"].proc.poll() is None, "the follower is left alone"
 
 
+@FAULT_HOOKS
 def test_freeze_leader_stops_and_continues_it(fake_ha: tuple[Path, int, dict[str, FakeReplica]]) -> None:
     state, port, replicas = fake_ha
     leader = replicas["clusterd-b"].proc
@@ -189,8 +192,7 @@ def test_freeze_leader_stops_and_continues_it(fake_ha: tuple[Path, int, dict[str
     assert state_of(leader.pid) != "T" and leader.poll() is None
 
 
+@FAULT_HOOKS
 def test_fault_hooks_refuse_a_stack_that_is_not_ha(tmp_path: Path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("stack.sh's fault hooks run as root")
     done = stack(tmp_path, 9464, "kill-leader")
     assert done.returncode != 0 and "up --ha" in done.stderr

@@ -32,7 +32,7 @@ async def test_load_fake(tmp_path: Path) -> None:
         before = rss_kib(os.getpid())
         report = await asyncio.to_thread(run_load, f"127.0.0.1:{daemon.port}", tokens, clients=50, seconds=4.0)
         after = rss_kib(os.getpid())
-        store = {r.job_id for r in await daemon.store.list(user=None, include_finished=True, limit=10**6)}
+        store = {r.job_id for r in await daemon.store.jobs.list(user=None, include_finished=True, limit=10**6)}
     print(
         f"\nload (FakeSlurm, in-process): {sum(report.calls.values())} calls in {report.seconds:.1f}s, "
         f"{len(report.job_ids)} jobs, {dict(report.calls)}; test process RSS {before} -> {after} KiB"

@@ -48,8 +48,8 @@ def submit_calls(d: Daemon) -> float:
         ("#SBATCH --reboot", "--reboot is not allowed"),
         ("#SBATCH --par=debug", "ambiguous"),
         ("#SBATCH --uid=0", "--uid is not allowed"),
-        ("#PBS -l nodes=1", "#PBS directives are refused"),
-        ("#BSUB -J x", "#BSUB directives are refused"),
+        ("#PBS -W umask=0", "-W umask= has no sbatch option"),
+        ("#PBS -l nice=-5", "not a non-negative whole number"),
         ("#SBATCH -W", "--wait is not allowed"),
     ],
 )

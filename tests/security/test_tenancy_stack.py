@@ -17,9 +17,10 @@ import grpc
 import pytest
 
 from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
+from clusterd.model.spec import JobSpec
 from clusterd.slurm.types import JobState
 from clusterd.store.records import Phase
-from clusterd.store.sqlite import SqliteJobStore
+from clusterd.store.store import sqlite_store
 from tests.support.daemon import Daemon
 from tests.support.stack import Stack
 from tests.support.wait import wait_for
@@ -103,15 +104,17 @@ def test_one_user_at_every_limit_leaves_the_others_alone(daemon: Daemon, stack: 
 
 async def _seed_finished(path: Path, user: str, job_ids: range) -> None:
     """Records of jobs ``user`` ran before slurmctld lost its state: finished, holding these ids."""
-    store = SqliteJobStore(path)
+    opened = sqlite_store(path)
+    await opened.open()
+    store = opened.jobs
     try:
         for job_id in job_ids:
-            rec, _ = await store.reserve(user, "", jobs_pb2.JobSpec(command=["true"]))
+            rec, _ = await store.reserve(user, "", JobSpec(command=("true",)))
             rec.job_id, rec.phase, rec.name = str(job_id), Phase.SUBMITTED, "before-the-reset"
             rec.terminal, rec.state, rec.final_reason = True, JobState.COMPLETED, "completed"
             await store.save(rec)
     finally:
-        await store.close()
+        await opened.close()
 
 
 def test_a_reused_job_id_is_a_new_job(stack: Stack, tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from clusterd.slurm.restd import _make_client
 from clusterd.slurm.restd_http import HttpFailure
 from tests.clusterd.conftest import USER_A, auth, base_config, code_of, command_request, running, stub
 from tests.support.daemon import Daemon
+from tests.support.privileges import needs_root
 from tests.support.stack import Stack
 
 from .pki import CA, Pair
@@ -321,7 +322,7 @@ def test_plaintext_tcp_refused_by_the_real_process(stack: Stack, tmp_path: Path)
 @pytest.mark.parametrize(
     ("setup", "message"),
     [
-        ("foreign_dir", "belongs to uid"),
+        pytest.param("foreign_dir", "belongs to uid", marks=needs_root("gives a directory to another user")),
         ("file_at_path", "is not a socket"),
         ("no_group", "does not exist"),
         ("abstract", "abstract unix sockets"),
@@ -402,14 +403,15 @@ async def test_restd_https_is_verified_against_restd_ca_file(
         ("unix:///run/slurmrestd.sock", False),
     ],
 )
+@pytest.mark.parametrize("backend", ["slurmrestd", "auto"])  # auto with a restd_url is slurmrestd
 def test_plain_http_to_a_remote_slurmrestd_is_refused(
-    tmp_path: Path, url: str, refused: bool, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, url: str, refused: bool, backend: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     cfg = replace(
         base_config(tmp_path),
         allow_insecure=False,
         listen=f"unix:{tmp_path / 'run' / 's.sock'}",
-        slurm=SlurmConfig(backend="slurmrestd", restd_url=url, jwt_token_file="/x"),
+        slurm=SlurmConfig(backend=backend, restd_url=url, jwt_token_file="/x"),
     )
     if refused:
         with pytest.raises(ConfigError, match="plain HTTP to another host sends every user's JWT in clear"):

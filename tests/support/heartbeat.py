@@ -1,12 +1,16 @@
 """A fake clusterd that only answers ``JobService.Heartbeat``: records every beat with its arrival time.
 
 Used by the heartbeat client's tests and by bench/restart.py (the first-step beat is the last
-phase of a restart). It listens on a unix socket; ``interval``/``stop`` set what each reply says.
+phase of a restart). It listens on a unix socket; ``interval``/``stop``/``stopping``/``stop_step``
+set what each reply says.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,9 +29,13 @@ HeartbeatRequest = jobs_pb2.HeartbeatRequest
 class FakeJobService(jobs_pb2_grpc.JobServiceServicer):
     """Heartbeat only (every other JobService method answers UNIMPLEMENTED, as the base class does)."""
 
-    def __init__(self, *, interval: float = 0.0, stop: bool = False) -> None:
+    def __init__(
+        self, *, interval: float = 0.0, stop: bool = False, stopping: bool = False, stop_step: int | None = None
+    ) -> None:
         self.interval = interval
         self.stop = stop
+        self.stopping = stopping
+        self.stop_step = stop_step
         self.beats: list[tuple[float, HeartbeatRequest]] = []  # (time.monotonic() on arrival, request)
         self._cond = threading.Condition()
 
@@ -35,7 +43,7 @@ class FakeJobService(jobs_pb2_grpc.JobServiceServicer):
         with self._cond:
             self.beats.append((time.monotonic(), request))
             self._cond.notify_all()
-        reply = jobs_pb2.HeartbeatResponse(stop=self.stop)
+        reply = jobs_pb2.HeartbeatResponse(stop=self.stop, stopping=self.stopping, stop_step=self.stop_step)
         if self.interval:
             reply.interval.FromNanoseconds(int(self.interval * 1e9))
         return reply
@@ -98,3 +106,14 @@ def child_env(extra: dict[str, str]) -> dict[str, str]:
     paths = [str(Path(clusterctl.__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     return {**env, **extra}
+
+
+def run_child(code: str, env: dict[str, str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` (dedented) in a child Python with ``env`` on top of :func:`child_env`'s environment."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=child_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -3,7 +3,8 @@
 Each case of :data:`OPTION_CASES` is submitted held by the stack's own sbatch (as alice) and by
 ``clusterctl submit``, from the same directory with the same arguments, script and ``SBATCH_*``
 variables; ``scontrol show job`` must then show the same job, field by field, but for the fields
-that differ by construction (:data:`VOLATILE`). Used on every release and backend (tests/compat).
+that differ by construction (:data:`VOLATILE`). A case of :data:`FROM_RELEASE` run on an older
+release must be refused by both instead. Used on every release and backend (tests/compat).
 """
 
 from __future__ import annotations
@@ -77,7 +78,50 @@ OPTION_CASES: dict[str, tuple[list[str], str, dict[str, str]]] = {
             "SBATCH_NO_REQUEUE": "1",
         },
     ),
+    "quoted-hash": (
+        ["-H"],
+        '#SBATCH -J "run#1" -t 5 # a comment\n#SBATCH --wckey=w#x -n 1\n',
+        {},
+    ),
+    "split-directive": (
+        ["-H"],
+        '#SBATCH -t 5 --job-name\n#SBATCH split-name\n#SBATCH -n\n#SBATCH 2 "" -p batch\n',
+        {},
+    ),
+    "pbs-torque": (
+        ["-H"],
+        "#SBATCH -t 5 -J from-sbatch\n#PBS -N torque -q batch -l nodes=2:ppn=2,walltime=00:30:00,mem=200mb\n"
+        "#PBS -m abe -M alice -o pbs-%j.out -j oe -V -W depend=singleton\ntrue\n#PBS -p 5\n",
+        {},
+    ),
+    "pbs-pro": (
+        ["-H"],
+        "#PBS -l select=2:ncpus=2:mpiprocs=1\n#PBS -J 0-3 -l walltime=10:00\n#SBATCH -t 5\n",
+        {},
+    ),
+    "bsub": (
+        ["-H"],
+        "#PBS -N not-read\n#BSUB -J lsf -n 1,2 -W 10 -M 100000\n#BSUB -cwd sub -x -m 'node1 node2'\n",
+        {},
+    ),
+    "ignore-pbs": (
+        ["-H"],
+        "#SBATCH -t 5 --ignore-pbs\n#PBS -N ignored -W umask=077 -Y\n",
+        {},
+    ),
+    "ignore-pbs-variable": (
+        ["-H", "-t", "5"],
+        "#PBS -N ignored -W umask=077 -Y\n",
+        {"SBATCH_IGNORE_PBS": "1"},
+    ),
+    "pbs-workdir": (
+        ["-H", "-t", "5"],
+        "#PBS -N wd -d sub\n",
+        {},
+    ),
 }
+# Cases whose sbatch takes them from a release on: before it, sbatch and clusterctl both refuse them.
+FROM_RELEASE: dict[str, tuple[int, int]] = {"pbs-workdir": (23, 2)}
 # clusterd's own placement (one leaf switch for a multi-node job) is not sbatch's: left out here.
 CLUSTERD_ONLY = ["--placement", "any"]
 # Fields that differ by construction: ids, times of submission, clusterd's tracking comment, the
@@ -126,55 +170,23 @@ def check_every_option(daemon: Daemon, stack: Stack, alice_dir: Path, *, unlike:
     entry = pwd.getpwnam("alice")
     (alice_dir / "sub").mkdir()
     os.chown(alice_dir / "sub", entry.pw_uid, entry.pw_gid)
+    major, minor = (int(part) for part in stack.slurm_version.split(".")[:2])
     ids: list[str] = []
     try:
         for case, (argv, header, env) in OPTION_CASES.items():
             script = alice_dir / f"{case}.sh"
             script.write_text(f"#!/bin/bash\n{header}echo {case}\n")
-            direct = subprocess.run(
-                [
-                    "setpriv",
-                    f"--reuid={entry.pw_uid}",
-                    f"--regid={entry.pw_gid}",
-                    "--clear-groups",
-                    "--",
-                    "sbatch",
-                    "--parsable",
-                    *argv,
-                    script.name,
-                ],
-                cwd=alice_dir,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                env={
-                    "PATH": stack.command_path(),
-                    "HOME": entry.pw_dir,
-                    "USER": "alice",
-                    "LOGNAME": "alice",
-                    "SLURM_CONF": stack.slurm_conf,
-                    **env,
-                },
-            )
+            direct = _sbatch(stack, entry, alice_dir, [*argv, script.name], env)
+            through = _clusterctl(daemon, alice_dir, [*argv, script.name], env)
+            if (major, minor) < FROM_RELEASE.get(case, (0, 0)):
+                assert direct.returncode != 0, f"{case}: sbatch {stack.slurm_version} took it"
+                assert through.returncode == 2 and "script line" in through.stderr, f"{case}: {through.stderr}"
+                for done in (direct, through):
+                    if done.returncode == 0:
+                        ids.append(done.stdout.strip().split(";")[0])
+                continue
             assert direct.returncode == 0, f"{case}: sbatch refused it: {direct.stderr}"
             ids.append(direct.stdout.strip().split(";")[0])
-            through = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "clusterctl.cli.main",
-                    "submit",
-                    "--parsable",
-                    *CLUSTERD_ONLY,
-                    *argv,
-                    script.name,
-                ],
-                cwd=alice_dir,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                env={**daemon.cli_env(), **env},
-            )
             assert through.returncode == 0, f"{case}: clusterctl refused it: {through.stderr}"
             ids.append(through.stdout.strip())
             expected, got = show_job(stack, ids[-2]), show_job(stack, ids[-1])
@@ -189,3 +201,45 @@ def check_every_option(daemon: Daemon, stack: Stack, alice_dir: Path, *, unlike:
     finally:
         if ids:
             stack.run("scancel", *ids, check=False)
+
+
+def _sbatch(
+    stack: Stack, entry: pwd.struct_passwd, cwd: Path, argv: list[str], env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """The stack's own sbatch, run as ``entry``'s user."""
+    return subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={entry.pw_uid}",
+            f"--regid={entry.pw_gid}",
+            "--clear-groups",
+            "--",
+            "sbatch",
+            "--parsable",
+            *argv,
+        ],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            "PATH": stack.command_path(),
+            "HOME": entry.pw_dir,
+            "USER": entry.pw_name,
+            "LOGNAME": entry.pw_name,
+            "SLURM_CONF": stack.slurm_conf,
+            **env,
+        },
+    )
+
+
+def _clusterctl(daemon: Daemon, cwd: Path, argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``clusterctl submit`` with the daemon's caller's credentials."""
+    return subprocess.run(
+        [sys.executable, "-m", "clusterctl.cli.main", "submit", "--parsable", *CLUSTERD_ONLY, *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**daemon.cli_env(), **env},
+    )

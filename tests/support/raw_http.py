@@ -28,10 +28,12 @@ def ok(body: bytes) -> bytes:
     return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
 
 
-async def raw_server(answer: Callable[[bytes], bytes | None], *, close_after: bool = False) -> RawServer:
+async def raw_server(
+    answer: Callable[[bytes], bytes | None], *, close_after: bool = False, unix: str = ""
+) -> RawServer:
     """Answers each request with ``answer(request_line)`` in one write. None closes the connection
     without an answer; so does ``close_after`` after every answer, and an answer that says
-    ``Connection: Close``."""
+    ``Connection: Close``. On loopback TCP, or on the unix socket ``unix`` (url ``unix://PATH``)."""
     accepted: list[int] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -56,5 +58,7 @@ async def raw_server(answer: Callable[[bytes], bytes | None], *, close_after: bo
         finally:
             writer.close()
 
+    if unix:
+        return RawServer(f"unix://{unix}", await asyncio.start_unix_server(handle, unix), accepted)
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     return RawServer(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", server, accepted)

@@ -5,10 +5,11 @@ state into bounded staging memory and returns a :class:`SaveHandle`; one backgro
 in-flight slot checksums and uploads the shard, writes the manifest and runs the commit protocol.
 A background failure is stored and raised by ``result()``, ``wait()`` or the next ``save()``.
 
-Liveness: when the job's environment configures heartbeats (:mod:`clusterctl.heartbeat`), the
-manager starts the rank's sender and reports what it sees: ``save(step)`` as step progress, a
-committed step as ``committed_step``, and ``restore()`` returning as ``restored``. Unconfigured,
-these reports cost a global lookup each.
+Liveness: ``with CheckpointManager(...)`` enters the job's runtime (:mod:`clusterctl.runtime`),
+which starts the rank's heartbeats when the job's environment configures them and reports an
+exception leaving the block as the rank's exit status. The manager reports what it sees to the
+running sender: ``save(step)`` as step progress, a committed step as ``committed_step``, and
+``restore()`` returning as ``restored``. With no sender these reports cost a global lookup each.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import heartbeat, slurm_env
+from ..runtime import JobRuntime
 from ..storage import ObjectNotFoundError, Storage, StorageError, open_storage
 from ..storage.threads import nice_initializer
 from . import commit, layout, stateful, torchcompat
@@ -171,7 +173,7 @@ class CheckpointManager:
         self._closed = False
         self._create_only_checked = False
         self.last_restored_step: int | None = None
-        heartbeat.start()
+        self._runtime = JobRuntime(report_return=False)
 
     def _resolve_world(self) -> tuple[int, int]:
         env_rank, env_world = slurm_env.rank_and_world_size()
@@ -536,7 +538,15 @@ class CheckpointManager:
         self._raise_pending()
 
     def __enter__(self) -> CheckpointManager:
+        """Enter the job's runtime (heartbeats); an exception leaving the block is the rank's exit status."""
+        self._runtime.enter()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: object) -> None:
+        try:
+            self.close()
+        except BaseException as exc:  # a failed background save leaves the block too
+            error = exc
+            raise
+        finally:
+            self._runtime.leave(error)

@@ -105,9 +105,9 @@ def main(argv: Sequence[str] | None = None, *, client_factory: ClientFactory | N
         return _fail(str(exc), 2)
     except ServiceError as exc:
         message = describe_service_error(exc, args) if args is not None else exc.message
-        if exc.request_id and not exc.is_bad_input:
+        if exc.request_id and not exc.is_bad_input and not exc.server_too_old:
             message += f" (request id {exc.request_id})"
-        return _fail(message, 2 if exc.is_bad_input else 1)
+        return _fail(message, 2 if exc.is_bad_input or exc.server_too_old else 1)
     except ClusterctlError as exc:
         return _fail(str(exc), 1)
     except KeyboardInterrupt:

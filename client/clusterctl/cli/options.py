@@ -18,6 +18,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from clusterctl import __version__
 from clusterctl.cli.values import argtype, duration_seconds, hostlist, positive_int, positive_seconds
 from clusterctl.client import DEFAULT_ADDR, DEFAULT_TIMEOUT, ClusterClient, split_addrs
 from clusterctl.errors import ServiceError
@@ -214,4 +215,10 @@ def describe_service_error(exc: ServiceError, args: argparse.Namespace) -> str:
         return f"cannot reach clusterd at {addr}: {message} (check CLUSTERCTL_ADDR or --addr)"
     if exc.code_name in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
         return f"{message} (check CLUSTERCTL_ADDR or --addr)"
+    if exc.server_too_old:
+        command = getattr(args, "command", None) or "this command"
+        return (
+            f"clusterd does not know the call `clusterctl {command}` makes ({message}): the server is older "
+            f"than this client (clusterctl {__version__}); upgrade clusterd or use its release's clusterctl"
+        )
     return message

@@ -56,6 +56,7 @@ def queue_table(jobs: Iterable[jobs_pb2.QueueEntry], *, now: float | None = None
     for job in jobs:
         started = job.start_time.seconds if job.HasField("start_time") else 0
         running = job.state != jobs_pb2.JOB_STATE_PENDING and started > 0
+        until = job.end_time.seconds if job.HasField("end_time") else now  # a finished job's time stops
         where = _nodes(job.nodes) if job.nodes else f"({job.reason or 'None'})"
         job_id = Text(job.job_id, style="bold" if job.mine else "")
         table.add_row(
@@ -64,7 +65,7 @@ def queue_table(jobs: Iterable[jobs_pb2.QueueEntry], *, now: float | None = None
             Text(job.name),
             Text(job.user),
             Text(short_state(job.state)),
-            Text(slurm_duration(int(now - started)) if running else "0:00"),
+            Text(slurm_duration(max(0, int(until - started))) if running else "0:00"),
             Text(str(len(job.nodes) or "-")),
             Text(where),
         )

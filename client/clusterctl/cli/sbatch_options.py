@@ -32,7 +32,7 @@ from clusterctl.cli.values import (
 )
 from clusterctl.sbatch import values as sv
 from clusterctl.sbatch.environment import options_from_environment
-from clusterctl.sbatch.options import REFUSED, OptionError, parse_words, refusal
+from clusterctl.sbatch.options import REFUSED, OptionError, RefusedOption, allowed_options
 from clusterctl.v1 import jobs_pb2
 
 # (flags, JobSpec field) for sbatch options whose value is sent as typed, text or count.
@@ -116,6 +116,7 @@ _FORWARDED: tuple[tuple[tuple[str, ...], str | None, Callable[[str], object] | N
     (("--spread-job",), None, None, "spread the job over as many nodes as it may"),
     (("--requeue",), None, None, "the job may be requeued (the default)"),
     (("--no-requeue",), None, None, "never requeue the job: no automatic restart either"),
+    (("--ignore-pbs",), None, None, "do not translate the script's #PBS and #BSUB lines"),
 )
 # Optional values, registered whole so that "--exclusive SCRIPT" stays a flag, as with getopt.
 _WHOLE = ("--exclusive=user", "--exclusive=mcs", "--no-kill=off")
@@ -253,13 +254,12 @@ def environment_options(environ: Mapping[str, str]) -> list[str]:
         if variable == "SBATCH_EXPORT":
             continue
         try:
-            parsed = parse_words([option])
+            parsed = allowed_options([option])
+        except RefusedOption as exc:
+            raise ArgumentError(f"{variable} stands for --{exc.option}, which is not allowed: {exc.reason}") from None
         except OptionError as exc:
             raise ArgumentError(f"{variable}={environ.get(variable, '')!r}: {exc}") from None
         for o in parsed:
-            why = refusal(o.name)
-            if why is not None:
-                raise ArgumentError(f"{variable} stands for --{o.name}, which is not allowed: {why}")
             check = _VALUE_CHECKS.get(o.name)
             if check is not None and o.value is not None:
                 try:

@@ -11,7 +11,7 @@ the reason; a test pins that they cover the table.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class Arg(enum.Enum):
@@ -186,7 +186,24 @@ ANSWER_ONLY = frozenset(["parsable", "quiet", "verbose"])
 
 
 class OptionError(ValueError):
-    """A word that is not an sbatch option sbatch would take as written (unknown, ambiguous, no value)."""
+    """A word that is not an sbatch option sbatch would take as written (unknown, ambiguous, no value).
+
+    ``index``: the word's position in the words read (which line it came from, for a script).
+    """
+
+    def __init__(self, message: str, index: int = 0) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+class RefusedOption(OptionError):
+    """An sbatch option clusterd refuses: ``option`` (its long name), as ``written``, and why."""
+
+    def __init__(self, option: str, written: str, reason: str, index: int = 0) -> None:
+        super().__init__(f"--{option} is not allowed ({reason})", index)
+        self.option = option
+        self.written = written
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -196,6 +213,7 @@ class Option:
     name: str  # long name, e.g. "partition"
     value: str | None  # None for a flag given without a value
     written: str  # as written ("-p", "--par"), for messages
+    index: int = field(default=0, compare=False)  # the position of the word it starts at
 
 
 def resolve_long(name: str) -> str:
@@ -217,49 +235,74 @@ def parse_words(words: list[str]) -> list[Option]:
     i = 0
     while i < len(words):
         word = words[i]
+        at = i
         i += 1
+        if word == "--":  # getopt's end of options: a word after it is not an option
+            if i < len(words):
+                raise OptionError(f"{words[i][:40]!r} is not an option (sbatch: invalid directive)", i)
+            break
         if word.startswith("--") and len(word) > 2:
             key, eq, value = word[2:].partition("=")
-            option = resolve_long(key)
+            try:
+                option = resolve_long(key)
+            except OptionError as exc:
+                raise OptionError(str(exc), at) from None
             kind = SBATCH_LONG[option]
             val: str | None = value if eq else None
             if kind is Arg.NONE and eq:
-                raise OptionError(f"--{option} takes no value")
+                raise OptionError(f"--{option} takes no value", at)
             if kind is Arg.REQUIRED and not eq:
                 if i >= len(words):
-                    raise OptionError(f"--{option} needs a value")
+                    raise OptionError(f"--{option} needs a value", at)
                 val = words[i]
                 i += 1
-            out.append(Option(option, val, f"--{key}"))
+            out.append(Option(option, val, f"--{key}", at))
         elif word.startswith("-") and len(word) > 1:
             j = 1  # a cluster of short options: -Hv, -N2, -p debug (getopt stops at one that takes a value)
             while j < len(word):
                 letter = word[j]
                 long_name = SBATCH_SHORT.get(letter)
                 if long_name is None:
-                    raise OptionError(f"-{letter} is not an sbatch option")
+                    raise OptionError(f"-{letter} is not an sbatch option", at)
                 kind = SBATCH_LONG[long_name]
                 rest = word[j + 1 :]
                 if kind is Arg.NONE:
-                    out.append(Option(long_name, None, f"-{letter}"))
+                    out.append(Option(long_name, None, f"-{letter}", at))
                     j += 1
                     continue
                 if rest:
                     val = rest
                 elif kind is Arg.REQUIRED:
                     if i >= len(words):
-                        raise OptionError(f"-{letter} needs a value")
+                        raise OptionError(f"-{letter} needs a value", at)
                     val = words[i]
                     i += 1
                 else:
                     val = None
-                out.append(Option(long_name, val, f"-{letter}"))
+                out.append(Option(long_name, val, f"-{letter}", at))
                 break
         else:
-            raise OptionError(f"{word[:40]!r} is not an option (sbatch: invalid directive)")
+            raise OptionError(f"{word[:40]!r} is not an option (sbatch: invalid directive)", at)
     return out
 
 
 def refusal(option: str) -> str | None:
     """Why ``option`` (a long name) is refused, or None when it is accepted."""
     return None if option in ACCEPTED or option in ANSWER_ONLY else REFUSED[option]
+
+
+def allowed_options(words: list[str]) -> list[Option]:
+    """The options ``words`` give (getopt's rules), each one clusterd takes: the one reader of sbatch
+    option words, for the CLI's ``SBATCH_*`` variables and clusterd's directives and forwarded options.
+
+    Raises:
+        RefusedOption: an option of the refused table; its message ("--uid is not allowed (why)")
+            is the service's wording, the CLI words its own from the fields.
+        OptionError: a word sbatch would not take as written.
+    """
+    options = parse_words(words)
+    for o in options:
+        why = refusal(o.name)
+        if why is not None:
+            raise RefusedOption(o.name, o.written, why, o.index)
+    return options

@@ -430,7 +430,7 @@ class JobEvent(_message.Message):
     def __init__(self, type: _Optional[_Union[JobEventType, str]] = ..., job: _Optional[_Union[JobStatus, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., previous_state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ..., resume_token: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("record_id", "token", "job_id", "restart_count", "rank", "world_size", "node", "pid", "step", "committed_step", "restored", "exiting", "exit_code")
+    __slots__ = ("record_id", "token", "job_id", "restart_count", "rank", "world_size", "node", "pid", "step", "committed_step", "restored", "exiting", "exit_code", "stopping_step")
     RECORD_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -444,6 +444,7 @@ class HeartbeatRequest(_message.Message):
     RESTORED_FIELD_NUMBER: _ClassVar[int]
     EXITING_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    STOPPING_STEP_FIELD_NUMBER: _ClassVar[int]
     record_id: int
     token: str
     job_id: str
@@ -457,15 +458,20 @@ class HeartbeatRequest(_message.Message):
     restored: bool
     exiting: bool
     exit_code: int
-    def __init__(self, record_id: _Optional[int] = ..., token: _Optional[str] = ..., job_id: _Optional[str] = ..., restart_count: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., node: _Optional[str] = ..., pid: _Optional[int] = ..., step: _Optional[int] = ..., committed_step: _Optional[int] = ..., restored: _Optional[bool] = ..., exiting: _Optional[bool] = ..., exit_code: _Optional[int] = ...) -> None: ...
+    stopping_step: int
+    def __init__(self, record_id: _Optional[int] = ..., token: _Optional[str] = ..., job_id: _Optional[str] = ..., restart_count: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., node: _Optional[str] = ..., pid: _Optional[int] = ..., step: _Optional[int] = ..., committed_step: _Optional[int] = ..., restored: _Optional[bool] = ..., exiting: _Optional[bool] = ..., exit_code: _Optional[int] = ..., stopping_step: _Optional[int] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("interval", "stop")
+    __slots__ = ("interval", "stop", "stopping", "stop_step")
     INTERVAL_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
+    STOPPING_FIELD_NUMBER: _ClassVar[int]
+    STOP_STEP_FIELD_NUMBER: _ClassVar[int]
     interval: _duration_pb2.Duration
     stop: bool
-    def __init__(self, interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stop: _Optional[bool] = ...) -> None: ...
+    stopping: bool
+    stop_step: int
+    def __init__(self, interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stop: _Optional[bool] = ..., stopping: _Optional[bool] = ..., stop_step: _Optional[int] = ...) -> None: ...
 
 class ReadJobLogRequest(_message.Message):
     __slots__ = ("job_id", "stream", "tail_lines", "follow")
@@ -590,7 +596,7 @@ class ListQueueRequest(_message.Message):
     def __init__(self, partition: _Optional[str] = ..., states: _Optional[_Iterable[_Union[JobState, str]]] = ...) -> None: ...
 
 class QueueEntry(_message.Message):
-    __slots__ = ("job_id", "partition", "name", "user", "state", "reason", "nodes", "submit_time", "start_time", "mine", "supervised")
+    __slots__ = ("job_id", "partition", "name", "user", "state", "reason", "nodes", "submit_time", "start_time", "mine", "supervised", "end_time")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -602,6 +608,7 @@ class QueueEntry(_message.Message):
     START_TIME_FIELD_NUMBER: _ClassVar[int]
     MINE_FIELD_NUMBER: _ClassVar[int]
     SUPERVISED_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     partition: str
     name: str
@@ -613,7 +620,8 @@ class QueueEntry(_message.Message):
     start_time: _timestamp_pb2.Timestamp
     mine: bool
     supervised: bool
-    def __init__(self, job_id: _Optional[str] = ..., partition: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., mine: _Optional[bool] = ..., supervised: _Optional[bool] = ...) -> None: ...
+    end_time: _timestamp_pb2.Timestamp
+    def __init__(self, job_id: _Optional[str] = ..., partition: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., mine: _Optional[bool] = ..., supervised: _Optional[bool] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListQueueResponse(_message.Message):
     __slots__ = ("jobs", "as_of")

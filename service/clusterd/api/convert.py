@@ -8,6 +8,8 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from clusterctl.v1 import cluster_pb2, jobs_pb2
+from clusterd.api.spec_convert import spec_to_proto
+from clusterd.liveness.claims import BeatClaim, BeatReply
 from clusterd.slurm.request import parse_time_limit
 from clusterd.slurm.types import JobState, NodeState, SlurmNode
 from clusterd.store.records import ArrayTask, JobRecord
@@ -68,7 +70,7 @@ def job_status(rec: JobRecord, *, with_spec: bool = False) -> jobs_pb2.JobStatus
             getattr(msg, name).CopyFrom(ts)
     for entry in rec.restarts:
         r = msg.restarts.add(
-            cause=f"TERMINATION_CAUSE_{entry.cause}",
+            cause=f"TERMINATION_CAUSE_{entry.cause.value}",
             failed_nodes=list(entry.failed_nodes),
             checkpoint_step=entry.checkpoint_step,
             exit_code=entry.exit_code,
@@ -89,7 +91,7 @@ def job_status(rec: JobRecord, *, with_spec: bool = False) -> jobs_pb2.JobStatus
         msg.array = rec.array
         msg.tasks.extend(array_tasks(rec))
     if with_spec:
-        msg.spec.CopyFrom(rec.spec)
+        msg.spec.CopyFrom(spec_to_proto(rec.spec))
     return msg
 
 
@@ -195,3 +197,29 @@ def node(n: SlurmNode, switch: str) -> cluster_pb2.Node:
         reason=n.reason,
         flags=list(n.flags),
     )
+
+
+def beat_claim(req: jobs_pb2.HeartbeatRequest) -> BeatClaim:
+    """A rank's heartbeat, as the liveness service takes it (``stopping_step`` absent: not stopping)."""
+    return BeatClaim(
+        record_id=req.record_id,
+        token=req.token,
+        job_id=req.job_id,
+        restart_count=req.restart_count,
+        rank=req.rank,
+        world_size=req.world_size,
+        node=req.node,
+        pid=req.pid,
+        step=req.step,
+        committed_step=req.committed_step,
+        restored=req.restored,
+        exiting=req.exiting,
+        exit_code=req.exit_code,
+        stopping_step=req.stopping_step if req.HasField("stopping_step") else None,
+    )
+
+
+def heartbeat_response(reply: BeatReply) -> jobs_pb2.HeartbeatResponse:
+    msg = jobs_pb2.HeartbeatResponse(stop=reply.stop, stopping=reply.stopping, stop_step=reply.stop_step)
+    msg.interval.FromNanoseconds(int(reply.interval * 1e9))
+    return msg

@@ -211,6 +211,7 @@ class JobViews:
             )
             _set_ts(entry, "submit_time", r.submit_time)
             _set_ts(entry, "start_time", r.start_time)
+            _set_ts(entry, "end_time", r.end_time)
         _set_ts(out, "as_of", snapshot.time)
         return out
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from clusterd.config import ConfigError, HAConfig
 from clusterd.errors import FailedPrecondition
 from clusterd.observability.metrics import FAILOVERS, IS_LEADER, LEASE_EPOCH
-from clusterd.store.base import JobStore
+from clusterd.store.leases import Leases
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class Leadership:
 
     def __init__(
         self,
-        store: JobStore,
+        leases: Leases,
         config: HAConfig,
         *,
         holder: str | None = None,
@@ -53,7 +53,7 @@ class Leadership:
                 f"ha.renew_seconds ({config.renew_seconds}) must be above 0 and below ha.lease_seconds "
                 f"({config.lease_seconds}): a leader must renew before its lease runs out"
             )
-        self._store = store
+        self._leases = leases
         self._config = config
         self.holder = holder or replica_name(config)
         self._clock = clock
@@ -83,7 +83,7 @@ class Leadership:
         """
         if not self.is_leader:
             raise Deposed(f"{self.holder} does not hold the supervisor lease (epoch {self._epoch} lapsed)")
-        lease = await self._store.current_lease(LEASE_NAME)
+        lease = await self._leases.current(LEASE_NAME)
         if lease is None or lease.holder != self.holder or lease.epoch != self._epoch or lease.expires_in <= 0:
             self._valid_until = 0.0
             self._changed()
@@ -96,13 +96,13 @@ class Leadership:
         sent = self._clock()
         try:
             if self.is_leader:
-                if await self._store.renew_lease(LEASE_NAME, self.holder, self._epoch, ttl):
+                if await self._leases.renew(LEASE_NAME, self.holder, self._epoch, ttl):
                     self._valid_until = sent + ttl
                 else:
                     log.warning("lost the supervisor lease at epoch %d", self._epoch)
                     self._valid_until = 0.0
             if not self.is_leader:
-                lease = await self._store.acquire_lease(LEASE_NAME, self.holder, ttl)
+                lease = await self._leases.acquire(LEASE_NAME, self.holder, ttl)
                 if lease is not None:
                     if lease.epoch != self._epoch:
                         log.info("%s leads the supervisor at epoch %d", self.holder, lease.epoch)
@@ -135,6 +135,6 @@ class Leadership:
         """Expire the lease now (clean shutdown), so a follower takes over at its next try."""
         if self._epoch and self.is_leader:
             with contextlib.suppress(Exception):
-                await self._store.release_lease(LEASE_NAME, self.holder, self._epoch)
+                await self._leases.release(LEASE_NAME, self.holder, self._epoch)
         self._valid_until = 0.0
         self._changed()

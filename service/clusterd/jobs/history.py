@@ -19,7 +19,7 @@ from clusterd.config import LimitsConfig, ViewsConfig
 from clusterd.errors import InvalidArgument, PermissionDenied, SlurmError
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.types import JobState, SlurmJob
-from clusterd.store.base import JobStore
+from clusterd.store.jobs import JobRecords
 from clusterd.store.records import JobRecord
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def _check_name(name: str) -> str:
 
 
 class History:
-    def __init__(self, store: JobStore, backend: SlurmBackend, views: ViewsConfig, limits: LimitsConfig) -> None:
+    def __init__(self, store: JobRecords, backend: SlurmBackend, views: ViewsConfig, limits: LimitsConfig) -> None:
         self._store = store
         self._backend = backend
         self._views = views

@@ -24,7 +24,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar, cast
 
-from clusterctl.v1 import jobs_pb2
 from clusterd.auth.identity import Identity
 from clusterd.config import Config
 from clusterd.errors import (
@@ -40,21 +39,24 @@ from clusterd.errors import (
 )
 from clusterd.jobs import adopt as adopt_checks
 from clusterd.jobs.script import inject_environment, job_environment
-from clusterd.jobs.submission import SettledDirectories, persisted_spec, same_request, with_signal
-from clusterd.jobs.users import UnixUser, kept_unix_user, resolve_unix_user
+from clusterd.jobs.submission import persisted_spec, settle_directories, with_signal
+from clusterd.jobs.users import UnixUser, resolve_unix_user
 from clusterd.jobs.validate import placement_preference, validate_spec
 from clusterd.liveness import credentials
+from clusterd.model.causes import Cause
+from clusterd.model.events import EventType
+from clusterd.model.spec import JobSpec
 from clusterd.security.audit import AuditLog, status_name
 from clusterd.security.limits import Quotas
 from clusterd.slurm.arrays import split_task_id
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.request import ExportMode, JobRequest
 from clusterd.slurm.types import JobState
-from clusterd.store.base import JobStore
+from clusterd.store.jobs import JobRecords
 from clusterd.store.records import ArrayTask, JobRecord, Phase, RestartEntry
 from clusterd.supervisor import array_view
 from clusterd.supervisor.cache import QueueCache
-from clusterd.supervisor.events import EventType, JobEvent
+from clusterd.supervisor.events import JobEvent
 from clusterd.supervisor.reconciler import observe
 from clusterd.supervisor.sink import EventSink
 from clusterd.topology.demand import Preference
@@ -83,7 +85,8 @@ def check_job_id(value: str, field: str = "job_id") -> tuple[str, int | None]:
 
 
 def _audited(method: str) -> Callable[[_Call], _Call]:
-    """Write ``method``'s audit line when the call ends, with its outcome (refusals included).
+    """Write ``method``'s audit line when the call ends, with its outcome (refusals included), before
+    the call is answered.
 
     The decorated method takes (identity, target): a job id, or a spec carrying a request_id.
     """
@@ -102,7 +105,7 @@ def _audited(method: str) -> Callable[[_Call], _Call]:
                 raise
             finally:
                 if self._audit is not None:
-                    self._audit.record(
+                    await self._audit.record(
                         user=ident.user,
                         admin=ident.admin,
                         method=method,
@@ -122,7 +125,7 @@ class JobManager:
         self,
         config: Config,
         backend: SlurmBackend,
-        store: JobStore,
+        store: JobRecords,
         cache: QueueCache,
         bus: EventSink,
         placer: Placer,
@@ -140,12 +143,11 @@ class JobManager:
         self._quotas = quotas or Quotas(store, config.limits)
         self._audit = audit
         self._submits: set[asyncio.Task[JobRecord]] = set()  # shielded: they outlive a cancelled caller
-        self._settled = SettledDirectories(config.slurm.job_root)
 
     # -- submit -----------------------------------------------------------------------------
 
     @_audited("SubmitJob")
-    async def submit(self, ident: Identity, spec: jobs_pb2.JobSpec) -> tuple[JobRecord, bool]:
+    async def submit(self, ident: Identity, spec: JobSpec) -> tuple[JobRecord, bool]:
         """Returns (record, duplicate). Raises InvalidArgument before anything reaches Slurm."""
         request = validate_spec(spec, self._cache.facts(), self._config.limits)
         request, explanation = self._placer(request, placement_preference(spec.placement))
@@ -154,7 +156,7 @@ class JobManager:
         stored = persisted_spec(spec, request)
         rec, created = await self._quotas.reserve_submit(ident.user, stored, tasks=request.task_count)
         if not created:
-            if not same_request(rec.spec, stored):
+            if rec.spec != stored:  # the retry of a request asks for the same job
                 first = f"job {rec.job_id}" if rec.job_id else f"record {rec.record_id} (still submitting)"
                 raise AlreadyExists(f"request_id {spec.request_id!r} was already used for a different request: {first}")
             return await self._await_existing(rec), True
@@ -171,17 +173,14 @@ class JobManager:
         return await asyncio.shield(task), False
 
     async def _user_and_directories(self, name: str, request: JobRequest) -> tuple[UnixUser, JobRequest]:
-        """The caller's Unix account and the request's directories settled with its rights: from
-        what is kept when both are (no wait), else in one worker-thread hop for both blocking steps."""
-        unix_user = kept_unix_user(name)
-        if unix_user is not None and (settled := self._settled.kept(request, unix_user)) is not None:
-            return unix_user, settled
+        """The caller's Unix account and the request's directories settled with its rights, checked
+        at every submit in one worker-thread hop for both blocking steps."""
         return await asyncio.to_thread(self._settle, name, request)
 
     def _settle(self, name: str, request: JobRequest) -> tuple[UnixUser, JobRequest]:
         unix_user = resolve_unix_user(name)
         try:
-            return unix_user, self._settled.settle(request, unix_user)
+            return unix_user, settle_directories(request, unix_user, self._config.slurm.job_root)
         except OSError as exc:
             raise FailedPrecondition(f"cannot create the job directory for {unix_user.name}: {exc}") from exc
 
@@ -191,7 +190,7 @@ class JobManager:
             await asyncio.wait(set(self._submits), timeout=timeout)
 
     async def _submit_reserved(
-        self, rec: JobRecord, spec: jobs_pb2.JobSpec, request: JobRequest, explanation: str, unix_user: UnixUser
+        self, rec: JobRecord, spec: JobSpec, request: JobRequest, explanation: str, unix_user: UnixUser
     ) -> JobRecord:
         variables = dict(request.export.variables) if request.export.mode is not ExportMode.NONE else {}
         env = job_environment(variables, record_id=rec.record_id, checkpoint_uri=spec.checkpoint_uri)
@@ -221,11 +220,7 @@ class JobManager:
         rec.placement_explanation = explanation
         rec.excluded_nodes = request.exclude
         rec.array = rec.spec.array  # persisted_spec resolved it (#SBATCH --array included)
-        saved = self._store.save_behind(rec)
-        if saved is None:
-            await self._store.save(rec)
-        else:
-            saved.add_done_callback(functools.partial(_log_unsaved, rec))
+        await self._store.save(rec)  # durable: an acknowledged submit is recorded
         self._bus.publish(JobEvent(EventType.SUBMITTED, rec))
         log.info("submitted job %s for %s (record %s)", job_id, rec.user, rec.record_id)
         return rec
@@ -371,7 +366,7 @@ class JobManager:
             except SlurmError as exc:
                 raise FailedPrecondition(f"Slurm cannot requeue job {parent}_{task_id}: {exc.detail}") from exc
             entry = RestartEntry(
-                "MANUAL_REQUEUE",
+                Cause.MANUAL_REQUEUE,
                 task.nodes,
                 time.time(),
                 rec.checkpoint_step,
@@ -405,7 +400,7 @@ class JobManager:
             except SlurmError as exc:
                 raise FailedPrecondition(f"Slurm cannot requeue job {job_id}: {exc.detail}") from exc
             entry = RestartEntry(
-                "MANUAL_REQUEUE",
+                Cause.MANUAL_REQUEUE,
                 rec.nodes,
                 time.time(),
                 rec.checkpoint_step,
@@ -498,18 +493,6 @@ class JobManager:
             if seen is None or seen.comment == tag:
                 return
             await asyncio.sleep(0.2)
-
-
-def _log_unsaved(rec: JobRecord, saved: asyncio.Future[None]) -> None:
-    """A submit answered before its record committed, whose commit then failed: the record stays
-    SUBMITTING, and the reconciler adopts the job by its comment tag as after a lost sbatch answer."""
-    if not saved.cancelled() and (error := saved.exception()) is not None:
-        log.error(
-            "job %s (record %s) is not recorded yet; the reconciler settles it from Slurm: %s",
-            rec.job_id,
-            rec.record_id,
-            error,
-        )
 
 
 def _relayed(exc: SlurmError) -> str:

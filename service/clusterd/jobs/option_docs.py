@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from clusterctl.sbatch import wrappers
 from clusterctl.sbatch.options import ACCEPTED, ANSWER_ONLY, SBATCH_LONG, SBATCH_SHORT, Arg, refusal
-from clusterctl.v1 import jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.jobs.validate import validate_spec
+from clusterd.model.spec import JobSpec
 from clusterd.slurm import pyslurm_backend, restd_submit, restd_versions
 from clusterd.slurm.request import JobRequest
 from clusterd.slurm.restd_submit import Unexpressible
@@ -98,7 +99,7 @@ _FACTS = ClusterFacts(frozenset(), frozenset(), "debug")
 def _request(option: str) -> JobRequest:
     value = SAMPLES[option]
     word = f"--{option}" if value is None else f"--{option}={value}"
-    spec = jobs_pb2.JobSpec(script="#!/bin/bash\ntrue\n", sbatch_options=[word], submit_directory="/tmp")
+    spec = JobSpec(script="#!/bin/bash\ntrue\n", sbatch_options=(word,), submit_directory="/tmp")
     return validate_spec(spec, _FACTS, LimitsConfig())
 
 
@@ -115,6 +116,59 @@ _BACKENDS: tuple[tuple[str, Callable[[JobRequest], object]], ...] = (
     ("slurmrestd v0.0.40-45 (24.11, 26.05)", lambda r: restd_versions.api_for("v0.0.45").submit_body(r, {}, now=0.0)),
     ("pyslurm", pyslurm_backend.submit_attributes),
 )
+
+
+def _wrapper_option(letter: str, long_name: str) -> str:
+    return f"`-{letter}`" + (f", `--{long_name}`" if long_name else "")
+
+
+def _wrapper_tables() -> list[str]:
+    """The #PBS and #BSUB translations, from the tables the translation reads."""
+    lines = [
+        "",
+        "## #PBS and #BSUB lines",
+        "",
+        "Translated into sbatch options as sbatch translates them, then read like any other option:",
+        "they win over `#SBATCH` lines, lose to `SBATCH_*` variables and the command line, and",
+        "`--ignore-pbs` (anywhere) skips them. A script with any `#BSUB` line has its `#BSUB` lines read,",
+        "else its `#PBS` lines; they are looked for past the header too, up to the 101st line that",
+        "does not start with `#`, and all of a family's words are read as one command line.",
+        "An option with no translation is refused naming the line.",
+        "",
+        "### #PBS",
+        "",
+        "| option | sbatch |",
+        "|---|---|",
+    ]
+    pbs = {**wrappers.PBS_OPTIONS, **{letter: ("", Arg.REQUIRED) for letter in wrappers.PBS_NEWER}}
+    for letter in sorted(pbs, key=lambda c: (c.lower(), c)):
+        if letter in wrappers.PBS_IGNORED:
+            what = "ignored, as by sbatch"
+        elif letter in wrappers.PBS_NOTES:
+            what = wrappers.PBS_NOTES[letter]
+        else:
+            what = f"`--{wrappers.PBS_DIRECT[letter]}`"
+        if letter in wrappers.PBS_NEWER:
+            what += " (Slurm 23.02 on; 22.05's sbatch refuses it)"
+        lines.append(f"| {_wrapper_option(letter, pbs[letter][0])} | {what} |")
+    lines += ["", "`-l` resource list keys (others, and unknown text, are skipped as by sbatch):", ""]
+    lines += ["| key | sbatch |", "|---|---|"]
+    keys = {key: f"`--{option}`" for key, _folded, option, _stops in wrappers.RESOURCES if option}
+    for key, note in sorted({**keys, **wrappers.RESOURCE_NOTES}.items()):
+        lines.append(f"| `{key}` | {note} |")
+    skipped = sorted(key for key, _folded, option, _stops in wrappers.RESOURCES if option is None)
+    lines += [
+        "",
+        "Ignored keys: " + ", ".join(f"`{key}`" for key in skipped) + ". With `select=`, `ncpus=` and `mpiprocs=`",
+        "all given, ncpus over mpiprocs (when above mpiprocs) sets `--cpus-per-task`; a size's trailing B",
+        "(`2gb`) is dropped.",
+    ]
+    lines += ["", "### #BSUB", "", "| option | sbatch |", "|---|---|"]
+    for letter in sorted(wrappers.BSUB_OPTIONS, key=lambda c: (c.lower(), c)):
+        what = wrappers.BSUB_NOTES.get(letter) or f"`--{wrappers.BSUB_DIRECT[letter]}`"
+        lines.append(f"| {_wrapper_option(letter, wrappers.BSUB_OPTIONS[letter][0])} | {what} |")
+    lines += ["", "`-cwd` in an option's place is read as `-c`, as by sbatch."]
+    return lines
 
 
 def render() -> str:
@@ -165,6 +219,7 @@ def render() -> str:
         "",
         "Options newer releases added to sbatch (24.11, 26.05) are not in the table yet: they are refused",
         "as unknown options.",
+        *_wrapper_tables(),
         "",
     ]
     return "\n".join(lines)

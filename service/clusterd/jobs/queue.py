@@ -27,6 +27,7 @@ class QueueRow:
     nodes: tuple[str, ...]
     submit_time: float | None
     start_time: float | None
+    end_time: float | None  # finished jobs only (a running job's is Slurm's forecast)
     mine: bool
     supervised: bool
 
@@ -71,6 +72,7 @@ def queue_rows(
                 nodes=() if pending else job.nodes,
                 submit_time=job.submit_time,
                 start_time=job.start_time,
+                end_time=job.end_time if job.state.terminal else None,
                 mine=mine,
                 supervised=mine and (job.array_job_id or job.job_id) in supervised,
             )

@@ -7,14 +7,11 @@ job asks for it, and the spec the store keeps holds the resolved values ``status
 from __future__ import annotations
 
 import posixpath
-import threading
-import time
-from collections.abc import Callable
 from dataclasses import replace
 
-from clusterctl.v1 import jobs_pb2
 from clusterd.errors import InvalidArgument
 from clusterd.jobs.users import UnixUser, directory_problem, job_dir
+from clusterd.model.spec import JobSpec
 from clusterd.slurm.request import JobRequest, Signal, slurm_time
 
 _LEGACY_OUTPUT = "%x-%j.out"  # clients that send no submit directory: outputs in the service's job dir
@@ -43,54 +40,7 @@ def settle_directories(request: JobRequest, user: UnixUser, job_root: str) -> Jo
     return replace(request, submit_directory=submit_dir, working_directory=workdir, stdout=stdout)
 
 
-SETTLED_KEEP_SECONDS = 5.0
-_SETTLED_MAX = 4096  # entries; past it the memo starts over (a burst of many users' distinct directories)
-_Key = tuple[UnixUser, str, str, str]
-
-
-class SettledDirectories:
-    """Directories that :func:`settle_directories` passed, kept :data:`SETTLED_KEEP_SECONDS`.
-
-    The check is advisory: a job may start hours after its submit, when a directory may be gone; it
-    exists to give the caller a clear INVALID_ARGUMENT now rather than a failed job later. Keeping a
-    pass for a few seconds changes nothing about that, and lets a burst of one user's submits skip
-    the worker-thread hop the check needs (each hop is a wake-up the submit waits for, on cores the
-    submits share). A refusal is never kept; the user's rights are part of the key.
-    """
-
-    def __init__(
-        self, job_root: str, keep_seconds: float = SETTLED_KEEP_SECONDS, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self._job_root = job_root
-        self._keep = keep_seconds
-        self._clock = clock
-        self._kept: dict[_Key, tuple[str, str, str, float]] = {}
-        self._lock = threading.Lock()  # settle() runs in worker threads, kept() on the event loop
-
-    @staticmethod
-    def _key(request: JobRequest, user: UnixUser) -> _Key:
-        return user, request.submit_directory, request.working_directory, request.stdout
-
-    def kept(self, request: JobRequest, user: UnixUser) -> JobRequest | None:
-        """``request`` settled as a recent pass settled it, or None; never blocks."""
-        with self._lock:
-            hit = self._kept.get(self._key(request, user))
-        if hit is None or self._clock() >= hit[3]:
-            return None
-        return replace(request, submit_directory=hit[0], working_directory=hit[1], stdout=hit[2])
-
-    def settle(self, request: JobRequest, user: UnixUser) -> JobRequest:
-        """:func:`settle_directories` (blocking), its pass kept."""
-        settled = settle_directories(request, user, self._job_root)
-        entry = (settled.submit_directory, settled.working_directory, settled.stdout, self._clock() + self._keep)
-        with self._lock:
-            if len(self._kept) >= _SETTLED_MAX:
-                self._kept.clear()
-            self._kept[self._key(request, user)] = entry
-        return settled
-
-
-def with_signal(request: JobRequest, spec: jobs_pb2.JobSpec, default_seconds: int) -> JobRequest:
+def with_signal(request: JobRequest, spec: JobSpec, default_seconds: int) -> JobRequest:
     """Add the checkpoint-before-timeout signal (``B:USR1@T``) only for a job that asks for it.
 
     A job asks by having a checkpoint URI or by setting ``signal_before_timeout_seconds``; its own
@@ -98,11 +48,10 @@ def with_signal(request: JobRequest, spec: jobs_pb2.JobSpec, default_seconds: in
     """
     if request.signal is not None:
         return request
-    policy = spec.restart_policy
-    explicit = policy.HasField("signal_before_timeout_seconds")
-    if not (explicit or spec.checkpoint_uri):
+    asked = spec.restart_policy.signal_before_timeout_seconds
+    if asked is None and not spec.checkpoint_uri:
         return request
-    seconds = policy.signal_before_timeout_seconds if explicit else default_seconds
+    seconds = asked if asked is not None else default_seconds
     if seconds <= 0:
         return request
     limit = request.time_limit_seconds
@@ -117,27 +66,26 @@ def _output_path(request: JobRequest, path: str) -> str:
     return posixpath.normpath(posixpath.join(request.working_directory, path))
 
 
-def persisted_spec(spec: jobs_pb2.JobSpec, request: JobRequest) -> jobs_pb2.JobSpec:
+def persisted_spec(spec: JobSpec, request: JobRequest) -> JobSpec:
     """The spec the store keeps: the caller's, with what status shows resolved from the request
     (name, time limit, working directory, output paths still holding Slurm's %-patterns); a job
     that asked for ``--no-requeue`` gets a restart budget of zero, so the supervisor leaves it be."""
-    out = jobs_pb2.JobSpec()
-    out.CopyFrom(spec)
-    out.name = request.name
-    out.working_directory = request.working_directory
-    out.submit_directory = request.submit_directory
-    out.stdout_path = _output_path(request, request.stdout)
-    out.stderr_path = _output_path(request, request.stderr) if request.stderr else ""
-    out.array = request.array.render() if request.array else ""  # an #SBATCH --array too
+    time_limit = spec.time_limit
     if request.time_unlimited:
-        out.time_limit = "UNLIMITED"
+        time_limit = "UNLIMITED"
     elif request.time_limit_seconds is not None:
-        out.time_limit = slurm_time(request.time_limit_seconds)
+        time_limit = slurm_time(request.time_limit_seconds)
+    policy = spec.restart_policy
     if not request.requeue:  # --no-requeue: the user's choice, no automatic restart either
-        out.restart_policy.max_restarts = 0
-    return out
-
-
-def same_request(first: jobs_pb2.JobSpec, second: jobs_pb2.JobSpec) -> bool:
-    """Whether two persisted specs ask for the same job (a retry), compared byte for byte."""
-    return first.SerializeToString(deterministic=True) == second.SerializeToString(deterministic=True)
+        policy = replace(policy, max_restarts=0)
+    return replace(
+        spec,
+        name=request.name,
+        working_directory=request.working_directory,
+        submit_directory=request.submit_directory,
+        stdout_path=_output_path(request, request.stdout),
+        stderr_path=_output_path(request, request.stderr) if request.stderr else "",
+        array=request.array.render() if request.array else "",  # an #SBATCH --array too
+        time_limit=time_limit,
+        restart_policy=policy,
+    )

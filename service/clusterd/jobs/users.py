@@ -1,7 +1,7 @@
 """Mapping service users to Unix accounts, their job directories, and what they may reach.
 
-Every function here but :func:`kept_unix_user` blocks (passwd/group lookups, the filesystem):
-callers run them in a worker thread, never on the event loop.
+Every function here blocks (passwd/group lookups, the filesystem): callers run them in a worker
+thread, never on the event loop.
 """
 
 from __future__ import annotations
@@ -30,12 +30,6 @@ def resolve_unix_user(name: str) -> UnixUser:
         return _unix_user(accounts.lookup(name))
     except KeyError:
         raise FailedPrecondition(f"user {name!r} has no Unix account on this host") from None
-
-
-def kept_unix_user(name: str) -> UnixUser | None:
-    """``name``'s account while clusterd.accounts keeps it, else None: the one call here that never blocks."""
-    account = accounts.cached(name)
-    return _unix_user(account) if account is not None else None
 
 
 def _unix_user(account: accounts.UnixAccount) -> UnixUser:

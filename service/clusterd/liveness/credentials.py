@@ -10,10 +10,25 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from typing import Protocol
 
-from clusterctl.v1 import jobs_pb2
 from clusterd.config import LivenessConfig
 from clusterd.security.unixsock import socket_path
+
+
+class _Timing(Protocol):
+    @property
+    def heartbeat_interval_seconds(self) -> float | None: ...
+    @property
+    def hang_timeout_seconds(self) -> float | None: ...
+
+
+class JobTiming(Protocol):
+    """What liveness reads of a job's spec: its restart policy's heartbeat interval and hang timeout
+    (None or 0: the service's defaults). The record's spec has this shape; liveness needs nothing else of it."""
+
+    @property
+    def restart_policy(self) -> _Timing: ...
 
 
 def digest(token: str) -> str:
@@ -33,19 +48,17 @@ def heartbeat_addr(config: LivenessConfig, listen: str) -> str:
     return listen if socket_path(listen) is not None else ""
 
 
-def interval_of(spec: jobs_pb2.JobSpec, config: LivenessConfig) -> float:
-    d = spec.restart_policy.heartbeat_interval
-    seconds = d.seconds + d.nanos / 1e9
+def interval_of(spec: JobTiming, config: LivenessConfig) -> float:
+    seconds = spec.restart_policy.heartbeat_interval_seconds or 0.0
     return seconds if seconds > 0 else config.heartbeat_interval_seconds
 
 
-def hang_timeout_of(spec: jobs_pb2.JobSpec, config: LivenessConfig) -> float:
-    d = spec.restart_policy.hang_timeout
-    seconds = d.seconds + d.nanos / 1e9
+def hang_timeout_of(spec: JobTiming, config: LivenessConfig) -> float:
+    seconds = spec.restart_policy.hang_timeout_seconds or 0.0
     return seconds if seconds > 0 else config.hang_timeout_seconds
 
 
-def issue(spec: jobs_pb2.JobSpec, config: LivenessConfig, listen: str) -> tuple[dict[str, str], str]:
+def issue(spec: JobTiming, config: LivenessConfig, listen: str) -> tuple[dict[str, str], str]:
     """(the job's CLUSTERCTL_HEARTBEAT_* variables, the token's digest); ({}, "") when heartbeats are off."""
     addr = heartbeat_addr(config, listen)
     if not addr:

@@ -9,6 +9,12 @@ tasks), it runs now, the node is in its allocation, the run is the one Slurm sho
 below the CPU count of its nodes. Beats outside that are not recorded. Each record's beats are
 rate-limited; store reads for ids not cached are shared by a job's ranks and capped service-wide;
 an ended record's token is forgotten with it.
+
+A beat may also claim that its rank holds for a stop (liveness.stopping): the claim steers only the
+ranks of its own run, which are told the step all of them stop at. Slurm may stop showing the run
+RUNNING while its ranks still agree (the SIGTERM of a preemption comes with the requeue): the ranks
+the run already knows, from their own nodes, still take part then; nothing else of their beats is
+recorded, and no new rank joins. A record that ended (a user's cancel) takes no claims.
 """
 
 from __future__ import annotations
@@ -20,14 +26,14 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from clusterctl.v1 import jobs_pb2
 from clusterd.config import LivenessConfig
 from clusterd.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable
 from clusterd.liveness import credentials
+from clusterd.liveness.claims import BeatClaim, BeatReply
 from clusterd.liveness.detector import JobView
 from clusterd.liveness.table import MAX_RANKS, Beat, LivenessTable, Run
 from clusterd.slurm.types import JobState
-from clusterd.store.base import JobStore
+from clusterd.store.jobs import JobRecords
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +46,11 @@ _NOT_RUNNING_INTERVAL = 0.5  # a job Slurm does not show running (yet) is asked 
 _HURRY_EVERY_SECONDS = 30.0  # a record's beats hurry the queue poll at most this often
 
 
+# The rate-limit buckets' clock: a test of the limit replaces it, so the limit is checked whatever
+# the machine's load.
+_bucket_clock: Callable[[], float] = time.monotonic
+
+
 @dataclass
 class _Known:
     sha256: str
@@ -47,7 +58,7 @@ class _Known:
     interval: float
     hang_timeout: float
     allowance: float = float("inf")  # the record's rate-limit bucket, in beats (full at first)
-    refilled: float = field(default_factory=time.monotonic)
+    refilled: float = field(default_factory=lambda: _bucket_clock())
     hurried_at: float = float("-inf")  # when a beat of a job not seen running last hurried the poll
 
 
@@ -58,7 +69,7 @@ Jobs = Callable[[str], JobView | None]
 class HeartbeatService:
     def __init__(
         self,
-        store: JobStore,
+        store: JobRecords,
         table: LivenessTable,
         config: LivenessConfig,
         first_step: FirstStep,
@@ -83,13 +94,13 @@ class HeartbeatService:
         self._lookups = _LOOKUPS_PER_SECOND
         self._lookups_at = time.monotonic()
 
-    async def beat(self, req: jobs_pb2.HeartbeatRequest) -> tuple[float, bool]:
-        """(seconds until the next beat, whether the run should stop: it is being restarted).
+    async def beat(self, req: BeatClaim) -> BeatReply:
+        """When to beat next, whether the run is being restarted, and where its stop stands.
 
         Raises:
             Unauthenticated: no live record with that id, or the token is not its token.
             PermissionDenied: the beat names a job that is not the record's, or a node outside its allocation.
-            InvalidArgument: a field out of range.
+            InvalidArgument: a field out of range (a negative ``stopping_step`` included).
             ResourceExhausted: the record's beats come faster than its ranks beat, or too many unknown ids.
             Unavailable: this replica is a follower (the ranks try the next address).
         """
@@ -108,8 +119,14 @@ class HeartbeatService:
             raise InvalidArgument("node" if len(req.node) > 255 else "job_id", "longer than Slurm allows")
         if req.rank >= max(req.world_size, 1):
             raise InvalidArgument("rank", f"{req.rank} is not below world_size {req.world_size}")
-        job_id, view = self._job(req.job_id, known)
+        if req.stopping_step is not None and req.stopping_step < 0:
+            raise InvalidArgument("stopping_step", f"{req.stopping_step} is not a step (0 or more)")
+        job_id, view = self._job(req.record_id, req.job_id, known)
         running = view is not None and view.state == JobState.RUNNING
+        if view is None or not running or req.restart_count != view.restart_count:
+            stopping = self._stopping_after_running(req, job_id, known)
+            if stopping is not None:
+                return stopping
         self._spend(known, _rank_bound(view) if view is not None and running else 1)
         if view is None or not running or req.restart_count != view.restart_count:
             # Not running as far as the last poll knows: just started (the poll catches up), or held,
@@ -120,7 +137,7 @@ class HeartbeatService:
             ):
                 known.hurried_at = now  # once in a while per record: beats cannot keep the poll hurried
                 self._hurry()
-            return min(known.interval, _NOT_RUNNING_INTERVAL), False
+            return BeatReply(min(known.interval, _NOT_RUNNING_INTERVAL))
         node = req.node or (view.nodes[0] if len(view.nodes) == 1 else "")
         if node not in view.nodes:
             raise PermissionDenied(f"node {node or '(none)'!r} is not in job {job_id}'s allocation")
@@ -158,13 +175,45 @@ class HeartbeatService:
             )
         if first and run.restart_count > 0:
             await self._first_step(run)
-        return known.interval, run.decided and run.restart_count == req.restart_count
+        current = run.restart_count == req.restart_count
+        if not current or req.rank not in run.ranks:  # an older run's beat, or a rank over the table's cap
+            return BeatReply(known.interval, stop=run.decided and current)
+        return self._stop_reply(run, req, known.interval)
 
-    def _job(self, claimed: str, known: _Known) -> tuple[str, JobView | None]:
-        """The job the beat is about: the record's, or a task of the record's array (its own job id)."""
+    def _stopping_after_running(self, req: BeatClaim, job_id: str, known: _Known) -> BeatReply | None:
+        """The reply to a rank of a run Slurm no longer shows running, when that rank still takes part
+        in the run's stop: a rank the run knows, from the node it beat from, in the same run. None
+        otherwise (the beat is then one of a job not running, and nothing of it is taken)."""
+        run = self._table.get(req.record_id, job_id)
+        if run is None or run.restart_count != req.restart_count or run.decided:
+            return None
+        known_rank = run.ranks.get(req.rank)
+        if known_rank is None or (req.node and req.node != known_rank.node):
+            return None
+        if req.stopping_step is None and not run.stop.under_way:
+            return None
+        self._spend(known, max(len(run.ranks), 1))
+        return self._stop_reply(run, req, min(known.interval, _NOT_RUNNING_INTERVAL))
+
+    @staticmethod
+    def _stop_reply(run: Run, req: BeatClaim, interval: float) -> BeatReply:
+        """Take the rank's stop claim, if any, and tell it where the run's stop stands."""
+        decided = run.stop.step
+        if req.stopping_step is not None:
+            run.stop.claim(req.rank, req.stopping_step, run.world_size)
+        step = run.stop.decide(run.world_size)
+        if step is not None and decided is None:
+            log.info("job %s run %d: every rank holds for a stop at step %d", run.job_id, run.restart_count, step)
+        return BeatReply(interval, stop=run.decided, stopping=run.stop.under_way, stop_step=step)
+
+    def _job(self, record_id: int, claimed: str, known: _Known) -> tuple[str, JobView | None]:
+        """The job the beat is about: the record's, or a task of the record's array (its own job id);
+        a task Slurm no longer shows is still one when the record has a run of it."""
         if not claimed or claimed == known.job_id:
             return known.job_id, self._jobs(known.job_id)
         view = self._jobs(claimed)
+        if view is None and known.job_id and self._table.get(record_id, claimed) is not None:
+            return claimed, None
         if view is None or not known.job_id or view.array_job_id != known.job_id:
             raise PermissionDenied(f"job_id {claimed!r} is not this record's job ({known.job_id or 'not submitted'})")
         return claimed, view
@@ -175,7 +224,7 @@ class HeartbeatService:
         its beats are not recorded anyway)."""
         per_second = ranks * _BEATS_PER_RANK_INTERVAL / max(known.interval, 0.05)
         room = max(per_second * 2, ranks * _BEATS_PER_RANK_INTERVAL)
-        now = time.monotonic()
+        now = _bucket_clock()
         known.allowance = min(room, known.allowance + (now - known.refilled) * per_second)
         known.refilled = now
         if known.allowance < 1:

@@ -1,13 +1,16 @@
 """The latest heartbeat of every rank of every supervised run, in memory (lost on restart, by design).
 
 A run is one start of a job: Slurm's restart count tells runs apart, so beats from a previous run
-still draining cannot keep a new run alive, and the decision about a run is taken once.
+still draining cannot keep a new run alive, and the decision about a run is taken once. The tasks
+of an array (one record, a job id each) have runs of their own.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+
+from clusterd.liveness.stopping import StopAgreement
 
 MAX_RANKS = 65_536  # one job's ranks the table keeps: a bound on what one job's beats can cost
 _MAX_ENDED = 100_000  # finished records remembered (the store says the same of older ones)
@@ -40,6 +43,7 @@ class Run:
     first_step_wall: float | None = None  # first beat of this run that carried a training step
     decided: bool = False  # a failure was acted on: later silence of this run is its consequence
     gone_since: float = 0.0  # monotonic time since which Slurm has not shown the job live (0: it does)
+    stop: StopAgreement = field(default_factory=StopAgreement)  # the step the ranks stop at, for a stop signal
 
     def committed_step(self) -> int:
         return max((b.committed_step for b in self.ranks.values()), default=-1)
@@ -65,7 +69,7 @@ class Beat:
 
 class LivenessTable:
     def __init__(self) -> None:
-        self._runs: dict[int, Run] = {}  # record id -> its newest run
+        self._runs: dict[tuple[int, str], Run] = {}  # (record id, job id) -> that job's newest run
         self._ended: dict[int, None] = {}  # records whose supervision ended (oldest first, bounded)
 
     def record(self, beat: Beat, *, interval: float, hang_timeout: float) -> tuple[Run, bool]:
@@ -73,12 +77,12 @@ class LivenessTable:
 
         A beat from an older run than the one known is dropped (its run was already replaced).
         """
-        run = self._runs.get(beat.record_id)
+        key = (beat.record_id, beat.job_id)
+        run = self._runs.get(key)
         if run is not None and beat.restart_count < run.restart_count:
             return run, False
-        if run is None or beat.restart_count > run.restart_count or run.job_id != beat.job_id:
-            run = Run(beat.record_id, beat.job_id, beat.restart_count, interval, hang_timeout)
-            self._runs[beat.record_id] = run
+        if run is None or beat.restart_count > run.restart_count:
+            run = self._runs[key] = Run(beat.record_id, beat.job_id, beat.restart_count, interval, hang_timeout)
         run.interval, run.hang_timeout = interval, hang_timeout
         run.world_size = max(run.world_size, beat.world_size)
         if beat.rank not in run.ranks and len(run.ranks) >= MAX_RANKS:
@@ -95,19 +99,22 @@ class LivenessTable:
     def runs(self) -> list[Run]:
         return list(self._runs.values())
 
-    def get(self, record_id: int) -> Run | None:
-        return self._runs.get(record_id)
+    def get(self, record_id: int, job_id: str) -> Run | None:
+        """The newest run of ``job_id`` (the record's job, or a task of its array) under the record."""
+        return self._runs.get((record_id, job_id))
 
     def clear(self) -> None:
         """Forget every run: this replica stopped (or started) supervising; beats start it anew."""
         self._runs.clear()
 
-    def forget(self, record_id: int) -> None:
-        self._runs.pop(record_id, None)
+    def forget(self, run: Run) -> None:
+        if self._runs.get((run.record_id, run.job_id)) is run:
+            del self._runs[(run.record_id, run.job_id)]
 
     def end(self, record_id: int) -> None:
         """The record is finished: its runs are dropped and its beats are refused from now on."""
-        self._runs.pop(record_id, None)
+        for key in [k for k in self._runs if k[0] == record_id]:
+            del self._runs[key]
         self._ended[record_id] = None
         while len(self._ended) > _MAX_ENDED:
             del self._ended[next(iter(self._ended))]

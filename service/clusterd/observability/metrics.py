@@ -152,9 +152,9 @@ def observed_slurm_call(backend: str, command: str, *, read: bool) -> Iterator[N
 
 
 class MetricsServer(Protocol):
-    """A running HTTP listener serving ``/metrics`` (clusterd.web.listener's, in its own thread)."""
+    """A running HTTP listener serving ``/metrics`` (clusterd.web.listener's, on clusterd's loop)."""
 
     @property
     def port(self) -> int: ...
 
-    def stop(self) -> None: ...
+    async def stop(self) -> None: ...

@@ -1,11 +1,13 @@
 """The audit log: one JSON line per mutating call (SubmitJob, CancelJob, RequeueJob), refused or not.
 
 Written by the domain (JobManager), which knows what a call did; the edge contributes only what
-it alone knows, how the caller authenticated and from where (:func:`bind_origin`). Lines go to a
-writer thread, so the event loop never waits on the disk; each is one ``os.write`` on an O_APPEND
-descriptor of a 0600 file: lines never interleave, and a crash loses at most what was queued.
-Every value is JSON-encoded, so a hostile job id or request id cannot forge a second line. A
-failing write is logged, not raised: the call's outcome has already happened in Slurm.
+it alone knows, how the caller authenticated and from where (:func:`bind_origin`). A call's line
+is written before the call is answered, so an answered call is in the file even if clusterd is
+killed right after (SIGKILL); the write runs in a worker thread, so the event loop never waits on
+the disk. Each line is one ``os.write`` on an O_APPEND descriptor of a 0600 file, under a lock:
+lines never interleave. Every value is JSON-encoded, so a hostile job id or request id cannot
+forge a second line. A failing write is logged, not raised: the call's outcome has already happened
+in Slurm.
 """
 
 from __future__ import annotations
@@ -16,9 +18,7 @@ import datetime
 import json
 import logging
 import os
-import queue
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,8 +41,6 @@ from clusterd.errors import (
 log = logging.getLogger(__name__)
 
 _MAX_FIELD = 256
-_COALESCE_SECONDS = 0.02  # a line waits this long at most for others to share its write
-_BATCH_LINES = 1000  # lines written at once at most (about 0.5 MB)
 
 # Each error class's status name: what the audit line says and what the gRPC edge answers.
 STATUS_NAMES: tuple[tuple[type[ServiceError], str], ...] = (
@@ -97,42 +95,34 @@ class AuditLog:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         os.fchmod(self._fd, 0o600)  # a file an older version left readable
-        self._lines: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._writer = threading.Thread(target=self._write_lines, name="audit-writer", daemon=True)
-        self._writer.start()
+        self._lock = threading.Lock()  # one line's writes at a time; close() waits for a write in progress
 
-    def record(self, **fields: Any) -> None:
-        """Queue one line (never blocks); the call's origin, if bound, fills auth/peer/call_request_id."""
+    async def record(self, **fields: Any) -> None:
+        """Write one line, in a worker thread; returns once it is written (or its failure logged).
+
+        The call's origin, if bound, fills auth/peer/call_request_id.
+        """
         entry = {"time": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")}
         origin = _origin.get()
         if origin is not None:
             fields = {"auth": origin.auth, "peer": origin.peer, "call_request_id": origin.call_request_id} | fields
         entry.update({k: _clip(v) for k, v in fields.items()})
-        self._lines.put((json.dumps(entry, separators=(",", ":"), ensure_ascii=True) + "\n").encode("ascii"))
+        line = (json.dumps(entry, separators=(",", ":"), ensure_ascii=True) + "\n").encode("ascii")
+        await asyncio.to_thread(self._write, line)
 
-    def _write_lines(self) -> None:
-        """Write what is queued, in one write per wake-up, and wake at most every
-        :data:`_COALESCE_SECONDS`: in a submit storm each wake-up would take the GIL from the event
-        loop for one line. Each line is whole, so O_APPEND keeps them from interleaving."""
-        closing = False
-        while not closing:
-            batch = [self._lines.get()]
-            if batch[0] is not None:
-                time.sleep(_COALESCE_SECONDS)  # what else arrives meanwhile goes in the same write
-            while not self._lines.empty() and len(batch) < _BATCH_LINES:
-                batch.append(self._lines.get_nowait())
-            closing = None in batch
-            data = b"".join(line for line in batch if line is not None)
+    def _write(self, data: bytes) -> None:
+        with self._lock:
             try:
+                if self._fd < 0:
+                    raise OSError("the audit log is closed")
                 while data:
                     data = data[os.write(self._fd, data) :]
             except OSError as exc:
-                log.error("cannot write audit log %s: %s (entries: %s)", self.path, exc, data.decode().strip())
+                log.error("cannot write audit log %s: %s (entry: %s)", self.path, exc, data.decode().strip())
 
     def close(self) -> None:
-        """Write what is queued, then close (blocks briefly: call it at shutdown)."""
-        if self._fd >= 0:
-            self._lines.put(None)
-            self._writer.join()
-            os.close(self._fd)
-            self._fd = -1
+        """Close the file once a write in progress is done (lines come after the calls that wait for them)."""
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1

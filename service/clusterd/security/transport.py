@@ -96,7 +96,7 @@ class Exposure:
 
 def restd_exposure(slurm: SlurmConfig) -> Exposure | None:
     """How plain ``http://`` to slurmrestd exposes the per-user JWTs; None for https://, unix:// or another backend."""
-    if slurm.backend != "slurmrestd" or not slurm.restd_url.startswith("http://"):
+    if slurm.chosen_backend != "slurmrestd" or not slurm.restd_url.startswith("http://"):
         return None
     host = urlsplit(slurm.restd_url).hostname or ""
     if is_loopback(f"[{host}]:0" if ":" in host else f"{host}:0"):

@@ -1,8 +1,9 @@
 """Choose the Slurm backend named in the configuration (``slurm.backend``), once, at startup.
 
-``auto`` prefers pyslurm (the C API: no process per call) where it matches the running Slurm and
-falls back to Slurm's own commands, which work everywhere; the log says which and why. Backends
-are imported lazily so a site without h11/pyslurm still starts with ``commands``.
+``auto`` picks only a backend the real-Slurm tests cover: slurmrestd when ``slurm.restd_url`` is
+set, else Slurm's own commands, which work everywhere; the log says which and why. pyslurm is
+used only when named. Backends are imported lazily so a site without h11/pyslurm still starts
+with ``commands``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def _slurmrestd(config: SlurmConfig) -> SlurmBackend:
     try:
         return RestdBackend(config)
     except SlurmError as exc:
-        raise ConfigError(f"slurm.backend = 'slurmrestd': {exc}") from exc
+        how = "" if config.backend == "slurmrestd" else " (slurmrestd: slurm.restd_url is set)"
+        raise ConfigError(f"slurm.backend = {config.backend!r}{how}: {exc}") from exc
 
 
 def _pyslurm_reason(config: SlurmConfig) -> str | None:
@@ -50,14 +52,9 @@ def _pyslurm(config: SlurmConfig) -> SlurmBackend:
 
 
 def _auto(config: SlurmConfig) -> SlurmBackend:
-    reason = _pyslurm_reason(config)
-    if reason is None:
-        from clusterd.slurm.pyslurm_backend import PyslurmBackend
-
-        log.info("slurm backend: pyslurm (auto: pyslurm matches the running Slurm)")
-        return PyslurmBackend(config)
-    log.info("slurm backend: commands (auto: %s)", reason)
-    return _commands(config)
+    chosen = config.chosen_backend  # slurmrestd or commands: never pyslurm, which no real-Slurm test covers
+    log.info("slurm backend: %s (auto: slurm.restd_url is %s)", chosen, "set" if chosen == "slurmrestd" else "not set")
+    return _MAKERS[chosen](config)
 
 
 _MAKERS: dict[str, Callable[[SlurmConfig], SlurmBackend]] = {

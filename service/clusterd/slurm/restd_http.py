@@ -6,13 +6,13 @@ keep-alive connections wait in a list. Why not a full client library:
 
 - slurmrestd 26.05 follows some error answers it closes on (``Connection: Close``) with a second,
   plain-text copy. An answer is read exactly to its end and what follows is never parsed, so that
-  copy is dropped with the connection; aiohttp parses every byte it receives and, when both copies
-  arrive in one read, fails the whole request with "Data after `Connection: close`", losing
-  Slurm's words (and the submit's outcome) to a race.
+  copy is dropped with the connection; aiohttp's client parses every byte it receives and, when
+  both copies arrive in one read, fails the whole request with "Data after `Connection: close`",
+  losing Slurm's words (and the submit's outcome) to a race.
 - A submit storm is where a client's cost shows, and every millisecond of clusterd's one event loop
-  is a millisecond no other submit gets: this costs what aiohttp does (0.9-1.1x per request,
-  ``python -m bench.restd_http``), where httpx cost about 1 ms per request under 16 concurrent
-  requests (bench/README.md).
+  is a millisecond no other submit gets: httpx, which reads the doubled answer right, costs 4.5-11x
+  what this does per request, over TCP and a unix socket (``python -m bench.restd_http``, which
+  runs all three side by side; bench/README.md).
 """
 
 from __future__ import annotations

@@ -154,3 +154,4 @@ class ClusterFacts:
     partitions: frozenset[str]
     nodes: frozenset[str]
     default_partition: str = ""
+    slurm_release: tuple[int, int] | None = None  # whose sbatch directives are read as (None: the newest)

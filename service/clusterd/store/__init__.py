@@ -1,1 +1,1 @@
-"""Persistent records of submitted jobs (SQLite in WAL mode)."""
+"""Persistent records of submitted jobs, the event log and leases (SQLite or PostgreSQL)."""

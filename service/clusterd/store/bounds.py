@@ -26,8 +26,8 @@ class UserBounds:
 
 @dataclass(frozen=True)
 class Usage:
-    """A user's live work and finished history, as counts and sums, never the records themselves:
-    SQLite keeps them in one row per user (triggers), PostgreSQL sums them with indexed queries."""
+    """A user's live work and finished history, as counts and sums, never the records themselves
+    (one indexed sum over the user's records, store/jobs.py)."""
 
     live_tasks: int
     live_spec_bytes: int

@@ -84,6 +84,7 @@ class QueueCache:
         self._listeners: list[SnapshotListener] = []
         self._health_listeners: list[HealthListener] = []
         self.snapshot = ClusterSnapshot({}, (), (), 0.0)
+        self.slurm_release: tuple[int, int] | None = None  # set once the release is known
         self.healthy = False
         self.last_error = ""
 
@@ -105,6 +106,7 @@ class QueueCache:
             partitions=snap.partitions,
             nodes=frozenset(n.name for n in snap.nodes),
             default_partition=self._default_partition,
+            slurm_release=self.slurm_release,
         )
 
     def kick(self) -> None:

@@ -25,9 +25,9 @@ from dataclasses import replace
 
 from clusterd.slurm.types import JobState
 from clusterd.store import codec
-from clusterd.store.base import JobStore
+from clusterd.store.events import EventLog
 from clusterd.store.records import EventRow, LoggedEvent
-from clusterd.supervisor.events import EventBus, EventType, JobEvent
+from clusterd.supervisor.events import EventBus, JobEvent
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +38,12 @@ _PRUNE_EVERY_SECONDS = 60.0
 
 def _row(event: JobEvent) -> EventRow:
     previous = event.previous_state.value if event.previous_state is not None else ""
-    return EventRow(event.record, event.type.value, previous, event.message, event.time)
+    return EventRow(event.record, event.type, previous, event.message, event.time)
 
 
 def _event(logged: LoggedEvent) -> JobEvent:
     previous = JobState(logged.previous_state) if logged.previous_state else None
-    return JobEvent(EventType(logged.type), logged.record, previous, logged.message, logged.time, seq=logged.seq)
+    return JobEvent(logged.type, logged.record, previous, logged.message, logged.time, seq=logged.seq)
 
 
 def _logged(row: EventRow, seq: int) -> JobEvent:
@@ -67,7 +67,7 @@ class EventJournal:
 
     def __init__(
         self,
-        store: JobStore,
+        log: EventLog,
         bus: EventBus,
         *,
         poll_seconds: float = 0.1,
@@ -75,7 +75,7 @@ class EventJournal:
         clock: Callable[[], float] = time.time,
         sole_writer: bool = False,
     ) -> None:
-        self._store = store
+        self._log = log
         self._bus = bus
         self._sole_writer = sole_writer
         self._poll = poll_seconds
@@ -104,7 +104,7 @@ class EventJournal:
 
     async def start(self) -> None:
         """Begin the tail at the log's newest event: live watchers want what happens from now on."""
-        self._cursor = (await self._store.event_bounds())[1]
+        self._cursor = (await self._log.bounds())[1]
         self._started = True
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -130,7 +130,7 @@ class EventJournal:
             batch = self._outbox[:_BATCH]
             rows = [_row(e) for e in batch]
             try:
-                seqs = await self._store.append_events(rows)
+                seqs = await self._log.append(rows)
             except Exception:
                 log.warning("event log append failed; %d event(s) wait in order", len(self._outbox), exc_info=True)
                 if stop.is_set():
@@ -159,12 +159,12 @@ class EventJournal:
             if loop.time() - pruned > _PRUNE_EVERY_SECONDS:
                 pruned = loop.time()
                 with contextlib.suppress(Exception):
-                    await self._store.prune_events(older_than=self._clock() - self._retention)
+                    await self._log.prune(older_than=self._clock() - self._retention)
             await _either(self._appended, stop, timeout=self._poll)
 
     async def _read(self) -> bool:
         """Deliver the log's events after the cursor; True when a whole batch came (read again)."""
-        batch = await self._store.events_after(self._cursor, limit=_BATCH)
+        batch = await self._log.after(self._cursor, limit=_BATCH)
         self._deliver(_event(logged) for logged in batch)
         return len(batch) == _BATCH
 
@@ -179,7 +179,7 @@ class EventJournal:
     async def replay(self, after: int) -> AsyncIterator[JobEvent]:
         """The logged events after position ``after``, in order (a watcher resuming)."""
         while True:
-            batch = await self._store.events_after(after, limit=_BATCH)
+            batch = await self._log.after(after, limit=_BATCH)
             for logged in batch:
                 after = logged.seq
                 yield _event(logged)
@@ -188,4 +188,4 @@ class EventJournal:
 
     async def bounds(self) -> tuple[int, int]:
         """(oldest kept, newest) positions in the log; (0, 0) when it is empty."""
-        return await self._store.event_bounds()
+        return await self._log.bounds()

@@ -21,6 +21,16 @@ class Preference:
     nodelist: tuple[str, ...] = ()
 
 
+def node_count(nodes: int | None, max_nodes: int | None, nodelist: tuple[str, ...]) -> int:
+    """The node count Slurm plans a job for: ``-N``'s MIN (feasible when MIN fits: Slurm may start
+    it on MIN), raised to the nodelist's size as slurmctld raises it, unless that passes ``-N``'s MAX
+    (``-N 1 -w a,b``: Slurm refuses the count, and so does the planner)."""
+    count = nodes or 1
+    listed = len(dict.fromkeys(nodelist))
+    most = max_nodes or nodes
+    return listed if listed > count and (most is None or listed <= most) else count
+
+
 @dataclass(frozen=True)
 class PlacementRequest:
     """What a job asks of the fabric. Node names may be given as hostlist expressions."""

@@ -1,9 +1,8 @@
-"""The dashboard's WSGI application: static assets, and the JSON API under /api/.
+"""The dashboard: static assets, and the JSON API under /api/, as aiohttp.web routes.
 
-HTTP is clusterd.web.listener's (h11, bounded); this module routes. Requests arrive on the
-listener's worker threads and everything that touches the service's state runs on clusterd's loop
-(:func:`asyncio.run_coroutine_threadsafe`), so the dashboard reads exactly what the gRPC API reads,
-through the same :class:`~clusterd.api.views.JobViews`, with the same rules:
+HTTP is clusterd.web.listener's (aiohttp, bounded); this module routes. Requests are served on
+clusterd's event loop, so the dashboard reads exactly what the gRPC API reads, through the same
+:class:`~clusterd.api.views.JobViews`, with the same rules:
 
 * Authentication: ``Authorization: Bearer <token>``, the tokens of the gRPC API (TokenStore).
   The page itself and its assets hold no data and are served to anyone (a login form needs
@@ -19,13 +18,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs
 
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
@@ -35,7 +34,7 @@ from clusterd.api.views import JobViews
 from clusterd.auth.identity import Identity
 from clusterd.auth.tokens import TokenStore
 from clusterd.config import Config
-from clusterd.errors import InvalidArgument, NotFound, ServiceError, Unauthenticated
+from clusterd.errors import InvalidArgument, ServiceError, Unauthenticated
 from clusterd.jobs.manager import check_job_id
 from clusterd.security.audit import status_name
 from clusterd.security.limits import RateLimiter
@@ -43,33 +42,30 @@ from clusterd.slurm.types import JobState
 
 log = logging.getLogger(__name__)
 
-StartResponse = Callable[[str, list[tuple[str, str]]], Any]
-
 _HTTP_STATUS = {
-    "INVALID_ARGUMENT": "400 Bad Request",
-    "UNAUTHENTICATED": "401 Unauthorized",
-    "PERMISSION_DENIED": "403 Forbidden",
-    "NOT_FOUND": "404 Not Found",
-    "FAILED_PRECONDITION": "409 Conflict",
-    "ALREADY_EXISTS": "409 Conflict",
-    "RESOURCE_EXHAUSTED": "429 Too Many Requests",
-    "UNAVAILABLE": "503 Service Unavailable",
+    "INVALID_ARGUMENT": 400,
+    "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
+    "NOT_FOUND": 404,
+    "FAILED_PRECONDITION": 409,
+    "ALREADY_EXISTS": 409,
+    "RESOURCE_EXHAUSTED": 429,
+    "UNAVAILABLE": 503,
 }
 _ASSETS = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/static/app.js": ("app.js", "text/javascript"),
     "/static/app.css": ("app.css", "text/css"),
 }
-_SECURITY_HEADERS = [
-    ("X-Content-Type-Options", "nosniff"),
-    ("Referrer-Policy", "no-referrer"),
-    ("X-Frame-Options", "DENY"),
-    (
-        "Content-Security-Policy",
+_SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-        "img-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'",
+        "img-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'"
     ),
-]
+}
 _CALL_TIMEOUT = 30.0
 _MAX_LOG_BYTES = 1 << 20
 
@@ -84,20 +80,15 @@ def to_json(message: Message) -> dict[str, Any]:
     )
 
 
-@dataclass(frozen=True)
-class Response:
-    status: str
-    body: bytes
-    content_type: str = "application/json"
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        status=status, body=json.dumps(data, separators=(",", ":")).encode(), content_type="application/json"
+    )
 
 
-def _json(data: Any, status: str = "200 OK") -> Response:
-    return Response(status, json.dumps(data, separators=(",", ":")).encode())
-
-
-def _error(exc: ServiceError) -> Response:
+def _error(exc: ServiceError) -> web.Response:
     code = status_name(exc)
-    return _json({"error": str(exc), "code": code}, _HTTP_STATUS.get(code, "500 Internal Server Error"))
+    return _json({"error": str(exc), "code": code}, _HTTP_STATUS.get(code, 500))
 
 
 def _bearer(header: str) -> str | None:
@@ -106,9 +97,13 @@ def _bearer(header: str) -> str | None:
 
 
 class _Query:
-    """One request's query string, checked per parameter (InvalidArgument names it)."""
+    """One request's query string, checked per parameter (InvalidArgument names it), and the job
+    its path names, if any (checked as the gRPC API checks it)."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, job_id: str | None = None) -> None:
+        if job_id is not None:
+            check_job_id(job_id)
+        self.job_id = job_id or ""
         try:
             self._values = parse_qs(text, keep_blank_values=True, strict_parsing=False, max_num_fields=50)
         except ValueError as exc:
@@ -133,134 +128,126 @@ class _Query:
         return [v for raw in self._values.get(name, []) for v in raw.split(",") if v]
 
 
-class WebApp:
-    """The WSGI callable; ``loop`` is clusterd's event loop, where every API call runs."""
+Answer = Callable[[Identity, _Query], Awaitable[Message | dict[str, Any]]]
 
-    def __init__(
-        self,
-        config: Config,
-        views: JobViews,
-        tokens: TokenStore,
-        limiter: RateLimiter | None,
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
+
+class WebApp:
+    """The dashboard's routes and middleware, added to the listener's application by :meth:`mount`."""
+
+    def __init__(self, config: Config, views: JobViews, tokens: TokenStore, limiter: RateLimiter | None) -> None:
         self._config = config
         self._views = views
         self._tokens = tokens
         self._limiter = limiter
-        self._loop = loop
-        self._slots = threading.BoundedSemaphore(max(1, config.web.max_concurrent))
+        self._slots = max(1, config.web.max_concurrent)
+        self._busy = 0
         self._assets = {
             path: (resources.files("clusterd.web").joinpath("static", name).read_bytes(), kind)
             for path, (name, kind) in _ASSETS.items()
         }
 
-    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        method = environ.get("REQUEST_METHOD", "GET")
-        path = environ.get("PATH_INFO", "/") or "/"
-        if method not in ("GET", "HEAD"):
-            response = _json(
-                {"error": "the dashboard is read-only: GET only", "code": "INVALID_ARGUMENT"}, "405 Method Not Allowed"
-            )
-        elif path in self._assets:
-            body, kind = self._assets[path]
-            response = Response("200 OK", body, kind)
-        elif path.startswith("/api/"):
-            response = self._api(environ, path)
-        else:
-            response = _json({"error": f"no page {path}", "code": "NOT_FOUND"}, "404 Not Found")
-        headers = [
-            ("Content-Type", response.content_type),
-            ("Content-Length", str(len(response.body))),
-            ("Cache-Control", "no-store"),
-            *_SECURITY_HEADERS,
-        ]
-        start_response(response.status, headers)
-        return [b"" if method == "HEAD" else response.body]
+    @property
+    def middlewares(self) -> list[Middleware]:
+        """For the listener's application: what every answer of it carries, and JSON errors."""
+        return [self._dressed]
 
-    def _api(self, environ: dict[str, Any], path: str) -> Response:
-        if not self._slots.acquire(blocking=False):
-            return _json(
-                {"error": "too many dashboard requests at once; retry", "code": "UNAVAILABLE"},
-                "503 Service Unavailable",
-            )
-        try:
-            future = asyncio.run_coroutine_threadsafe(
-                self._handle(environ.get("HTTP_AUTHORIZATION", ""), path, environ.get("QUERY_STRING", "")), self._loop
-            )
-            return future.result(_CALL_TIMEOUT)
-        except TimeoutError:
-            return _json(
-                {"error": "the service did not answer in time", "code": "UNAVAILABLE"}, "503 Service Unavailable"
-            )
-        except Exception:
-            log.exception("dashboard request %s failed", path)
-            return _json(
-                {"error": "internal error (see clusterd's log)", "code": "INTERNAL"}, "500 Internal Server Error"
-            )
-        finally:
-            self._slots.release()
-
-    async def _handle(self, authorization: str, path: str, query: str) -> Response:
-        """On the event loop: authenticate, rate-limit, route."""
-        try:
-            token = _bearer(authorization)
-            if token is None:
-                raise Unauthenticated("missing 'Authorization: Bearer <token>' header")
-            ident = self._tokens.authenticate(token)
-            if ident is None:
-                raise Unauthenticated("unknown token")
-            if self._limiter is not None:
-                self._limiter.check(ident.user)
-            return await self._route(ident, path, _Query(query))
-        except ServiceError as exc:
-            return _error(exc)
-
-    async def _route(self, ident: Identity, path: str, q: _Query) -> Response:
-        parts = [p for p in path.split("/") if p][1:]  # after "api"
+    def mount(self, app: web.Application) -> None:
+        """The page, its assets and /api/ (GET and HEAD; any other method is 405)."""
+        for path in self._assets:
+            app.router.add_get(path, self._asset)
         views = self._views
-        routes: dict[tuple[str, ...], Callable[[], Awaitable[Message | dict[str, Any]]]] = {
-            ("jobs",): lambda: views.list_jobs(
+        api: dict[str, Answer] = {
+            "jobs": lambda ident, q: views.list_jobs(
                 ident,
                 jobs_pb2.ListJobsRequest(
                     user=q.text("user"), include_finished=q.flag("finished"), limit=q.number("limit", most=100_000)
                 ),
             ),
-            ("queue",): lambda: views.list_queue(ident, jobs_pb2.ListQueueRequest(partition=q.text("partition"))),
-            ("history",): lambda: views.list_history(ident, _history_request(q)),
-            ("topology",): self._topology,
-            ("whoami",): self._whoami(ident),
+            "queue": lambda ident, q: views.list_queue(ident, jobs_pb2.ListQueueRequest(partition=q.text("partition"))),
+            "history": lambda ident, q: views.list_history(ident, _history_request(q)),
+            "topology": lambda ident, q: _now(views.topology()),
+            "whoami": lambda ident, q: _now({"user": ident.user, "admin": ident.admin}),
         }
-        if len(parts) == 1 and tuple(parts) in routes:
-            return _answer(await routes[tuple(parts)]())
-        if len(parts) in (2, 3) and parts[0] == "jobs":
-            job_id = parts[1]
-            check_job_id(job_id)
-            if len(parts) == 2:
-                return _answer(await views.get_job(ident, job_id))
-            if parts[2] == "checkpoints":
-                return _answer(await views.checkpoints(ident, jobs_pb2.ListJobCheckpointsRequest(job_id=job_id)))
-            if parts[2] == "log":
-                return _json(await self._log_tail(ident, job_id, q))
-        raise NotFound(f"no API path {path}")
+        for name, answer in api.items():
+            app.router.add_get(f"/api/{name}", self._api(answer))
+        app.router.add_get("/api/jobs/{job_id}", self._api(lambda ident, q: views.get_job(ident, q.job_id)))
+        app.router.add_get(
+            "/api/jobs/{job_id}/checkpoints",
+            self._api(lambda ident, q: views.checkpoints(ident, jobs_pb2.ListJobCheckpointsRequest(job_id=q.job_id))),
+        )
+        app.router.add_get("/api/jobs/{job_id}/log", self._api(self._log_tail))
 
-    async def _topology(self) -> Message:
-        return self._views.topology()
+    async def _asset(self, request: web.Request) -> web.StreamResponse:
+        body, kind = self._assets[request.path]
+        return web.Response(body=body, headers={"Content-Type": kind})
 
-    def _whoami(self, ident: Identity) -> Callable[[], Awaitable[dict[str, Any]]]:
-        async def answer() -> dict[str, Any]:
-            return {"user": ident.user, "admin": ident.admin}
+    @web.middleware
+    async def _dressed(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Never cached, the page's policy on every answer; aiohttp's own refusals as the API's JSON
+        (an unknown /api/ path asks for a token first, as every /api/ path does)."""
+        try:
+            response = await handler(request)
+        except web.HTTPMethodNotAllowed:
+            response = _json({"error": "the dashboard is read-only: GET only", "code": "INVALID_ARGUMENT"}, 405)
+        except web.HTTPNotFound:
+            path = request.path
+            if path.startswith("/api/"):
+                try:
+                    self._authenticate(request)
+                except ServiceError as exc:
+                    response = _error(exc)
+                else:
+                    response = _json({"error": f"no API path {path}", "code": "NOT_FOUND"}, 404)
+            else:
+                response = _json({"error": f"no page {path}", "code": "NOT_FOUND"}, 404)
+        response.headers["Cache-Control"] = "no-store"
+        response.headers.update(_SECURITY_HEADERS)
+        return response
 
-        return answer
+    def _authenticate(self, request: web.Request) -> Identity:
+        token = _bearer(request.headers.get("Authorization", ""))
+        if token is None:
+            raise Unauthenticated("missing 'Authorization: Bearer <token>' header")
+        ident = self._tokens.authenticate(token)
+        if ident is None:
+            raise Unauthenticated("unknown token")
+        return ident
 
-    async def _log_tail(self, ident: Identity, job_id: str, q: _Query) -> dict[str, Any]:
+    def _api(self, answer: Answer) -> Handler:
+        """One /api/ route: at most ``web.max_concurrent`` at once (more are 503), authenticated,
+        rate-limited as on gRPC, answered within 30 s; a ServiceError is its HTTP status."""
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            if self._busy >= self._slots:
+                return _json({"error": "too many dashboard requests at once; retry", "code": "UNAVAILABLE"}, 503)
+            self._busy += 1
+            try:
+                ident = self._authenticate(request)
+                if self._limiter is not None:
+                    self._limiter.check(ident.user)
+                async with asyncio.timeout(_CALL_TIMEOUT):
+                    result = await answer(ident, _Query(request.query_string, request.match_info.get("job_id")))
+            except ServiceError as exc:
+                return _error(exc)
+            except TimeoutError:
+                return _json({"error": "the service did not answer in time", "code": "UNAVAILABLE"}, 503)
+            except Exception:
+                log.exception("dashboard request %s failed", request.path)
+                return _json({"error": "internal error (see clusterd's log)", "code": "INTERNAL"}, 500)
+            finally:
+                self._busy -= 1
+            return _json(to_json(result) if isinstance(result, Message) else result)
+
+        return handle
+
+    async def _log_tail(self, ident: Identity, q: _Query) -> dict[str, Any]:
         """The last lines of a job's log as text (at most 1 MiB), with the reader's notices."""
         stream = q.text("stream", "stdout")
         if stream not in ("stdout", "stderr"):
             raise InvalidArgument("stream", "must be stdout or stderr")
         lines = q.number("tail", self._config.web.log_tail_lines, most=self._config.views.max_tail_lines)
         request = jobs_pb2.ReadJobLogRequest(
-            job_id=job_id,
+            job_id=q.job_id,
             tail_lines=lines or self._config.web.log_tail_lines,
             stream=jobs_pb2.LOG_STREAM_STDERR if stream == "stderr" else jobs_pb2.LOG_STREAM_STDOUT,
         )
@@ -276,8 +263,8 @@ class WebApp:
         return {"path": path, "text": data.decode("utf-8", "replace"), "notices": notices, "truncated": truncated}
 
 
-def _answer(result: Message | dict[str, Any]) -> Response:
-    return _json(to_json(result) if isinstance(result, Message) else result)
+async def _now(result: Message | dict[str, Any]) -> Message | dict[str, Any]:
+    return result
 
 
 def _history_request(q: _Query) -> jobs_pb2.ListHistoryRequest:

@@ -29,7 +29,7 @@ GONE = "gone"
 
 
 class PeerKeys:
-    """Names the client of each accepted connection; keeps one netlink socket (one thread only)."""
+    """Names the client of each accepted connection; keeps one netlink socket (one event loop only)."""
 
     def __init__(self) -> None:
         self._netlink: socket.socket | None = None
@@ -69,7 +69,8 @@ class PeerKeys:
         try:
             if self._netlink is None:
                 self._netlink = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG)
-                self._netlink.settimeout(1.0)
+                # The kernel answers within the send: never wait on clusterd's event loop for it.
+                self._netlink.setblocking(False)
             self._netlink.send(message)
             reply = self._netlink.recv(8192)
         except OSError:

@@ -2,7 +2,8 @@
 
 With ``web.listen`` empty the dashboard shares the metrics listener: one port serves /metrics
 (unauthenticated, for Prometheus) and the dashboard and /api/. Serving is
-:class:`~clusterd.web.listener.HttpListener`'s (bounded connections, deadlines, its own thread).
+:class:`~clusterd.web.listener.HttpListener`'s (aiohttp on clusterd's loop; bounded connections,
+deadlines).
 
 Which listeners may carry the dashboard's tokens is clusterd.web.transport's rule.
 """
@@ -14,53 +15,62 @@ import json
 import os
 import socket
 import ssl
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import make_wsgi_app
+from aiohttp import web
+from prometheus_client.exposition import choose_encoder
 
 from clusterd.config import Config, ConfigError
 from clusterd.observability.metrics import REGISTRY
 from clusterd.security.unixsock import prepare_socket_dir, secure_socket, socket_path
-from clusterd.web.listener import BACKLOG, HttpListener, Limits
+from clusterd.web.app import WebApp
+from clusterd.web.listener import BACKLOG, HttpListener, Limits, application
 from clusterd.web.transport import check_web_transport, split_host_port, web_listen
 
 __all__ = ["check_web_transport", "combined", "serve", "web_listen"]
 
-Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
+def combined(
+    dashboard: WebApp | None, health: Callable[[], dict[str, Any]] | None = None, *, metrics: bool = True
+) -> web.Application:
+    """/metrics for Prometheus (unless not ``metrics``: the dashboard's own listener), /healthz
+    (``health()`` as JSON: 200 when it says the replica serves, else 503) for load balancers and the
+    stack's scripts, and the ``dashboard`` when given."""
+    app = application(dashboard.middlewares if dashboard is not None else ())
 
-def combined(web: Wsgi | None, health: Callable[[], dict[str, Any]] | None = None) -> Wsgi:
-    """/metrics for Prometheus, /healthz (``health()`` as JSON: 200 when it says the replica serves,
-    else 503) for load balancers and the stack's scripts; everything else to the dashboard."""
-    metrics = make_wsgi_app(REGISTRY)
+    async def exposition(request: web.Request) -> web.Response:
+        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+        response = web.Response(body=encoder(REGISTRY), headers={"Content-Type": content_type})
+        response.enable_compression()  # gzip when Prometheus asks for it
+        return response
 
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "")
-        if path == "/healthz" and health is not None:
+    if metrics:
+        app.router.add_get("/metrics", exposition)
+    if health is not None:
+
+        async def healthz(request: web.Request) -> web.Response:
             state = health()
-            body = json.dumps(state, sort_keys=True).encode()
-            status = "200 OK" if state.get("role") in ("leader", "follower") else "503 Service Unavailable"
-            start_response(
-                status,
-                [
-                    ("Content-Type", "application/json"),
-                    ("Content-Length", str(len(body))),
-                    ("Cache-Control", "no-store"),
-                ],
+            return web.Response(
+                status=200 if state.get("role") in ("leader", "follower") else 503,
+                body=json.dumps(state, sort_keys=True).encode(),
+                content_type="application/json",
+                headers={"Cache-Control": "no-store"},
             )
-            return [body]
-        if path == "/metrics" or web is None:
-            return metrics(environ, start_response)
-        return web(environ, start_response)
 
+        app.router.add_get("/healthz", healthz)
+    if dashboard is not None:
+        dashboard.mount(app)
     return app
 
 
-def serve(listen: str, app: Wsgi, *, config: Config | None = None, dashboard: bool = True) -> HttpListener:
-    """Serve ``app`` on ``host:port`` or ``unix:/PATH`` (HTTPS with [tls] when it is a ``dashboard``
-    and ``config`` enables it and has a certificate), bounded by ``config.web``'s limits, in a thread
-    of its own. A metrics-only listener (``dashboard=False``) stays plain HTTP for Prometheus.
+async def serve(
+    listen: str, app: web.Application, *, config: Config | None = None, dashboard: bool = True
+) -> HttpListener:
+    """Serve ``app`` (see :func:`combined`) on ``host:port`` or ``unix:/PATH`` in the running event
+    loop (HTTPS with [tls] when it is a ``dashboard`` and ``config`` enables it and has a certificate),
+    bounded by ``config.web``'s limits. A metrics-only listener (``dashboard=False``) stays plain
+    HTTP for Prometheus.
 
     Raises OSError (port taken), ConfigError (bad address, unsafe socket directory, unreadable certificate).
     """
@@ -74,14 +84,15 @@ def serve(listen: str, app: Wsgi, *, config: Config | None = None, dashboard: bo
             raise ConfigError(f"[tls] certificate for the dashboard: {exc}") from exc
     path = socket_path(listen)
     sock, cleanup = _bind_unix(path, cfg.socket_group) if path is not None else (_bind_tcp(listen), None)
-    web = cfg.web
+    web_cfg = cfg.web
     limits = Limits(
-        max_connections=web.max_connections,
-        max_connections_per_client=web.max_connections_per_client,
-        request_timeout_seconds=web.request_timeout_seconds,
-        workers=web.max_concurrent + 4,
+        max_connections=web_cfg.max_connections,
+        max_connections_per_client=web_cfg.max_connections_per_client,
+        request_timeout_seconds=web_cfg.request_timeout_seconds,
     )
-    return HttpListener(sock, app, limits=limits, tls=tls, cleanup=cleanup)
+    listener = HttpListener(sock, app, limits=limits, tls=tls, cleanup=cleanup)
+    await listener.start()
+    return listener
 
 
 def _bind_tcp(listen: str) -> socket.socket:

@@ -1,4 +1,4 @@
-"""CheckpointManager reports save/commit/restore to the heartbeat sender (clusterctl.heartbeat)."""
+"""CheckpointManager's block enters the job's runtime; it reports save/commit/restore to the heartbeat sender."""
 
 from __future__ import annotations
 
@@ -31,27 +31,50 @@ def reports(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int | None]]:
 def test_the_manager_reports_start_saves_commits_and_restores(reports: list[tuple[str, int | None]]) -> None:
     storage = MemoryStorage()
     ckpt = CheckpointManager("/unused", rank=0, world_size=1, keep=0, storage=storage, config=fast_config())
-    assert reports == [("start", None)]
-    assert ckpt.restore() is None
-    assert reports[-1] == ("restored", None)
-    ckpt.save(7, {"w": np.ones(4)}).result()
-    assert ("step", 7) in reports and reports[-1] == ("committed", 7)
+    assert reports == [], "constructing a manager starts nothing: its block enters the runtime"
+    with ckpt:
+        assert reports == [("start", None)]
+        assert ckpt.restore() is None
+        assert reports[-1] == ("restored", None)
+        ckpt.save(7, {"w": np.ones(4)}).result()
+        assert ("step", 7) in reports and reports[-1] == ("committed", 7)
+        reports.clear()
+        ckpt.restore()
+        assert reports == [("committed", 7), ("restored", None)]
+
+
+def test_a_failed_close_leaving_the_block_is_reported(
+    reports: list[tuple[str, int | None]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(heartbeat, "finish", lambda code: reports.append(("finish", code)))
+    storage = MemoryStorage()
+    ckpt = CheckpointManager("/unused", rank=0, world_size=1, storage=storage, config=fast_config())
+    close = ckpt.close
+
+    def failing_close() -> None:  # as a background save that failed is raised by close()
+        close()
+        raise RuntimeError("upload failed")
+
+    monkeypatch.setattr(ckpt, "close", failing_close)
+    with pytest.raises(RuntimeError, match="upload failed"), ckpt:
+        pass
+    assert reports[-1] == ("finish", 1)
     reports.clear()
-    ckpt.restore()
-    assert reports == [("committed", 7), ("restored", None)]
-    ckpt.close()
+    with CheckpointManager("/unused", rank=0, world_size=1, storage=storage, config=fast_config()):
+        pass
+    assert reports == [("start", None)], "a block that ends normally reports no exit"
 
 
 def test_a_real_sender_sees_what_the_manager_did(tmp_path: Path) -> None:
     code = """
     import sys, time
     import numpy as np
+    import clusterctl
     from clusterctl.checkpoint import CheckpointManager
-    ckpt = CheckpointManager(sys.argv[1])
-    assert ckpt.restore() is None
-    time.sleep(0.5)  # the sender has connected and sent "restored" before the first step
-    ckpt.save(3, {"w": np.arange(4)}).result()
-    ckpt.close()
+    with clusterctl.job_runtime(), CheckpointManager(sys.argv[1]) as ckpt:
+        assert ckpt.restore() is None
+        time.sleep(0.5)  # the sender has connected and sent "restored" before the first step
+        ckpt.save(3, {"w": np.arange(4)}).result()
     """
     sock = tmp_path / "hb.sock"
     fake = FakeJobService()

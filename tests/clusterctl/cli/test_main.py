@@ -6,6 +6,7 @@ import argparse
 import subprocess
 import sys
 import types
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from clusterctl.cli.main import main
 from clusterctl.cli.options import default_client_factory
 from clusterctl.client import ClusterClient
 from clusterctl.errors import ServiceError
+from tests.support.heartbeat import serve
 
 from .conftest import Runner
 from .fakes import FakeClient
@@ -75,6 +77,25 @@ def test_service_errors_map_to_exit_codes(cli: Runner, fake: FakeClient, code_na
     assert r.code == exit_code
     assert one_line_error(r.err)
     assert "spec.nodes: must be positive" in r.err
+
+
+def test_an_older_server_without_the_call_is_named_in_one_line(cli: Runner, fake: FakeClient) -> None:
+    """A new CLI against an older clusterd (grpc UNIMPLEMENTED): exit 2, no traceback."""
+    fake.fail = ServiceError("UNIMPLEMENTED", "Method not found!", request_id="ab12cd34")
+    r = cli("list")
+    assert r.code == 2 and one_line_error(r.err)
+    assert "the server is older than this client" in r.err and "`clusterctl list`" in r.err
+    assert "request id" not in r.err
+
+
+def test_a_real_server_without_the_service_answers_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    socket = tmp_path / "old.sock"
+    with serve(socket, None):  # a gRPC server that has none of the calls: UNIMPLEMENTED
+        code = main(["list", "--addr", f"unix:{socket}", "--timeout", "5"])
+    err = capsys.readouterr().err
+    assert code == 2 and one_line_error(err) and "the server is older than this client" in err, err
 
 
 def test_multi_line_server_message_is_printed_whole(cli: Runner, fake: FakeClient) -> None:

@@ -274,6 +274,8 @@ def test_parsable_prints_only_the_job_id(cli: Runner) -> None:
             {"sbatch_options": ["--no-requeue", "--switches=1@5"]},
         ),
         ({"SBATCH_EXPORT": "NONE"}, [], {"export": "NONE"}),
+        ({"SBATCH_IGNORE_PBS": ""}, [], {"sbatch_options": ["--ignore-pbs"]}),
+        ({}, ["--ignore-pbs"], {"sbatch_options": ["--ignore-pbs"]}),
     ],
 )
 def test_sbatch_input_variables_are_options(

@@ -245,7 +245,7 @@ async def test_cancel_reaches_slurm_and_marks_user_cancelled(harness: Harness) -
     await harness.poll()
     got = await harness.jobs.GetJob(jobs_pb2.GetJobRequest(job_id=job.job_id), metadata=auth(USER_A))
     assert got.job.state == jobs_pb2.JOB_STATE_CANCELLED and got.job.terminal
-    rec = await harness.daemon.store.get_by_job_id(job.job_id)
+    rec = await harness.daemon.store.jobs.get_by_job_id(job.job_id)
     assert rec is not None and rec.user_cancelled
 
 

@@ -169,13 +169,17 @@ async def test_history_without_accounting_says_so(harness: Harness) -> None:
 async def test_the_queue_hides_finished_jobs_as_squeue_does(harness: Harness) -> None:
     done = await _submitted(harness, USER_A, "done")
     live = await _submitted(harness, USER_A, "live")
-    harness.slurm.set_state(done, JobState.COMPLETED, end_time=time.time())
+    now = time.time()
+    harness.slurm.set_state(done, JobState.COMPLETED, start_time=now - 90, end_time=now - 30)
+    harness.slurm.set_state(live, JobState.RUNNING, start_time=now - 10, end_time=now + 3600)  # Slurm's forecast
     await harness.poll()
     queue = await harness.jobs.ListQueue(jobs_pb2.ListQueueRequest(), metadata=auth(USER_A))
     assert [j.job_id for j in queue.jobs] == [live]
+    assert not queue.jobs[0].HasField("end_time")  # a running job's end is only a forecast
     asked = jobs_pb2.ListQueueRequest(states=[jobs_pb2.JOB_STATE_COMPLETED])
     queue = await harness.jobs.ListQueue(asked, metadata=auth(USER_A))
     assert [j.job_id for j in queue.jobs] == [done]
+    assert queue.jobs[0].end_time.seconds == int(now - 30)  # its TIME is start to end, not to now
 
 
 async def test_a_job_never_requeued_was_first_submitted_when_slurm_says(harness: Harness) -> None:

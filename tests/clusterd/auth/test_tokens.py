@@ -27,6 +27,7 @@ from clusterd.auth import tokens as tokens_mod
 from clusterd.auth.tokenfile import add_token, read_entries
 from clusterd.auth.tokens import TokenFileError, TokenStore, parse_tokens, token_digest
 from clusterd.main import build_parser, main
+from tests.support.privileges import needs_root
 
 from ..conftest import USER_A, auth, base_config, code_of, running, stub
 
@@ -272,12 +273,20 @@ async def test_token_file_is_used_and_must_be_private(
             err = capsys.readouterr().err
             assert f"is readable by group or others (mode {mode:o}): run chmod 600 {f}" in err
     f.chmod(0o600)
-    os.chown(f, pwd.getpwnam("bob").pw_uid, -1)
-    with pytest.raises(UsageError, match="belongs to uid"):
-        resolve_token()
-    os.chown(f, os.geteuid(), -1)
     f.write_text("\n")
     with pytest.raises(UsageError, match="one token on one line"):
         resolve_token()
     monkeypatch.setenv("CLUSTERCTL_TOKEN", "from-env")  # the environment variable wins over the file
     assert resolve_token() == "from-env"
+
+
+@needs_root("gives the token file to another user")
+def test_a_token_file_of_another_user_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CLUSTERCTL_TOKEN", raising=False)
+    f = tmp_path / "token"
+    f.write_text("token-0123456789abcdef\n")
+    f.chmod(0o600)
+    os.chown(f, pwd.getpwnam("bob").pw_uid, -1)
+    monkeypatch.setenv("CLUSTERCTL_TOKEN_FILE", str(f))
+    with pytest.raises(UsageError, match="belongs to uid"):
+        resolve_token()

@@ -10,7 +10,7 @@ from clusterd.config import ConfigError, HAConfig
 from clusterd.ha.fencing import FencedBackend
 from clusterd.ha.leadership import Deposed, Leadership
 from clusterd.slurm.fake import FakeSlurm
-from clusterd.store.sqlite import SqliteJobStore
+from clusterd.store.store import Store
 
 TTL = 0.3
 CONFIG = HAConfig(lease_seconds=TTL, renew_seconds=0.1)
@@ -26,8 +26,8 @@ class Clock:
         return self.now
 
 
-async def test_one_leads_the_other_follows(sqlite_store: SqliteJobStore) -> None:
-    a, b = Leadership(sqlite_store, CONFIG, holder="a"), Leadership(sqlite_store, CONFIG, holder="b")
+async def test_one_leads_the_other_follows(embedded_store: Store) -> None:
+    a, b = Leadership(embedded_store.leases, CONFIG, holder="a"), Leadership(embedded_store.leases, CONFIG, holder="b")
     await a.step()
     await b.step()
     assert a.is_leader and not b.is_leader
@@ -37,14 +37,17 @@ async def test_one_leads_the_other_follows(sqlite_store: SqliteJobStore) -> None
     assert a.epoch == 1
 
 
-async def test_a_leader_that_stops_renewing_is_replaced_and_fenced(sqlite_store: SqliteJobStore) -> None:
+async def test_a_leader_that_stops_renewing_is_replaced_and_fenced(embedded_store: Store) -> None:
     clock = Clock()
-    a, b = Leadership(sqlite_store, CONFIG, holder="a", clock=clock), Leadership(sqlite_store, CONFIG, holder="b")
+    a, b = (
+        Leadership(embedded_store.leases, CONFIG, holder="a", clock=clock),
+        Leadership(embedded_store.leases, CONFIG, holder="b"),
+    )
     await a.step()
     await asyncio.sleep(TTL * 1.5)  # a is frozen: it renews nothing
     await b.step()
     assert b.is_leader and b.epoch == 2
-    # a's own clock did not move (the worst case): it still believes it leads, until it asks the sqlite_store
+    # a's own clock did not move (the worst case): it still believes it leads, until it asks the store
     assert a.is_leader
     fake = FakeSlurm.cluster()
     with pytest.raises(Deposed, match="held by b at epoch 2"):
@@ -54,9 +57,9 @@ async def test_a_leader_that_stops_renewing_is_replaced_and_fenced(sqlite_store:
     assert not a.is_leader and b.is_leader
 
 
-async def test_a_frozen_leader_knows_by_its_own_clock(sqlite_store: SqliteJobStore) -> None:
+async def test_a_frozen_leader_knows_by_its_own_clock(embedded_store: Store) -> None:
     clock = Clock()
-    a = Leadership(sqlite_store, CONFIG, holder="a", clock=clock)
+    a = Leadership(embedded_store.leases, CONFIG, holder="a", clock=clock)
     changes: list[bool] = []
     a.subscribe(changes.append)
     await a.step()
@@ -67,8 +70,8 @@ async def test_a_frozen_leader_knows_by_its_own_clock(sqlite_store: SqliteJobSto
     assert changes == [True]
 
 
-async def test_fenced_reads_pass_and_writes_happen_while_leading(sqlite_store: SqliteJobStore) -> None:
-    a = Leadership(sqlite_store, CONFIG, holder="a")
+async def test_fenced_reads_pass_and_writes_happen_while_leading(embedded_store: Store) -> None:
+    a = Leadership(embedded_store.leases, CONFIG, holder="a")
     await a.step()
     fake = FakeSlurm.cluster()
     fenced = FencedBackend(fake, a)
@@ -77,16 +80,16 @@ async def test_fenced_reads_pass_and_writes_happen_while_leading(sqlite_store: S
     assert await fenced.list_nodes()
 
 
-async def test_release_hands_over_at_once(sqlite_store: SqliteJobStore) -> None:
-    a, b = Leadership(sqlite_store, CONFIG, holder="a"), Leadership(sqlite_store, CONFIG, holder="b")
+async def test_release_hands_over_at_once(embedded_store: Store) -> None:
+    a, b = Leadership(embedded_store.leases, CONFIG, holder="a"), Leadership(embedded_store.leases, CONFIG, holder="b")
     await a.step()
     await a.release()
     await b.step()
     assert b.is_leader and not a.is_leader and b.epoch == 2
 
 
-async def test_run_renews_until_stopped(sqlite_store: SqliteJobStore) -> None:
-    a, b = Leadership(sqlite_store, CONFIG, holder="a"), Leadership(sqlite_store, CONFIG, holder="b")
+async def test_run_renews_until_stopped(embedded_store: Store) -> None:
+    a, b = Leadership(embedded_store.leases, CONFIG, holder="a"), Leadership(embedded_store.leases, CONFIG, holder="b")
     stop = asyncio.Event()
     task = asyncio.create_task(a.run(stop))
     await asyncio.sleep(TTL * 3)
@@ -98,6 +101,6 @@ async def test_run_renews_until_stopped(sqlite_store: SqliteJobStore) -> None:
     assert b.is_leader
 
 
-def test_renewing_slower_than_the_lease_is_refused(sqlite_store: SqliteJobStore) -> None:
+def test_renewing_slower_than_the_lease_is_refused(embedded_store: Store) -> None:
     with pytest.raises(ConfigError, match="renew_seconds"):
-        Leadership(sqlite_store, HAConfig(lease_seconds=1.0, renew_seconds=2.0))
+        Leadership(embedded_store.leases, HAConfig(lease_seconds=1.0, renew_seconds=2.0))

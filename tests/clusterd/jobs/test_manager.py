@@ -2,26 +2,24 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import sqlite3
-import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
-from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.auth.identity import Identity
 from clusterd.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
 from clusterd.jobs.manager import JobManager
+from clusterd.model.spec import JobSpec, PlacementPreference
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.request import JobRequest
 from clusterd.slurm.types import JobState, SlurmJob
-from clusterd.store.base import JobStore
+from clusterd.store import jobs as store_jobs
+from clusterd.store.jobs import JobRecords
 from clusterd.store.records import JobRecord, Phase
-from clusterd.store.sqlite import SqliteJobStore
+from clusterd.store.store import sqlite_store
 from clusterd.supervisor import reconciler
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import EventBus
@@ -36,11 +34,11 @@ ALICE, BOB, ROOT = Identity(USER_A), Identity(USER_B), Identity(ADMIN, admin=Tru
 class World:
     manager: JobManager
     slurm: FakeSlurm
-    store: JobStore
+    store: JobRecords
     poller: QueueCache
 
     async def submit(self, ident: Identity, **kw: object) -> str:
-        rec, _ = await self.manager.submit(ident, jobs_pb2.JobSpec(command=["hostname"], **kw))  # type: ignore[arg-type]
+        rec, _ = await self.manager.submit(ident, JobSpec(command=["hostname"], **kw))  # type: ignore[arg-type]
         return rec.job_id
 
     def lose_slurm_state(self) -> None:
@@ -49,7 +47,7 @@ class World:
         self.slurm._ids = itertools.count(100)
 
 
-def no_placement(job: JobRequest, pref: cluster_pb2.PlacementPreference) -> tuple[JobRequest, str]:
+def no_placement(job: JobRequest, pref: PlacementPreference) -> tuple[JobRequest, str]:
     return job, "anywhere"
 
 
@@ -57,14 +55,16 @@ def no_placement(job: JobRequest, pref: cluster_pb2.PlacementPreference) -> tupl
 async def world(tmp_path: Path) -> AsyncIterator[World]:
     config = make_config(tmp_path, max_jobs_per_user=3)
     slurm = FakeSlurm.cluster()
-    store = SqliteJobStore(config.db_path)
+    opened = sqlite_store(config.db_path)
+    await opened.open()
+    store = opened.jobs
     bus = EventBus()
     progress = ProgressReader(ProgressBudget(interval=3600))
     poller = supervised(slurm, store, bus, progress, config.restart, default_partition="debug")
     await poller.poll_once()
     yield World(JobManager(config, slurm, store, poller, bus, no_placement), slurm, store, poller)
     progress.close()
-    await store.close()
+    await opened.close()
 
 
 async def test_get_resolves_ownership(world: World) -> None:
@@ -83,7 +83,7 @@ async def test_list_is_own_jobs_unless_admin(world: World) -> None:
     await world.submit(ALICE)
     await world.submit(BOB)
     own = await world.manager.list(ALICE, user="", include_finished=False, limit=0)
-    assert [r.user for r in own] == [USER_A] and own[0].spec.ByteSize() == 0  # compact rows
+    assert [r.user for r in own] == [USER_A] and own[0].spec == JobSpec()  # compact rows
     assert {r.user for r in await world.manager.list(ROOT, user="*", include_finished=False, limit=0)} == {
         USER_A,
         USER_B,
@@ -119,45 +119,24 @@ async def test_quota_counts_live_jobs(world: World) -> None:
     assert world.slurm.calls["submit"] == 5
 
 
-async def test_a_submit_answers_before_its_commit_and_later_reads_wait_for_it(
+async def test_a_save_that_fails_after_sbatch_is_settled_from_slurm(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The embedded store orders its work, so the caller has its job id once the save is queued;
-    a read asked for after that (a GetJob right after the answer) runs after the commit."""
-    assert isinstance(world.store, SqliteJobStore)
-    commit = threading.Event()
-    real = world.store._save
+    """Slurm took the job but its record's save failed: the caller hears the error, the record stays
+    SUBMITTING, and the reconciler adopts the job tagged with its comment, as after a sbatch whose
+    answer was lost."""
+    real = store_jobs._update
 
-    def held_save(rec: JobRecord) -> None:
-        commit.wait(10)
-        real(rec)
+    def failing_update(conn: object, rec: JobRecord) -> None:
+        raise OSError(5, "disk I/O error")
 
-    monkeypatch.setattr(world.store, "_save", held_save)
-    job_id = await world.submit(ALICE)
-    read = asyncio.create_task(world.manager.get(ALICE, job_id))
-    await asyncio.sleep(0.05)
-    assert job_id and not read.done()  # answered, while the store still writes its record
-    commit.set()
-    assert (await read).phase is Phase.SUBMITTED
-
-
-async def test_a_commit_that_fails_after_the_answer_is_settled_from_slurm(
-    world: World, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The caller keeps its job id; the record stays SUBMITTING and the reconciler adopts the job
-    tagged with its comment, as after a sbatch whose answer was lost."""
-    real = world.store._save
-
-    def failing_save(rec: JobRecord) -> None:
-        raise sqlite3.OperationalError("disk I/O error")
-
-    monkeypatch.setattr(world.store, "_save", failing_save)
-    job_id = await world.submit(ALICE)
-    assert await world.store.get_by_record(1) is not None  # queued after the failed save
-    monkeypatch.setattr(world.store, "_save", real)
-    await asyncio.sleep(0)  # the failed save's callback
-    assert f"job {job_id} (record 1) is not recorded yet" in caplog.text and "disk I/O error" in caplog.text
-    assert await world.store.get_by_job_id(job_id) is None  # the reservation, still SUBMITTING
+    monkeypatch.setattr(store_jobs, "_update", failing_update)
+    with pytest.raises(OSError, match="disk I/O error"):
+        await world.submit(ALICE)
+    monkeypatch.setattr(store_jobs, "_update", real)
+    (job_id,) = world.slurm.jobs
+    held = await world.store.get_by_record(1)
+    assert held is not None and held.phase is Phase.SUBMITTING
     monkeypatch.setattr(reconciler, "_ADOPT_GRACE_SECONDS", 0.0)
     await world.poller.poll_once()
     rec = await world.store.get_by_job_id(job_id)
@@ -205,8 +184,8 @@ async def test_watch_ids_are_checked_and_bounded(world: World) -> None:
     with pytest.raises(InvalidArgument, match="more than 1000 ids"):
         world.manager.watch_ids([str(i) for i in range(1001)])
     job_id = await world.submit(ALICE)
-    assert (await world.manager.get(ALICE, job_id, with_spec=False)).spec.ByteSize() == 0
-    assert (await world.manager.get(ALICE, job_id)).spec.command == ["hostname"]
+    assert (await world.manager.get(ALICE, job_id, with_spec=False)).spec == JobSpec()
+    assert (await world.manager.get(ALICE, job_id)).spec.command == ("hostname",)
 
 
 async def test_the_users_comment_reaches_slurm_before_the_records_tag(world: World) -> None:

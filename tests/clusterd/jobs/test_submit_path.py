@@ -85,51 +85,20 @@ async def test_arrays_render_and_count_tasks(harness: Harness) -> None:
     assert req.array is not None and req.array.render() == "0,2,4,6,8%2" and req.task_count == 5
 
 
-async def test_a_burst_checks_its_directories_once_and_a_refusal_is_never_kept(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A pass is kept a few seconds (no worker-thread hop for the next submits); a missing
-    directory is refused every time, and one created since passes at once."""
-    import asyncio
-
-    hops = [0]
-    real = asyncio.to_thread
-
-    async def counted(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
-        hops[0] += 1
-        return await real(fn, *args, **kwargs)
-
-    monkeypatch.setattr("clusterd.jobs.manager.asyncio.to_thread", counted)
+async def test_every_submit_checks_its_directories(harness: Harness) -> None:
+    """Nothing is kept between submits: a directory removed since the last submit is refused at once,
+    and one created since passes at once."""
     with tempfile.TemporaryDirectory() as cwd:
         os.chmod(cwd, 0o755)
-        for _ in range(3):
-            await submit(harness, jobs_pb2.JobSpec(command=["true"], submit_directory=cwd))
-        assert hops[0] == 1
-        missing = f"{cwd}/later"
-        for _ in range(2):
-            with pytest.raises(grpc.aio.AioRpcError) as info:
-                await submit(harness, jobs_pb2.JobSpec(command=["true"], submit_directory=missing))
-            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        os.mkdir(missing, 0o755)
-        await submit(harness, jobs_pb2.JobSpec(command=["true"], submit_directory=missing))
-    assert hops[0] == 4
-    assert [r.submit_directory for r in harness.slurm.submitted][-1] == missing
-
-
-def test_settled_directories_expire_and_key_on_the_users_rights() -> None:
-    from clusterd.jobs.submission import SettledDirectories
-    from clusterd.jobs.users import UnixUser
-    from clusterd.slurm.request import JobRequest
-
-    now = [0.0]
-    memo = SettledDirectories("/tmp", keep_seconds=5.0, clock=lambda: now[0])
-    with tempfile.TemporaryDirectory() as cwd:
-        os.chmod(cwd, 0o755)
-        user = UnixUser("nobody", 65534, 65534, "/", (65534,))
-        request = JobRequest(script="#!/bin/sh\ntrue\n", name="t", user="nobody", submit_directory=cwd)
-        assert memo.kept(request, user) is None
-        settled = memo.settle(request, user)
-        assert memo.kept(request, user) == settled and settled.working_directory == cwd
-        assert memo.kept(request, UnixUser("nobody", 65534, 65534, "/", ())) is None  # other groups
-        now[0] = 5.0
-        assert memo.kept(request, user) is None
+        run = f"{cwd}/run"
+        os.mkdir(run, 0o755)
+        await submit(harness, jobs_pb2.JobSpec(command=["true"], submit_directory=run))
+        os.rmdir(run)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await submit(harness, jobs_pb2.JobSpec(command=["true"], submit_directory=run))
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert (info.value.details() or "").startswith("spec.submit_directory")
+        os.mkdir(run, 0o755)
+        await submit(harness, jobs_pb2.JobSpec(command=["true"], submit_directory=run))
+    assert harness.slurm.calls["submit"] == 2
+    assert [r.submit_directory for r in harness.slurm.submitted] == [run, run]

@@ -1,4 +1,8 @@
-"""Table-driven validation: every bad field is rejected with its name, before anything runs."""
+"""Table-driven validation: every bad field is rejected with its name, before anything runs.
+
+The specs here are the wire's (tests/clusterd/api sends the same table): each goes through the API's
+conversion first, as a submission does.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,12 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from clusterctl.v1 import cluster_pb2, jobs_pb2
+from clusterd.api.spec_convert import placement_from_proto, spec_from_proto
 from clusterd.config import LimitsConfig
 from clusterd.errors import InvalidArgument
-from clusterd.jobs.validate import placement_preference, validate_spec
-from clusterd.slurm.request import parse_time_limit
+from clusterd.jobs import validate
+from clusterd.jobs.validate import placement_preference
+from clusterd.slurm.request import JobRequest, parse_time_limit
 from clusterd.slurm.types import ClusterFacts
 from clusterd.topology.demand import Preference
 
@@ -22,6 +28,10 @@ FACTS = ClusterFacts(
 )
 LIMITS = LimitsConfig(max_script_bytes=4096)
 SCRIPT = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gres=gpu:2\n#SBATCH -t 10:00\necho hi\n"
+
+
+def validate_spec(wire: jobs_pb2.JobSpec, facts: ClusterFacts, limits: LimitsConfig) -> JobRequest:
+    return validate.validate_spec(spec_from_proto(wire), facts, limits)
 
 
 def spec(**fields: Any) -> jobs_pb2.JobSpec:
@@ -44,7 +54,7 @@ BAD: list[tuple[str, jobs_pb2.JobSpec, str]] = [
     ("#SBATCH --export-file in script", spec(script="#!/bin/bash\n#SBATCH --export-file=/etc/shadow\n"), "spec.script"),
     ("#SBATCH --export reserved name", spec(script="#!/bin/bash\n#SBATCH --export=SLURM_CONF=/x\n"), "spec.script"),
     ("#SLURM --uid line", spec(script="#!/bin/bash\n#SLURM --uid=0\n"), "spec.script"),
-    ("#PBS line", spec(script="#!/bin/bash\n#PBS -l nodes=2\n"), "spec.script"),
+    ("#PBS line", spec(script="#!/bin/bash\n#PBS -W umask=022\n"), "spec.script"),
     ("#SBATCH ambiguous --par", spec(script="#!/bin/bash\n#SBATCH --par=debug\n"), "spec.script"),
     ("#SBATCH -W", spec(script="#!/bin/bash\n#SBATCH -W\n"), "spec.script"),
     ("#SBATCH array too big", spec(script="#!/bin/bash\n#SBATCH --array=0-99999\n"), "spec.script"),
@@ -146,7 +156,7 @@ BAD: list[tuple[str, jobs_pb2.JobSpec, str]] = [
     ),
     (
         "nodelist count mismatch",
-        spec(nodes=2, placement=cluster_pb2.PlacementPreference(nodelist=["node1"])),
+        spec(nodes=1, placement=cluster_pb2.PlacementPreference(nodelist=["node1", "node2"])),
         "spec.placement.nodelist",
     ),
     (
@@ -250,8 +260,41 @@ def test_dos_line_breaks_are_refused_naming_the_line() -> None:
     ],
 )
 def test_the_placement_preference_in_the_services_terms(policy: int, name: str) -> None:
-    pref = placement_preference(
-        cluster_pb2.PlacementPreference(policy=policy, switch_count=2, exclude_nodes=["node3"], nodelist=["node1"])
-    )
+    wire = cluster_pb2.PlacementPreference(policy=policy, switch_count=2, exclude_nodes=["node3"], nodelist=["node1"])  # type: ignore[arg-type]
+    pref = placement_preference(placement_from_proto(wire, strict=False))
     assert pref == Preference(policy=name, switch_count=2, exclude_nodes=("node3",), nodelist=("node1",))  # type: ignore[arg-type]
-    assert placement_preference(cluster_pb2.PlacementPreference()) == Preference()
+    assert placement_preference(placement_from_proto(cluster_pb2.PlacementPreference())) == Preference()
+
+
+def test_pbs_lines_win_over_sbatch_lines_and_lose_to_the_spec() -> None:
+    script = "#!/bin/bash\n#SBATCH -t 5 -p debug\n#PBS -l walltime=20:00,nodes=2:ppn=3 -q batch -N pbs\necho\n"
+    job = validate_spec(spec(script=script, sbatch_options=["--partition=debug"]), FACTS, LIMITS)
+    assert (job.time_limit_seconds, job.nodes, job.ntasks, job.partition, job.name) == (1200, 2, 6, "debug", "pbs")
+    assert "#clusterd:PBS" in job.script
+    ignored = validate_spec(spec(script=script, sbatch_options=["--ignore-pbs"]), FACTS, LIMITS)
+    assert (ignored.time_limit_seconds, ignored.nodes, ignored.name) == (300, None, "job")
+
+
+def test_a_translated_value_is_refused_naming_the_line_and_the_translation() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        validate_spec(spec(script="#!/bin/bash\n#PBS -l nice=-5\n"), FACTS, LIMITS)
+    assert str(info.value).startswith("spec.script: script line 2: #PBS -l nice=-5 (sbatch: --nice=-5): ")
+
+
+def test_pbs_working_directory_is_read_as_the_clusters_release_reads_it() -> None:
+    script = "#!/bin/bash\n#PBS -d /tmp/w\n"
+    newer = ClusterFacts(FACTS.partitions, FACTS.nodes, "debug", slurm_release=(24, 11))
+    assert validate_spec(spec(script=script), newer, LIMITS).working_directory == "/tmp/w"
+    older = ClusterFacts(FACTS.partitions, FACTS.nodes, "debug", slurm_release=(22, 5))
+    with pytest.raises(InvalidArgument, match="script line 2: #PBS -d /tmp/w: -d is translated by sbatch"):
+        validate_spec(spec(script=script), older, LIMITS)
+
+
+def test_a_nodelist_sets_the_node_count_as_slurm_does() -> None:
+    """-w node1,node2 without -N is a 2-node job; -N 2 -w node1 has Slurm add a node."""
+    for nodes, listed in ((0, ["node1", "node2"]), (2, ["node1"]), (0, ["node1"])):
+        pref = cluster_pb2.PlacementPreference(nodelist=listed)
+        validate_spec(spec(nodes=nodes, placement=pref), FACTS, LIMITS)
+    with pytest.raises(InvalidArgument, match="3 nodes listed for a 2-node job"):
+        pref = cluster_pb2.PlacementPreference(nodelist=["node1", "node2", "node3"])
+        validate_spec(spec(nodes=1, max_nodes=2, placement=pref), FACTS, LIMITS)

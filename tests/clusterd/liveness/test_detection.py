@@ -322,9 +322,9 @@ async def test_beats_are_claims_checked_against_slurm(live: Live) -> None:
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     # A run Slurm does not show (a forged restart count) is not recorded.
     await live.beat(job_id, record, token, 0, restart_count=7)
-    assert live.daemon.liveness.get(record) is None
+    assert live.daemon.liveness.get(record, job_id) is None
     await live.beat(job_id, record, token, 0)
-    run = live.daemon.liveness.get(record)
+    run = live.daemon.liveness.get(record, job_id)
     assert run is not None and run.job_id == job_id and run.restart_count == 0 and set(run.ranks) == {0}
 
 
@@ -338,7 +338,7 @@ async def test_beats_of_a_job_not_running_are_not_recorded_and_an_ended_records_
     live.daemon.poller.hurry = hurried.append  # type: ignore[method-assign]
     for _ in range(5):
         reply = await live.beat(job_id, record, token, 0)
-    assert live.daemon.liveness.get(record) is None and reply.interval.ToNanoseconds() / 1e9 <= 0.5
+    assert live.daemon.liveness.get(record, job_id) is None and reply.interval.ToNanoseconds() / 1e9 <= 0.5
     assert len(hurried) == 1  # a held job's beats cannot keep the queue poll hurried
     live.slurm.set_state(job_id, JobState.CANCELLED, nodes=())
     for _ in range(3):
@@ -349,7 +349,11 @@ async def test_beats_of_a_job_not_running_are_not_recorded_and_an_ended_records_
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
-async def test_a_beat_flood_is_rate_limited_per_job(live: Live) -> None:
+async def test_a_beat_flood_is_rate_limited_per_job(live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
+    from clusterd.liveness import heartbeats
+
+    clock = [1000.0]  # the bucket's clock stands still through the flood, however long it takes here
+    monkeypatch.setattr(heartbeats, "_bucket_clock", lambda: clock[0])
     job_id, record, token = await live.submit()
 
     async def one() -> str:
@@ -362,7 +366,7 @@ async def test_a_beat_flood_is_rate_limited_per_job(live: Live) -> None:
     codes = await asyncio.gather(*(one() for _ in range(1000)))
     # 2 nodes x 4 CPUs, 3 beats a rank an interval of 0.1 s: 240 beats/s after a burst of 480.
     assert codes.count("OK") < 800 and codes.count("RESOURCE_EXHAUSTED") > 100
-    await asyncio.sleep(0.5)
+    clock[0] += 0.5
     assert await one() == "OK"  # the bucket refills: the job's own beats go on
 
 
@@ -370,14 +374,14 @@ async def test_ids_of_no_live_record_never_block_a_record_made_later(live: Live)
     """Record ids are handed out in order: beats naming the next one before it exists cost a store
     read each (within the service-wide cap), and do not keep its job's own beats out once it runs."""
     reads = 0
-    real = live.daemon.store.get_by_record
+    real = live.daemon.store.jobs.get_by_record
 
     async def counted(record_id: int):  # type: ignore[no-untyped-def]
         nonlocal reads
         reads += 1
         return await real(record_id)
 
-    live.daemon.store.get_by_record = counted  # type: ignore[method-assign]
+    live.daemon.store.jobs.get_by_record = counted  # type: ignore[method-assign]
     for _ in range(20):
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await live.jobs.Heartbeat(jobs_pb2.HeartbeatRequest(record_id=1, token="x" * 43))
@@ -386,7 +390,7 @@ async def test_ids_of_no_live_record_never_block_a_record_made_later(live: Live)
     job_id, record, token = await live.submit()
     assert record == 1
     assert not (await live.beat(job_id, record, token, 0)).stop
-    assert live.daemon.liveness.get(record) is not None
+    assert live.daemon.liveness.get(record, job_id) is not None
 
 
 async def test_a_long_interval_still_leaves_room_for_every_rank_once(live: Live) -> None:
@@ -418,7 +422,7 @@ async def test_a_late_check_after_a_stalled_loop_decides_nothing(live: Live) -> 
     live.prober.dead.add("10.0.0.2")
     await beat_both_then_silence(live, job_id, record, token, keep=0)
     await live.daemon.detector.check_once()  # (the first check after start)
-    live.daemon.liveness.get(record).decided = False  # type: ignore[union-attr]
+    live.daemon.liveness.get(record, job_id).decided = False  # type: ignore[union-attr]
     await asyncio.sleep(0)
     time_stalled = 1.5
     live.daemon.detector._last_check -= time_stalled
@@ -429,10 +433,10 @@ async def test_a_cancel_before_a_decided_requeue_shows_is_not_undone(live: Live)
     """The requeue was decided (and persisted) but Slurm shows the run cancelled, by its user or an
     administrator's scancel: the requeue is never sent again."""
     job_id, record, _ = await live.submit()
-    rec = await live.daemon.store.get_by_record(record)
+    rec = await live.daemon.store.jobs.get_by_record(record)
     assert rec is not None
     rec.acked_restarts = 1  # decided, not yet seen in Slurm
-    await live.daemon.store.save(rec)
+    await live.daemon.store.jobs.save(rec)
     live.slurm.set_state(job_id, JobState.CANCELLED, end_time=1.0)
     await live.daemon.poller.poll_once()
     assert live.slurm.calls["requeue"] == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -77,7 +78,7 @@ async def test_rpcs_counted_by_method_and_code_on_the_endpoint(served, json_logs
         await jobs.GetJob(jobs_pb2.GetJobRequest(job_id="1"))
     await daemon.poller.poll_once()
 
-    got = scrape(daemon.metrics_port)
+    got = await asyncio.to_thread(scrape, daemon.metrics_port)  # the daemon serves it on this loop
     assert got['clusterd_rpcs_total{code="OK",method="JobService/SubmitJob"}'] == ok_before + 1
     assert got['clusterd_rpcs_total{code="INVALID_ARGUMENT",method="JobService/SubmitJob"}'] == bad_before + 1
     assert got['clusterd_rpcs_total{code="UNAUTHENTICATED",method="JobService/GetJob"}'] == unauth_before + 1
@@ -185,7 +186,7 @@ def test_serve_refuses_bad_log_settings(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == ["c.toml"]  # refused before anything was created
 
 
-def test_metrics_port_taken_is_named(tmp_path: Path) -> None:
+async def test_metrics_port_taken_is_named(tmp_path: Path) -> None:
     import socket
 
     from clusterd.config import ConfigError
@@ -196,27 +197,33 @@ def test_metrics_port_taken_is_named(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(OSError, match=f"cannot serve HTTP on 127.0.0.1:{port}"):
-            serve(f"127.0.0.1:{port}", combined(None))
+            await serve(f"127.0.0.1:{port}", combined(None))
     with pytest.raises(ConfigError, match="host:port"):
-        serve("9464", combined(None))
+        await serve("9464", combined(None))
 
 
-def test_healthz_says_the_role_and_refuses_when_not_ready() -> None:
+async def test_healthz_says_the_role_and_refuses_when_not_ready() -> None:
     import json
     import urllib.error
     import urllib.request
 
     from clusterd.web.server import combined, serve
 
+    def fetch(url: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as reply:
+                return reply.status, reply.read()
+        except urllib.error.HTTPError as refused:
+            return refused.code, refused.read()
+
     state = {"role": "follower", "replica": "a", "epoch": 0}
-    server = serve("127.0.0.1:0", combined(None, lambda: state))
+    server = await serve("127.0.0.1:0", combined(None, lambda: state))
     try:
         url = f"http://127.0.0.1:{server.port}/healthz"
-        with urllib.request.urlopen(url, timeout=5) as reply:
-            assert reply.status == 200 and json.loads(reply.read())["role"] == "follower"
+        status, body = await asyncio.to_thread(fetch, url)
+        assert status == 200 and json.loads(body)["role"] == "follower"
         state["role"] = "not ready"
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(url, timeout=5)
-        assert refused.value.code == 503 and json.loads(refused.value.read())["role"] == "not ready"
+        status, body = await asyncio.to_thread(fetch, url)
+        assert status == 503 and json.loads(body)["role"] == "not ready"
     finally:
-        server.stop()
+        await server.stop()

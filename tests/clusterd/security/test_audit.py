@@ -7,6 +7,7 @@ asked of their jobs.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import stat
 from dataclasses import replace
@@ -82,10 +83,25 @@ async def test_audit_log_defaults_to_the_state_dir(tmp_path: Path) -> None:
     assert len(read_audit(daemon.audit.path)) == 1
 
 
-def test_a_burst_of_lines_is_written_whole_and_in_order(tmp_path: Path) -> None:
-    """The writer takes what is queued in one write per wake-up; every line lands, whole, in order."""
+async def test_a_line_is_in_the_file_when_the_call_is_answered(tmp_path: Path) -> None:
+    """Nothing waits in memory: a clusterd killed right after answering (SIGKILL) has the line on file."""
+    audit = tmp_path / "audit.jsonl"
+    cfg = replace(base_config(tmp_path), audit_log=str(audit))
+    async with running(cfg) as daemon, grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as ch:
+        jobs = stub(ch)
+        for i in range(3):
+            job = (await jobs.SubmitJob(command_request(request_id=f"r{i}"), metadata=auth(USER_A))).job
+            assert read_audit(audit)[-1]["job_id"] == job.job_id  # before the service stops or closes anything
+            assert len(read_audit(audit)) == i + 1
+
+
+async def test_concurrent_lines_are_written_whole(tmp_path: Path) -> None:
     log = AuditLog(tmp_path / "audit.jsonl")
-    for i in range(5_000):
-        log.record(user="alice", method="SubmitJob", job_id=str(i), result="OK")
+    for i in range(3):
+        await log.record(user="alice", method="SubmitJob", job_id=f"seq{i}", result="OK")
+    assert [e["job_id"] for e in read_audit(tmp_path / "audit.jsonl")] == ["seq0", "seq1", "seq2"]  # in order
+    await asyncio.gather(*(log.record(user="alice", method="SubmitJob", job_id=str(i)) for i in range(500)))
     log.close()
-    assert [e["job_id"] for e in read_audit(tmp_path / "audit.jsonl")] == [str(i) for i in range(5_000)]
+    await log.record(user="alice", method="CancelJob", job_id="late")  # after close: logged, not raised
+    ids = [e["job_id"] for e in read_audit(tmp_path / "audit.jsonl")]
+    assert sorted(ids[3:]) == sorted(str(i) for i in range(500)) and "late" not in ids

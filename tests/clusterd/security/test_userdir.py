@@ -11,6 +11,7 @@ import pytest
 
 from clusterctl.storage.errors import AccessDeniedError, ObjectNotFoundError
 from clusterd.security.userdir import UserDirStorage
+from tests.support.privileges import needs_root
 
 ME = frozenset({os.geteuid()})
 
@@ -85,7 +86,7 @@ def test_the_directory_opened_is_read_even_after_its_path_is_swapped(
     assert [o.key for o in store.list_objects("commits/")] == ["commits/000000000003.json"]
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another user")
+@needs_root("gives a file to another user")
 def test_another_users_file_is_refused(store: UserDirStorage, ckpt: Path) -> None:
     marker = ckpt / "commits" / "000000000003.json"
     os.chown(marker, 65534, 65534)

@@ -14,8 +14,9 @@ import pytest
 from clusterd.accounts import lookup
 from clusterd.errors import FailedPrecondition, PermissionDenied
 from clusterd.security.useropen import open_as
+from tests.support.privileges import needs_root
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="opens as another user: needs root, as clusterd runs")
+pytestmark = needs_root("opens as another user, as clusterd does")
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Store fixtures: ``store`` runs a test against both implementations (SQLite, PostgreSQL)."""
+"""Store fixtures: ``store`` runs a test against both databases (SQLite, PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterd.store.base import JobStore
-from clusterd.store.postgres import PostgresJobStore
-from clusterd.store.sqlite import SqliteJobStore
+from clusterd.store.store import Store, postgres_store, sqlite_store
 from tests.support.postgres import SKIP_REASON, get_cluster
 
 
@@ -24,12 +22,12 @@ def pg_url() -> str:
 
 
 @pytest.fixture
-async def pg_stores(pg_url: str) -> AsyncIterator[Callable[[], PostgresJobStore]]:
-    """Makes PostgresJobStores on one database (each its own pools: a replica); closes them after."""
-    made: list[PostgresJobStore] = []
+async def pg_stores(pg_url: str) -> AsyncIterator[Callable[[], Store]]:
+    """Makes PostgreSQL stores on one database (each its own pools: a replica); closes them after."""
+    made: list[Store] = []
 
-    def make() -> PostgresJobStore:
-        made.append(PostgresJobStore(pg_url, pool_min=1, pool_max=8))
+    def make() -> Store:
+        made.append(postgres_store(pg_url, pool_min=1, pool_max=8))
         return made[-1]
 
     yield make
@@ -37,27 +35,33 @@ async def pg_stores(pg_url: str) -> AsyncIterator[Callable[[], PostgresJobStore]
         await s.close()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[JobStore]:
-    s: JobStore
+def _make(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     if request.param == "sqlite":
-        s = SqliteJobStore(tmp_path / "state" / "db.sqlite3")
-    else:
-        s = PostgresJobStore(request.getfixturevalue("pg_url"), pool_min=1, pool_max=8)
+        return sqlite_store(tmp_path / "state" / "db.sqlite3")
+    return postgres_store(request.getfixturevalue("pg_url"), pool_min=1, pool_max=8)
+
+
+@pytest.fixture
+async def embedded(tmp_path: Path) -> AsyncIterator[Store]:
+    """The SQLite store alone, as clusterd makes it (group commit on)."""
+    s = sqlite_store(tmp_path / "state" / "db.sqlite3")
     await s.open()
     yield s
     await s.close()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-async def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[JobStore, JobStore]]:
-    """Two store instances on one database, as two replicas (SQLite: two connections to one file)."""
-    pair: list[JobStore] = []
-    for _ in range(2):
-        if request.param == "sqlite":
-            pair.append(SqliteJobStore(tmp_path / "state" / "db.sqlite3"))
-        else:
-            pair.append(PostgresJobStore(request.getfixturevalue("pg_url"), pool_min=1, pool_max=8))
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    s = _make(request, tmp_path)
+    await s.open()
+    yield s
+    await s.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[Store, Store]]:
+    """Two stores on one database, as two replicas (SQLite: two connections to one file)."""
+    pair = [_make(request, tmp_path) for _ in range(2)]
     await asyncio.gather(*(s.open() for s in pair))
     yield pair[0], pair[1]
     for s in pair:

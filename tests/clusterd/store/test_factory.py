@@ -7,16 +7,15 @@ from pathlib import Path
 import pytest
 
 from clusterd.config import ConfigError, load_config
+from clusterd.store.dialects import PostgresDialect, SqliteDialect
 from clusterd.store.factory import open_store
-from clusterd.store.postgres import PostgresJobStore
-from clusterd.store.sqlite import SqliteJobStore
 
 
 async def test_empty_url_is_sqlite_under_the_state_dir(tmp_path: Path) -> None:
     config = load_config(environ={}, overrides={"state_dir": str(tmp_path)})
     store = open_store(config)
     try:
-        assert isinstance(store, SqliteJobStore)
+        assert isinstance(store.db.dialect, SqliteDialect)
         await store.open()
         assert (tmp_path / "clusterd.sqlite3").exists()
     finally:
@@ -29,7 +28,7 @@ async def test_a_postgresql_url_is_the_shared_store(tmp_path: Path) -> None:
     config = load_config(config_file, environ={})
     assert (config.store.pool_min, config.store.pool_max) == (1, 4)
     store = open_store(config)
-    assert isinstance(store, PostgresJobStore)
+    assert isinstance(store.db.dialect, PostgresDialect)
     await store.close()  # never opened: nothing to close, nothing connected
 
 

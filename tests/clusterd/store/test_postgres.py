@@ -10,16 +10,17 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
-from clusterctl.v1 import jobs_pb2
 from clusterd.errors import ResourceExhausted
-from clusterd.store import pg_schema
+from clusterd.model.spec import JobSpec
+from clusterd.store import migrate
 from clusterd.store.bounds import UserBounds
-from clusterd.store.postgres import PostgresJobStore, glob_to_regex
+from clusterd.store.dialects import glob_to_regex
+from clusterd.store.store import Store, postgres_store
 
-Make = Callable[[], PostgresJobStore]
+Make = Callable[[], Store]
 
 
-async def _two(make: Make) -> tuple[PostgresJobStore, PostgresJobStore]:
+async def _two(make: Make) -> tuple[Store, Store]:
     a, b = make(), make()
     await asyncio.gather(a.open(), b.open())
     return a, b
@@ -27,21 +28,21 @@ async def _two(make: Make) -> tuple[PostgresJobStore, PostgresJobStore]:
 
 async def test_a_request_id_reserved_on_two_replicas_at_once_is_one_job(pg_stores: Make) -> None:
     a, b = await _two(pg_stores)
-    spec = jobs_pb2.JobSpec(command=["hostname"])
+    spec = JobSpec(command=["hostname"])
     for request_id in ("r1", "r2", "r3"):
-        got = await asyncio.gather(*(s.reserve("alice", request_id, spec) for s in (a, b) * 6))
+        got = await asyncio.gather(*(s.jobs.reserve("alice", request_id, spec) for s in (a, b) * 6))
         assert sum(created for _, created in got) == 1
         assert len({rec.record_id for rec, _ in got}) == 1
-    assert len(await a.live()) == 3
+    assert len(await a.jobs.live()) == 3
 
 
 async def test_per_user_bounds_hold_across_replicas(pg_stores: Make) -> None:
     a, b = await _two(pg_stores)
     limits = UserBounds(max_live_tasks=5)
 
-    async def one(store: PostgresJobStore, i: int) -> bool:
+    async def one(store: Store, i: int) -> bool:
         try:
-            await store.reserve("alice", f"r{i}", jobs_pb2.JobSpec(command=["x"]), limits=limits)
+            await store.jobs.reserve("alice", f"r{i}", JobSpec(command=["x"]), limits=limits)
         except ResourceExhausted:
             return False
         return True
@@ -56,7 +57,7 @@ async def test_record_lock_excludes_across_replicas(pg_stores: Make) -> None:
     held = asyncio.Event()
 
     async def first() -> None:
-        async with a.record_lock(7):
+        async with a.jobs.record_lock(7):
             order.append("a in")
             held.set()
             await asyncio.sleep(0.3)
@@ -64,7 +65,7 @@ async def test_record_lock_excludes_across_replicas(pg_stores: Make) -> None:
 
     async def second() -> None:
         await held.wait()
-        lock = b.record_lock(7)
+        lock = b.jobs.record_lock(7)
         assert not lock.locked()  # .locked() is this process's view: b holds nothing yet
         async with lock:
             assert lock.locked()
@@ -72,39 +73,35 @@ async def test_record_lock_excludes_across_replicas(pg_stores: Make) -> None:
 
     await asyncio.gather(first(), second())
     assert order == ["a in", "a out", "b in"]
-    async with a.record_lock(8), b.record_lock(9):  # other records do not wait
+    async with a.jobs.record_lock(8), b.jobs.record_lock(9):  # other records do not wait
         pass
 
 
 async def test_a_cancelled_wait_for_a_record_lock_leaks_nothing(pg_stores: Make) -> None:
     a, b = await _two(pg_stores)
-    async with a.record_lock(3):
-        waiter = asyncio.create_task(b.record_lock(3).__aenter__())
+    async with a.jobs.record_lock(3):
+        waiter = asyncio.create_task(b.jobs.record_lock(3).__aenter__())
         await asyncio.sleep(0.2)
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiter
     async with asyncio.timeout(5):
-        async with b.record_lock(3):  # neither the in-process lock nor the advisory one was kept
+        async with b.jobs.record_lock(3):  # neither the in-process lock nor the advisory one was kept
             pass
-        async with a.record_lock(3):
+        async with a.jobs.record_lock(3):
             pass
 
 
 async def test_replicas_starting_together_migrate_once(pg_url: str) -> None:
-    stores = [PostgresJobStore(pg_url, pool_min=1, pool_max=2) for _ in range(4)]
+    stores = [postgres_store(pg_url, pool_min=1, pool_max=2) for _ in range(4)]
     try:
         await asyncio.gather(*(s.open() for s in stores))
         with psycopg.connect(pg_url) as conn:
-            rows = conn.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()
-        assert [r[0] for r in rows] == [v for v, _ in pg_schema.MIGRATIONS]
-        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
-            from psycopg.rows import dict_row
-
-            conn.row_factory = dict_row  # type: ignore[assignment]
-            assert await pg_schema.migrate(conn) == []  # type: ignore[arg-type]  # idempotent
-        rec, created = await stores[3].reserve("alice", "r", jobs_pb2.JobSpec(command=["x"]))
-        assert created and await stores[0].get_by_record(rec.record_id) is not None
+            rows = conn.execute("SELECT version_num FROM alembic_version").fetchall()
+        assert [r[0] for r in rows] == [migrate.head()]
+        await stores[1].open()  # idempotent
+        rec, created = await stores[3].jobs.reserve("alice", "r", JobSpec(command=["x"]))
+        assert created and await stores[0].jobs.get_by_record(rec.record_id) is not None
     finally:
         for s in stores:
             await s.close()

@@ -52,7 +52,9 @@ async def test_facts_and_down_nodes_come_from_the_last_poll() -> None:
     await cache.poll_once()
     facts = cache.facts()
     assert facts.nodes == {"node1", "node2"} and facts.partitions == {"debug", "batch"}
-    assert facts.default_partition == "debug"
+    assert facts.default_partition == "debug" and facts.slurm_release is None
+    cache.slurm_release = (22, 5)  # the server sets it once the release is known
+    assert cache.facts().slurm_release == (22, 5)
     assert cache.snapshot.down_nodes == {"node2"}
     assert [s.name for s in cache.snapshot.switches] == ["leaf1", "spine"]
 

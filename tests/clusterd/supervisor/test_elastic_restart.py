@@ -1,6 +1,6 @@
 """Elastic restarts: a -N MIN-MAX job that runs again on fewer nodes says so in its restart record.
 
-Reconciler + Restarter over FakeSlurm and a real JobStore; Slurm's own requeue after a node death
+Reconciler + Restarter over FakeSlurm and a real JobRecords; Slurm's own requeue after a node death
 is played by hand (PENDING with the restart count bumped, then RUNNING on the nodes left).
 """
 
@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl.v1 import jobs_pb2
 from clusterd.api.convert import job_status
+from clusterd.model.causes import Cause
+from clusterd.model.spec import JobSpec
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.types import JobState, NodeState, SlurmJob
-from clusterd.store.base import JobStore
+from clusterd.store.jobs import JobRecords
 from clusterd.store.records import JobRecord, Phase, RestartEntry
-from clusterd.store.sqlite import SqliteJobStore
+from clusterd.store.store import sqlite_store
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import JobEvent
 from clusterd.supervisor.policy import resumed
@@ -37,12 +38,12 @@ class _Sink:
 @dataclass
 class World:
     slurm: FakeSlurm
-    store: JobStore
+    store: JobRecords
     cache: QueueCache
     progress: ProgressReader
 
     async def elastic_job(self, job_id: str, uri: str = "") -> None:
-        spec = jobs_pb2.JobSpec(command=["train"], nodes=2, max_nodes=3, checkpoint_uri=uri)
+        spec = JobSpec(command=["train"], nodes=2, max_nodes=3, checkpoint_uri=uri)
         rec, _ = await self.store.reserve("alice", "", spec)
         rec.phase, rec.job_id = Phase.SUBMITTED, job_id
         await self.store.save(rec)
@@ -67,15 +68,17 @@ class World:
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
     slurm = FakeSlurm.cluster()
-    store = SqliteJobStore(tmp_path / "db.sqlite3")
+    opened = sqlite_store(tmp_path / "db.sqlite3")
+    await opened.open()
+    store = opened.jobs
     progress = ProgressReader(ProgressBudget(interval=3600), lister=lambda uri, keys, deadline: -1)
     cache = supervised(slurm, store, _Sink(), progress)
     yield World(slurm, store, cache, progress)
-    await store.close()
+    await opened.close()
 
 
 def test_resumed_names_a_change_of_world_size_only() -> None:
-    entry = RestartEntry("NODE_FAILURE", ("node3",), 1.0, 40, detail="node failure on node3", nodes_before=3)
+    entry = RestartEntry(Cause.NODE_FAILURE, ("node3",), 1.0, 40, detail="node failure on node3", nodes_before=3)
     shrunk = resumed(entry, 2)
     assert shrunk.nodes_after == 2 and shrunk.detail == "node failure on node3; resumed on 2 nodes (was 3)"
     assert resumed(replace(entry, detail=""), 1).detail == "resumed on 1 node (was 3)"

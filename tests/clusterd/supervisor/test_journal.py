@@ -7,16 +7,17 @@ import time
 
 import pytest
 
-from clusterctl.v1 import jobs_pb2
+from clusterd.model.events import EventType
+from clusterd.model.spec import JobSpec
 from clusterd.slurm.types import JobState
 from clusterd.store.records import JobRecord, Phase
-from clusterd.store.sqlite import SqliteJobStore
-from clusterd.supervisor.events import EventBus, EventType, JobEvent
+from clusterd.store.store import Store
+from clusterd.supervisor.events import EventBus, JobEvent
 from clusterd.supervisor.journal import EventJournal
 
 
 def _record(record_id: int, user: str = "alice") -> JobRecord:
-    return JobRecord(record_id, user, "", jobs_pb2.JobSpec(), Phase.SUBMITTED, time.time(), job_id=str(100 + record_id))
+    return JobRecord(record_id, user, "", JobSpec(), Phase.SUBMITTED, time.time(), job_id=str(100 + record_id))
 
 
 async def _take(sub: object, n: int) -> list[JobEvent]:
@@ -32,9 +33,9 @@ async def _take(sub: object, n: int) -> list[JobEvent]:
     return out
 
 
-async def test_every_replica_delivers_every_event_in_log_order(sqlite_store: SqliteJobStore) -> None:
+async def test_every_replica_delivers_every_event_in_log_order(embedded_store: Store) -> None:
     buses = [EventBus(), EventBus()]
-    journals = [EventJournal(sqlite_store, bus, poll_seconds=0.02) for bus in buses]
+    journals = [EventJournal(embedded_store.events, bus, poll_seconds=0.02) for bus in buses]
     subs = [bus.subscribe(lambda ev: True) for bus in buses]
     stop = asyncio.Event()
     tasks = [asyncio.create_task(j.run(stop)) for j in journals]
@@ -53,9 +54,9 @@ async def test_every_replica_delivers_every_event_in_log_order(sqlite_store: Sql
     assert first.record.state is JobState.RUNNING and first.previous_state is JobState.PENDING
 
 
-async def test_replay_resumes_after_a_position(sqlite_store: SqliteJobStore) -> None:
+async def test_replay_resumes_after_a_position(embedded_store: Store) -> None:
     bus = EventBus()
-    journal = EventJournal(sqlite_store, bus, poll_seconds=0.02)
+    journal = EventJournal(embedded_store.events, bus, poll_seconds=0.02)
     sub = bus.subscribe(lambda ev: True)
     stop = asyncio.Event()
     task = asyncio.create_task(journal.run(stop))
@@ -71,12 +72,12 @@ async def test_replay_resumes_after_a_position(sqlite_store: SqliteJobStore) -> 
 
 
 async def test_events_wait_in_order_while_the_store_fails(
-    sqlite_store: SqliteJobStore, monkeypatch: pytest.MonkeyPatch
+    embedded_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bus = EventBus()
-    journal = EventJournal(sqlite_store, bus, poll_seconds=0.02)
+    journal = EventJournal(embedded_store.events, bus, poll_seconds=0.02)
     sub = bus.subscribe(lambda ev: True)
-    real = sqlite_store.append_events
+    real = embedded_store.events.append
     failures = [2]
 
     async def flaky(events):  # type: ignore[no-untyped-def]
@@ -85,7 +86,7 @@ async def test_events_wait_in_order_while_the_store_fails(
             raise OSError("database unreachable")
         return await real(events)
 
-    monkeypatch.setattr(sqlite_store, "append_events", flaky)
+    monkeypatch.setattr(embedded_store.events, "append", flaky)
     monkeypatch.setattr("clusterd.supervisor.journal._RETRY_SECONDS", 0.01)
     stop = asyncio.Event()
     task = asyncio.create_task(journal.run(stop))
@@ -98,21 +99,21 @@ async def test_events_wait_in_order_while_the_store_fails(
 
 
 async def test_a_sole_writer_delivers_its_appends_without_reading_them_back(
-    sqlite_store: SqliteJobStore, monkeypatch: pytest.MonkeyPatch
+    embedded_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The embedded store's one journal hands each appended batch to its bus straight away, in log
     order and once each, even when its backstop read returns the same events again."""
     bus = EventBus()
-    journal = EventJournal(sqlite_store, bus, poll_seconds=0.01, sole_writer=True)
+    journal = EventJournal(embedded_store.events, bus, poll_seconds=0.01, sole_writer=True)
     sub = bus.subscribe(lambda ev: True)
     reads = [0]
-    real = sqlite_store.events_after
+    real = embedded_store.events.after
 
     async def counted(seq, *, limit=1000):  # type: ignore[no-untyped-def]
         reads[0] += 1
         return await real(0, limit=limit)  # every read returns the whole log: delivered ones again
 
-    monkeypatch.setattr(sqlite_store, "events_after", counted)
+    monkeypatch.setattr(embedded_store.events, "after", counted)
     stop = asyncio.Event()
     task = asyncio.create_task(journal.run(stop))
     await asyncio.sleep(0.03)

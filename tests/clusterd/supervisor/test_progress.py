@@ -29,6 +29,7 @@ from clusterd.supervisor.progress import (
     user_dir_steps,
 )
 from tests.support.prefixes import deep_tree, remove_tree
+from tests.support.privileges import needs_root
 from tests.support.s3server import get_server
 
 FAR = 1e18  # a deadline that never comes
@@ -238,7 +239,7 @@ async def test_reads_past_the_worker_cap_wait_unstarted_instead_of_timing_out(li
     reader.close()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="reads as another user: needs root, as clusterd runs")
+@needs_root("reads as another user, as clusterd does")
 async def test_a_file_prefix_is_read_with_the_jobs_users_rights(tmp_path: Path) -> None:
     """A job pointed at root's directory learns nothing of it; its own directory is read as before."""
     nobody = pwd.getpwnam("nobody")

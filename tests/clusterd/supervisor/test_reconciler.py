@@ -1,4 +1,4 @@
-"""Reconciler + Restarter over FakeSlurm and a real JobStore: Slurm's view diffed into the store."""
+"""Reconciler + Restarter over FakeSlurm and a real JobRecords: Slurm's view diffed into the store."""
 
 from __future__ import annotations
 
@@ -9,14 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl.v1 import jobs_pb2
+from clusterd.model.causes import Cause
+from clusterd.model.events import EventType
+from clusterd.model.spec import JobSpec, RestartPolicy
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.types import JobState, SlurmJob
-from clusterd.store.base import JobStore
+from clusterd.store.jobs import JobRecords
 from clusterd.store.records import JobRecord, Phase
-from clusterd.store.sqlite import SqliteJobStore
+from clusterd.store.store import sqlite_store
 from clusterd.supervisor.cache import QueueCache
-from clusterd.supervisor.events import EventType, JobEvent
+from clusterd.supervisor.events import JobEvent
 from clusterd.supervisor.progress import ProgressBudget, ProgressReader
 
 from ..conftest import supervised
@@ -48,7 +50,7 @@ class Steps:
 @dataclass
 class World:
     slurm: FakeSlurm
-    store: JobStore
+    store: JobRecords
     events: Events
     steps: Steps
     progress: ProgressReader
@@ -56,7 +58,7 @@ class World:
     kicks: list[int]
 
     async def job(self, job_id: str, *, uri: str = "", **policy: object) -> JobRecord:
-        spec = jobs_pb2.JobSpec(command=["x"], checkpoint_uri=uri, restart_policy=jobs_pb2.RestartPolicy(**policy))  # type: ignore[arg-type]
+        spec = JobSpec(command=["x"], checkpoint_uri=uri, restart_policy=RestartPolicy(**policy))  # type: ignore[arg-type]
         rec, _ = await self.store.reserve("alice", "", spec)
         rec.phase, rec.job_id = Phase.SUBMITTED, job_id
         await self.store.save(rec)
@@ -72,13 +74,15 @@ class World:
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
     slurm = FakeSlurm.cluster()
-    store = SqliteJobStore(tmp_path / "db.sqlite3")
+    opened = sqlite_store(tmp_path / "db.sqlite3")
+    await opened.open()
+    store = opened.jobs
     events, steps, kicks = Events(), Steps(), []
     progress = ProgressReader(ProgressBudget(interval=3600), lister=steps)
     cache = supervised(slurm, store, events, progress, kick=lambda: kicks.append(1))
     yield World(slurm, store, events, steps, progress, cache, kicks)
     progress.close()
-    await store.close()
+    await opened.close()
 
 
 async def test_state_changes_are_saved_and_published_once(world: World) -> None:
@@ -145,7 +149,7 @@ async def test_a_timeout_without_progress_ends_like_under_sbatch(world: World) -
     world.slurm.set_state("100", JobState.TIMEOUT, nodes=("node1",))
     await world.cache.poll_once()
     rec = await world.get("100")
-    assert rec.terminal and rec.final_cause == "TIME_LIMIT" and not rec.restarts
+    assert rec.terminal and rec.final_cause is Cause.TIME_LIMIT and not rec.restarts
     assert "no new checkpoint" in rec.final_reason and world.slurm.calls["requeue"] == 0
 
 

@@ -16,10 +16,13 @@ import pytest
 
 from clusterctl.v1 import jobs_pb2
 from clusterd.auth.identity import Identity
+from clusterd.model.causes import Cause
+from clusterd.model.spec import JobSpec
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.request import JobRequest
 from clusterd.slurm.types import JobState, NodeState
+from tests.support.privileges import IS_ROOT
 
 from ..conftest import USER_A, Harness, auth, make_config
 
@@ -154,7 +157,7 @@ async def test_service_killed_between_decision_and_requeue_requeues_once(tmp_pat
     await daemon.start()
     for _ in range(3):
         await daemon.poller.poll_once()
-    rec = await daemon.store.get_by_job_id(job_id)
+    rec = await daemon.store.jobs.get_by_job_id(job_id)
     await daemon.stop()
     assert rec is not None and len(rec.restarts) == 1 and not rec.terminal
     assert slurm.calls["requeue"] == 1 and slurm.jobs[job_id].state == JobState.PENDING
@@ -180,7 +183,7 @@ def user_tmp() -> Iterator[Path]:
 
 def give(*paths: Path) -> None:
     """Hand ``paths`` to USER_A when the tests run as root, as clusterd does."""
-    if os.geteuid() == 0:
+    if IS_ROOT:
         entry = pwd.getpwnam(USER_A)
         for path in paths:
             os.chown(path, entry.pw_uid, entry.pw_gid)
@@ -188,7 +191,7 @@ def give(*paths: Path) -> None:
 
 async def test_poll_rereads_only_records_that_changed(harness: Harness, monkeypatch, user_tmp: Path) -> None:  # type: ignore[no-untyped-def]
     """A poll's cost follows the jobs that changed: settled records are not re-read from the store."""
-    store = harness.daemon.store
+    store = harness.daemon.store.jobs
     reads: list[int] = []
     real = store.get_by_record
 
@@ -253,7 +256,7 @@ async def test_stop_lets_a_running_submission_record_its_job_before_closing_the_
     slurm.release = asyncio.Event()
     daemon = ClusterDaemon(make_config(tmp_path), backend=slurm)
     await daemon.start()
-    caller = asyncio.create_task(daemon.manager.submit(Identity(USER_A), jobs_pb2.JobSpec(command=["x"])))
+    caller = asyncio.create_task(daemon.manager.submit(Identity(USER_A), JobSpec(command=["x"])))
     for _ in range(500):
         if slurm.calls["submit_started"]:
             break
@@ -320,13 +323,13 @@ def test_exclusions_expire_but_the_users_own_stay() -> None:
         1,
         "u",
         "r",
-        jobs_pb2.JobSpec(),
+        JobSpec(),
         Phase.SUBMITTED,
         now,
         excluded_nodes=("n1", "n2", "n9"),
         restarts=[
-            RestartEntry("NODE_FAILURE", ("n1",), now - 3600, -1),
-            RestartEntry("NODE_FAILURE", ("n2",), now - 60, -1),
+            RestartEntry(Cause.NODE_FAILURE, ("n1",), now - 3600, -1),
+            RestartEntry(Cause.NODE_FAILURE, ("n2",), now - 60, -1),
         ],
     )
     assert still_excluded(rec, now) == ("n2", "n9")  # n1 failed an hour ago; n9 is the user's --exclude

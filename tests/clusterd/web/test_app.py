@@ -71,6 +71,8 @@ async def test_api_needs_a_token_and_shows_only_the_callers_jobs(tmp_path: Path)
         assert status == 400 and body["error"].startswith("state:")
         assert (await get(port, f"/api/jobs/{alice_job}", method="DELETE"))[0] == 405
         assert (await get(port, "/api/nothing"))[0] == 404
+        assert (await get(port, "/api/nothing", user=None))[0] == 401  # every /api/ path asks for a token
+        assert (await get(port, "/api/whoami", method="HEAD"))[0] == 200
         status, body = await get(port, "/api/whoami", user=USER_B)
         assert body == {"user": USER_B, "admin": False}
 

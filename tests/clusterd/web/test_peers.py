@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from clusterd.web.peers import GONE, PeerKeys
+from tests.support.privileges import needs_root
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="connects as uid nobody (setpriv): needs root")
+CONNECTS_AS_NOBODY = needs_root("connects as uid nobody (setpriv)")
 
 _CONNECT = (
     "import socket, time; s = socket.socket({family}); s.connect({address!r}); print('in', flush=True); time.sleep(5)"
@@ -49,7 +50,7 @@ def _key_of_nobody(server: socket.socket, family: int, address: object) -> str:
         client.wait()
 
 
-@needs_root
+@CONNECTS_AS_NOBODY
 @pytest.mark.parametrize(
     ("family", "bind", "host"),
     [
@@ -71,7 +72,7 @@ def test_a_loopback_client_is_its_uid(family: int, bind: str, host: str) -> None
             assert PeerKeys().key(mine) == f"uid:{os.geteuid()}"
 
 
-@needs_root
+@CONNECTS_AS_NOBODY
 def test_a_unix_socket_client_is_its_uid() -> None:
     directory = Path(tempfile.mkdtemp(prefix="peers-"))  # pytest's own tmp dirs are root-only
     try:

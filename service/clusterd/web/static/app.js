@@ -173,9 +173,10 @@ async function showQueue() {
   fillTable($("queue-table"), (data.jobs || []).map((j) => {
     const started = j.start_time ? new Date(j.start_time).getTime() / 1000 : 0;
     const running = stateName(j.state) !== "PENDING" && started > 0;
+    const until = j.end_time ? new Date(j.end_time).getTime() / 1000 : now;  // a finished job's time stops
     return row([
       j.mine ? link(j.job_id, "#/jobs/" + encodeURIComponent(j.job_id.split("_[")[0])) : el("td", j.job_id),
-      j.partition, j.name, j.user, stateCell(j.state), running ? duration(now - started) : "0:00",
+      j.partition, j.name, j.user, stateCell(j.state), running ? duration(until - started) : "0:00",
       (j.nodes || []).length ? j.nodes.join(",") : "(" + (j.reason || "None") + ")",
     ], { "data-job-id": j.job_id });
   }));

@@ -1,4 +1,5 @@
-"""The PostgreSQL schema of the job store: an ordered list of versioned migration steps.
+"""A frozen copy of the PostgreSQL store's schema code from before Alembic (schema_migrations
+version 2), so tests can build a database as that release left it without the migrations under test.
 
 Applied by :func:`migrate` in ONE transaction under a transaction-level advisory lock, so replicas
 that start together migrate once: the second waits for the first's commit and then finds every

@@ -1,4 +1,5 @@
-"""The SQLite schema of the job store and its migrations.
+"""A frozen copy of the SQLite store's schema code from before Alembic (user_version 6), so tests can
+build a database as that release left it without the migrations under test.
 
 Specs live in their own table: a job row stays a few hundred bytes however large its spec, so
 listing, counting and polling never read (or walk the overflow pages of) multi-MiB blobs. A Slurm
