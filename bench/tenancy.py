@@ -37,6 +37,7 @@ from sqlalchemy import update
 from bench.submit import percentile
 from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
 from clusterd.config import Config, SlurmConfig
+from clusterd.model.spec import JobSpec
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.request import JobRequest
@@ -138,7 +139,7 @@ async def save_ms(directory: Path, synchronous: str, saves: int) -> float:
     store = sqlite_store(directory / f"sync-{synchronous}.sqlite3")
     await store.open()
     try:
-        rec, _ = await store.jobs.reserve("u", "", jobs_pb2.JobSpec(command=["true"]))
+        rec, _ = await store.jobs.reserve("u", "", JobSpec(command=("true",)))
         durable = synchronous == "FULL"
         started = time.perf_counter()
         for i in range(saves):

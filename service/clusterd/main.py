@@ -12,6 +12,7 @@ from clusterd.auth.tokens import TokenFileError
 from clusterd.check import add_check_command
 from clusterd.config import ConfigError, load_config
 from clusterd.observability.logs import configure_logging
+from clusterd.store.migrations import MigrationError
 from clusterd.web.transport import check_web_transport
 
 
@@ -29,6 +30,9 @@ def _serve(args: argparse.Namespace) -> int:
         check_web_transport(config)  # a dashboard another local user could impersonate: check refuses it too
         configure_logging(config.log_format, args.log_level or config.log_level)
         daemon = ClusterDaemon(config)
+    except MigrationError as exc:  # the embedded store upgrades as it opens
+        print(f"clusterd: {exc}", file=sys.stderr)
+        return 1
     except (ConfigError, TokenFileError, ValueError) as exc:
         print(f"clusterd: {exc}", file=sys.stderr)
         return 2
@@ -37,7 +41,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     try:
         asyncio.run(daemon.run())
-    except OSError as exc:
+    except (OSError, MigrationError) as exc:
         print(f"clusterd: {exc}", file=sys.stderr)
         return 1
     return 0

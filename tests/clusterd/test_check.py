@@ -197,9 +197,9 @@ async def test_job_root_inside_the_private_state_dir_fails(tmp_path: Path) -> No
 async def test_tcp_heartbeats_need_a_ca_the_jobs_can_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ranks dialing TCP carry their job's token: plaintext is warned about, TLS without a CA for the
     jobs FAILs, and the CA's path reaches the jobs' environment as CLUSTERCTL_CA."""
-    from clusterctl.v1 import jobs_pb2
     from clusterd.config import LivenessConfig
     from clusterd.liveness import credentials
+    from clusterd.model.spec import JobSpec
 
     cfg = str(write_config(tmp_path))
     monkeypatch.setenv("CLUSTERD_LIVENESS__HEARTBEAT_ADDR", "clusterd-a:50051,clusterd-b:50051")
@@ -213,5 +213,5 @@ async def test_tcp_heartbeats_need_a_ca_the_jobs_can_read(tmp_path: Path, monkey
     got = by_check(await run_checks(cfg, [], backend=FakeSlurm.cluster()))
     assert got["heartbeats"][0][0] == OK
     live = LivenessConfig(heartbeat_addr="clusterd-a:50051", heartbeat_ca_file="/shared/clusterd-ca.pem")
-    env, _ = credentials.issue(jobs_pb2.JobSpec(), live, "unix:/run/clusterd.sock")
+    env, _ = credentials.issue(JobSpec(), live, "unix:/run/clusterd.sock")
     assert env["CLUSTERCTL_CA"] == "/shared/clusterd-ca.pem"

@@ -17,11 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clusterctl.v1 import cluster_pb2, jobs_pb2
+from clusterd.api.spec_convert import spec_from_proto
 from clusterd.config import LimitsConfig
 from clusterd.errors import InvalidArgument
+from clusterd.jobs import validate
 from clusterd.jobs.directives import header_end, parse_directives
 from clusterd.jobs.script import inject_environment, job_environment
-from clusterd.jobs.validate import validate_spec
 from clusterd.slurm.argv import sbatch_argv
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.request import JobRequest
@@ -34,6 +35,13 @@ FACTS = ClusterFacts(
     default_partition="debug",
 )
 LIMITS = LimitsConfig(max_script_bytes=8192)
+
+
+def validate_spec(wire: jobs_pb2.JobSpec, facts: ClusterFacts, limits: LimitsConfig) -> JobRequest:
+    """The spec as a submission's: through the API's conversion, then validation."""
+    return validate.validate_spec(spec_from_proto(wire), facts, limits)
+
+
 BUDGET = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 HOSTILE = [

@@ -17,6 +17,7 @@ import grpc
 import pytest
 
 from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
+from clusterd.model.spec import JobSpec
 from clusterd.slurm.types import JobState
 from clusterd.store.records import Phase
 from clusterd.store.store import sqlite_store
@@ -108,7 +109,7 @@ async def _seed_finished(path: Path, user: str, job_ids: range) -> None:
     store = opened.jobs
     try:
         for job_id in job_ids:
-            rec, _ = await store.reserve(user, "", jobs_pb2.JobSpec(command=["true"]))
+            rec, _ = await store.reserve(user, "", JobSpec(command=("true",)))
             rec.job_id, rec.phase, rec.name = str(job_id), Phase.SUBMITTED, "before-the-reset"
             rec.terminal, rec.state, rec.final_reason = True, JobState.COMPLETED, "completed"
             await store.save(rec)

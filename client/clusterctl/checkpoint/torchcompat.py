@@ -85,13 +85,15 @@ def is_sparse(tensor: Any) -> bool:
     return torch is not None and tensor.layout != torch.strided
 
 
-def alias_key(tensor: Any) -> tuple[Any, ...] | None:
+def alias_key(tensor: Any, local: Any = None) -> tuple[Any, ...] | None:
     """What makes two tensors the same one: the same bytes viewed the same way (None when empty).
 
     ``module.state_dict()`` returns a fresh ``detach()``-ed tensor per key, so tied weights are two
-    objects over one storage, not one object. For a DTensor: its local view plus its global layout.
+    objects over one storage, not one object. For a DTensor: its local view (``local``, when the
+    caller has it already) plus its global layout.
     """
-    local = tensor.to_local() if is_dtensor(tensor) else tensor
+    if local is None:
+        local = tensor.to_local() if is_dtensor(tensor) else tensor
     if local.numel() == 0 or local.device.type == "meta":
         return None
     ptr = local.untyped_storage().data_ptr()
@@ -171,28 +173,44 @@ def is_dtensor(obj: object) -> bool:
     return dtensor is not None and isinstance(obj, dtensor.DTensor)
 
 
-def dtensor_box(t: Any) -> tuple[list[int], list[int], list[int]]:
+Boxes = dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[int, ...]]]
+
+
+def dtensor_box(t: Any, boxes: Boxes | None = None) -> tuple[list[int], list[int], list[int]]:
     """(global shape, local shape, global offset) of this rank's piece of a DTensor (or a template).
+
+    ``boxes`` memoizes torch's computation by (global shape, mesh, placements): a model's layers
+    repeat a few shapes, and torch's box arithmetic costs tens of microseconds per tensor.
 
     Raises:
         ValueError: a placement that is not Shard(dim) or Replicate (Partial, strided sharding).
     """
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+    gshape = tuple(int(d) for d in t.shape)
+    key = (gshape, t.device_mesh, tuple(t.placements))
+    box = boxes.get(key) if boxes is not None else None
+    if box is None:
+        from torch.distributed.tensor import Replicate, Shard
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-    for p in t.placements:
-        if type(p) not in (Shard, Replicate):
-            raise ValueError(f"DTensor placement {p} is not supported (only Shard(dim) and Replicate)")
-    lshape, offset = compute_local_shape_and_global_offset(t.shape, t.device_mesh, t.placements)
-    return [int(d) for d in t.shape], [int(d) for d in lshape], [int(o) for o in offset]
+        for p in t.placements:
+            if type(p) not in (Shard, Replicate):
+                raise ValueError(f"DTensor placement {p} is not supported (only Shard(dim) and Replicate)")
+        lshape, offset = compute_local_shape_and_global_offset(t.shape, t.device_mesh, t.placements)
+        box = tuple(int(d) for d in lshape), tuple(int(o) for o in offset)
+        if boxes is not None:
+            boxes[key] = box
+    return list(gshape), list(box[0]), list(box[1])
 
 
-def dtensor_layout(t: Any, path: str) -> tuple[Any, list[int], list[int], bool] | None:
+def dtensor_layout(
+    t: Any, path: str, local: Any = None, boxes: Boxes | None = None
+) -> tuple[Any, list[int], list[int], bool] | None:
     """``(local, global shape, offset, store)`` of a DTensor, or None when it is replicated everywhere.
 
     ``store`` is False on the replicas that do not write this piece: among the ranks holding the
     same piece, the one at mesh coordinate ``writer_rank(path, size)`` (xxh3 of the path, mod the
-    dimension's size) of each Replicate dimension does.
+    dimension's size) of each Replicate dimension does. ``local`` is ``t.to_local()`` when the
+    caller has it already; ``boxes`` as in :func:`dtensor_box`.
     """
     from torch.distributed.tensor import Replicate
 
@@ -202,7 +220,7 @@ def dtensor_layout(t: Any, path: str) -> tuple[Any, list[int], list[int], bool] 
     if all(isinstance(p, Replicate) for p in t.placements):
         return None
     try:
-        gshape, _, offset = dtensor_box(t)
+        gshape, _, offset = dtensor_box(t, boxes)
     except ValueError as exc:
         raise InvalidStateError(f"{path or '/'}: {exc}") from None
     mesh = t.device_mesh
@@ -210,7 +228,7 @@ def dtensor_layout(t: Any, path: str) -> tuple[Any, list[int], list[int], bool] 
     store = all(
         coords[d] == writer_rank(path, mesh.size(d)) for d, p in enumerate(t.placements) if isinstance(p, Replicate)
     )
-    return t.to_local(), gshape, offset, store
+    return (t.to_local() if local is None else local), gshape, offset, store
 
 
 def make_dtensor(local: Any, template: Any) -> Any:

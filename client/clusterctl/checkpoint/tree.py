@@ -140,6 +140,7 @@ class Flattener:
         self.leaves: list[TensorLeaf] = []
         self._names: set[str] = set()
         self._seen: dict[tuple[Any, ...], tuple[str | int, ...]] = {}  # a tensor's view -> its first path
+        self._boxes: torchcompat.Boxes = {}
 
     def _name(self, path: str) -> str:
         name = base = path or "__root__"
@@ -235,23 +236,27 @@ class Flattener:
             except (ValueError, TypeError, AttributeError) as exc:
                 raise InvalidStateError(f"{path or '/'}: {exc}") from None
             return self._sharded(value.local, [int(d) for d in value.global_shape], list(offset), path, True)
+        local = None  # a DTensor's local piece
         if torchcompat.is_tensor(value):
             if torchcompat.is_sparse(value):
                 raise InvalidStateError(
                     f"{path or '/'}: sparse tensors ({value.layout}) cannot be saved; save value.to_dense(), or "
                     "its indices and values (value.coalesce().indices() / .values()) as two tensors"
                 )
-            view = torchcompat.alias_key(value) if self.aliases else None
+            if torchcompat.is_dtensor(value):
+                local = value.to_local()
+            view = torchcompat.alias_key(value, local) if self.aliases else None
             if view is not None:  # tied weights: the same tensor at a second path is stored once
                 if view in self._seen:
                     return {"t": "alias", "of": list(self._seen[view])}
                 self._seen[view] = keys
-        if torchcompat.is_dtensor(value):
-            layout = torchcompat.dtensor_layout(value, path)
+        if local is not None:
+            layout = torchcompat.dtensor_layout(value, path, local, self._boxes)
             if layout is None:  # replicated over the whole mesh
-                full = value.to_local()
                 return (
-                    self.node(full, path, True) if replicated else {"t": "replicated", "v": self.node(full, path, True)}
+                    self.node(local, path, True)
+                    if replicated
+                    else {"t": "replicated", "v": self.node(local, path, True)}
                 )
             local, gshape, dt_offset, store = layout
             return self._sharded(local, gshape, dt_offset, path, store, dtensor=True)

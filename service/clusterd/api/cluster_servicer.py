@@ -6,6 +6,7 @@ import grpc
 
 from clusterctl.v1 import cluster_pb2, cluster_pb2_grpc
 from clusterd.api import convert
+from clusterd.api.spec_convert import placement_from_proto
 from clusterd.errors import InvalidArgument
 from clusterd.jobs.validate import placement_preference
 from clusterd.placement import TopologyPlacer, placement_request
@@ -82,7 +83,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
                 gpus_per_node=request.gpus_per_node,
                 cpus_per_node=request.cpus_per_node,
                 partition=request.partition or facts.default_partition,
-                pref=placement_preference(request.placement),
+                pref=placement_preference(placement_from_proto(request.placement, strict=False)),
             )
         )
         return cluster_pb2.PlanPlacementResponse(

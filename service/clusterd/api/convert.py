@@ -8,6 +8,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from clusterctl.v1 import cluster_pb2, jobs_pb2
+from clusterd.api.spec_convert import spec_to_proto
 from clusterd.liveness.claims import BeatClaim, BeatReply
 from clusterd.slurm.request import parse_time_limit
 from clusterd.slurm.types import JobState, NodeState, SlurmNode
@@ -69,7 +70,7 @@ def job_status(rec: JobRecord, *, with_spec: bool = False) -> jobs_pb2.JobStatus
             getattr(msg, name).CopyFrom(ts)
     for entry in rec.restarts:
         r = msg.restarts.add(
-            cause=f"TERMINATION_CAUSE_{entry.cause}",
+            cause=f"TERMINATION_CAUSE_{entry.cause.value}",
             failed_nodes=list(entry.failed_nodes),
             checkpoint_step=entry.checkpoint_step,
             exit_code=entry.exit_code,
@@ -90,7 +91,7 @@ def job_status(rec: JobRecord, *, with_spec: bool = False) -> jobs_pb2.JobStatus
         msg.array = rec.array
         msg.tasks.extend(array_tasks(rec))
     if with_spec:
-        msg.spec.CopyFrom(rec.spec)
+        msg.spec.CopyFrom(spec_to_proto(rec.spec))
     return msg
 
 

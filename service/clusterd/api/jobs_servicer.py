@@ -8,13 +8,15 @@ import grpc
 
 from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
 from clusterd.api import convert
+from clusterd.api.spec_convert import spec_from_proto
 from clusterd.auth.identity import Identity, current_identity
 from clusterd.errors import FailedPrecondition, InvalidArgument, OutOfRange
 from clusterd.jobs.manager import JobManager
 from clusterd.liveness.heartbeats import HeartbeatService
+from clusterd.model.events import EventType
 from clusterd.slurm.arrays import split_task_id
 from clusterd.store.records import JobRecord
-from clusterd.supervisor.events import EventBus, EventType, JobEvent
+from clusterd.supervisor.events import EventBus, JobEvent
 from clusterd.supervisor.journal import EventJournal
 
 
@@ -50,7 +52,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     async def SubmitJob(
         self, request: jobs_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.SubmitJobResponse:
-        rec, duplicate = await self._manager.submit(current_identity(), request.spec)
+        rec, duplicate = await self._manager.submit(current_identity(), spec_from_proto(request.spec))
         return jobs_pb2.SubmitJobResponse(job=convert.job_status(rec), duplicate=duplicate)
 
     async def GetJob(

@@ -12,9 +12,9 @@ from __future__ import annotations
 import posixpath
 
 from clusterctl.storage import InvalidURIError, parse_uri
-from clusterctl.v1 import jobs_pb2
 from clusterd.auth.identity import Identity
 from clusterd.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from clusterd.model.spec import JobSpec
 from clusterd.slurm.types import SlurmJob
 from clusterd.supervisor.cache import ClusterSnapshot
 
@@ -66,13 +66,13 @@ def _absolute(path: str, workdir: str) -> str:
     return posixpath.normpath(posixpath.join(workdir or "/", path)) if path else ""
 
 
-def adoption_spec(job: SlurmJob, checkpoint_uri: str) -> jobs_pb2.JobSpec:
+def adoption_spec(job: SlurmJob, checkpoint_uri: str) -> JobSpec:
     """What the record keeps of a job it did not submit: what ``status`` and ``logs`` need.
 
     The request id makes a retried adopt idempotent (the same job, submitted at the same time).
     """
     stdout = job.stdout or "slurm-%j.out"
-    return jobs_pb2.JobSpec(
+    return JobSpec(
         name=job.name,
         partition=job.partition,
         working_directory=job.working_directory,

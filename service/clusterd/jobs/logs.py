@@ -20,7 +20,6 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from clusterctl.v1 import jobs_pb2
 from clusterd.accounts import UnixAccount
 from clusterd.auth.identity import Identity
 from clusterd.config import ViewsConfig
@@ -28,6 +27,7 @@ from clusterd.errors import FailedPrecondition, InvalidArgument
 from clusterd.jobs import logfile
 from clusterd.jobs.manager import JobManager, check_job_id
 from clusterd.jobs.outputs import OutputJob, expand
+from clusterd.model.spec import JobSpec
 from clusterd.security.useropen import FileMissing, open_as, owner_of
 from clusterd.slurm.types import JobState
 from clusterd.store.jobs import JobRecords
@@ -114,7 +114,7 @@ class JobLogs:
         finally:
             os.close(fd)
 
-    async def resolve_target(self, rec: JobRecord, spec: jobs_pb2.JobSpec, task: int | None, stderr: bool) -> _Target:
+    async def resolve_target(self, rec: JobRecord, spec: JobSpec, task: int | None, stderr: bool) -> _Target:
         """The file to read: the record's pattern filled for the job or task (``spec``: the record's).
 
         The pattern is the user's text: it is filled in a worker thread, never on the event loop.
@@ -209,7 +209,7 @@ class JobLogs:
 class _Follower:
     """One follower's file: which path, which descriptor, how far it has been read."""
 
-    def __init__(self, logs: JobLogs, owner: UnixAccount, spec: jobs_pb2.JobSpec, tail_lines: int) -> None:
+    def __init__(self, logs: JobLogs, owner: UnixAccount, spec: JobSpec, tail_lines: int) -> None:
         self._logs = logs
         self._owner = owner
         self._spec = spec

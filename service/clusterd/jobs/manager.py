@@ -24,7 +24,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar, cast
 
-from clusterctl.v1 import jobs_pb2
 from clusterd.auth.identity import Identity
 from clusterd.config import Config
 from clusterd.errors import (
@@ -40,10 +39,13 @@ from clusterd.errors import (
 )
 from clusterd.jobs import adopt as adopt_checks
 from clusterd.jobs.script import inject_environment, job_environment
-from clusterd.jobs.submission import persisted_spec, same_request, settle_directories, with_signal
+from clusterd.jobs.submission import persisted_spec, settle_directories, with_signal
 from clusterd.jobs.users import UnixUser, resolve_unix_user
 from clusterd.jobs.validate import placement_preference, validate_spec
 from clusterd.liveness import credentials
+from clusterd.model.causes import Cause
+from clusterd.model.events import EventType
+from clusterd.model.spec import JobSpec
 from clusterd.security.audit import AuditLog, status_name
 from clusterd.security.limits import Quotas
 from clusterd.slurm.arrays import split_task_id
@@ -54,7 +56,7 @@ from clusterd.store.jobs import JobRecords
 from clusterd.store.records import ArrayTask, JobRecord, Phase, RestartEntry
 from clusterd.supervisor import array_view
 from clusterd.supervisor.cache import QueueCache
-from clusterd.supervisor.events import EventType, JobEvent
+from clusterd.supervisor.events import JobEvent
 from clusterd.supervisor.reconciler import observe
 from clusterd.supervisor.sink import EventSink
 from clusterd.topology.demand import Preference
@@ -145,7 +147,7 @@ class JobManager:
     # -- submit -----------------------------------------------------------------------------
 
     @_audited("SubmitJob")
-    async def submit(self, ident: Identity, spec: jobs_pb2.JobSpec) -> tuple[JobRecord, bool]:
+    async def submit(self, ident: Identity, spec: JobSpec) -> tuple[JobRecord, bool]:
         """Returns (record, duplicate). Raises InvalidArgument before anything reaches Slurm."""
         request = validate_spec(spec, self._cache.facts(), self._config.limits)
         request, explanation = self._placer(request, placement_preference(spec.placement))
@@ -154,7 +156,7 @@ class JobManager:
         stored = persisted_spec(spec, request)
         rec, created = await self._quotas.reserve_submit(ident.user, stored, tasks=request.task_count)
         if not created:
-            if not same_request(rec.spec, stored):
+            if rec.spec != stored:  # the retry of a request asks for the same job
                 first = f"job {rec.job_id}" if rec.job_id else f"record {rec.record_id} (still submitting)"
                 raise AlreadyExists(f"request_id {spec.request_id!r} was already used for a different request: {first}")
             return await self._await_existing(rec), True
@@ -188,7 +190,7 @@ class JobManager:
             await asyncio.wait(set(self._submits), timeout=timeout)
 
     async def _submit_reserved(
-        self, rec: JobRecord, spec: jobs_pb2.JobSpec, request: JobRequest, explanation: str, unix_user: UnixUser
+        self, rec: JobRecord, spec: JobSpec, request: JobRequest, explanation: str, unix_user: UnixUser
     ) -> JobRecord:
         variables = dict(request.export.variables) if request.export.mode is not ExportMode.NONE else {}
         env = job_environment(variables, record_id=rec.record_id, checkpoint_uri=spec.checkpoint_uri)
@@ -364,7 +366,7 @@ class JobManager:
             except SlurmError as exc:
                 raise FailedPrecondition(f"Slurm cannot requeue job {parent}_{task_id}: {exc.detail}") from exc
             entry = RestartEntry(
-                "MANUAL_REQUEUE",
+                Cause.MANUAL_REQUEUE,
                 task.nodes,
                 time.time(),
                 rec.checkpoint_step,
@@ -398,7 +400,7 @@ class JobManager:
             except SlurmError as exc:
                 raise FailedPrecondition(f"Slurm cannot requeue job {job_id}: {exc.detail}") from exc
             entry = RestartEntry(
-                "MANUAL_REQUEUE",
+                Cause.MANUAL_REQUEUE,
                 rec.nodes,
                 time.time(),
                 rec.checkpoint_step,

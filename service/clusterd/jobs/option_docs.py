@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 from clusterctl.sbatch import wrappers
 from clusterctl.sbatch.options import ACCEPTED, ANSWER_ONLY, SBATCH_LONG, SBATCH_SHORT, Arg, refusal
-from clusterctl.v1 import jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.jobs.validate import validate_spec
+from clusterd.model.spec import JobSpec
 from clusterd.slurm import pyslurm_backend, restd_submit, restd_versions
 from clusterd.slurm.request import JobRequest
 from clusterd.slurm.restd_submit import Unexpressible
@@ -99,7 +99,7 @@ _FACTS = ClusterFacts(frozenset(), frozenset(), "debug")
 def _request(option: str) -> JobRequest:
     value = SAMPLES[option]
     word = f"--{option}" if value is None else f"--{option}={value}"
-    spec = jobs_pb2.JobSpec(script="#!/bin/bash\ntrue\n", sbatch_options=[word], submit_directory="/tmp")
+    spec = JobSpec(script="#!/bin/bash\ntrue\n", sbatch_options=(word,), submit_directory="/tmp")
     return validate_spec(spec, _FACTS, LimitsConfig())
 
 

@@ -10,10 +10,10 @@ import re
 from typing import Any
 
 from clusterctl.sbatch import values as sbatch_values
-from clusterctl.v1 import jobs_pb2
 from clusterd.errors import InvalidArgument
 from clusterd.jobs.directives import Directive, parse_options
 from clusterd.jobs.merged import MAX_CPUS, MAX_GPUS, MAX_MEMORY_MB, MAX_TASKS, Merged, typed_upto, upto
+from clusterd.model.spec import JobSpec
 from clusterd.slurm.request import Sharing
 
 BEGIN_RE = re.compile(
@@ -56,7 +56,7 @@ _MAX_OPTION = 4096
 _HINTS = ("compute_bound", "memory_bound", "multithread", "nomultithread")
 
 
-def sbatch_options(spec: jobs_pb2.JobSpec) -> list[Directive]:
+def sbatch_options(spec: JobSpec) -> list[Directive]:
     """spec.sbatch_options read like directive lines (same getopt rules, same allowlist)."""
     if len(spec.sbatch_options) > _MAX_SBATCH_OPTIONS:
         raise InvalidArgument("spec.sbatch_options", f"more than {_MAX_SBATCH_OPTIONS} options")

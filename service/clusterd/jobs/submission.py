@@ -9,9 +9,9 @@ from __future__ import annotations
 import posixpath
 from dataclasses import replace
 
-from clusterctl.v1 import jobs_pb2
 from clusterd.errors import InvalidArgument
 from clusterd.jobs.users import UnixUser, directory_problem, job_dir
+from clusterd.model.spec import JobSpec
 from clusterd.slurm.request import JobRequest, Signal, slurm_time
 
 _LEGACY_OUTPUT = "%x-%j.out"  # clients that send no submit directory: outputs in the service's job dir
@@ -40,7 +40,7 @@ def settle_directories(request: JobRequest, user: UnixUser, job_root: str) -> Jo
     return replace(request, submit_directory=submit_dir, working_directory=workdir, stdout=stdout)
 
 
-def with_signal(request: JobRequest, spec: jobs_pb2.JobSpec, default_seconds: int) -> JobRequest:
+def with_signal(request: JobRequest, spec: JobSpec, default_seconds: int) -> JobRequest:
     """Add the checkpoint-before-timeout signal (``B:USR1@T``) only for a job that asks for it.
 
     A job asks by having a checkpoint URI or by setting ``signal_before_timeout_seconds``; its own
@@ -48,11 +48,10 @@ def with_signal(request: JobRequest, spec: jobs_pb2.JobSpec, default_seconds: in
     """
     if request.signal is not None:
         return request
-    policy = spec.restart_policy
-    explicit = policy.HasField("signal_before_timeout_seconds")
-    if not (explicit or spec.checkpoint_uri):
+    asked = spec.restart_policy.signal_before_timeout_seconds
+    if asked is None and not spec.checkpoint_uri:
         return request
-    seconds = policy.signal_before_timeout_seconds if explicit else default_seconds
+    seconds = asked if asked is not None else default_seconds
     if seconds <= 0:
         return request
     limit = request.time_limit_seconds
@@ -67,27 +66,26 @@ def _output_path(request: JobRequest, path: str) -> str:
     return posixpath.normpath(posixpath.join(request.working_directory, path))
 
 
-def persisted_spec(spec: jobs_pb2.JobSpec, request: JobRequest) -> jobs_pb2.JobSpec:
+def persisted_spec(spec: JobSpec, request: JobRequest) -> JobSpec:
     """The spec the store keeps: the caller's, with what status shows resolved from the request
     (name, time limit, working directory, output paths still holding Slurm's %-patterns); a job
     that asked for ``--no-requeue`` gets a restart budget of zero, so the supervisor leaves it be."""
-    out = jobs_pb2.JobSpec()
-    out.CopyFrom(spec)
-    out.name = request.name
-    out.working_directory = request.working_directory
-    out.submit_directory = request.submit_directory
-    out.stdout_path = _output_path(request, request.stdout)
-    out.stderr_path = _output_path(request, request.stderr) if request.stderr else ""
-    out.array = request.array.render() if request.array else ""  # an #SBATCH --array too
+    time_limit = spec.time_limit
     if request.time_unlimited:
-        out.time_limit = "UNLIMITED"
+        time_limit = "UNLIMITED"
     elif request.time_limit_seconds is not None:
-        out.time_limit = slurm_time(request.time_limit_seconds)
+        time_limit = slurm_time(request.time_limit_seconds)
+    policy = spec.restart_policy
     if not request.requeue:  # --no-requeue: the user's choice, no automatic restart either
-        out.restart_policy.max_restarts = 0
-    return out
-
-
-def same_request(first: jobs_pb2.JobSpec, second: jobs_pb2.JobSpec) -> bool:
-    """Whether two persisted specs ask for the same job (a retry), compared byte for byte."""
-    return first.SerializeToString(deterministic=True) == second.SerializeToString(deterministic=True)
+        policy = replace(policy, max_restarts=0)
+    return replace(
+        spec,
+        name=request.name,
+        working_directory=request.working_directory,
+        submit_directory=request.submit_directory,
+        stdout_path=_output_path(request, request.stdout),
+        stderr_path=_output_path(request, request.stderr) if request.stderr else "",
+        array=request.array.render() if request.array else "",  # an #SBATCH --array too
+        time_limit=time_limit,
+        restart_policy=policy,
+    )

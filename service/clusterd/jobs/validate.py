@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 from clusterctl.hostlist import expand_hostlist
 from clusterctl.sbatch import values as sbatch_values
 from clusterctl.sbatch.environment import exported_function
-from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.errors import InvalidArgument
 from clusterd.jobs import values
@@ -23,9 +22,10 @@ from clusterd.jobs.directives import DirectiveError, neutralise, parse_directive
 from clusterd.jobs.merged import MAX_CPUS, MAX_GPUS, MAX_MEMORY_MB, MAX_TASKS, Merged, bounded, typed_upto, upto
 from clusterd.jobs.sbatch_fields import check_begin, layout, sbatch_options, sharing
 from clusterd.jobs.script import command_script
+from clusterd.model.spec import JobSpec, PlacementPolicy, PlacementPreference, RestartPolicy
 from clusterd.slurm.request import ArraySpec, Export, ExportMode, JobRequest, Sharing
 from clusterd.slurm.types import ClusterFacts
-from clusterd.topology.demand import Policy, Preference, node_count
+from clusterd.topology.demand import Preference, node_count
 
 T = TypeVar("T")
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}\Z")  # partitions, accounts, qos, node names, features
@@ -74,7 +74,7 @@ def _count(field_name: str, value: int, maximum: int) -> int:
     return value
 
 
-def _validate_env(spec: jobs_pb2.JobSpec, limits: LimitsConfig) -> None:
+def _validate_env(spec: JobSpec, limits: LimitsConfig) -> None:
     if len(spec.environment) > limits.max_env_vars:
         raise InvalidArgument("spec.environment", f"more than {limits.max_env_vars} variables")
     for name, value in spec.environment.items():
@@ -93,8 +93,8 @@ def _validate_env(spec: jobs_pb2.JobSpec, limits: LimitsConfig) -> None:
             raise InvalidArgument(where, "value contains a NUL byte")
 
 
-def _validate_restart(policy: jobs_pb2.RestartPolicy) -> None:
-    if policy.HasField("max_restarts"):
+def _validate_restart(policy: RestartPolicy) -> None:
+    if policy.max_restarts is not None:
         _count("spec.restart_policy.max_restarts", policy.max_restarts, _MAX_RESTARTS)
     for name in ("retryable_exit_codes", "fatal_exit_codes"):
         for code in getattr(policy, name):
@@ -103,39 +103,27 @@ def _validate_restart(policy: jobs_pb2.RestartPolicy) -> None:
     both = set(policy.retryable_exit_codes) & set(policy.fatal_exit_codes)
     if both:
         raise InvalidArgument("spec.restart_policy.fatal_exit_codes", f"{sorted(both)} also listed as retryable")
-    if policy.HasField("backoff"):
-        seconds = policy.backoff.seconds + policy.backoff.nanos / 1e9
-        if seconds < 0 or seconds > 86400:
-            raise InvalidArgument("spec.restart_policy.backoff", "must be between 0 and 1 day")
-    if policy.HasField("no_progress_limit"):
+    if policy.backoff_seconds is not None and not 0 <= policy.backoff_seconds <= 86400:
+        raise InvalidArgument("spec.restart_policy.backoff", "must be between 0 and 1 day")
+    if policy.no_progress_limit is not None:
         _count("spec.restart_policy.no_progress_limit", policy.no_progress_limit, _MAX_RESTARTS)
-    if policy.HasField("signal_before_timeout_seconds"):
+    if policy.signal_before_timeout_seconds is not None:
         _count("spec.restart_policy.signal_before_timeout_seconds", policy.signal_before_timeout_seconds, 65535)
     # Heartbeats cost the service a call per rank per interval: no faster than 10 per second.
     for name, low, high, words in (
         ("heartbeat_interval", 0.1, 300.0, "0.1 s and 5 minutes"),
         ("hang_timeout", 1.0, 86400.0, "1 s and 1 day"),
     ):
-        if policy.HasField(name):
-            d = getattr(policy, name)
-            seconds = d.seconds + d.nanos / 1e9
-            if not low <= seconds <= high:
-                raise InvalidArgument(f"spec.restart_policy.{name}", f"must be between {words}")
+        seconds = getattr(policy, f"{name}_seconds")
+        if seconds is not None and not low <= seconds <= high:
+            raise InvalidArgument(f"spec.restart_policy.{name}", f"must be between {words}")
 
 
-_POLICIES: dict[int, Policy] = {
-    cluster_pb2.PLACEMENT_POLICY_UNSPECIFIED: "pack",
-    cluster_pb2.PLACEMENT_POLICY_PACK: "pack",
-    cluster_pb2.PLACEMENT_POLICY_ANY: "any",
-    cluster_pb2.PLACEMENT_POLICY_EXACT: "exact",
-}
-
-
-def placement_preference(p: cluster_pb2.PlacementPreference) -> Preference:
-    """The API's placement preference as the placer takes it (a submit's is validated first, by
-    :func:`validate_spec`; a dry run's unknown policy plans as the default, pack)."""
+def placement_preference(p: PlacementPreference) -> Preference:
+    """The caller's placement preference as the placer takes it (a submit's is validated first, by
+    :func:`validate_spec`)."""
     return Preference(
-        policy=_POLICIES.get(p.policy, "pack"),
+        policy=p.policy.planned,
         max_wait_seconds=p.max_wait_seconds or None,
         switch_count=p.switch_count or None,
         exclude_nodes=tuple(p.exclude_nodes),
@@ -143,14 +131,12 @@ def placement_preference(p: cluster_pb2.PlacementPreference) -> Preference:
     )
 
 
-def _validate_placement(p: cluster_pb2.PlacementPreference, facts: ClusterFacts, res: dict[str, Any]) -> None:
+def _validate_placement(p: PlacementPreference, facts: ClusterFacts, res: dict[str, Any]) -> None:
     most = res["max_nodes"] or res["nodes"]
     nodes = node_count(res["nodes"], res["max_nodes"], tuple(p.nodelist))
-    if p.policy not in cluster_pb2.PlacementPolicy.values():
-        raise InvalidArgument("spec.placement.policy", f"unknown policy {p.policy}")
     if p.max_wait_seconds > _MAX_WAIT_SECONDS:
         raise InvalidArgument("spec.placement.max_wait_seconds", f"exceeds {_MAX_WAIT_SECONDS} (7 days)")
-    if p.policy == cluster_pb2.PLACEMENT_POLICY_EXACT:
+    if p.policy is PlacementPolicy.EXACT:
         if p.switch_count == 0:
             raise InvalidArgument("spec.placement.switch_count", "must be at least 1 with policy EXACT")
         if p.switch_count > nodes:
@@ -182,7 +168,7 @@ def _spec_value(field_name: str, text: str, reader: Callable[[str], T]) -> T:
         raise InvalidArgument(field_name, str(exc)) from None
 
 
-def _script_body(spec: jobs_pb2.JobSpec, limits: LimitsConfig) -> str:
+def _script_body(spec: JobSpec, limits: LimitsConfig) -> str:
     if spec.script and spec.command:
         raise InvalidArgument("spec.command", "give either a script or a command, not both")
     if not spec.script and not spec.command:
@@ -218,7 +204,7 @@ def _plain(_field: str, _value: str) -> None:
     _check_text(_field, _value)
 
 
-def _resources(spec: jobs_pb2.JobSpec, m: Merged, limits: LimitsConfig) -> dict[str, Any]:
+def _resources(spec: JobSpec, m: Merged, limits: LimitsConfig) -> dict[str, Any]:
     nodes: int | None
     max_nodes: int | None
     if spec.nodes:
@@ -268,7 +254,7 @@ def _resources(spec: jobs_pb2.JobSpec, m: Merged, limits: LimitsConfig) -> dict[
     }
 
 
-def _time(spec: jobs_pb2.JobSpec, m: Merged) -> tuple[int | None, bool]:
+def _time(spec: JobSpec, m: Merged) -> tuple[int | None, bool]:
     """(seconds, unlimited); (None, False) when no limit was asked for."""
     if spec.time_limit:
         seconds = _spec_value("spec.time_limit", spec.time_limit, values.time_limit)
@@ -279,7 +265,7 @@ def _time(spec: jobs_pb2.JobSpec, m: Merged) -> tuple[int | None, bool]:
     return seconds, seconds is None
 
 
-def _paths(spec: jobs_pb2.JobSpec, m: Merged) -> dict[str, Any]:
+def _paths(spec: JobSpec, m: Merged) -> dict[str, Any]:
     submit_dir = spec.submit_directory
     _check_path("spec.submit_directory", submit_dir, absolute=True)
     chdir = m.text(
@@ -298,10 +284,10 @@ def _paths(spec: jobs_pb2.JobSpec, m: Merged) -> dict[str, Any]:
     }
 
 
-def _export(spec: jobs_pb2.JobSpec, m: Merged, limits: LimitsConfig) -> Export:
+def _export(spec: JobSpec, m: Merged, limits: LimitsConfig) -> Export:
     _validate_env(spec, limits)
     env = dict(spec.environment)
-    if spec.HasField("export"):
+    if spec.export is not None:
         result = _spec_value("spec.export", spec.export, lambda t: values.export(t, env))
         where = "spec.export"
     else:
@@ -354,7 +340,7 @@ def _hostlist(text: str, limit: int) -> list[str]:
     return expand_hostlist(text)
 
 
-def validate_spec(spec: jobs_pb2.JobSpec, facts: ClusterFacts, limits: LimitsConfig) -> JobRequest:
+def validate_spec(spec: JobSpec, facts: ClusterFacts, limits: LimitsConfig) -> JobRequest:
     """Check every field, read the script's directives, and make the one request Slurm will see.
 
     The request has no user or placement yet, and only the user's own comment (the manager adds the

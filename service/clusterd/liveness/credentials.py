@@ -16,30 +16,19 @@ from clusterd.config import LivenessConfig
 from clusterd.security.unixsock import socket_path
 
 
-class _Duration(Protocol):
-    @property
-    def seconds(self) -> int: ...
-    @property
-    def nanos(self) -> int: ...
-
-
 class _Timing(Protocol):
     @property
-    def heartbeat_interval(self) -> _Duration: ...
+    def heartbeat_interval_seconds(self) -> float | None: ...
     @property
-    def hang_timeout(self) -> _Duration: ...
+    def hang_timeout_seconds(self) -> float | None: ...
 
 
 class JobTiming(Protocol):
     """What liveness reads of a job's spec: its restart policy's heartbeat interval and hang timeout
-    (0: the service's defaults). The record's spec has this shape; liveness needs nothing else of it."""
+    (None or 0: the service's defaults). The record's spec has this shape; liveness needs nothing else of it."""
 
     @property
     def restart_policy(self) -> _Timing: ...
-
-
-def _seconds(d: _Duration) -> float:
-    return d.seconds + d.nanos / 1e9
 
 
 def digest(token: str) -> str:
@@ -60,12 +49,12 @@ def heartbeat_addr(config: LivenessConfig, listen: str) -> str:
 
 
 def interval_of(spec: JobTiming, config: LivenessConfig) -> float:
-    seconds = _seconds(spec.restart_policy.heartbeat_interval)
+    seconds = spec.restart_policy.heartbeat_interval_seconds or 0.0
     return seconds if seconds > 0 else config.heartbeat_interval_seconds
 
 
 def hang_timeout_of(spec: JobTiming, config: LivenessConfig) -> float:
-    seconds = _seconds(spec.restart_policy.hang_timeout)
+    seconds = spec.restart_policy.hang_timeout_seconds or 0.0
     return seconds if seconds > 0 else config.hang_timeout_seconds
 
 

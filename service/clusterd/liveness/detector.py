@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 
 from clusterd.liveness.probe import NodeProber, Reach
 from clusterd.liveness.table import LivenessTable, RankBeat, Run
+from clusterd.model.causes import Cause
 from clusterd.slurm.types import JobState, NodeState, SlurmNode
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ class Detection:
     record_id: int
     job_id: str
     restart_count: int  # the run it concerns: a decision about an older run is void
-    cause: str  # "NODE_FAILURE", "RANK_HUNG" or "RANK_FAILED" (supervisor.policy.Cause values)
+    cause: Cause  # NODE_FAILURE, RANK_HUNG or RANK_FAILED
     nodes: tuple[str, ...]  # the dead nodes (all of this run's found at once), or the failed rank's node
     ranks: tuple[int, ...]
     detected_by: str  # "heartbeat+probe", "heartbeat", "rank-exit"
@@ -157,7 +158,7 @@ class Detector:
             if run.decided or view.state != JobState.RUNNING or view.restart_count != run.restart_count:
                 continue  # not running this run (yet, or any more): Slurm's own view decides
             detection = await self._crashed(run, nodes, view, beating) or await self._silent(run, nodes, view, beating)
-            if detection is not None and detection.cause == "NODE_FAILURE":
+            if detection is not None and detection.cause is Cause.NODE_FAILURE:
                 drain = tuple(n for n in detection.nodes if self._others_on(n, view.user))
                 detection = replace(detection, drain=drain)
             if detection is not None and not run.decided:
@@ -187,7 +188,7 @@ class Detector:
             run.record_id,
             run.job_id,
             run.restart_count,
-            "RANK_FAILED",
+            Cause.RANK_FAILED,
             (beat.node,),
             (rank,),
             "rank-exit",
@@ -257,7 +258,7 @@ class Detector:
                     run.record_id,
                     run.job_id,
                     run.restart_count,
-                    "RANK_HUNG",
+                    Cause.RANK_HUNG,
                     (node,),
                     tuple(ranks),
                     "heartbeat",
@@ -276,7 +277,7 @@ class Detector:
             run.record_id,
             run.job_id,
             run.restart_count,
-            "NODE_FAILURE",
+            Cause.NODE_FAILURE,
             tuple(dead),
             tuple(ranks),
             "heartbeat+probe",

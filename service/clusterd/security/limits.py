@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from clusterctl.v1 import jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.errors import ResourceExhausted
+from clusterd.model.spec import JobSpec
 from clusterd.store.bounds import UserBounds
 from clusterd.store.jobs import JobRecords
 from clusterd.store.records import JobRecord
@@ -76,7 +76,7 @@ class Quotas:
         self._retention = limits.finished_retention_seconds
         self._prune_every = limits.prune_interval_seconds
 
-    async def reserve_submit(self, user: str, spec: jobs_pb2.JobSpec, *, tasks: int) -> tuple[JobRecord, bool]:
+    async def reserve_submit(self, user: str, spec: JobSpec, *, tasks: int) -> tuple[JobRecord, bool]:
         """Admit and reserve one submission of ``tasks`` tasks (an array's task count, else 1).
 
         Returns the store's (record, created); raises ResourceExhausted naming the limit.

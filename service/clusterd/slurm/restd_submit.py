@@ -79,6 +79,42 @@ def _nodes(job: Body, req: JobRequest) -> None:
         job["nodes"] = f"{req.nodes}-{req.max_nodes}" if req.max_nodes else str(req.nodes)
 
 
+def sbatch_task_count(req: JobRequest) -> int | None:
+    """The task count to send so that v0.0.38 holds the job sbatch would; None: send none.
+
+    sbatch derives ``-n`` client-side (its ``_opt_verify``) when it is not given and the node count
+    is fixed (``-N``, raised to the ``-w`` nodes; 1 when neither): nodes times
+    ``--ntasks-per-node``; else, with ``-N`` or ``-w``, nodes times the ``-B``/``--sockets-per-node``
+    ... counts given, or one task per node. The job's CPUs are that count times ``-c``. v0.0.38
+    builds the job description without that step, so such a job held one task's CPUs
+    (``-N 2 --ntasks-per-node=1 -c 2``: 2 CPUs where sbatch's job holds 4; ``-N 2``: 1 where it
+    holds 2). The derived count is sent as ``tasks``; where sbatch sends no count (one task per
+    node), the job Slurm holds is still the same as sbatch's on 22.05.
+    """
+    if req.ntasks is not None:
+        return req.ntasks
+    nodes = req.nodes
+    if req.nodelist:  # -w: at least its nodes, as -N
+        nodes = max(len(set(req.nodelist)), nodes or 0)
+    if req.max_nodes is not None and req.max_nodes != nodes:
+        return None  # a node range: sbatch derives nothing
+    if req.tasks_per_node:
+        return (1 if nodes is None else nodes) * req.tasks_per_node
+    if nodes is None:
+        return None
+    layout = [n for n in (req.sockets_per_node, req.cores_per_socket, req.threads_per_core) if n is not None]
+    count = max(nodes, 1)
+    for n in layout:
+        count *= n
+    return count
+
+
+def _tasks(job: Body, req: JobRequest) -> None:
+    count = sbatch_task_count(req)
+    if count is not None:
+        job["tasks"] = count
+
+
 def _time(job: Body, req: JobRequest) -> None:
     if req.time_unlimited:
         job["time_limit"] = "UNLIMITED"
@@ -152,7 +188,7 @@ RENDERERS: dict[str, Render] = {
     "reservation": _key("reservation", "reservation"),
     "nodes": _nodes,
     "max_nodes": _none,  # with nodes
-    "ntasks": _key("tasks", "ntasks"),
+    "ntasks": _tasks,
     "tasks_per_node": _key("tasks_per_node", "tasks_per_node"),
     "cpus_per_task": _key("cpus_per_task", "cpus_per_task"),
     "gpus": lambda job, r: job.update(gpus=gpu_count(r, r.gpus)) if r.gpus else None,

@@ -1,16 +1,21 @@
 """How a job record's columns are encoded, shared by both stores so they decode rows alike.
 
 The observed fields change together on every poll and live in one JSON column; an event keeps the
-whole row (without the spec) as one JSON document, so a reader decodes it like a list() row.
+whole row (without the spec) as one JSON document, so a reader decodes it like a list() row. The
+spec is a versioned JSON document (UTF-8) of the fields that differ from their defaults:
+``{"version": 1, "name": ..., "restart_policy": {...}, ...}``; this module is the only writer and
+reader of that form.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from clusterctl.v1 import jobs_pb2
+from clusterd.model.causes import Cause
+from clusterd.model.spec import JobSpec, PlacementPolicy, PlacementPreference, RestartPolicy
 from clusterd.slurm.types import JobState
 from clusterd.store.records import ArrayTask, JobRecord, Phase, RestartEntry
 
@@ -48,14 +53,56 @@ class Row(Protocol):
     def __getitem__(self, key: str, /) -> Any: ...
 
 
-def spec_bytes(spec: jobs_pb2.JobSpec) -> bytes:
-    """The bytes the specs table keeps for ``spec`` (the store never looks inside them)."""
-    return spec.SerializeToString()
+SPEC_VERSION = 1
+_EMPTY_SPEC = JobSpec()
 
 
-def spec_from(blob: bytes) -> jobs_pb2.JobSpec:
-    """The spec that :func:`spec_bytes` wrote."""
-    return jobs_pb2.JobSpec.FromString(blob)
+def _changed(value: Any) -> dict[str, Any]:
+    """A frozen dataclass's fields that differ from their defaults, as JSON values."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(value):
+        v = getattr(value, f.name)
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if v == default:
+            continue
+        if dataclasses.is_dataclass(v):
+            v = _changed(v)
+        elif isinstance(v, tuple):
+            v = list(v)
+        elif isinstance(v, Mapping):
+            v = dict(v)
+        out[f.name] = v
+    return out
+
+
+def spec_bytes(spec: JobSpec) -> bytes:
+    """The stored form of ``spec`` (what the store's spec column holds, and its size counts)."""
+    doc = {"version": SPEC_VERSION, **_changed(spec)}
+    return json.dumps(doc, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
+
+
+def spec_from(blob: bytes) -> JobSpec:
+    """The spec :func:`spec_bytes` stored; ValueError for anything else (not that JSON, another
+    version, a field or placement policy this release does not know)."""
+    try:
+        doc = json.loads(blob)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not a stored spec: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("version") != SPEC_VERSION:
+        version = doc.get("version") if isinstance(doc, dict) else None
+        raise ValueError(f"stored spec version {version!r} is not {SPEC_VERSION}")
+    fields = {k: v for k, v in doc.items() if k != "version"}
+    try:
+        if "restart_policy" in fields:
+            fields["restart_policy"] = RestartPolicy(**fields["restart_policy"])
+        if "placement" in fields:
+            placement = dict(fields["placement"])
+            if "policy" in placement:
+                placement["policy"] = PlacementPolicy(placement["policy"])
+            fields["placement"] = PlacementPreference(**placement)
+        return JobSpec(**fields)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"not a stored spec: {exc}") from None
 
 
 def superseded_reason(job_id: str) -> str:
@@ -69,6 +116,8 @@ def observed(rec: JobRecord) -> dict[str, Any]:
         value = getattr(rec, name)
         if name == "array_tasks":
             value = {str(i): t.to_json() for i, t in sorted(value.items())}
+        elif name == "final_cause":
+            value = value.value if value is not None else ""
         data[name] = list(value) if isinstance(value, tuple) else value
     return data
 
@@ -79,7 +128,7 @@ def observed_json(rec: JobRecord) -> str:
 
 def restart_json(entry: RestartEntry) -> dict[str, Any]:
     return {
-        "cause": entry.cause,
+        "cause": entry.cause.value,
         "nodes": list(entry.failed_nodes),
         "time": entry.time,
         "step": entry.checkpoint_step,
@@ -96,7 +145,7 @@ def restart_from(row: Row) -> RestartEntry:
     """A restart from a table row (nodes and phases JSON text) or from :func:`restart_json`."""
     nodes, phases = row["nodes"], row["phases"]
     return RestartEntry(
-        row["cause"],
+        Cause(row["cause"]),
         tuple(json.loads(nodes) if isinstance(nodes, str) else nodes),
         row["time"],
         row["step"],
@@ -110,14 +159,14 @@ def restart_from(row: Row) -> RestartEntry:
 
 
 def record_from(
-    row: Row, obs: Mapping[str, Any], restarts: list[RestartEntry], spec: jobs_pb2.JobSpec | None = None
+    row: Row, obs: Mapping[str, Any], restarts: list[RestartEntry], spec: JobSpec | None = None
 ) -> JobRecord:
     """A record from its row columns and decoded observed fields (``spec`` None: compact, empty)."""
     rec = JobRecord(
         record_id=int(row["record_id"]),
         user=row["user"],
         request_id=row["request_id"],
-        spec=spec if spec is not None else jobs_pb2.JobSpec(),
+        spec=spec if spec is not None else _EMPTY_SPEC,
         phase=Phase(row["phase"]),
         created=float(row["created"]),
         job_id=row["job_id"] or "",
@@ -129,6 +178,8 @@ def record_from(
     for name, value in obs.items():
         if name == "array_tasks":
             rec.array_tasks = {int(i): ArrayTask.from_json(t) for i, t in value.items()}
+        elif name == "final_cause":
+            rec.final_cause = Cause(value) if value else None
         elif name in OBSERVED:
             setattr(rec, name, tuple(value) if name in _TUPLES else value)
     rec.state = JobState(row["state"])

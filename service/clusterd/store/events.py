@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import Connection, delete, func, insert, select
 
+from clusterd.model.events import EventType
 from clusterd.store import codec
 from clusterd.store.database import Database
 from clusterd.store.records import EventRow, LoggedEvent
@@ -36,7 +37,7 @@ class EventLog:
                         insert(events)
                         .values(
                             record_id=e.record.record_id,
-                            type=e.type,
+                            type=e.type.value,
                             previous_state=e.previous_state,
                             message=e.message,
                             time=e.time,
@@ -56,7 +57,12 @@ class EventLog:
         rows = await self._db.read(lambda conn: conn.execute(stmt).all())
         return [
             LoggedEvent(
-                int(r.seq), codec.event_record_from(r.record), r.type, r.previous_state, r.message, float(r.time)
+                int(r.seq),
+                codec.event_record_from(r.record),
+                EventType(r.type),
+                r.previous_state,
+                r.message,
+                float(r.time),
             )
             for r in rows
         ]

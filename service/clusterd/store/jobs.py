@@ -33,7 +33,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import ColumnElement
 
-from clusterctl.v1 import jobs_pb2
+from clusterd.model.spec import JobSpec
 from clusterd.slurm.types import JobState
 from clusterd.store import bounds, codec
 from clusterd.store.database import Database
@@ -109,7 +109,7 @@ class JobRecords:
         self,
         user: str,
         request_id: str,
-        spec: jobs_pb2.JobSpec,
+        spec: JobSpec,
         *,
         tasks: int = 1,
         limits: bounds.UserBounds | None = None,
@@ -361,7 +361,7 @@ def _record_restart(conn: Connection, rec: JobRecord, entry: RestartEntry) -> No
             insert(restarts).values(
                 record_id=rec.record_id,
                 seq=seq,
-                cause=entry.cause,
+                cause=entry.cause.value,
                 nodes=json.dumps(list(entry.failed_nodes)),
                 time=entry.time,
                 step=entry.checkpoint_step,
@@ -393,12 +393,12 @@ def _records(conn: Connection, rows: Sequence[Row[Any]], *, with_spec: bool) -> 
         spec = None
         if with_spec:
             blob = blobs.get(int(row.record_id))
-            spec = codec.spec_from(blob) if blob is not None else jobs_pb2.JobSpec()
+            spec = codec.spec_from(blob) if blob is not None else JobSpec()
         out.append(_record(row, found[int(row.record_id)], spec))
     return out
 
 
-def _record(row: Row[Any], found: list[RestartEntry], spec: jobs_pb2.JobSpec | None) -> JobRecord:
+def _record(row: Row[Any], found: list[RestartEntry], spec: JobSpec | None) -> JobRecord:
     return codec.record_from(row._mapping, row.observed, found, spec)
 
 

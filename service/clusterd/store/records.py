@@ -8,7 +8,9 @@ import pwd
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from clusterctl.v1 import jobs_pb2
+from clusterd.model.causes import Cause
+from clusterd.model.events import EventType
+from clusterd.model.spec import JobSpec
 from clusterd.slurm.types import JobState, SlurmJob
 
 RECORD_TAG_PREFIX = "clusterctl-record:"  # a Slurm comment starting so names the record that submitted it
@@ -26,7 +28,7 @@ class Phase(enum.Enum):
 
 @dataclass(frozen=True)
 class RestartEntry:
-    cause: str  # TerminationCause name without prefix, e.g. "NODE_FAILURE"
+    cause: Cause
     failed_nodes: tuple[str, ...]
     time: float
     checkpoint_step: int
@@ -86,7 +88,7 @@ class JobRecord:
     record_id: int
     user: str
     request_id: str
-    spec: jobs_pb2.JobSpec
+    spec: JobSpec
     phase: Phase
     created: float
     job_id: str = ""
@@ -109,7 +111,7 @@ class JobRecord:
     error: str = ""  # why the submission failed (phase FAILED)
     user_cancelled: bool = False  # a user's cancel is final: never requeued
     acked_restarts: int = 0  # the Slurm restart count the supervisor has accounted for
-    final_cause: str = ""  # TerminationCause name once terminal
+    final_cause: Cause | None = None  # once terminal
     needs_release: bool = False  # requeued, waiting for exclusions + StartTime=now to be applied
     backoff_seconds: float = 0.0
     restarts: list[RestartEntry] = field(default_factory=list)
@@ -166,7 +168,7 @@ class EventRow:
     """One event a writer appends to the store's event log (every replica tails the log)."""
 
     record: JobRecord  # the record as of the event; only its row fields are kept (not the spec)
-    type: str  # "SUBMITTED", "STATE_CHANGED", "RESTARTED", "FINISHED", "CHECKPOINT"
+    type: EventType
     previous_state: str  # a JobState value, or ""
     message: str
     time: float
@@ -178,7 +180,7 @@ class LoggedEvent:
 
     seq: int
     record: JobRecord  # compact: spec left empty, decoded like list() rows
-    type: str
+    type: EventType
     previous_state: str
     message: str
     time: float

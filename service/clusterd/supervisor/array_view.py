@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from clusterd.model.causes import Cause
 from clusterd.slurm.arrays import derive_state, task_indices
 from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store.records import ArrayTask, JobRecord
@@ -140,20 +141,20 @@ def finished(rec: JobRecord) -> bool:
 
 
 _CAUSES = {
-    JobState.CANCELLED: "CANCELLED",
-    JobState.TIMEOUT: "TIME_LIMIT",
-    JobState.OUT_OF_MEMORY: "OUT_OF_MEMORY",
-    JobState.NODE_FAIL: "NODE_FAILURE",
-    JobState.PREEMPTED: "PREEMPTED",
+    JobState.CANCELLED: Cause.CANCELLED,
+    JobState.TIMEOUT: Cause.TIME_LIMIT,
+    JobState.OUT_OF_MEMORY: Cause.OUT_OF_MEMORY,
+    JobState.NODE_FAIL: Cause.NODE_FAILURE,
+    JobState.PREEMPTED: Cause.PREEMPTED,
 }
 
 
-def final_cause(rec: JobRecord) -> str:
-    """The TerminationCause name of a finished array: COMPLETED, or its first failed task's."""
+def final_cause(rec: JobRecord) -> Cause:
+    """The final cause of a finished array: COMPLETED, or its first failed task's."""
     failed = first_failed(rec)
     if failed is None:
-        return "COMPLETED"
-    return _CAUSES.get(failed.state, "EXIT_CODE")
+        return Cause.COMPLETED
+    return _CAUSES.get(failed.state, Cause.EXIT_CODE)
 
 
 def end_reason(rec: JobRecord) -> str:

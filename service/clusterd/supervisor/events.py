@@ -10,24 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 
 from clusterd.errors import ResourceExhausted
+from clusterd.model.events import EventType
 from clusterd.slurm.types import JobState
 from clusterd.store.records import JobRecord
-
-
-class EventType(enum.Enum):
-    SNAPSHOT = "SNAPSHOT"
-    SUBMITTED = "SUBMITTED"
-    STATE_CHANGED = "STATE_CHANGED"
-    RESTARTED = "RESTARTED"
-    FINISHED = "FINISHED"
-    CHECKPOINT = "CHECKPOINT"
 
 
 @dataclass(frozen=True)

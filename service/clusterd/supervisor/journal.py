@@ -27,7 +27,7 @@ from clusterd.slurm.types import JobState
 from clusterd.store import codec
 from clusterd.store.events import EventLog
 from clusterd.store.records import EventRow, LoggedEvent
-from clusterd.supervisor.events import EventBus, EventType, JobEvent
+from clusterd.supervisor.events import EventBus, JobEvent
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +38,12 @@ _PRUNE_EVERY_SECONDS = 60.0
 
 def _row(event: JobEvent) -> EventRow:
     previous = event.previous_state.value if event.previous_state is not None else ""
-    return EventRow(event.record, event.type.value, previous, event.message, event.time)
+    return EventRow(event.record, event.type, previous, event.message, event.time)
 
 
 def _event(logged: LoggedEvent) -> JobEvent:
     previous = JobState(logged.previous_state) if logged.previous_state else None
-    return JobEvent(EventType(logged.type), logged.record, previous, logged.message, logged.time, seq=logged.seq)
+    return JobEvent(logged.type, logged.record, previous, logged.message, logged.time, seq=logged.seq)
 
 
 def _logged(row: EventRow, seq: int) -> JobEvent:

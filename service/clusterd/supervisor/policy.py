@@ -6,32 +6,19 @@ on the decision.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
-from clusterctl.v1 import jobs_pb2
 from clusterd.config import RestartDefaults
+from clusterd.model.causes import Cause
+from clusterd.model.spec import RestartPolicy
 from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store.records import JobRecord, RestartEntry
 
 # Exit codes shared with the client library (clusterctl.slurm_env): 85 = "checkpointed, requeue me",
 # 86 = "do not requeue me" (fatal by default, see RestartDefaults.fatal_exit_codes).
 REQUEUE_EXIT_CODE = 85
-
-
-class Cause(enum.Enum):
-    NODE_FAILURE = "NODE_FAILURE"
-    PREEMPTED = "PREEMPTED"
-    TIME_LIMIT = "TIME_LIMIT"
-    EXIT_CODE = "EXIT_CODE"
-    OUT_OF_MEMORY = "OUT_OF_MEMORY"
-    CANCELLED = "CANCELLED"
-    COMPLETED = "COMPLETED"
-    NO_PROGRESS = "NO_PROGRESS"
-    RESTARTS_EXHAUSTED = "RESTARTS_EXHAUSTED"
-    REQUEUE_REQUESTED = "REQUEUE_REQUESTED"  # exit 85: the job checkpointed and asked to come back
-    RANK_HUNG = "RANK_HUNG"  # a rank stopped beating while its node answered (clusterd.liveness)
-    RANK_FAILED = "RANK_FAILED"  # a rank of a multi-rank job crashed while its node stayed up
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -48,27 +35,25 @@ class Policy:
     on_rank_failure: bool = True
 
 
-def effective_policy(spec: jobs_pb2.RestartPolicy, defaults: RestartDefaults) -> Policy:
+def effective_policy(spec: RestartPolicy, defaults: RestartDefaults) -> Policy:
     """Job-level fields over the service's defaults; unset optional fields keep the default."""
 
-    def pick(name: str) -> object:
-        return getattr(spec, name) if spec.HasField(name) else getattr(defaults, name)
-
-    backoff = defaults.backoff_seconds
-    if spec.HasField("backoff"):
-        backoff = spec.backoff.seconds + spec.backoff.nanos / 1e9
     return Policy(
-        max_restarts=int(pick("max_restarts")),  # type: ignore[call-overload]
-        on_node_failure=bool(pick("on_node_failure")),
-        on_preemption=bool(pick("on_preemption")),
-        on_time_limit=bool(pick("on_time_limit")),
+        max_restarts=_or(spec.max_restarts, defaults.max_restarts),
+        on_node_failure=_or(spec.on_node_failure, defaults.on_node_failure),
+        on_preemption=_or(spec.on_preemption, defaults.on_preemption),
+        on_time_limit=_or(spec.on_time_limit, defaults.on_time_limit),
         retryable_exit_codes=frozenset(spec.retryable_exit_codes or defaults.retryable_exit_codes),
         fatal_exit_codes=frozenset(spec.fatal_exit_codes) | frozenset(defaults.fatal_exit_codes),
-        backoff_seconds=backoff,
-        exclude_failed_nodes=bool(pick("exclude_failed_nodes")),
-        no_progress_limit=int(pick("no_progress_limit")),  # type: ignore[call-overload]
-        on_rank_failure=bool(pick("on_rank_failure")),
+        backoff_seconds=_or(spec.backoff_seconds, defaults.backoff_seconds),
+        exclude_failed_nodes=_or(spec.exclude_failed_nodes, defaults.exclude_failed_nodes),
+        no_progress_limit=_or(spec.no_progress_limit, defaults.no_progress_limit),
+        on_rank_failure=_or(spec.on_rank_failure, defaults.on_rank_failure),
     )
+
+
+def _or(value: T | None, default: T) -> T:
+    return default if value is None else value
 
 
 @dataclass(frozen=True)
@@ -142,7 +127,7 @@ def stalled_restarts(restarts: list[RestartEntry], current_step: int) -> int:
     """How many of the latest automatic restarts produced no newer committed step than now."""
     count = 0
     for entry in reversed(restarts):
-        if entry.cause == "MANUAL_REQUEUE":
+        if entry.cause == Cause.MANUAL_REQUEUE:
             continue
         if entry.checkpoint_step < current_step:
             break
@@ -185,7 +170,7 @@ def decide(term: Termination, policy: Policy, rec: JobRecord, current_step: int)
         )
     if not allowed:
         return Decision(False, f"{term.detail or term.cause.value.lower()}: not requeued by policy", term.cause)
-    automatic = [r for r in rec.restarts if r.cause != "MANUAL_REQUEUE"]
+    automatic = [r for r in rec.restarts if r.cause != Cause.MANUAL_REQUEUE]
     if len(automatic) >= policy.max_restarts:
         return Decision(
             False, f"{term.detail}; restart budget spent ({policy.max_restarts} restarts)", Cause.RESTARTS_EXHAUSTED

@@ -17,13 +17,14 @@ from collections.abc import Callable
 from clusterd.ha.leadership import Deposed
 from clusterd.liveness.detector import Detection
 from clusterd.liveness.table import Run
+from clusterd.model.events import EventType
 from clusterd.observability.metrics import CHECKPOINT_COMMITS, CHECKPOINT_STEP, JOBS_BY_STATE
 from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store.jobs import JobRecords
 from clusterd.store.records import JobRecord, Phase
 from clusterd.supervisor import array_view
 from clusterd.supervisor.cache import ClusterSnapshot
-from clusterd.supervisor.events import EventType, JobEvent
+from clusterd.supervisor.events import JobEvent
 from clusterd.supervisor.progress import ProgressReader
 from clusterd.supervisor.restarts import Restarter
 from clusterd.supervisor.sink import EventSink

@@ -20,14 +20,15 @@ from clusterd.config import RestartDefaults
 from clusterd.errors import SlurmError, SlurmUnavailable
 from clusterd.liveness.detector import Detection, crash_detail, crashed_rank
 from clusterd.liveness.table import LivenessTable
+from clusterd.model.causes import Cause
+from clusterd.model.events import EventType
 from clusterd.observability.metrics import REQUEUES
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store.jobs import JobRecords
 from clusterd.store.records import JobRecord, RestartEntry
-from clusterd.supervisor.events import EventType, JobEvent
+from clusterd.supervisor.events import JobEvent
 from clusterd.supervisor.policy import (
-    Cause,
     Decision,
     Policy,
     Termination,
@@ -160,7 +161,7 @@ class Restarter:
             if not decision.requeue:
                 continue
             entry = RestartEntry(
-                term.cause.value,
+                term.cause,
                 term.failed_nodes,
                 time.time(),
                 rec.checkpoint_step,
@@ -195,7 +196,7 @@ class Restarter:
             return _NOTHING
         if sj.restart_count != det.restart_count or sj.restart_count != rec.acked_restarts:
             return _NOTHING  # another run by now, or a restart already under way
-        cause = Cause(det.cause)
+        cause = det.cause
         node_dead = cause == Cause.NODE_FAILURE
         term = Termination(cause, det.nodes if node_dead else (), det.exit_code, det.detail, nodes=rec.nodes)
         policy = effective_policy(rec.spec.restart_policy, self._defaults)
@@ -214,7 +215,7 @@ class Restarter:
                     await self._backend.kill_steps(rec.job_id)  # not left running with a dead rank
             return Outcome(kick=True)  # the reconciler classifies the end and stops the job
         entry = RestartEntry(
-            cause.value,
+            cause,
             term.failed_nodes,
             det.detected_at,
             rec.checkpoint_step,
@@ -369,7 +370,7 @@ class Restarter:
                 await self._store.record_restart(
                     rec,
                     RestartEntry(
-                        term.cause.value,
+                        term.cause,
                         (),
                         now,
                         step,
@@ -380,7 +381,7 @@ class Restarter:
                 )
         failed = sj.end_time if sj.end_time and sj.state.terminal else self._ended_at.get(rec.record_id, now)
         entry = RestartEntry(
-            term.cause.value,
+            term.cause,
             term.failed_nodes,
             now,
             step,
@@ -462,7 +463,7 @@ class Restarter:
         who = "its user" if rec.user_cancelled else "Slurm (scancel)"
         log.info("job %s: cancelled by %s while a restart was pending; not requeued", rec.job_id, who)
         rec.needs_release = False
-        rec.final_cause = Cause.CANCELLED.value
+        rec.final_cause = Cause.CANCELLED
         return Outcome(finish=f"cancelled by {who} while a restart was pending ({sj.state.value})")
 
     async def _reissue_requeue(self, rec: JobRecord) -> Outcome:
@@ -477,7 +478,7 @@ class Restarter:
             return _NOTHING
         except SlurmError as exc:
             log.error("job %s: cannot requeue: %s", rec.job_id, exc)
-            rec.final_cause = Cause.RESTARTS_EXHAUSTED.value
+            rec.final_cause = Cause.RESTARTS_EXHAUSTED
             return Outcome(finish=f"Slurm refused the requeue: {exc}")
         rec.needs_release = True
         await self._store.save(rec)
@@ -490,7 +491,7 @@ class Restarter:
                 await self._backend.cancel(rec.job_id)
             except SlurmError as exc:
                 log.warning("job %s: cannot cancel Slurm's own requeue: %s", rec.job_id, exc)
-        rec.final_cause = (decision.final_cause or term.cause).value
+        rec.final_cause = decision.final_cause or term.cause
         return Outcome(finish=decision.reason)
 
 

@@ -1,8 +1,11 @@
-"""Shared settings for checkpoint tests."""
+"""Shared settings and storage fakes for checkpoint tests."""
 
 from __future__ import annotations
 
+import threading
+
 from clusterctl.checkpoint import CheckpointConfig
+from clusterctl.storage import MemoryStorage
 
 # Small parts so that multi-part paths run on small states; short deadlines so faults fail fast.
 FAST = dict(
@@ -21,3 +24,16 @@ def fast_config(**kw: object) -> CheckpointConfig:
     args: dict[str, object] = dict(FAST)
     args.update(kw)
     return CheckpointConfig(**args)  # type: ignore[arg-type]
+
+
+class GatedStorage(MemoryStorage):
+    """Shard writes wait on a gate, so a save stays in flight as long as a test needs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.fault = self._gate
+
+    def _gate(self, op: str, key: str) -> None:
+        if op == "put" and key.endswith(".safetensors"):
+            assert self.gate.wait(30)

@@ -2,9 +2,11 @@
 
 KIND ``ddp`` wraps a seeded MLP in DistributedDataParallel, ``fsdp`` shards it with FSDP2
 ``fully_shard``; both train with AdamW and a StepLR schedule. MODE ``save`` trains two steps and
-saves the model, optimizer, scheduler and an object of its own as they are at step 2; ``load``
-builds everything afresh (other weights), restores into it, then trains one more step. Prints one
-JSON line: the full model and optimizer state (gathered), the schedule and the object's counter.
+saves the model, optimizer, scheduler and an object of its own as they are at step 2, then, while
+that save is in flight, takes a third step and negates the weights in place (neither may reach the
+checkpoint); ``load`` builds everything afresh (other weights), restores into it, then trains one
+more step. Prints one JSON line: the full model and optimizer state (gathered; at the save), the
+schedule and the object's counter.
 """
 
 from __future__ import annotations
@@ -80,8 +82,14 @@ def main() -> None:
             for step in (1, 2):
                 train_step(model, opt, sched, step)
                 app.n += 1
-            ckpt.save(2, {"model": model, "optim": opt, "sched": sched, "app": app}).result()
             out = summary(model, opt, sched, app)
+            handle = ckpt.save(2, {"model": model, "optim": opt, "sched": sched, "app": app})
+            train_step(model, opt, sched, 3)  # right after save() returns: none of this is in step 2
+            app.n += 1
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.mul_(-1.0)
+            handle.result()
         else:
             out["step"] = ckpt.restore(into={"model": model, "optim": opt, "sched": sched, "app": app})
             out |= summary(model, opt, sched, app)

@@ -17,20 +17,7 @@ from clusterctl.checkpoint import (
 from clusterctl.checkpoint.staging import StagingPool
 from clusterctl.storage import AccessDeniedError, MemoryStorage
 
-from .helpers import fast_config
-
-
-class GatedStorage(MemoryStorage):
-    """Shard writes wait on a gate, so a save stays in flight as long as a test needs."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = threading.Event()
-        self.fault = self._gate
-
-    def _gate(self, op: str, key: str) -> None:
-        if op == "put" and key.endswith(".safetensors"):
-            assert self.gate.wait(30)
+from .helpers import GatedStorage, fast_config
 
 
 def manager(storage: MemoryStorage, **kw: object) -> CheckpointManager:

@@ -16,7 +16,7 @@ import pytest
 from clusterctl.checkpoint import CheckpointManager, InvalidStateError, RestoreError
 from tests.support.ports import free_port
 
-from .helpers import fast_config
+from .helpers import GatedStorage, fast_config
 
 torch = pytest.importorskip("torch")
 WORKER = str(Path(__file__).with_name("stateful_worker.py"))
@@ -59,6 +59,34 @@ def test_restore_into_loads_in_place_and_returns_the_step(posix_uri: str) -> Non
     assert torch.equal(opt2.state[model2.emb.weight]["exp_avg"], opt.state[model.emb.weight]["exp_avg"])
     assert float(opt2.state[model2.emb.weight]["step"]) == 1.0 and opt2.param_groups[0]["lr"] == 0.05
     assert sched2.last_epoch == 1 and meta == {"epoch": 3}
+
+
+def test_a_step_and_a_write_after_save_returns_stay_out_of_the_checkpoint() -> None:
+    """save() returns once the bytes are copied: while the shard is still unwritten, the trainer's next
+    optimizer step (in place: weights, exp_avg, exp_avg_sq, step) and its own in-place write change
+    nothing in the checkpoint."""
+    model, opt, _ = trained()
+    weight = model.emb.weight
+    at_save = {"weight": weight.detach().clone(), **{k: v.clone() for k, v in opt.state[weight].items()}}
+    storage = GatedStorage()
+    with CheckpointManager("/unused", rank=0, world_size=1, keep=0, storage=storage, config=fast_config()) as ckpt:
+        handle = ckpt.save(1, {"model": model, "optim": opt})
+        model(torch.tensor([3, 4])).sum().backward()
+        opt.step()
+        with torch.no_grad():
+            weight[0].fill_(42.0)
+        assert not handle.done()  # the shard write waits at the gate: nothing is stored yet
+        storage.gate.set()
+        handle.result(timeout=30)
+        torch.manual_seed(1)
+        model2 = Tied()
+        opt2 = torch.optim.AdamW(model2.parameters(), lr=0.1)
+        assert ckpt.restore(into={"model": model2, "optim": opt2}) == 1
+    now = {"weight": weight.detach(), **opt.state[weight]}
+    got = {"weight": model2.emb.weight.detach(), **opt2.state[model2.emb.weight]}
+    for key, value in at_save.items():
+        assert not torch.equal(now[key], value), key  # the trainer did change it after save()
+        assert torch.equal(got[key], value), key  # the checkpoint holds it as it was at save()
 
 
 def test_tied_weights_are_stored_once_and_come_back_tied(posix_uri: str) -> None:

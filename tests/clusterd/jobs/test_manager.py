@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.auth.identity import Identity
 from clusterd.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
 from clusterd.jobs.manager import JobManager
+from clusterd.model.spec import JobSpec, PlacementPreference
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.request import JobRequest
 from clusterd.slurm.types import JobState, SlurmJob
@@ -38,7 +38,7 @@ class World:
     poller: QueueCache
 
     async def submit(self, ident: Identity, **kw: object) -> str:
-        rec, _ = await self.manager.submit(ident, jobs_pb2.JobSpec(command=["hostname"], **kw))  # type: ignore[arg-type]
+        rec, _ = await self.manager.submit(ident, JobSpec(command=["hostname"], **kw))  # type: ignore[arg-type]
         return rec.job_id
 
     def lose_slurm_state(self) -> None:
@@ -47,7 +47,7 @@ class World:
         self.slurm._ids = itertools.count(100)
 
 
-def no_placement(job: JobRequest, pref: cluster_pb2.PlacementPreference) -> tuple[JobRequest, str]:
+def no_placement(job: JobRequest, pref: PlacementPreference) -> tuple[JobRequest, str]:
     return job, "anywhere"
 
 
@@ -83,7 +83,7 @@ async def test_list_is_own_jobs_unless_admin(world: World) -> None:
     await world.submit(ALICE)
     await world.submit(BOB)
     own = await world.manager.list(ALICE, user="", include_finished=False, limit=0)
-    assert [r.user for r in own] == [USER_A] and own[0].spec.ByteSize() == 0  # compact rows
+    assert [r.user for r in own] == [USER_A] and own[0].spec == JobSpec()  # compact rows
     assert {r.user for r in await world.manager.list(ROOT, user="*", include_finished=False, limit=0)} == {
         USER_A,
         USER_B,
@@ -184,8 +184,8 @@ async def test_watch_ids_are_checked_and_bounded(world: World) -> None:
     with pytest.raises(InvalidArgument, match="more than 1000 ids"):
         world.manager.watch_ids([str(i) for i in range(1001)])
     job_id = await world.submit(ALICE)
-    assert (await world.manager.get(ALICE, job_id, with_spec=False)).spec.ByteSize() == 0
-    assert (await world.manager.get(ALICE, job_id)).spec.command == ["hostname"]
+    assert (await world.manager.get(ALICE, job_id, with_spec=False)).spec == JobSpec()
+    assert (await world.manager.get(ALICE, job_id)).spec.command == ("hostname",)
 
 
 async def test_the_users_comment_reaches_slurm_before_the_records_tag(world: World) -> None:

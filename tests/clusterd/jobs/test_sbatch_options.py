@@ -8,10 +8,10 @@ import dataclasses
 import pytest
 
 from clusterctl.sbatch.options import ACCEPTED, ANSWER_ONLY, REFUSED, SBATCH_LONG, refusal
-from clusterctl.v1 import jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.errors import InvalidArgument
 from clusterd.jobs.validate import validate_spec
+from clusterd.model.spec import JobSpec
 from clusterd.slurm.argv import sbatch_argv
 from clusterd.slurm.request import JobRequest, Sharing
 from clusterd.slurm.restd_submit import Unexpressible, job_description
@@ -22,7 +22,7 @@ LIMITS = LimitsConfig()
 
 
 def req(lines: str, *options: str, **fields: object) -> JobRequest:
-    spec = jobs_pb2.JobSpec(script=f"#!/bin/bash\n{lines}\necho\n", sbatch_options=list(options), **fields)  # type: ignore[arg-type]
+    spec = JobSpec(script=f"#!/bin/bash\n{lines}\necho\n", sbatch_options=list(options), **fields)  # type: ignore[arg-type]
     return validate_spec(spec, FACTS, LIMITS)
 
 
@@ -151,7 +151,7 @@ def test_options_that_change_only_sbatchs_answer_are_taken() -> None:
     ],
 )
 def test_exported_functions_travel_and_nothing_else_of_their_shape(name: str, value: str, ok: bool) -> None:
-    spec = jobs_pb2.JobSpec(script="#!/bin/bash\ntrue\n", environment={name: value})
+    spec = JobSpec(script="#!/bin/bash\ntrue\n", environment={name: value})
     if ok:
         assert validate_spec(spec, FACTS, LIMITS).export.variables[name] == value
     else:

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.errors import InvalidArgument
 from clusterd.jobs.directives import parse_directives
 from clusterd.jobs.script import command_script, inject_environment, job_environment
 from clusterd.jobs.validate import validate_spec
+from clusterd.model.spec import JobSpec, PlacementPreference
 from clusterd.slurm.argv import sbatch_argv, update_job_argv
 from clusterd.slurm.request import JobRequest, Switches
 from clusterd.slurm.types import ClusterFacts
@@ -52,7 +52,7 @@ def test_command_script_runs_argv_verbatim() -> None:
 
 
 def test_sbatch_argv_golden() -> None:
-    spec = jobs_pb2.JobSpec(
+    spec = JobSpec(
         name="train",
         command=["python", "t.py"],
         nodes=2,
@@ -62,7 +62,7 @@ def test_sbatch_argv_golden() -> None:
         account="ml",
         checkpoint_uri="s3://ckpt/run1",
         array="0-3%2",
-        placement=cluster_pb2.PlacementPreference(constraints=["a100", "ib"]),
+        placement=PlacementPreference(constraints=["a100", "ib"]),
     )
     req = validate_spec(spec, FACTS, LimitsConfig())
     req = replace(
@@ -119,7 +119,7 @@ def test_script_directives_become_request_fields_and_are_neutralised() -> None:
         "#!/bin/bash\n#SBATCH -J mine\n#SBATCH --ntasks=8\n#SBATCH --nodes=2-4\n#SBATCH --gres=gpu:a100:4\n"
         "#SBATCH -p batch\nsrun hostname\n"
     )
-    req = validate_spec(jobs_pb2.JobSpec(script=script), FACTS, LimitsConfig())
+    req = validate_spec(JobSpec(script=script), FACTS, LimitsConfig())
     assert (req.nodes, req.max_nodes, req.ntasks, req.gpus_per_node, req.gpu_type) == (2, 4, 8, 4, "a100")
     assert (req.partition, req.name) == ("batch", "mine")
     assert "\n#SBATCH" not in req.script and req.script.count("\n") == script.count("\n")
@@ -143,7 +143,7 @@ def test_script_directives_become_request_fields_and_are_neutralised() -> None:
     ],
 )
 def test_directive_values_are_bounded_like_their_spec_fields(line: str, says: str) -> None:
-    spec = jobs_pb2.JobSpec(script=f"#!/bin/bash\n{line}\nhostname\n")
+    spec = JobSpec(script=f"#!/bin/bash\n{line}\nhostname\n")
     facts = ClusterFacts(partitions=frozenset({"debug"}), nodes=frozenset({"node1", "node2"}))
     with pytest.raises(InvalidArgument) as err:
         validate_spec(spec, facts, LimitsConfig())

@@ -1,4 +1,8 @@
-"""Table-driven validation: every bad field is rejected with its name, before anything runs."""
+"""Table-driven validation: every bad field is rejected with its name, before anything runs.
+
+The specs here are the wire's (tests/clusterd/api sends the same table): each goes through the API's
+conversion first, as a submission does.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,12 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from clusterctl.v1 import cluster_pb2, jobs_pb2
+from clusterd.api.spec_convert import placement_from_proto, spec_from_proto
 from clusterd.config import LimitsConfig
 from clusterd.errors import InvalidArgument
-from clusterd.jobs.validate import placement_preference, validate_spec
-from clusterd.slurm.request import parse_time_limit
+from clusterd.jobs import validate
+from clusterd.jobs.validate import placement_preference
+from clusterd.slurm.request import JobRequest, parse_time_limit
 from clusterd.slurm.types import ClusterFacts
 from clusterd.topology.demand import Preference
 
@@ -22,6 +28,10 @@ FACTS = ClusterFacts(
 )
 LIMITS = LimitsConfig(max_script_bytes=4096)
 SCRIPT = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gres=gpu:2\n#SBATCH -t 10:00\necho hi\n"
+
+
+def validate_spec(wire: jobs_pb2.JobSpec, facts: ClusterFacts, limits: LimitsConfig) -> JobRequest:
+    return validate.validate_spec(spec_from_proto(wire), facts, limits)
 
 
 def spec(**fields: Any) -> jobs_pb2.JobSpec:
@@ -250,11 +260,10 @@ def test_dos_line_breaks_are_refused_naming_the_line() -> None:
     ],
 )
 def test_the_placement_preference_in_the_services_terms(policy: int, name: str) -> None:
-    pref = placement_preference(
-        cluster_pb2.PlacementPreference(policy=policy, switch_count=2, exclude_nodes=["node3"], nodelist=["node1"])
-    )
+    wire = cluster_pb2.PlacementPreference(policy=policy, switch_count=2, exclude_nodes=["node3"], nodelist=["node1"])  # type: ignore[arg-type]
+    pref = placement_preference(placement_from_proto(wire, strict=False))
     assert pref == Preference(policy=name, switch_count=2, exclude_nodes=("node3",), nodelist=("node1",))  # type: ignore[arg-type]
-    assert placement_preference(cluster_pb2.PlacementPreference()) == Preference()
+    assert placement_preference(placement_from_proto(cluster_pb2.PlacementPreference())) == Preference()
 
 
 def test_pbs_lines_win_over_sbatch_lines_and_lose_to_the_spec() -> None:

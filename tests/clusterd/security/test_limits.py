@@ -13,6 +13,7 @@ import pytest
 from clusterctl.v1 import jobs_pb2
 from clusterd.config import LimitsConfig
 from clusterd.errors import ResourceExhausted
+from clusterd.model.spec import JobSpec
 from clusterd.security.limits import Quotas, RateLimiter
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.types import JobState
@@ -135,12 +136,12 @@ async def test_quotas_count_array_tasks_and_prune_by_age(tmp_path: Path) -> None
         quotas = Quotas(
             store, LimitsConfig(max_jobs_per_user=10, finished_retention_seconds=50.0), clock=lambda: now[0]
         )
-        rec, _ = await quotas.reserve_submit(USER_A, jobs_pb2.JobSpec(command=["x"]), tasks=8)
+        rec, _ = await quotas.reserve_submit(USER_A, JobSpec(command=["x"]), tasks=8)
         with pytest.raises(ResourceExhausted, match="this job adds 3; the limit is 10"):
-            await quotas.reserve_submit(USER_A, jobs_pb2.JobSpec(command=["x"]), tasks=3)
+            await quotas.reserve_submit(USER_A, JobSpec(command=["x"]), tasks=3)
         rec.phase, rec.job_id, rec.terminal = Phase.SUBMITTED, "1", True
         await store.save(rec)
-        await quotas.reserve_submit(USER_A, jobs_pb2.JobSpec(command=["x"]), tasks=10)  # finished: room again
+        await quotas.reserve_submit(USER_A, JobSpec(command=["x"]), tasks=10)  # finished: room again
         assert await quotas.prune() == 0
         now[0] = time.time() + 100.0
         assert await quotas.prune() == 1 and await store.get_by_record(rec.record_id) is None

@@ -297,3 +297,27 @@ def test_v0_0_38_says_no_requeue_as_sbatch_does() -> None:
     job = restd_submit.job_description(req, {})["job"]
     assert job.get("no_requeue") is True and "requeue" not in job
     assert restd_submit.job_description(dataclasses.replace(req, requeue=True), {})["job"]["requeue"] is True
+
+
+@pytest.mark.parametrize(
+    ("fields", "tasks"),
+    [
+        ({"nodes": 2, "tasks_per_node": 1, "cpus_per_task": 2, "min_cpus_per_node": 2}, 2),  # #PBS select=2:...
+        ({"tasks_per_node": 3}, 3),  # one node unless -N
+        ({"nodes": 2, "max_nodes": 2, "tasks_per_node": 2}, 4),
+        ({"nodelist": ("n1", "n2", "n3"), "nodes": 2, "tasks_per_node": 1}, 3),  # -w raises -N
+        ({"nodes": 2, "sockets_per_node": 1, "cores_per_socket": 2}, 4),
+        ({"nodes": 2, "max_nodes": 4, "tasks_per_node": 2}, None),  # a node range: sbatch derives nothing
+        ({"nodes": 2, "cpus_per_task": 2}, 2),  # one task per node: the CPUs are 2 x -c
+        ({"nodes": 2}, 2),
+        ({"nodelist": ("n1", "n2")}, 2),
+        ({"cpus_per_task": 2}, None),  # without -N/-w: one task, as Slurm's default
+        ({"sockets_per_node": 2}, None),  # without -N/-w
+        ({"nodes": 2, "ntasks": 3, "tasks_per_node": 2}, 3),  # -n as given
+    ],
+)
+def test_v0_0_38_sends_the_task_count_sbatch_derives(fields: dict[str, Any], tasks: int | None) -> None:
+    """22.05's slurmrestd skips sbatch's _opt_verify: without the derived -n, a job with
+    --ntasks-per-node, -B or -N holds one task's CPUs instead of every task's."""
+    req = JobRequest(script="#!/bin/sh\n", name="x", user="root", **fields)
+    assert restd_submit.job_description(req, {})["job"].get("tasks") == tasks

@@ -58,6 +58,7 @@ def test_every_field_maps_to_the_v0038_keys() -> None:
     assert body["job"] == {
         "name": "train",
         "nodes": "2",
+        "tasks": 8,  # sbatch's -n from -N x --ntasks-per-node
         "tasks_per_node": 4,
         "cpus_per_task": 2,
         "gres": "gpu:4",

@@ -16,6 +16,8 @@ from psycopg.rows import dict_row
 from sqlalchemy import inspect
 
 from clusterctl.v1 import jobs_pb2
+from clusterd.model.events import EventType
+from clusterd.model.spec import JobSpec
 from clusterd.slurm.types import JobState
 from clusterd.store import migrate
 from clusterd.store.bounds import UserBounds
@@ -70,7 +72,7 @@ async def assert_adopted(store: Store) -> None:
     """The old rows read back, bounds count them, and new rows follow them."""
     old = await store.jobs.get_by_job_id("55")
     assert old is not None and old.record_id == 7 and old.terminal and old.state is JobState.COMPLETED
-    assert old.name == "old" and old.nodes == ("n1",) and list(old.spec.command) == ["train"]
+    assert old.name == "old" and old.nodes == ("n1",) and old.spec.command == ("train",)  # re-encoded (0003)
     assert [(e.cause, e.failed_nodes, e.detail) for e in old.restarts] == [("NODE_FAILURE", ("n1",), "lost n1")]
     assert [r.record_id for r in await store.jobs.live()] == [8]
     logged = await store.events.after(0)
@@ -78,13 +80,13 @@ async def assert_adopted(store: Store) -> None:
     lease = await store.leases.current("supervisor")
     assert lease is not None and lease.holder == "r1" and lease.epoch == 4 and 50 < lease.expires_in <= 60
     with pytest.raises(Exception, match="has 4 queued or running task"):
-        await store.jobs.reserve("alice", "t", jobs_pb2.JobSpec(command=["x"]), tasks=2, limits=UserBounds(5))
-    rec, created = await store.jobs.reserve("alice", "t", jobs_pb2.JobSpec(command=["x"]), limits=UserBounds(5))
+        await store.jobs.reserve("alice", "t", JobSpec(command=("x",)), tasks=2, limits=UserBounds(5))
+    rec, created = await store.jobs.reserve("alice", "t", JobSpec(command=("x",)), limits=UserBounds(5))
     assert created and rec.record_id > 8
     rec.phase, rec.job_id = Phase.SUBMITTED, "55"  # Slurm reused the id: the old record is superseded
     await store.jobs.save(rec)
     assert (await store.jobs.get_by_job_id("55")).record_id == rec.record_id  # type: ignore[union-attr]
-    assert await store.events.append([EventRow(rec, "SUBMITTED", "", "", 9.0)]) == [4]
+    assert await store.events.append([EventRow(rec, EventType.SUBMITTED, "", "", 9.0)]) == [4]
     assert await store.jobs.prune_finished(older_than=float("inf"), keep_per_user=0) == 1
 
 

@@ -10,8 +10,8 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
-from clusterctl.v1 import jobs_pb2
 from clusterd.errors import ResourceExhausted
+from clusterd.model.spec import JobSpec
 from clusterd.store import migrate
 from clusterd.store.bounds import UserBounds
 from clusterd.store.dialects import glob_to_regex
@@ -28,7 +28,7 @@ async def _two(make: Make) -> tuple[Store, Store]:
 
 async def test_a_request_id_reserved_on_two_replicas_at_once_is_one_job(pg_stores: Make) -> None:
     a, b = await _two(pg_stores)
-    spec = jobs_pb2.JobSpec(command=["hostname"])
+    spec = JobSpec(command=["hostname"])
     for request_id in ("r1", "r2", "r3"):
         got = await asyncio.gather(*(s.jobs.reserve("alice", request_id, spec) for s in (a, b) * 6))
         assert sum(created for _, created in got) == 1
@@ -42,7 +42,7 @@ async def test_per_user_bounds_hold_across_replicas(pg_stores: Make) -> None:
 
     async def one(store: Store, i: int) -> bool:
         try:
-            await store.jobs.reserve("alice", f"r{i}", jobs_pb2.JobSpec(command=["x"]), limits=limits)
+            await store.jobs.reserve("alice", f"r{i}", JobSpec(command=["x"]), limits=limits)
         except ResourceExhausted:
             return False
         return True
@@ -100,7 +100,7 @@ async def test_replicas_starting_together_migrate_once(pg_url: str) -> None:
             rows = conn.execute("SELECT version_num FROM alembic_version").fetchall()
         assert [r[0] for r in rows] == [migrate.head()]
         await stores[1].open()  # idempotent
-        rec, created = await stores[3].jobs.reserve("alice", "r", jobs_pb2.JobSpec(command=["x"]))
+        rec, created = await stores[3].jobs.reserve("alice", "r", JobSpec(command=["x"]))
         assert created and await stores[0].jobs.get_by_record(rec.record_id) is not None
     finally:
         for s in stores:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clusterctl.v1 import jobs_pb2
+from clusterd.model.causes import Cause
+from clusterd.model.spec import JobSpec
 from clusterd.store.records import Phase, RestartEntry
 from clusterd.store.store import sqlite_store
 
@@ -13,12 +14,14 @@ async def _restarted_record(path: Path) -> int:
     store = sqlite_store(path)
     await store.open()
     try:
-        rec, _ = await store.jobs.reserve("alice", "r", jobs_pb2.JobSpec(command=["x"], nodes=2, max_nodes=3))
+        rec, _ = await store.jobs.reserve("alice", "r", JobSpec(command=["x"], nodes=2, max_nodes=3))
         rec.phase, rec.job_id = Phase.SUBMITTED, "5"
         await store.jobs.save(rec)
-        await store.jobs.record_restart(rec, RestartEntry("NODE_FAILURE", ("n3",), 1.0, 4, detail="d", nodes_before=3))
+        await store.jobs.record_restart(
+            rec, RestartEntry(Cause.NODE_FAILURE, ("n3",), 1.0, 4, detail="d", nodes_before=3)
+        )
         await store.jobs.amend_last_restart(
-            rec, RestartEntry("NODE_FAILURE", ("n3",), 1.0, 4, detail="d; resumed", nodes_before=3, nodes_after=2)
+            rec, RestartEntry(Cause.NODE_FAILURE, ("n3",), 1.0, 4, detail="d; resumed", nodes_before=3, nodes_after=2)
         )
         return rec.record_id
     finally:

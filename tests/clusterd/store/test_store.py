@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Row, event, select
 
-from clusterctl.v1 import jobs_pb2
 from clusterd.errors import ResourceExhausted
+from clusterd.model.causes import Cause
+from clusterd.model.spec import JobSpec
 from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store import codec
 from clusterd.store.bounds import Usage, UserBounds
@@ -24,8 +25,8 @@ from clusterd.store.store import Store, sqlite_store
 from clusterd.store.tables import jobs
 
 
-def spec(script_bytes: int = 0, **kw: object) -> jobs_pb2.JobSpec:
-    return jobs_pb2.JobSpec(command=["hostname"], script="#!/bin/sh\n" + "x" * script_bytes, **kw)  # type: ignore[arg-type]
+def spec(script_bytes: int = 0, **kw: object) -> JobSpec:
+    return JobSpec(command=["hostname"], script="#!/bin/sh\n" + "x" * script_bytes, **kw)  # type: ignore[arg-type]
 
 
 async def submitted(
@@ -52,7 +53,7 @@ async def finish(store: Store, rec: JobRecord) -> None:
 
 async def test_reserve_is_idempotent_per_user_and_a_failed_attempt_may_retry(store: Store) -> None:
     first, created = await store.jobs.reserve("alice", "r1", spec())
-    assert created and first.phase is Phase.SUBMITTING and first.spec.command == ["hostname"]
+    assert created and first.phase is Phase.SUBMITTING and first.spec.command == ("hostname",)
     again, created = await store.jobs.reserve("alice", "r1", spec())
     assert not created and again.record_id == first.record_id
     other, created = await store.jobs.reserve("bob", "r1", spec())  # request ids are per user
@@ -65,7 +66,7 @@ async def test_reserve_is_idempotent_per_user_and_a_failed_attempt_may_retry(sto
 
 async def test_a_reused_slurm_id_is_a_new_job_and_the_old_record_is_superseded(store: Store) -> None:
     old = await submitted(store, "alice", "100")
-    await store.jobs.record_restart(old, RestartEntry("NODE_FAILURE", ("node1",), 1.0, 3))
+    await store.jobs.record_restart(old, RestartEntry(Cause.NODE_FAILURE, ("node1",), 1.0, 3))
     new = await submitted(store, "bob", "100")  # the old UNIQUE(job_id) made this save raise, for good
     current = await store.jobs.get_by_job_id("100")
     assert current is not None and current.record_id == new.record_id and not current.superseded
@@ -77,7 +78,7 @@ async def test_a_reused_slurm_id_is_a_new_job_and_the_old_record_is_superseded(s
     # A stale in-memory copy of the old record cannot bring it back or add restarts.
     old.terminal, old.state = False, JobState.RUNNING
     await store.jobs.save(old)
-    await store.jobs.record_restart(old, RestartEntry("MANUAL_REQUEUE", (), 2.0, 3))
+    await store.jobs.record_restart(old, RestartEntry(Cause.MANUAL_REQUEUE, (), 2.0, 3))
     frozen = await store.jobs.get_by_record(old.record_id)
     assert frozen is not None and frozen.terminal and frozen.state is JobState.UNKNOWN and len(frozen.restarts) == 1
     # The same user getting the id again: their newest record is the one they reach.
@@ -90,13 +91,13 @@ async def test_a_reused_slurm_id_is_a_new_job_and_the_old_record_is_superseded(s
 
 async def test_lists_are_compact_rows_with_restarts(store: Store) -> None:
     a = await submitted(store, "alice", "1", size=10_000)
-    await store.jobs.record_restart(a, RestartEntry("PREEMPTED", (), 1.0, -1))
+    await store.jobs.record_restart(a, RestartEntry(Cause.PREEMPTED, (), 1.0, -1))
     b = await submitted(store, "alice", "2")
     await finish(store, b)
     await submitted(store, "bob", "3")
     rows = await store.jobs.list(user="alice", include_finished=True, limit=10)
     assert [r.job_id for r in rows] == ["2", "1"]
-    assert all(r.spec.ByteSize() == 0 for r in rows)  # specs are never decoded for a list
+    assert all(r.spec == JobSpec() for r in rows)  # specs are never decoded for a list
     assert rows[1].name == "alice-job" and [e.cause for e in rows[1].restarts] == ["PREEMPTED"]
     assert [r.job_id for r in await store.jobs.list(user="alice", include_finished=False, limit=10)] == ["1"]
     done = await store.jobs.list(user=None, include_finished=True, limit=10, states=frozenset({JobState.COMPLETED}))
@@ -241,7 +242,7 @@ async def test_finished_filters_by_window_state_user_and_name_glob(store: Store)
     live = await submitted(store, "alice", "4")
     assert live.job_id == "4"
     everything = await store.jobs.finished(user=None, since=0.0, until=float("inf"), limit=10)
-    assert [r.job_id for r in everything] == ["3", "2", "1"] and all(r.spec.ByteSize() == 0 for r in everything)
+    assert [r.job_id for r in everything] == ["3", "2", "1"] and all(r.spec == JobSpec() for r in everything)
     glob = await store.jobs.finished(user=None, since=0.0, until=float("inf"), limit=10, name_glob="train-[0-9]")
     assert [r.job_id for r in glob] == ["3", "1"]
     mine = await store.jobs.finished(user="alice", since=0.0, until=float("inf"), limit=10, name_glob="*")

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl.v1 import jobs_pb2
+from clusterd.model.causes import Cause
+from clusterd.model.events import EventType
+from clusterd.model.spec import JobSpec, RestartPolicy
 from clusterd.slurm.arrays import task_indices
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.request import ArraySpec, JobRequest
@@ -22,7 +24,7 @@ from clusterd.store.records import JobRecord, Phase
 from clusterd.store.store import sqlite_store
 from clusterd.supervisor import reconciler
 from clusterd.supervisor.cache import QueueCache
-from clusterd.supervisor.events import EventType, JobEvent
+from clusterd.supervisor.events import JobEvent
 from clusterd.supervisor.progress import ProgressBudget, ProgressReader
 
 from ..conftest import supervised
@@ -45,7 +47,7 @@ class World:
 
     async def array(self, text: str, **policy: object) -> JobRecord:
         """An array submitted through FakeSlurm, recorded as the manager records it."""
-        spec = jobs_pb2.JobSpec(command=["x"], array=text, restart_policy=jobs_pb2.RestartPolicy(**policy))  # type: ignore[arg-type]
+        spec = JobSpec(command=["x"], array=text, restart_policy=RestartPolicy(**policy))  # type: ignore[arg-type]
         body, _, limit = text.partition("%")
         array = ArraySpec(task_indices(body), int(limit) if limit else None)
         rec, _ = await self.store.reserve("alice", "", spec, tasks=len(array.indices))
@@ -96,7 +98,7 @@ async def test_tasks_are_tracked_one_by_one_and_the_array_state_is_derived(world
     await world.cache.poll_once()
     rec = await world.get(rec.job_id)
     assert rec.terminal and rec.state == JobState.COMPLETED and rec.final_reason == "all 4 tasks completed"
-    assert rec.final_cause == "COMPLETED"
+    assert rec.final_cause is Cause.COMPLETED
 
 
 async def test_a_failed_task_fails_the_array_with_its_exit_code(world: World) -> None:
@@ -106,7 +108,7 @@ async def test_a_failed_task_fails_the_array_with_its_exit_code(world: World) ->
     await world.cache.poll_once()
     rec = await world.get(rec.job_id)
     assert rec.terminal and rec.state == JobState.FAILED and rec.exit_code == 3
-    assert rec.array_tasks[1].exit_code == 3 and rec.final_cause == "EXIT_CODE"
+    assert rec.array_tasks[1].exit_code == 3 and rec.final_cause is Cause.EXIT_CODE
     assert "task 1" in rec.final_reason
     assert world.slurm.calls["requeue"] == 0  # exit 3 is not retryable by default
 
@@ -173,7 +175,7 @@ async def test_a_pending_task_cancelled_out_of_the_range_ends_cancelled(world: W
     world.slurm.start_task(rec.job_id, 4, JobState.COMPLETED)
     await world.cache.poll_once()
     rec = await world.get(rec.job_id)
-    assert rec.terminal and rec.state == JobState.CANCELLED and rec.final_cause == "CANCELLED"
+    assert rec.terminal and rec.state == JobState.CANCELLED and rec.final_cause is Cause.CANCELLED
     assert world.slurm.calls["requeue"] == 0
 
 
@@ -193,14 +195,14 @@ async def test_list_rows_stay_compact(world: World) -> None:
     world.slurm.start_task(rec.job_id, 5, JobState.RUNNING)
     await world.cache.poll_once()
     (row,) = await world.store.list(user="alice", include_finished=True, limit=10)
-    assert row.array == "0-999" and list(row.array_tasks) == [5] and row.spec.ByteSize() == 0
+    assert row.array == "0-999" and list(row.array_tasks) == [5] and row.spec == JobSpec()
 
 
 async def test_a_crashed_array_submission_is_adopted_under_the_arrays_id(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Found by any task's tag, the record takes the array's id (not the task's own job id)."""
-    spec = jobs_pb2.JobSpec(command=["x"], array="0-1")
+    spec = JobSpec(command=["x"], array="0-1")
     rec, _ = await world.store.reserve("alice", "req-1", spec, tasks=2)
     request = JobRequest(
         script="#!/bin/sh\n", name="arr", user="alice", comment=rec.comment_tag, array=ArraySpec((0, 1))
@@ -218,7 +220,7 @@ async def test_a_job_older_than_the_record_is_not_its_crashed_submission(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A new store numbers records from 1 again: an earlier store's job with the same tag stays unadopted."""
-    rec, _ = await world.store.reserve("alice", "req-1", jobs_pb2.JobSpec(command=["x"]))
+    rec, _ = await world.store.reserve("alice", "req-1", JobSpec(command=["x"]))
     old = await world.slurm.submit(JobRequest(script="#!/bin/sh\n", name="old", user="alice", comment=rec.comment_tag))
     world.slurm.jobs[old] = replace(world.slurm.jobs[old], submit_time=rec.created - 600)
     monkeypatch.setattr(reconciler, "_ADOPT_GRACE_SECONDS", 0.0)

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl.v1 import jobs_pb2
 from clusterd.api.convert import job_status
+from clusterd.model.causes import Cause
+from clusterd.model.spec import JobSpec
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.types import JobState, NodeState, SlurmJob
 from clusterd.store.jobs import JobRecords
@@ -42,7 +43,7 @@ class World:
     progress: ProgressReader
 
     async def elastic_job(self, job_id: str, uri: str = "") -> None:
-        spec = jobs_pb2.JobSpec(command=["train"], nodes=2, max_nodes=3, checkpoint_uri=uri)
+        spec = JobSpec(command=["train"], nodes=2, max_nodes=3, checkpoint_uri=uri)
         rec, _ = await self.store.reserve("alice", "", spec)
         rec.phase, rec.job_id = Phase.SUBMITTED, job_id
         await self.store.save(rec)
@@ -77,7 +78,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
 
 
 def test_resumed_names_a_change_of_world_size_only() -> None:
-    entry = RestartEntry("NODE_FAILURE", ("node3",), 1.0, 40, detail="node failure on node3", nodes_before=3)
+    entry = RestartEntry(Cause.NODE_FAILURE, ("node3",), 1.0, 40, detail="node failure on node3", nodes_before=3)
     shrunk = resumed(entry, 2)
     assert shrunk.nodes_after == 2 and shrunk.detail == "node failure on node3; resumed on 2 nodes (was 3)"
     assert resumed(replace(entry, detail=""), 1).detail == "resumed on 1 node (was 3)"

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from clusterctl.v1 import jobs_pb2
 from clusterd.errors import ResourceExhausted
+from clusterd.model.events import EventType
+from clusterd.model.spec import JobSpec
 from clusterd.store.records import JobRecord, Phase
-from clusterd.supervisor.events import EventBus, EventType, JobEvent
+from clusterd.supervisor.events import EventBus, JobEvent
 
 
 def event(user: str = "alice", job_id: str = "1") -> JobEvent:
@@ -15,7 +16,7 @@ def event(user: str = "alice", job_id: str = "1") -> JobEvent:
         record_id=1,
         user=user,
         request_id="",
-        spec=jobs_pb2.JobSpec(),
+        spec=JobSpec(),
         phase=Phase.SUBMITTED,
         created=0.0,
         job_id=job_id,

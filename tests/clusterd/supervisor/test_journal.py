@@ -7,16 +7,17 @@ import time
 
 import pytest
 
-from clusterctl.v1 import jobs_pb2
+from clusterd.model.events import EventType
+from clusterd.model.spec import JobSpec
 from clusterd.slurm.types import JobState
 from clusterd.store.records import JobRecord, Phase
 from clusterd.store.store import Store
-from clusterd.supervisor.events import EventBus, EventType, JobEvent
+from clusterd.supervisor.events import EventBus, JobEvent
 from clusterd.supervisor.journal import EventJournal
 
 
 def _record(record_id: int, user: str = "alice") -> JobRecord:
-    return JobRecord(record_id, user, "", jobs_pb2.JobSpec(), Phase.SUBMITTED, time.time(), job_id=str(100 + record_id))
+    return JobRecord(record_id, user, "", JobSpec(), Phase.SUBMITTED, time.time(), job_id=str(100 + record_id))
 
 
 async def _take(sub: object, n: int) -> list[JobEvent]:

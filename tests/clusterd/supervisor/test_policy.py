@@ -6,6 +6,7 @@ import pytest
 
 from clusterctl.v1 import jobs_pb2
 from clusterd.config import RestartDefaults
+from clusterd.model.spec import JobSpec, RestartPolicy
 from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store.records import JobRecord, Phase, RestartEntry
 from clusterd.supervisor.policy import (
@@ -18,11 +19,11 @@ from clusterd.supervisor.policy import (
     step_at_start,
 )
 
-DEFAULTS = effective_policy(jobs_pb2.RestartPolicy(), RestartDefaults())
+DEFAULTS = effective_policy(RestartPolicy(), RestartDefaults())
 
 
 def record(*restarts: RestartEntry, cancelled: bool = False) -> JobRecord:
-    rec = JobRecord(1, "alice", "", jobs_pb2.JobSpec(command=["x"]), Phase.SUBMITTED, 0.0, job_id="9")
+    rec = JobRecord(1, "alice", "", JobSpec(command=["x"]), Phase.SUBMITTED, 0.0, job_id="9")
     rec.restarts = list(restarts)
     rec.user_cancelled = cancelled
     return rec
@@ -45,7 +46,7 @@ def test_exit_85_is_a_requested_requeue_not_a_time_limit() -> None:
 
 
 def test_exit_85_is_requeued_even_with_on_time_limit_off() -> None:
-    policy = effective_policy(jobs_pb2.RestartPolicy(on_time_limit=False), RestartDefaults())
+    policy = effective_policy(RestartPolicy(on_time_limit=False), RestartDefaults())
     term = Termination(Cause.REQUEUE_REQUESTED, exit_code=85, detail="exit 85")
     assert decide(term, policy, record(), current_step=-1).requeue
 
@@ -65,7 +66,7 @@ def test_time_limit_after_progress_is_requeued_and_only_while_progress_continues
     after = record(restart("TIME_LIMIT", 40))
     assert decide(term, DEFAULTS, after, current_step=80).requeue
     assert not decide(term, DEFAULTS, after, current_step=40).requeue  # the second run got nowhere
-    off = effective_policy(jobs_pb2.RestartPolicy(on_time_limit=False), RestartDefaults())
+    off = effective_policy(RestartPolicy(on_time_limit=False), RestartDefaults())
     assert not decide(term, off, record(), current_step=10).requeue
 
 
@@ -94,7 +95,7 @@ def test_final_outcomes_and_fatal_codes() -> None:
     fatal = decide(Termination(Cause.EXIT_CODE, exit_code=86), DEFAULTS, record(), -1)
     assert not fatal.requeue and "86 is fatal" in fatal.reason
     assert not decide(Termination(Cause.EXIT_CODE, exit_code=1), DEFAULTS, record(), -1).requeue
-    retry = effective_policy(jobs_pb2.RestartPolicy(retryable_exit_codes=[1]), RestartDefaults())
+    retry = effective_policy(RestartPolicy(retryable_exit_codes=[1]), RestartDefaults())
     assert decide(Termination(Cause.EXIT_CODE, exit_code=1), retry, record(), -1).requeue
 
 
@@ -104,15 +105,14 @@ def test_budgets_stop_a_loop() -> None:
     decision = decide(term, DEFAULTS, spent, current_step=10)
     assert decision.final_cause is Cause.RESTARTS_EXHAUSTED
     stuck = record(restart("NODE_FAILURE", 5), restart("MANUAL_REQUEUE", 5), restart("NODE_FAILURE", 5))
-    policy = effective_policy(jobs_pb2.RestartPolicy(no_progress_limit=2, max_restarts=10), RestartDefaults())
+    policy = effective_policy(RestartPolicy(no_progress_limit=2, max_restarts=10), RestartDefaults())
     assert stalled_restarts(stuck.restarts, 5) == 2  # manual requeues are not counted
     assert decide(term, policy, stuck, current_step=5).final_cause is Cause.NO_PROGRESS
     assert decide(term, policy, stuck, current_step=6).requeue
 
 
 def test_job_fields_override_the_service_defaults() -> None:
-    spec = jobs_pb2.RestartPolicy(max_restarts=7, fatal_exit_codes=[3], on_preemption=False)
-    spec.backoff.seconds = 2
+    spec = RestartPolicy(max_restarts=7, fatal_exit_codes=[3], on_preemption=False, backoff_seconds=2)
     policy = effective_policy(spec, RestartDefaults())
     assert policy.max_restarts == 7 and not policy.on_preemption and policy.on_node_failure
     assert policy.fatal_exit_codes == {3, 86} and policy.backoff_seconds == 2.0

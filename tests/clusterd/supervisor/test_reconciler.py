@@ -9,14 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl.v1 import jobs_pb2
+from clusterd.model.causes import Cause
+from clusterd.model.events import EventType
+from clusterd.model.spec import JobSpec, RestartPolicy
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store.jobs import JobRecords
 from clusterd.store.records import JobRecord, Phase
 from clusterd.store.store import sqlite_store
 from clusterd.supervisor.cache import QueueCache
-from clusterd.supervisor.events import EventType, JobEvent
+from clusterd.supervisor.events import JobEvent
 from clusterd.supervisor.progress import ProgressBudget, ProgressReader
 
 from ..conftest import supervised
@@ -56,7 +58,7 @@ class World:
     kicks: list[int]
 
     async def job(self, job_id: str, *, uri: str = "", **policy: object) -> JobRecord:
-        spec = jobs_pb2.JobSpec(command=["x"], checkpoint_uri=uri, restart_policy=jobs_pb2.RestartPolicy(**policy))  # type: ignore[arg-type]
+        spec = JobSpec(command=["x"], checkpoint_uri=uri, restart_policy=RestartPolicy(**policy))  # type: ignore[arg-type]
         rec, _ = await self.store.reserve("alice", "", spec)
         rec.phase, rec.job_id = Phase.SUBMITTED, job_id
         await self.store.save(rec)
@@ -147,7 +149,7 @@ async def test_a_timeout_without_progress_ends_like_under_sbatch(world: World) -
     world.slurm.set_state("100", JobState.TIMEOUT, nodes=("node1",))
     await world.cache.poll_once()
     rec = await world.get("100")
-    assert rec.terminal and rec.final_cause == "TIME_LIMIT" and not rec.restarts
+    assert rec.terminal and rec.final_cause is Cause.TIME_LIMIT and not rec.restarts
     assert "no new checkpoint" in rec.final_reason and world.slurm.calls["requeue"] == 0
 
 

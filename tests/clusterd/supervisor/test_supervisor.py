@@ -16,6 +16,8 @@ import pytest
 
 from clusterctl.v1 import jobs_pb2
 from clusterd.auth.identity import Identity
+from clusterd.model.causes import Cause
+from clusterd.model.spec import JobSpec
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.request import JobRequest
@@ -254,7 +256,7 @@ async def test_stop_lets_a_running_submission_record_its_job_before_closing_the_
     slurm.release = asyncio.Event()
     daemon = ClusterDaemon(make_config(tmp_path), backend=slurm)
     await daemon.start()
-    caller = asyncio.create_task(daemon.manager.submit(Identity(USER_A), jobs_pb2.JobSpec(command=["x"])))
+    caller = asyncio.create_task(daemon.manager.submit(Identity(USER_A), JobSpec(command=["x"])))
     for _ in range(500):
         if slurm.calls["submit_started"]:
             break
@@ -321,13 +323,13 @@ def test_exclusions_expire_but_the_users_own_stay() -> None:
         1,
         "u",
         "r",
-        jobs_pb2.JobSpec(),
+        JobSpec(),
         Phase.SUBMITTED,
         now,
         excluded_nodes=("n1", "n2", "n9"),
         restarts=[
-            RestartEntry("NODE_FAILURE", ("n1",), now - 3600, -1),
-            RestartEntry("NODE_FAILURE", ("n2",), now - 60, -1),
+            RestartEntry(Cause.NODE_FAILURE, ("n1",), now - 3600, -1),
+            RestartEntry(Cause.NODE_FAILURE, ("n2",), now - 60, -1),
         ],
     )
     assert still_excluded(rec, now) == ("n2", "n9")  # n1 failed an hour ago; n9 is the user's --exclude
