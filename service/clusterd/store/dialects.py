@@ -32,6 +32,7 @@ LOCK_USER = 0x434C5554  # second space: (LOCK_USER, hashtext(user)) serializes o
 
 WRITE = "clusterd_write"  # execution options the begin hooks read
 DURABLE = "clusterd_durable"
+_SYNCHRONOUS = "clusterd_synchronous"  # a SQLite connection's PRAGMA synchronous, in its pool record's info
 
 
 class Dialect(Protocol):
@@ -214,14 +215,25 @@ def _sqlite_connect(dbapi: Any, record: Any) -> None:
     dbapi.isolation_level = None
     for pragma in ("busy_timeout=5000", "synchronous=NORMAL"):
         dbapi.execute(f"PRAGMA {pragma}")
+    record.info[_SYNCHRONOUS] = "NORMAL"
 
 
 def _sqlite_begin(conn: Connection) -> None:
     """A write takes the write lock at BEGIN (IMMEDIATE), so a read in it never has to upgrade; a
-    durable one syncs the WAL at COMMIT (a PRAGMA inside a transaction would apply to the next)."""
+    durable one syncs the WAL at COMMIT (a PRAGMA inside a transaction would apply to the next). The
+    driver runs these directly, and the PRAGMA only when a write's level differs from the
+    connection's: a read never syncs, and SQLAlchemy's statement path costs more than the SQL."""
     options = conn.get_execution_options()
-    conn.exec_driver_sql(f"PRAGMA synchronous={'FULL' if options.get(DURABLE) else 'NORMAL'}")
-    conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get(WRITE) else "BEGIN")
+    record = conn.connection
+    driver: Any = record.driver_connection
+    if options.get(WRITE):
+        level = "FULL" if options.get(DURABLE) else "NORMAL"
+        if record.info.get(_SYNCHRONOUS) != level:
+            driver.execute(f"PRAGMA synchronous={level}")
+            record.info[_SYNCHRONOUS] = level
+        driver.execute("BEGIN IMMEDIATE")
+    else:
+        driver.execute("BEGIN")
 
 
 def _postgres_begin(conn: Connection) -> None:

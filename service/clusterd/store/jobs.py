@@ -16,7 +16,21 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Boolean, Connection, Row, Select, bindparam, case, delete, func, insert, null, select, update
+from sqlalchemy import (
+    Boolean,
+    Connection,
+    Row,
+    Select,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    literal_column,
+    null,
+    select,
+    update,
+)
 from sqlalchemy.sql.elements import ColumnElement
 
 from clusterd.model.spec import JobSpec
@@ -43,17 +57,25 @@ _ROW = (
 
 # The statements every submit and save runs, built once: building and keying a statement costs more
 # Python than running it on SQLite, and SQLAlchemy memoizes a reused statement's cache key.
+# Its constants are written into the SQL (bound, they cost more Python than the sum itself).
+_0: ColumnElement[int] = literal_column("0")
+_1: ColumnElement[int] = literal_column("1")
 _USAGE = select(
-    func.coalesce(func.sum(case((live(), jobs.c.tasks), else_=0)), 0),
-    func.coalesce(func.sum(case((live(), jobs.c.spec_bytes), else_=0)), 0),
-    func.coalesce(func.sum(case((live(), 0), else_=1)), 0),
-    func.coalesce(func.sum(case((live(), 0), else_=jobs.c.spec_bytes)), 0),
+    func.coalesce(func.sum(case((live(), jobs.c.tasks), else_=_0)), _0),
+    func.coalesce(func.sum(case((live(), jobs.c.spec_bytes), else_=_0)), _0),
+    func.coalesce(func.sum(case((live(), _0), else_=_1)), _0),
+    func.coalesce(func.sum(case((live(), _0), else_=jobs.c.spec_bytes)), _0),
 ).where(jobs.c.user == bindparam("user"))
 _BY_REQUEST = select(*_ROW).where(jobs.c.user == bindparam("user"), jobs.c.request_id == bindparam("request_id"))
 _BY_RECORD = select(*_ROW).where(jobs.c.record_id == bindparam("record_id"))
 _INSERT_JOB = insert(jobs).returning(*_ROW)
 _INSERT_SPEC = insert(specs)
 _HELD_JOB_ID = select(jobs.c.job_id).where(jobs.c.record_id == bindparam("record_id"))
+_HOLDER = (
+    select(jobs.c.record_id, jobs.c.terminal, jobs.c.observed)
+    .where(jobs.c.job_id == bindparam("job_id"), jobs.c.superseded == False)  # noqa: E712
+    .with_for_update()
+)
 _LOCK_ROW = select(jobs.c.job_id, jobs.c.superseded).where(jobs.c.record_id == bindparam("record_id")).with_for_update()
 _UPDATE = (
     update(jobs)
@@ -319,11 +341,7 @@ def _update(conn: Connection, rec: JobRecord) -> None:
 
 def _supersede(conn: Connection, job_id: str, now: float) -> None:
     """Freeze the current record holding ``job_id`` (at most one: the ``jobs_current`` index)."""
-    held = conn.execute(
-        select(jobs.c.record_id, jobs.c.terminal, jobs.c.observed)
-        .where(jobs.c.job_id == job_id, jobs.c.superseded == False)  # noqa: E712
-        .with_for_update()
-    ).first()
+    held = conn.execute(_HOLDER, {"job_id": job_id}).first()
     if held is None:
         return
     values: dict[str, Any] = {"superseded": True, "terminal": True, "updated": now}

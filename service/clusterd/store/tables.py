@@ -24,6 +24,7 @@ from sqlalchemy import (
     Text,
     and_,
     false,
+    literal_column,
     or_,
     true,
 )
@@ -104,11 +105,15 @@ leases = Table(
 )
 
 
+# Constants are written into the SQL, not bound: a bound parameter is Python work on every execution.
+_FAILED: ColumnElement[str] = literal_column("'failed'")
+
+
 def live() -> ColumnElement[bool]:
     """True for a record the reconciler still follows: not terminal, not failed."""
-    return and_(jobs.c.terminal == false(), jobs.c.phase != "failed")
+    return and_(jobs.c.terminal == false(), jobs.c.phase != _FAILED)
 
 
 def finished() -> ColumnElement[bool]:
     """True for a finished record: the complement of :func:`live`."""
-    return or_(jobs.c.terminal == true(), jobs.c.phase == "failed")
+    return or_(jobs.c.terminal == true(), jobs.c.phase == _FAILED)

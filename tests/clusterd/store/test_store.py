@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Row, event, select
+from sqlalchemy import Connection, Row, event, select
 
 from clusterd.errors import ResourceExhausted
 from clusterd.model.causes import Cause
@@ -18,6 +18,7 @@ from clusterd.model.spec import JobSpec
 from clusterd.slurm.types import JobState, SlurmJob
 from clusterd.store import codec
 from clusterd.store.bounds import Usage, UserBounds
+from clusterd.store.dialects import WRITE
 from clusterd.store.jobs import usage
 from clusterd.store.records import JobRecord, Phase, RestartEntry
 from clusterd.store.store import Store, sqlite_store
@@ -151,17 +152,23 @@ async def test_finished_records_are_kept_by_count_and_age(store: Store) -> None:
 
 
 def durable_commits(store: Store) -> list[bool]:
-    """Whether each transaction from now on commits durably, as the dialect's begin hook says it:
-    SQLite names its synchronous level before each BEGIN, PostgreSQL turns it off for one transaction."""
+    """Whether each write transaction from now on commits durably: SQLite's synchronous level as each
+    one begins (FULL syncs the WAL at commit), PostgreSQL's synchronous_commit turned off for one."""
     seen: list[bool] = []
 
+    def begin(conn: Connection) -> None:  # after the dialect's own begin hook
+        if conn.get_execution_options().get(WRITE):
+            level = conn.connection.driver_connection.execute("PRAGMA synchronous").fetchone()[0]
+            seen.append(level == 2)  # FULL
+
     def statement(conn: object, cursor: object, sql: str, *args: object) -> None:
-        if sql.startswith("PRAGMA synchronous="):
-            seen.append(sql.endswith("FULL"))
-        elif "synchronous_commit TO OFF" in sql:
+        if "synchronous_commit TO OFF" in sql:
             seen.append(False)
 
-    event.listen(store.db.dialect.engine, "before_cursor_execute", statement)
+    if store.db.dialect.name == "sqlite":
+        event.listen(store.db.dialect.engine, "begin", begin)
+    else:
+        event.listen(store.db.dialect.engine, "before_cursor_execute", statement)
     return seen
 
 
@@ -173,18 +180,18 @@ async def test_the_writes_a_submit_acknowledges_commit_durably(store: Store) -> 
     rec.state = JobState.RUNNING
     await store.jobs.save(rec)
     if store.db.dialect.name == "sqlite":
-        assert seen == [True, False, True, False, False]  # reserve; a read, then the save; a read, then the save
+        assert seen == [True, True, False]  # the reservation, the save of Slurm's id, the poller's save
     else:
         assert seen == [False]  # only the last save turns synchronous_commit off
 
 
 async def test_sqlite_group_commits_concurrent_writes(embedded: Store) -> None:
     """16 reservations at once share commits: fewer write transactions than writes."""
-    began: list[str] = []
+    began: list[bool] = []
     event.listen(
         embedded.db.dialect.engine,
-        "before_cursor_execute",
-        lambda conn, cursor, sql, *args: began.append(sql) if sql == "BEGIN IMMEDIATE" else None,
+        "begin",
+        lambda conn: began.append(True) if conn.get_execution_options().get(WRITE) else None,
     )
     await asyncio.gather(*(embedded.jobs.reserve(f"user{i}", "", spec(0)) for i in range(16)))
     assert 1 <= len(began) < 16 and len(await embedded.jobs.live()) == 16
