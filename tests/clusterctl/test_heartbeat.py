@@ -10,7 +10,6 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +18,6 @@ import pytest
 
 from clusterctl.heartbeat import DEFAULT_INTERVAL, HeartbeatConfig, HeartbeatSender
 from tests.support.heartbeat import FakeJobService, HeartbeatRequest, heartbeat_env, run_child, serve
-
-
-@pytest.fixture
-def sock(tmp_path: Path) -> Path:
-    return tmp_path / "hb.sock"
-
-
-@pytest.fixture
-def fake(sock: Path) -> Iterator[FakeJobService]:
-    service = FakeJobService()
-    with serve(sock, service):
-        yield service
 
 
 def sender(sock: Path, **extra: str) -> HeartbeatSender:

@@ -12,26 +12,13 @@ import signal
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import clusterctl
 from clusterctl.runtime import exit_status
-from tests.support.heartbeat import FakeJobService, HeartbeatRequest, heartbeat_env, run_child, serve
-
-
-@pytest.fixture
-def sock(tmp_path: Path) -> Path:
-    return tmp_path / "hb.sock"
-
-
-@pytest.fixture
-def fake(sock: Path) -> Iterator[FakeJobService]:
-    service = FakeJobService()
-    with serve(sock, service):
-        yield service
+from tests.support.heartbeat import FakeJobService, HeartbeatRequest, heartbeat_env, run_child
 
 
 def exiting(beats: list[HeartbeatRequest]) -> list[int]:
