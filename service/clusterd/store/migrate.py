@@ -17,13 +17,14 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, text
 
 from clusterd.store.dialects import Dialect
+from clusterd.store.migrations import MigrationError
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 BASELINE = "0001"
 
 
-class StoreVersionError(RuntimeError):
-    """The database was made by a release this one cannot adopt."""
+class StoreVersionError(MigrationError):
+    """The database was made by a release this one cannot adopt (clusterd exits 1 naming its version)."""
 
 
 def alembic_config(conn: Connection) -> Config:

@@ -16,6 +16,7 @@ from psycopg.rows import dict_row
 from sqlalchemy import inspect
 
 from clusterctl.v1 import jobs_pb2
+from clusterd.main import main
 from clusterd.model.events import EventType
 from clusterd.model.spec import JobSpec
 from clusterd.slurm.types import JobState
@@ -23,6 +24,7 @@ from clusterd.store import migrate
 from clusterd.store.bounds import UserBounds
 from clusterd.store.records import EventRow, Phase
 from clusterd.store.store import Store, postgres_store, sqlite_store
+from tests.clusterd.conftest import write_tokens
 from tests.support import legacy_postgres_schema, legacy_sqlite_schema
 
 OLD_SPEC = jobs_pb2.JobSpec(command=["train"], script="#!/bin/sh\n" + "x" * 100).SerializeToString()
@@ -163,3 +165,21 @@ async def test_a_new_database_is_made_at_the_newest_revision(tmp_path: Path) -> 
         assert [r[0] for r in rows] == [migrate.head()]
     finally:
         await store.close()
+
+
+def test_clusterd_exits_1_on_a_database_it_cannot_adopt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_tokens(tokens := tmp_path / "tokens.toml")
+    tokens.chmod(0o600)
+    (state := tmp_path / "state").mkdir(mode=0o700)
+    config = tmp_path / "clusterd.toml"
+    config.write_text(
+        f'listen = "unix:{tmp_path / "run" / "clusterd.sock"}"\nsocket_group = ""\n'
+        f'state_dir = "{state}"\ntokens_file = "{tokens}"\n[slurm]\njob_root = "{tmp_path / "jobs"}"\n'
+    )
+    db = sqlite3.connect(state / "clusterd.sqlite3", isolation_level=None)
+    legacy_sqlite_schema.migrate(db)
+    db.execute("PRAGMA user_version=5")
+    db.close()
+    assert main(["serve", "--config", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "schema version 5, which this release cannot adopt" in err.splitlines()[-1]
