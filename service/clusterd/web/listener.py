@@ -161,6 +161,11 @@ async def _bounded(request: web.Request, handler: Handler) -> web.StreamResponse
     except web.HTTPRequestEntityTooLarge:
         response = web.Response(status=413, text="request body too large\n")
         response.force_close()
+    except web.HTTPException as exc:  # a route's own answer (404, 405 ...): sent here, so the deadline re-arms
+        response = web.Response(status=exc.status, reason=exc.reason, text=exc.text, headers=exc.headers)
+    except BaseException:
+        conn.answered()  # aiohttp answers 500 and may keep the connection: its next request has a deadline
+        raise
     try:
         async with asyncio.timeout(_SEND_TIMEOUT):
             await response.prepare(request)

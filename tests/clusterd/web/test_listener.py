@@ -123,6 +123,31 @@ async def test_a_slow_head_is_cut_at_the_deadline_and_others_are_served_meanwhil
         await asyncio.to_thread(_slow_head, server.port)
 
 
+def _not_found_then_slow(port: int) -> None:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"GET /missing HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = s.recv(65536)
+        assert first.startswith(b"HTTP/1.1 404 ")
+        started = time.monotonic()
+        s.sendall(b"GET /known HTTP/1.1\r\nHost: x\r\n")  # and never the rest
+        reply = b""
+        while chunk := s.recv(4096):
+            reply += chunk
+        assert reply.startswith(b"HTTP/1.1 408 ") and time.monotonic() - started < 1.5, reply
+
+
+async def test_the_deadline_holds_on_a_connection_after_a_route_refused_a_request() -> None:
+    app = application()
+    app.router.add_get("/known", _hello)
+    server = await serve(
+        "127.0.0.1:0", app, config=replace(Config(), web=replace(Config().web, request_timeout_seconds=0.5))
+    )
+    try:
+        await asyncio.to_thread(_not_found_then_slow, server.port)
+    finally:
+        await server.stop()
+
+
 def _crowd(port: int) -> None:
     held = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
     try:
