@@ -135,6 +135,13 @@ class RequeueOnSignal:
         news = heartbeat.wait_stop(self.hold_timeout)
         if news is not None and news.step is not None:
             self.stop_step = news.step
+            if news.step < step:  # this rank is past it already: its save cannot match the others'
+                print(
+                    f"clusterctl: the ranks agreed on step {news.step}, but this rank holds at step {step}; "
+                    "stopping here, and this step's save will not commit",
+                    file=sys.stderr,
+                    flush=True,
+                )
         else:
             why = (
                 "the run is being restarted"
