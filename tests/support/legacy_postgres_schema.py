@@ -4,7 +4,7 @@ version 2), so tests can build a database as that release left it without the mi
 Applied by :func:`migrate` in ONE transaction under a transaction-level advisory lock, so replicas
 that start together migrate once: the second waits for the first's commit and then finds every
 step recorded in ``schema_migrations``. A step, once released, is never edited; a change is a new
-step at the end. Columns mirror store/schema.py (SQLite) so both stores keep the same semantics.
+step at the end. Its columns mirror the SQLite schema of the same release (legacy_sqlite_schema).
 """
 
 from __future__ import annotations

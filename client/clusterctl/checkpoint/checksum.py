@@ -40,16 +40,3 @@ def chunk_digests(
     if executor is None or len(starts) <= 1:
         return [digest(data[a:b]) for a, b in zip(starts, ends, strict=True)]
     return list(executor.map(lambda ab: digest(data[ab[0] : ab[1]]), zip(starts, ends, strict=True)))
-
-
-def first_mismatch(
-    data: memoryview, chunk_size: int, expected: Sequence[str], executor: Executor | None = None
-) -> int | None:
-    """Index of the first chunk whose digest differs from ``expected`` (or None if all match)."""
-    got = chunk_digests(data, chunk_size, executor)  # format 1 layout (no segments)
-    if len(got) != len(expected):
-        return min(len(got), len(expected))
-    for i, (a, b) in enumerate(zip(got, expected, strict=True)):
-        if a != b:
-            return i
-    return None

@@ -122,10 +122,6 @@ def observed(rec: JobRecord) -> dict[str, Any]:
     return data
 
 
-def observed_json(rec: JobRecord) -> str:
-    return json.dumps(observed(rec), sort_keys=True)
-
-
 def restart_json(entry: RestartEntry) -> dict[str, Any]:
     return {
         "cause": entry.cause.value,
