@@ -140,6 +140,8 @@ class WebApp:
         self._tokens = tokens
         self._limiter = limiter
         self._slots = max(1, config.web.max_concurrent)
+        self._slots_per_user = max(1, self._slots // 4)
+        self._busy_by_user: dict[str, int] = {}
         self._busy = 0
         self._assets = {
             path: (resources.files("clusterd.web").joinpath("static", name).read_bytes(), kind)
@@ -214,17 +216,23 @@ class WebApp:
         return ident
 
     def _api(self, answer: Answer) -> Handler:
-        """One /api/ route: at most ``web.max_concurrent`` at once (more are 503), authenticated,
-        rate-limited as on gRPC, answered within 30 s; a ServiceError is its HTTP status."""
+        """One /api/ route: authenticated, rate-limited as on gRPC, at most ``web.max_concurrent`` at
+        once and a quarter of them per user (more are 503: one user's slow calls cannot take every
+        slot), answered within 30 s; a ServiceError is its HTTP status."""
 
         async def handle(request: web.Request) -> web.StreamResponse:
-            if self._busy >= self._slots:
-                return _json({"error": "too many dashboard requests at once; retry", "code": "UNAVAILABLE"}, 503)
-            self._busy += 1
             try:
                 ident = self._authenticate(request)
                 if self._limiter is not None:
                     self._limiter.check(ident.user)
+            except ServiceError as exc:
+                return _error(exc)
+            mine = self._busy_by_user.get(ident.user, 0)
+            if self._busy >= self._slots or mine >= self._slots_per_user:
+                return _json({"error": "too many dashboard requests at once; retry", "code": "UNAVAILABLE"}, 503)
+            self._busy += 1
+            self._busy_by_user[ident.user] = mine + 1
+            try:
                 async with asyncio.timeout(_CALL_TIMEOUT):
                     result = await answer(ident, _Query(request.query_string, request.match_info.get("job_id")))
             except ServiceError as exc:
@@ -236,6 +244,9 @@ class WebApp:
                 return _json({"error": "internal error (see clusterd's log)", "code": "INTERNAL"}, 500)
             finally:
                 self._busy -= 1
+                left = self._busy_by_user.pop(ident.user) - 1
+                if left:
+                    self._busy_by_user[ident.user] = left
             return _json(to_json(result) if isinstance(result, Message) else result)
 
         return handle

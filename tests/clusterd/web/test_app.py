@@ -158,3 +158,27 @@ async def test_own_listener_when_configured(tmp_path: Path) -> None:
         assert status == 200 and body["topology"]["roots"] == ["spine"]
         assert (await get(daemon.web_port, "/api/queue"))[0] == 200
         _ = jobs_pb2  # the API answers the proto messages' JSON
+
+
+async def test_one_users_slow_calls_leave_slots_for_others(tmp_path: Path) -> None:
+    async with running(_web_config(tmp_path, max_concurrent=4)) as daemon:  # a user holds at most one
+        port = daemon.web_port
+        assert port is not None
+        entered, release = asyncio.Event(), asyncio.Event()
+        real = daemon.views.get_job
+
+        async def slow(ident: Any, job_id: str) -> Any:
+            if ident.user == USER_A:
+                entered.set()
+                await release.wait()
+            return await real(ident, job_id)
+
+        daemon.views.get_job = slow  # type: ignore[method-assign]
+        held = asyncio.ensure_future(get(port, "/api/jobs/1"))
+        await asyncio.wait_for(entered.wait(), 10)  # alice's call holds her one slot
+        status, body = await get(port, "/api/jobs/1")
+        assert status == 503 and body["code"] == "UNAVAILABLE"
+        assert (await get(port, "/api/whoami", user=USER_B))[0] == 200
+        release.set()
+        await held
+        assert (await get(port, "/api/whoami"))[0] == 200  # her slot is free again
