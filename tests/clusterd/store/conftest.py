@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from clusterd.store.store import Store, postgres_store, sqlite_store
 from tests.support.postgres import SKIP_REASON, get_cluster
+
+
+@pytest.fixture
+def root_logging() -> Iterator[None]:
+    """Puts the root logger back after a test runs ``clusterd``'s main(), which points it at the
+    test's captured stderr: a later test's log lines would go to a closed stream."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture

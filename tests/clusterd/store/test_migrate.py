@@ -167,6 +167,7 @@ async def test_a_new_database_is_made_at_the_newest_revision(tmp_path: Path) -> 
         await store.close()
 
 
+@pytest.mark.usefixtures("root_logging")
 def test_clusterd_exits_1_on_a_database_it_cannot_adopt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_tokens(tokens := tmp_path / "tokens.toml")
     tokens.chmod(0o600)

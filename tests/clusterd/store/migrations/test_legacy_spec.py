@@ -133,6 +133,7 @@ async def test_sqlite_upgrade_stops_at_an_unreadable_spec_and_changes_nothing(tm
     db.close()
 
 
+@pytest.mark.usefixtures("root_logging")
 def test_clusterd_exits_1_naming_the_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_tokens(tokens := tmp_path / "tokens.toml")
     tokens.chmod(0o600)
