@@ -86,8 +86,9 @@ def test_the_reply_interval_wins(sock: Path) -> None:
         finally:
             s.finish(0)
     slow = FakeJobService(interval=30)
-    with serve(sock, slow):
-        s = sender(sock).start()  # asks for 0.2 s, the server says 30 s
+    other = sock.with_name("slow.sock")  # a fresh path: nothing of the first server's shutdown touches it
+    with serve(other, slow):
+        s = sender(other).start()  # asks for 0.2 s, the server says 30 s
         try:
             slow.wait_for(lambda r: True)
             time.sleep(0.6)

@@ -79,7 +79,9 @@ def serve(socket_path: Path, servicer: jobs_pb2_grpc.JobServiceServicer | None) 
     try:
         yield server
     finally:
-        server.stop(0)
+        # stop() only starts the shutdown: its listener unlinks the socket path when it closes, which
+        # would remove the socket of a server started next on the same path. Wait until it is done.
+        server.stop(0).wait(10)
 
 
 def heartbeat_env(socket_path: Path, **extra: str) -> dict[str, str]:
