@@ -207,6 +207,6 @@ def test_a_put_fails_when_fewer_peers_than_replicas_answer() -> None:
     try:
         with pytest.raises(Exception, match="only 0 of 1 peer tiers"):
             _client(tier.address).put("ns", layout.shard_key(1, "r", 0, 1), b"abc")
-        assert tier.store.list("ns", "") == []
+        assert tier.store.listing("ns", "") == []
     finally:
         tier.close()
