@@ -97,10 +97,19 @@ class TierClient:
         return reply, data
 
     def put(
-        self, ns: str, key: str, data: memoryview | bytes, *, if_absent: bool = False, replicate: bool = True
+        self,
+        ns: str,
+        key: str,
+        data: memoryview | bytes,
+        *,
+        if_absent: bool = False,
+        replicate: bool = True,
+        digest: bool = True,
     ) -> int:
         """Store an object; the tier answers once it holds its own and its replicas' verified copies.
 
+        ``digest=False`` leaves the hashing to the tier (a put over loopback from the trainer, whose
+        CPU time is the training's); the tier then hashes what it received before replicating it.
         Returns the number of copies in memory (1 + replicas)."""
         view = memoryview(data).cast("B")
         header = {
@@ -108,7 +117,7 @@ class TierClient:
             "ns": ns,
             "key": key,
             "size": len(view),
-            "digest": checksum.digest(view),
+            "digest": checksum.digest(view) if digest else None,
             "if_absent": if_absent,
             "replicate": replicate,
         }

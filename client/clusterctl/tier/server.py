@@ -243,12 +243,12 @@ class TierServer:
     def _put(self, chan: Channel, ns: str, h: dict[str, Any]) -> None:
         key = _key(h)
         size, digest = h.get("size"), h.get("digest")
-        if not isinstance(size, int) or not 0 <= size <= MAX_OBJECT or not isinstance(digest, str):
+        if not isinstance(size, int) or not 0 <= size <= MAX_OBJECT or not isinstance(digest, (str, type(None))):
             raise TierError("put needs size and digest")  # the payload's length is unknown: drop the link
         data = bytearray(size)
         view = memoryview(data)
         chan.recv_payload_into(view, None)
-        if checksum.digest(view) != digest:
+        if digest is not None and checksum.digest(view) != digest:
             raise _Refused("corrupt", f"{key}: the payload failed its xxh3 digest")
         primary = bool(h.get("replicate", True))
         obj = StoredObject(data, chunk_digests(view), primary=primary)

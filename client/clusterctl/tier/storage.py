@@ -60,7 +60,7 @@ class TierStorage:
 
     def put(self, key: str, data: Buffer, *, if_absent: bool = False) -> None:
         validate_key(key)
-        self.local.put(self.ns, key, memoryview(data), if_absent=if_absent)
+        self.local.put(self.ns, key, memoryview(data), if_absent=if_absent, digest=False)
 
     def get(self, key: str, *, max_size: int | None = None) -> bytes:
         validate_key(key)

@@ -7,8 +7,12 @@ them; in-thread servers where the test must reach into one's memory (corruption)
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +26,7 @@ from clusterctl.tier import (
     TierAuthError,
     TierClient,
     TierFullError,
+    TierProcess,
     TierServer,
     TierSettings,
     TierStorage,
@@ -31,6 +36,7 @@ from clusterctl.tier import (
 from clusterctl.tier.process import ENV_ADDR, ENV_JOB, ENV_PEERS, ENV_SECRET
 from clusterctl.tier.wire import Channel, client_handshake
 
+WORKER = str(Path(__file__).with_name("tier_worker.py"))
 JOB = "job-41"
 SECRET = secrets.token_bytes(32)
 CONFIG = CheckpointConfig(commit_timeout=30.0, gc_on_commit=False)
@@ -106,6 +112,51 @@ def test_save_commits_in_peer_memory_then_restores_from_a_peer(tmp_path: Path, m
         for p, q in zip(model.parameters(), model2.parameters(), strict=True):
             assert torch.equal(p, q)
         assert opt2.state_dict()["state"][0]["exp_avg"].equal(opt.state_dict()["state"][0]["exp_avg"])
+    finally:
+        for t in tiers:
+            t.stop()
+
+
+def _ranks(spec: dict[str, object], tiers: list[TierProcess], world: int = 2) -> list[dict[str, object]]:
+    """Run ``world`` ranks, rank r on "node" r: its own tier first, the others as peers."""
+    procs = []
+    for rank in range(world):
+        env = {
+            **os.environ,
+            "SLURM_PROCID": str(rank),
+            "SLURM_NTASKS": str(world),
+            "SLURM_JOB_ID": "4242",
+            "SLURM_STEP_ID": "0",
+            ENV_ADDR: tiers[rank].address,
+            ENV_PEERS: ",".join(t.address for t in tiers if t is not tiers[rank]),
+            ENV_JOB: JOB,
+            ENV_SECRET: SECRET.hex(),
+        }
+        procs.append(
+            subprocess.Popen([sys.executable, WORKER, json.dumps(spec)], env=env, stdout=subprocess.PIPE, text=True)
+        )
+    out = []
+    for p in procs:
+        stdout, _ = p.communicate(timeout=120)
+        assert p.returncode == 0, stdout
+        out.append(json.loads(stdout.splitlines()[-1]))
+    return out
+
+
+def test_two_ranks_commit_across_tiers_and_resume_from_the_survivor(tmp_path: Path) -> None:
+    tiers = [spawn_tier(job=JOB, secret=SECRET, replicas=1) for _ in range(2)]
+    try:
+        for t, other in zip(tiers, reversed(tiers), strict=True):
+            _client(t.address).configure([other.address], 1)
+        uri = str(tmp_path / "ckpt")
+        assert _ranks({"uri": uri, "save": [1, 2]}, tiers) == [{"step": 2, "committed": True}] * 2
+        tiers[0].stop()  # node 0 dies with its memory; the URI is unreachable (gone)
+        tiers[0] = spawn_tier(job=JOB, secret=SECRET, replicas=1)
+        _client(tiers[1].address).configure([tiers[0].address], 1)
+        (tmp_path / "ckpt").rename(tmp_path / "away")
+        done = _ranks({"uri": uri}, tiers)
+        assert [(d["restored"], d["same"]) for d in done] == [(2, True), (2, True)]
+        assert done[0]["sources"] == [tiers[1].address]  # rank 0's shard came from the survivor's replica
     finally:
         for t in tiers:
             t.stop()
