@@ -25,6 +25,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--peers", default="", help="the job's other tiers, host:port, comma-separated, in placement order")
     p.add_argument("--replicas", type=int, default=1, help="peer copies before a put is answered (default 1)")
     p.add_argument("--cap-bytes", type=int, default=8 << 30, help="memory cap of this tier (default 8 GiB)")
+    p.add_argument("--nice", type=int, default=10, help="nice increment: the tier works in the trainer's idle time")
+    p.add_argument("--exit-with-parent", action="store_true", help="exit when the process that started it ends")
     p.add_argument("--handoff-delay", type=float, default=30.0, help="seconds before a replica holder uploads")
     args = p.parse_args(argv)
     if args.replicas < 0 or args.cap_bytes < 1 or args.handoff_delay < 0:
@@ -45,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(secret) < 16:
         print(f"error: {ENV_SECRET} must hold the job's secret (>= 16 bytes, hex)", file=sys.stderr)
         return 2
+    if args.nice > 0:
+        os.nice(args.nice)
     logging.basicConfig(level=logging.WARNING, format="tier %(levelname)s %(message)s")
     host, port = parse_address(args.listen)
     settings = TierSettings(
@@ -59,9 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
+    parent = os.getppid()
     server.start()
     print(f"listening {server.address}", flush=True)
-    done.wait()
+    while not done.wait(1.0):
+        if args.exit_with_parent and os.getppid() != parent:
+            break  # the trainer that owned this tier is gone (even by SIGKILL): its memory goes too
     server.close()
     return 0
 

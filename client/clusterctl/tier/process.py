@@ -87,6 +87,7 @@ def spawn_tier(
     """Start ``python -m clusterctl.tier`` and wait until it listens (its address is on its stdout)."""
     secret = secret or secrets.token_bytes(32)
     argv = [sys.executable, "-m", "clusterctl.tier", "--listen", f"{host}:0", "--job", job, "--replicas", str(replicas)]
+    argv.append("--exit-with-parent")
     if peers:
         argv += ["--peers", ",".join(peers)]
     if cap_bytes is not None:
