@@ -70,8 +70,8 @@ def main() -> None:
     cap = str(nbytes * 3)
     tiers = [spawn_tier(job=JOB, secret=secret, replicas=1, cap_bytes=int(cap)) for _ in range(3)]
     a, b, c = (t.address for t in tiers)
-    for t, peers in ((a, [b]), (b, [a])):
-        TierClient(t, secret=secret, job=JOB).configure(peers, 1)
+    for addr, peers in ((a, [b]), (b, [a])):
+        TierClient(addr, secret=secret, job=JOB).configure(peers, 1)
     uri = f"s3://{bucket}/bench-tier/{uuid.uuid4().hex[:8]}"
     local_dir = tempfile.mkdtemp(prefix="tier-bench-")
     rows: dict[str, list[float]] = {k: [] for k in ("block", "floor", "peer", "s3", "idle", "s3loop", "dirloop")}

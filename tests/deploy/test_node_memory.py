@@ -31,7 +31,7 @@ def test_a_nodes_shm_is_its_own_and_gone_after_kill_node(stack: Stack, killed_no
     killed_nodes.append(NODE)
     _restart(stack, NODE)  # its slurmd starts the way this checkout's stack.sh starts nodes
     assert _in_node(stack, NODE, f"echo step-7 > {PROBE} && cat {PROBE}").stdout == "step-7\n"
-    assert not subprocess.run(["test", "-e", PROBE]).returncode == 0, "the host's /dev/shm sees the node's memory"
+    assert subprocess.run(["test", "-e", PROBE]).returncode != 0, "the host's /dev/shm sees the node's memory"
     assert _in_node(stack, "node5", f"test -e {PROBE}").returncode != 0, "another node sees the node's memory"
     _restart(stack, NODE)
     assert _in_node(stack, NODE, f"test -e {PROBE}").returncode != 0, "the node's memory survived kill-node"
