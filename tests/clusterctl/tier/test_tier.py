@@ -7,6 +7,7 @@ them; in-thread servers where the test must reach into one's memory (corruption)
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import secrets
@@ -21,6 +22,7 @@ import pytest
 import torch
 
 from clusterctl.checkpoint import CheckpointConfig, CheckpointManager, layout
+from clusterctl.cli.checkpoints import register
 from clusterctl.storage import MemoryStorage, StorageUnavailableError
 from clusterctl.tier import (
     TierAuthError,
@@ -261,3 +263,23 @@ def test_a_put_fails_when_fewer_peers_than_replicas_answer() -> None:
         assert tier.store.listing("ns", "") == []
     finally:
         tier.close()
+
+
+def test_checkpoints_list_shows_where_each_step_lives(
+    servers: list[TierServer], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b, _ = servers
+    for s in servers:  # this test's URI is a directory, not the fixture's shared memory store
+        s.uploader = None
+    _use(monkeypatch, a.address, [b.address])
+    uri = str(tmp_path / "ckpt")
+    model, opt = _model()
+    with CheckpointManager(uri, rank=0, world_size=1, config=CONFIG, storage=MemoryStorage(), tier="memory") as ckpt:
+        ckpt.save(5, {"model": model, "optim": opt}).result()
+    parser = argparse.ArgumentParser(prog="clusterctl")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["checkpoints", "list", uri, "--json"])
+    assert args.func(args) == 0
+    (row,) = json.loads(capsys.readouterr().out)["steps"]
+    assert (row["step"], row["durable"], row["world_size"]) == (5, False, 1)
+    assert sorted(row["memory"]) == sorted([a.address, b.address])
