@@ -69,7 +69,14 @@ class TierClient:
         ok = False
         try:
             try:
-                chan.send(header, payload)
+                try:
+                    chan.send(header, payload)
+                except OSError:  # the tier may have refused the put and closed: its answer says why
+                    reply = chan.recv_header()
+                    if "error" not in reply:
+                        raise
+                    kind = _ERRORS.get(str(reply["error"]), TierError)
+                    raise kind(f"memory tier at {self.address}: {reply.get('message', reply['error'])}") from None
                 reply = chan.recv_header()
                 data: bytes | None = None
                 if "error" not in reply and "size" in reply:

@@ -245,6 +245,11 @@ class TierServer:
         size, digest = h.get("size"), h.get("digest")
         if not isinstance(size, int) or not 0 <= size <= MAX_OBJECT or not isinstance(digest, (str, type(None))):
             raise TierError("put needs size and digest")  # the payload's length is unknown: drop the link
+        if size > self.store.cap:  # refused before a byte is allocated; the unread payload ends the link
+            chan.send(
+                {"error": "full", "message": f"{key} is {size} bytes, more than the tier's cap of {self.store.cap}"}
+            )
+            raise TierError("an object over the cap was refused")
         data = bytearray(size)
         view = memoryview(data)
         chan.recv_payload_into(view, None)

@@ -9,6 +9,7 @@ never the step being written; a step that alone exceeds the cap is refused with 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from ..checkpoint import checksum, layout
 from .errors import TierCorruptError, TierFullError
 
+log = logging.getLogger(__name__)
 CHUNK = 1 << 20
 
 
@@ -101,9 +103,11 @@ class TierStore:
 
         order = sorted(steps.items(), key=lambda it: (not durable(it), it[0][1]))
         dropped: list[tuple[str, str]] = []
-        for _, keys in order:
+        for (n, s), keys in order:
             if need <= 0:
                 break
+            if not all(self._objects[x].durable for x in keys):
+                log.warning("memory tier: dropped step %d of %s before it was uploaded (memory cap)", s, n)
             for x in keys:
                 need -= len(self._objects[x].data)
                 self._used -= len(self._objects.pop(x).data)

@@ -249,7 +249,8 @@ def test_a_step_over_the_memory_cap_is_refused_and_old_steps_are_dropped_first()
             client.put("ns", layout.shard_key(step, "r", 0, 1), bytes(4 << 20))
         assert sorted(tier.status("ns")["steps"]) == ["2", "3"]  # step 1 made room for step 3
         with pytest.raises(TierFullError, match=r"step 4 needs 12582912 bytes .* cap of 10485760"):
-            client.put("ns", layout.shard_key(4, "r", 0, 1), bytes(12 << 20))
+            for rank in (0, 1):  # two shards of one step, 6 MiB each, on one node
+                client.put("ns", layout.shard_key(4, "r", rank, 2), bytes(6 << 20))
         assert tier.store.used <= 10 << 20
     finally:
         tier.close()
@@ -283,3 +284,13 @@ def test_checkpoints_list_shows_where_each_step_lives(
     (row,) = json.loads(capsys.readouterr().out)["steps"]
     assert (row["step"], row["durable"], row["world_size"]) == (5, False, 1)
     assert sorted(row["memory"]) == sorted([a.address, b.address])
+
+
+def test_an_object_larger_than_the_cap_is_refused_before_it_is_read() -> None:
+    tier = TierServer(TierSettings(JOB, SECRET, replicas=0, cap_bytes=1 << 20, upload=False)).start()
+    try:
+        with pytest.raises(TierFullError, match="more than the tier's cap"):
+            _client(tier.address).put("ns", layout.shard_key(1, "r", 0, 1), bytes(2 << 20))
+        assert tier.store.used == 0
+    finally:
+        tier.close()
