@@ -130,8 +130,8 @@ class CheckpointManager:
         tier: ``"memory"`` saves into the node's memory tier (:mod:`clusterctl.tier`): ``result()``
             returns once every shard has its replicas' verified copies in memory, the upload to
             ``uri`` follows in the tier's process (:meth:`wait_durable`), and restores read memory,
-            then peers, then ``uri``. The tiers come from the job's environment (``submit
-            --checkpoint-tier memory``); elsewhere the manager starts a tier process of its own.
+            then peers, then ``uri``. The tiers come from the ``CLUSTERCTL_TIER_*`` variables;
+            without them the manager starts a tier process of its own (one copy, no peers).
 
     Raises:
         InvalidURIError (a ValueError): the URI is malformed.
@@ -537,7 +537,7 @@ class CheckpointManager:
         step = self._last_committed if step is None else layout.check_step(step)
         if step is None or self._tier is None:
             return step
-        poller = commit.Poller(float("inf") if timeout is None else timeout, 0.05, 1.0)
+        poller = commit.Poller(float("inf") if timeout is None else timeout, 0.05, 0.25)
         while True:
             try:
                 self.durable_storage.stat(layout.commit_key(step))

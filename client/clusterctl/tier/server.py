@@ -47,12 +47,16 @@ class TierSettings:
     cap_bytes: int = 8 << 30
     handoff_delay: float = 30.0
     upload: bool = True
+    retry_max: float = 10.0  # longest pause between tries of an upload while the URI is down
 
 
 class Uploader:
     """Writes objects to their namespace's URI in the background, in order, retrying with backoff."""
 
-    def __init__(self, store: TierStore, opener: Callable[[str], Storage], handoff_delay: float) -> None:
+    def __init__(
+        self, store: TierStore, opener: Callable[[str], Storage], handoff_delay: float, retry_max: float = 10.0
+    ) -> None:
+        self._retry_max = retry_max
         self._store = store
         self._opener = opener
         self._storages: dict[str, Storage] = {}
@@ -83,7 +87,7 @@ class Uploader:
         return self._storages[ns]
 
     def _loop(self) -> None:
-        backoff = 0.2
+        backoff = min(0.2, self._retry_max)
         while True:
             with self._cond:
                 while not self._queue and not self._stop:
@@ -99,13 +103,20 @@ class Uploader:
                 continue
             try:
                 self._do(kind, ns, key)
-                backoff = 0.2
+                backoff = min(0.2, self._retry_max)
                 with self._cond:
                     self._queue.popleft()
             except Exception as exc:  # storage down or slow: keep order, retry later
-                log.warning("memory tier: upload of %s to %s failed, retrying: %s", key, ns, exc)
+                first = backoff == min(0.2, self._retry_max)  # one warning per outage, not one per try
+                log.log(
+                    logging.WARNING if first else logging.DEBUG,
+                    "memory tier: upload of %s to %s failed, retrying: %s",
+                    key,
+                    ns,
+                    exc,
+                )
                 time.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+                backoff = min(backoff * 2, self._retry_max)
 
     def _do(self, kind: str, ns: str, key: str | list[str]) -> None:
         storage = self._storage(ns)
@@ -151,7 +162,9 @@ class TierServer:
         self._clients: dict[str, TierClient] = {}
         self._sock = socket.create_server((host, port), backlog=128)
         self.address = f"{host}:{self._sock.getsockname()[1]}"
-        self.uploader = Uploader(self.store, opener, settings.handoff_delay) if settings.upload else None
+        self.uploader = (
+            Uploader(self.store, opener, settings.handoff_delay, settings.retry_max) if settings.upload else None
+        )
         self._closed = False
 
     # --- connections ----------------------------------------------------------------------

@@ -74,7 +74,9 @@ def servers() -> Iterator[list[TierServer]]:
     """Three in-thread tiers of JOB, each replicating once to the next, uploading to one URI."""
     uri = MemoryStorage()
     made = [
-        TierServer(TierSettings(JOB, SECRET, replicas=1, handoff_delay=0.2), opener=lambda ns: uri).start()
+        TierServer(
+            TierSettings(JOB, SECRET, replicas=1, handoff_delay=0.2, retry_max=0.1), opener=lambda ns: uri
+        ).start()
         for _ in range(3)
     ]
     for i, s in enumerate(made):
@@ -294,3 +296,21 @@ def test_an_object_larger_than_the_cap_is_refused_before_it_is_read() -> None:
         assert tier.store.used == 0
     finally:
         tier.close()
+
+
+def test_outside_a_tiered_job_the_manager_runs_a_tier_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in (ENV_ADDR, ENV_PEERS, ENV_JOB, ENV_SECRET):
+        monkeypatch.delenv(name, raising=False)
+    model, opt = _model()
+    ckpt = CheckpointManager(str(tmp_path), rank=0, world_size=1, config=CONFIG, tier="memory")
+    assert ckpt._tier is not None and ckpt._tier.own is not None
+    own = ckpt._tier.own.proc
+    ckpt.save(3, {"model": model, "optim": opt}).result()
+    ckpt.close()  # returns once step 3 is on the URI, then stops its tier
+    assert own.poll() is not None
+    model2, opt2 = _fresh()
+    with CheckpointManager(str(tmp_path), rank=0, world_size=1, config=CONFIG) as plain:
+        assert plain.restore(into={"model": model2, "optim": opt2}) == 3
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), model2.parameters(), strict=True))
