@@ -194,8 +194,12 @@ class TierServer:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             chan = server_handshake(conn, self.settings.secret, self.settings.job)
-        except (TierAuthError, OSError) as exc:
+        except TierAuthError as exc:
             log.warning("memory tier: refused a connection: %s", exc)
+            conn.close()
+            return
+        except (TierError, OSError, ValueError) as exc:  # closed before its hello: a probe of the port
+            log.debug("memory tier: a connection ended in its handshake: %s", exc)
             conn.close()
             return
         try:
