@@ -82,6 +82,32 @@ def _as_bob_on(stack: Stack, node: str, code: str, *args: str) -> str:
     return done.stdout + done.stderr
 
 
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _environ(pid: int) -> dict[str, str]:
+    pairs = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+    return dict(p.split("=", 1) for p in pairs if "=" in p)
+
+
+def _tier_pids(job_id: str) -> list[int]:
+    """The job's tier processes (python -m clusterctl.tier.allocation serve, not their srun)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        argv = _cmdline(proc).split("\0")
+        if proc.name.isdigit() and argv[1:3] == ["-m", "clusterctl.tier.allocation"] and "serve" in argv:
+            try:
+                if _environ(int(proc.name)).get("SLURM_JOB_ID") == job_id:
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    return found
+
+
 def test_saves_commit_in_memory_while_s3_is_frozen_and_reach_it_after(
     daemon: Daemon, stack: Stack, alice_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -110,6 +136,12 @@ def test_saves_commit_in_memory_while_s3_is_frozen_and_reach_it_after(
 
         out = _as_bob_on(stack, nodes[0], ATTACK, f"{nodes[0]}:{port_of(job.job_id)}", tier_job)
         assert out.startswith("REFUSED"), out
+        tiers = _tier_pids(job.job_id)
+        assert len(tiers) == 2, tiers  # one per node
+        secret = _environ(tiers[0])["CLUSTERCTL_TIER_SECRET"]
+        assert not any(secret in _cmdline(p) for p in Path("/proc").iterdir() if p.name.isdigit())  # never in argv
+        out = _as_bob_on(stack, nodes[0], "import sys; open(sys.argv[1]).read()", f"/proc/{tiers[0]}/environ")
+        assert "PermissionError" in out, out
 
         os.kill(weed, signal.SIGSTOP)
         try:
@@ -121,7 +153,9 @@ def test_saves_commit_in_memory_while_s3_is_frozen_and_reach_it_after(
         finally:
             os.kill(weed, signal.SIGCONT)
         done = finished(daemon, job.job_id, timeout=180)
-        assert done.state == jobs_pb2.JOB_STATE_COMPLETED, log_of(stack, name, job.job_id)[-3000:]
+        text = log_of(stack, name, job.job_id)
+        assert done.state == jobs_pb2.JOB_STATE_COMPLETED, text[-3000:]
+        assert "Traceback" not in text and "Killed" not in text, text[-3000:]  # the tiers stopped cleanly
         durable = sorted(_lines(stack, name, job.job_id, "DURABLE"))
         assert durable == [f"DURABLE [0, 1, 2, 3] rank {r}" for r in (0, 1)], durable
         for k, v in env.items():

@@ -37,7 +37,8 @@ _TIER_START = [
     'srun --overlap --ntasks-per-node=1 --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" '
     f'--job-name=clusterctl-tier "{_TIER_PY}" -m clusterctl.tier.allocation serve </dev/null >/dev/null & _ct_tier=$!',
     f'"{_TIER_PY}" -m clusterctl.tier.allocation wait',
-    "trap 'kill $_ct_tier 2>/dev/null; wait $_ct_tier 2>/dev/null' EXIT",
+    # USR1: srun passes it to the tiers, which exit 0 (on TERM srun would SIGKILL them, noisily)
+    "trap 'kill -USR1 $_ct_tier 2>/dev/null; wait $_ct_tier 2>/dev/null' EXIT",
 ]
 
 
