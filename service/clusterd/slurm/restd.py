@@ -42,7 +42,7 @@ from clusterd.slurm.request import JobRequest
 from clusterd.slurm.restd_http import H11Client, HttpFailure, Reply, RestdHttp
 from clusterd.slurm.restd_submit import Unexpressible
 from clusterd.slurm.restd_versions import KNOWN_API_VERSIONS, RestApi, api_for, choose
-from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch
+from clusterd.slurm.types import JobPoll, SlurmJob, SlurmNode, SlurmSwitch
 
 log = logging.getLogger(__name__)
 
@@ -300,6 +300,10 @@ class RestdBackend:
         with _observed(command):
             resp = await self._send("GET", await self._path("jobs"), command)
             return await _parsed(command, parse.parse_squeue, resp.text)
+
+    async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
+        """The whole queue: ``GET jobs`` has no state or id filter."""
+        return JobPoll(tuple(await self.list_jobs()))
 
     async def list_nodes(self) -> list[SlurmNode]:
         command = "GET nodes"
