@@ -169,3 +169,4 @@ class JobPoll:
 
     jobs: tuple[SlurmJob, ...]
     whole: bool = True
+    unchanged: bool = False  # Slurm said no job changed since the last look (slurmrestd's update_time)

@@ -85,12 +85,14 @@ Focus = Callable[[], Awaitable[frozenset[str] | None]]
 
 
 def merge(previous: dict[str, SlurmJob], poll: JobPoll, focus: frozenset[str]) -> dict[str, SlurmJob]:
-    """The queue after a look: a whole one replaces it; a partial one keeps only the PENDING jobs
-    it does not cover (other users' jobs outside the focus) and adds what it lists.
+    """The queue after a look: a whole one replaces it, an unchanged one keeps it; a partial one keeps
+    only the PENDING jobs it does not cover (other users' jobs outside the focus) and adds what it lists.
 
     A job a partial look covers and does not list is gone: it left slurmctld's memory, or went
     back to PENDING (a requeue) and is someone else's, shown again at the next whole look.
     """
+    if poll.unchanged:
+        return dict(previous)
     if poll.whole:
         return {j.job_id: j for j in poll.jobs}
     out = {

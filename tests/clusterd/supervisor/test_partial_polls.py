@@ -47,6 +47,7 @@ def test_merge_keeps_only_the_pending_jobs_a_partial_look_does_not_cover() -> No
     assert sorted(after) == ["1", "3", "5", "7", "8"]
     assert after["3"].restart_count == 1 and after["5"].array_pending == "2-3"
     assert merge(before, JobPoll(seen), frozenset()) == {j.job_id: j for j in seen}  # a whole look replaces
+    assert merge(before, JobPoll((), whole=False, unchanged=True), frozenset({"3"})) == before
 
 
 async def _focused(slurm: FakeSlurm, ids: set[str]) -> QueueCache:
