@@ -29,8 +29,9 @@ from clusterd.jobs.manager import JobManager
 from clusterd.liveness.detector import Detector, JobView
 from clusterd.liveness.heartbeats import HeartbeatService
 from clusterd.liveness.probe import SlurmdProber
-from clusterd.liveness.table import LivenessTable
-from clusterd.observability.metrics import SLURM_INFO, MetricsServer
+from clusterd.liveness.progress import ProgressRules
+from clusterd.liveness.table import LivenessTable, Run
+from clusterd.observability.metrics import SLURM_INFO, STRAGGLERS, MetricsServer
 from clusterd.placement import TopologyPlacer
 from clusterd.security.audit import AuditLog
 from clusterd.security.files import private_dir, private_files
@@ -154,6 +155,13 @@ class ClusterDaemon:
             others_on=self._others_on,
             suspect_after_intervals=live.suspect_after_intervals,
             check_every=live.check_every_seconds,
+            progress=ProgressRules(
+                live.progress_hang_factor,
+                live.progress_hang_floor_seconds,
+                live.straggler_factor,
+                live.straggler_window_steps,
+            ),
+            straggling=_count_stragglers,
         )
         self.placer = TopologyPlacer(self.poller)
         self.quotas = Quotas(self.store.jobs, config.limits)
@@ -396,3 +404,8 @@ class ClusterDaemon:
             await close()
         await self.store.close()
         await asyncio.to_thread(self.audit.close)
+
+
+def _count_stragglers(run: Run, new: dict[str, float]) -> None:
+    for node in new:
+        STRAGGLERS.labels(node=node).inc()
