@@ -187,6 +187,7 @@ class ClusterDaemon:
             self.placer,
             config.views,
         )
+        self.views.stragglers = self.liveness.stragglers
         self.tokens = TokenStore(config.tokens_file)
         self.limiter = RateLimiter(config.limits.requests_per_second, config.limits.burst)
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()

@@ -236,6 +236,9 @@ def job_detail(job: jobs_pb2.JobStatus, *, now: float | None = None) -> Renderab
         ("Excluded", _nodes_text(job.excluded_nodes)),
         ("Restarts", str(job.restart_count)),
     ]
+    if job.stragglers:
+        slow = ", ".join(f"{s.node} ({s.ratio:.2f}x)" for s in job.stragglers)
+        rows.append(("Stragglers", Text(slow, style="yellow")))
     if job.has_exit_code:
         rows.append(("Exit code", f"{job.exit_code}" + (f" (signal {job.exit_signal})" if job.exit_signal else "")))
     rows += [

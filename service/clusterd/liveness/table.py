@@ -141,6 +141,15 @@ class LivenessTable:
         """The newest run of ``job_id`` (the record's job, or a task of its array) under the record."""
         return self._runs.get((record_id, job_id))
 
+    def stragglers(self, record_id: int) -> dict[str, float]:
+        """The straggler nodes the record's running jobs (its array's tasks too) name now."""
+        found: dict[str, float] = {}
+        for (rid, _), run in self._runs.items():
+            if rid == record_id and not run.decided:
+                for node, ratio in run.stragglers.items():
+                    found[node] = max(ratio, found.get(node, 0.0))
+        return found
+
     def clear(self) -> None:
         """Forget every run: this replica stopped (or started) supervising; beats start it anew."""
         self._runs.clear()

@@ -99,3 +99,18 @@ async def test_a_step_time_out_of_range_is_refused_naming_the_field(live: Live, 
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await live.beat(job_id, record, token, 0, step=1, step_seconds=seconds)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "step_seconds" in (err.value.details() or "")
+
+
+async def test_a_slow_node_is_named_in_the_status_and_counted(live: Live) -> None:  # noqa: F811
+    from clusterd.observability.metrics import STRAGGLERS
+
+    before = STRAGGLERS.labels(node="node2")._value.get()
+    job_id, record, token = await live.submit()
+    for step in range(0, 25):
+        await live.beat(job_id, record, token, 0, step=step, step_seconds=0.1)
+        await live.beat(job_id, record, token, 1, step=step, step_seconds=0.2)
+        assert await live.daemon.detector.check_once() == []  # a straggler is named, never acted on
+    job = await live.status(job_id)
+    assert [(s.node, s.ratio) for s in job.stragglers] == [("node2", 2.0)]
+    assert STRAGGLERS.labels(node="node2")._value.get() == before + 1  # once per verdict, not per check
+    assert live.slurm.calls["requeue"] == 0 and live.slurm.calls["drain_node"] == 0
