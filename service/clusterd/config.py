@@ -127,6 +127,10 @@ class LivenessConfig:
     recent step time (at least ``progress_hang_floor_seconds``) are hung too; their stacks are asked
     for first. A node whose ranks take ``straggler_factor`` times the other nodes' median step time,
     over ``straggler_window_steps`` steps, is named a straggler.
+
+    Across jobs: a node that failed ``health_jobs_to_drain`` different jobs within
+    ``health_window_seconds`` (its death as clusterd's probe saw it; a hang or straggler verdict
+    only when the failed jobs are of two users or more) is drained, when ``drain_failing_nodes``.
     """
 
     enabled: bool = True
@@ -145,6 +149,9 @@ class LivenessConfig:
     progress_hang_floor_seconds: float = 300.0
     straggler_factor: float = 1.3  # 0: no straggler verdicts
     straggler_window_steps: int = 20
+    drain_failing_nodes: bool = True
+    health_window_seconds: float = 3600.0
+    health_jobs_to_drain: int = 2
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from clusterd.jobs.history import History
 from clusterd.jobs.logs import JobLogs
 from clusterd.jobs.manager import JobManager
 from clusterd.liveness.detector import Detector, JobView
+from clusterd.liveness.health import NodeHealth
 from clusterd.liveness.heartbeats import HeartbeatService
 from clusterd.liveness.probe import SlurmdProber
 from clusterd.liveness.progress import ProgressRules
@@ -162,6 +163,8 @@ class ClusterDaemon:
                 live.straggler_window_steps,
             ),
             straggling=_count_stragglers,
+            health=NodeHealth(window_seconds=live.health_window_seconds, jobs_to_drain=live.health_jobs_to_drain),
+            drain=self._drain_failing if live.drain_failing_nodes else None,
         )
         self.placer = TopologyPlacer(self.poller)
         self.quotas = Quotas(self.store.jobs, config.limits)
@@ -215,6 +218,10 @@ class ClusterDaemon:
         known = [n.cpus_total if n is not None else 0 for n in map(snap.node_map.get, sj.nodes)]
         cpus = sum(known) if known and all(known) else 0  # 0: Slurm did not say for every node
         return JobView(sj.state, sj.restart_count, sj.nodes, sj.user, cpus, sj.array_job_id)
+
+    async def _drain_failing(self, node: str, reason: str) -> None:
+        """Take a node that keeps failing jobs out of service; its jobs run on, it gets no new ones."""
+        await self.backend.drain_node(node, f"clusterd: {reason}"[:250])
 
     def _others_on(self, node: str, user: str) -> bool:
         """Whether a running job of another user than ``user`` is on ``node`` (as of the last poll)."""

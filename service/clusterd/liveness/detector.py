@@ -19,7 +19,8 @@ Every ``check_every`` seconds, for each run whose job Slurm shows RUNNING in tha
   whose main thread stands elsewhere than their peers' (liveness.progress).
 
 Step times also name stragglers (liveness.progress): a verdict is logged and counted, never acted
-on here.
+on here. Node deaths, hangs pinned to a node and straggler verdicts are scored across jobs
+(liveness.health): a node that keeps failing jobs is drained, never on one tenant's word alone.
 
 What a job says (its beats, its silence) decides only about that job. Taking a node out of
 service needs evidence no tenant controls: Slurm's own view, or the node's kernel answering (or
@@ -40,6 +41,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
+from clusterd.liveness.health import Failure, NodeHealth
 from clusterd.liveness.probe import NodeProber, Reach
 from clusterd.liveness.progress import ProgressRules, hang_detail, odd_ranks, stalled_ranks, stragglers
 from clusterd.liveness.table import LivenessTable, RankBeat, Run
@@ -121,6 +123,8 @@ class Detector:
         default_port: int = 6818,
         progress: ProgressRules | None = None,
         straggling: Callable[[Run, dict[str, float]], None] = lambda run, new: None,
+        health: NodeHealth | None = None,
+        drain: Callable[[str, str], Awaitable[None]] | None = None,
     ) -> None:
         self._table = table
         self._prober = prober
@@ -134,6 +138,8 @@ class Detector:
         self._default_port = default_port
         self._progress = progress or ProgressRules()
         self._straggling = straggling  # nodes a run newly names stragglers (node -> ratio)
+        self.health = health or NodeHealth()
+        self._drain = drain  # (node, reason): take it out of service (None: scored, never drained)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -159,6 +165,7 @@ class Detector:
     async def _check(self) -> list[Detection]:
         found: list[Detection] = []
         nodes = self._nodes()
+        self._back_in_service(nodes)
         beating = self._beating_nodes()
         for run in self._table.runs():
             view = self._jobs(run.job_id)
@@ -176,7 +183,8 @@ class Detector:
                 or self._stalled(run, view)
             )
             if detection is None:
-                self._straggle(run, view)
+                for node in self._straggle(run, view):
+                    await self._blame(Failure(node, run.record_id, run.job_id, view.user, "straggler", evidence=False))
             if detection is not None and detection.cause is Cause.NODE_FAILURE:
                 drain = tuple(n for n in detection.nodes if self._others_on(n, view.user))
                 detection = replace(detection, drain=drain)
@@ -186,6 +194,7 @@ class Detector:
                 found.append(detection)
                 log.warning("job %s: %s (%s)", run.job_id, detection.detail, detection.detected_by)
                 await self._act(detection)
+                await self._score(detection, run, view)
         return found
 
     async def _crashed(
@@ -324,7 +333,43 @@ class Detector:
             detail,
         )
 
-    def _straggle(self, run: Run, view: JobView) -> None:
+    async def _score(self, det: Detection, run: Run, view: JobView) -> None:
+        """Pin the failure on its node(s) for the scoring across jobs. A node death is clusterd's own
+        evidence (its probe); a hang is the job's word, and pinned only when it names some of the
+        run's nodes, not all; a crashed rank is never a node's fault."""
+        if det.cause is Cause.NODE_FAILURE:
+            for node in det.nodes:
+                await self._blame(Failure(node, run.record_id, run.job_id, view.user, "node death", evidence=True))
+        elif det.cause is Cause.RANK_HUNG:
+            run_nodes = {b.node for b in run.ranks.values()}
+            if det.nodes and (len(run_nodes) == 1 or set(det.nodes) < run_nodes):
+                for node in det.nodes:
+                    await self._blame(Failure(node, run.record_id, run.job_id, view.user, "hang", evidence=False))
+
+    async def _blame(self, failure: Failure) -> None:
+        reason = self.health.blame(failure)
+        if reason is None:
+            return
+        log.warning("node %s %s: draining it", failure.node, reason)
+        if self._drain is not None:
+            try:
+                await self._drain(failure.node, reason)
+            except Exception:
+                log.exception("cannot drain node %s", failure.node)
+
+    def _back_in_service(self, nodes: dict[str, SlurmNode]) -> None:
+        """A node clusterd drained that Slurm shows usable again was resumed (its probe passed, or an
+        operator): its past failures no longer count."""
+        for name in self.health.drained():
+            node = nodes.get(name)
+            if node is None:
+                continue
+            out = not node.state.usable or "DRAIN" in node.flags
+            if self.health.observe(name, out_of_service=out):
+                log.info("node %s is back in service: its failure record starts anew", name)
+
+    def _straggle(self, run: Run, view: JobView) -> list[str]:
+        """The nodes newly named stragglers of the run."""
         found = stragglers({r: b for r, b in run.ranks.items() if b.node in view.nodes}, self._progress)
         new = {n: ratio for n, ratio in found.items() if n not in run.stragglers}
         run.stragglers = found
@@ -332,6 +377,7 @@ class Detector:
             log.warning("job %s: node %s is a straggler (%.2fx the other nodes' step time)", run.job_id, node, ratio)
         if new:
             self._straggling(run, new)
+        return sorted(new)
 
     def _node_failure(self, run: Run, dead: list[str], ranks: list[int], more: str = "") -> Detection:
         """NODE_FAILURE of ``dead`` (probed), whose ``ranks`` went silent with them."""
