@@ -260,7 +260,9 @@ class ClusterDaemon:
         )
         servicer = ViewsJobServicer(self.manager, self.bus, self.heartbeats, self.journal, views=self.views)
         jobs_pb2_grpc.add_JobServiceServicer_to_server(servicer, server)
-        cluster_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(self.poller, self.placer), server)
+        cluster_pb2_grpc.add_ClusterServiceServicer_to_server(
+            ClusterServicer(self.poller, self.placer, self.detector.health.summary), server
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection((*_SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         if self._credentials is not None:

@@ -78,6 +78,19 @@ class NodeHealth:
         """Nodes clusterd drained for their failures (until they are back in service)."""
         return [name for name, r in self._nodes.items() if r.drained]
 
+    def summary(self, node: str) -> str:
+        """What ``clusterctl nodes`` shows of the node's record: its recent failures, and the drain."""
+        record = self.records().get(node)
+        if record is None:
+            return ""
+        jobs: dict[str, str] = {}
+        for f in record.failures:
+            jobs.setdefault(f.job_id, f.kind)
+        text = ", ".join(f"job {job} ({kind})" for job, kind in list(jobs.items())[-4:])
+        more = f" (+{len(jobs) - 4})" if len(jobs) > 4 else ""
+        failed = f"failed {len(jobs)} job{'s' if len(jobs) != 1 else ''}: {text}{more}" if jobs else ""
+        return "; ".join(p for p in (failed, "drained by clusterd" if record.drained else "") if p)
+
     def records(self, now: float | None = None) -> dict[str, NodeRecord]:
         now = time.time() if now is None else now
         for record in self._nodes.values():
@@ -100,5 +113,8 @@ class NodeHealth:
             counted = list(by_job.values())
         else:
             return None
-        jobs = ", ".join(f"job {f.job_id} ({f.user}: {f.kind})" for f in sorted(counted, key=lambda f: f.at))
-        return f"failed {len(counted)} jobs within {self._window / 3600:g}h: {jobs}"
+        # Slurm shows the reason to everyone: the jobs are named, their users only counted.
+        jobs = ", ".join(f"job {f.job_id} ({f.kind})" for f in sorted(counted, key=lambda f: f.at))
+        users = len({f.user for f in counted})
+        who = f"{users} user{'s' if users > 1 else ''}"
+        return f"failed {len(counted)} jobs of {who} within {self._window / 3600:g}h: {jobs}"

@@ -30,7 +30,7 @@ def test_claims_of_two_users_drain_once_naming_the_jobs() -> None:
     assert health.blame(hang(1, "alice")) is None
     assert health.blame(hang(1, "alice", 1001)) is None  # the same job twice is one job
     reason = health.blame(hang(2, "bob", 1002))
-    assert reason is not None and "job 1 (alice: hang)" in reason and "job 2 (bob: hang)" in reason
+    assert reason == "failed 2 jobs of 2 users within 1h: job 1 (hang), job 2 (hang)"
     assert health.blame(hang(3, "carol", 1003)) is None  # drained already
     assert health.drained() == ["n1"]
 
@@ -86,6 +86,9 @@ async def test_a_node_that_fails_two_users_jobs_is_drained_then_back_once_resume
     assert live.slurm.calls["drain_node"] == 1
     (node2,) = [n for n in live.slurm.nodes if n.name == "node2"]
     assert node2.state == NodeState.DRAINING and f"job {first}" in node2.reason and f"job {second}" in node2.reason
+    summary = live.daemon.detector.health.summary("node2")
+    assert summary == f"failed 2 jobs: job {first} (hang), job {second} (hang); drained by clusterd"
+    assert live.daemon.detector.health.summary("node1") == ""
     await live.daemon.poller.poll_once()
     await live.daemon.detector.check_once()
     live.slurm.nodes = [
