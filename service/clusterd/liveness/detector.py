@@ -301,8 +301,12 @@ class Detector:
         """Ranks that beat but stopped advancing: ask for their stacks, then RANK_HUNG once every
         beating rank sent one (or a few intervals passed)."""
         now = time.monotonic()
-        live = {r: b for r, b in run.ranks.items() if b.node in view.nodes and not b.exiting}
-        stalled = stalled_ranks(live, self._progress, now)
+        beating = run.interval * self._suspect_after  # a silent rank is the silence check's to judge
+        live = {
+            r: b for r, b in run.ranks.items() if b.node in view.nodes and not b.exiting and now - b.seen <= beating
+        }
+        # Ranks holding for a stop signal wait for their peers, not advancing: that is no hang.
+        stalled = [] if run.stop.under_way else stalled_ranks(live, self._progress, now)
         if not stalled:
             if run.stacks_asked:  # they moved on: a later stall asks anew
                 run.stacks_asked, run.stacks_kept = 0.0, 0

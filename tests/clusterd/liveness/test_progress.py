@@ -114,3 +114,16 @@ async def test_a_slow_node_is_named_in_the_status_and_counted(live: Live) -> Non
     assert [(s.node, s.ratio) for s in job.stragglers] == [("node2", 2.0)]
     assert STRAGGLERS.labels(node="node2")._value.get() == before + 1  # once per verdict, not per check
     assert live.slurm.calls["requeue"] == 0 and live.slurm.calls["drain_node"] == 0
+
+
+async def test_ranks_holding_for_a_stop_are_not_hung(live: Live) -> None:  # noqa: F811
+    live.daemon.detector._progress = ProgressRules(hang_factor=10, hang_floor_seconds=0.2)
+    job_id, record, token = await live.submit()
+    for rank in (0, 1):
+        await live.beat(job_id, record, token, rank, step=3, step_seconds=0.01)
+    for _ in range(5):
+        await asyncio.sleep(0.1)
+        await live.beat(job_id, record, token, 0, step=3, stopping_step=3)  # holds, waiting for rank 1
+        reply = await live.beat(job_id, record, token, 1, step=3)
+        assert not reply.want_stack
+        assert await live.daemon.detector.check_once() == []
