@@ -82,6 +82,12 @@ MAX_STACK = 4096  # characters of one rank's stacks kept
 MAX_STACKS_KEPT = 256  # ranks of one run whose stack text is kept (the others', its signature only)
 
 
+def printable(text: str) -> str:
+    """``text`` without control characters (but newlines and tabs): a stack is the job's word, and
+    is shown in terminals (`clusterctl status`) where escape sequences would act."""
+    return "".join(c if c.isprintable() or c in "\n\t" else "?" for c in text)
+
+
 def stack_signature(stack: str) -> str:
     """The frames of the first thread of a stack dump (the main thread, as the client sends it):
     ranks of one job run the same code, so ranks whose main threads wait at the same lines agree."""
@@ -127,7 +133,7 @@ class LivenessTable:
             fresh.stack_sig = stack_signature(beat.stack)
             if run.stacks_kept < MAX_STACKS_KEPT:
                 run.stacks_kept += 1
-                fresh.stack = beat.stack[:MAX_STACK]
+                fresh.stack = printable(beat.stack[:MAX_STACK])
         run.ranks[beat.rank] = fresh
         first = beat.step >= 0 and run.first_step_wall is None
         if first:

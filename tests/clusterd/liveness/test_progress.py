@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from clusterd.liveness.progress import ProgressRules, odd_ranks, stalled_ranks, stragglers
-from clusterd.liveness.table import RankBeat, stack_signature
+from clusterd.liveness.table import RankBeat, printable, stack_signature
 
 from .test_detection import Live, live  # noqa: F401  (the fixture)
 
@@ -84,6 +84,10 @@ async def test_ranks_that_beat_but_stop_advancing_are_hung_with_the_stuck_stack(
     assert "rank 1 on node2 at step 4" in restart.detail and "line 10, in main" in restart.detail
     assert live.slurm.calls["requeue"] == 1 and live.slurm.calls["set_node_down"] == 0
     assert live.slurm.calls["drain_node"] == 0  # the job's word never takes its node
+
+
+def test_a_stack_keeps_no_control_characters() -> None:
+    assert printable("a\x1b[2Jb\n\tc\x07") == "a?[2Jb\n\tc?"
 
 
 async def test_a_stack_that_was_not_asked_for_is_not_kept(live: Live) -> None:  # noqa: F811
