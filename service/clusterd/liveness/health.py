@@ -16,7 +16,7 @@ non-zero) is never pinned on a node: a user's own bad code fails on every node.
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 MAX_FAILURES_PER_NODE = 64  # remembered per node (the newest): a bound on what failures cost
@@ -55,14 +55,14 @@ class NodeHealth:
         self._expire(record, failure.at)
         if record.drained:
             return None
-        reason = self._verdict(failure.node, list(record.failures))
+        reason = self._verdict(list(record.failures))
         if reason:
             record.drained = reason
         return reason
 
     def observe(self, node: str, *, out_of_service: bool) -> bool:
-        """Slurm's view of a node clusterd drained; True once it is back in service (resumed after
-        it was seen drained: its probe passed, or an operator): its past failures no longer count."""
+        """Slurm's view of a node clusterd drained; True once it is back in service (resumed after it
+        was seen drained, by an operator): its past failures no longer count."""
         record = self._nodes.get(node)
         if record is None or not record.drained:
             return False
@@ -79,16 +79,18 @@ class NodeHealth:
         return [name for name, r in self._nodes.items() if r.drained]
 
     def summary(self, node: str) -> str:
-        """What ``clusterctl nodes`` shows of the node's record: its recent failures, and the drain."""
-        record = self.records().get(node)
+        """What ``clusterctl nodes`` shows of the node's record: how many jobs failed there, how, and
+        the drain. Every user sees it: other users' jobs are counted, not named."""
+        record = self._nodes.get(node)
         if record is None:
             return ""
-        jobs: dict[str, str] = {}
+        self._expire(record, time.time())
+        kinds: dict[int, str] = {}
         for f in record.failures:
-            jobs.setdefault(f.job_id, f.kind)
-        text = ", ".join(f"job {job} ({kind})" for job, kind in list(jobs.items())[-4:])
-        more = f" (+{len(jobs) - 4})" if len(jobs) > 4 else ""
-        failed = f"failed {len(jobs)} job{'s' if len(jobs) != 1 else ''}: {text}{more}" if jobs else ""
+            kinds.setdefault(f.record_id, f.kind)
+        counts = Counter(kinds.values())
+        how = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
+        failed = f"failed {len(kinds)} job{'s' if len(kinds) != 1 else ''} ({how})" if kinds else ""
         return "; ".join(p for p in (failed, "drained by clusterd" if record.drained else "") if p)
 
     def records(self, now: float | None = None) -> dict[str, NodeRecord]:
@@ -101,7 +103,7 @@ class NodeHealth:
         while record.failures and now - record.failures[0].at > self._window:
             record.failures.popleft()
 
-    def _verdict(self, node: str, failures: list[Failure]) -> str | None:
+    def _verdict(self, failures: list[Failure]) -> str | None:
         by_job: dict[int, Failure] = {}
         for f in failures:  # a job's strongest failure: evidence over a claim
             if f.record_id not in by_job or (f.evidence and not by_job[f.record_id].evidence):

@@ -217,9 +217,9 @@ def test_nodes_table() -> None:
 def test_nodes_table_shows_clusterds_failure_record_when_a_node_has_one() -> None:
     nodes = list(topology().nodes)
     assert "HEALTH" not in text(render.nodes_table(nodes), width=160)
-    nodes[0].health = "failed 2 jobs: job 7 (hang), job 9 (node death); drained by clusterd"
+    nodes[0].health = "failed 2 jobs (1 hang, 1 node death); drained by clusterd"
     out = text(render.nodes_table(nodes), width=200)
-    assert "HEALTH" in out and "job 9 (node death); drained by clusterd" in out
+    assert "HEALTH" in out and "(1 hang, 1 node death); drained by clusterd" in out
 
 
 def test_json_uses_proto_field_names_and_keeps_defaults() -> None:

@@ -87,7 +87,7 @@ async def test_a_node_that_fails_two_users_jobs_is_drained_then_back_once_resume
     (node2,) = [n for n in live.slurm.nodes if n.name == "node2"]
     assert node2.state == NodeState.DRAINING and f"job {first}" in node2.reason and f"job {second}" in node2.reason
     summary = live.daemon.detector.health.summary("node2")
-    assert summary == f"failed 2 jobs: job {first} (hang), job {second} (hang); drained by clusterd"
+    assert summary == "failed 2 jobs (2 hang); drained by clusterd"  # other users' jobs counted, not named
     assert live.daemon.detector.health.summary("node1") == ""
     await live.daemon.poller.poll_once()
     await live.daemon.detector.check_once()
