@@ -18,6 +18,7 @@ import argparse
 import itertools
 import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -64,6 +65,11 @@ def train_step(params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, lr: 
     return loss
 
 
+def blocked_for_good() -> None:
+    """A main thread that never returns while the process lives (a collective that never completes)."""
+    threading.Event().wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--ckpt", default=os.environ.get("CLUSTERCTL_CHECKPOINT_URI", ""))
@@ -80,6 +86,15 @@ def main(argv: list[str] | None = None) -> int:
         help="this rank alone exits 1 at --crash-at, in the first run only (a transient fault)",
     )
     parser.add_argument("--crash-at", type=int, default=-1)
+    parser.add_argument(
+        "--block-rank",
+        type=int,
+        default=-1,
+        help="this rank's main thread blocks for good at --block-at (its beats go on), in the first run only",
+    )
+    parser.add_argument("--block-at", type=int, default=-1)
+    parser.add_argument("--slow-rank", type=int, default=-1, help="this rank's steps take --slow-factor times longer")
+    parser.add_argument("--slow-factor", type=float, default=1.0)
     args = parser.parse_args(argv)
     if not args.ckpt:
         parser.error("--ckpt or CLUSTERCTL_CHECKPOINT_URI is required")
@@ -111,12 +126,15 @@ def main(argv: list[str] | None = None) -> int:
             if rank == args.crash_rank and step == args.crash_at and os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
                 print(f"CRASH rank {rank} at step {step}", flush=True)
                 return 1
+            if rank == args.block_rank and step == args.block_at and os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
+                print(f"BLOCK rank {rank} at step {step}", flush=True)
+                blocked_for_good()
             x, y = batch(step, rank, 64, dim)
             loss = train_step(params, x, y, lr=0.05)
             print(f"STEP {step} rank {rank} loss {loss:.5f}", flush=True)
             heartbeat.report_step(step)
             if args.step_seconds:
-                time.sleep(args.step_seconds)
+                time.sleep(args.step_seconds * (args.slow_factor if rank == args.slow_rank else 1.0))
             snapshot = {"params": params, "step": step, "meta": {"world": world, "loss": loss}}
             if (step + 1) % args.every == 0:
                 ckpt.save(step, snapshot)

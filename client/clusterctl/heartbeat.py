@@ -3,8 +3,12 @@
 Why: Slurm notices a dead node after SlurmdTimeout (tens of seconds) and never notices a rank
 that hangs (a stuck collective, SIGSTOP) or that crashed while its peers wait. clusterd's failure
 detector learns all three from these beats: one small unary ``JobService.Heartbeat`` call per
-interval from a daemon thread, with the newest step the rank reported, the newest committed
-checkpoint step it saw, whether ``restore()`` returned, and one last beat with the exit status.
+interval from a daemon thread, with the newest step the rank reported and its recent step time, the
+newest committed checkpoint step it saw, whether ``restore()`` returned, and one last beat with the
+exit status. A loop that does not checkpoint every step reports its steps with one line,
+``clusterctl.heartbeat.report_step(step)``. When the ranks stop advancing while they beat,
+clusterd's reply asks for the process's Python stacks, which the beat thread takes from inside the
+process (``sys._current_frames``: no privilege, nothing to install) and sends in the next beat.
 
 Configured only from the environment clusterd puts in the job; with no configuration every call
 here is a cheap no-op (this module imports nothing heavy; grpc is imported by the sender thread):
@@ -49,6 +53,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +67,8 @@ DEFAULT_INTERVAL = 1.0
 MIN_INTERVAL, MAX_INTERVAL = 0.05, 600.0
 MAX_DEADLINE = 2.0  # per beat; never more than the interval
 FINAL_DEADLINE = 1.0  # the exiting beat delays the process exit by at most this (plus a pending connect)
+STEP_AVERAGING = 0.1  # weight of the newest step in the step time sent (about the last 20 steps)
+MAX_STACK = 8192  # characters of stacks a beat carries
 START_GRACE = 1.0  # seconds the sender waits for restore()/the first step before importing grpc (see below)
 _INT32 = (1 << 31) - 1
 
@@ -143,6 +150,9 @@ class HeartbeatSender:
         self._stopping_step: int | None = None  # the step this rank holds at for a stop
         self._stop_news = StopNews()
         self._step = self._committed = -1
+        self._step_at = 0.0  # time.monotonic() of the newest step reported
+        self._step_seconds = 0.0  # seconds per step, averaged over the recent steps (0: not known yet)
+        self._stack = ""  # this process's stacks, asked for by clusterd: sent in the next beat
         self._restored = self._closed = self._warned = self._rotated = False
         self._urgent = True  # the first step reported (in this process, then after restore) goes out at once
         self._call: Callable[..., Any] | None = None  # Heartbeat at the current address (None: heartbeats off)
@@ -159,8 +169,15 @@ class HeartbeatSender:
 
     # --- reports from the training process (cheap; never block) ---------------------------
     def report_step(self, step: int) -> None:
+        now = time.monotonic()
         with self._lock:
-            self._step = max(self._step, int(step))
+            step = int(step)
+            if step > self._step >= 0 and self._step_at:
+                pace = (now - self._step_at) / (step - self._step)
+                old = self._step_seconds
+                self._step_seconds = pace if old <= 0 else old + STEP_AVERAGING * (pace - old)
+            if step > self._step:
+                self._step, self._step_at = step, now
             urgent, self._urgent = self._urgent, False
         if urgent:
             self._go.set()
@@ -293,7 +310,14 @@ class HeartbeatSender:
             return False
         c = self.config
         with self._lock:
-            fields = {"step": self._step, "committed_step": self._committed, "restored": self._restored}
+            fields: dict[str, Any] = {
+                "step": self._step,
+                "committed_step": self._committed,
+                "restored": self._restored,
+                "step_seconds": self._step_seconds,
+            }
+            if self._stack:
+                fields["stack"], self._stack = self._stack, ""
             claim = self._stopping_step
         if claim is not None:
             fields["stopping_step"] = claim
@@ -331,6 +355,10 @@ class HeartbeatSender:
         wanted = reply.interval.seconds + reply.interval.nanos / 1e9
         if wanted > 0:
             self.interval = min(MAX_INTERVAL, max(MIN_INTERVAL, wanted))
+        if reply.want_stack:
+            with self._lock:
+                self._stack = stacks()
+            self._wake.set()
         if reply.stop:
             self._stop.set()
             with self._news:
@@ -374,6 +402,23 @@ class HeartbeatSender:
                     break
         for channel in self._channels.values():
             channel.close()
+
+
+def stacks() -> str:
+    """This process's Python stacks, main thread first (innermost frame last), at most MAX_STACK
+    characters: what a rank that stopped advancing is doing, as clusterd asked. Taken by the beat
+    thread from inside the process, so it needs no privilege and runs as the job's user."""
+    frames = sys._current_frames()
+    main = threading.main_thread().ident
+    names = {t.ident: t.name for t in threading.enumerate()}
+    parts = []
+    for ident in sorted(frames, key=lambda i: (i != main, i)):
+        if ident == threading.get_ident():
+            continue  # the beat thread itself
+        text = "".join(traceback.format_stack(frames[ident]))
+        parts.append(f"Thread {names.get(ident, ident)}:\n{text}")
+    out = "\n".join(parts)
+    return out if len(out) <= MAX_STACK else out[:MAX_STACK]
 
 
 # --- the process-wide sender --------------------------------------------------------------

@@ -27,10 +27,12 @@ from clusterd.jobs.history import History
 from clusterd.jobs.logs import JobLogs
 from clusterd.jobs.manager import JobManager
 from clusterd.liveness.detector import Detector, JobView
+from clusterd.liveness.health import NodeHealth
 from clusterd.liveness.heartbeats import HeartbeatService
 from clusterd.liveness.probe import SlurmdProber
-from clusterd.liveness.table import LivenessTable
-from clusterd.observability.metrics import SLURM_INFO, MetricsServer
+from clusterd.liveness.progress import ProgressRules
+from clusterd.liveness.table import LivenessTable, Run
+from clusterd.observability.metrics import SLURM_INFO, STRAGGLERS, MetricsServer
 from clusterd.placement import TopologyPlacer
 from clusterd.security.audit import AuditLog
 from clusterd.security.files import private_dir, private_files
@@ -156,6 +158,15 @@ class ClusterDaemon:
             others_on=self._others_on,
             suspect_after_intervals=live.suspect_after_intervals,
             check_every=live.check_every_seconds,
+            progress=ProgressRules(
+                live.progress_hang_factor,
+                live.progress_hang_floor_seconds,
+                live.straggler_factor,
+                live.straggler_window_steps,
+            ),
+            straggling=_count_stragglers,
+            health=NodeHealth(window_seconds=live.health_window_seconds, jobs_to_drain=live.health_jobs_to_drain),
+            drain=self._drain_failing if live.drain_failing_nodes else None,
         )
         self.placer = TopologyPlacer(self.poller)
         self.quotas = Quotas(self.store.jobs, config.limits)
@@ -181,6 +192,7 @@ class ClusterDaemon:
             self.placer,
             config.views,
         )
+        self.views.stragglers = self.liveness.stragglers
         self.tokens = TokenStore(config.tokens_file)
         self.limiter = RateLimiter(config.limits.requests_per_second, config.limits.burst)
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
@@ -208,6 +220,10 @@ class ClusterDaemon:
         known = [n.cpus_total if n is not None else 0 for n in map(snap.node_map.get, sj.nodes)]
         cpus = sum(known) if known and all(known) else 0  # 0: Slurm did not say for every node
         return JobView(sj.state, sj.restart_count, sj.nodes, sj.user, cpus, sj.array_job_id)
+
+    async def _drain_failing(self, node: str, reason: str) -> None:
+        """Take a node that keeps failing jobs out of service; its jobs run on, it gets no new ones."""
+        await self.backend.drain_node(node, f"clusterd: {reason}"[:250])
 
     def _others_on(self, node: str, user: str) -> bool:
         """Whether a running job of another user than ``user`` is on ``node`` (as of the last poll)."""
@@ -246,7 +262,9 @@ class ClusterDaemon:
         )
         servicer = ViewsJobServicer(self.manager, self.bus, self.heartbeats, self.journal, views=self.views)
         jobs_pb2_grpc.add_JobServiceServicer_to_server(servicer, server)
-        cluster_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(self.poller, self.placer), server)
+        cluster_pb2_grpc.add_ClusterServiceServicer_to_server(
+            ClusterServicer(self.poller, self.placer, self.detector.health.summary), server
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection((*_SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         if self._credentials is not None:
@@ -398,3 +416,8 @@ class ClusterDaemon:
             await close()
         await self.store.close()
         await asyncio.to_thread(self.audit.close)
+
+
+def _count_stragglers(run: Run, new: dict[str, float]) -> None:
+    for node in new:
+        STRAGGLERS.labels(node=node).inc()

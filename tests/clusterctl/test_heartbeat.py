@@ -148,6 +148,32 @@ def test_stop_in_a_reply_is_seen(sock: Path) -> None:
             s.finish(0)
 
 
+def test_beats_carry_the_step_time_and_the_stacks_when_asked(sock: Path, fake: FakeJobService) -> None:
+    blocked = threading.Event()
+
+    def stuck_here() -> None:  # a worker thread whose frame the stacks must show
+        blocked.wait(10)
+
+    worker = threading.Thread(target=stuck_here, name="stuck-worker")
+    worker.start()
+    with serve(sock, fake):
+        s = sender(sock).start()
+        try:
+            for step in range(6):
+                s.report_step(step)
+                time.sleep(0.02)
+            _, req = fake.wait_for(lambda r: r.step == 5 and r.step_seconds > 0, what="a beat with a step time")
+            assert 0.015 < req.step_seconds < 0.2 and not req.stack  # stacks only when asked
+            fake.want_stack = True
+            _, req = fake.wait_for(lambda r: bool(r.stack), what="a beat with the stacks")
+            assert req.stack.startswith("Thread MainThread:") and "stuck_here" in req.stack
+            assert "clusterctl-heartbeat" not in req.stack  # not the beat thread's own
+        finally:
+            blocked.set()
+            worker.join()
+            s.finish(0)
+
+
 def test_a_claim_goes_out_at_once_and_the_named_stop_step_is_heard(sock: Path) -> None:
     fake = FakeJobService(stopping=True, stop_step=9)
     with serve(sock, fake):

@@ -216,10 +216,14 @@ def beat_claim(req: jobs_pb2.HeartbeatRequest) -> BeatClaim:
         exiting=req.exiting,
         exit_code=req.exit_code,
         stopping_step=req.stopping_step if req.HasField("stopping_step") else None,
+        step_seconds=req.step_seconds,
+        stack=req.stack,
     )
 
 
 def heartbeat_response(reply: BeatReply) -> jobs_pb2.HeartbeatResponse:
-    msg = jobs_pb2.HeartbeatResponse(stop=reply.stop, stopping=reply.stopping, stop_step=reply.stop_step)
+    msg = jobs_pb2.HeartbeatResponse(
+        stop=reply.stop, stopping=reply.stopping, stop_step=reply.stop_step, want_stack=reply.want_stack
+    )
     msg.interval.FromNanoseconds(int(reply.interval * 1e9))
     return msg

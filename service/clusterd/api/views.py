@@ -8,7 +8,7 @@ each edge maps them its own way (gRPC status, HTTP status).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -126,12 +126,18 @@ class JobViews:
         # squeue's PrivateData=jobs, as the cluster's configuration says (clusterd sets it at start;
         # until then, and when it could not be read, each user sees only their own jobs).
         self.slurm_private_jobs = True
+        # A record's straggler nodes as its running ranks' step times name them (node -> ratio);
+        # the liveness table's, set by the daemon (only the leader's knows: others answer none).
+        self.stragglers: Callable[[int], dict[str, float]] = lambda record_id: {}
 
     # -- the records (what GetJob/ListJobs answer; the web API reads them here too) ------------
 
     async def get_job(self, ident: Identity, job_id: str) -> jobs_pb2.GetJobResponse:
         rec = await self.manager.get(ident, job_id)
-        return jobs_pb2.GetJobResponse(job=status_of(rec, job_id, with_spec=True))
+        job = status_of(rec, job_id, with_spec=True)
+        for node, ratio in sorted(self.stragglers(rec.record_id).items()):
+            job.stragglers.add(node=node, ratio=ratio)
+        return jobs_pb2.GetJobResponse(job=job)
 
     async def list_jobs(self, ident: Identity, request: jobs_pb2.ListJobsRequest) -> jobs_pb2.ListJobsResponse:
         states = frozenset(convert.job_state_from_proto(s) for s in request.states)

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from clusterd.config import LivenessConfig
 from clusterd.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable
@@ -43,6 +44,7 @@ _MAX_UNKNOWN = 10_000
 _LOOKUPS_PER_SECOND = 200.0  # store reads for ids not cached yet; beyond, RESOURCE_EXHAUSTED (the rank retries)
 _BEATS_PER_RANK_INTERVAL = 3.0  # a rank beats once an interval (plus its last): three is generous
 _NOT_RUNNING_INTERVAL = 0.5  # a job Slurm does not show running (yet) is asked to beat again this soon
+_MAX_STEP_SECONDS = 86_400.0  # a step time a beat may claim
 _HURRY_EVERY_SECONDS = 30.0  # a record's beats hurry the queue poll at most this often
 
 
@@ -119,6 +121,10 @@ class HeartbeatService:
             raise InvalidArgument("node" if len(req.node) > 255 else "job_id", "longer than Slurm allows")
         if req.rank >= max(req.world_size, 1):
             raise InvalidArgument("rank", f"{req.rank} is not below world_size {req.world_size}")
+        if not (math.isfinite(req.step_seconds) and 0 <= req.step_seconds <= _MAX_STEP_SECONDS):
+            raise InvalidArgument(
+                "step_seconds", f"{req.step_seconds} is not a step time (0 to {_MAX_STEP_SECONDS:g} s)"
+            )
         if req.stopping_step is not None and req.stopping_step < 0:
             raise InvalidArgument("stopping_step", f"{req.stopping_step} is not a step (0 or more)")
         job_id, view = self._job(req.record_id, req.job_id, known)
@@ -161,6 +167,8 @@ class HeartbeatService:
             req.restored,
             req.exiting,
             req.exit_code,
+            req.step_seconds,
+            req.stack,
         )
         run, first = self._table.record(beat, interval=known.interval, hang_timeout=known.hang_timeout)
         if req.exiting:
@@ -178,7 +186,10 @@ class HeartbeatService:
         current = run.restart_count == req.restart_count
         if not current or req.rank not in run.ranks:  # an older run's beat, or a rank over the table's cap
             return BeatReply(known.interval, stop=run.decided and current)
-        return self._stop_reply(run, req, known.interval)
+        reply = self._stop_reply(run, req, known.interval)
+        if run.stacks_asked and not run.ranks[req.rank].stack_sig and not run.decided:
+            reply = replace(reply, want_stack=True)  # the run stopped advancing: what is this rank doing?
+        return reply
 
     def _stopping_after_running(self, req: BeatClaim, job_id: str, known: _Known) -> BeatReply | None:
         """The reply to a rank of a run Slurm no longer shows running, when that rank still takes part

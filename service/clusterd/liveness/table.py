@@ -7,6 +7,7 @@ of an array (one record, a job id each) have runs of their own.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass, field
 
@@ -27,6 +28,11 @@ class RankBeat:
     restored: bool = False
     exiting: bool = False
     exit_code: int = 0
+    step_seconds: float = 0.0  # the rank's word: its recent seconds per step
+    advanced: float = 0.0  # time.monotonic() when its step last moved forward (0: no step yet)
+    first_step: int = -1  # the first step it reported in this run
+    stack: str = ""  # its stacks, once asked for (the run stopped advancing); the first ranks' only
+    stack_sig: str = ""  # what its main thread was doing, to compare with its peers ("": not sent)
 
 
 @dataclass
@@ -44,6 +50,9 @@ class Run:
     decided: bool = False  # a failure was acted on: later silence of this run is its consequence
     gone_since: float = 0.0  # monotonic time since which Slurm has not shown the job live (0: it does)
     stop: StopAgreement = field(default_factory=StopAgreement)  # the step the ranks stop at, for a stop signal
+    stacks_asked: float = 0.0  # monotonic time the ranks were asked for their stacks (0: not asked)
+    stacks_kept: int = 0  # ranks whose stack text is kept
+    stragglers: dict[str, float] = field(default_factory=dict)  # node -> its ranks' step time over the others'
 
     def committed_step(self) -> int:
         return max((b.committed_step for b in self.ranks.values()), default=-1)
@@ -65,6 +74,26 @@ class Beat:
     restored: bool
     exiting: bool
     exit_code: int
+    step_seconds: float = 0.0
+    stack: str = ""
+
+
+MAX_STACK = 4096  # characters of one rank's stacks kept
+MAX_STACKS_KEPT = 256  # ranks of one run whose stack text is kept (the others', its signature only)
+
+
+def printable(text: str) -> str:
+    """``text`` without control characters (but newlines and tabs): a stack is the job's word, and
+    is shown in terminals (`clusterctl status`) where escape sequences would act."""
+    return "".join(c if c.isprintable() or c in "\n\t" else "?" for c in text)
+
+
+def stack_signature(stack: str) -> str:
+    """The frames of the first thread of a stack dump (the main thread, as the client sends it):
+    ranks of one job run the same code, so ranks whose main threads wait at the same lines agree."""
+    first = stack.split("\n\n", 1)[0]
+    frames = [line.strip() for line in first.splitlines() if line.lstrip().startswith("File ")]
+    return hashlib.sha256("\n".join(frames).encode()).hexdigest()[:16] if frames else "-"
 
 
 class LivenessTable:
@@ -88,9 +117,24 @@ class LivenessTable:
         if beat.rank not in run.ranks and len(run.ranks) >= MAX_RANKS:
             return run, False
         now, wall = time.monotonic(), time.time()
-        run.ranks[beat.rank] = RankBeat(
+        old = run.ranks.get(beat.rank)
+        fresh = RankBeat(
             beat.node, beat.pid, now, wall, beat.step, beat.committed_step, beat.restored, beat.exiting, beat.exit_code
         )
+        fresh.step_seconds = beat.step_seconds if beat.step_seconds > 0 else (old.step_seconds if old else 0.0)
+        if old is None or old.step < 0:
+            fresh.first_step, fresh.advanced = beat.step, (now if beat.step >= 0 else 0.0)
+        else:
+            fresh.first_step = old.first_step
+            fresh.advanced = now if beat.step > old.step else old.advanced
+        if old is not None and old.stack_sig:
+            fresh.stack, fresh.stack_sig = old.stack, old.stack_sig
+        elif beat.stack and run.stacks_asked:  # taken only when asked: the text costs memory
+            fresh.stack_sig = stack_signature(beat.stack)
+            if run.stacks_kept < MAX_STACKS_KEPT:
+                run.stacks_kept += 1
+                fresh.stack = printable(beat.stack[:MAX_STACK])
+        run.ranks[beat.rank] = fresh
         first = beat.step >= 0 and run.first_step_wall is None
         if first:
             run.first_step_wall = wall
@@ -102,6 +146,15 @@ class LivenessTable:
     def get(self, record_id: int, job_id: str) -> Run | None:
         """The newest run of ``job_id`` (the record's job, or a task of its array) under the record."""
         return self._runs.get((record_id, job_id))
+
+    def stragglers(self, record_id: int) -> dict[str, float]:
+        """The straggler nodes the record's running jobs (its array's tasks too) name now."""
+        found: dict[str, float] = {}
+        for (rid, _), run in self._runs.items():
+            if rid == record_id and not run.decided:
+                for node, ratio in run.stragglers.items():
+                    found[node] = max(ratio, found.get(node, 0.0))
+        return found
 
     def clear(self) -> None:
         """Forget every run: this replica stopped (or started) supervising; beats start it anew."""

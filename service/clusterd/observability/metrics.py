@@ -66,6 +66,12 @@ POLL_LATENCY = Histogram(
     buckets=_LATENCY_BUCKETS,
     registry=REGISTRY,
 )
+STRAGGLERS = Counter(
+    "clusterd_straggler_verdicts",
+    "Times a running job named a node a straggler (its ranks' step time over the other nodes'), by node",
+    ["node"],
+    registry=REGISTRY,
+)
 SLURM_CALLS = Counter(
     "clusterd_slurm_calls",
     "Calls into Slurm, by backend, command (sbatch, squeue, POST job/submit...) and outcome",

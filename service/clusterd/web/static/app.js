@@ -123,6 +123,9 @@ async function showJob(jobId) {
   field(dl, "Reason", job.terminal && job.final_reason ? job.final_reason : job.reason);
   field(dl, "Nodes", (job.nodes || []).join(","));
   field(dl, "Restarts", job.restart_count);
+  if ((job.stragglers || []).length) {
+    field(dl, "Stragglers", job.stragglers.map((s) => s.node + " (" + Number(s.ratio).toFixed(2) + "x)").join(", "));
+  }
   if (job.has_exit_code) { field(dl, "Exit code", job.exit_code + (job.exit_signal ? " (signal " + job.exit_signal + ")" : "")); }
   field(dl, "Submitted", when(job.original_submit_time || job.submit_time));
   field(dl, "Started", when(job.start_time));
