@@ -20,6 +20,8 @@ from clusterd.api.views_servicer import ViewsJobServicer
 from clusterd.auth.tokens import TokenStore
 from clusterd.config import Config
 from clusterd.errors import SlurmError
+from clusterd.goodput.autopilot import Autopilot, FailureHistory
+from clusterd.goodput.report import GoodputReporter
 from clusterd.ha.fencing import FencedBackend
 from clusterd.ha.leadership import Leadership
 from clusterd.jobs.checkpoints import CheckpointViews
@@ -121,7 +123,18 @@ class ClusterDaemon:
             )
         )
         self.liveness = LivenessTable()
-        self.restarter = Restarter(fenced, self.store.jobs, self.journal, self.progress, config.restart, self.liveness)
+        # Goodput: node failures the restarter decides on feed the checkpoint interval autopilot.
+        self.autopilot = Autopilot(FailureHistory(config.goodput), config.goodput)
+        self.goodput = GoodputReporter(self.liveness, self.autopilot)
+        self.restarter = Restarter(
+            fenced,
+            self.store.jobs,
+            self.journal,
+            self.progress,
+            config.restart,
+            self.liveness,
+            failures=self.autopilot.history,
+        )
         self.reconciler = Reconciler(
             self.store.jobs,
             self.journal,
@@ -143,6 +156,7 @@ class ClusterDaemon:
             jobs=self._job_view,
             hurry=lambda: self.poller.hurry(_BEAT_HURRY_SECONDS),
             leading=lambda: self.leadership.is_leader,
+            autopilot=self.autopilot,
         )
         self.prober = SlurmdProber(live.probe_timeout_seconds)
         self.detector = Detector(
@@ -242,7 +256,9 @@ class ClusterDaemon:
                 ("grpc.max_send_message_length", limit),
             ],
         )
-        servicer = ViewsJobServicer(self.manager, self.bus, self.heartbeats, self.journal, views=self.views)
+        servicer = ViewsJobServicer(
+            self.manager, self.bus, self.heartbeats, self.journal, views=self.views, goodput=self.goodput
+        )
         jobs_pb2_grpc.add_JobServiceServicer_to_server(servicer, server)
         cluster_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(self.poller, self.placer), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)

@@ -24,10 +24,11 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from clusterd.config import LivenessConfig
 from clusterd.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable
+from clusterd.goodput.autopilot import Autopilot
 from clusterd.liveness import credentials
 from clusterd.liveness.claims import BeatClaim, BeatReply
 from clusterd.liveness.detector import JobView
@@ -77,12 +78,14 @@ class HeartbeatService:
         jobs: Jobs,
         hurry: Callable[[], None] = lambda: None,
         leading: Callable[[], bool] = lambda: True,
+        autopilot: Autopilot | None = None,
     ) -> None:
         """``jobs``: Slurm's view of a job by id, from the last poll; ``hurry``: poll again soon (a
         job that beats before the poll saw it running); ``leading``: whether this replica
         supervises now; only the leader's detector listens."""
         self._store = store
         self._leading = leading
+        self._autopilot = autopilot
         self._table = table
         self._config = config
         self._first_step = first_step
@@ -161,6 +164,8 @@ class HeartbeatService:
             req.restored,
             req.exiting,
             req.exit_code,
+            req.save_stall,
+            req.saves,
         )
         run, first = self._table.record(beat, interval=known.interval, hang_timeout=known.hang_timeout)
         if req.exiting:
@@ -173,12 +178,19 @@ class HeartbeatService:
                 beat.node,
                 beat.exit_code,
             )
-        if first and run.restart_count > 0:
+        if first:
             await self._first_step(run)
         current = run.restart_count == req.restart_count
         if not current or req.rank not in run.ranks:  # an older run's beat, or a rank over the table's cap
             return BeatReply(known.interval, stop=run.decided and current)
-        return self._stop_reply(run, req, known.interval)
+        reply = self._stop_reply(run, req, known.interval)
+        return replace(reply, checkpoint_interval=self.advice(run))
+
+    def advice(self, run: Run) -> float | None:
+        """The checkpoint interval the autopilot advises ``run`` (None: no autopilot, or no save yet)."""
+        if self._autopilot is None:
+            return None
+        return self._autopilot.for_run(run)
 
     def _stopping_after_running(self, req: BeatClaim, job_id: str, known: _Known) -> BeatReply | None:
         """The reply to a rank of a run Slurm no longer shows running, when that rank still takes part

@@ -27,6 +27,8 @@ class RankBeat:
     restored: bool = False
     exiting: bool = False
     exit_code: int = 0
+    save_stall: float = 0.0  # seconds this rank's save() calls blocked in this run (a clamped claim)
+    saves: int = 0  # how many saves that took
 
 
 @dataclass
@@ -44,9 +46,23 @@ class Run:
     decided: bool = False  # a failure was acted on: later silence of this run is its consequence
     gone_since: float = 0.0  # monotonic time since which Slurm has not shown the job live (0: it does)
     stop: StopAgreement = field(default_factory=StopAgreement)  # the step the ranks stop at, for a stop signal
+    started: float = field(default_factory=time.monotonic)  # the run's first beat (bounds stall claims)
+    # The committed step the run started from (its restore), and when a newer one was first seen:
+    # work after that time is lost if the run fails.
+    committed_base: int | None = None
+    committed_wall: float | None = None
 
     def committed_step(self) -> int:
         return max((b.committed_step for b in self.ranks.values()), default=-1)
+
+    def save_stall(self) -> float:
+        """Seconds the run stalled in save(): the slowest rank's (synchronous training waits for it)."""
+        return max((b.save_stall for b in self.ranks.values()), default=0.0)
+
+    def stall_per_save(self) -> float | None:
+        """The slowest rank's mean stall per save; None before any save."""
+        means = [b.save_stall / b.saves for b in self.ranks.values() if b.saves > 0]
+        return max(means) if means else None
 
 
 @dataclass(frozen=True)
@@ -65,6 +81,8 @@ class Beat:
     restored: bool
     exiting: bool
     exit_code: int
+    save_stall: float = 0.0
+    saves: int = 0
 
 
 class LivenessTable:
@@ -88,9 +106,30 @@ class LivenessTable:
         if beat.rank not in run.ranks and len(run.ranks) >= MAX_RANKS:
             return run, False
         now, wall = time.monotonic(), time.time()
+        # A stall claim can never exceed the run's age: the rank says it, clusterd bounds it.
+        stall = min(max(0.0, beat.save_stall), now - run.started)
+        saves = max(0, beat.saves)
+        before = run.ranks.get(beat.rank)
+        if before is not None and before.pid == beat.pid:  # the same process's counts only grow
+            stall, saves = max(stall, before.save_stall), max(saves, before.saves)
+        committed = run.committed_step()
         run.ranks[beat.rank] = RankBeat(
-            beat.node, beat.pid, now, wall, beat.step, beat.committed_step, beat.restored, beat.exiting, beat.exit_code
+            beat.node,
+            beat.pid,
+            now,
+            wall,
+            beat.step,
+            beat.committed_step,
+            beat.restored,
+            beat.exiting,
+            beat.exit_code,
+            stall,
+            saves,
         )
+        if run.committed_base is None:
+            run.committed_base = beat.committed_step
+        elif beat.committed_step > max(committed, run.committed_base):
+            run.committed_wall = wall
         first = beat.step >= 0 and run.first_step_wall is None
         if first:
             run.first_step_wall = wall

@@ -43,6 +43,8 @@ OBSERVED = (
     "array",
     "array_tasks",
     "heartbeat_token_sha256",
+    "first_start",
+    "first_step_time",
 )
 _TUPLES = ("nodes", "excluded_nodes")
 
