@@ -21,6 +21,7 @@ from clusterd.auth.tokens import TokenStore
 from clusterd.config import Config
 from clusterd.errors import SlurmError
 from clusterd.goodput.autopilot import Autopilot, FailureHistory
+from clusterd.goodput.publish import run as publish_goodput
 from clusterd.goodput.report import GoodputReporter
 from clusterd.ha.fencing import FencedBackend
 from clusterd.ha.leadership import Leadership
@@ -192,6 +193,7 @@ class ClusterDaemon:
             self.poller,
             self.placer,
             config.views,
+            goodput=self.goodput,
         )
         self.tokens = TokenStore(config.tokens_file)
         self.limiter = RateLimiter(config.limits.requests_per_second, config.limits.burst)
@@ -207,6 +209,7 @@ class ClusterDaemon:
         self._detector_task: asyncio.Task[None] | None = None
         self._lease_task: asyncio.Task[None] | None = None
         self._journal_task: asyncio.Task[None] | None = None
+        self._goodput_task: asyncio.Task[None] | None = None
         self._journal_stop = asyncio.Event()  # after the last submit drained: its events are logged too
         self._serving = False
         self._metrics: MetricsServer | None = None
@@ -256,9 +259,7 @@ class ClusterDaemon:
                 ("grpc.max_send_message_length", limit),
             ],
         )
-        servicer = ViewsJobServicer(
-            self.manager, self.bus, self.heartbeats, self.journal, views=self.views, goodput=self.goodput
-        )
+        servicer = ViewsJobServicer(self.manager, self.bus, self.heartbeats, self.journal, views=self.views)
         jobs_pb2_grpc.add_JobServiceServicer_to_server(servicer, server)
         cluster_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(self.poller, self.placer), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -367,6 +368,7 @@ class ClusterDaemon:
                 loop.add_signal_handler(sig, self._stop.set)
         self._poll_task = asyncio.create_task(self.poller.run(self._stop))
         self._retention_task = asyncio.create_task(self.quotas.run_retention(self._stop))
+        self._goodput_task = asyncio.create_task(publish_goodput(self.store.jobs, self.goodput, self._stop))
         try:
             await self._stop.wait()
         finally:
@@ -389,12 +391,13 @@ class ClusterDaemon:
             self._progress_task,
             self._detector_task,
             self._lease_task,
+            self._goodput_task,
         )
         for task in tasks:
             if task is not None:
                 await task
         self._poll_task = self._tokens_task = self._retention_task = self._progress_task = None
-        self._detector_task = self._lease_task = None
+        self._detector_task = self._lease_task = self._goodput_task = None
         await self.manager.drain(self.config.shutdown_grace_seconds)
         self._journal_stop.set()
         if self._journal_task is not None:

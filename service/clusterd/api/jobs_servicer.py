@@ -11,7 +11,6 @@ from clusterd.api import convert
 from clusterd.api.spec_convert import spec_from_proto
 from clusterd.auth.identity import Identity, current_identity
 from clusterd.errors import FailedPrecondition, InvalidArgument, OutOfRange
-from clusterd.goodput.report import GoodputReporter
 from clusterd.jobs.manager import JobManager
 from clusterd.liveness.heartbeats import HeartbeatService
 from clusterd.model.events import EventType
@@ -37,17 +36,9 @@ def _status(rec: JobRecord, asked: str, *, with_spec: bool = False) -> jobs_pb2.
 
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def __init__(
-        self,
-        manager: JobManager,
-        bus: EventBus,
-        heartbeats: HeartbeatService,
-        journal: EventJournal | None = None,
-        *,
-        goodput: GoodputReporter | None = None,
+        self, manager: JobManager, bus: EventBus, heartbeats: HeartbeatService, journal: EventJournal | None = None
     ) -> None:
-        """``journal``: the event log that resume tokens point into (None: resuming is refused);
-        ``goodput``: the live runs' side of GetGoodput (None: the records' alone)."""
-        self._goodput = goodput or GoodputReporter(None, None)
+        """``journal``: the event log that resume tokens point into (None: resuming is refused)."""
         self._manager = manager
         self._bus = bus
         self._heartbeats = heartbeats
@@ -69,15 +60,6 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     ) -> jobs_pb2.GetJobResponse:
         rec = await self._manager.get(current_identity(), request.job_id)
         return jobs_pb2.GetJobResponse(job=_status(rec, request.job_id, with_spec=True))
-
-    async def GetGoodput(
-        self, request: jobs_pb2.GetGoodputRequest, context: grpc.aio.ServicerContext
-    ) -> jobs_pb2.GetGoodputResponse:
-        """Where the job's wall time went; whoever may GetJob it may ask (the same lookup)."""
-        rec = await self._manager.get(current_identity(), request.job_id)  # checks the id and who may see it
-        if split_task_id(request.job_id)[1] is not None:
-            raise InvalidArgument("job_id", "goodput is kept per job, not per array task: give the job id")
-        return convert.goodput_response(rec.job_id, self._goodput.report(rec))
 
     async def ListJobs(
         self, request: jobs_pb2.ListJobsRequest, context: grpc.aio.ServicerContext

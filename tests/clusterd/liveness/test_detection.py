@@ -16,7 +16,9 @@ from google.protobuf.duration_pb2 import Duration
 from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
 from clusterd.config import LivenessConfig
 from clusterd.errors import ResourceExhausted
+from clusterd.goodput.publish import publish_once
 from clusterd.liveness.probe import Reach
+from clusterd.observability.metrics import REGISTRY
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.types import JobState, NodeState, SlurmJob
@@ -468,6 +470,9 @@ async def test_a_node_loss_shows_in_goodput_and_the_beats_get_an_interval(live: 
     parts = [getattr(g.breakdown, f.name) for f in g.breakdown.DESCRIPTOR.fields]
     assert abs(sum(parts) - g.wall_seconds) < 1e-6 and 0 < g.ettr < 1
     assert g.breakdown.lost > 0.2 and g.breakdown.checkpoint_stall > 0
+    await publish_once(live.daemon.store.jobs, live.daemon.goodput)  # the fleet series: per partition only
+    ratio = [s for m in REGISTRY.collect() if m.name == "clusterd_job_goodput_ratio" for s in m.samples]
+    assert ratio and all(set(s.labels) == {"partition"} and 0 <= s.value <= 1 for s in ratio)
     # Another tenant is refused as GetJob refuses it; a task id or a bad id is a bad argument.
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await live.jobs.GetGoodput(ask, metadata=auth(USER_B))
