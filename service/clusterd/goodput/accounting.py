@@ -113,6 +113,6 @@ def _runs(rec: JobRecord, live: LiveRun | None) -> list[_Run]:
         return runs
     if first_step is None and live is not None:
         first_step = live.first_step
-    stall = live.save_stall if live is not None else 0.0
+    stall = live.save_stall if live is not None else rec.final_save_stall
     runs.append(_Run(start, float("inf"), first_step, None, stall, False, detected))
     return runs

@@ -45,6 +45,7 @@ OBSERVED = (
     "heartbeat_token_sha256",
     "first_start",
     "first_step_time",
+    "final_save_stall",
 )
 _TUPLES = ("nodes", "excluded_nodes")
 

@@ -129,6 +129,7 @@ class JobRecord:
     # its first training step as the ranks' beats said. None: not (yet) known.
     first_start: float | None = None
     first_step_time: float | None = None
+    final_save_stall: float = 0.0  # seconds the last run stalled in save(), kept when the job ended
 
     def snapshot(self) -> JobRecord:
         """A copy that later updates of this record cannot change (events carry these)."""

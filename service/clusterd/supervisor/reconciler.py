@@ -285,6 +285,8 @@ class Reconciler:
     async def finish(self, rec: JobRecord, reason: str) -> None:
         """Mark a record terminal: supervision of it ends here."""
         self._missing.pop(rec.job_id, None)
+        # The last run's save stall is only in the beats, which end here: goodput keeps it.
+        rec.final_save_stall = self._restarter.run_notes(rec).get("save_stall", rec.final_save_stall)
         self._restarter.forget(rec)
         self._progress.forget(rec.record_id)
         # A finished job's series goes too: job ids would otherwise grow /metrics without bound.

@@ -228,7 +228,7 @@ class Restarter:
             decision.reason,
             nodes_before=len(rec.nodes),
             detected_by=det.detected_by,
-            phases={**self._run_notes(rec), "failed": det.failed_at, "detected": det.detected_at},
+            phases={**self.run_notes(rec), "failed": det.failed_at, "detected": det.detected_at},
         )
         rec.acked_restarts = sj.restart_count + 1
         rec.excluded_nodes = still_excluded(rec, det.detected_at)
@@ -254,7 +254,7 @@ class Restarter:
         if self._failures is not None and entry.cause == Cause.NODE_FAILURE:
             self._failures.note(entry.failed_nodes, entry.phases.get("failed", entry.time))
 
-    def _run_notes(self, rec: JobRecord) -> dict[str, float]:
+    def run_notes(self, rec: JobRecord) -> dict[str, float]:
         """What the beats said of the run that ended, for goodput: when its newest checkpoint was
         first seen committed, and how long its ranks stalled in save()."""
         run = self._liveness.get(rec.record_id, rec.job_id) if self._liveness is not None else None
@@ -410,7 +410,7 @@ class Restarter:
             decision.reason,
             nodes_before=len(term.nodes),
             detected_by=term.detected_by,
-            phases={**self._run_notes(rec), "failed": min(failed, now), "detected": now},
+            phases={**self.run_notes(rec), "failed": min(failed, now), "detected": now},
         )
         # Persist the decision before acting on it: a crash after this line re-issues, never repeats.
         rec.acked_restarts = sj.restart_count + (0 if term.slurm_requeued else 1)

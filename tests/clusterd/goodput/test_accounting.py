@@ -40,6 +40,7 @@ def test_a_job_that_lost_a_node_once() -> None:
         first_step_time=1015.0,
         start_time=1080.0,
         end_time=1200.0,
+        final_save_stall=3.0,
         restarts=[
             restart(committed=1050.0, save_stall=5.0, failed=1070.0, detected=1073.0, running=1080.0, first_step=1084.0)
         ],
@@ -50,8 +51,8 @@ def test_a_job_that_lost_a_node_once() -> None:
     assert g.wall_seconds == 200.0
     assert b["queue"] == 10.0 and b["start_restore"] == 5.0 + 4.0
     assert b["lost"] == 20.0 and b["detection"] == 3.0 and b["restart"] == 7.0
-    assert b["checkpoint_stall"] == 5.0  # run 0's, from its restart (the last run's ended with the job)
-    assert b["productive"] == 200.0 - 10 - 9 - 20 - 3 - 7 - 5
+    assert b["checkpoint_stall"] == 5.0 + 3.0  # run 0's from its restart, the last run's kept at the end
+    assert b["productive"] == 200.0 - 10 - 9 - 20 - 3 - 7 - 8
     assert 0 < g.ettr < 1
 
 
