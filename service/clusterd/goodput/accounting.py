@@ -60,7 +60,7 @@ def account(rec: JobRecord, now: float, live: LiveRun | None = None) -> Goodput:
         return min(end, max(lo, t if t is not None else lo))
 
     parts = dict.fromkeys(PARTS, 0.0)
-    runs = _runs(rec, live)
+    runs, pending = _runs(rec, live)
     cursor = t0
     failed_before = False
     for run in runs:
@@ -81,17 +81,18 @@ def account(rec: JobRecord, now: float, live: LiveRun | None = None) -> Goodput:
         cursor, failed_before = stop, run.failed
     # After the last known point: a restart under way (requeued, not running yet), or the first wait.
     if failed_before:
-        gap_detected = at(rec.restarts[-1].phases.get("detected", rec.restarts[-1].time), cursor)
-        parts["detection"] += gap_detected - cursor
-        cursor = gap_detected
+        detected = at(pending, cursor)
+        parts["detection"] += detected - cursor
+        cursor = detected
     parts["restart" if failed_before else "queue"] += end - cursor
     wall = end - t0
     parts["productive"] = max(0.0, wall - sum(v for k, v in parts.items() if k != "productive"))
     return Goodput(wall, parts)
 
 
-def _runs(rec: JobRecord, live: LiveRun | None) -> list[_Run]:
-    """The runs of the job in order, each with what is known of its phases.
+def _runs(rec: JobRecord, live: LiveRun | None) -> tuple[list[_Run], float | None]:
+    """The runs of the job in order, each with what is known of its phases, and when the failure that
+    ended the last of them was decided when no run followed it (None otherwise).
 
     A restart whose next run was never seen running ends the list: the time after it is the restart's.
     """
@@ -102,7 +103,7 @@ def _runs(rec: JobRecord, live: LiveRun | None) -> list[_Run]:
     for entry in rec.restarts:
         ph = entry.phases
         if start is None:
-            return runs
+            return runs, detected
         stall = ph.get("save_stall", 0.0)
         runs.append(_Run(start, ph.get("failed", entry.time), first_step, ph.get("committed"), stall, True, detected))
         detected = ph.get("detected", entry.time)
@@ -110,9 +111,9 @@ def _runs(rec: JobRecord, live: LiveRun | None) -> list[_Run]:
     if start is None and rec.restarts and rec.start_time and detected is not None and rec.start_time >= detected:
         start = rec.start_time  # the last run started, and the note of when was not written (yet)
     if start is None:
-        return runs
+        return runs, detected
     if first_step is None and live is not None:
         first_step = live.first_step
     stall = live.save_stall if live is not None else rec.final_save_stall
     runs.append(_Run(start, float("inf"), first_step, None, stall, False, detected))
-    return runs
+    return runs, None

@@ -106,3 +106,12 @@ def test_restarts_without_phases_count_from_the_restart_time() -> None:
     g = account(rec, now=1100.0)
     adds_up(g)
     assert g.breakdown["restart"] == 10.0 and g.breakdown["lost"] == 0.0  # no beats: lost work unknown
+
+
+def test_a_second_restart_before_the_next_run_started_counts_as_restart_time() -> None:
+    first = restart(committed=1040.0, failed=1050.0, detected=1052.0)  # its run never seen running
+    second = RestartEntry(Cause.NODE_FAILURE, (), 1070.0, 4, phases={"failed": 1069.0, "detected": 1070.0})
+    rec = record(first_start=1010.0, first_step_time=1015.0, restarts=[first, second])
+    g = account(rec, now=1100.0)
+    adds_up(g)
+    assert g.breakdown["detection"] == 2.0 and g.breakdown["restart"] == 48.0 and g.breakdown["lost"] == 10.0
