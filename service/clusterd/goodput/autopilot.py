@@ -65,7 +65,9 @@ class FailureHistory:
         for node in set(nodes):
             count += 1
             seen = self._failures.get(node)
-            recent = sum(1 for t in seen if now - t <= window) if seen else 0
+            while seen and now - seen[0] > window:  # oldest first: what fell out of the window goes
+                seen.popleft()
+            recent = len(seen) if seen else 0
             # (failures + one prior failure) over (watched time + the prior's time)
             rate += (recent + 1) / (watched + prior)
         return 1.0 / rate if count else prior

@@ -45,6 +45,7 @@ _LOOKUPS_PER_SECOND = 200.0  # store reads for ids not cached yet; beyond, RESOU
 _BEATS_PER_RANK_INTERVAL = 3.0  # a rank beats once an interval (plus its last): three is generous
 _NOT_RUNNING_INTERVAL = 0.5  # a job Slurm does not show running (yet) is asked to beat again this soon
 _HURRY_EVERY_SECONDS = 30.0  # a record's beats hurry the queue poll at most this often
+_ADVISE_EVERY_SECONDS = 5.0  # a run's checkpoint interval advice is worked out again this often
 
 
 # The rate-limit buckets' clock: a test of the limit replaces it, so the limit is checked whatever
@@ -187,10 +188,14 @@ class HeartbeatService:
         return replace(reply, checkpoint_interval=self.advice(run))
 
     def advice(self, run: Run) -> float | None:
-        """The checkpoint interval the autopilot advises ``run`` (None: no autopilot, or no save yet)."""
+        """The checkpoint interval the autopilot advises ``run`` (None: no autopilot, or no save yet);
+        worked out at most once per _ADVISE_EVERY_SECONDS per run: every rank beats every interval."""
         if self._autopilot is None:
             return None
-        return self._autopilot.for_run(run)
+        now = time.monotonic()
+        if run.advice is None or now - run.advised_at >= _ADVISE_EVERY_SECONDS:
+            run.advice, run.advised_at = self._autopilot.for_run(run), now
+        return run.advice
 
     def _stopping_after_running(self, req: BeatClaim, job_id: str, known: _Known) -> BeatReply | None:
         """The reply to a rank of a run Slurm no longer shows running, when that rank still takes part

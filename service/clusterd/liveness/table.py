@@ -51,6 +51,8 @@ class Run:
     # work after that time is lost if the run fails.
     committed_base: int | None = None
     committed_wall: float | None = None
+    advice: float | None = None  # the checkpoint interval last advised to the run, and when (monotonic)
+    advised_at: float = 0.0
 
     def committed_step(self) -> int:
         return max((b.committed_step for b in self.ranks.values()), default=-1)
