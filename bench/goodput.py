@@ -83,7 +83,10 @@ def submit(stack: Stack, client: ClusterClient, mode: str, steps: int, stall: fl
         nodes=1,
         exclusive=True,
         environment={k: v for k, v in stack.env.items() if k.startswith("AWS_")},
-        restart_policy=jobs_pb2.RestartPolicy(max_restarts=100, hang_timeout=Duration(seconds=30)),
+        # Every failure is restarted (no crash-loop brake), and a node back from the dead is used again.
+        restart_policy=jobs_pb2.RestartPolicy(
+            max_restarts=1000, no_progress_limit=1000, exclude_failed_nodes=False, hang_timeout=Duration(seconds=30)
+        ),
     )
     submitted = time.time()
     job_id = client.submit(spec).job.job_id
