@@ -2,7 +2,7 @@
 
 The timeline comes from the record: the original submission, when run 0 started and took its first
 step, and for every restart the phases the supervisor noted (failed, detected, running, first_step,
-and ``committed``: when the run's newest checkpoint was first seen committed). The run in progress
+and ``committed``: when the run first reported the step of its newest checkpoint). The run in progress
 adds what the liveness table knows of it. Every interval is clipped into [submitted, end] and in
 order, so a skewed or missing time shrinks a part instead of double counting; what is not
 known to be something else is productive. Save stalls are the ranks' claims: they are clipped to the
@@ -45,7 +45,7 @@ class _Run:
     start: float
     end: float
     first_step: float | None
-    committed: float | None  # when its newest checkpoint was first seen committed
+    committed: float | None  # when it first reported the step of its newest checkpoint
     stall: float
     failed: bool
     detected: float | None  # when the failure BEFORE this run was decided (None for run 0)

@@ -7,12 +7,15 @@ of an array (one record, a job id each) have runs of their own.
 
 from __future__ import annotations
 
+import bisect
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from clusterd.liveness.stopping import StopAgreement
 
 MAX_RANKS = 65_536  # one job's ranks the table keeps: a bound on what one job's beats can cost
+_MAX_STEPS_SEEN = 4096  # a run's (step, first seen) samples kept: the oldest go first
 _MAX_ENDED = 100_000  # finished records remembered (the store says the same of older ones)
 
 
@@ -47,15 +50,25 @@ class Run:
     gone_since: float = 0.0  # monotonic time since which Slurm has not shown the job live (0: it does)
     stop: StopAgreement = field(default_factory=StopAgreement)  # the step the ranks stop at, for a stop signal
     started: float = field(default_factory=time.monotonic)  # the run's first beat (bounds stall claims)
-    # The committed step the run started from (its restore), and when a newer one was first seen:
-    # work after that time is lost if the run fails.
+    # The committed step the run started from (its restore), and when each newer step was first
+    # reported (ascending, bounded): if the run fails, the work after its newest committed step was
+    # taken is lost (the commit itself may land after the failure: the step was saved before it).
     committed_base: int | None = None
-    committed_wall: float | None = None
+    steps_seen: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=_MAX_STEPS_SEEN))
     advice: float | None = None  # the checkpoint interval last advised to the run, and when (monotonic)
     advised_at: float = 0.0
 
     def committed_step(self) -> int:
         return max((b.committed_step for b in self.ranks.values()), default=-1)
+
+    def committed_at(self) -> float | None:
+        """When the run first reported reaching its newest committed step; None when the run committed
+        nothing newer than what it started from (all of its steps are lost if it fails)."""
+        step = self.committed_step()
+        if self.committed_base is None or step <= self.committed_base or not self.steps_seen:
+            return None
+        i = bisect.bisect_left(self.steps_seen, step, key=lambda s: s[0])
+        return self.steps_seen[min(i, len(self.steps_seen) - 1)][1]
 
     def save_stall(self) -> float:
         """Seconds the run stalled in save(): the slowest rank's (synchronous training waits for it)."""
@@ -114,7 +127,6 @@ class LivenessTable:
         before = run.ranks.get(beat.rank)
         if before is not None and before.pid == beat.pid:  # the same process's counts only grow
             stall, saves = max(stall, before.save_stall), max(saves, before.saves)
-        committed = run.committed_step()
         run.ranks[beat.rank] = RankBeat(
             beat.node,
             beat.pid,
@@ -130,8 +142,8 @@ class LivenessTable:
         )
         if run.committed_base is None:
             run.committed_base = beat.committed_step
-        elif beat.committed_step > max(committed, run.committed_base):
-            run.committed_wall = wall
+        if beat.step >= 0 and (not run.steps_seen or beat.step > run.steps_seen[-1][0]):
+            run.steps_seen.append((beat.step, wall))
         first = beat.step >= 0 and run.first_step_wall is None
         if first:
             run.first_step_wall = wall

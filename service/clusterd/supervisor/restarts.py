@@ -255,14 +255,15 @@ class Restarter:
             self._failures.note(entry.failed_nodes, entry.phases.get("failed", entry.time))
 
     def run_notes(self, rec: JobRecord) -> dict[str, float]:
-        """What the beats said of the run that ended, for goodput: when its newest checkpoint was
-        first seen committed, and how long its ranks stalled in save()."""
+        """What the beats said of the run that ended, for goodput: when its newest committed step
+        was first reported (the steps after it are lost), and how long its ranks stalled in save()."""
         run = self._liveness.get(rec.record_id, rec.job_id) if self._liveness is not None else None
         if run is None or run.restart_count != rec.acked_restarts:
             return {}
         notes = {"save_stall": run.save_stall()}
-        if run.committed_wall is not None:
-            notes["committed"] = run.committed_wall
+        committed = run.committed_at()
+        if committed is not None:
+            notes["committed"] = committed
         return notes
 
     async def amend_phase(self, rec: JobRecord, phase: str, when: float) -> None:
