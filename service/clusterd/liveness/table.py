@@ -67,8 +67,15 @@ class Run:
         step = self.committed_step()
         if self.committed_base is None or step <= self.committed_base or not self.steps_seen:
             return None
-        i = bisect.bisect_left(self.steps_seen, step, key=lambda s: s[0])
-        return self.steps_seen[min(i, len(self.steps_seen) - 1)][1]
+        seen = self.steps_seen
+        i = bisect.bisect_left(seen, step, key=lambda s: s[0])
+        if i >= len(seen):
+            return seen[-1][1]
+        if i == 0 or seen[i][0] == step:
+            return seen[i][1]
+        # Between two beats: steps come at a steady pace, so the time is interpolated.
+        (s0, t0), (s1, t1) = seen[i - 1], seen[i]
+        return t0 + (step - s0) / (s1 - s0) * (t1 - t0)
 
     def save_stall(self) -> float:
         """Seconds the run stalled in save(): the slowest rank's (synchronous training waits for it)."""
