@@ -41,6 +41,7 @@ from .gc import GarbageReport, apply_retention, collect_garbage, latest_committe
 from .restore import VerifyReport, restore_state, verify_step
 from .schedule import SaveSchedule
 from .staging import StagingPool
+from .tiering import TierAttachment
 from .writer import Snapshot, take_snapshot, upload_snapshot
 
 log = logging.getLogger(__name__)
@@ -131,6 +132,11 @@ class CheckpointManager:
             :mod:`.schedule`).
         config: every other knob (policy, staging memory, part size, deadlines).
         storage: a ready :class:`~clusterctl.storage.Storage` to use instead of opening ``uri``.
+        tier: ``"memory"`` saves into the node's memory tier (:mod:`clusterctl.tier`): ``result()``
+            returns once every shard has its replicas' verified copies in memory, the upload to
+            ``uri`` follows in the tier's process (:meth:`wait_durable`), and restores read memory,
+            then peers, then ``uri``. The tiers come from the ``CLUSTERCTL_TIER_*`` variables;
+            without them the manager starts a tier process of its own (one copy, no peers).
 
     Raises:
         InvalidURIError (a ValueError): the URI is malformed.
@@ -143,10 +149,11 @@ class CheckpointManager:
         rank: int | None = None,
         world_size: int | None = None,
         keep: int = 3,
-        interval: float | str | None = None,
         *,
         config: CheckpointConfig | None = None,
         storage: Storage | None = None,
+        tier: str | None = None,
+        interval: float | str | None = None,
     ) -> None:
         self.config = config = config or CheckpointConfig()
         self._explicit = (rank, world_size)
@@ -154,7 +161,16 @@ class CheckpointManager:
         if keep < 0:
             raise ValueError(f"keep must be >= 0, got {keep}")
         self._schedule = SaveSchedule(interval, first=config.auto_first_interval)
-        self.storage: Storage = storage or open_storage(uri, s3=config.s3_options(), posix=config.posix_options())
+        if tier not in (None, "memory"):
+            raise ValueError(f"tier must be None or 'memory', got {tier!r}")
+        durable: Storage = storage or open_storage(uri, s3=config.s3_options(), posix=config.posix_options())
+        self.durable_storage = durable
+        self._tier: TierAttachment | None = None
+        self.storage: Storage = durable
+        self._read: Storage = durable
+        if tier == "memory":
+            self._tier = TierAttachment.open(uri, durable, config)
+            self.storage, self._read = self._tier.save_storage, self._tier.read_storage
         self.uri = uri
         self.keep = keep
         self._coordinator: TorchCoordinator | None = None
@@ -181,6 +197,7 @@ class CheckpointManager:
         self._create_only_checked = False
         self.last_restored_step: int | None = None
         self._runtime = JobRuntime(report_return=False)
+        self._last_committed: int | None = None
 
     def _resolve_world(self) -> tuple[int, int]:
         env_rank, env_world = slurm_env.rank_and_world_size()
@@ -412,6 +429,7 @@ class CheckpointManager:
             raise self._wrap(exc, step, progress["key"]) from exc
         total = time.perf_counter() - t0
         heartbeat.report_committed(step)
+        self._last_committed = step if self._last_committed is None else max(step, self._last_committed)
         return SaveResult(step, committed=True, bytes=nbytes, snapshot_seconds=snap.seconds, total_seconds=total)
 
     def _committed_already(self, step: int, attempt: str) -> SaveError:
@@ -459,11 +477,11 @@ class CheckpointManager:
     # --- discovery and restore -----------------------------------------------------------
     def steps(self) -> list[int]:
         """Committed steps, ascending (one LIST)."""
-        return list_committed(self.storage)
+        return list_committed(self._read)
 
     def latest_step(self) -> int | None:
         """Newest committed step, or None (one LIST)."""
-        return latest_committed(self.storage)
+        return latest_committed(self._read)
 
     def restore(
         self,
@@ -521,7 +539,7 @@ class CheckpointManager:
         if rank_local is None:
             rank_local = "rank0" if into is not None else "error"
         result = restore_state(
-            self.storage,
+            self._read,
             step=step,
             rank=self.rank if rank is None else rank,
             world_size=None if explicit else self.world_size,
@@ -544,7 +562,35 @@ class CheckpointManager:
 
     def verify(self, step: int) -> VerifyReport:
         """Verify every rank's shard of a committed step (reads everything; bounded memory)."""
-        return verify_step(self.storage, step, executor=self._io)
+        return verify_step(self._read, step, executor=self._io)
+
+    def durable_steps(self) -> list[int]:
+        """Committed steps on the URI itself (with ``tier="memory"``, those whose upload finished)."""
+        return list_committed(self.durable_storage)
+
+    def wait_durable(self, step: int | None = None, timeout: float | None = None) -> int | None:
+        """Block until ``step`` (default: the newest step this manager committed) is committed on the URI.
+
+        Without a tier every commit is durable at once. Returns the step (None when nothing was saved).
+
+        Raises:
+            TimeoutError: ``timeout`` passed first (the upload keeps running in the tier).
+        """
+        self.wait()
+        step = self._last_committed if step is None else layout.check_step(step)
+        if step is None or self._tier is None:
+            return step
+        poller = commit.Poller(float("inf") if timeout is None else timeout, 0.05, 0.25)
+        while True:
+            try:
+                self.durable_storage.stat(layout.commit_key(step))
+                return step
+            except ObjectNotFoundError:
+                pass
+            except StorageError as exc:
+                log.info("checkpoint: durability of step %d not known yet: %s", step, exc)
+            if not poller.wait():
+                raise TimeoutError(f"step {step} not on {self.durable_storage.uri} after {timeout}s")
 
     def gc(self, *, grace: float | None = None, dry_run: bool = False) -> GarbageReport:
         """Collect uncommitted objects and multipart uploads older than ``grace`` (default config)."""
@@ -575,7 +621,10 @@ class CheckpointManager:
             self._bg.shutdown(wait=True)
             self._io.shutdown(wait=True)
             self._pool.clear()
-            self.storage.close()
+            if self._tier is not None:
+                self._tier.close(self._last_committed, self.config.commit_timeout)
+            else:
+                self.storage.close()
             if self._coordinator is not None:
                 self._coordinator.close()
         self._raise_pending()

@@ -158,10 +158,16 @@ slurmd_start() {
     fi
     mkdir -p "$STATE/slurm/spool/$n"
     # Own UTS namespace: `hostname` in a job prints the node name, which resolves (through
-    # /etc/netns/$n/hosts, bind-mounted by `ip netns exec`) to the node's address.
-    # shellcheck disable=SC2016  # $1/$@ expand in the inner shell
-    ip netns exec "$(node_ns "$n")" unshare --uts /bin/sh -c 'hostname "$1" && shift && exec "$@"' \
-        slurmd-launch "$n" "${SLURM_EXEC[@]}" /usr/sbin/slurmd -N "$n" -f "$SLURM_CONF_PATH" 9>&- 2>>"$LOGS/slurmd-$n.stderr" ||
+    # /etc/netns/$n/hosts, bind-mounted by `ip netns exec`) to the node's address. Own mount
+    # namespace with a private tmpfs on /dev/shm (and the chroot's): the node's memory, which no
+    # other node sees and which kill-node frees with the last process of the node.
+    local shm=/dev/shm
+    [[ -z "${CHROOT:-}" ]] || shm="/dev/shm $CHROOT/dev/shm"
+    # shellcheck disable=SC2016  # $1/$2/$@ expand in the inner shell
+    ip netns exec "$(node_ns "$n")" unshare --uts --mount --propagation private /bin/sh -c \
+        'hostname "$1" && for d in $2; do [ ! -d "$d" ] || mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$d" || exit 1; done &&
+         shift 2 && exec "$@"' \
+        slurmd-launch "$n" "$shm" "${SLURM_EXEC[@]}" /usr/sbin/slurmd -N "$n" -f "$SLURM_CONF_PATH" 9>&- 2>>"$LOGS/slurmd-$n.stderr" ||
         {
             show_tail "$LOGS/slurmd-$n.stderr" "$LOGS/slurmd-$n.log"
             die "slurmd $n failed to start"
