@@ -4,11 +4,13 @@ Why: Slurm notices a dead node after SlurmdTimeout (tens of seconds) and never n
 that hangs (a stuck collective, SIGSTOP) or that crashed while its peers wait. clusterd's failure
 detector learns all three from these beats: one small unary ``JobService.Heartbeat`` call per
 interval from a daemon thread, with the newest step the rank reported and its recent step time, the
-newest committed checkpoint step it saw, whether ``restore()`` returned, and one last beat with the
-exit status. A loop that does not checkpoint every step reports its steps with one line,
-``clusterctl.heartbeat.report_step(step)``. When the ranks stop advancing while they beat,
-clusterd's reply asks for the process's Python stacks, which the beat thread takes from inside the
-process (``sys._current_frames``: no privilege, nothing to install) and sends in the next beat.
+newest committed checkpoint step it saw, whether ``restore()`` returned, how long its saves stalled
+training, and one last beat with the exit status. A loop that does not checkpoint every step reports
+its steps with one line, ``clusterctl.heartbeat.report_step(step)``. When the ranks stop advancing
+while they beat, clusterd's reply asks for the process's Python stacks, which the beat thread takes
+from inside the process (``sys._current_frames``: no privilege, nothing to install) and sends in the
+next beat. clusterd's reply may also carry the checkpoint interval it advises
+(:func:`checkpoint_interval`), which ``CheckpointManager(interval="auto")`` follows.
 
 Configured only from the environment clusterd puts in the job; with no configuration every call
 here is a cheap no-op (this module imports nothing heavy; grpc is imported by the sender thread):
@@ -153,6 +155,8 @@ class HeartbeatSender:
         self._step_at = 0.0  # time.monotonic() of the newest step reported
         self._step_seconds = 0.0  # seconds per step, averaged over the recent steps (0: not known yet)
         self._stack = ""  # this process's stacks, asked for by clusterd: sent in the next beat
+        self._stall, self._saves = 0.0, 0  # seconds save() blocked training in this process, and how often
+        self.checkpoint_interval: float | None = None  # the interval clusterd advised last (None: none)
         self._restored = self._closed = self._warned = self._rotated = False
         self._urgent = True  # the first step reported (in this process, then after restore) goes out at once
         self._call: Callable[..., Any] | None = None  # Heartbeat at the current address (None: heartbeats off)
@@ -191,6 +195,14 @@ class HeartbeatSender:
             self._committed = max(self._committed, int(step))
         if newer:
             self._wake.set()
+
+    def report_save_stall(self, seconds: float) -> None:
+        """One save blocked training for ``seconds``: the autopilot's measure of what a save costs."""
+        if not math.isfinite(seconds) or seconds < 0:
+            return
+        with self._lock:
+            self._stall += seconds
+            self._saves += 1
 
     def report_restored(self) -> None:
         with self._lock:
@@ -318,6 +330,7 @@ class HeartbeatSender:
             }
             if self._stack:
                 fields["stack"], self._stack = self._stack, ""
+            fields.update(save_stall_seconds=self._stall, saves=min(self._saves, 2**32 - 1))
             claim = self._stopping_step
         if claim is not None:
             fields["stopping_step"] = claim
@@ -359,6 +372,9 @@ class HeartbeatSender:
             with self._lock:
                 self._stack = stacks()
             self._wake.set()
+        if reply.HasField("checkpoint_interval"):
+            advised = reply.checkpoint_interval.seconds + reply.checkpoint_interval.nanos / 1e9
+            self.checkpoint_interval = advised if advised > 0 else None
         if reply.stop:
             self._stop.set()
             with self._news:
@@ -475,6 +491,22 @@ def report_committed(step: int) -> None:
         log.debug("heartbeat report_committed: %s", exc)
 
 
+def report_save_stall(seconds: float) -> None:
+    """A save blocked training for ``seconds`` (sent with the next beat)."""
+    try:
+        if (s := _sender) is not None:
+            s.report_save_stall(seconds)
+    except Exception as exc:
+        log.debug("heartbeat report_save_stall: %s", exc)
+
+
+def checkpoint_interval() -> float | None:
+    """The checkpoint interval (seconds) clusterd advised in its last reply; None without heartbeats
+    or before any advice (clusterd advises once the run has saved)."""
+    s = _sender
+    return s.checkpoint_interval if s is not None else None
+
+
 def report_restored() -> None:
     """``restore()`` returned in this run (with a state or with None); sent at once."""
     try:
@@ -552,9 +584,11 @@ __all__ = [
     "HeartbeatSender",
     "StopNews",
     "beat_now",
+    "checkpoint_interval",
     "finish",
     "report_committed",
     "report_restored",
+    "report_save_stall",
     "report_step",
     "report_stopping",
     "start",

@@ -155,6 +155,17 @@ class LivenessConfig:
 
 
 @dataclass(frozen=True)
+class GoodputConfig:
+    """The checkpoint interval autopilot (clusterd.goodput.autopilot): Young/Daly, bounded."""
+
+    interval_floor_seconds: float = 30.0  # never advise saving more often
+    interval_ceiling_seconds: float = 6 * 3600.0  # never advise saving less often
+    # A node never seen failing is taken to fail once per this long (the prior of its rate).
+    prior_node_mtbf_seconds: float = 7 * 24 * 3600.0
+    failure_window_seconds: float = 30 * 24 * 3600.0  # failures older than this are forgotten
+
+
+@dataclass(frozen=True)
 class ViewsConfig:
     """What users may see of jobs beyond their records: logs, history, the whole queue, checkpoints."""
 
@@ -258,6 +269,7 @@ class Config:
     restart: RestartDefaults = field(default_factory=RestartDefaults)
     supervisor: SupervisorConfig = field(default_factory=SupervisorConfig)
     liveness: LivenessConfig = field(default_factory=LivenessConfig)
+    goodput: GoodputConfig = field(default_factory=GoodputConfig)
     views: ViewsConfig = field(default_factory=ViewsConfig)
     web: WebConfig = field(default_factory=WebConfig)
     ha: HAConfig = field(default_factory=HAConfig)

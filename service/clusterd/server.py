@@ -20,6 +20,9 @@ from clusterd.api.views_servicer import ViewsJobServicer
 from clusterd.auth.tokens import TokenStore
 from clusterd.config import Config
 from clusterd.errors import SlurmError
+from clusterd.goodput.autopilot import Autopilot, FailureHistory
+from clusterd.goodput.publish import run as publish_goodput
+from clusterd.goodput.report import GoodputReporter
 from clusterd.ha.fencing import FencedBackend
 from clusterd.ha.leadership import Leadership
 from clusterd.jobs.checkpoints import CheckpointViews
@@ -123,7 +126,18 @@ class ClusterDaemon:
             )
         )
         self.liveness = LivenessTable()
-        self.restarter = Restarter(fenced, self.store.jobs, self.journal, self.progress, config.restart, self.liveness)
+        # Goodput: node failures the restarter decides on feed the checkpoint interval autopilot.
+        self.autopilot = Autopilot(FailureHistory(config.goodput), config.goodput)
+        self.goodput = GoodputReporter(self.liveness, self.autopilot)
+        self.restarter = Restarter(
+            fenced,
+            self.store.jobs,
+            self.journal,
+            self.progress,
+            config.restart,
+            self.liveness,
+            failures=self.autopilot.history,
+        )
         self.reconciler = Reconciler(
             self.store.jobs,
             self.journal,
@@ -147,6 +161,7 @@ class ClusterDaemon:
             jobs=self._job_view,
             hurry=lambda: self.poller.hurry(_BEAT_HURRY_SECONDS),
             leading=lambda: self.leadership.is_leader,
+            autopilot=self.autopilot,
         )
         self.prober = SlurmdProber(live.probe_timeout_seconds)
         self.detector = Detector(
@@ -191,6 +206,7 @@ class ClusterDaemon:
             self.poller,
             self.placer,
             config.views,
+            goodput=self.goodput,
         )
         self.views.stragglers = self.liveness.stragglers
         self.tokens = TokenStore(config.tokens_file)
@@ -207,6 +223,7 @@ class ClusterDaemon:
         self._detector_task: asyncio.Task[None] | None = None
         self._lease_task: asyncio.Task[None] | None = None
         self._journal_task: asyncio.Task[None] | None = None
+        self._goodput_task: asyncio.Task[None] | None = None
         self._journal_stop = asyncio.Event()  # after the last submit drained: its events are logged too
         self._serving = False
         self._metrics: MetricsServer | None = None
@@ -371,6 +388,7 @@ class ClusterDaemon:
                 loop.add_signal_handler(sig, self._stop.set)
         self._poll_task = asyncio.create_task(self.poller.run(self._stop))
         self._retention_task = asyncio.create_task(self.quotas.run_retention(self._stop))
+        self._goodput_task = asyncio.create_task(publish_goodput(self.store.jobs, self.goodput, self._stop))
         try:
             await self._stop.wait()
         finally:
@@ -393,12 +411,13 @@ class ClusterDaemon:
             self._progress_task,
             self._detector_task,
             self._lease_task,
+            self._goodput_task,
         )
         for task in tasks:
             if task is not None:
                 await task
         self._poll_task = self._tokens_task = self._retention_task = self._progress_task = None
-        self._detector_task = self._lease_task = None
+        self._detector_task = self._lease_task = self._goodput_task = None
         await self.manager.drain(self.config.shutdown_grace_seconds)
         self._journal_stop.set()
         if self._journal_task is not None:

@@ -352,3 +352,21 @@ def test_beats_rotate_to_the_leader_among_several_addresses(tmp_path: Path) -> N
         s.finish(3)
         b.wait_for(lambda r: r.exiting and r.exit_code == 3, timeout=2, what="the exiting beat at the leader")
         assert not any(r.exiting for r in a.requests())
+
+
+def test_beats_carry_the_save_stall_and_replies_the_advised_interval(sock: Path, fake: FakeJobService) -> None:
+    fake.checkpoint_interval = 90.0
+    s = sender(sock).start()
+    try:
+        s.report_save_stall(1.5)
+        s.report_save_stall(float("nan"))  # not a measurement: dropped
+        s.report_save_stall(0.5)
+        s.report_step(3)
+        _, beat = fake.wait_for(lambda r: r.saves == 2)
+        assert beat.save_stall_seconds == 2.0
+        deadline = time.monotonic() + 5
+        while s.checkpoint_interval is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert s.checkpoint_interval == 90.0
+    finally:
+        s.finish(0)

@@ -2,7 +2,7 @@
 
 Used by the heartbeat client's tests and by bench/restart.py (the first-step beat is the last
 phase of a restart). It listens on a unix socket; ``interval``/``stop``/``stopping``/``stop_step``/
-``want_stack`` set what each reply says.
+``want_stack``/``checkpoint_interval`` set what each reply says.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ class FakeJobService(jobs_pb2_grpc.JobServiceServicer):
         self.stopping = stopping
         self.stop_step = stop_step
         self.want_stack = False
+        self.checkpoint_interval: float | None = None  # the advice each reply carries (None: none)
         self.beats: list[tuple[float, HeartbeatRequest]] = []  # (time.monotonic() on arrival, request)
         self._cond = threading.Condition()
 
@@ -49,6 +50,8 @@ class FakeJobService(jobs_pb2_grpc.JobServiceServicer):
         )
         if self.interval:
             reply.interval.FromNanoseconds(int(self.interval * 1e9))
+        if self.checkpoint_interval is not None:
+            reply.checkpoint_interval.FromNanoseconds(int(self.checkpoint_interval * 1e9))
         return reply
 
     def requests(self) -> list[HeartbeatRequest]:

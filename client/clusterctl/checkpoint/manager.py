@@ -39,6 +39,7 @@ from .coordination import Coordinator, TorchCoordinator
 from .errors import CheckpointError, InvalidStateError, SaveError, SaveInProgressError
 from .gc import GarbageReport, apply_retention, collect_garbage, latest_committed, list_committed
 from .restore import VerifyReport, restore_state, verify_step
+from .schedule import SaveSchedule
 from .staging import StagingPool
 from .tiering import TierAttachment
 from .writer import Snapshot, take_snapshot, upload_snapshot
@@ -125,6 +126,10 @@ class CheckpointManager:
             RANK/WORLD_SIZE, then SLURM_PROCID/SLURM_NTASKS, then 0/1; looked up again at every
             save and restore, so a manager created before ``init_process_group`` is right too.
         keep: committed steps to keep (older ones are deleted after each commit); 0 keeps all.
+        interval: seconds between saves that :meth:`due` follows: None (default) leaves the
+            schedule to the trainer (``due()`` is always True), a number is a fixed interval,
+            ``"auto"`` follows the interval clusterd sends in heartbeat replies (see
+            :mod:`.schedule`).
         config: every other knob (policy, staging memory, part size, deadlines).
         storage: a ready :class:`~clusterctl.storage.Storage` to use instead of opening ``uri``.
         tier: ``"memory"`` saves into the node's memory tier (:mod:`clusterctl.tier`): ``result()``
@@ -135,7 +140,7 @@ class CheckpointManager:
 
     Raises:
         InvalidURIError (a ValueError): the URI is malformed.
-        ValueError: rank/world_size out of range.
+        ValueError: rank/world_size out of range, or ``interval`` not None, "auto" or seconds > 0.
     """
 
     def __init__(
@@ -148,12 +153,14 @@ class CheckpointManager:
         config: CheckpointConfig | None = None,
         storage: Storage | None = None,
         tier: str | None = None,
+        interval: float | str | None = None,
     ) -> None:
         self.config = config = config or CheckpointConfig()
         self._explicit = (rank, world_size)
         self.rank, self.world_size = self._resolve_world()
         if keep < 0:
             raise ValueError(f"keep must be >= 0, got {keep}")
+        self._schedule = SaveSchedule(interval, first=config.auto_first_interval)
         if tier not in (None, "memory"):
             raise ValueError(f"tier must be None or 'memory', got {tier!r}")
         durable: Storage = storage or open_storage(uri, s3=config.s3_options(), posix=config.posix_options())
@@ -227,6 +234,32 @@ class CheckpointManager:
         self.run_id = _resolve_run_id(self.config, self.world_size, self._coordinator)
 
     # --- saving ---------------------------------------------------------------------------
+    @property
+    def interval(self) -> float | str | None:
+        """The interval as given: None, seconds, or "auto"."""
+        return self._schedule.interval
+
+    def current_interval(self) -> float | None:
+        """The seconds between saves in force now (the advised one for "auto"); None: no schedule."""
+        return self._schedule.seconds()
+
+    def due(self) -> bool:
+        """Whether a save is due now, by ``interval``: ``if ckpt.due(): ckpt.save(step, state)``.
+
+        With a torch.distributed group of more than one rank this is collective (one all_reduce of
+        a flag on the manager's gloo group): it is True on every rank when any rank's clock says
+        so, so all ranks save the same step. Every rank must then call it at the same steps. Ranks
+        without a shared group decide each on its own clock: keep a step-count schedule there.
+        """
+        self._check_open()
+        here = self._schedule.due_here()
+        if self._schedule.interval is None:
+            return True
+        self._sync_world()
+        if self._coordinator is None:
+            return here
+        return not self._coordinator.agree(not here, timeout=self.config.commit_timeout)
+
     def save(self, step: int, state: Mapping[str, Any]) -> SaveHandle:
         """Snapshot ``state`` and upload it in the background; returns once the snapshot is taken.
 
@@ -247,6 +280,15 @@ class CheckpointManager:
         except ValueError as exc:
             raise InvalidStateError(str(exc)) from None
         heartbeat.report_step(step)
+        started = time.perf_counter()
+        self._schedule.restart()
+        try:
+            return self._save(step, state)
+        finally:
+            # The time training stood still for this save: the autopilot's measure of its cost.
+            heartbeat.report_save_stall(time.perf_counter() - started)
+
+    def _save(self, step: int, state: Mapping[str, Any]) -> SaveHandle:
         self._raise_pending()
         self._sync_world()
         running = self._running()
@@ -507,6 +549,7 @@ class CheckpointManager:
             template=template,
             rank_local=rank_local,
         )
+        self._schedule.restart()
         if result is None:
             heartbeat.report_restored()
             return None

@@ -440,7 +440,7 @@ class JobEvent(_message.Message):
     def __init__(self, type: _Optional[_Union[JobEventType, str]] = ..., job: _Optional[_Union[JobStatus, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., previous_state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ..., resume_token: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("record_id", "token", "job_id", "restart_count", "rank", "world_size", "node", "pid", "step", "committed_step", "restored", "exiting", "exit_code", "stopping_step", "step_seconds", "stack")
+    __slots__ = ("record_id", "token", "job_id", "restart_count", "rank", "world_size", "node", "pid", "step", "committed_step", "restored", "exiting", "exit_code", "stopping_step", "step_seconds", "stack", "save_stall_seconds", "saves")
     RECORD_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -457,6 +457,8 @@ class HeartbeatRequest(_message.Message):
     STOPPING_STEP_FIELD_NUMBER: _ClassVar[int]
     STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
     STACK_FIELD_NUMBER: _ClassVar[int]
+    SAVE_STALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SAVES_FIELD_NUMBER: _ClassVar[int]
     record_id: int
     token: str
     job_id: str
@@ -473,21 +475,25 @@ class HeartbeatRequest(_message.Message):
     stopping_step: int
     step_seconds: float
     stack: str
-    def __init__(self, record_id: _Optional[int] = ..., token: _Optional[str] = ..., job_id: _Optional[str] = ..., restart_count: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., node: _Optional[str] = ..., pid: _Optional[int] = ..., step: _Optional[int] = ..., committed_step: _Optional[int] = ..., restored: _Optional[bool] = ..., exiting: _Optional[bool] = ..., exit_code: _Optional[int] = ..., stopping_step: _Optional[int] = ..., step_seconds: _Optional[float] = ..., stack: _Optional[str] = ...) -> None: ...
+    save_stall_seconds: float
+    saves: int
+    def __init__(self, record_id: _Optional[int] = ..., token: _Optional[str] = ..., job_id: _Optional[str] = ..., restart_count: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., node: _Optional[str] = ..., pid: _Optional[int] = ..., step: _Optional[int] = ..., committed_step: _Optional[int] = ..., restored: _Optional[bool] = ..., exiting: _Optional[bool] = ..., exit_code: _Optional[int] = ..., stopping_step: _Optional[int] = ..., step_seconds: _Optional[float] = ..., stack: _Optional[str] = ..., save_stall_seconds: _Optional[float] = ..., saves: _Optional[int] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("interval", "stop", "stopping", "stop_step", "want_stack")
+    __slots__ = ("interval", "stop", "stopping", "stop_step", "want_stack", "checkpoint_interval")
     INTERVAL_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     STOPPING_FIELD_NUMBER: _ClassVar[int]
     STOP_STEP_FIELD_NUMBER: _ClassVar[int]
     WANT_STACK_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     interval: _duration_pb2.Duration
     stop: bool
     stopping: bool
     stop_step: int
     want_stack: bool
-    def __init__(self, interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stop: _Optional[bool] = ..., stopping: _Optional[bool] = ..., stop_step: _Optional[int] = ..., want_stack: _Optional[bool] = ...) -> None: ...
+    checkpoint_interval: _duration_pb2.Duration
+    def __init__(self, interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stop: _Optional[bool] = ..., stopping: _Optional[bool] = ..., stop_step: _Optional[int] = ..., want_stack: _Optional[bool] = ..., checkpoint_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ReadJobLogRequest(_message.Message):
     __slots__ = ("job_id", "stream", "tail_lines", "follow")
@@ -694,3 +700,41 @@ class ListJobCheckpointsResponse(_message.Message):
     checkpoints: _containers.RepeatedCompositeFieldContainer[CheckpointInfo]
     error: str
     def __init__(self, uri: _Optional[str] = ..., checkpoints: _Optional[_Iterable[_Union[CheckpointInfo, _Mapping]]] = ..., error: _Optional[str] = ...) -> None: ...
+
+class GetGoodputRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class GoodputBreakdown(_message.Message):
+    __slots__ = ("productive", "queue", "start_restore", "checkpoint_stall", "detection", "restart", "lost")
+    PRODUCTIVE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    START_RESTORE_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_STALL_FIELD_NUMBER: _ClassVar[int]
+    DETECTION_FIELD_NUMBER: _ClassVar[int]
+    RESTART_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
+    productive: float
+    queue: float
+    start_restore: float
+    checkpoint_stall: float
+    detection: float
+    restart: float
+    lost: float
+    def __init__(self, productive: _Optional[float] = ..., queue: _Optional[float] = ..., start_restore: _Optional[float] = ..., checkpoint_stall: _Optional[float] = ..., detection: _Optional[float] = ..., restart: _Optional[float] = ..., lost: _Optional[float] = ...) -> None: ...
+
+class GetGoodputResponse(_message.Message):
+    __slots__ = ("job_id", "ettr", "wall_seconds", "breakdown", "checkpoint_interval")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ETTR_FIELD_NUMBER: _ClassVar[int]
+    WALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BREAKDOWN_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    ettr: float
+    wall_seconds: float
+    breakdown: GoodputBreakdown
+    checkpoint_interval: _duration_pb2.Duration
+    def __init__(self, job_id: _Optional[str] = ..., ettr: _Optional[float] = ..., wall_seconds: _Optional[float] = ..., breakdown: _Optional[_Union[GoodputBreakdown, _Mapping]] = ..., checkpoint_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...

@@ -39,6 +39,11 @@ class ViewsJobServicer(JobServicer):
     ) -> jobs_pb2.ListHistoryResponse:
         return await self._views.list_history(current_identity(), request)
 
+    async def GetGoodput(
+        self, request: jobs_pb2.GetGoodputRequest, context: grpc.aio.ServicerContext
+    ) -> jobs_pb2.GetGoodputResponse:
+        return await self._views.goodput(current_identity(), request.job_id)
+
     async def HoldJob(
         self, request: jobs_pb2.HoldJobRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.HoldJobResponse:

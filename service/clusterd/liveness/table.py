@@ -7,13 +7,16 @@ of an array (one record, a job id each) have runs of their own.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from clusterd.liveness.stopping import StopAgreement
 
 MAX_RANKS = 65_536  # one job's ranks the table keeps: a bound on what one job's beats can cost
+_MAX_STEPS_SEEN = 4096  # a run's (step, first seen) samples kept: the oldest go first
 _MAX_ENDED = 100_000  # finished records remembered (the store says the same of older ones)
 
 
@@ -28,6 +31,8 @@ class RankBeat:
     restored: bool = False
     exiting: bool = False
     exit_code: int = 0
+    save_stall: float = 0.0  # seconds this rank's save() calls blocked in this run (a clamped claim)
+    saves: int = 0  # how many saves that took
     step_seconds: float = 0.0  # the rank's word: its recent seconds per step
     advanced: float = 0.0  # time.monotonic() when its step last moved forward (0: no step yet)
     first_step: int = -1  # the first step it reported in this run
@@ -53,9 +58,42 @@ class Run:
     stacks_asked: float = 0.0  # monotonic time the ranks were asked for their stacks (0: not asked)
     stacks_kept: int = 0  # ranks whose stack text is kept
     stragglers: dict[str, float] = field(default_factory=dict)  # node -> its ranks' step time over the others'
+    started: float = field(default_factory=time.monotonic)  # the run's first beat (bounds stall claims)
+    # The committed step the run started from (its restore), and when each newer step was first
+    # reported (ascending, bounded): if the run fails, the work after its newest committed step was
+    # taken is lost (the commit itself may land after the failure: the step was saved before it).
+    committed_base: int | None = None
+    steps_seen: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=_MAX_STEPS_SEEN))
+    advice: float | None = None  # the checkpoint interval last advised to the run, and when (monotonic)
+    advised_at: float = 0.0
 
     def committed_step(self) -> int:
         return max((b.committed_step for b in self.ranks.values()), default=-1)
+
+    def committed_at(self) -> float | None:
+        """When the run first reported reaching its newest committed step; None when the run committed
+        nothing newer than what it started from (all of its steps are lost if it fails)."""
+        step = self.committed_step()
+        if self.committed_base is None or step <= self.committed_base or not self.steps_seen:
+            return None
+        seen = self.steps_seen
+        i = bisect.bisect_left(seen, step, key=lambda s: s[0])
+        if i >= len(seen):
+            return seen[-1][1]
+        if i == 0 or seen[i][0] == step:
+            return seen[i][1]
+        # Between two beats: steps come at a steady pace, so the time is interpolated.
+        (s0, t0), (s1, t1) = seen[i - 1], seen[i]
+        return t0 + (step - s0) / (s1 - s0) * (t1 - t0)
+
+    def save_stall(self) -> float:
+        """Seconds the run stalled in save(): the slowest rank's (synchronous training waits for it)."""
+        return max((b.save_stall for b in self.ranks.values()), default=0.0)
+
+    def stall_per_save(self) -> float | None:
+        """The slowest rank's mean stall per save; None before any save."""
+        means = [b.save_stall / b.saves for b in self.ranks.values() if b.saves > 0]
+        return max(means) if means else None
 
 
 @dataclass(frozen=True)
@@ -74,6 +112,8 @@ class Beat:
     restored: bool
     exiting: bool
     exit_code: int
+    save_stall: float = 0.0
+    saves: int = 0
     step_seconds: float = 0.0
     stack: str = ""
 
@@ -118,8 +158,23 @@ class LivenessTable:
             return run, False
         now, wall = time.monotonic(), time.time()
         old = run.ranks.get(beat.rank)
+        # A stall claim can never exceed the run's age: the rank says it, clusterd bounds it.
+        stall = min(max(0.0, beat.save_stall), now - run.started)
+        saves = max(0, beat.saves)
+        if old is not None and old.pid == beat.pid:  # the same process's counts only grow
+            stall, saves = max(stall, old.save_stall), max(saves, old.saves)
         fresh = RankBeat(
-            beat.node, beat.pid, now, wall, beat.step, beat.committed_step, beat.restored, beat.exiting, beat.exit_code
+            beat.node,
+            beat.pid,
+            now,
+            wall,
+            beat.step,
+            beat.committed_step,
+            beat.restored,
+            beat.exiting,
+            beat.exit_code,
+            stall,
+            saves,
         )
         fresh.step_seconds = beat.step_seconds if beat.step_seconds > 0 else (old.step_seconds if old else 0.0)
         if old is None or old.step < 0:
@@ -135,6 +190,10 @@ class LivenessTable:
                 run.stacks_kept += 1
                 fresh.stack = printable(beat.stack[:MAX_STACK])
         run.ranks[beat.rank] = fresh
+        if run.committed_base is None:
+            run.committed_base = beat.committed_step
+        if beat.step >= 0 and (not run.steps_seen or beat.step > run.steps_seen[-1][0]):
+            run.steps_seen.append((beat.step, wall))
         first = beat.step >= 0 and run.first_step_wall is None
         if first:
             run.first_step_wall = wall
