@@ -79,8 +79,7 @@ class SnapshotListener(Protocol):
 
 
 HealthListener = Callable[[bool], None]
-# The job ids the service follows, asked before each poll; None asks for the whole queue (a
-# submission to re-adopt is found by its tag, in anyone's jobs).
+# The job ids the service follows, asked before each poll; None: read the whole queue, as without one.
 Focus = Callable[[], Awaitable[frozenset[str] | None]]
 
 
@@ -193,13 +192,11 @@ class QueueCache:
         previous switch tree and a failing subscriber is logged: neither says Slurm is unhealthy.
         """
         started = time.perf_counter()
-        whole_before = self.whole_polls
-        jobs = await self._jobs()
+        jobs, whole = await self._jobs()
         nodes = await self._backend.list_nodes()
         switches = self.snapshot.switches
         if self._polls % _TOPOLOGY_EVERY == 0:
             switches = await self._topology(switches)
-        whole = self.whole_polls > whole_before
         self.snapshot = ClusterSnapshot(jobs, tuple(nodes), switches, time.time(), whole)
         self._polls += 1
         for listener in self._listeners:
@@ -209,8 +206,9 @@ class QueueCache:
                 log.exception("snapshot subscriber %s failed", type(listener).__name__)
         POLL_LATENCY.observe(time.perf_counter() - started)
 
-    async def _jobs(self) -> dict[str, SlurmJob]:
-        """The queue after this poll's look: whole when due, wanted, or nothing is in focus."""
+    async def _jobs(self) -> tuple[dict[str, SlurmJob], bool]:
+        """The queue after this poll's look (whole when due, wanted, or nothing is in focus), and
+        whether it is complete: read whole, or Slurm said nothing changed since a whole read."""
         focus = await self._focus() if self._focus is not None else None
         now = time.monotonic()
         since = now - self._last_whole
@@ -224,12 +222,12 @@ class QueueCache:
                 raise
             self._last_whole = now
             self.whole_polls += 1
-            return {j.job_id: j for j in jobs}
+            return {j.job_id: j for j in jobs}, True
         poll = await self._backend.poll_jobs(focus)
         if poll.whole:
             self._last_whole = now
             self.whole_polls += 1
-        return merge(self.snapshot.jobs, poll, focus)
+        return merge(self.snapshot.jobs, poll, focus), poll.whole or (poll.unchanged and self.snapshot.whole)
 
     async def _topology(self, previous: tuple[SlurmSwitch, ...]) -> tuple[SlurmSwitch, ...]:
         """A fresh switch tree, or ``previous`` while it cannot be fetched or parsed (retried next refresh)."""
