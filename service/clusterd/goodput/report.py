@@ -28,5 +28,7 @@ class GoodputReporter:
         if run is not None and (run.restart_count != rec.acked_restarts or rec.terminal):
             run = None  # an older run's beats, or a job that ended: the record says it all
         live = LiveRun(run.first_step_wall, run.save_stall()) if run is not None else None
-        advice = self._autopilot.for_run(run) if run is not None and self._autopilot is not None else None
+        # The advice the beats were last given (worked out at most every few seconds there): a report
+        # must not walk a run's ranks again.
+        advice = run.advice if run is not None and self._autopilot is not None else None
         return GoodputReport(account(rec, time.time() if now is None else now, live), advice)

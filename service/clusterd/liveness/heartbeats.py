@@ -199,11 +199,12 @@ class HeartbeatService:
 
     def advice(self, run: Run) -> float | None:
         """The checkpoint interval the autopilot advises ``run`` (None: no autopilot, or no save yet);
-        worked out at most once per _ADVISE_EVERY_SECONDS per run: every rank beats every interval."""
+        worked out at most once per _ADVISE_EVERY_SECONDS per run, whatever the last answer was: every
+        rank beats every interval, and a run of many ranks must not cost a walk over them per beat."""
         if self._autopilot is None:
             return None
         now = time.monotonic()
-        if run.advice is None or now - run.advised_at >= _ADVISE_EVERY_SECONDS:
+        if now - run.advised_at >= _ADVISE_EVERY_SECONDS:
             run.advice, run.advised_at = self._autopilot.for_run(run), now
         return run.advice
 
