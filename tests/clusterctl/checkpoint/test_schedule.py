@@ -64,3 +64,13 @@ def test_a_save_restarts_the_clock_and_reports_its_stall(tmp_path: Path, monkeyp
         ckpt.save(1, {"w": [1.0, 2.0]}).result()
         assert len(stalls) == 1 and 0 <= stalls[0] < 60
         assert ckpt.current_interval() == 3600.0
+
+
+def test_a_poll_tells_how_many_polls_are_left_by_their_pace() -> None:
+    clock = Clock()
+    schedule = SaveSchedule(100, first=300, clock=clock)
+    assert schedule.poll() == (False, 0)  # no pace known yet
+    clock.now = 1.0
+    assert schedule.poll() == (False, 99)  # one second a poll, 99 s left
+    clock.now = 100.0
+    assert schedule.poll() == (True, 0)
