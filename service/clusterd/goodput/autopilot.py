@@ -6,12 +6,14 @@ failures within a sliding window, over the time it watched, with a prior of one 
 ``prior_node_mtbf_seconds`` so a node never seen failing is not taken as immortal. Only node failures
 count (dead nodes clusterd or Slurm decided on): a tenant's crashing or hanging ranks must not change
 the advice other tenants get on the same nodes. A job fails when any of its nodes does, so their
-rates add up. The answer is clamped to [floor, ceiling] (config section [goodput]): a claimed stall
+rates add up. A node's failure is counted once however many jobs it ended (each job's restart notes
+it), and failures of one node within ten minutes of each other are one. The answer is clamped to [floor, ceiling] (config section [goodput]): a claimed stall
 of zero cannot make ranks save every step, a huge one cannot stop them saving.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from collections import deque
@@ -24,7 +26,10 @@ if TYPE_CHECKING:
     from clusterd.liveness.table import Run
 
 _MAX_NODES = 100_000  # nodes whose failures are remembered (oldest forgotten first)
-_MAX_PER_NODE = 1_000  # failures kept per node within the window
+_MAX_PER_NODE = 64  # failures kept per node within the window (the newest)
+# Failures of one node this close to one already noted are that one: a node's death is noted once per
+# job it ran (a tenant's many small jobs must not multiply it), and a flapping node is one failure.
+_SAME_FAILURE_SECONDS = 600.0
 
 
 def young_daly(stall: float, mtbf: float, config: GoodputConfig) -> float:
@@ -47,9 +52,19 @@ class FailureHistory:
         self._failures: dict[str, deque[float]] = {}
 
     def note(self, nodes: Iterable[str], when: float) -> None:
-        for node in nodes:
-            seen = self._failures.pop(node, None) or deque(maxlen=_MAX_PER_NODE)
-            seen.append(when)
+        """A failure of ``nodes`` at ``when`` (in any order of time: each node's list stays sorted)."""
+        if not math.isfinite(when):
+            return
+        for node in set(nodes):
+            seen = self._failures.pop(node, None) or deque()
+            i = bisect.bisect_left(seen, when)
+            near = (i > 0 and when - seen[i - 1] < _SAME_FAILURE_SECONDS) or (
+                i < len(seen) and seen[i] - when < _SAME_FAILURE_SECONDS
+            )
+            if not near:
+                seen.insert(i, when)
+                while len(seen) > _MAX_PER_NODE:
+                    seen.popleft()
             self._failures[node] = seen  # re-inserted: the dict's order is least recently failed first
             while len(self._failures) > _MAX_NODES:
                 self._failures.pop(next(iter(self._failures)))
@@ -67,6 +82,8 @@ class FailureHistory:
             seen = self._failures.get(node)
             while seen and now - seen[0] > window:  # oldest first: what fell out of the window goes
                 seen.popleft()
+            if seen is not None and not seen:
+                del self._failures[node]
             recent = len(seen) if seen else 0
             # (failures + one prior failure) over (watched time + the prior's time)
             rate += (recent + 1) / (watched + prior)
