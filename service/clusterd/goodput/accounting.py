@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from clusterd.slurm.types import JobState
 from clusterd.store.records import JobRecord
 
 # The parts, in the order they are reported (productive last: it is what remains).
@@ -54,7 +55,7 @@ class _Run:
 def account(rec: JobRecord, now: float, live: LiveRun | None = None) -> Goodput:
     """Split ``rec``'s wall time (submission to its end, or ``now`` while it lives)."""
     t0 = rec.created
-    end = max(t0, rec.end_time if rec.terminal and rec.end_time else now)
+    end = max(t0, _end(rec, now))
 
     def at(t: float | None, lo: float) -> float:
         return min(end, max(lo, t if t is not None else lo))
@@ -90,6 +91,29 @@ def account(rec: JobRecord, now: float, live: LiveRun | None = None) -> Goodput:
     return Goodput(wall, parts)
 
 
+_TIMES = ("failed", "detected", "running", "first_step", "committed")  # the phases that are times
+
+
+def _end(rec: JobRecord, now: float) -> float:
+    """Where the wall time ends: ``now`` while the record lives; once it is finished, its end time, or
+    (a job that left Slurm's queue unseen) the last time the record knows, never ``now``: a finished
+    job's wall time must not grow."""
+    if not rec.terminal:
+        return now
+    if rec.end_time:
+        return rec.end_time
+    known = [rec.created, rec.start_time or 0.0, rec.first_start or 0.0, rec.first_step_time or 0.0]
+    for entry in rec.restarts:
+        known.append(entry.time)
+        known.extend(entry.phases[k] for k in _TIMES if k in entry.phases)
+    return min(now, max(known))
+
+
+def _slurm_start(rec: JobRecord) -> float | None:
+    """Slurm's start time of the record's job, when it is one: a pending job's is an estimate."""
+    return rec.start_time if rec.start_time and rec.state != JobState.PENDING else None
+
+
 def _runs(rec: JobRecord, live: LiveRun | None) -> tuple[list[_Run], float | None]:
     """The runs of the job in order, each with what is known of its phases, and when the failure that
     ended the last of them was decided when no run followed it (None otherwise).
@@ -97,7 +121,7 @@ def _runs(rec: JobRecord, live: LiveRun | None) -> tuple[list[_Run], float | Non
     A restart whose next run was never seen running ends the list: the time after it is the restart's.
     """
     runs: list[_Run] = []
-    start = rec.first_start if rec.first_start is not None else (None if rec.restarts else rec.start_time)
+    start = rec.first_start if rec.first_start is not None else (None if rec.restarts else _slurm_start(rec))
     first_step = rec.first_step_time
     detected: float | None = None
     for entry in rec.restarts:
@@ -108,8 +132,9 @@ def _runs(rec: JobRecord, live: LiveRun | None) -> tuple[list[_Run], float | Non
         runs.append(_Run(start, ph.get("failed", entry.time), first_step, ph.get("committed"), stall, True, detected))
         detected = ph.get("detected", entry.time)
         start, first_step = ph.get("running"), ph.get("first_step")
-    if start is None and rec.restarts and rec.start_time and detected is not None and rec.start_time >= detected:
-        start = rec.start_time  # the last run started, and the note of when was not written (yet)
+    slurm_start = _slurm_start(rec)
+    if start is None and rec.restarts and slurm_start and detected is not None and slurm_start >= detected:
+        start = slurm_start  # the last run started, and the note of when was not written (yet)
     if start is None:
         return runs, detected
     if first_step is None and live is not None:
