@@ -7,8 +7,9 @@ failures within a sliding window, over the time it watched, with a prior of one 
 count (dead nodes clusterd or Slurm decided on): a tenant's crashing or hanging ranks must not change
 the advice other tenants get on the same nodes. A job fails when any of its nodes does, so their
 rates add up. A node's failure is counted once however many jobs it ended (each job's restart notes
-it), and failures of one node within ten minutes of each other are one. The answer is clamped to [floor, ceiling] (config section [goodput]): a claimed stall
-of zero cannot make ranks save every step, a huge one cannot stop them saving.
+it), and failures of one node within ten minutes of each other are one. The answer is clamped to
+[floor, ceiling] (config section [goodput]): a claimed stall of zero cannot make ranks save every
+step, a huge one cannot stop them saving.
 """
 
 from __future__ import annotations
