@@ -388,7 +388,15 @@ class ClusterDaemon:
                 loop.add_signal_handler(sig, self._stop.set)
         self._poll_task = asyncio.create_task(self.poller.run(self._stop))
         self._retention_task = asyncio.create_task(self.quotas.run_retention(self._stop))
-        self._goodput_task = asyncio.create_task(publish_goodput(self.store.jobs, self.goodput, self._stop))
+        self._goodput_task = asyncio.create_task(
+            publish_goodput(
+                self.store.jobs,
+                self.goodput,
+                self._stop,
+                leading=lambda: self.leadership.is_leader,
+                partitions=lambda: self.poller.snapshot.partitions,
+            )
+        )
         try:
             await self._stop.wait()
         finally:
