@@ -300,13 +300,13 @@ class CheckpointManager:
         except ValueError as exc:
             raise InvalidStateError(str(exc)) from None
         heartbeat.report_step(step)
-        started = time.perf_counter()
-        self._schedule.restart()
-        try:
-            return self._save(step, state)
-        finally:
+        started, began = time.perf_counter(), self._schedule.now()
+        handle = self._save(step, state)
+        if not handle.skipped:  # a snapshot was taken: a skipped or refused save costs no interval
+            self._schedule.restart(began)
             # The time training stood still for this save: the autopilot's measure of its cost.
             heartbeat.report_save_stall(time.perf_counter() - started)
+        return handle
 
     def _save(self, step: int, state: Mapping[str, Any]) -> SaveHandle:
         self._raise_pending()

@@ -79,6 +79,9 @@ class SaveSchedule:
             return True, 0
         return False, int(left / self._pace) if self._pace > 0 else 0
 
-    def restart(self) -> None:
-        """A save began (or a restore returned): the next is due one interval from now."""
-        self._since = self._clock()
+    def now(self) -> float:
+        return self._clock()
+
+    def restart(self, at: float | None = None) -> None:
+        """A save began at ``at`` (or a restore returned now): the next is due one interval later."""
+        self._since = self._clock() if at is None else at

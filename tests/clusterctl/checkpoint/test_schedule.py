@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,6 +12,7 @@ import pytest
 from clusterctl import heartbeat
 from clusterctl.checkpoint import CheckpointManager
 from clusterctl.checkpoint.config import CheckpointConfig
+from clusterctl.checkpoint.errors import InvalidStateError
 from clusterctl.checkpoint.schedule import MAX_AUTO, MIN_AUTO, SaveSchedule
 
 
@@ -74,3 +76,29 @@ def test_a_poll_tells_how_many_polls_are_left_by_their_pace() -> None:
     assert schedule.poll() == (False, 99)  # one second a poll, 99 s left
     clock.now = 100.0
     assert schedule.poll() == (True, 0)
+
+
+def test_a_skipped_or_refused_save_reports_no_stall_and_keeps_the_schedule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stalls: list[float] = []
+    monkeypatch.setattr(heartbeat, "report_save_stall", stalls.append)
+    config = CheckpointConfig(policy="skip", max_in_flight=1)
+    with CheckpointManager(str(tmp_path), interval=3600, config=config) as ckpt:
+        clock = Clock()
+        ckpt._schedule._clock = clock  # the schedule's clock alone: the save's own timing is real
+        gate = threading.Event()
+        real = ckpt._run
+        monkeypatch.setattr(ckpt, "_run", lambda *a: (gate.wait(30), real(*a))[1])
+        try:
+            first = ckpt.save(1, {"w": [1.0]})
+            assert len(stalls) == 1
+            clock.now = 3600.0
+            assert ckpt.save(2, {"w": [2.0]}).skipped  # step 1 still uploading
+            assert len(stalls) == 1 and ckpt.due()  # the skip took no stall and did not restart the clock
+            with pytest.raises(InvalidStateError):
+                ckpt.save(-1, {"w": [3.0]})
+            assert len(stalls) == 1
+        finally:
+            gate.set()
+        first.result()
