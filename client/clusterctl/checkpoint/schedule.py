@@ -11,7 +11,8 @@
   always without heartbeats. Advice outside [MIN_AUTO, MAX_AUTO] is clamped here too: the reply is
   clusterd's word, but a bad value must not make a rank save every step or never.
 
-The clock starts when the manager is created, and again at every restore() and save().
+The clock starts when the manager is created, and again at every restore() and every save() that
+took a snapshot (a skipped or refused save leaves it running).
 """
 
 from __future__ import annotations
