@@ -36,7 +36,7 @@ _SAME_FAILURE_SECONDS = 600.0
 def young_daly(stall: float, mtbf: float, config: GoodputConfig) -> float:
     """sqrt(2 x stall x MTBF) clamped to [floor, ceiling] (either input non-finite or <= 0: the floor
     or ceiling it implies)."""
-    floor, ceiling = config.interval_floor_seconds, max(config.interval_floor_seconds, config.interval_ceiling_seconds)
+    floor, ceiling = config.interval_floor_seconds, config.interval_ceiling_seconds  # floor <= ceiling: checked at load
     if not math.isfinite(stall) or not math.isfinite(mtbf):
         return ceiling
     return min(ceiling, max(floor, math.sqrt(2.0 * max(0.0, stall) * max(0.0, mtbf))))
