@@ -5,7 +5,8 @@ step, and for every restart the phases the supervisor noted (failed, detected, r
 and ``committed``: when the run first reported the step of its newest checkpoint). The run in progress
 adds what the liveness table knows of it. Every interval is clipped into [submitted, end] and in
 order, so a skewed or missing time shrinks a part instead of double counting; what is not
-known to be something else is productive. Save stalls are the ranks' claims: they are clipped to the
+known to be something else is productive (a failed run whose beats' notes are missing, as after a
+clusterd restart, lost nothing known). Save stalls are the ranks' claims: they are clipped to the
 run's productive time, never allowed to push another part out.
 """
 
@@ -47,6 +48,7 @@ class _Run:
     end: float
     first_step: float | None
     committed: float | None  # when it first reported the step of its newest checkpoint
+    noted: bool  # the beats' notes of the run were kept (else its lost work is unknown: productive)
     stall: float
     failed: bool
     detected: float | None  # when the failure BEFORE this run was decided (None for run 0)
@@ -75,7 +77,7 @@ def account(rec: JobRecord, now: float, live: LiveRun | None = None) -> Goodput:
         first = min(stop, at(run.first_step, start))
         parts["start_restore"] += first - start
         lost = 0.0
-        if run.failed and run.first_step is not None:
+        if run.failed and run.first_step is not None and run.noted:
             lost = stop - min(stop, at(run.committed, first))
         parts["lost"] += lost
         parts["checkpoint_stall"] += min(max(0.0, run.stall), stop - first - lost)
@@ -129,7 +131,9 @@ def _runs(rec: JobRecord, live: LiveRun | None) -> tuple[list[_Run], float | Non
         if start is None:
             return runs, detected
         stall = ph.get("save_stall", 0.0)
-        runs.append(_Run(start, ph.get("failed", entry.time), first_step, ph.get("committed"), stall, True, detected))
+        noted = "save_stall" in ph or "committed" in ph  # none: no beats seen (clusterd restarted, or none sent)
+        failed = ph.get("failed", entry.time)
+        runs.append(_Run(start, failed, first_step, ph.get("committed"), noted, stall, True, detected))
         detected = ph.get("detected", entry.time)
         start, first_step = ph.get("running"), ph.get("first_step")
     slurm_start = _slurm_start(rec)
@@ -140,5 +144,5 @@ def _runs(rec: JobRecord, live: LiveRun | None) -> tuple[list[_Run], float | Non
     if first_step is None and live is not None:
         first_step = live.first_step
     stall = live.save_stall if live is not None else rec.final_save_stall
-    runs.append(_Run(start, float("inf"), first_step, None, stall, False, detected))
+    runs.append(_Run(start, float("inf"), first_step, None, live is not None, stall, False, detected))
     return runs, None

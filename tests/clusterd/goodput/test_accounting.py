@@ -57,11 +57,20 @@ def test_a_job_that_lost_a_node_once() -> None:
 
 
 def test_a_run_that_never_committed_loses_all_its_steps() -> None:
-    rec = record(first_start=1010.0, first_step_time=1015.0, restarts=[restart(failed=1070.0, detected=1071.0)])
+    notes = restart(failed=1070.0, detected=1071.0, save_stall=0.0)  # the beats were seen: nothing committed
+    rec = record(first_start=1010.0, first_step_time=1015.0, restarts=[notes])
     g = account(rec, now=1100.0)
     adds_up(g)
     assert g.breakdown["lost"] == 55.0
     assert g.breakdown["restart"] == 29.0  # requeued, not running yet
+
+
+def test_a_run_whose_notes_were_lost_loses_nothing_known() -> None:
+    # clusterd restarted during the run: its beats (and so the notes of its commits) were not seen.
+    rec = record(first_start=1010.0, first_step_time=1015.0, restarts=[restart(failed=1070.0, detected=1071.0)])
+    g = account(rec, now=1100.0)
+    adds_up(g)
+    assert g.breakdown["lost"] == 0.0 and g.breakdown["productive"] == 55.0
 
 
 def test_a_job_still_pending_has_only_queue_time() -> None:
