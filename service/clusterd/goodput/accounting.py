@@ -21,6 +21,11 @@ from clusterd.store.records import JobRecord
 PARTS = ("queue", "start_restore", "checkpoint_stall", "detection", "restart", "lost", "productive")
 
 
+def ettr(breakdown: dict[str, float], wall_seconds: float) -> float:
+    """Effective training time ratio: productive seconds over wall seconds (0 for no wall time)."""
+    return breakdown["productive"] / wall_seconds if wall_seconds > 0 else 0.0
+
+
 @dataclass(frozen=True)
 class LiveRun:
     """What the heartbeats tell of the run in progress (None fields: not known)."""
@@ -36,8 +41,7 @@ class Goodput:
 
     @property
     def ettr(self) -> float:
-        """Effective training time ratio: productive seconds over wall seconds (0 for no wall time)."""
-        return self.breakdown["productive"] / self.wall_seconds if self.wall_seconds > 0 else 0.0
+        return ettr(self.breakdown, self.wall_seconds)
 
 
 @dataclass(frozen=True)
