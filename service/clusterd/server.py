@@ -127,7 +127,7 @@ class ClusterDaemon:
         )
         self.liveness = LivenessTable()
         # Goodput: node failures the restarter decides on feed the checkpoint interval autopilot.
-        self.autopilot = Autopilot(FailureHistory(config.goodput), config.goodput)
+        self.autopilot = Autopilot(FailureHistory(config.goodput, boot=self._slurmd_started), config.goodput)
         self.goodput = GoodputReporter(self.liveness, self.autopilot)
         self.restarter = Restarter(
             fenced,
@@ -358,6 +358,12 @@ class ClusterDaemon:
 
     def _health_changed(self, ok: bool) -> None:
         self._health_task = asyncio.ensure_future(self._set_health(ok))
+
+    def _slurmd_started(self, node: str) -> float:
+        """When ``node``'s slurmd last started, by the last poll (0: not known): one death of a node
+        is one failure, however many jobs it ended."""
+        seen = self.poller.snapshot.node_map.get(node)
+        return seen.slurmd_started if seen is not None else 0.0
 
     def _leadership_changed(self, leading: bool) -> None:
         self.liveness.clear()  # beats start anew with the leadership: no stale silence to act on

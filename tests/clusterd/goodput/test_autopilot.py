@@ -87,3 +87,13 @@ def test_a_nodes_failures_kept_are_bounded() -> None:
     for i in range(500):
         history.note(["a"], 1e9 - 1e6 + i * 1000.0)
     assert len(history._failures["a"]) <= 64
+
+
+def test_a_node_that_came_back_and_died_again_is_two_failures() -> None:
+    boots = {"a": 100.0}
+    history = FailureHistory(CFG, clock=lambda: 10_000.0, boot=lambda node: boots.get(node, 0.0))
+    history.note(["a"], 9_000.0)
+    history.note(["a"], 9_010.0)  # another job on the same death
+    boots["a"] = 9_100.0  # its slurmd started again: revived
+    history.note(["a"], 9_200.0)
+    assert len(history._failures["a"]) == 2
