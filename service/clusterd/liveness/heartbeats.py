@@ -204,7 +204,8 @@ class HeartbeatService:
         if self._autopilot is None:
             return None
         now = time.monotonic()
-        if now - run.advised_at >= _ADVISE_EVERY_SECONDS:
+        # (and at once when the run's first save makes advice possible: stall_per_save() is O(1))
+        if now - run.advised_at >= _ADVISE_EVERY_SECONDS or (run.advice is None and run.stall_per_save() is not None):
             run.advice, run.advised_at = self._autopilot.for_run(run), now
         return run.advice
 

@@ -46,6 +46,12 @@ def test_a_run_that_never_saved_is_advised_once_per_period_not_once_per_beat() -
         run, _ = table.record(_beat(rank), interval=10.0, hang_timeout=60.0)
         assert service.advice(run) is None
     assert pilot.calls == 1
+    run, _ = table.record(_beat(0, stall=0.0, saves=1), interval=10.0, hang_timeout=60.0)
+    assert service.advice(run) is not None  # the first save makes advice possible: given at once
+    for rank in range(2000):
+        run, _ = table.record(_beat(rank, stall=0.0, saves=1), interval=10.0, hang_timeout=60.0)
+        service.advice(run)
+    assert pilot.calls == 2
 
 
 def test_the_slowest_savers_stall_per_save_is_kept_by_each_beat() -> None:
