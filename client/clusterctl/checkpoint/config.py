@@ -67,6 +67,8 @@ class CheckpointConfig:
             raise ValueError("max_in_flight must be >= 1")
         if self.part_size < 1 << 20:
             raise ValueError("part_size must be at least 1 MiB")
+        if not 0 < self.due_timeout < float("inf"):
+            raise ValueError(f"due_timeout must be a positive number of seconds, got {self.due_timeout!r}")
 
     def s3_options(self) -> S3Options:
         return self.s3 or S3Options(

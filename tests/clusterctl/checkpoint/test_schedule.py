@@ -102,3 +102,9 @@ def test_a_skipped_or_refused_save_reports_no_stall_and_keeps_the_schedule(
         finally:
             gate.set()
         first.result()
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf")])
+def test_a_bad_due_timeout_is_refused_by_name(bad: float) -> None:
+    with pytest.raises(ValueError, match="due_timeout"):
+        CheckpointConfig(due_timeout=bad)
