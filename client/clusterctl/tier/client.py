@@ -1,7 +1,8 @@
 """A client of one tier process (the node's own over loopback, or a peer's over the network).
 
 Connections are authenticated with the job's secret (:mod:`.wire`) and pooled, so concurrent
-range reads of one shard run in parallel. A failed connection is dropped, never reused.
+range reads of one shard run in parallel. A failed connection, and one whose put was refused, is
+dropped, never reused.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ class TierClient:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             chan = client_handshake(sock, self._secret, self._job)
+        except (OSError, ValueError) as exc:  # e.g. a squatter that hangs up or answers junk
+            sock.close()
+            raise TierUnavailableError(f"memory tier at {self.address}: login failed: {exc}") from None
         except BaseException:
             sock.close()
             raise
@@ -89,9 +93,10 @@ class TierClient:
                         buf = bytearray(size)
                         chan.recv_payload_into(memoryview(buf), reply.get("digest"))
                         data = bytes(buf)
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, TypeError, KeyError) as exc:
                 raise TierUnavailableError(f"memory tier at {self.address}: {exc}") from None
-            ok = True
+            # after an error reply to a put the tier drops the link (its payload may be unread)
+            ok = payload is None or "error" not in reply
         finally:
             if ok:
                 with self._lock:
