@@ -175,10 +175,11 @@ class Uploader:
                     item.ns,
                     exc,
                 )
-                with self._cond:  # to the back, so that what it waits for (a replica's manifest) can go first
-                    self._queue.remove(item)
+                with self._cond:  # later; a marker to the back, so what it waits for (a replica's manifest) goes first
                     item.due = time.monotonic() + min(0.2 * 2 ** (item.tries - 1), self._retry_max)
-                    self._queue.append(item)
+                    if order is None:
+                        self._queue.remove(item)
+                        self._queue.append(item)
                 return
         with self._cond:
             self._queue.remove(item)
