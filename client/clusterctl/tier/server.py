@@ -4,8 +4,9 @@ One tier runs per node of a job (as the job's user) and serves that job only: ev
 must prove the job's secret (:mod:`.wire`). A rank's ``put`` is answered once the object is in this
 tier's memory and in ``replicas`` peers' (each peer verifies the xxh3 digest that travels with it),
 so a committed step has ``replicas + 1`` verified copies in memory. Uploads to the URI run here, in
-one background thread, in arrival order (a shard before its manifest); a commit marker goes up only
-once every manifest it names is on the URI, so the URI never shows a step it cannot restore. A
+one background thread, each step's objects in arrival order (a shard before its manifest); a commit
+marker goes up only once every manifest it names is on the URI, so the URI never shows a step it
+cannot restore. Any local user can connect: logins are few at a time and short (:class:`TierServer`). A
 replica is uploaded by its holder when the object is still missing on the URI after
 ``handoff_delay`` (its primary's node died). Nothing is written to disk: a tier that loses its
 process or its node's memory is empty.
@@ -81,7 +82,6 @@ class Uploader:
         self,
         store: TierStore,
         opener: Callable[[str], Storage],
-        handoff_delay: float,
         retry_max: float = 10.0,
         give_up: float = 3600.0,
     ) -> None:
@@ -93,7 +93,6 @@ class Uploader:
         self._queue: list[_Item] = []
         self._failed: set[tuple[str, int | None, str]] = set()
         self._cond = threading.Condition()
-        self._handoff = handoff_delay
         self._stop = False
         self._thread = threading.Thread(target=self._loop, name="tier-upload", daemon=True)
         self._thread.start()
@@ -228,11 +227,7 @@ class TierServer:
         self._clients: dict[str, TierClient] = {}
         self._sock = socket.create_server((host, port), backlog=128)
         self.address = f"{host}:{self._sock.getsockname()[1]}"
-        self.uploader = (
-            Uploader(self.store, opener, settings.handoff_delay, settings.retry_max, settings.give_up)
-            if settings.upload
-            else None
-        )
+        self.uploader = Uploader(self.store, opener, settings.retry_max, settings.give_up) if settings.upload else None
         self._closed = False
         self._logins = 0  # connections not yet authenticated (each holds a thread for LOGIN_TIMEOUT at most)
         self._logins_lock = threading.Lock()

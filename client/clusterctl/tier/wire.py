@@ -107,13 +107,14 @@ class Channel:
 
 def client_handshake(sock: socket.socket, secret: bytes, job: str) -> Channel:
     """Authenticate to a tier as a rank of ``job``; raises TierAuthError when either side is wrong."""
+    deadline = time.monotonic() + HANDSHAKE_TIMEOUT  # a squatter that trickles bytes cannot hold a rank
     sock.settimeout(HANDSHAKE_TIMEOUT)
-    hello = _read_plain(sock)
+    hello = _read_plain(sock, deadline)
     snonce = _hex(hello, "nonce")
     cnonce = os.urandom(16)
     proof = _mac(secret, b"c", snonce, cnonce, job.encode())
     _write_plain(sock, {"job": job, "nonce": cnonce.hex(), "proof": proof.hex()})
-    reply = _read_plain(sock)
+    reply = _read_plain(sock, deadline)
     if "error" in reply:
         raise TierAuthError(f"the tier refused this process: {str(reply['error'])[:200]}")
     want = _mac(secret, b"s", snonce, cnonce, job.encode())

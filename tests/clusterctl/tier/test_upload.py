@@ -40,7 +40,7 @@ def _until(cond: Callable[[], bool], timeout: float = 5.0) -> bool:
 
 def test_a_marker_waiting_for_a_replicas_manifest_lets_the_replica_go_first() -> None:
     store, uri = TierStore(1 << 30), MemoryStorage()
-    uploader = Uploader(store, lambda ns: uri, handoff_delay=0.1, retry_max=0.1)
+    uploader = Uploader(store, lambda ns: uri, retry_max=0.1)
     try:
         for rank in (0, 1):  # rank 0's own objects; rank 1's node died, its only copies are replicas here
             _put(store, layout.shard_key(1, "a", rank, 2), b"s", primary=rank == 0)
@@ -66,7 +66,7 @@ def test_an_upload_that_keeps_failing_is_given_up_without_holding_up_other_steps
             raise StorageError("permission denied", key=key)
 
     uri.fault = broken
-    uploader = Uploader(store, lambda ns: uri, handoff_delay=0.1, retry_max=0.05, give_up=0.5)
+    uploader = Uploader(store, lambda ns: uri, retry_max=0.05, give_up=0.5)
     try:
         for step in (1, 2):
             for key in (layout.shard_key(step, "a", 0, 1), layout.manifest_key(step, "a", 0, 1)):
@@ -89,7 +89,7 @@ def test_stop_ends_the_thread_and_closes_the_storages() -> None:
             closed.append("ns")
 
     store = TierStore(1 << 20)
-    uploader = Uploader(store, lambda ns: Uri(), handoff_delay=0.1)
+    uploader = Uploader(store, lambda ns: Uri())
     _put(store, layout.shard_key(1, "a", 0, 1), b"x")
     uploader.enqueue("upload", "ns", layout.shard_key(1, "a", 0, 1))
     assert _until(lambda: not uploader._queue)
@@ -108,7 +108,7 @@ def test_a_delayed_item_survives_a_clock_that_passes_its_due_time_while_waiting(
         calls["n"] += 1
         return real() + 0.3 * calls["n"]
 
-    uploader = Uploader(store, lambda ns: uri, handoff_delay=0.1, retry_max=0.05)
+    uploader = Uploader(store, lambda ns: uri, retry_max=0.05)
     try:
         _put(store, layout.shard_key(1, "a", 0, 1), b"x", primary=False)
         monkeypatch.setattr(time, "monotonic", racing)
