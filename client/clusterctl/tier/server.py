@@ -27,7 +27,7 @@ from ..checkpoint import checksum, layout
 from ..checkpoint.manifest import MAX_MARKER_BYTES, load_marker
 from ..storage import ObjectExistsError, ObjectNotFoundError, Storage, StorageError, open_storage, validate_key
 from .client import TierClient
-from .errors import TierAuthError, TierCorruptError, TierError, TierFullError
+from .errors import TierCorruptError, TierError, TierFullError
 from .store import StoredObject, TierStore, chunk_digests, key_step
 from .wire import LOGIN_TIMEOUT, Channel, server_handshake
 
@@ -126,10 +126,13 @@ class Uploader:
                 now, ahead, wake = time.monotonic(), set(), None
                 for item in self._queue:
                     order = item.order()
-                    if order not in ahead and item.due <= now:
-                        return item
+                    blocked = order in ahead
                     if order is not None:
                         ahead.add(order)
+                    if blocked:
+                        continue  # it waits for the earlier item, not for its own due time
+                    if item.due <= now:
+                        return item
                     wake = item.due if wake is None else min(wake, item.due)
                 self._cond.wait(None if wake is None else max(0.0, min(0.5, wake - now)))
             return None
@@ -282,7 +285,7 @@ class TierServer:
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             chan = server_handshake(conn, self.settings.secret, self.settings.job, self.settings.login_timeout)
-        except (TierAuthError, OSError) as exc:
+        except (TierError, OSError) as exc:  # wrong secret, junk, silence or a hang-up
             self._refusals.warning("memory tier: refused a connection: %s", exc)
             conn.close()
             return

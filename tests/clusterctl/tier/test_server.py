@@ -16,6 +16,7 @@ from clusterctl.checkpoint import layout
 from clusterctl.tier import TierClient, TierError, TierServer, TierSettings
 from clusterctl.tier.wire import client_handshake
 
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # no tracebacks
 JOB = "job-7"
 SECRET = secrets.token_bytes(32)
 
@@ -44,6 +45,8 @@ def test_silent_callers_hold_at_most_max_logins_threads_and_only_for_the_login_t
     tier: TierServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, "clusterctl.tier")
+    socket.create_connection(_where(tier.address)).close()  # a caller that hangs up mid-login
+    time.sleep(0.1)
     silent = [socket.create_connection(_where(tier.address)) for _ in range(20)]
     try:
         time.sleep(0.3)
@@ -51,7 +54,6 @@ def test_silent_callers_hold_at_most_max_logins_threads_and_only_for_the_login_t
         extra = silent[-1]
         extra.settimeout(2)
         assert extra.recv(64) == b""  # beyond the cap: closed at once, no nonce sent
-        assert len([r for r in caplog.records if "closed connections" in r.getMessage()]) == 1  # no log flood
         deadline = time.monotonic() + 5  # silent logins end after the login timeout; a rank then gets in
         while True:
             try:
@@ -63,6 +65,8 @@ def test_silent_callers_hold_at_most_max_logins_threads_and_only_for_the_login_t
     finally:
         for s in silent:
             s.close()
+    time.sleep(0.3)
+    assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) <= 2  # 21 refusals, no log flood
 
 
 def test_the_accept_loop_survives_a_thread_that_cannot_start(tier: TierServer, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -123,3 +123,25 @@ def test_a_delayed_item_survives_a_clock_that_passes_its_due_time_while_waiting(
     finally:
         monkeypatch.setattr(time, "monotonic", real)
         uploader.stop()
+
+
+def test_an_object_waiting_behind_a_failing_one_does_not_spin() -> None:
+    store, uri = TierStore(1 << 20), MemoryStorage()
+
+    def down(op: str, key: str) -> None:
+        if op == "put" and key == layout.shard_key(1, "a", 0, 1):
+            raise StorageError("URI down", key=key)
+
+    uri.fault = down
+    uploader = Uploader(store, lambda ns: uri, retry_max=1.0)
+    try:
+        for key in (layout.shard_key(1, "a", 0, 1), layout.manifest_key(1, "a", 0, 1)):
+            _put(store, key, b"x")
+            uploader.enqueue("upload", "ns", key)
+        time.sleep(0.3)  # the shard backs off; its manifest waits behind it
+        cpu = time.process_time()
+        time.sleep(0.5)
+        assert time.process_time() - cpu < 0.25
+        assert not _has(uri, layout.manifest_key(1, "a", 0, 1))
+    finally:
+        uploader.stop()
