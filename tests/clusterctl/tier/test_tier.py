@@ -312,3 +312,23 @@ def test_outside_a_tiered_job_the_manager_runs_a_tier_of_its_own(
     with CheckpointManager(str(tmp_path), rank=0, world_size=1, config=CONFIG) as plain:
         assert plain.restore(into={"model": model2, "optim": opt2}) == 3
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), model2.parameters(), strict=True))
+
+
+def test_checkpoints_list_with_half_set_tier_variables_fails_cleanly_and_closes_its_storage(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from clusterctl.cli import checkpoints
+    from clusterctl.cli.main import main
+
+    closed: list[bool] = []
+
+    class Uri(MemoryStorage):
+        def close(self) -> None:
+            closed.append(True)
+
+    monkeypatch.setattr(checkpoints, "_open", lambda uri: Uri())
+    monkeypatch.setenv(ENV_ADDR, "127.0.0.1:1")
+    monkeypatch.delenv(ENV_SECRET, raising=False)
+    assert main(["checkpoints", "list", "memory://x"]) == 1
+    assert ENV_SECRET in capsys.readouterr().err
+    assert closed == [True]
