@@ -161,6 +161,7 @@ class HeartbeatService:
             req.restored,
             req.exiting,
             req.exit_code,
+            req.relaunch,
         )
         run, first = self._table.record(beat, interval=known.interval, hang_timeout=known.hang_timeout)
         if req.exiting:
@@ -173,9 +174,9 @@ class HeartbeatService:
                 beat.node,
                 beat.exit_code,
             )
-        if first and run.restart_count > 0:
+        if first and (run.restart_count > 0 or run.relaunch > 0):
             await self._first_step(run)
-        current = run.restart_count == req.restart_count
+        current = (run.restart_count, run.relaunch) == (req.restart_count, req.relaunch)
         if not current or req.rank not in run.ranks:  # an older run's beat, or a rank over the table's cap
             return BeatReply(known.interval, stop=run.decided and current)
         return self._stop_reply(run, req, known.interval)

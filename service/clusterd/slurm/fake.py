@@ -28,6 +28,7 @@ class FakeSlurm:
     fail_submit: str = ""  # when set, sbatch "refuses" with this message
     accounting: list[SlurmJob] | None = None  # finished jobs slurmdbd knows; None: no accounting
     held: set[str] = field(default_factory=set)
+    admin_comments: dict[str, str] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
 
     @classmethod
@@ -192,6 +193,10 @@ class FakeSlurm:
     async def mark_supervised(self, job_id: str, comment: str) -> None:
         self.calls["mark_supervised"] += 1
         self.jobs[job_id] = replace(self.jobs[job_id], comment=comment, requeue=True)
+
+    async def set_admin_comment(self, job_id: str, note: str) -> None:
+        self.calls["set_admin_comment"] += 1
+        self.admin_comments[job_id] = note
 
     async def accounting_jobs(self, *, since: float, until: float, user: str | None) -> list[SlurmJob] | None:
         self.calls["accounting_jobs"] += 1

@@ -178,6 +178,8 @@ class Reconciler:
         async with self._store.record_lock(run.record_id):
             rec = await self._store.get_by_record(run.record_id)
             if rec is not None and not rec.terminal and rec.acked_restarts == run.restart_count:
+                if rec.restarts and "relaunched" in rec.restarts[-1].phases:
+                    await self._restarter.amend_phase(rec, "running", run.began_wall)  # the new step's first beat
                 await self._restarter.amend_phase(rec, "first_step", run.first_step_wall)
 
     async def on_snapshot(self, snapshot: ClusterSnapshot) -> None:
