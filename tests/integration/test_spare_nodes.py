@@ -57,9 +57,12 @@ def test_node_death_on_a_busy_cluster_restarts_in_place(daemon: Daemon, stack: S
     assert len(job.nodes) == 3 and len(set(ranks.values())) == 2, (job.nodes, ranks)
     (spare,) = set(job.nodes) - set(ranks.values())
     # The rest of the cluster busy, and a job waiting behind it: a requeue would wait here.
-    free = len(stack.run("sinfo", "-h", "-N", "-t", "idle", "-o", "%N").stdout.split())
-    busy = client.submit(jobs_pb2.JobSpec(name=f"{name}-busy", command=["sleep", "600"], nodes=free)).job
-    queued = client.submit(jobs_pb2.JobSpec(name=f"{name}-queued", command=["sleep", "600"], nodes=2)).job
+    free = len(set(stack.run("sinfo", "-h", "-N", "-t", "idle", "-o", "%N").stdout.split()))
+    others = [
+        client.submit(jobs_pb2.JobSpec(name=f"{name}-{what}", command=["sleep", "600"], nodes=n, exclusive=True)).job
+        for what, n in (("busy", free), ("queued", 2))
+    ]
+    busy, queued = others
     try:
         wait_for(lambda: client.get(busy.job_id).state == jobs_pb2.JOB_STATE_RUNNING, timeout=60, what="busy")
         victim = next(n for n in sorted(set(ranks.values())) if n != _batch_host(stack, job.job_id))
@@ -74,7 +77,7 @@ def test_node_death_on_a_busy_cluster_restarts_in_place(daemon: Daemon, stack: S
         assert client.get(queued.job_id).state == jobs_pb2.JOB_STATE_PENDING  # the job gave no node up
         done = finished(daemon, job.job_id)
     finally:
-        for other in (busy, queued):
+        for other in others:
             client.cancel(other.job_id)
     assert done.state == jobs_pb2.JOB_STATE_COMPLETED and done.job_id == job.job_id, done
     assert done.restart_count == 0, done  # never requeued: Slurm's restart count unchanged

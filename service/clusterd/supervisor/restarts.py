@@ -209,16 +209,18 @@ class Restarter:
         batch_lost = bool(sj.batch_host) and sj.batch_host in det.nodes
         no_kill = rec.spec.spare_nodes > 0
         slurm_requeues = node_dead and not set(det.nodes) <= set(det.drain) and (not no_kill or batch_lost)
+        if no_kill and node_dead and decision.requeue and det.relaunch == relaunches(rec):
+            step_nodes = None if batch_lost else in_place_nodes(rec, det, sj)
+            why = f"the batch host {sj.batch_host} died" if batch_lost else "no spare node left"
+            if step_nodes is not None:
+                why = await self._relaunch(rec, det, sj, step_nodes)
+                if not why:
+                    return Outcome(kick=True)
+            decision = replace(decision, reason=f"{decision.reason}; requeued: {why}")
         if node_dead:
             # Whatever the policy says of this job, the nodes are dead: Slurm must stop using them.
             for node in det.nodes:
                 await self._node_out(node, det.detail, drain=node in det.drain)
-        if no_kill and node_dead and decision.requeue and det.relaunch == relaunches(rec):
-            step_nodes = None if batch_lost else in_place_nodes(rec, det, sj)
-            if step_nodes is not None:
-                return await self._relaunch(rec, det, sj, step_nodes)
-            why = f"the batch host {sj.batch_host} died" if batch_lost else "no spare node left"
-            decision = replace(decision, reason=f"{decision.reason}; requeued: {why}")
         if not decision.requeue:
             if not slurm_requeues:
                 with contextlib.suppress(SlurmError):
@@ -254,13 +256,22 @@ class Restarter:
         self._events.publish(JobEvent(EventType.RESTARTED, rec, message=decision.reason))
         return Outcome(kick=True)
 
-    async def _relaunch(self, rec: JobRecord, det: Detection, sj: SlurmJob, step_nodes: tuple[str, ...]) -> Outcome:
+    async def _relaunch(self, rec: JobRecord, det: Detection, sj: SlurmJob, step_nodes: tuple[str, ...]) -> str:
         """A restart in place (--spare-nodes): same job, same Slurm run, a new step on ``step_nodes``.
 
-        The dead nodes are DOWN (Slurm takes them out of the --no-kill job); the old step is killed;
-        the decision is recorded first, then told to the job's batch script through the job's
-        AdminComment (which only an administrator can write), whose ``srun`` starts the step again.
+        The job's batch script learns where from the job's AdminComment (which only an
+        administrator can write), set first: Slurm refuses job updates for a while once a DOWN node
+        resized the job. The script's ``srun`` reads it when its step has ended, which happens only
+        after the decision is recorded here, the dead nodes are DOWN (Slurm takes them out of the
+        --no-kill job) and the step is killed. Returns "" when relaunched, else why not (the job
+        is then requeued).
         """
+        note = f"{RELAUNCH_NOTE}{sj.restart_count}.{relaunches(rec) + 1}@{','.join(step_nodes)}"
+        try:
+            await self._backend.set_admin_comment(rec.job_id, note)
+        except SlurmError as exc:
+            log.warning("job %s: cannot tell the job where to relaunch (%s); requeueing it", rec.job_id, exc)
+            return f"Slurm refused the relaunch note ({exc})"[:200]
         gone = [n for n in det.nodes if n in det.rank_nodes]
         spares = [n for n in step_nodes if n not in det.rank_nodes]
         what = ", ".join(f"spare {s} replaced {d}" for s, d in zip(spares, gone, strict=False)) or "relaunched"
@@ -277,21 +288,16 @@ class Restarter:
             phases={"failed": det.failed_at, "detected": det.detected_at},
         )
         rec.excluded_nodes = tuple(sorted(set(still_excluded(rec, det.detected_at)) | set(det.nodes)))
-        await self._store.record_restart(rec, entry)  # the decision persists before it is acted on
+        await self._store.record_restart(rec, entry)
         REQUEUES.labels(cause=det.cause.value).inc()
         log.info("job %s: restart %d in place on %s (%s)", rec.job_id, len(rec.restarts), ",".join(step_nodes), what)
+        for node in det.nodes:
+            await self._node_out(node, det.detail, drain=node in det.drain)
         with contextlib.suppress(SlurmError):
-            await self._backend.kill_steps(rec.job_id)  # the old step ends before the new one starts
-        note = f"{RELAUNCH_NOTE}{sj.restart_count}.{relaunches(rec)}@{','.join(step_nodes)}"
-        try:
-            await self._backend.set_admin_comment(rec.job_id, note)
-        except SlurmError as exc:
-            # The batch script's srun then returns the failure; the job's end is classified as usual.
-            log.warning("job %s: cannot tell the job where to relaunch (%s)", rec.job_id, exc)
-            return Outcome(kick=True)
+            await self._backend.kill_steps(rec.job_id)  # the old step ends; the script's srun starts the next
         await self.amend_phase(rec, "relaunched", time.time())
         self._events.publish(JobEvent(EventType.RESTARTED, rec, message=entry.detail))
-        return Outcome(kick=True)
+        return ""
 
     async def amend_phase(self, rec: JobRecord, phase: str, when: float) -> None:
         """Note when the newest restart reached ``phase`` (once: the first time counts)."""

@@ -14,7 +14,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
 from clusterd.config import LivenessConfig
-from clusterd.errors import ResourceExhausted
+from clusterd.errors import ResourceExhausted, SlurmError
 from clusterd.liveness.probe import Reach
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
@@ -533,3 +533,17 @@ async def test_a_relaunch_names_only_nodes_of_the_jobs_own_allocation(live: Live
     await _node_dies(live, job, "node2", "node1")
     assert live.slurm.admin_comments[job[0]] == "clusterctl-relaunch=0.1@node1,node3"
     assert live.slurm.jobs["9999"].nodes == ("node4",) and live.slurm.jobs["9999"].state == JobState.RUNNING
+
+
+async def test_a_refused_relaunch_note_requeues_the_job(live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slurm refuses the job's update (e.g. while it records a resize): the job is requeued instead."""
+
+    async def refused(job_id: str, note: str) -> None:
+        raise SlurmError("scontrol", 1, "Job update not available right now, the DB index is being set")
+
+    monkeypatch.setattr(live.slurm, "set_admin_comment", refused)
+    job = await _spare_job(live)
+    await _node_dies(live, job, "node2", "node1")
+    (restart,) = (await live.status(job[0])).restarts
+    assert "requeued: Slurm refused the relaunch note" in restart.detail and restart.HasField("requeued_at")
+    assert live.slurm.calls["requeue"] == 1
