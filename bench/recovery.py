@@ -200,9 +200,11 @@ def rank_node(stack: Stack, job: Job) -> list[str]:
 
 def keep_busy(stack: Stack, ours: Clusterd) -> list[str]:
     """Other jobs on every idle node for BUSY_SECONDS, and one more waiting behind them: their ids."""
-    idle = subprocess.run(
-        ["sinfo", "-h", "-N", "-t", "idle", "-o", "%N"], capture_output=True, text=True, env=stack.slurm_env()
-    ).stdout.split()
+    idle = set(  # sinfo -N lists a node once per partition
+        subprocess.run(
+            ["sinfo", "-h", "-N", "-t", "idle", "-o", "%N"], capture_output=True, text=True, env=stack.slurm_env()
+        ).stdout.split()
+    )
     ids = []
     for nodes in (len(idle), 2):
         spec = jobs_pb2.JobSpec(name="ccrecov-busy", command=["sleep", str(BUSY_SECONDS)], nodes=nodes, exclusive=True)

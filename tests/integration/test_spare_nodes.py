@@ -22,7 +22,7 @@ from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slurm
 
-TOTAL = 300  # steps of 0.1 s
+TOTAL = 200  # steps of 0.1 s
 BAR_SECONDS = 5.0  # death -> first step again (bench/recovery.py measures it; the goal there is 2 s)
 
 
