@@ -3,6 +3,9 @@
 # network namespaces, SeaweedFS S3), run lint, types and every test, and take the stack down again
 # if this script brought it up. README's test command and .ci/run both call exactly this. Between
 # the two, the stack is switched to its HA mode (up --ha) for tests/integration/test_ha_stack.py.
+# Lint, types and the fast tests (`-m "not stack"`: no stack, no root) need none of it: they run in
+# the background from the start, while the stack comes up and the stack tests wait on jobs, and
+# their output is printed after the stack tests'.
 # The Slurm compatibility suite (scripts/compat.sh: tests/compat + tests/contract) runs on each newer
 # release in CLUSTERCTL_COMPAT_SLURM (default "24.11 26.05"; "" skips), one after the other on
 # stacks of their own, beside the main suite: the two share nothing, and the main suite leaves most
@@ -32,7 +35,7 @@ fi
 export PATH="$PWD/.venv/bin:$PATH"
 export CLUSTERCTL_REQUIRE_STACK=1
 
-# compat_result: wait for the compatibility suite, print its output, return its status.
+# compat_result / fast_result: wait for that background part, print its output, return its status.
 compat_result() {
     local rc=0
     [ -n "$compat_pid" ] || return 0
@@ -40,6 +43,23 @@ compat_result() {
     compat_pid=""
     cat "$compat_log"
     rm -f "$compat_log"
+    return "$rc"
+}
+fast_result() {
+    local rc=0
+    [ -n "$fast_pid" ] || return 0
+    wait "$fast_pid" || rc=$?
+    fast_pid=""
+    cat "$fast_log"
+    rm -f "$fast_log"
+    return "$rc"
+}
+# pytest_part ARGS...: pytest, where "no test selected" (exit 5: the paths given hold none of this
+# part's tests) is not a failure.
+pytest_part() {
+    local rc=0
+    python -m pytest -q -p no:cacheprovider "$@" || rc=$?
+    [ "$rc" = 5 ] && rc=0
     return "$rc"
 }
 # kill_tree PID: TERM a process and everything under it (compat.sh's own trap takes its stack down).
@@ -50,6 +70,10 @@ kill_tree() {
 }
 # On an early exit (a failed install or stack start), stop the compatibility suite too.
 cleanup() {
+    if [ -n "$fast_pid" ]; then
+        kill_tree "$fast_pid"
+        fast_result || true
+    fi
     if [ -n "$compat_pid" ]; then
         kill_tree "$compat_pid"
         compat_result || true
@@ -61,8 +85,16 @@ cleanup() {
 
 compat_pid=""
 compat_log=""
+fast_pid=""
 started_stack=0
 trap cleanup EXIT
+fast_log=$(mktemp /tmp/clusterctl-fast.XXXXXX)
+(
+    echo "== ruff"; ruff check . && ruff format --check . || exit
+    echo "== mypy"; mypy || exit
+    echo "== pytest -m 'not stack'"; pytest_part -m "not stack" --durations=10 "$@"
+) >"$fast_log" 2>&1 &
+fast_pid=$!
 if ! bash deploy/local/stack.sh status >/dev/null 2>&1; then
     started_stack=1
     bash deploy/local/stack.sh up
@@ -82,11 +114,10 @@ if [ -n "${CLUSTERCTL_COMPAT_SLURM-24.11 26.05}" ]; then
     compat_pid=$!
 fi
 
-# The main suite; a failure here still waits for the compatibility suite and prints its output.
+# The stack tests; a failure here still waits for the fast part and the compatibility suite and
+# prints their output.
 run_main() {
-    echo "== ruff"; ruff check . && ruff format --check . || return
-    echo "== mypy"; mypy || return
-    echo "== pytest"; python -m pytest -q -p no:cacheprovider "$@" || return
+    echo "== pytest -m stack"; pytest_part -m stack --durations=25 "$@" || return
     # The stack's own HA mode, as an operator drives it: PostgreSQL and two replicas, one killed.
     echo "== ha: stack.sh up --ha"; bash deploy/local/stack.sh up --ha || return
     python -m pytest -q -p no:cacheprovider tests/integration/test_ha_stack.py
@@ -99,8 +130,10 @@ if [ "$started_stack" = 1 ]; then
     started_stack=0
 fi
 
+fast_rc=0
+fast_result || fast_rc=$?
 compat_rc=0
 compat_result || compat_rc=$?
 trap - EXIT
-echo "== main suite exit $main_rc, compatibility suite exit $compat_rc"
-[ "$main_rc" = 0 ] && [ "$compat_rc" = 0 ]
+echo "== lint, types and fast tests exit $fast_rc, stack tests exit $main_rc, compatibility suite exit $compat_rc"
+[ "$fast_rc" = 0 ] && [ "$main_rc" = 0 ] && [ "$compat_rc" = 0 ]
