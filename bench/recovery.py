@@ -350,9 +350,13 @@ def run_one(args: argparse.Namespace, version: str | None) -> dict[str, list[dic
         f"SlurmdTimeout={m.group(1) if m else '?'}, hang timeout {HANG_SECONDS} s; seconds after the fault, medians"
     )
     cols = (*PHASES, "first_step (log)")
-    print(f"{'fault':34}{'n':>3}" + "".join(f"{c:>12}" for c in cols) + "  detected by")
+    print(f"{'fault':34}{'n':>3}" + "".join(f"{c:>{max(12, len(c) + 1)}}" for c in cols) + "  detected by")
     for fault, results in table.items():
-        cells = [f"{v:12.1f}" if (v := median_of(results, c)) is not None else f"{'-':>12}" for c in cols]
+        widths = [max(12, len(c) + 1) for c in cols]
+        cells = [
+            f"{v:{w}.1f}" if (v := median_of(results, c)) is not None else f"{'-':>{w}}"
+            for c, w in zip(cols, widths, strict=True)
+        ]
         by = ",".join(sorted({str(r.get("by", "slurm")) for r in results}))
         print(f"{fault:34}{len(results):>3}" + "".join(cells) + f"  {by}")
     anchor = median_of(table.get(NATIVE, []), "first_step")
