@@ -8,14 +8,17 @@ few spares left for the nodes lost it is requeued, as without spares.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import threading
 import uuid
 
+import numpy as np
 import pytest
 
 from clusterctl.v1 import jobs_pb2
 from tests.support.daemon import Daemon
+from tests.support.paths import ROOT
 from tests.support.stack import Stack
 from tests.support.training import EVERY, check_resume, finished, log_of, runs_of, train_spec
 from tests.support.wait import wait_for
@@ -41,6 +44,21 @@ def _spare_job(daemon: Daemon, stack: Stack, name: str, nodes: int) -> tuple[job
     )
     ranks = runs_of(log_of(stack, name, job.job_id))[0].nodes
     return client.get(job.job_id), ranks
+
+
+def _uninterrupted_losses() -> dict[int, str]:
+    """Rank -> the loss examples/train.py prints at its last step when nothing fails (as printed)."""
+    spec = importlib.util.spec_from_file_location("train_example", ROOT / "examples" / "train.py")
+    assert spec and spec.loader
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    losses = {}
+    for rank in (0, 1):
+        params = train.init_params(np.random.default_rng(0), [16, 64, 64, 1])
+        for step in range(TOTAL):
+            loss = train.train_step(params, *train.batch(step, rank, 64, 16), lr=0.05)
+        losses[rank] = f"{loss:.5f}"
+    return losses
 
 
 def _batch_host(stack: Stack, job_id: str) -> str:
@@ -93,6 +111,9 @@ def test_node_death_on_a_busy_cluster_restarts_in_place(daemon: Daemon, stack: S
     assert sorted(runs[1].nodes.values()) == sorted([survivor, spare]), runs[1].nodes
     assert all(" restart 0 " in line for line in [runs[1].header]), runs[1].header  # SLURM_RESTART_COUNT=0
     check_resume(stack, name, done, victim, EVERY, TOTAL, exact_restart_step=False)
+    # The weights at the end are those of a run that never failed: the last step's loss, to the digit.
+    last = dict(re.findall(rf"^STEP {TOTAL - 1} rank (\d+) loss (\S+)", log_of(stack, name, job.job_id), re.M))
+    assert {int(r): v for r, v in last.items()} == _uninterrupted_losses()
 
 
 def test_too_few_spares_left_requeues(daemon: Daemon, stack: Stack, killed_nodes: list[str]) -> None:
