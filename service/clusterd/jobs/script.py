@@ -39,17 +39,18 @@ _NOTE = (
 # CLUSTERCTL_RELAUNCH_WAIT s for clusterd to decide a relaunch in place (a higher G) and starts the
 # step again there, with the allocation as it is now in SLURM_JOB_NODELIST/SLURM_JOB_NUM_NODES;
 # otherwise it returns srun's status (clusterd requeues the job, or the script goes on). SIGUSR1 and
-# SIGTERM sent to the batch shell reach srun, as under ``exec srun``.
+# SIGTERM sent to the batch shell reach srun, as under ``exec srun``; a step stopped by them, or
+# that exited 85/86 (requeue me / do not), returns at once.
 RELAUNCH_SRUN = (
     '_clusterctl_job() { scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null; }; '
     + _NOTE
-    + 'srun() { local info g h n rc p t; g=0; n=; info="$(_clusterctl_job)"; '
+    + 'srun() { local info g h n rc p t s; g=0; n=; info="$(_clusterctl_job)"; '
     'read -r g n < <(_clusterctl_gen <<<"$info"); g="${g:-0}"; '
     'while :; do export CLUSTERCTL_RELAUNCH="$g"; '
     'command srun --nodes="$CLUSTERCTL_RANK_NODES" ${n:+--nodelist="$n"} "$@" & p=$!; '
-    "trap 'kill -USR1 '$p' 2>/dev/null' USR1; trap 'kill -TERM '$p' 2>/dev/null' TERM; "
+    "s=; trap 'kill -USR1 '$p' 2>/dev/null; s=1' USR1; trap 'kill -TERM '$p' 2>/dev/null; s=1' TERM; "
     "wait $p; rc=$?; while [ $rc -gt 128 ] && kill -0 $p 2>/dev/null; do wait $p; rc=$?; done; trap - USR1 TERM; "
-    "[ $rc -eq 0 ] && return 0; t=0; h=0; "
+    '[ $rc -eq 0 ] && return 0; [ -n "$s" ] || [ $rc -eq 85 ] || [ $rc -eq 86 ] && return $rc; t=0; h=0; '
     'while [ $t -lt $((${CLUSTERCTL_RELAUNCH_WAIT:-15} * 10)) ]; do info="$(_clusterctl_job)"; h=0; '
     'read -r h n < <(_clusterctl_gen <<<"$info"); [ "${h:-0}" -gt "$g" ] && break; sleep 0.1; t=$((t + 1)); done; '
     '[ "${h:-0}" -gt "$g" ] || return $rc; g=$h; '

@@ -251,3 +251,9 @@ def test_a_failed_step_without_a_relaunch_returns_its_status(tmp_path: Path) -> 
     after CLUSTERCTL_RELAUNCH_WAIT; a note of an earlier run (restart count 1) is not this run's."""
     code, calls, _ = _spare_run(tmp_path, ["(null)", "clusterctl-relaunch=1.3@node4,node5"], [3])
     assert code == 3 and calls == ["--nodes=2 --kill-on-bad-exit=1 train | 0 node[1-3]"]
+
+
+def test_a_step_that_asks_to_be_requeued_returns_at_once(tmp_path: Path) -> None:
+    """Exit 85 (checkpointed, requeue me): no wait for a relaunch (the time limit may be near)."""
+    code, calls, _ = _spare_run(tmp_path, ["(null)"], [85])
+    assert code == 85 and len(calls) == 1
