@@ -34,14 +34,16 @@ _NOTE = (
     '_clusterctl_gen() { sed -n "s/.*AdminComment=' + RELAUNCH_NOTE + "${SLURM_RESTART_COUNT:-0}"
     '\\\\.\\\\([0-9]*\\\\)@\\\\([^ ]*\\\\).*/\\\\1 \\\\2/p"; }; '
 )
-# --spare-nodes: ``srun`` in the batch script is this function. Each step runs on the job's rank
+# --spare-nodes: the script sees the ranks' node count in SLURM_NNODES/SLURM_JOB_NUM_NODES (the
+# spares are not its to use), and ``srun`` is this function. Each step runs on the job's rank
 # nodes (after a relaunch, the ones clusterd's note names). When a step fails it waits up to
 # CLUSTERCTL_RELAUNCH_WAIT s for clusterd to decide a relaunch in place (a higher G) and starts the
-# step again there, with the allocation as it is now in SLURM_JOB_NODELIST/SLURM_JOB_NUM_NODES;
+# step again there, with the allocation as it is now in SLURM_JOB_NODELIST;
 # otherwise it returns srun's status (clusterd requeues the job, or the script goes on). SIGUSR1 and
 # SIGTERM sent to the batch shell reach srun, as under ``exec srun``; a step stopped by them, or
 # that exited 85/86 (requeue me / do not), returns at once.
 RELAUNCH_SRUN = (
+    'export SLURM_NNODES="$CLUSTERCTL_RANK_NODES" SLURM_JOB_NUM_NODES="$CLUSTERCTL_RANK_NODES"; '
     '_clusterctl_job() { scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null; }; '
     + _NOTE
     + 'srun() { local info g h n rc p t s; g=0; n=; info="$(_clusterctl_job)"; '
@@ -54,9 +56,8 @@ RELAUNCH_SRUN = (
     'while [ $t -lt $((${CLUSTERCTL_RELAUNCH_WAIT:-15} * 10)) ]; do info="$(_clusterctl_job)"; h=0; '
     'read -r h n < <(_clusterctl_gen <<<"$info"); [ "${h:-0}" -gt "$g" ] && break; sleep 0.1; t=$((t + 1)); done; '
     '[ "${h:-0}" -gt "$g" ] || return $rc; g=$h; '
-    'export SLURM_JOB_NODELIST="$(sed -n \'s/.* NodeList=\\([^ ]*\\).*/\\1/p\' <<<"$info")" '
-    'SLURM_JOB_NUM_NODES="$(sed -n \'s/.* NumNodes=\\([0-9]*\\).*/\\1/p\' <<<"$info")"; '
-    'export SLURM_NODELIST="$SLURM_JOB_NODELIST" SLURM_NNODES="$SLURM_JOB_NUM_NODES"; '
+    'export SLURM_JOB_NODELIST="$(sed -n \'s/.* NodeList=\\([^ ]*\\).*/\\1/p\' <<<"$info")"; '
+    'export SLURM_NODELIST="$SLURM_JOB_NODELIST"; '
     'echo "clusterctl: relaunch $g in place on $n" >&2; done; }; export -f srun _clusterctl_job _clusterctl_gen'
 )
 

@@ -217,7 +217,7 @@ def _spare_run(tmp_path: Path, scontrol_notes: list[str], srun_codes: list[int])
         'echo "JobId=7 JobName=t AdminComment=$n ReqNodeList=(null) NodeList=node[1,3] NumNodes=2 BatchHost=node1"\n'
     )
     (bin_dir / "srun").write_text(
-        f'#!/bin/bash\necho "$* | $CLUSTERCTL_RELAUNCH $SLURM_JOB_NODELIST" >> {tmp_path}/calls\n'
+        f'#!/bin/bash\necho "$* | $CLUSTERCTL_RELAUNCH $SLURM_JOB_NODELIST $SLURM_NNODES" >> {tmp_path}/calls\n'
         f"c=$(head -1 {tmp_path}/codes); sed -i 1d {tmp_path}/codes; exit ${{c:-0}}\n"
     )
     for tool in ("scontrol", "srun"):
@@ -228,6 +228,7 @@ def _spare_run(tmp_path: Path, scontrol_notes: list[str], srun_codes: list[int])
         "SLURM_JOB_ID": "7",
         "SLURM_RESTART_COUNT": "0",
         "SLURM_JOB_NODELIST": "node[1-3]",
+        "SLURM_NNODES": "3",
         "CLUSTERCTL_RELAUNCH_WAIT": "1",
     }
     done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
@@ -240,8 +241,8 @@ def test_a_spare_jobs_srun_is_relaunched_where_clusterd_says(tmp_path: Path) -> 
     code, calls, err = _spare_run(tmp_path, ["(null)", "(null)", "clusterctl-relaunch=0.1@node1,node3"], [137, 0])
     assert code == 0, err
     assert calls == [
-        "--nodes=2 --kill-on-bad-exit=1 train | 0 node[1-3]",
-        "--nodes=2 --nodelist=node1,node3 --kill-on-bad-exit=1 train | 1 node[1,3]",
+        "--nodes=2 --kill-on-bad-exit=1 train | 0 node[1-3] 2",
+        "--nodes=2 --nodelist=node1,node3 --kill-on-bad-exit=1 train | 1 node[1,3] 2",
     ]
     assert "relaunch 1 in place on node1,node3" in err
 
@@ -250,7 +251,7 @@ def test_a_failed_step_without_a_relaunch_returns_its_status(tmp_path: Path) -> 
     """No relaunch decided (a plain failure, or one that gets the job requeued): srun's own status,
     after CLUSTERCTL_RELAUNCH_WAIT; a note of an earlier run (restart count 1) is not this run's."""
     code, calls, _ = _spare_run(tmp_path, ["(null)", "clusterctl-relaunch=1.3@node4,node5"], [3])
-    assert code == 3 and calls == ["--nodes=2 --kill-on-bad-exit=1 train | 0 node[1-3]"]
+    assert code == 3 and calls == ["--nodes=2 --kill-on-bad-exit=1 train | 0 node[1-3] 2"]
 
 
 def test_a_step_that_asks_to_be_requeued_returns_at_once(tmp_path: Path) -> None:
