@@ -40,6 +40,8 @@ STACK_TESTS = (
     "tests/clusterctl/checkpoint/test_torch.py::test_torch_distributed_",
     "tests/clusterctl/checkpoint/test_train_elastic.py::",
     "tests/clusterctl/checkpoint/test_train_torch.py::",
+    "tests/clusterctl/tier/test_tier.py::test_two_ranks_",
+    "tests/clusterctl/tier/test_tier.py::test_save_commits_in_peer_memory_",
 )
 
 

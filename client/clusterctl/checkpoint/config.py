@@ -31,6 +31,8 @@ class CheckpointConfig:
             less with the training loop for CPU (0 = same priority).
         gc_grace: uncommitted objects and multipart uploads younger than this are never collected.
         gc_on_commit: rank 0 collects garbage older than ``gc_grace`` after each commit.
+        auto_first_interval: with ``interval="auto"``, the seconds between saves until clusterd
+            advises an interval (and always without heartbeats).
         run_id: names this job incarnation's save attempts; None = from Slurm / torch.distributed.
         connect_timeout, read_timeout, max_attempts: per-request deadlines and tries (S3).
         s3, posix: full backend options; when None they are built from the fields above.
@@ -47,6 +49,7 @@ class CheckpointConfig:
     background_nice: int = 10
     gc_grace: float = 6 * 3600.0
     gc_on_commit: bool = True
+    auto_first_interval: float = 300.0
     run_id: str | None = None
     connect_timeout: float = 5.0
     read_timeout: float = 60.0

@@ -39,7 +39,9 @@ from .coordination import Coordinator, TorchCoordinator
 from .errors import CheckpointError, InvalidStateError, SaveError, SaveInProgressError
 from .gc import GarbageReport, apply_retention, collect_garbage, latest_committed, list_committed
 from .restore import VerifyReport, restore_state, verify_step
+from .schedule import SaveSchedule
 from .staging import StagingPool
+from .tiering import TierAttachment
 from .writer import Snapshot, take_snapshot, upload_snapshot
 
 log = logging.getLogger(__name__)
@@ -124,12 +126,21 @@ class CheckpointManager:
             RANK/WORLD_SIZE, then SLURM_PROCID/SLURM_NTASKS, then 0/1; looked up again at every
             save and restore, so a manager created before ``init_process_group`` is right too.
         keep: committed steps to keep (older ones are deleted after each commit); 0 keeps all.
+        interval: seconds between saves that :meth:`due` follows: None (default) leaves the
+            schedule to the trainer (``due()`` is always True), a number is a fixed interval,
+            ``"auto"`` follows the interval clusterd sends in heartbeat replies (see
+            :mod:`.schedule`).
         config: every other knob (policy, staging memory, part size, deadlines).
         storage: a ready :class:`~clusterctl.storage.Storage` to use instead of opening ``uri``.
+        tier: ``"memory"`` saves into the node's memory tier (:mod:`clusterctl.tier`): ``result()``
+            returns once every shard has its replicas' verified copies in memory, the upload to
+            ``uri`` follows in the tier's process (:meth:`wait_durable`), and restores read memory,
+            then peers, then ``uri``. The tiers come from the ``CLUSTERCTL_TIER_*`` variables;
+            without them the manager starts a tier process of its own (one copy, no peers).
 
     Raises:
         InvalidURIError (a ValueError): the URI is malformed.
-        ValueError: rank/world_size out of range.
+        ValueError: rank/world_size out of range, or ``interval`` not None, "auto" or seconds > 0.
     """
 
     def __init__(
@@ -141,13 +152,25 @@ class CheckpointManager:
         *,
         config: CheckpointConfig | None = None,
         storage: Storage | None = None,
+        tier: str | None = None,
+        interval: float | str | None = None,
     ) -> None:
         self.config = config = config or CheckpointConfig()
         self._explicit = (rank, world_size)
         self.rank, self.world_size = self._resolve_world()
         if keep < 0:
             raise ValueError(f"keep must be >= 0, got {keep}")
-        self.storage: Storage = storage or open_storage(uri, s3=config.s3_options(), posix=config.posix_options())
+        self._schedule = SaveSchedule(interval, first=config.auto_first_interval)
+        if tier not in (None, "memory"):
+            raise ValueError(f"tier must be None or 'memory', got {tier!r}")
+        durable: Storage = storage or open_storage(uri, s3=config.s3_options(), posix=config.posix_options())
+        self.durable_storage = durable
+        self._tier: TierAttachment | None = None
+        self.storage: Storage = durable
+        self._read: Storage = durable
+        if tier == "memory":
+            self._tier = TierAttachment.open(uri, durable, config)
+            self.storage, self._read = self._tier.save_storage, self._tier.read_storage
         self.uri = uri
         self.keep = keep
         self._coordinator: TorchCoordinator | None = None
@@ -174,6 +197,7 @@ class CheckpointManager:
         self._create_only_checked = False
         self.last_restored_step: int | None = None
         self._runtime = JobRuntime(report_return=False)
+        self._last_committed: int | None = None
 
     def _resolve_world(self) -> tuple[int, int]:
         env_rank, env_world = slurm_env.rank_and_world_size()
@@ -210,6 +234,32 @@ class CheckpointManager:
         self.run_id = _resolve_run_id(self.config, self.world_size, self._coordinator)
 
     # --- saving ---------------------------------------------------------------------------
+    @property
+    def interval(self) -> float | str | None:
+        """The interval as given: None, seconds, or "auto"."""
+        return self._schedule.interval
+
+    def current_interval(self) -> float | None:
+        """The seconds between saves in force now (the advised one for "auto"); None: no schedule."""
+        return self._schedule.seconds()
+
+    def due(self) -> bool:
+        """Whether a save is due now, by ``interval``: ``if ckpt.due(): ckpt.save(step, state)``.
+
+        With a torch.distributed group of more than one rank this is collective (one all_reduce of
+        a flag on the manager's gloo group): it is True on every rank when any rank's clock says
+        so, so all ranks save the same step. Every rank must then call it at the same steps. Ranks
+        without a shared group decide each on its own clock: keep a step-count schedule there.
+        """
+        self._check_open()
+        here = self._schedule.due_here()
+        if self._schedule.interval is None:
+            return True
+        self._sync_world()
+        if self._coordinator is None:
+            return here
+        return not self._coordinator.agree(not here, timeout=self.config.commit_timeout)
+
     def save(self, step: int, state: Mapping[str, Any]) -> SaveHandle:
         """Snapshot ``state`` and upload it in the background; returns once the snapshot is taken.
 
@@ -230,6 +280,15 @@ class CheckpointManager:
         except ValueError as exc:
             raise InvalidStateError(str(exc)) from None
         heartbeat.report_step(step)
+        started = time.perf_counter()
+        self._schedule.restart()
+        try:
+            return self._save(step, state)
+        finally:
+            # The time training stood still for this save: the autopilot's measure of its cost.
+            heartbeat.report_save_stall(time.perf_counter() - started)
+
+    def _save(self, step: int, state: Mapping[str, Any]) -> SaveHandle:
         self._raise_pending()
         self._sync_world()
         running = self._running()
@@ -370,6 +429,7 @@ class CheckpointManager:
             raise self._wrap(exc, step, progress["key"]) from exc
         total = time.perf_counter() - t0
         heartbeat.report_committed(step)
+        self._last_committed = step if self._last_committed is None else max(step, self._last_committed)
         return SaveResult(step, committed=True, bytes=nbytes, snapshot_seconds=snap.seconds, total_seconds=total)
 
     def _committed_already(self, step: int, attempt: str) -> SaveError:
@@ -417,11 +477,11 @@ class CheckpointManager:
     # --- discovery and restore -----------------------------------------------------------
     def steps(self) -> list[int]:
         """Committed steps, ascending (one LIST)."""
-        return list_committed(self.storage)
+        return list_committed(self._read)
 
     def latest_step(self) -> int | None:
         """Newest committed step, or None (one LIST)."""
-        return latest_committed(self.storage)
+        return latest_committed(self._read)
 
     def restore(
         self,
@@ -479,7 +539,7 @@ class CheckpointManager:
         if rank_local is None:
             rank_local = "rank0" if into is not None else "error"
         result = restore_state(
-            self.storage,
+            self._read,
             step=step,
             rank=self.rank if rank is None else rank,
             world_size=None if explicit else self.world_size,
@@ -489,6 +549,7 @@ class CheckpointManager:
             template=template,
             rank_local=rank_local,
         )
+        self._schedule.restart()
         if result is None:
             heartbeat.report_restored()
             return None
@@ -501,7 +562,35 @@ class CheckpointManager:
 
     def verify(self, step: int) -> VerifyReport:
         """Verify every rank's shard of a committed step (reads everything; bounded memory)."""
-        return verify_step(self.storage, step, executor=self._io)
+        return verify_step(self._read, step, executor=self._io)
+
+    def durable_steps(self) -> list[int]:
+        """Committed steps on the URI itself (with ``tier="memory"``, those whose upload finished)."""
+        return list_committed(self.durable_storage)
+
+    def wait_durable(self, step: int | None = None, timeout: float | None = None) -> int | None:
+        """Block until ``step`` (default: the newest step this manager committed) is committed on the URI.
+
+        Without a tier every commit is durable at once. Returns the step (None when nothing was saved).
+
+        Raises:
+            TimeoutError: ``timeout`` passed first (the upload keeps running in the tier).
+        """
+        self.wait()
+        step = self._last_committed if step is None else layout.check_step(step)
+        if step is None or self._tier is None:
+            return step
+        poller = commit.Poller(float("inf") if timeout is None else timeout, 0.05, 0.25)
+        while True:
+            try:
+                self.durable_storage.stat(layout.commit_key(step))
+                return step
+            except ObjectNotFoundError:
+                pass
+            except StorageError as exc:
+                log.info("checkpoint: durability of step %d not known yet: %s", step, exc)
+            if not poller.wait():
+                raise TimeoutError(f"step {step} not on {self.durable_storage.uri} after {timeout}s")
 
     def gc(self, *, grace: float | None = None, dry_run: bool = False) -> GarbageReport:
         """Collect uncommitted objects and multipart uploads older than ``grace`` (default config)."""
@@ -532,7 +621,10 @@ class CheckpointManager:
             self._bg.shutdown(wait=True)
             self._io.shutdown(wait=True)
             self._pool.clear()
-            self.storage.close()
+            if self._tier is not None:
+                self._tier.close(self._last_committed, self.config.commit_timeout)
+            else:
+                self.storage.close()
             if self._coordinator is not None:
                 self._coordinator.close()
         self._raise_pending()

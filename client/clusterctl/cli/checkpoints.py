@@ -165,16 +165,44 @@ def _size(n: int) -> str:
     return str(n)
 
 
+def _tier_copies(uri: str) -> tuple[dict[int, list[str]], Any]:
+    """With the job's tier in the environment: the tiers holding each committed step, and a
+    storage reading them (None without a tier)."""
+    from ..tier import TierClient, TierError, TierStorage, endpoints_from_env
+
+    endpoints = endpoints_from_env()
+    if endpoints is None:
+        return {}, None
+    clients = [
+        TierClient(a, secret=endpoints.secret, job=endpoints.job, timeout=10.0)
+        for a in (endpoints.address, *endpoints.peers)
+    ]
+    held: dict[int, list[str]] = {}
+    for client in clients:
+        try:
+            steps = client.status(uri)["steps"]
+        except TierError as exc:
+            _err(f"memory tier at {client.address} not asked: {exc}")
+            continue
+        for step, info in steps.items():
+            if info.get("committed"):
+                held.setdefault(int(step), []).append(client.address)
+    return held, TierStorage(clients[0], clients[1:], uri)
+
+
 def cmd_list(args: argparse.Namespace) -> int:
-    """Print the committed steps (one LIST, plus one small GET per step for its marker)."""
+    """Print the committed steps (one LIST, plus one small GET per step for its marker) and where
+    each lives: on the URI, and in which memory tiers when the job's tier is in the environment."""
     from ..checkpoint.commit import read_marker_or_none
     from ..checkpoint.gc import list_committed
 
     storage = _open(args.uri)
+    held, tiers = _tier_copies(args.uri)
     try:
+        durable = set(list_committed(storage))
         rows: list[dict[str, Any]] = []
-        for step in list_committed(storage):
-            marker = read_marker_or_none(storage, step)
+        for step in sorted(durable | set(held)):
+            marker = read_marker_or_none(storage if step in durable else tiers, step)
             rows.append(
                 {
                     "step": step,
@@ -183,10 +211,14 @@ def cmd_list(args: argparse.Namespace) -> int:
                     "bytes": marker.total_bytes if marker else None,
                     "created": marker.created if marker else None,
                     "attempt": marker.attempt if marker else None,
+                    "durable": step in durable,
+                    "memory": held.get(step, []),
                 }
             )
     finally:
         storage.close()
+        if tiers is not None:
+            tiers.close()
     if args.json:
         print(json.dumps({"uri": args.uri, "steps": rows}, indent=2))
         return EXIT_OK
@@ -194,13 +226,16 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"no committed checkpoints under {args.uri}")
         return EXIT_OK
     table = Table(title=f"committed checkpoints under {args.uri}")
-    for col in ("step", "ranks", "size", "committed at (UTC)", "attempt"):
+    for col in ("step", "ranks", "size", "committed at (UTC)", "attempt", "where"):
         table.add_column(col, justify="right" if col in ("step", "ranks", "size") else "left")
     for r in rows:
+        where = ", ".join((["uri"] if r["durable"] else []) + [f"memory {a}" for a in r["memory"]])
         if not r["valid_marker"]:
-            table.add_row(str(r["step"]), "-", "-", "[red]invalid marker[/]", "-")
+            table.add_row(str(r["step"]), "-", "-", "[red]invalid marker[/]", "-", where)
         else:
-            table.add_row(str(r["step"]), str(r["world_size"]), _size(r["bytes"]), _when(r["created"]), r["attempt"])
+            table.add_row(
+                str(r["step"]), str(r["world_size"]), _size(r["bytes"]), _when(r["created"]), r["attempt"], where
+            )
     Console().print(table)
     return EXIT_OK
 

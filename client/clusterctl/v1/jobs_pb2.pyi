@@ -278,7 +278,7 @@ class ArrayTask(_message.Message):
     def __init__(self, task_id: _Optional[int] = ..., state: _Optional[_Union[JobState, str]] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ..., has_exit_code: _Optional[bool] = ..., restart_count: _Optional[int] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "name", "user", "state", "reason", "nodes", "restart_count", "exit_code", "exit_signal", "submit_time", "start_time", "end_time", "placement_explanation", "restarts", "partition", "request_id", "terminal", "final_reason", "checkpoint_step", "excluded_nodes", "spec", "original_submit_time", "time_limit", "working_directory", "stdout_path", "stderr_path", "has_exit_code", "array", "tasks")
+    __slots__ = ("job_id", "name", "user", "state", "reason", "nodes", "restart_count", "exit_code", "exit_signal", "submit_time", "start_time", "end_time", "placement_explanation", "restarts", "partition", "request_id", "terminal", "final_reason", "checkpoint_step", "excluded_nodes", "spec", "original_submit_time", "time_limit", "working_directory", "stdout_path", "stderr_path", "has_exit_code", "array", "tasks", "stragglers")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
@@ -308,6 +308,7 @@ class JobStatus(_message.Message):
     HAS_EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     ARRAY_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    STRAGGLERS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     user: str
@@ -337,7 +338,16 @@ class JobStatus(_message.Message):
     has_exit_code: bool
     array: str
     tasks: _containers.RepeatedCompositeFieldContainer[ArrayTask]
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., restart_count: _Optional[int] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., placement_explanation: _Optional[str] = ..., restarts: _Optional[_Iterable[_Union[RestartRecord, _Mapping]]] = ..., partition: _Optional[str] = ..., request_id: _Optional[str] = ..., terminal: _Optional[bool] = ..., final_reason: _Optional[str] = ..., checkpoint_step: _Optional[int] = ..., excluded_nodes: _Optional[_Iterable[str]] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., original_submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., time_limit: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., working_directory: _Optional[str] = ..., stdout_path: _Optional[str] = ..., stderr_path: _Optional[str] = ..., has_exit_code: _Optional[bool] = ..., array: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[ArrayTask, _Mapping]]] = ...) -> None: ...
+    stragglers: _containers.RepeatedCompositeFieldContainer[Straggler]
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., restart_count: _Optional[int] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., placement_explanation: _Optional[str] = ..., restarts: _Optional[_Iterable[_Union[RestartRecord, _Mapping]]] = ..., partition: _Optional[str] = ..., request_id: _Optional[str] = ..., terminal: _Optional[bool] = ..., final_reason: _Optional[str] = ..., checkpoint_step: _Optional[int] = ..., excluded_nodes: _Optional[_Iterable[str]] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., original_submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., time_limit: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., working_directory: _Optional[str] = ..., stdout_path: _Optional[str] = ..., stderr_path: _Optional[str] = ..., has_exit_code: _Optional[bool] = ..., array: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[ArrayTask, _Mapping]]] = ..., stragglers: _Optional[_Iterable[_Union[Straggler, _Mapping]]] = ...) -> None: ...
+
+class Straggler(_message.Message):
+    __slots__ = ("node", "ratio")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    RATIO_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    ratio: float
+    def __init__(self, node: _Optional[str] = ..., ratio: _Optional[float] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("spec",)
@@ -434,7 +444,7 @@ class JobEvent(_message.Message):
     def __init__(self, type: _Optional[_Union[JobEventType, str]] = ..., job: _Optional[_Union[JobStatus, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., previous_state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ..., resume_token: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("record_id", "token", "job_id", "restart_count", "rank", "world_size", "node", "pid", "step", "committed_step", "restored", "exiting", "exit_code", "stopping_step", "relaunch")
+    __slots__ = ("record_id", "token", "job_id", "restart_count", "rank", "world_size", "node", "pid", "step", "committed_step", "restored", "exiting", "exit_code", "stopping_step", "relaunch", "step_seconds", "stack", "save_stall_seconds", "saves")
     RECORD_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -450,6 +460,10 @@ class HeartbeatRequest(_message.Message):
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     STOPPING_STEP_FIELD_NUMBER: _ClassVar[int]
     RELAUNCH_FIELD_NUMBER: _ClassVar[int]
+    STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STACK_FIELD_NUMBER: _ClassVar[int]
+    SAVE_STALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SAVES_FIELD_NUMBER: _ClassVar[int]
     record_id: int
     token: str
     job_id: str
@@ -465,19 +479,27 @@ class HeartbeatRequest(_message.Message):
     exit_code: int
     stopping_step: int
     relaunch: int
-    def __init__(self, record_id: _Optional[int] = ..., token: _Optional[str] = ..., job_id: _Optional[str] = ..., restart_count: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., node: _Optional[str] = ..., pid: _Optional[int] = ..., step: _Optional[int] = ..., committed_step: _Optional[int] = ..., restored: _Optional[bool] = ..., exiting: _Optional[bool] = ..., exit_code: _Optional[int] = ..., stopping_step: _Optional[int] = ..., relaunch: _Optional[int] = ...) -> None: ...
+    step_seconds: float
+    stack: str
+    save_stall_seconds: float
+    saves: int
+    def __init__(self, record_id: _Optional[int] = ..., token: _Optional[str] = ..., job_id: _Optional[str] = ..., restart_count: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., node: _Optional[str] = ..., pid: _Optional[int] = ..., step: _Optional[int] = ..., committed_step: _Optional[int] = ..., restored: _Optional[bool] = ..., exiting: _Optional[bool] = ..., exit_code: _Optional[int] = ..., stopping_step: _Optional[int] = ..., relaunch: _Optional[int] = ..., step_seconds: _Optional[float] = ..., stack: _Optional[str] = ..., save_stall_seconds: _Optional[float] = ..., saves: _Optional[int] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("interval", "stop", "stopping", "stop_step")
+    __slots__ = ("interval", "stop", "stopping", "stop_step", "want_stack", "checkpoint_interval")
     INTERVAL_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     STOPPING_FIELD_NUMBER: _ClassVar[int]
     STOP_STEP_FIELD_NUMBER: _ClassVar[int]
+    WANT_STACK_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     interval: _duration_pb2.Duration
     stop: bool
     stopping: bool
     stop_step: int
-    def __init__(self, interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stop: _Optional[bool] = ..., stopping: _Optional[bool] = ..., stop_step: _Optional[int] = ...) -> None: ...
+    want_stack: bool
+    checkpoint_interval: _duration_pb2.Duration
+    def __init__(self, interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stop: _Optional[bool] = ..., stopping: _Optional[bool] = ..., stop_step: _Optional[int] = ..., want_stack: _Optional[bool] = ..., checkpoint_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ReadJobLogRequest(_message.Message):
     __slots__ = ("job_id", "stream", "tail_lines", "follow")
@@ -684,3 +706,41 @@ class ListJobCheckpointsResponse(_message.Message):
     checkpoints: _containers.RepeatedCompositeFieldContainer[CheckpointInfo]
     error: str
     def __init__(self, uri: _Optional[str] = ..., checkpoints: _Optional[_Iterable[_Union[CheckpointInfo, _Mapping]]] = ..., error: _Optional[str] = ...) -> None: ...
+
+class GetGoodputRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class GoodputBreakdown(_message.Message):
+    __slots__ = ("productive", "queue", "start_restore", "checkpoint_stall", "detection", "restart", "lost")
+    PRODUCTIVE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    START_RESTORE_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_STALL_FIELD_NUMBER: _ClassVar[int]
+    DETECTION_FIELD_NUMBER: _ClassVar[int]
+    RESTART_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
+    productive: float
+    queue: float
+    start_restore: float
+    checkpoint_stall: float
+    detection: float
+    restart: float
+    lost: float
+    def __init__(self, productive: _Optional[float] = ..., queue: _Optional[float] = ..., start_restore: _Optional[float] = ..., checkpoint_stall: _Optional[float] = ..., detection: _Optional[float] = ..., restart: _Optional[float] = ..., lost: _Optional[float] = ...) -> None: ...
+
+class GetGoodputResponse(_message.Message):
+    __slots__ = ("job_id", "ettr", "wall_seconds", "breakdown", "checkpoint_interval")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ETTR_FIELD_NUMBER: _ClassVar[int]
+    WALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BREAKDOWN_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    ettr: float
+    wall_seconds: float
+    breakdown: GoodputBreakdown
+    checkpoint_interval: _duration_pb2.Duration
+    def __init__(self, job_id: _Optional[str] = ..., ettr: _Optional[float] = ..., wall_seconds: _Optional[float] = ..., breakdown: _Optional[_Union[GoodputBreakdown, _Mapping]] = ..., checkpoint_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from clusterd.slurm.request import JobRequest
-from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch
+from clusterd.slurm.types import JobPoll, SlurmJob, SlurmNode, SlurmSwitch
 
 
 @runtime_checkable
@@ -55,6 +55,15 @@ class SlurmBackend(Protocol):
 
     async def list_jobs(self) -> list[SlurmJob]:
         """The whole queue in ONE query (the queue cache is the only caller)."""
+        ...
+
+    async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
+        """What can have changed since the last look: every job not PENDING plus the jobs (or arrays)
+        ``focus`` names, in any state, where the release can filter; else the whole queue.
+
+        On a big cluster the queue is mostly other users' pending jobs that change rarely: a partial
+        look skips them and the queue cache re-reads the whole queue now and then.
+        """
         ...
 
     async def list_nodes(self) -> list[SlurmNode]: ...

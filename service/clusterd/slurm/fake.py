@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from clusterd.errors import SlurmError
 from clusterd.slurm.arrays import compress, task_indices
 from clusterd.slurm.request import JobRequest
-from clusterd.slurm.types import JobState, NodeState, SlurmJob, SlurmNode, SlurmSwitch
+from clusterd.slurm.types import JobPoll, JobState, NodeState, SlurmJob, SlurmNode, SlurmSwitch
 
 
 @dataclass
@@ -30,6 +30,7 @@ class FakeSlurm:
     held: set[str] = field(default_factory=set)
     admin_comments: dict[str, str] = field(default_factory=dict)
     no_kill: set[str] = field(default_factory=set)  # jobs submitted with --no-kill
+    partial: bool = False  # poll_jobs filters, as squeue from 24.11 on; False: the whole queue, as 22.05
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
 
     @classmethod
@@ -168,6 +169,19 @@ class FakeSlurm:
     async def list_jobs(self) -> list[SlurmJob]:
         self.calls["list_jobs"] += 1
         return list(self.jobs.values())
+
+    async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
+        if not self.partial:
+            return JobPoll(tuple(await self.list_jobs()))
+        self.calls["poll_jobs"] += 1
+        return JobPoll(
+            tuple(
+                j
+                for j in self.jobs.values()
+                if j.state != JobState.PENDING or j.job_id in focus or j.array_job_id in focus
+            ),
+            whole=False,
+        )
 
     async def list_nodes(self) -> list[SlurmNode]:
         self.calls["list_nodes"] += 1

@@ -30,7 +30,7 @@ from clusterd.observability.metrics import observed_slurm_call
 from clusterd.slurm import parse
 from clusterd.slurm.request import ExportMode, JobRequest, Sharing
 from clusterd.slurm.restd_submit import Unexpressible
-from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch
+from clusterd.slurm.types import JobPoll, SlurmJob, SlurmNode, SlurmSwitch
 from clusterd.slurm.version import SlurmVersion, SlurmVersionError
 
 if TYPE_CHECKING:
@@ -458,6 +458,10 @@ class PyslurmBackend:
             return [job_from_pyslurm(j) for j in _values(self._pyslurm.Jobs.load())]
 
         return await self._call("list jobs", load)
+
+    async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
+        """The whole queue, as list_jobs: one load of Slurm's job table."""
+        return JobPoll(tuple(await self.list_jobs()))
 
     async def list_nodes(self) -> list[SlurmNode]:
         def load() -> list[SlurmNode]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from clusterd.config import RestartDefaults
 from clusterd.errors import SlurmError, SlurmUnavailable
+from clusterd.goodput.autopilot import FailureHistory
 from clusterd.jobs.script import RELAUNCH_NOTE
 from clusterd.liveness.detector import Detection, crash_detail, crashed_rank
 from clusterd.liveness.table import LivenessTable
@@ -82,7 +83,11 @@ class Restarter:
         progress: ProgressReader,
         defaults: RestartDefaults,
         liveness: LivenessTable | None = None,
+        *,
+        failures: FailureHistory | None = None,
     ) -> None:
+        """``failures``: where node failures are noted for the checkpoint autopilot's MTBF."""
+        self._failures = failures
         self._backend = backend
         self._liveness = liveness
         self._store = store
@@ -235,7 +240,7 @@ class Restarter:
             decision.reason,
             nodes_before=len(rec.nodes),
             detected_by=det.detected_by,
-            phases={"failed": det.failed_at, "detected": det.detected_at},
+            phases={**self.run_notes(rec), "failed": det.failed_at, "detected": det.detected_at},
         )
         rec.acked_restarts = sj.restart_count + 1
         rec.excluded_nodes = still_excluded(rec, det.detected_at)
@@ -245,6 +250,7 @@ class Restarter:
         rec.needs_release = True
         rec.backoff_seconds = policy.backoff_seconds
         await self._store.record_restart(rec, entry)
+        self._note_failure(entry)
         REQUEUES.labels(cause=cause.value).inc()
         log.info(
             "job %s: restart %d (%s, detected by %s)", rec.job_id, len(rec.restarts), decision.reason, det.detected_by
@@ -298,6 +304,22 @@ class Restarter:
         await self.amend_phase(rec, "relaunched", time.time())
         self._events.publish(JobEvent(EventType.RESTARTED, rec, message=entry.detail))
         return ""
+
+    def _note_failure(self, entry: RestartEntry) -> None:
+        if self._failures is not None and entry.cause == Cause.NODE_FAILURE:
+            self._failures.note(entry.failed_nodes, entry.phases.get("failed", entry.time))
+
+    def run_notes(self, rec: JobRecord) -> dict[str, float]:
+        """What the beats said of the run that ended, for goodput: when its newest committed step
+        was first reported (the steps after it are lost), and how long its ranks stalled in save()."""
+        run = self._liveness.get(rec.record_id, rec.job_id) if self._liveness is not None else None
+        if run is None or run.restart_count != rec.acked_restarts:
+            return {}
+        notes = {"save_stall": run.save_stall()}
+        committed = run.committed_at()
+        if committed is not None:
+            notes["committed"] = committed
+        return notes
 
     async def amend_phase(self, rec: JobRecord, phase: str, when: float) -> None:
         """Note when the newest restart reached ``phase`` (once: the first time counts)."""
@@ -444,7 +466,7 @@ class Restarter:
             decision.reason,
             nodes_before=len(term.nodes),
             detected_by=term.detected_by,
-            phases={"failed": min(failed, now), "detected": now},
+            phases={**self.run_notes(rec), "failed": min(failed, now), "detected": now},
         )
         # Persist the decision before acting on it: a crash after this line re-issues, never repeats.
         rec.acked_restarts = sj.restart_count + (0 if term.slurm_requeued else 1)
@@ -453,6 +475,7 @@ class Restarter:
         rec.needs_release = True
         rec.backoff_seconds = policy.backoff_seconds
         await self._store.record_restart(rec, entry)
+        self._note_failure(entry)
         REQUEUES.labels(cause=term.cause.value).inc()
         log.info(
             "job %s: restart %d (%s), excluding %s",

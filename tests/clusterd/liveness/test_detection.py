@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -15,7 +16,9 @@ from google.protobuf.duration_pb2 import Duration
 from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
 from clusterd.config import LivenessConfig
 from clusterd.errors import ResourceExhausted, SlurmError
+from clusterd.goodput.publish import publish_once
 from clusterd.liveness.probe import Reach
+from clusterd.observability.metrics import REGISTRY
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.types import JobState, NodeState, SlurmJob
@@ -547,3 +550,41 @@ async def test_a_refused_relaunch_note_requeues_the_job(live: Live, monkeypatch:
     (restart,) = (await live.status(job[0])).restarts
     assert "requeued: Slurm refused the relaunch note" in restart.detail and restart.HasField("requeued_at")
     assert live.slurm.calls["requeue"] == 1
+
+
+async def test_a_node_loss_shows_in_goodput_and_the_beats_get_an_interval(live: Live) -> None:
+    job_id, record, token = await live.submit()
+    live.slurm.set_state(job_id, JobState.RUNNING, start_time=time.time())  # as Slurm shows a started job
+    await live.daemon.poller.poll_once()
+    for rank in (0, 1):  # a save that stalled 2 s, then a commit the run saw: the autopilot's inputs
+        await live.beat(job_id, record, token, rank, step=1, committed_step=-1)
+    await asyncio.sleep(0.3)  # steps, then a save that stalled 0.1 s and committed
+    for rank in (0, 1):
+        reply = await live.beat(job_id, record, token, rank, step=5, committed_step=4, save_stall_seconds=0.1, saves=1)
+    assert reply.HasField("checkpoint_interval")
+    floor = live.daemon.config.goodput.interval_floor_seconds
+    assert (
+        floor <= reply.checkpoint_interval.ToNanoseconds() / 1e9 <= live.daemon.config.goodput.interval_ceiling_seconds
+    )
+    await asyncio.sleep(0.2)  # steps after the commit: the work the failure loses
+    live.prober.dead.add("10.0.0.2")
+    await beat_both_then_silence(live, job_id, record, token, keep=0)
+    assert [d.cause for d in await live.daemon.detector.check_once()] == ["NODE_FAILURE"]
+    ask = jobs_pb2.GetGoodputRequest(job_id=job_id)
+    g = await live.jobs.GetGoodput(ask, metadata=auth(USER_A))
+    parts = [getattr(g.breakdown, f.name) for f in g.breakdown.DESCRIPTOR.fields]
+    assert abs(sum(parts) - g.wall_seconds) < 1e-6 and 0 < g.ettr < 1
+    assert g.breakdown.lost > 0.2 and g.breakdown.checkpoint_stall > 0
+    await publish_once(live.daemon.store.jobs, live.daemon.goodput)  # the fleet series: per partition only
+    ratio = [s for m in REGISTRY.collect() if m.name == "clusterd_job_goodput_ratio" for s in m.samples]
+    assert ratio and all(set(s.labels) == {"partition"} and 0 <= s.value <= 1 for s in ratio)
+    # Another tenant is refused as GetJob refuses it; a task id or a bad id is a bad argument.
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await live.jobs.GetGoodput(ask, metadata=auth(USER_B))
+    with pytest.raises(grpc.aio.AioRpcError) as get_job:
+        await live.jobs.GetJob(jobs_pb2.GetJobRequest(job_id=job_id), metadata=auth(USER_B))
+    assert err.value.code() == get_job.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    for bad in (f"{job_id}_1", "x;y"):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await live.jobs.GetGoodput(jobs_pb2.GetGoodputRequest(job_id=bad), metadata=auth(USER_A))
+        assert err.value.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)

@@ -1,0 +1,105 @@
+"""Starting a tier process, and finding the job's tiers from the environment.
+
+A job that runs with ``--checkpoint-tier memory`` has in its environment the node's tier
+(``CLUSTERCTL_TIER_ADDR``), the job's other tiers in placement order (``CLUSTERCTL_TIER_PEERS``),
+the job id and its secret (``CLUSTERCTL_TIER_JOB``, ``CLUSTERCTL_TIER_SECRET``, hex). Elsewhere
+the checkpoint manager starts a tier of its own (:func:`spawn_tier`): one copy in memory, no peers.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .errors import TierError
+
+ENV_ADDR = "CLUSTERCTL_TIER_ADDR"
+ENV_PEERS = "CLUSTERCTL_TIER_PEERS"
+ENV_JOB = "CLUSTERCTL_TIER_JOB"
+ENV_SECRET = "CLUSTERCTL_TIER_SECRET"
+ENV_REPLICAS = "CLUSTERCTL_TIER_REPLICAS"
+
+
+@dataclass(frozen=True)
+class TierEndpoints:
+    """Where a rank finds its job's tiers, and the credentials to use them."""
+
+    address: str
+    peers: tuple[str, ...]
+    job: str
+    secret: bytes
+
+
+def endpoints_from_env(env: Mapping[str, str] = os.environ) -> TierEndpoints | None:
+    """The job's tiers, or None when the environment names none. Raises TierError when half-set."""
+    address = env.get(ENV_ADDR, "")
+    if not address:
+        return None
+    try:
+        secret = bytes.fromhex(env.get(ENV_SECRET, ""))
+    except ValueError:
+        raise TierError(f"{ENV_SECRET} is not hex") from None
+    job = env.get(ENV_JOB, "")
+    if len(secret) < 16 or not job:
+        raise TierError(f"{ENV_ADDR} is set but {ENV_SECRET} (>= 16 bytes, hex) or {ENV_JOB} is missing")
+    peers = tuple(p for p in env.get(ENV_PEERS, "").split(",") if p and p != address)
+    return TierEndpoints(address, peers, job, secret)
+
+
+class TierProcess:
+    """A tier running as a child process (the manager's own, or one of a test's)."""
+
+    def __init__(self, proc: subprocess.Popen[str], endpoints: TierEndpoints) -> None:
+        self.proc = proc
+        self.endpoints = endpoints
+
+    @property
+    def address(self) -> str:
+        return self.endpoints.address
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def spawn_tier(
+    *,
+    job: str = "local",
+    secret: bytes | None = None,
+    peers: Sequence[str] = (),
+    replicas: int = 0,
+    cap_bytes: int | None = None,
+    host: str = "127.0.0.1",
+    handoff_delay: float | None = None,
+    extra_env: Mapping[str, str] | None = None,
+) -> TierProcess:
+    """Start ``python -m clusterctl.tier`` and wait until it listens (its address is on its stdout)."""
+    secret = secret or secrets.token_bytes(32)
+    argv = [sys.executable, "-m", "clusterctl.tier", "--listen", f"{host}:0", "--job", job, "--replicas", str(replicas)]
+    argv.append("--exit-with-parent")
+    if peers:
+        argv += ["--peers", ",".join(peers)]
+    if cap_bytes is not None:
+        argv += ["--cap-bytes", str(cap_bytes)]
+    if handoff_delay is not None:
+        argv += ["--handoff-delay", str(handoff_delay)]
+    env = {**os.environ, **(extra_env or {}), ENV_SECRET: secret.hex()}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if not line.startswith("listening "):
+        proc.kill()
+        proc.wait()
+        raise TierError(f"the memory tier process did not start (exit {proc.poll()}): {line!r}")
+    return TierProcess(proc, TierEndpoints(line.split()[1], tuple(peers), job, secret))

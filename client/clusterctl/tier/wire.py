@@ -1,0 +1,155 @@
+"""The tier's wire protocol: a mutual HMAC handshake on the job's secret, then MAC'd frames.
+
+Handshake: the server sends a nonce; the client answers with its own nonce, the job id and
+``HMAC(secret, "c" | nonces | job)``; the server checks it and proves itself the same way (``"s"``),
+so a process that squats a tier's port learns nothing and is refused by the client. Both derive a
+session key from the secret and both nonces.
+
+Frame: ``u32 header length | header JSON | 32-byte MAC | payload``. The MAC (HMAC-SHA256 of the
+session key) covers a per-direction sequence number and the header, and the header carries the
+payload's size and xxh3 digest, so a frame cannot be replayed, reordered or altered without the
+secret, and a payload damaged in transit fails its digest. The payload is not encrypted: reading it
+takes a position on the wire (root or the fabric), not a normal user's shell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import socket
+import struct
+from typing import Any
+
+from .errors import TierAuthError, TierCorruptError, TierError
+
+MAX_HEADER = 1 << 20
+MAC_LEN = 32
+_LEN = struct.Struct(">I")
+_SEQ = struct.Struct(">Q")
+HANDSHAKE_TIMEOUT = 10.0
+
+
+def _mac(key: bytes, *parts: bytes) -> bytes:
+    return hmac.new(key, b"|".join(parts), hashlib.sha256).digest()
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytearray:
+    buf = bytearray(n)
+    recv_into_exact(sock, memoryview(buf))
+    return buf
+
+
+def recv_into_exact(sock: socket.socket, view: memoryview) -> None:
+    got = 0
+    while got < len(view):
+        n = sock.recv_into(view[got:], min(len(view) - got, 64 << 20))
+        if n == 0:
+            raise TierError("the tier connection closed mid-frame")
+        got += n
+
+
+class Channel:
+    """One authenticated connection: sends and receives MAC'd frames in order."""
+
+    def __init__(self, sock: socket.socket, key: bytes, *, is_server: bool) -> None:
+        self.sock = sock
+        self._key = key
+        self._send_dir = b"s" if is_server else b"c"
+        self._recv_dir = b"c" if is_server else b"s"
+        self._send_seq = 0
+        self._recv_seq = 0
+
+    def send(self, header: dict[str, Any], payload: memoryview | bytes | None = None) -> None:
+        raw = json.dumps(header, separators=(",", ":")).encode()
+        mac = _mac(self._key, self._send_dir, _SEQ.pack(self._send_seq), raw)
+        self._send_seq += 1
+        self.sock.sendall(_LEN.pack(len(raw)) + raw + mac)
+        if payload is not None and len(payload):
+            self.sock.sendall(payload)
+
+    def recv_header(self) -> dict[str, Any]:
+        (n,) = _LEN.unpack(recv_exact(self.sock, 4))
+        if n > MAX_HEADER:
+            raise TierError(f"tier frame header of {n} bytes refused")
+        raw = bytes(recv_exact(self.sock, n))
+        mac = bytes(recv_exact(self.sock, MAC_LEN))
+        if not hmac.compare_digest(mac, _mac(self._key, self._recv_dir, _SEQ.pack(self._recv_seq), raw)):
+            raise TierAuthError("tier frame failed its MAC (tampered, replayed or another job's key)")
+        self._recv_seq += 1
+        header = json.loads(raw)
+        if not isinstance(header, dict):
+            raise TierError("tier frame header is not an object")
+        return header
+
+    def recv_payload_into(self, view: memoryview, digest: str | None) -> None:
+        """Read the frame's payload into ``view`` and check it against the header's digest."""
+        from ..checkpoint import checksum
+
+        recv_into_exact(self.sock, view)
+        if digest is not None and checksum.digest(view) != digest:
+            raise TierCorruptError("tier payload failed its xxh3 digest on the wire")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+def client_handshake(sock: socket.socket, secret: bytes, job: str) -> Channel:
+    """Authenticate to a tier as a rank of ``job``; raises TierAuthError when either side is wrong."""
+    sock.settimeout(HANDSHAKE_TIMEOUT)
+    hello = _read_plain(sock)
+    snonce = bytes.fromhex(str(hello.get("nonce", "")))
+    cnonce = os.urandom(16)
+    proof = _mac(secret, b"c", snonce, cnonce, job.encode())
+    _write_plain(sock, {"job": job, "nonce": cnonce.hex(), "proof": proof.hex()})
+    reply = _read_plain(sock)
+    if "error" in reply:
+        raise TierAuthError(f"the tier refused this process: {reply['error']}")
+    want = _mac(secret, b"s", snonce, cnonce, job.encode())
+    if not hmac.compare_digest(bytes.fromhex(str(reply.get("proof", ""))), want):
+        raise TierAuthError("the process at the tier's address is not a tier of this job")
+    sock.settimeout(None)
+    return Channel(sock, _mac(secret, b"k", snonce, cnonce), is_server=False)
+
+
+def server_handshake(sock: socket.socket, secret: bytes, job: str) -> Channel:
+    """Admit a rank of ``job`` (the one job this tier serves); raises TierAuthError otherwise."""
+    sock.settimeout(HANDSHAKE_TIMEOUT)
+    snonce = os.urandom(16)
+    _write_plain(sock, {"nonce": snonce.hex()})
+    hello = _read_plain(sock)
+    try:
+        cnonce = bytes.fromhex(str(hello["nonce"]))
+        proof = bytes.fromhex(str(hello["proof"]))
+        their_job = str(hello["job"])
+    except (KeyError, ValueError):
+        _write_plain(sock, {"error": "malformed handshake"})
+        raise TierAuthError("malformed handshake") from None
+    want = _mac(secret, b"c", snonce, cnonce, job.encode())
+    if their_job != job or len(cnonce) != 16 or not hmac.compare_digest(proof, want):
+        _write_plain(sock, {"error": "not a rank of this tier's job"})
+        raise TierAuthError(f"refused a caller claiming job {their_job[:64]!r}")
+    _write_plain(sock, {"proof": _mac(secret, b"s", snonce, cnonce, job.encode()).hex()})
+    sock.settimeout(None)
+    return Channel(sock, _mac(secret, b"k", snonce, cnonce), is_server=True)
+
+
+def _write_plain(sock: socket.socket, doc: dict[str, Any]) -> None:
+    raw = json.dumps(doc).encode()
+    sock.sendall(_LEN.pack(len(raw)) + raw)
+
+
+def _read_plain(sock: socket.socket) -> dict[str, Any]:
+    try:
+        (n,) = _LEN.unpack(recv_exact(sock, 4))
+        if n > 4096:
+            raise TierAuthError("handshake message too large")
+        doc = json.loads(bytes(recv_exact(sock, n)))
+    except (OSError, ValueError) as exc:
+        raise TierAuthError(f"tier handshake failed: {exc}") from None
+    if not isinstance(doc, dict):
+        raise TierAuthError("malformed handshake")
+    return doc

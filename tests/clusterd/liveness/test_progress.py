@@ -1,0 +1,133 @@
+"""Hangs and stragglers by progress: ranks that beat but stop advancing, and slow nodes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from clusterd.liveness.progress import ProgressRules, odd_ranks, stalled_ranks, stragglers
+from clusterd.liveness.table import RankBeat, printable, stack_signature
+
+from .test_detection import Live, live  # noqa: F401  (the fixture)
+
+STUCK = 'Thread MainThread:\n  File "train.py", line 10, in main\n    wait()\n'
+WAITING = 'Thread MainThread:\n  File "train.py", line 12, in main\n    allreduce()\n'
+
+
+def beat(
+    node: str, step: int, *, advanced: float = 1.0, seconds: float = 0.1, first: int = 0, sig: str = ""
+) -> RankBeat:
+    b = RankBeat(node, 1, 0.0, 0.0, step=step, step_seconds=seconds, advanced=advanced, first_step=first)
+    b.stack_sig = sig
+    return b
+
+
+def test_a_rank_is_stalled_after_k_step_times_and_never_before_the_floor() -> None:
+    rules = ProgressRules(hang_factor=10, hang_floor_seconds=5)
+    ranks = {0: beat("a", 9, advanced=100.0, seconds=1.0), 1: beat("b", 9, advanced=100.0, seconds=0.1)}
+    assert stalled_ranks(ranks, rules, now=104.0) == []  # under the floor
+    assert stalled_ranks(ranks, rules, now=106.0) == [1]  # rank 0's own pace gives it 10 s
+    assert stalled_ranks(ranks, rules, now=111.0) == [0, 1]
+    assert stalled_ranks({0: beat("a", -1, advanced=0.0)}, rules, now=1e9) == []  # no step yet: restoring
+    assert stalled_ranks(ranks, ProgressRules(hang_factor=0), now=1e9) == []
+
+
+def test_the_rank_whose_stack_differs_is_named_when_all_stopped() -> None:
+    stuck, waiting = stack_signature(STUCK), stack_signature(WAITING)
+    ranks = {r: beat(f"n{r}", 9, sig=waiting) for r in range(4)}
+    ranks[2].stack_sig = stuck
+    assert odd_ranks(ranks, [0, 1, 2, 3]) == [2]
+    assert odd_ranks(ranks, [2]) == [2]  # stopped while the others went on
+    ranks[2].stack_sig = waiting
+    ranks[3].step = 8  # no stack stands out: the rank behind
+    assert odd_ranks(ranks, [0, 1, 2, 3]) == [3]
+    ranks[3].step = 9
+    assert odd_ranks(ranks, [0, 1, 2, 3]) == [0, 1, 2, 3]
+
+
+def test_a_node_running_slower_is_a_straggler_once_the_window_is_done() -> None:
+    rules = ProgressRules(straggler_factor=1.3, straggler_window_steps=20)
+    fast = {0: beat("a", 30, seconds=0.1), 1: beat("a", 30, seconds=0.1)}
+    assert stragglers({**fast, 2: beat("b", 30, seconds=0.2), 3: beat("b", 30, seconds=0.21)}, rules) == {"b": 2.05}
+    assert stragglers({**fast, 2: beat("b", 15, seconds=0.2)}, rules) == {}  # window not done
+    assert stragglers({**fast, 2: beat("b", 30, seconds=0.12)}, rules) == {}  # 1.2x: within the tolerance
+    three = {0: beat("a", 30), 1: beat("b", 30, seconds=0.11), 2: beat("c", 30, seconds=0.3)}
+    assert stragglers(three, rules) == {"c": 2.73}
+
+
+async def test_ranks_that_beat_but_stop_advancing_are_hung_with_the_stuck_stack(live: Live) -> None:  # noqa: F811
+    live.daemon.detector._progress = ProgressRules(hang_factor=10, hang_floor_seconds=0.4)
+    job_id, record, token = await live.submit()
+    ids = (job_id, record, token)
+    for step in range(5):
+        for rank in (0, 1):
+            reply = await live.beat(*ids, rank, step=step, step_seconds=0.01)
+            assert not reply.want_stack
+    asked = False
+    for step in range(5, 12):  # rank 1 is stuck at step 4, its beat thread beating
+        await asyncio.sleep(0.1)
+        await live.beat(*ids, 0, step=step, step_seconds=0.01)
+        asked = (await live.beat(*ids, 1, step=4, step_seconds=0.01)).want_stack
+        assert await live.daemon.detector.check_once() == []
+    assert asked  # the detector asked for the stacks first
+    assert await live.daemon.detector.check_once() == []  # waiting for every rank's stack
+    reply = await live.beat(*ids, 1, step=4, stack=STUCK)
+    assert not reply.want_stack  # once sent
+    assert await live.daemon.detector.check_once() == []
+    await live.beat(*ids, 0, step=13, stack=WAITING)
+    (found,) = await live.daemon.detector.check_once()
+    assert found.cause == "RANK_HUNG" and found.detected_by == "progress" and found.ranks == (1,)
+    job = await live.status(job_id)
+    (restart,) = job.restarts
+    assert "rank 1 on node2 at step 4" in restart.detail and "line 10, in main" in restart.detail
+    assert live.slurm.calls["requeue"] == 1 and live.slurm.calls["set_node_down"] == 0
+    assert live.slurm.calls["drain_node"] == 0  # the job's word never takes its node
+
+
+def test_a_stack_keeps_no_control_characters() -> None:
+    assert printable("a\x1b[2Jb\n\tc\x07") == "a?[2Jb\n\tc?"
+
+
+async def test_a_stack_that_was_not_asked_for_is_not_kept(live: Live) -> None:  # noqa: F811
+    job_id, record, token = await live.submit()
+    await live.beat(job_id, record, token, 0, step=1, stack="x" * 10_000)
+    run = live.daemon.liveness.get(record, job_id)
+    assert run is not None and run.ranks[0].stack == "" and run.ranks[0].stack_sig == ""
+
+
+@pytest.mark.parametrize("seconds", [-1.0, float("nan"), float("inf"), 1e9])
+async def test_a_step_time_out_of_range_is_refused_naming_the_field(live: Live, seconds: float) -> None:  # noqa: F811
+    job_id, record, token = await live.submit()
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await live.beat(job_id, record, token, 0, step=1, step_seconds=seconds)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "step_seconds" in (err.value.details() or "")
+
+
+async def test_a_slow_node_is_named_in_the_status_and_counted(live: Live) -> None:  # noqa: F811
+    from clusterd.observability.metrics import STRAGGLERS
+
+    before = STRAGGLERS.labels(node="node2")._value.get()
+    job_id, record, token = await live.submit()
+    for step in range(0, 25):
+        await live.beat(job_id, record, token, 0, step=step, step_seconds=0.1)
+        await live.beat(job_id, record, token, 1, step=step, step_seconds=0.2)
+        assert await live.daemon.detector.check_once() == []  # a straggler is named, never acted on
+    job = await live.status(job_id)
+    assert [(s.node, s.ratio) for s in job.stragglers] == [("node2", 2.0)]
+    assert STRAGGLERS.labels(node="node2")._value.get() == before + 1  # once per verdict, not per check
+    assert live.slurm.calls["requeue"] == 0 and live.slurm.calls["drain_node"] == 0
+
+
+async def test_ranks_holding_for_a_stop_are_not_hung(live: Live) -> None:  # noqa: F811
+    live.daemon.detector._progress = ProgressRules(hang_factor=10, hang_floor_seconds=0.2)
+    job_id, record, token = await live.submit()
+    for rank in (0, 1):
+        await live.beat(job_id, record, token, rank, step=3, step_seconds=0.01)
+    for _ in range(5):
+        await asyncio.sleep(0.1)
+        await live.beat(job_id, record, token, 0, step=3, stopping_step=3)  # holds, waiting for rank 1
+        reply = await live.beat(job_id, record, token, 1, step=3)
+        assert not reply.want_stack
+        assert await live.daemon.detector.check_once() == []
