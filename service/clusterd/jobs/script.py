@@ -44,6 +44,10 @@ _NOTE = (
 # that exited 85/86 (requeue me / do not), returns at once.
 RELAUNCH_SRUN = (
     'export SLURM_NNODES="$CLUSTERCTL_RANK_NODES" SLURM_JOB_NUM_NODES="$CLUSTERCTL_RANK_NODES"; '
+    # sbatch derived the task count of --ntasks-per-node from N + spares: the ranks' nodes only count
+    '[[ "${SLURM_NTASKS_PER_NODE:-}" =~ ^[0-9]+$ ]] && '
+    "export SLURM_NTASKS=$((CLUSTERCTL_RANK_NODES * SLURM_NTASKS_PER_NODE)) "
+    "SLURM_NPROCS=$((CLUSTERCTL_RANK_NODES * SLURM_NTASKS_PER_NODE)); "
     '_clusterctl_job() { scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null; }; '
     + _NOTE
     + 'srun() { local info g h n rc p t s; g=0; n=; info="$(_clusterctl_job)"; '
