@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from ..checkpoint import checksum
 from ..storage import ObjectExistsError, ObjectInfo, ObjectNotFoundError
-from .errors import TierAuthError, TierCorruptError, TierError, TierFullError, TierUnavailableError
+from .errors import TierAuthError, TierBusyError, TierCorruptError, TierError, TierFullError, TierUnavailableError
 from .wire import Channel, client_handshake
 
 _ERRORS: dict[str, type[Exception]] = {
@@ -25,6 +26,9 @@ _ERRORS: dict[str, type[Exception]] = {
     "unavailable": TierUnavailableError,
     "auth": TierAuthError,
 }
+
+
+LOGIN_RETRIES = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)  # longer in all than the tier's login timeout
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -47,9 +51,18 @@ class TierClient:
         self._lock = threading.Lock()
 
     def _open(self) -> Channel:
+        """A pooled or new connection; a tier busy with other logins is tried again for a few seconds."""
         with self._lock:
             if self._idle:
                 return self._idle.pop()
+        for pause in LOGIN_RETRIES:
+            try:
+                return self._connect()
+            except TierBusyError:
+                time.sleep(pause)
+        return self._connect()
+
+    def _connect(self) -> Channel:
         try:
             sock = socket.create_connection(self._where, timeout=self._timeout)
         except OSError as exc:
@@ -57,7 +70,7 @@ class TierClient:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             chan = client_handshake(sock, self._secret, self._job)
-        except (OSError, ValueError) as exc:  # e.g. a squatter that hangs up or answers junk
+        except (OSError, ValueError) as exc:  # e.g. a squatter that resets or answers junk
             sock.close()
             raise TierUnavailableError(f"memory tier at {self.address}: login failed: {exc}") from None
         except BaseException:

@@ -24,7 +24,7 @@ import struct
 import time
 from typing import Any
 
-from .errors import TierAuthError, TierCorruptError, TierError
+from .errors import TierAuthError, TierBusyError, TierCorruptError, TierError
 
 MAX_HEADER = 1 << 20
 MAC_LEN = 32
@@ -109,6 +109,12 @@ def client_handshake(sock: socket.socket, secret: bytes, job: str) -> Channel:
     """Authenticate to a tier as a rank of ``job``; raises TierAuthError when either side is wrong."""
     deadline = time.monotonic() + HANDSHAKE_TIMEOUT  # a squatter that trickles bytes cannot hold a rank
     sock.settimeout(HANDSHAKE_TIMEOUT)
+    try:
+        got = sock.recv(1, socket.MSG_PEEK)
+    except OSError:
+        got = b"-"  # reset or silent: _read_plain says which
+    if not got:  # closed before its greeting: the tier's logins are all taken (or it is shutting down)
+        raise TierBusyError("the tier closed the connection before its login (busy)")
     hello = _read_plain(sock, deadline)
     snonce = _hex(hello, "nonce")
     cnonce = os.urandom(16)
