@@ -360,7 +360,9 @@ class Detector:
             return
         node = failure.node
         if self._drain is None:  # scoring only: it asks again at the next failure
-            log.warning("node %s %s: would drain it (drain_failing_nodes is off): %s", node, verdict.reason, verdict.jobs)
+            log.warning(
+                "node %s %s: would drain it (drain_failing_nodes is off): %s", node, verdict.reason, verdict.jobs
+            )
             return
         log.warning("node %s %s: draining it: %s", node, verdict.reason, verdict.jobs)
         try:

@@ -8,7 +8,8 @@ import grpc
 import pytest
 
 from clusterd.liveness.progress import ProgressRules, odd_ranks, stalled_ranks, stragglers
-from clusterd.liveness.table import RankBeat, printable, stack_signature
+from clusterd.liveness import table as table_module
+from clusterd.liveness.table import Beat, LivenessTable, RankBeat, printable, stack_signature
 
 from .test_detection import Live, live  # noqa: F401  (the fixture)
 
@@ -17,10 +18,18 @@ WAITING = 'Thread MainThread:\n  File "train.py", line 12, in main\n    allreduc
 
 
 def beat(
-    node: str, step: int, *, advanced: float = 1.0, seconds: float = 0.1, first: int = 0, sig: str = ""
+    node: str,
+    step: int,
+    *,
+    advanced: float = 1.0,
+    seconds: float = 0.1,
+    first: int = 0,
+    sig: str = "",
+    advances: int = 3,
+    gap: float = 0.0,
 ) -> RankBeat:
     b = RankBeat(node, 1, 0.0, 0.0, step=step, step_seconds=seconds, advanced=advanced, first_step=first)
-    b.stack_sig = sig
+    b.stack_sig, b.advances, b.advance_gap = sig, advances, gap
     return b
 
 
@@ -32,6 +41,42 @@ def test_a_rank_is_stalled_after_k_step_times_and_never_before_the_floor() -> No
     assert stalled_ranks(ranks, rules, now=111.0) == [0, 1]
     assert stalled_ranks({0: beat("a", -1, advanced=0.0)}, rules, now=1e9) == []  # no step yet: restoring
     assert stalled_ranks(ranks, ProgressRules(hang_factor=0), now=1e9) == []
+    assert stalled_ranks({0: beat("a", 9, advanced=100.0, advances=2)}, rules, now=1e9) == []  # no pace yet
+
+
+def test_a_rank_that_reports_its_step_only_at_save_is_judged_by_the_pace_clusterd_sees(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reviewer's case: a healthy job whose only step report is save(step) every 10 minutes
+    (each saying 1 s per step) was declared hung 300 s after each save."""
+    clock = [0.0]
+    monkeypatch.setattr(table_module.time, "monotonic", lambda: clock[0])
+    table = LivenessTable()
+    rules = ProgressRules(hang_factor=10, hang_floor_seconds=300)
+    rank = None
+    for t in range(0, 1801, 10):  # a beat every 10 s; the step moves at each save
+        clock[0] = float(t)
+        claim = Beat(
+            1,
+            "7",
+            0,
+            0,
+            1,
+            "n1",
+            42,
+            step=t // 600 * 600,
+            committed_step=-1,
+            restored=True,
+            exiting=False,
+            exit_code=0,
+            step_seconds=1.0,
+        )
+        run, _ = table.record(claim, interval=10, hang_timeout=60)
+        rank = run.ranks[0]
+    assert rank is not None and rank.advances == 3 and rank.advance_gap == pytest.approx(600)
+    assert stalled_ranks({0: rank}, rules, now=1800 + 301) == []  # the next save is due at 2400
+    assert stalled_ranks({0: rank}, rules, now=1800 + 5999) == []
+    assert stalled_ranks({0: rank}, rules, now=1800 + 6001) == [0]  # ten of its own gaps: hung
 
 
 def test_the_rank_whose_stack_differs_is_named_when_all_stopped() -> None:
