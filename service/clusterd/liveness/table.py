@@ -121,7 +121,8 @@ class Beat:
     stack: str = ""
 
 
-MAX_STACK = 4096  # characters of one rank's stacks kept
+MAX_STACK = 8192  # characters of one rank's stacks kept (the client sends at most as many)
+MAX_STACK_CLAIM = 16_384  # a beat carrying a longer stack is refused (INVALID_ARGUMENT)
 MAX_STACKS_KEPT = 256  # ranks of one run whose stack text is kept (the others', its signature only)
 
 
@@ -194,10 +195,11 @@ class LivenessTable:
         if old is not None and old.stack_sig:
             fresh.stack, fresh.stack_sig = old.stack, old.stack_sig
         elif beat.stack and run.stacks_asked:  # taken only when asked: the text costs memory
-            fresh.stack_sig = stack_signature(beat.stack)
+            kept = beat.stack[:MAX_STACK]  # the kept part alone is read (and hashed)
+            fresh.stack_sig = stack_signature(kept)
             if run.stacks_kept < MAX_STACKS_KEPT:
                 run.stacks_kept += 1
-                fresh.stack = printable(beat.stack[:MAX_STACK])
+                fresh.stack = printable(kept)
         run.ranks[beat.rank] = fresh
         if run.committed_base is None:
             run.committed_base = beat.committed_step

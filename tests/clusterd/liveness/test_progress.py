@@ -7,9 +7,18 @@ import asyncio
 import grpc
 import pytest
 
-from clusterd.liveness.progress import ProgressRules, odd_ranks, stalled_ranks, stragglers
 from clusterd.liveness import table as table_module
-from clusterd.liveness.table import Beat, LivenessTable, RankBeat, printable, stack_signature
+from clusterd.liveness.detector import one_line
+from clusterd.liveness.progress import ProgressRules, odd_ranks, stalled_ranks, stragglers
+from clusterd.liveness.table import (
+    MAX_STACK,
+    MAX_STACK_CLAIM,
+    Beat,
+    LivenessTable,
+    RankBeat,
+    printable,
+    stack_signature,
+)
 
 from .test_detection import Live, live  # noqa: F401  (the fixture)
 
@@ -140,6 +149,35 @@ async def test_a_stack_that_was_not_asked_for_is_not_kept(live: Live) -> None:  
     await live.beat(job_id, record, token, 0, step=1, stack="x" * 10_000)
     run = live.daemon.liveness.get(record, job_id)
     assert run is not None and run.ranks[0].stack == "" and run.ranks[0].stack_sig == ""
+
+
+async def test_a_stack_over_the_limit_is_refused_naming_the_field(live: Live) -> None:  # noqa: F811
+    job_id, record, token = await live.submit()
+    await live.beat(job_id, record, token, 0, step=1, stack="x" * MAX_STACK_CLAIM)  # at the limit: taken
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await live.beat(job_id, record, token, 0, step=1, stack="x" * (MAX_STACK_CLAIM + 1))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "stack" in (err.value.details() or "")
+
+
+def test_only_the_kept_part_of_a_stack_is_hashed() -> None:
+    """Two ranks whose kept text is the same agree, whatever the rank sent past it."""
+    table = LivenessTable()
+    head = STUCK + "  # " + "x" * MAX_STACK  # the main thread's text runs past the kept part
+    for rank, tail in ((0, ""), (1, '\n  File "other.py", line 1, in f\n')):
+        claim = Beat(1, "7", 0, rank, 2, "n1", 42, 1, -1, True, False, 0, stack=head[:MAX_STACK] + tail)
+        run, _ = table.record(claim, interval=1, hang_timeout=60)
+        run.stacks_asked = 1.0
+        table.record(claim, interval=1, hang_timeout=60)
+    (run,) = table.runs()
+    assert run.ranks[0].stack_sig == run.ranks[1].stack_sig != ""
+    assert len(run.ranks[1].stack) == MAX_STACK
+
+
+def test_a_detail_is_logged_on_one_line() -> None:
+    """A stack is the job's text: a newline in it must not start a log line that looks like clusterd's."""
+    forged = "rank 1 stuck\nERROR clusterd: node n1 drained by admin"
+    assert one_line(forged) == "rank 1 stuck\\nERROR clusterd: node n1 drained by admin"
+    assert "\n" not in one_line(forged + "\r\n")
 
 
 @pytest.mark.parametrize("seconds", [-1.0, float("nan"), float("inf"), 1e9])
