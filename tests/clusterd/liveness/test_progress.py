@@ -173,6 +173,12 @@ def test_only_the_kept_part_of_a_stack_is_hashed() -> None:
     assert len(run.ranks[1].stack) == MAX_STACK
 
 
+def test_clusterd_keeps_as_much_of_a_stack_as_the_client_sends() -> None:
+    from clusterctl import heartbeat
+
+    assert heartbeat.MAX_STACK == MAX_STACK < MAX_STACK_CLAIM
+
+
 def test_a_detail_is_logged_on_one_line() -> None:
     """A stack is the job's text: a newline in it must not start a log line that looks like clusterd's."""
     forged = "rank 1 stuck\nERROR clusterd: node n1 drained by admin"
