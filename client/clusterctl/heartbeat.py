@@ -428,7 +428,7 @@ def stacks() -> str:
     needs no privilege and runs as the job's user; a failure to take them never ends that thread."""
     try:
         return _stacks()
-    except Exception as exc:  # noqa: BLE001  (whatever a frame's repr or a dying thread raises)
+    except Exception as exc:  # whatever a frame's repr or a dying thread raises
         log.debug("cannot take the stacks: %s", exc)
         return f"(stacks unavailable: {type(exc).__name__})"
 

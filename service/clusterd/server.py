@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import contextlib
+import functools
 import logging
 import signal
 from pathlib import Path

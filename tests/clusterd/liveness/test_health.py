@@ -18,7 +18,6 @@ from clusterd.slurm.types import NodeState
 from ..conftest import USER_A, USER_B
 from .test_detection import HANG, INTERVAL, Live, beat_both_then_silence, live  # noqa: F401  (the fixture)
 
-
 NOW = time.time()  # failures' times are seconds after this (summaries expire by the clock)
 
 
