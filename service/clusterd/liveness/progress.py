@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from clusterd.liveness.table import RankBeat
 
-_DETAIL_STACK = 2048  # characters of the named rank's stack kept in the restart's detail
+_DETAIL_STACK = 2048  # characters of the named rank's main thread stack kept in the restart's detail
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,8 @@ def hang_detail(ranks: dict[int, RankBeat], stalled: list[int], named: list[int]
     text = f"{len(stalled)} of {len(ranks)} ranks stopped advancing for {stuck_for:.1f}s while beating; {who}{more}"
     stack = next((ranks[r].stack for r in named if ranks[r].stack), "")
     if stack:
-        text += f"\nstack of rank {next(r for r in named if ranks[r].stack)}:\n{stack[-_DETAIL_STACK:]}"
+        main = stack.split("\n\n", 1)[0]  # the main thread (sent first): its innermost frames, last
+        text += f"\nstack of rank {next(r for r in named if ranks[r].stack)}:\n{main[-_DETAIL_STACK:]}"
     return text
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from clusterd.liveness import table as table_module
 from clusterd.liveness.detector import one_line
-from clusterd.liveness.progress import ProgressRules, odd_ranks, stalled_ranks, stragglers
+from clusterd.liveness.progress import ProgressRules, hang_detail, odd_ranks, stalled_ranks, stragglers
 from clusterd.liveness.table import (
     MAX_STACK,
     MAX_STACK_CLAIM,
@@ -177,6 +177,13 @@ def test_clusterd_keeps_as_much_of_a_stack_as_the_client_sends() -> None:
     from clusterctl import heartbeat
 
     assert heartbeat.MAX_STACK == MAX_STACK < MAX_STACK_CLAIM
+
+
+def test_the_detail_shows_the_innermost_frames_of_the_main_thread() -> None:
+    ranks = {0: beat("a", 9), 1: beat("b", 9)}
+    ranks[1].stack = STUCK + "\n" + 'Thread worker:\n  File "loader.py", line 3, in run\n' + "    x()\n" * 2000
+    detail = hang_detail(ranks, [1], [1], 400.0)
+    assert "wait()" in detail and "loader.py" not in detail
 
 
 def test_a_detail_is_logged_on_one_line() -> None:
