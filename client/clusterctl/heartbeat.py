@@ -19,6 +19,7 @@ here is a cheap no-op (this module imports nothing heavy; grpc is imported by th
   clusterd replicas) and ``CLUSTERCTL_HEARTBEAT_TOKEN`` (both required), ``CLUSTERCTL_RECORD_ID``,
   ``CLUSTERCTL_HEARTBEAT_INTERVAL`` (seconds, default 1.0; the server's reply overrides it); TLS
   from CLUSTERCTL_CA/CERT/KEY as in :mod:`clusterctl.client`.
+- ``CLUSTERCTL_RELAUNCH``: which in-place relaunch of the run (``--spare-nodes``) this step is.
 - Slurm's SLURM_JOB_ID, SLURM_RESTART_COUNT, SLURM_PROCID/SLURM_NTASKS, SLURMD_NODENAME.
 - ``CLUSTERCTL_HEARTBEAT=0`` turns it off.
 
@@ -94,6 +95,7 @@ class HeartbeatConfig:
     record_id: int = 0
     job_id: str = ""
     restart_count: int = 0
+    relaunch: int = 0  # CLUSTERCTL_RELAUNCH: the in-place relaunch of the run (--spare-nodes)
     rank: int = 0
     world_size: int = 1
     node: str = ""
@@ -116,6 +118,7 @@ class HeartbeatConfig:
             record_id=_number(env, "CLUSTERCTL_RECORD_ID"),
             job_id=env.get("SLURM_JOB_ID", ""),
             restart_count=_number(env, "SLURM_RESTART_COUNT"),
+            relaunch=_number(env, "CLUSTERCTL_RELAUNCH"),
             rank=rank,
             world_size=world,
             node=env.get("SLURMD_NODENAME", ""),
@@ -344,6 +347,7 @@ class HeartbeatSender:
                 token=c.token,
                 job_id=c.job_id,
                 restart_count=c.restart_count,
+                relaunch=c.relaunch,
                 rank=c.rank,
                 world_size=c.world_size,
                 node=c.node,

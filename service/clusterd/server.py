@@ -146,9 +146,11 @@ class ClusterDaemon:
             self.progress,
             kick=self.poller.kick,
             hurry=self.poller.hurry,
+            want_whole=self.poller.want_whole,
             may_act=lambda: self.leadership.is_leader,
         )
         self.poller.subscribe(self.reconciler)
+        self.poller.focus_on(self.reconciler.focus)
         # Liveness: heartbeats from the jobs' ranks, a detector that decides in seconds what Slurm
         # would see after SlurmdTimeout, acted on by the reconciler's restarter.
         live = config.liveness

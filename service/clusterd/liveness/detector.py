@@ -73,6 +73,8 @@ class Detection:
     exit_code: int = 0
     committed_step: int = -1  # the newest checkpoint step the run's ranks reported committed
     drain: tuple[str, ...] = ()  # of ``nodes``, those another user's job runs on: drained, not marked DOWN
+    relaunch: int = 0  # the run's in-place relaunch (--spare-nodes) it concerns
+    rank_nodes: tuple[str, ...] = ()  # the nodes the run's ranks beat from (their word: checked against Slurm)
 
 
 def crashed_rank(run: Run) -> tuple[int, RankBeat] | None:
@@ -191,7 +193,12 @@ class Detector:
                 drain = tuple(n for n in detection.nodes if self._others_on(n, view.user))
                 detection = replace(detection, drain=drain)
             if detection is not None and not run.decided:
-                detection = replace(detection, committed_step=run.committed_step())
+                detection = replace(
+                    detection,
+                    committed_step=run.committed_step(),
+                    relaunch=run.relaunch,
+                    rank_nodes=tuple(sorted({b.node for b in run.ranks.values()})),
+                )
                 run.decided = True
                 found.append(detection)
                 # The detail may carry a rank's stack (the job's text): one log line, whatever it holds.

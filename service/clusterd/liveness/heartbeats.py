@@ -178,6 +178,7 @@ class HeartbeatService:
             req.saves,
             req.step_seconds,
             req.stack,
+            relaunch=req.relaunch,
         )
         run, first = self._table.record(beat, interval=known.interval, hang_timeout=known.hang_timeout)
         if req.exiting:
@@ -192,7 +193,7 @@ class HeartbeatService:
             )
         if first:
             await self._first_step(run)
-        current = run.restart_count == req.restart_count
+        current = (run.restart_count, run.relaunch) == (req.restart_count, req.relaunch)
         if not current or req.rank not in run.ranks:  # an older run's beat, or a rank over the table's cap
             return BeatReply(known.interval, stop=run.decided and current)
         reply = self._stop_reply(run, req, known.interval)

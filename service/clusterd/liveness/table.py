@@ -52,8 +52,10 @@ class Run:
     restart_count: int
     interval: float
     hang_timeout: float
+    relaunch: int = 0  # which in-place relaunch of the Slurm run (--spare-nodes) this is
     world_size: int = 1
     ranks: dict[int, RankBeat] = field(default_factory=dict)
+    began_wall: float = field(default_factory=time.time)  # its first beat
     first_step_wall: float | None = None  # first beat of this run that carried a training step
     decided: bool = False  # a failure was acted on: later silence of this run is its consequence
     gone_since: float = 0.0  # monotonic time since which Slurm has not shown the job live (0: it does)
@@ -119,6 +121,7 @@ class Beat:
     saves: int = 0
     step_seconds: float = 0.0
     stack: str = ""
+    relaunch: int = 0  # in-place relaunches of the run (--spare-nodes): a relaunch is a run of its own
 
 
 MAX_STACK = 8192  # characters of one rank's stacks kept (the client sends at most as many)
@@ -152,10 +155,13 @@ class LivenessTable:
         """
         key = (beat.record_id, beat.job_id)
         run = self._runs.get(key)
-        if run is not None and beat.restart_count < run.restart_count:
+        which = (beat.restart_count, beat.relaunch)
+        if run is not None and which < (run.restart_count, run.relaunch):
             return run, False
-        if run is None or beat.restart_count > run.restart_count:
-            run = self._runs[key] = Run(beat.record_id, beat.job_id, beat.restart_count, interval, hang_timeout)
+        if run is None or which > (run.restart_count, run.relaunch):
+            run = self._runs[key] = Run(
+                beat.record_id, beat.job_id, beat.restart_count, interval, hang_timeout, beat.relaunch
+            )
         run.interval, run.hang_timeout = interval, hang_timeout
         run.world_size = max(run.world_size, beat.world_size)
         if beat.rank not in run.ranks and len(run.ranks) >= MAX_RANKS:

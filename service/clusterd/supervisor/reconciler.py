@@ -131,6 +131,7 @@ class Reconciler:
         *,
         kick: Callable[[], None],
         hurry: Callable[[float], None] | None = None,
+        want_whole: Callable[[], None] | None = None,
         may_act: Callable[[], bool] = lambda: True,
     ) -> None:
         """``may_act``: whether this replica supervises now (it holds the lease); a follower's
@@ -142,6 +143,7 @@ class Reconciler:
         self._progress = progress
         self._kick = kick
         self._hurry = hurry or (lambda seconds: kick())
+        self._want_whole = want_whole or kick
         self._snapshot: ClusterSnapshot | None = None
         self._missing: dict[str, int] = {}
         # Records whose last look changed nothing and that need no periodic action, as they were
@@ -182,11 +184,17 @@ class Reconciler:
             rec = await self._store.get_by_record(run.record_id)
             if rec is None or rec.terminal or rec.acked_restarts != run.restart_count:
                 return
-            if run.restart_count > 0:
+            if run.relaunch > 0 and rec.restarts and "relaunched" in rec.restarts[-1].phases:
+                await self._restarter.amend_phase(rec, "running", run.began_wall)  # the new step's first beat
+            if run.restart_count > 0 or run.relaunch > 0:
                 await self._restarter.amend_phase(rec, "first_step", run.first_step_wall)
             elif rec.first_step_time is None and not rec.array:
                 rec.first_step_time = run.first_step_wall
                 await self._store.save(rec)
+
+    async def focus(self) -> frozenset[str]:
+        """The Slurm ids of the records followed: what a partial queue poll must always cover."""
+        return frozenset(row.job_id for row in await self._store.live() if row.job_id)
 
     async def on_snapshot(self, snapshot: ClusterSnapshot) -> None:
         self._snapshot = snapshot
@@ -315,6 +323,9 @@ class Reconciler:
         if time.time() - rec.created < _ADOPT_GRACE_SECONDS:
             return  # reserved an instant ago: its handler may not hold the record lock yet
         match = next((j for j in snap.jobs.values() if rec.adopts(j) and _submitted_since(j, rec)), None)
+        if match is None and not snap.whole:
+            self._want_whole()  # a partial poll may not list it: only a whole one can tell it is not there
+            return
         if match is not None:
             rec.job_id = match.array_job_id or match.job_id  # any task of an array names the array
             rec.phase = Phase.SUBMITTED
