@@ -298,7 +298,7 @@ class Restarter:
         REQUEUES.labels(cause=det.cause.value).inc()
         log.info("job %s: restart %d in place on %s (%s)", rec.job_id, len(rec.restarts), ",".join(step_nodes), what)
         for node in det.nodes:
-            await self._node_out(node, det.detail, drain=node in det.drain)
+            await self.node_out(node, det.detail, drain=node in det.drain)
         with contextlib.suppress(SlurmError):
             await self._backend.kill_steps(rec.job_id)  # the old step ends; the script's srun starts the next
         await self.amend_phase(rec, "relaunched", time.time())
