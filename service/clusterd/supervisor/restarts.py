@@ -225,7 +225,7 @@ class Restarter:
         if node_dead:
             # Whatever the policy says of this job, the nodes are dead: Slurm must stop using them.
             for node in det.nodes:
-                await self._node_out(node, det.detail, drain=node in det.drain)
+                await self.node_out(node, det.detail, drain=node in det.drain)
         if not decision.requeue:
             if not slurm_requeues:
                 with contextlib.suppress(SlurmError):
@@ -298,7 +298,7 @@ class Restarter:
         REQUEUES.labels(cause=det.cause.value).inc()
         log.info("job %s: restart %d in place on %s (%s)", rec.job_id, len(rec.restarts), ",".join(step_nodes), what)
         for node in det.nodes:
-            await self._node_out(node, det.detail, drain=node in det.drain)
+            await self.node_out(node, det.detail, drain=node in det.drain)
         with contextlib.suppress(SlurmError):
             await self._backend.kill_steps(rec.job_id)  # the old step ends; the script's srun starts the next
         await self.amend_phase(rec, "relaunched", time.time())
@@ -327,8 +327,10 @@ class Restarter:
             last = rec.restarts[-1]
             await self._store.amend_last_restart(rec, replace(last, phases={**last.phases, phase: when}))
 
-    async def _node_out(self, node: str, why: str, *, drain: bool) -> None:
-        """DOWN, or DRAIN where another user's job runs: their jobs are left to Slurm's own verdict."""
+    async def node_out(self, node: str, why: str, *, drain: bool) -> bool:
+        """DOWN, or DRAIN where another user's job runs: their jobs are left to Slurm's own verdict.
+        Also how liveness.health's verdicts drain a failing node (the one fenced path to Slurm).
+        Whether Slurm took it; a deposed replica's Deposed propagates (it did nothing)."""
         reason = f"clusterd: {why}"[:200]
         try:
             await (self._backend.drain_node if drain else self._backend.set_node_down)(node, reason)
@@ -336,6 +338,8 @@ class Restarter:
             log.warning(
                 "cannot mark node %s %s (%s); Slurm will after SlurmdTimeout", node, "drained" if drain else "down", exc
             )
+            return False
+        return True
 
     async def _kill_and_requeue(self, job_id: str) -> None:
         """Kill the steps (srun collects their exits at once), then requeue, retried while Slurm ends the run."""
