@@ -78,7 +78,7 @@ def anchor(stack: Stack, daemon: Daemon) -> float:
     client = daemon.client("alice")
     name = f"cchealth-block-{uuid.uuid4().hex[:6]}"
     spec = train_spec(
-        stack, name, "--steps", "400", "--every", "10", "--step-seconds", "0.1", "--block-rank", "1", "--block-at", "30"
+        stack, name, "--steps", "400", "--every", "10", "--step-seconds", "0.1", "--block-rank", "1", "--block-at", "60"
     )
     job_id = client.submit(spec).job.job_id
     try:

@@ -19,6 +19,7 @@ here is a cheap no-op (this module imports nothing heavy; grpc is imported by th
   clusterd replicas) and ``CLUSTERCTL_HEARTBEAT_TOKEN`` (both required), ``CLUSTERCTL_RECORD_ID``,
   ``CLUSTERCTL_HEARTBEAT_INTERVAL`` (seconds, default 1.0; the server's reply overrides it); TLS
   from CLUSTERCTL_CA/CERT/KEY as in :mod:`clusterctl.client`.
+- ``CLUSTERCTL_RELAUNCH``: which in-place relaunch of the run (``--spare-nodes``) this step is.
 - Slurm's SLURM_JOB_ID, SLURM_RESTART_COUNT, SLURM_PROCID/SLURM_NTASKS, SLURMD_NODENAME.
 - ``CLUSTERCTL_HEARTBEAT=0`` turns it off.
 
@@ -70,7 +71,8 @@ MIN_INTERVAL, MAX_INTERVAL = 0.05, 600.0
 MAX_DEADLINE = 2.0  # per beat; never more than the interval
 FINAL_DEADLINE = 1.0  # the exiting beat delays the process exit by at most this (plus a pending connect)
 STEP_AVERAGING = 0.1  # weight of the newest step in the step time sent (about the last 20 steps)
-MAX_STACK = 8192  # characters of stacks a beat carries
+MAX_STACK = 8192  # characters of stacks a beat carries (clusterd keeps as many, refuses over 16 KiB)
+STACK_FRAMES = 32  # innermost frames of each thread a beat carries
 START_GRACE = 1.0  # seconds the sender waits for restore()/the first step before importing grpc (see below)
 _INT32 = (1 << 31) - 1
 
@@ -93,6 +95,7 @@ class HeartbeatConfig:
     record_id: int = 0
     job_id: str = ""
     restart_count: int = 0
+    relaunch: int = 0  # CLUSTERCTL_RELAUNCH: the in-place relaunch of the run (--spare-nodes)
     rank: int = 0
     world_size: int = 1
     node: str = ""
@@ -115,6 +118,7 @@ class HeartbeatConfig:
             record_id=_number(env, "CLUSTERCTL_RECORD_ID"),
             job_id=env.get("SLURM_JOB_ID", ""),
             restart_count=_number(env, "SLURM_RESTART_COUNT"),
+            relaunch=_number(env, "CLUSTERCTL_RELAUNCH"),
             rank=rank,
             world_size=world,
             node=env.get("SLURMD_NODENAME", ""),
@@ -343,6 +347,7 @@ class HeartbeatSender:
                 token=c.token,
                 job_id=c.job_id,
                 restart_count=c.restart_count,
+                relaunch=c.relaunch,
                 rank=c.rank,
                 world_size=c.world_size,
                 node=c.node,
@@ -421,20 +426,36 @@ class HeartbeatSender:
 
 
 def stacks() -> str:
-    """This process's Python stacks, main thread first (innermost frame last), at most MAX_STACK
-    characters: what a rank that stopped advancing is doing, as clusterd asked. Taken by the beat
-    thread from inside the process, so it needs no privilege and runs as the job's user."""
+    """This process's Python stacks, main thread first, each thread's innermost STACK_FRAMES frames
+    (innermost last), at most MAX_STACK characters (clusterd keeps as many): what a rank that stopped
+    advancing is doing, as clusterd asked. Taken by the beat thread from inside the process, so it
+    needs no privilege and runs as the job's user; a failure to take them never ends that thread."""
+    try:
+        return _stacks()
+    except Exception as exc:  # whatever a frame's repr or a dying thread raises
+        log.debug("cannot take the stacks: %s", exc)
+        return f"(stacks unavailable: {type(exc).__name__})"
+
+
+def _stacks() -> str:
     frames = sys._current_frames()
     main = threading.main_thread().ident
     names = {t.ident: t.name for t in threading.enumerate()}
-    parts = []
+    parts: list[str] = []
+    used = 0
     for ident in sorted(frames, key=lambda i: (i != main, i)):
         if ident == threading.get_ident():
             continue  # the beat thread itself
-        text = "".join(traceback.format_stack(frames[ident]))
-        parts.append(f"Thread {names.get(ident, ident)}:\n{text}")
-    out = "\n".join(parts)
-    return out if len(out) <= MAX_STACK else out[:MAX_STACK]
+        head = f"Thread {names.get(ident, ident)}:\n"
+        text = "".join(traceback.format_stack(frames[ident], limit=STACK_FRAMES))  # the innermost ones
+        room = MAX_STACK - used - (1 if parts else 0)
+        if len(head) + len(text) > room:
+            if parts:
+                break  # the threads after it are left out
+            text = text[len(head) + len(text) - room :]  # the first thread's innermost frames stay
+        parts.append(head + text)
+        used += len(parts[-1]) + (1 if len(parts) > 1 else 0)
+    return "\n".join(parts)
 
 
 # --- the process-wide sender --------------------------------------------------------------

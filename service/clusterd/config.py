@@ -129,9 +129,10 @@ class LivenessConfig:
     for first. A node whose ranks take ``straggler_factor`` times the other nodes' median step time,
     over ``straggler_window_steps`` steps, is named a straggler.
 
-    Across jobs: a node that failed ``health_jobs_to_drain`` different jobs within
-    ``health_window_seconds`` (its death as clusterd's probe saw it; a hang or straggler verdict
-    only when the failed jobs are of two users or more) is drained, when ``drain_failing_nodes``.
+    Across jobs: a node that failed ``health_jobs_to_drain`` (at least 2: a smaller value counts
+    as 2) different jobs within ``health_window_seconds``, in as many events 60 s apart, at least
+    one of them a node death clusterd confirmed itself, is drained when ``drain_failing_nodes``.
+    Hang and straggler claims alone never drain (liveness.health).
     """
 
     enabled: bool = True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 from pathlib import Path
@@ -34,7 +35,7 @@ from clusterd.liveness.health import NodeHealth
 from clusterd.liveness.heartbeats import HeartbeatService
 from clusterd.liveness.probe import SlurmdProber
 from clusterd.liveness.progress import ProgressRules
-from clusterd.liveness.table import LivenessTable, Run
+from clusterd.liveness.table import LivenessTable
 from clusterd.observability.metrics import SLURM_INFO, STRAGGLERS, MetricsServer
 from clusterd.placement import TopologyPlacer
 from clusterd.security.audit import AuditLog
@@ -181,7 +182,8 @@ class ClusterDaemon:
             ),
             straggling=_count_stragglers,
             health=NodeHealth(window_seconds=live.health_window_seconds, jobs_to_drain=live.health_jobs_to_drain),
-            drain=self._drain_failing if live.drain_failing_nodes else None,
+            # Through the restarter's fenced path: a deposed replica drains nothing.
+            drain=functools.partial(self.restarter.node_out, drain=True) if live.drain_failing_nodes else None,
         )
         self.placer = TopologyPlacer(self.poller)
         self.quotas = Quotas(self.store.jobs, config.limits)
@@ -237,10 +239,6 @@ class ClusterDaemon:
         known = [n.cpus_total if n is not None else 0 for n in map(snap.node_map.get, sj.nodes)]
         cpus = sum(known) if known and all(known) else 0  # 0: Slurm did not say for every node
         return JobView(sj.state, sj.restart_count, sj.nodes, sj.user, cpus, sj.array_job_id)
-
-    async def _drain_failing(self, node: str, reason: str) -> None:
-        """Take a node that keeps failing jobs out of service; its jobs run on, it gets no new ones."""
-        await self.backend.drain_node(node, f"clusterd: {reason}"[:250])
 
     def _others_on(self, node: str, user: str) -> bool:
         """Whether a running job of another user than ``user`` is on ``node`` (as of the last poll)."""
@@ -451,6 +449,6 @@ class ClusterDaemon:
         await asyncio.to_thread(self.audit.close)
 
 
-def _count_stragglers(run: Run, new: dict[str, float]) -> None:
+def _count_stragglers(new: dict[str, float]) -> None:
     for node in new:
         STRAGGLERS.labels(node=node).inc()

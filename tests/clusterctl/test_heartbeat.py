@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 import pytest
 
+from clusterctl import heartbeat
 from clusterctl.heartbeat import DEFAULT_INTERVAL, HeartbeatConfig, HeartbeatSender
 from tests.support.heartbeat import FakeJobService, HeartbeatRequest, heartbeat_env, run_child, serve
 
@@ -172,6 +173,39 @@ def test_beats_carry_the_step_time_and_the_stacks_when_asked(sock: Path, fake: F
             blocked.set()
             worker.join()
             s.finish(0)
+
+
+def test_stacks_keep_the_innermost_frames_of_a_deep_main_thread() -> None:
+    """A deep main thread (a model's recursion, a framework's layers) keeps where it stands now."""
+    got: list[str] = []
+
+    def deeper(depth: int) -> None:  # two functions in turn: traceback does not fold them
+        deep_wait(depth - 1)
+
+    def deep_wait(depth: int) -> None:
+        if depth:
+            deeper(depth)
+            return
+        taker = threading.Thread(target=lambda: got.append(heartbeat.stacks()))  # as the beat thread does
+        taker.start()
+        taker.join()
+
+    deep_wait(300)
+    (out,) = got
+    assert out.startswith("Thread MainThread:") and len(out) <= heartbeat.MAX_STACK
+    assert "in deep_wait\n    taker." in out.split("\n\n", 1)[0]  # where the main thread stands now
+
+
+def test_a_failure_to_take_the_stacks_never_escapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any, **kwargs: Any) -> list[str]:
+        raise RuntimeError("a frame's repr failed")
+
+    monkeypatch.setattr(heartbeat.traceback, "format_stack", broken)
+    got: list[str] = []
+    taker = threading.Thread(target=lambda: got.append(heartbeat.stacks()))  # as the beat thread does
+    taker.start()
+    taker.join()
+    assert got == ["(stacks unavailable: RuntimeError)"]
 
 
 def test_a_claim_goes_out_at_once_and_the_named_stop_step_is_heard(sock: Path) -> None:

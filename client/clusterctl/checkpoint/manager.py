@@ -171,7 +171,7 @@ class CheckpointManager:
         self.storage: Storage = durable
         self._read: Storage = durable
         if tier == "memory":
-            self._tier = TierAttachment.open(uri, durable, config)
+            self._tier = TierAttachment.open(uri, durable, config, self.world_size)
             self.storage, self._read = self._tier.save_storage, self._tier.read_storage
         self.uri = uri
         self.keep = keep

@@ -135,7 +135,7 @@ class RestartPolicy(_message.Message):
     def __init__(self, max_restarts: _Optional[int] = ..., on_node_failure: _Optional[bool] = ..., on_preemption: _Optional[bool] = ..., on_time_limit: _Optional[bool] = ..., retryable_exit_codes: _Optional[_Iterable[int]] = ..., fatal_exit_codes: _Optional[_Iterable[int]] = ..., backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., exclude_failed_nodes: _Optional[bool] = ..., no_progress_limit: _Optional[int] = ..., signal_before_timeout_seconds: _Optional[int] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., hang_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., on_rank_failure: _Optional[bool] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "script", "command", "nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "memory_mb_per_node", "time_limit", "partition", "account", "qos", "environment", "working_directory", "stdout_path", "stderr_path", "checkpoint_uri", "restart_policy", "placement", "request_id", "ntasks", "max_nodes", "gpus", "gpu_type", "memory_mb_per_cpu", "array", "dependency", "exclusive", "begin", "hold", "mail_type", "mail_user", "constraint", "reservation", "export", "submit_directory", "script_name", "nice", "sbatch_options")
+    __slots__ = ("name", "script", "command", "nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "memory_mb_per_node", "time_limit", "partition", "account", "qos", "environment", "working_directory", "stdout_path", "stderr_path", "checkpoint_uri", "restart_policy", "placement", "request_id", "ntasks", "max_nodes", "gpus", "gpu_type", "memory_mb_per_cpu", "array", "dependency", "exclusive", "begin", "hold", "mail_type", "mail_user", "constraint", "reservation", "export", "submit_directory", "script_name", "nice", "sbatch_options", "spare_nodes")
     class EnvironmentEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -182,6 +182,7 @@ class JobSpec(_message.Message):
     SCRIPT_NAME_FIELD_NUMBER: _ClassVar[int]
     NICE_FIELD_NUMBER: _ClassVar[int]
     SBATCH_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    SPARE_NODES_FIELD_NUMBER: _ClassVar[int]
     name: str
     script: str
     command: _containers.RepeatedScalarFieldContainer[str]
@@ -221,10 +222,11 @@ class JobSpec(_message.Message):
     script_name: str
     nice: int
     sbatch_options: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., script: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., nodes: _Optional[int] = ..., tasks_per_node: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., cpus_per_task: _Optional[int] = ..., memory_mb_per_node: _Optional[int] = ..., time_limit: _Optional[str] = ..., partition: _Optional[str] = ..., account: _Optional[str] = ..., qos: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., working_directory: _Optional[str] = ..., stdout_path: _Optional[str] = ..., stderr_path: _Optional[str] = ..., checkpoint_uri: _Optional[str] = ..., restart_policy: _Optional[_Union[RestartPolicy, _Mapping]] = ..., placement: _Optional[_Union[_cluster_pb2.PlacementPreference, _Mapping]] = ..., request_id: _Optional[str] = ..., ntasks: _Optional[int] = ..., max_nodes: _Optional[int] = ..., gpus: _Optional[int] = ..., gpu_type: _Optional[str] = ..., memory_mb_per_cpu: _Optional[int] = ..., array: _Optional[str] = ..., dependency: _Optional[str] = ..., exclusive: _Optional[bool] = ..., begin: _Optional[str] = ..., hold: _Optional[bool] = ..., mail_type: _Optional[str] = ..., mail_user: _Optional[str] = ..., constraint: _Optional[str] = ..., reservation: _Optional[str] = ..., export: _Optional[str] = ..., submit_directory: _Optional[str] = ..., script_name: _Optional[str] = ..., nice: _Optional[int] = ..., sbatch_options: _Optional[_Iterable[str]] = ...) -> None: ...
+    spare_nodes: int
+    def __init__(self, name: _Optional[str] = ..., script: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., nodes: _Optional[int] = ..., tasks_per_node: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., cpus_per_task: _Optional[int] = ..., memory_mb_per_node: _Optional[int] = ..., time_limit: _Optional[str] = ..., partition: _Optional[str] = ..., account: _Optional[str] = ..., qos: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., working_directory: _Optional[str] = ..., stdout_path: _Optional[str] = ..., stderr_path: _Optional[str] = ..., checkpoint_uri: _Optional[str] = ..., restart_policy: _Optional[_Union[RestartPolicy, _Mapping]] = ..., placement: _Optional[_Union[_cluster_pb2.PlacementPreference, _Mapping]] = ..., request_id: _Optional[str] = ..., ntasks: _Optional[int] = ..., max_nodes: _Optional[int] = ..., gpus: _Optional[int] = ..., gpu_type: _Optional[str] = ..., memory_mb_per_cpu: _Optional[int] = ..., array: _Optional[str] = ..., dependency: _Optional[str] = ..., exclusive: _Optional[bool] = ..., begin: _Optional[str] = ..., hold: _Optional[bool] = ..., mail_type: _Optional[str] = ..., mail_user: _Optional[str] = ..., constraint: _Optional[str] = ..., reservation: _Optional[str] = ..., export: _Optional[str] = ..., submit_directory: _Optional[str] = ..., script_name: _Optional[str] = ..., nice: _Optional[int] = ..., sbatch_options: _Optional[_Iterable[str]] = ..., spare_nodes: _Optional[int] = ...) -> None: ...
 
 class RestartRecord(_message.Message):
-    __slots__ = ("cause", "failed_nodes", "time", "checkpoint_step", "exit_code", "detail", "nodes_before", "nodes_after", "detected_by", "failed_at", "detected_at", "requeued_at", "running_at", "first_step_at")
+    __slots__ = ("cause", "failed_nodes", "time", "checkpoint_step", "exit_code", "detail", "nodes_before", "nodes_after", "detected_by", "failed_at", "detected_at", "requeued_at", "running_at", "first_step_at", "relaunched_at")
     CAUSE_FIELD_NUMBER: _ClassVar[int]
     FAILED_NODES_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -239,6 +241,7 @@ class RestartRecord(_message.Message):
     REQUEUED_AT_FIELD_NUMBER: _ClassVar[int]
     RUNNING_AT_FIELD_NUMBER: _ClassVar[int]
     FIRST_STEP_AT_FIELD_NUMBER: _ClassVar[int]
+    RELAUNCHED_AT_FIELD_NUMBER: _ClassVar[int]
     cause: TerminationCause
     failed_nodes: _containers.RepeatedScalarFieldContainer[str]
     time: _timestamp_pb2.Timestamp
@@ -253,7 +256,8 @@ class RestartRecord(_message.Message):
     requeued_at: _timestamp_pb2.Timestamp
     running_at: _timestamp_pb2.Timestamp
     first_step_at: _timestamp_pb2.Timestamp
-    def __init__(self, cause: _Optional[_Union[TerminationCause, str]] = ..., failed_nodes: _Optional[_Iterable[str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., checkpoint_step: _Optional[int] = ..., exit_code: _Optional[int] = ..., detail: _Optional[str] = ..., nodes_before: _Optional[int] = ..., nodes_after: _Optional[int] = ..., detected_by: _Optional[str] = ..., failed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., detected_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., requeued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., running_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., first_step_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    relaunched_at: _timestamp_pb2.Timestamp
+    def __init__(self, cause: _Optional[_Union[TerminationCause, str]] = ..., failed_nodes: _Optional[_Iterable[str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., checkpoint_step: _Optional[int] = ..., exit_code: _Optional[int] = ..., detail: _Optional[str] = ..., nodes_before: _Optional[int] = ..., nodes_after: _Optional[int] = ..., detected_by: _Optional[str] = ..., failed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., detected_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., requeued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., running_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., first_step_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., relaunched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ArrayTask(_message.Message):
     __slots__ = ("task_id", "state", "exit_code", "exit_signal", "nodes", "has_exit_code", "restart_count")
@@ -440,7 +444,7 @@ class JobEvent(_message.Message):
     def __init__(self, type: _Optional[_Union[JobEventType, str]] = ..., job: _Optional[_Union[JobStatus, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., previous_state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ..., resume_token: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("record_id", "token", "job_id", "restart_count", "rank", "world_size", "node", "pid", "step", "committed_step", "restored", "exiting", "exit_code", "stopping_step", "step_seconds", "stack", "save_stall_seconds", "saves")
+    __slots__ = ("record_id", "token", "job_id", "restart_count", "rank", "world_size", "node", "pid", "step", "committed_step", "restored", "exiting", "exit_code", "stopping_step", "relaunch", "step_seconds", "stack", "save_stall_seconds", "saves")
     RECORD_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -455,6 +459,7 @@ class HeartbeatRequest(_message.Message):
     EXITING_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     STOPPING_STEP_FIELD_NUMBER: _ClassVar[int]
+    RELAUNCH_FIELD_NUMBER: _ClassVar[int]
     STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
     STACK_FIELD_NUMBER: _ClassVar[int]
     SAVE_STALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -473,11 +478,12 @@ class HeartbeatRequest(_message.Message):
     exiting: bool
     exit_code: int
     stopping_step: int
+    relaunch: int
     step_seconds: float
     stack: str
     save_stall_seconds: float
     saves: int
-    def __init__(self, record_id: _Optional[int] = ..., token: _Optional[str] = ..., job_id: _Optional[str] = ..., restart_count: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., node: _Optional[str] = ..., pid: _Optional[int] = ..., step: _Optional[int] = ..., committed_step: _Optional[int] = ..., restored: _Optional[bool] = ..., exiting: _Optional[bool] = ..., exit_code: _Optional[int] = ..., stopping_step: _Optional[int] = ..., step_seconds: _Optional[float] = ..., stack: _Optional[str] = ..., save_stall_seconds: _Optional[float] = ..., saves: _Optional[int] = ...) -> None: ...
+    def __init__(self, record_id: _Optional[int] = ..., token: _Optional[str] = ..., job_id: _Optional[str] = ..., restart_count: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., node: _Optional[str] = ..., pid: _Optional[int] = ..., step: _Optional[int] = ..., committed_step: _Optional[int] = ..., restored: _Optional[bool] = ..., exiting: _Optional[bool] = ..., exit_code: _Optional[int] = ..., stopping_step: _Optional[int] = ..., relaunch: _Optional[int] = ..., step_seconds: _Optional[float] = ..., stack: _Optional[str] = ..., save_stall_seconds: _Optional[float] = ..., saves: _Optional[int] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("interval", "stop", "stopping", "stop_step", "want_stack", "checkpoint_interval")

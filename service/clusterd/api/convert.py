@@ -18,7 +18,7 @@ from clusterd.supervisor import array_view
 from clusterd.supervisor.events import JobEvent
 
 # RestartEntry.phases keys, each shown as RestartRecord.<phase>_at.
-_PHASES = ("failed", "detected", "requeued", "running", "first_step")
+_PHASES = ("failed", "detected", "requeued", "relaunched", "running", "first_step")
 
 
 def _ts(value: float | None) -> Timestamp | None:
@@ -207,6 +207,7 @@ def beat_claim(req: jobs_pb2.HeartbeatRequest) -> BeatClaim:
         token=req.token,
         job_id=req.job_id,
         restart_count=req.restart_count,
+        relaunch=req.relaunch,
         rank=req.rank,
         world_size=req.world_size,
         node=req.node,

@@ -65,6 +65,10 @@ class FencedBackend:
         await self._leadership.check()
         await self._backend.mark_supervised(job_id, comment)
 
+    async def set_admin_comment(self, job_id: str, note: str) -> None:
+        await self._leadership.check()
+        await self._backend.set_admin_comment(job_id, note)
+
     async def list_jobs(self) -> list[SlurmJob]:
         return await self._backend.list_jobs()
 

@@ -17,6 +17,7 @@ class BeatClaim:
     token: str
     job_id: str = ""
     restart_count: int = 0
+    relaunch: int = 0  # the in-place relaunch of the run (--spare-nodes) the rank belongs to
     rank: int = 0
     world_size: int = 0
     node: str = ""

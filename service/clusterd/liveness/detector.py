@@ -20,7 +20,9 @@ Every ``check_every`` seconds, for each run whose job Slurm shows RUNNING in tha
 
 Step times also name stragglers (liveness.progress): a verdict is logged and counted, never acted
 on here. Node deaths, hangs pinned to a node and straggler verdicts are scored across jobs
-(liveness.health): a node that keeps failing jobs is drained, never on one tenant's word alone.
+(liveness.health): a node that keeps failing jobs is drained, never on jobs' claims alone (a node
+death clusterd confirmed itself must be among the failures). A hang of a single-node job is never
+pinned on its node: the job's own deadlock would look the same.
 
 What a job says (its beats, its silence) decides only about that job. Taking a node out of
 service needs evidence no tenant controls: Slurm's own view, or the node's kernel answering (or
@@ -71,6 +73,8 @@ class Detection:
     exit_code: int = 0
     committed_step: int = -1  # the newest checkpoint step the run's ranks reported committed
     drain: tuple[str, ...] = ()  # of ``nodes``, those another user's job runs on: drained, not marked DOWN
+    relaunch: int = 0  # the run's in-place relaunch (--spare-nodes) it concerns
+    rank_nodes: tuple[str, ...] = ()  # the nodes the run's ranks beat from (their word: checked against Slurm)
 
 
 def crashed_rank(run: Run) -> tuple[int, RankBeat] | None:
@@ -122,9 +126,9 @@ class Detector:
         check_every: float,
         default_port: int = 6818,
         progress: ProgressRules | None = None,
-        straggling: Callable[[Run, dict[str, float]], None] = lambda run, new: None,
+        straggling: Callable[[dict[str, float]], None] = lambda new: None,
         health: NodeHealth | None = None,
-        drain: Callable[[str, str], Awaitable[None]] | None = None,
+        drain: Callable[[str, str], Awaitable[bool]] | None = None,
     ) -> None:
         self._table = table
         self._prober = prober
@@ -139,7 +143,7 @@ class Detector:
         self._progress = progress or ProgressRules()
         self._straggling = straggling  # nodes a run newly names stragglers (node -> ratio)
         self.health = health or NodeHealth()
-        self._drain = drain  # (node, reason): take it out of service (None: scored, never drained)
+        self._drain = drain  # (node, reason) -> whether it was drained (None: scored, never drained)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -189,10 +193,16 @@ class Detector:
                 drain = tuple(n for n in detection.nodes if self._others_on(n, view.user))
                 detection = replace(detection, drain=drain)
             if detection is not None and not run.decided:
-                detection = replace(detection, committed_step=run.committed_step())
+                detection = replace(
+                    detection,
+                    committed_step=run.committed_step(),
+                    relaunch=run.relaunch,
+                    rank_nodes=tuple(sorted({b.node for b in run.ranks.values()})),
+                )
                 run.decided = True
                 found.append(detection)
-                log.warning("job %s: %s (%s)", run.job_id, detection.detail, detection.detected_by)
+                # The detail may carry a rank's stack (the job's text): one log line, whatever it holds.
+                log.warning("job %s: %s (%s)", run.job_id, one_line(detection.detail), detection.detected_by)
                 await self._act(detection)
                 await self._score(detection, run, view)
         return found
@@ -340,26 +350,35 @@ class Detector:
     async def _score(self, det: Detection, run: Run, view: JobView) -> None:
         """Pin the failure on its node(s) for the scoring across jobs. A node death is clusterd's own
         evidence (its probe); a hang is the job's word, and pinned only when it names some of the
-        run's nodes, not all; a crashed rank is never a node's fault."""
+        run's nodes, not all (never the only node of a single-node run: its own deadlock looks the
+        same); a crashed rank is never a node's fault."""
         if det.cause is Cause.NODE_FAILURE:
             for node in det.nodes:
                 await self._blame(Failure(node, run.record_id, run.job_id, view.user, "node death", evidence=True))
         elif det.cause is Cause.RANK_HUNG:
             run_nodes = {b.node for b in run.ranks.values()}
-            if det.nodes and (len(run_nodes) == 1 or set(det.nodes) < run_nodes):
+            if det.nodes and set(det.nodes) < run_nodes:
                 for node in det.nodes:
                     await self._blame(Failure(node, run.record_id, run.job_id, view.user, "hang", evidence=False))
 
     async def _blame(self, failure: Failure) -> None:
-        reason = self.health.blame(failure)
-        if reason is None:
+        verdict = self.health.blame(failure)
+        if verdict is None:
             return
-        log.warning("node %s %s: draining it", failure.node, reason)
-        if self._drain is not None:
-            try:
-                await self._drain(failure.node, reason)
-            except Exception:
-                log.exception("cannot drain node %s", failure.node)
+        node = failure.node
+        if self._drain is None:  # scoring only: it asks again at the next failure
+            log.warning(
+                "node %s %s: would drain it (drain_failing_nodes is off): %s", node, verdict.reason, verdict.jobs
+            )
+            return
+        log.warning("node %s %s: draining it: %s", node, verdict.reason, verdict.jobs)
+        try:
+            drained = await self._drain(node, verdict.reason)
+        except Exception:
+            log.exception("cannot drain node %s", node)
+            return
+        if drained:
+            self.health.drained_for(node, verdict)
 
     def _back_in_service(self, nodes: dict[str, SlurmNode]) -> None:
         """A node clusterd drained that Slurm shows usable again was resumed (its probe passed, or an
@@ -380,7 +399,7 @@ class Detector:
         for node, ratio in sorted(new.items()):
             log.warning("job %s: node %s is a straggler (%.2fx the other nodes' step time)", run.job_id, node, ratio)
         if new:
-            self._straggling(run, new)
+            self._straggling(new)
         return sorted(new)
 
     def _node_failure(self, run: Run, dead: list[str], ranks: list[int], more: str = "") -> Detection:
@@ -417,6 +436,11 @@ class Detector:
             return True
         await asyncio.sleep(_PROBE_GAP_SECONDS)
         return not (await self._prober.probe(node.address, port)).dead
+
+
+def one_line(text: str) -> str:
+    """``text`` on one log line: a newline in what a job sent cannot start a forged line."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
 
 
 def _ranks_text(ranks: list[int]) -> str:

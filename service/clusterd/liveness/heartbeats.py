@@ -33,7 +33,7 @@ from clusterd.goodput.autopilot import Autopilot
 from clusterd.liveness import credentials
 from clusterd.liveness.claims import BeatClaim, BeatReply
 from clusterd.liveness.detector import JobView
-from clusterd.liveness.table import MAX_RANKS, Beat, LivenessTable, Run
+from clusterd.liveness.table import MAX_RANKS, MAX_STACK_CLAIM, Beat, LivenessTable, Run
 from clusterd.slurm.types import JobState
 from clusterd.store.jobs import JobRecords
 
@@ -106,7 +106,8 @@ class HeartbeatService:
         Raises:
             Unauthenticated: no live record with that id, or the token is not its token.
             PermissionDenied: the beat names a job that is not the record's, or a node outside its allocation.
-            InvalidArgument: a field out of range (a negative ``stopping_step`` included).
+            InvalidArgument: a field out of range (a negative ``stopping_step``, a ``stack`` over
+                MAX_STACK_CLAIM characters included).
             ResourceExhausted: the record's beats come faster than its ranks beat, or too many unknown ids.
             Unavailable: this replica is a follower (the ranks try the next address).
         """
@@ -129,6 +130,8 @@ class HeartbeatService:
             raise InvalidArgument(
                 "step_seconds", f"{req.step_seconds} is not a step time (0 to {_MAX_STEP_SECONDS:g} s)"
             )
+        if len(req.stack) > MAX_STACK_CLAIM:  # checked before anything reads (or hashes) it
+            raise InvalidArgument("stack", f"{len(req.stack)} characters; at most {MAX_STACK_CLAIM}")
         if req.stopping_step is not None and req.stopping_step < 0:
             raise InvalidArgument("stopping_step", f"{req.stopping_step} is not a step (0 or more)")
         job_id, view = self._job(req.record_id, req.job_id, known)
@@ -175,6 +178,7 @@ class HeartbeatService:
             req.saves,
             req.step_seconds,
             req.stack,
+            relaunch=req.relaunch,
         )
         run, first = self._table.record(beat, interval=known.interval, hang_timeout=known.hang_timeout)
         if req.exiting:
@@ -189,7 +193,7 @@ class HeartbeatService:
             )
         if first:
             await self._first_step(run)
-        current = run.restart_count == req.restart_count
+        current = (run.restart_count, run.relaunch) == (req.restart_count, req.relaunch)
         if not current or req.rank not in run.ranks:  # an older run's beat, or a rank over the table's cap
             return BeatReply(known.interval, stop=run.decided and current)
         reply = self._stop_reply(run, req, known.interval)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from clusterd.liveness.table import RankBeat
 
-_DETAIL_STACK = 2048  # characters of the named rank's stack kept in the restart's detail
+_DETAIL_STACK = 2048  # characters of the named rank's main thread stack kept in the restart's detail
 
 
 @dataclass(frozen=True)
@@ -27,20 +27,25 @@ class ProgressRules:
     hang_floor_seconds: float = 300.0
     straggler_factor: float = 1.3  # 0: off
     straggler_window_steps: int = 20
+    hang_after_advances: int = 3  # a rank is judged once clusterd saw its step advance this often
 
 
 def stalled_ranks(ranks: dict[int, RankBeat], rules: ProgressRules, now: float) -> list[int]:
-    """Ranks whose step has not moved for ``hang_factor`` times their step time (at least the floor).
+    """Ranks whose step has not moved for ``hang_factor`` times their pace (at least the floor).
 
-    Only ranks that reported a step count: a rank still restoring has no pace yet.
+    The pace is the slower of the rank's claimed step time and the running average of the gaps
+    between its advances as clusterd saw them: a job that reports its step only at save(step),
+    every ten minutes, advances every ten minutes whatever its step time. Only ranks clusterd saw
+    advance ``hang_after_advances`` times in this run are judged: before that there is no pace.
     """
     if rules.hang_factor <= 0:
         return []
     out = []
     for rank, beat in ranks.items():
-        if beat.advanced <= 0:
+        if beat.advanced <= 0 or beat.advances < rules.hang_after_advances:
             continue
-        limit = max(rules.hang_floor_seconds, rules.hang_factor * beat.step_seconds)
+        pace = max(beat.step_seconds, beat.advance_gap)
+        limit = max(rules.hang_floor_seconds, rules.hang_factor * pace)
         if now - beat.advanced > limit:
             out.append(rank)
     return sorted(out)
@@ -69,7 +74,8 @@ def hang_detail(ranks: dict[int, RankBeat], stalled: list[int], named: list[int]
     text = f"{len(stalled)} of {len(ranks)} ranks stopped advancing for {stuck_for:.1f}s while beating; {who}{more}"
     stack = next((ranks[r].stack for r in named if ranks[r].stack), "")
     if stack:
-        text += f"\nstack of rank {next(r for r in named if ranks[r].stack)}:\n{stack[-_DETAIL_STACK:]}"
+        main = stack.split("\n\n", 1)[0]  # the main thread (sent first): its innermost frames, last
+        text += f"\nstack of rank {next(r for r in named if ranks[r].stack)}:\n{main[-_DETAIL_STACK:]}"
     return text
 
 

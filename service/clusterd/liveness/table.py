@@ -18,6 +18,7 @@ from clusterd.liveness.stopping import StopAgreement
 MAX_RANKS = 65_536  # one job's ranks the table keeps: a bound on what one job's beats can cost
 _MAX_STEPS_SEEN = 4096  # a run's (step, first seen) samples kept: the oldest go first
 _MAX_ENDED = 100_000  # finished records remembered (the store says the same of older ones)
+_GAP_AVERAGING = 0.2  # weight of the newest gap between a rank's advances in their running average
 
 
 @dataclass
@@ -35,6 +36,8 @@ class RankBeat:
     saves: int = 0  # how many saves that took
     step_seconds: float = 0.0  # the rank's word: its recent seconds per step
     advanced: float = 0.0  # time.monotonic() when its step last moved forward (0: no step yet)
+    advances: int = 0  # how often clusterd saw its step move forward in this run
+    advance_gap: float = 0.0  # clusterd's running average of the seconds between those advances
     first_step: int = -1  # the first step it reported in this run
     stack: str = ""  # its stacks, once asked for (the run stopped advancing); the first ranks' only
     stack_sig: str = ""  # what its main thread was doing, to compare with its peers ("": not sent)
@@ -49,8 +52,10 @@ class Run:
     restart_count: int
     interval: float
     hang_timeout: float
+    relaunch: int = 0  # which in-place relaunch of the Slurm run (--spare-nodes) this is
     world_size: int = 1
     ranks: dict[int, RankBeat] = field(default_factory=dict)
+    began_wall: float = field(default_factory=time.time)  # its first beat
     first_step_wall: float | None = None  # first beat of this run that carried a training step
     decided: bool = False  # a failure was acted on: later silence of this run is its consequence
     gone_since: float = 0.0  # monotonic time since which Slurm has not shown the job live (0: it does)
@@ -120,9 +125,11 @@ class Beat:
     saves: int = 0
     step_seconds: float = 0.0
     stack: str = ""
+    relaunch: int = 0  # in-place relaunches of the run (--spare-nodes): a relaunch is a run of its own
 
 
-MAX_STACK = 4096  # characters of one rank's stacks kept
+MAX_STACK = 8192  # characters of one rank's stacks kept (the client sends at most as many)
+MAX_STACK_CLAIM = 16_384  # a beat carrying a longer stack is refused (INVALID_ARGUMENT)
 MAX_STACKS_KEPT = 256  # ranks of one run whose stack text is kept (the others', its signature only)
 
 
@@ -152,10 +159,13 @@ class LivenessTable:
         """
         key = (beat.record_id, beat.job_id)
         run = self._runs.get(key)
-        if run is not None and beat.restart_count < run.restart_count:
+        which = (beat.restart_count, beat.relaunch)
+        if run is not None and which < (run.restart_count, run.relaunch):
             return run, False
-        if run is None or beat.restart_count > run.restart_count:
-            run = self._runs[key] = Run(beat.record_id, beat.job_id, beat.restart_count, interval, hang_timeout)
+        if run is None or which > (run.restart_count, run.relaunch):
+            run = self._runs[key] = Run(
+                beat.record_id, beat.job_id, beat.restart_count, interval, hang_timeout, beat.relaunch
+            )
         run.interval, run.hang_timeout = interval, hang_timeout
         run.world_size = max(run.world_size, beat.world_size)
         if beat.rank not in run.ranks and len(run.ranks) >= MAX_RANKS:
@@ -185,14 +195,21 @@ class LivenessTable:
             fresh.first_step, fresh.advanced = beat.step, (now if beat.step >= 0 else 0.0)
         else:
             fresh.first_step = old.first_step
-            fresh.advanced = now if beat.step > old.step else old.advanced
+            fresh.advanced, fresh.advances, fresh.advance_gap = old.advanced, old.advances, old.advance_gap
+            if beat.step > old.step:  # the pace as clusterd sees it, whatever the rank says of its steps
+                gap = now - old.advanced
+                fresh.advance_gap = (
+                    gap if not old.advances else old.advance_gap + _GAP_AVERAGING * (gap - old.advance_gap)
+                )
+                fresh.advanced, fresh.advances = now, old.advances + 1
         if old is not None and old.stack_sig:
             fresh.stack, fresh.stack_sig = old.stack, old.stack_sig
         elif beat.stack and run.stacks_asked:  # taken only when asked: the text costs memory
-            fresh.stack_sig = stack_signature(beat.stack)
+            kept = beat.stack[:MAX_STACK]  # the kept part alone is read (and hashed)
+            fresh.stack_sig = stack_signature(kept)
             if run.stacks_kept < MAX_STACKS_KEPT:
                 run.stacks_kept += 1
-                fresh.stack = printable(beat.stack[:MAX_STACK])
+                fresh.stack = printable(kept)
         run.ranks[beat.rank] = fresh
         run.stall_max = max(run.stall_max, stall)
         if saves > 0 and stall >= run.slowest_saver[0]:

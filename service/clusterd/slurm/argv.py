@@ -243,6 +243,10 @@ def supervise_argv(job_id: str, comment: str) -> list[str]:
     return ["scontrol", "update", f"jobid={job_id}", f"Comment={comment}", "Requeue=1"]
 
 
+def admin_comment_argv(job_id: str, note: str) -> list[str]:
+    return ["scontrol", "update", f"jobid={job_id}", f"AdminComment={note}"]
+
+
 def sacct_argv(*, since: float, until: float, user: str | None) -> list[str]:
     """``sacct --json`` for jobs that ran in [since, until): every user's (root) or one user's."""
     who = ["--allusers"] if user is None else [f"--user={user}"]

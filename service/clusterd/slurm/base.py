@@ -92,6 +92,11 @@ class SlurmBackend(Protocol):
         """
         ...
 
+    async def set_admin_comment(self, job_id: str, note: str) -> None:
+        """Set the job's AdminComment: a note from the service that only an administrator can write
+        and the job itself can read (``scontrol show job``), e.g. where a relaunched step runs."""
+        ...
+
     async def accounting_jobs(self, *, since: float, until: float, user: str | None) -> list[SlurmJob] | None:
         """Jobs Slurm accounting (slurmdbd) knows that ended in [since, until), of ``user`` (None: all).
 

@@ -157,6 +157,9 @@ class CommandsBackend:
     async def mark_supervised(self, job_id: str, comment: str) -> None:
         await self.runner.run(argv.supervise_argv(job_id, comment))
 
+    async def set_admin_comment(self, job_id: str, note: str) -> None:
+        await self.runner.run(argv.admin_comment_argv(job_id, note))
+
     async def accounting_jobs(self, *, since: float, until: float, user: str | None) -> list[SlurmJob] | None:
         result = await self.runner.run(argv.sacct_argv(since=since, until=until, user=user), check=False)
         if result.returncode != 0:

@@ -483,6 +483,9 @@ class PyslurmBackend:
     async def mark_supervised(self, job_id: str, comment: str) -> None:
         await self._commands().mark_supervised(job_id, comment)
 
+    async def set_admin_comment(self, job_id: str, note: str) -> None:
+        await self._commands().set_admin_comment(job_id, note)
+
     async def accounting_jobs(self, *, since: float, until: float, user: str | None) -> list[SlurmJob] | None:
         return await self._commands().accounting_jobs(since=since, until=until, user=user)
 

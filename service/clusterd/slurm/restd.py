@@ -340,6 +340,10 @@ class RestdBackend:
         with _observed("scontrol update"):
             await self._commands().mark_supervised(_check_job_id("scontrol update", job_id), comment)
 
+    async def set_admin_comment(self, job_id: str, note: str) -> None:
+        with _observed("scontrol update"):
+            await self._commands().set_admin_comment(_check_job_id("scontrol update", job_id), note)
+
     async def accounting_jobs(self, *, since: float, until: float, user: str | None) -> list[SlurmJob] | None:
         """``sacct --json`` through the commands backend: slurmrestd serves /slurmdb/ only when its
         own slurmdbd plugin is loaded, while sacct reaches slurmdbd wherever the cluster has one."""

@@ -185,7 +185,9 @@ class Reconciler:
             rec = await self._store.get_by_record(run.record_id)
             if rec is None or rec.terminal or rec.acked_restarts != run.restart_count:
                 return
-            if run.restart_count > 0:
+            if run.relaunch > 0 and rec.restarts and "relaunched" in rec.restarts[-1].phases:
+                await self._restarter.amend_phase(rec, "running", run.began_wall)  # the new step's first beat
+            if run.restart_count > 0 or run.relaunch > 0:
                 await self._restarter.amend_phase(rec, "first_step", run.first_step_wall)
             elif rec.first_step_time is None and not rec.array:
                 rec.first_step_time = run.first_step_wall
