@@ -59,11 +59,6 @@ class SaveSchedule:
             return min(MAX_AUTO, max(MIN_AUTO, advised))
         return float(self.interval)
 
-    def due_here(self) -> bool:
-        """Whether this rank's clock says a save is due."""
-        seconds = self.seconds()
-        return seconds is None or self._clock() - self._since >= seconds
-
     def poll(self) -> tuple[bool, int]:
         """(due by this rank's clock, polls left until it is by the pace of the polls so far: 0 when
         due or when the pace is not known yet). Called once per ``due()``."""

@@ -38,12 +38,12 @@ def test_no_interval_leaves_the_schedule_to_the_trainer(tmp_path: Path) -> None:
 def test_a_fixed_interval_is_due_one_interval_after_the_last_save() -> None:
     clock = Clock()
     schedule = SaveSchedule(60, first=300, clock=clock)
-    assert not schedule.due_here()
+    assert not schedule.poll()[0]
     clock.now = 60
-    assert schedule.due_here()
+    assert schedule.poll()[0]
     schedule.restart()
     clock.now = 100
-    assert not schedule.due_here()
+    assert not schedule.poll()[0]
 
 
 def test_auto_follows_the_advice_clamped(monkeypatch: pytest.MonkeyPatch) -> None:
