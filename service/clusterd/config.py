@@ -5,6 +5,7 @@ One dataclass tree sizes every bound in the service, so limits are found in one 
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields, is_dataclass, replace
@@ -164,6 +165,22 @@ class GoodputConfig:
     # A node never seen failing is taken to fail once per this long (the prior of its rate).
     prior_node_mtbf_seconds: float = 7 * 24 * 3600.0
     failure_window_seconds: float = 30 * 24 * 3600.0  # failures older than this are forgotten
+
+    def __post_init__(self) -> None:
+        for name in (
+            "interval_floor_seconds",
+            "interval_ceiling_seconds",
+            "prior_node_mtbf_seconds",
+            "failure_window_seconds",
+        ):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise ConfigError(f"goodput.{name}: expected a finite number of seconds > 0, got {value!r}")
+        if self.interval_floor_seconds > self.interval_ceiling_seconds:
+            raise ConfigError(
+                "goodput.interval_floor_seconds: must not exceed goodput.interval_ceiling_seconds "
+                f"({self.interval_floor_seconds} > {self.interval_ceiling_seconds})"
+            )
 
 
 @dataclass(frozen=True)

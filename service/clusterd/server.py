@@ -128,7 +128,7 @@ class ClusterDaemon:
         )
         self.liveness = LivenessTable()
         # Goodput: node failures the restarter decides on feed the checkpoint interval autopilot.
-        self.autopilot = Autopilot(FailureHistory(config.goodput), config.goodput)
+        self.autopilot = Autopilot(FailureHistory(config.goodput, boot=self._slurmd_started), config.goodput)
         self.goodput = GoodputReporter(self.liveness, self.autopilot)
         self.restarter = Restarter(
             fenced,
@@ -357,6 +357,12 @@ class ClusterDaemon:
     def _health_changed(self, ok: bool) -> None:
         self._health_task = asyncio.ensure_future(self._set_health(ok))
 
+    def _slurmd_started(self, node: str) -> float:
+        """When ``node``'s slurmd last started, by the last poll (0: not known): one death of a node
+        is one failure, however many jobs it ended."""
+        seen = self.poller.snapshot.node_map.get(node)
+        return seen.slurmd_started if seen is not None else 0.0
+
     def _leadership_changed(self, leading: bool) -> None:
         self.liveness.clear()  # beats start anew with the leadership: no stale silence to act on
         log.info("%s is now the %s", self.leadership.holder, "leader" if leading else "follower")
@@ -386,7 +392,15 @@ class ClusterDaemon:
                 loop.add_signal_handler(sig, self._stop.set)
         self._poll_task = asyncio.create_task(self.poller.run(self._stop))
         self._retention_task = asyncio.create_task(self.quotas.run_retention(self._stop))
-        self._goodput_task = asyncio.create_task(publish_goodput(self.store.jobs, self.goodput, self._stop))
+        self._goodput_task = asyncio.create_task(
+            publish_goodput(
+                self.store.jobs,
+                self.goodput,
+                self._stop,
+                leading=lambda: self.leadership.is_leader,
+                partitions=lambda: self.poller.snapshot.partitions,
+            )
+        )
         try:
             await self._stop.wait()
         finally:

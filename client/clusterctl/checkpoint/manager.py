@@ -35,7 +35,7 @@ from ..storage.threads import nice_initializer
 from . import commit, layout, stateful, torchcompat
 from .assemble import RankLocalPolicy
 from .config import CheckpointConfig
-from .coordination import Coordinator, TorchCoordinator
+from .coordination import Coordinator, DueAgreement, TorchCoordinator
 from .errors import CheckpointError, InvalidStateError, SaveError, SaveInProgressError
 from .gc import GarbageReport, apply_retention, collect_garbage, latest_committed, list_committed
 from .restore import VerifyReport, restore_state, verify_step
@@ -45,6 +45,8 @@ from .tiering import TierAttachment
 from .writer import Snapshot, take_snapshot, upload_snapshot
 
 log = logging.getLogger(__name__)
+
+_MAX_DUE_SKIP = 1000  # due() calls answered without a poll at most (a bound on a wrong pace's cost)
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,8 @@ class CheckpointManager:
         self.uri = uri
         self.keep = keep
         self._coordinator: TorchCoordinator | None = None
+        self._due: DueAgreement | None = None  # due()'s own group (torch.distributed and an interval)
+        self._due_skip = 0  # due() calls the ranks agreed to answer False without a poll
         self._lock = threading.Lock()
         self._inflight: list[tuple[SaveHandle, int, str]] = []
         self._finished: list[SaveHandle] = []
@@ -230,7 +234,12 @@ class CheckpointManager:
         self.rank, self.world_size = rank, world
         if self._coordinator is not None:
             self._coordinator.close()
+        if self._due is not None:
+            self._due.close()
         self._coordinator = TorchCoordinator.create(torch) if dist_up else None
+        scheduled = dist_up and self._schedule.interval is not None
+        self._due = DueAgreement.create(torch, timeout=self.config.due_timeout) if scheduled else None
+        self._due_skip = 0
         self.run_id = _resolve_run_id(self.config, self.world_size, self._coordinator)
 
     # --- saving ---------------------------------------------------------------------------
@@ -246,19 +255,30 @@ class CheckpointManager:
     def due(self) -> bool:
         """Whether a save is due now, by ``interval``: ``if ckpt.due(): ckpt.save(step, state)``.
 
-        With a torch.distributed group of more than one rank this is collective (one all_reduce of
-        a flag on the manager's gloo group): it is True on every rank when any rank's clock says
-        so, so all ranks save the same step. Every rank must then call it at the same steps. Ranks
-        without a shared group decide each on its own clock: keep a step-count schedule there.
+        With a torch.distributed group of more than one rank this is collective (an all_reduce on
+        a gloo group of its own, apart from the background saves'): it is True on every rank when
+        any rank's clock says so, so all ranks save the same step. Every rank must then call it at
+        the same steps. The poll also agrees on the fewest calls any rank expects before it is due,
+        and half of those are answered False with no poll: a handful of polls per interval, not
+        one per step. Ranks without a shared group decide each on its own clock: keep a
+        step-count schedule there.
         """
         self._check_open()
-        here = self._schedule.due_here()
         if self._schedule.interval is None:
             return True
+        here, calls_left = self._schedule.poll()
         self._sync_world()
-        if self._coordinator is None:
+        if self._due is None:
             return here
-        return not self._coordinator.agree(not here, timeout=self.config.commit_timeout)
+        if self._due_skip > 0:
+            self._due_skip -= 1
+            return False
+        agreed = self._due.poll(here, calls_left)
+        if agreed is None:
+            return here
+        due, fewest = agreed
+        self._due_skip = 0 if due else min(_MAX_DUE_SKIP, fewest // 2)
+        return due
 
     def save(self, step: int, state: Mapping[str, Any]) -> SaveHandle:
         """Snapshot ``state`` and upload it in the background; returns once the snapshot is taken.
@@ -280,13 +300,13 @@ class CheckpointManager:
         except ValueError as exc:
             raise InvalidStateError(str(exc)) from None
         heartbeat.report_step(step)
-        started = time.perf_counter()
-        self._schedule.restart()
-        try:
-            return self._save(step, state)
-        finally:
+        started, began = time.perf_counter(), self._schedule.now()
+        handle = self._save(step, state)
+        if not handle.skipped:  # a snapshot was taken: a skipped or refused save costs no interval
+            self._schedule.restart(began)
             # The time training stood still for this save: the autopilot's measure of its cost.
             heartbeat.report_save_stall(time.perf_counter() - started)
+        return handle
 
     def _save(self, step: int, state: Mapping[str, Any]) -> SaveHandle:
         self._raise_pending()
@@ -627,6 +647,8 @@ class CheckpointManager:
                 self.storage.close()
             if self._coordinator is not None:
                 self._coordinator.close()
+            if self._due is not None:
+                self._due.close()
         self._raise_pending()
 
     def __enter__(self) -> CheckpointManager:

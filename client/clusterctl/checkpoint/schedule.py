@@ -11,7 +11,8 @@
   always without heartbeats. Advice outside [MIN_AUTO, MAX_AUTO] is clamped here too: the reply is
   clusterd's word, but a bad value must not make a rank save every step or never.
 
-The clock starts when the manager is created, and again at every restore() and save().
+The clock starts when the manager is created, and again at every restore() and every save() that
+took a snapshot (a skipped or refused save leaves it running).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class SaveSchedule:
         self._first = first
         self._clock = clock
         self._since = clock()
+        self._last_poll: float | None = None
+        self._pace = 0.0  # seconds between polls (an average), 0 until known
 
     def seconds(self) -> float | None:
         """The interval in force now (None: no schedule)."""
@@ -56,11 +59,25 @@ class SaveSchedule:
             return min(MAX_AUTO, max(MIN_AUTO, advised))
         return float(self.interval)
 
-    def due_here(self) -> bool:
-        """Whether this rank's clock says a save is due."""
+    def poll(self) -> tuple[bool, int]:
+        """(due by this rank's clock, polls left until it is by the pace of the polls so far: 0 when
+        due or when the pace is not known yet). Called once per ``due()``."""
+        now = self._clock()
+        if self._last_poll is not None:
+            gap = max(0.0, now - self._last_poll)
+            self._pace = gap if self._pace <= 0 else 0.8 * self._pace + 0.2 * gap
+        self._last_poll = now
         seconds = self.seconds()
-        return seconds is None or self._clock() - self._since >= seconds
+        if seconds is None:
+            return True, 0
+        left = seconds - (now - self._since)
+        if left <= 0:
+            return True, 0
+        return False, int(left / self._pace) if self._pace > 0 else 0
 
-    def restart(self) -> None:
-        """A save began (or a restore returned): the next is due one interval from now."""
-        self._since = self._clock()
+    def now(self) -> float:
+        return self._clock()
+
+    def restart(self, at: float | None = None) -> None:
+        """A save began at ``at`` (or a restore returned now): the next is due one interval later."""
+        self._since = self._clock() if at is None else at

@@ -49,18 +49,11 @@ def goodput(args: argparse.Namespace) -> int:
         return 0
     wall = data["wall_seconds"]
     out = render.console()
-    out.print(f"job {data['job_id']}: ETTR {data['ettr']:.1%} of {_span(wall)} wall time")
+    out.print(f"job {data['job_id']}: ETTR {data['ettr']:.1%} of {render.slurm_duration(round(wall))} wall time")
     for name in PARTS:
         seconds = data["breakdown"][name]
         share = seconds / wall if wall > 0 else 0.0
-        out.print(f"  {name.replace('_', ' '):<17} {_span(seconds):>10}  {share:6.1%}")
+        out.print(f"  {name.replace('_', ' '):<17} {render.slurm_duration(round(seconds)):>11}  {share:6.1%}")
     if data["checkpoint_interval_seconds"] is not None:
-        out.print(f"advised checkpoint interval: {_span(data['checkpoint_interval_seconds'])}")
+        out.print(f"advised checkpoint interval: {render.slurm_duration(round(data['checkpoint_interval_seconds']))}")
     return 0
-
-
-def _span(seconds: float) -> str:
-    s = round(seconds)
-    h, rest = divmod(s, 3600)
-    m, sec = divmod(rest, 60)
-    return f"{h}h{m:02d}m{sec:02d}s" if h else f"{m}m{sec:02d}s" if m else f"{seconds:.1f}s"

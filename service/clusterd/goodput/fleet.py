@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from clusterd.goodput.accounting import PARTS, Goodput
+from clusterd.goodput.accounting import PARTS, Goodput, ettr
 
 
 @dataclass
@@ -20,7 +20,7 @@ class FleetRow:
     @property
     def ettr(self) -> float:
         """Wall-time weighted: long jobs count for what they cost."""
-        return self.breakdown["productive"] / self.wall_seconds if self.wall_seconds > 0 else 0.0
+        return ettr(self.breakdown, self.wall_seconds)
 
     def add(self, g: Goodput) -> None:
         self.jobs += 1

@@ -203,11 +203,13 @@ class HeartbeatService:
 
     def advice(self, run: Run) -> float | None:
         """The checkpoint interval the autopilot advises ``run`` (None: no autopilot, or no save yet);
-        worked out at most once per _ADVISE_EVERY_SECONDS per run: every rank beats every interval."""
+        worked out at most once per _ADVISE_EVERY_SECONDS per run, whatever the last answer was: every
+        rank beats every interval, and a run of many ranks must not cost a walk over them per beat."""
         if self._autopilot is None:
             return None
         now = time.monotonic()
-        if run.advice is None or now - run.advised_at >= _ADVISE_EVERY_SECONDS:
+        # (and at once when the run's first save makes advice possible: stall_per_save() is O(1))
+        if now - run.advised_at >= _ADVISE_EVERY_SECONDS or (run.advice is None and run.stall_per_save() is not None):
             run.advice, run.advised_at = self._autopilot.for_run(run), now
         return run.advice
 

@@ -70,7 +70,11 @@ class Run:
     committed_base: int | None = None
     steps_seen: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=_MAX_STEPS_SEEN))
     advice: float | None = None  # the checkpoint interval last advised to the run, and when (monotonic)
-    advised_at: float = 0.0
+    advised_at: float = float("-inf")
+    # Kept up to date by each beat (O(1), whatever the number of ranks): the largest stall any rank
+    # claimed, and the (stall, saves) of the rank that stalled most over the saves it made.
+    stall_max: float = 0.0
+    slowest_saver: tuple[float, int] = (0.0, 0)
 
     def committed_step(self) -> int:
         return max((b.committed_step for b in self.ranks.values()), default=-1)
@@ -93,12 +97,12 @@ class Run:
 
     def save_stall(self) -> float:
         """Seconds the run stalled in save(): the slowest rank's (synchronous training waits for it)."""
-        return max((b.save_stall for b in self.ranks.values()), default=0.0)
+        return self.stall_max
 
     def stall_per_save(self) -> float | None:
-        """The slowest rank's mean stall per save; None before any save."""
-        means = [b.save_stall / b.saves for b in self.ranks.values() if b.saves > 0]
-        return max(means) if means else None
+        """The mean stall per save of the rank that stalled most; None before any save."""
+        stall, saves = self.slowest_saver
+        return stall / saves if saves > 0 else None
 
 
 @dataclass(frozen=True)
@@ -207,6 +211,9 @@ class LivenessTable:
                 run.stacks_kept += 1
                 fresh.stack = printable(kept)
         run.ranks[beat.rank] = fresh
+        run.stall_max = max(run.stall_max, stall)
+        if saves > 0 and stall >= run.slowest_saver[0]:
+            run.slowest_saver = (stall, saves)
         if run.committed_base is None:
             run.committed_base = beat.committed_step
         if beat.step >= 0 and (not run.steps_seen or beat.step > run.steps_seen[-1][0]):

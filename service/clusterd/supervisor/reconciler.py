@@ -70,7 +70,8 @@ def observe(rec: JobRecord, sj: SlurmJob) -> bool:
     rec.exit_signal = sj.exit_signal
     rec.submit_time = sj.submit_time or rec.submit_time
     rec.start_time = sj.start_time
-    if rec.first_start is None and sj.start_time and sj.state != JobState.PENDING:
+    # Run 0's start only: a job first seen after a requeue started its run 0 before this one.
+    if rec.first_start is None and sj.start_time and sj.state != JobState.PENDING and sj.restart_count == 0:
         rec.first_start = sj.start_time
     rec.end_time = sj.end_time if sj.state.terminal else None  # Slurm reports the projected end
     rec.restart_count = max(rec.restart_count, sj.restart_count)
@@ -302,6 +303,9 @@ class Reconciler:
             with contextlib.suppress(KeyError):
                 family.remove(rec.job_id)
         rec.terminal = True
+        # A job that left Slurm's queue unseen has no end time: when clusterd let it go stands for it
+        # (its goodput's wall time ends there).
+        rec.end_time = rec.end_time or time.time()
         rec.final_reason = reason
         await self._store.save(rec)
         self._events.publish(JobEvent(EventType.FINISHED, rec, message=reason))

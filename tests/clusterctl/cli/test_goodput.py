@@ -28,7 +28,7 @@ def test_goodput_json_has_the_contract_keys(cli: Runner) -> None:
 def test_goodput_human_view(cli: Runner) -> None:
     r = cli("goodput", "42")
     assert r.code == 0, r.err
-    assert "ETTR 80.0%" in r.out and "lost" in r.out and "2m00s" in r.out
+    assert "ETTR 80.0%" in r.out and "lost" in r.out and "00:02:00" in r.out
 
 
 def test_goodput_of_an_unknown_job_is_an_error_not_a_traceback(cli: Runner) -> None:

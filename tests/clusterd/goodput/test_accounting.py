@@ -57,11 +57,20 @@ def test_a_job_that_lost_a_node_once() -> None:
 
 
 def test_a_run_that_never_committed_loses_all_its_steps() -> None:
-    rec = record(first_start=1010.0, first_step_time=1015.0, restarts=[restart(failed=1070.0, detected=1071.0)])
+    notes = restart(failed=1070.0, detected=1071.0, save_stall=0.0)  # the beats were seen: nothing committed
+    rec = record(first_start=1010.0, first_step_time=1015.0, restarts=[notes])
     g = account(rec, now=1100.0)
     adds_up(g)
     assert g.breakdown["lost"] == 55.0
     assert g.breakdown["restart"] == 29.0  # requeued, not running yet
+
+
+def test_a_run_whose_notes_were_lost_loses_nothing_known() -> None:
+    # clusterd restarted during the run: its beats (and so the notes of its commits) were not seen.
+    rec = record(first_start=1010.0, first_step_time=1015.0, restarts=[restart(failed=1070.0, detected=1071.0)])
+    g = account(rec, now=1100.0)
+    adds_up(g)
+    assert g.breakdown["lost"] == 0.0 and g.breakdown["productive"] == 55.0
 
 
 def test_a_job_still_pending_has_only_queue_time() -> None:
@@ -115,3 +124,30 @@ def test_a_second_restart_before_the_next_run_started_counts_as_restart_time() -
     g = account(rec, now=1100.0)
     adds_up(g)
     assert g.breakdown["detection"] == 2.0 and g.breakdown["restart"] == 48.0 and g.breakdown["lost"] == 10.0
+
+
+def test_a_pending_jobs_estimated_start_is_not_a_start() -> None:
+    # Slurm shows an estimate of when a pending job starts: the wait until then is queue, not work.
+    rec = record(state=JobState.PENDING, start_time=1010.0)
+    g = account(rec, now=1100.0)
+    adds_up(g)
+    assert g.breakdown["queue"] == pytest.approx(100.0) and g.breakdown["productive"] == 0.0
+
+
+def test_a_requeued_pending_jobs_estimate_does_not_start_its_next_run() -> None:
+    rec = record(
+        state=JobState.PENDING,
+        first_start=1010.0,
+        start_time=1090.0,  # the estimate of the requeued job's start
+        restarts=[restart(failed=1050.0, detected=1055.0)],
+    )
+    g = account(rec, now=1100.0)
+    adds_up(g)
+    assert g.breakdown["restart"] == pytest.approx(45.0)  # from the decision to now: not running yet
+
+
+def test_a_finished_record_with_no_end_time_stops_growing() -> None:
+    # The job left Slurm's queue unseen: no end time. Its wall time is what the record knows.
+    rec = record(state=JobState.UNKNOWN, terminal=True, first_start=1010.0, start_time=1010.0, end_time=None)
+    first, later = account(rec, now=2000.0), account(rec, now=9000.0)
+    assert first == later and first.wall_seconds == pytest.approx(10.0)

@@ -56,3 +56,44 @@ def test_no_advice_before_a_save_was_measured() -> None:
     pilot = Autopilot(FailureHistory(CFG), CFG)
     assert pilot.advise(None, ["a"]) is None
     assert CFG.interval_floor_seconds <= (pilot.advise(2.0, ["a"]) or 0) <= CFG.interval_ceiling_seconds
+
+
+def test_one_node_death_under_many_jobs_is_one_failure() -> None:
+    now = [10_000.0]
+    history = FailureHistory(CFG, clock=lambda: now[0])
+    once = FailureHistory(CFG, clock=lambda: now[0])
+    once.note(["a"], 9_000.0)
+    for job in range(50):  # a tenant's 50 small jobs on the node that died: each notes it
+        history.note(["a"], 9_000.0 + job)
+    assert history.job_mtbf(["a"]) == pytest.approx(once.job_mtbf(["a"]))
+
+
+def test_failures_noted_out_of_order_still_leave_the_window() -> None:
+    now = [0.0]
+    history = FailureHistory(
+        GoodputConfig(failure_window_seconds=1000, prior_node_mtbf_seconds=1000), clock=lambda: now[0]
+    )
+    history.note(["a"], 5_000.0)
+    history.note(["a"], 100.0)  # noted late, and older
+    now[0] = 5_500.0
+    assert history.job_mtbf(["a"]) == pytest.approx((1000 + 1000) / 2)  # the one in the window only
+    now[0] = 10_000.0
+    history.job_mtbf(["a"])
+    assert "a" not in history._failures  # nothing left in the window: the node is forgotten
+
+
+def test_a_nodes_failures_kept_are_bounded() -> None:
+    history = FailureHistory(CFG, clock=lambda: 1e9)
+    for i in range(500):
+        history.note(["a"], 1e9 - 1e6 + i * 1000.0)
+    assert len(history._failures["a"]) <= 64
+
+
+def test_a_node_that_came_back_and_died_again_is_two_failures() -> None:
+    boots = {"a": 100.0}
+    history = FailureHistory(CFG, clock=lambda: 10_000.0, boot=lambda node: boots.get(node, 0.0))
+    history.note(["a"], 9_000.0)
+    history.note(["a"], 9_010.0)  # another job on the same death
+    boots["a"] = 9_100.0  # its slurmd started again: revived
+    history.note(["a"], 9_200.0)
+    assert len(history._failures["a"]) == 2
