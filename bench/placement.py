@@ -70,7 +70,7 @@ class Outcome:
 Placer = Callable[[TopologyModel, Job], list[str] | None]
 
 
-def job_stream(count: int, seed: int, load: float = 0.55) -> list[Job]:
+def job_stream(count: int, seed: int, load: float = 0.55, nodes: int = LEAVES * PER_LEAF) -> list[Job]:
     """Sizes 1..64 nodes, skewed small (half 1-8, 30% 9-32, 20% 33-64) like real training queues.
 
     Multi-node jobs take whole nodes (8 GPUs); single-node jobs take 1-8 GPUs. The arrival rate
@@ -84,7 +84,7 @@ def job_stream(count: int, seed: int, load: float = 0.55) -> list[Job]:
         r = rng.random()
         sizes.append(rng.randint(1, 8) if r < 0.5 else rng.randint(9, 32) if r < 0.8 else rng.randint(33, 64))
     mean_size = statistics.mean(sizes)
-    free_nodes = LEAVES * PER_LEAF * 0.6
+    free_nodes = nodes * 0.6
     mean_duration = 1.0
     rate = load * free_nodes / (mean_size * mean_duration)
     t = 0.0
@@ -225,12 +225,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--load", type=float, default=0.55, help="stream load, share of free nodes")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--leaves", type=int, default=LEAVES, help="leaf switches (256 nodes: 16; 4,096: 128)")
+    parser.add_argument("--per-leaf", type=int, default=PER_LEAF, help="nodes per leaf (16 on the 256-node stack)")
+    parser.add_argument("--spines", type=int, default=SPINES, help="spine switches under the core")
     args = parser.parse_args(argv)
 
     switches, nodes = synthetic_cluster(
-        LEAVES,
-        PER_LEAF,
-        SPINES,
+        args.leaves,
+        args.per_leaf,
+        args.spines,
         gpus=GPUS,
         cpus=CPUS,
         seed=args.seed,
@@ -240,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     base = TopologyModel.build(switches, nodes)
     base.stats("core")
     build_s = time.perf_counter() - t0
-    jobs = job_stream(args.jobs, args.seed, args.load)
+    jobs = job_stream(args.jobs, args.seed, args.load, args.leaves * args.per_leaf)
 
     t0 = time.perf_counter()
     ours_out = simulate(ours, jobs, base, timed=True)
@@ -264,7 +267,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     a, b = summary(ours_out), summary(slurm_out)
     result = {
-        "cluster": f"{LEAVES * PER_LEAF} nodes: {LEAVES} leaves x {PER_LEAF}, {SPINES} spines, 1 core",
+        "cluster": (
+            f"{args.leaves * args.per_leaf} nodes: {args.leaves} leaves x {args.per_leaf}, {args.spines} spines, 1 core"
+        ),
         "jobs": args.jobs,
         "seed": args.seed,
         "load": args.load,
@@ -278,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
 
     print(f"placement bench: {result['cluster']}; {args.jobs} jobs, seed {args.seed}, load {args.load}")
-    print(f"model build (1,024 nodes): {result['model_build_ms']:.1f} ms")
+    print(f"model build ({args.leaves * args.per_leaf:,} nodes): {result['model_build_ms']:.1f} ms")
     rows = [
         ("jobs started", "jobs_started", "{:.0f}", False),
         ("mean leaf switches / job", "mean_leaves_per_job", "{:.3f}", True),

@@ -6,7 +6,10 @@ stack's S3), on the same local stack, with the same SlurmdTimeout. Faults:
 - node kill: ``stack.sh kill-node`` (slurmd and every process in the node's namespace, kill -9);
 - node power-off: ``stack.sh kill-node --power-off`` (link down first: connections time out);
 - rank crash: rank 1 exits 1 (``train.py --crash-rank``), its node stays healthy;
-- rank hang: rank 1 is SIGSTOPped (a collective that never returns), its node stays healthy.
+- rank hang: rank 1 is SIGSTOPped (a collective that never returns), its node stays healthy;
+- "node kill, spare": the job holds one spare node (``--spare-nodes 1``) and is restarted in place;
+- ", busy" after a node kill: the rest of the cluster runs other jobs (60 s) and one more waits in
+  the queue when the node dies, so a requeued job waits its turn; one in place does not.
 
 1. Phase table, medians over ``--repeats``: fault -> detected -> requeued -> running -> first step,
    in seconds after the fault, read from the job's restart record (clusterd keeps the time of each
@@ -50,7 +53,8 @@ from tests.support.wait import wait_for
 STEP_SECONDS = 0.1
 EVERY = 20
 HANG_SECONDS = 5  # the benchmark jobs' hang timeout
-PHASES = ("detected", "requeued", "running", "first_step")
+PHASES = ("detected", "requeued", "relaunched", "running", "first_step")
+BUSY_SECONDS = 60  # how long the other jobs of a busy-cluster run hold their nodes
 
 
 class Clusterd:
@@ -93,7 +97,7 @@ def train_args(stack: Stack, uri: str, steps: int, *extra: str) -> list[str]:
     ]
 
 
-def submit(mode: str, stack: Stack, ours: Clusterd, steps: int, *extra: str) -> Job:
+def submit(mode: str, stack: Stack, ours: Clusterd, steps: int, *extra: str, spares: int = 0) -> Job:
     name = f"ccrecov-{mode}-{uuid.uuid4().hex[:6]}"
     uri = f"s3://{stack.env['CLUSTERCTL_BUCKET']}/bench/{name}"
     aws = {k: v for k, v in stack.env.items() if k.startswith("AWS_")}
@@ -108,6 +112,7 @@ def submit(mode: str, stack: Stack, ours: Clusterd, steps: int, *extra: str) -> 
             exclusive=True,
             environment=aws,
             restart_policy=policy,
+            spare_nodes=spares,
         )
         job_id = ours.client.submit(spec).job.job_id
         return Job(job_id, name, jobdir / f"{name}-{job_id}.out")
@@ -183,10 +188,35 @@ def running_on_checkpoint(stack: Stack, job: Job) -> list[str]:
     return view[2]
 
 
+def rank_node(stack: Stack, job: Job) -> list[str]:
+    """A node the job's ranks run on that does not run its batch script (whose death requeues)."""
+    ranks = set(re.findall(r"^START fresh rank \d+/\d+ node (\S+)", job.log.read_text(), flags=re.M))
+    shown = subprocess.run(
+        ["scontrol", "show", "job", "-o", job.job_id], capture_output=True, text=True, env=stack.slurm_env()
+    ).stdout
+    batch = re.search(r"\bBatchHost=(\S+)", shown)
+    return sorted(ranks - {batch.group(1) if batch else ""})[-1:]
+
+
+def keep_busy(stack: Stack, ours: Clusterd) -> list[str]:
+    """Other jobs on every idle node for BUSY_SECONDS, and one more waiting behind them: their ids."""
+    idle = set(  # sinfo -N lists a node once per partition
+        subprocess.run(
+            ["sinfo", "-h", "-N", "-t", "idle", "-o", "%N"], capture_output=True, text=True, env=stack.slurm_env()
+        ).stdout.split()
+    )
+    ids = []
+    for nodes in (len(idle), 2):
+        spec = jobs_pb2.JobSpec(name="ccrecov-busy", command=["sleep", str(BUSY_SECONDS)], nodes=nodes, exclusive=True)
+        ids.append(ours.client.submit(spec).job.job_id)
+    wait_for(lambda: ours.client.get(ids[0]).state == jobs_pb2.JOB_STATE_RUNNING, 60, interval=0.2, what="busy")
+    return ids
+
+
 def inject(fault: str, stack: Stack, job: Job, nodes: list[str]) -> tuple[float, str]:
     """Cause ``fault``; returns (its wall time, the node it hit)."""
     victim = nodes[-1]
-    if fault == "node kill":
+    if fault.startswith("node kill"):
         t = time.time()
         stack.stack_sh("kill-node", victim)
     elif fault == "node power-off":
@@ -204,10 +234,16 @@ def inject(fault: str, stack: Stack, job: Job, nodes: list[str]) -> tuple[float,
 def one_recovery(fault: str, stack: Stack, ours: Clusterd, mode: str = "clusterd") -> dict[str, float]:
     """Seconds from the fault to each phase, for one fault on one fresh job."""
     extra = ("--crash-rank", "1", "--crash-at", str(EVERY * 2 + 5)) if fault == "rank crash" else ()
-    job = submit(mode, stack, ours, 100_000, *extra)
+    spare = ", spare" in fault
+    job = submit(mode, stack, ours, 100_000, *extra, spares=1 if spare else 0)
     victim = ""
+    others: list[str] = []
     try:
         nodes = running_on_checkpoint(stack, job) if fault != "rank crash" else []
+        if spare:
+            nodes = rank_node(stack, job)
+        if ", busy" in fault:
+            others = keep_busy(stack, ours)
         t_fault, victim = inject(fault, stack, job, nodes) if nodes else (0.0, "")
         deadline = time.time() + 400
         if mode == "sbatch":
@@ -229,12 +265,16 @@ def one_recovery(fault: str, stack: Stack, ours: Clusterd, mode: str = "clusterd
         )
         restart = record.restarts[0]
         t_fault = t_fault or restart.failed_at.ToNanoseconds() / 1e9
-        out = {p: getattr(restart, f"{p}_at").ToNanoseconds() / 1e9 - t_fault for p in PHASES}
+        out = {
+            p: getattr(restart, f"{p}_at").ToNanoseconds() / 1e9 - t_fault
+            for p in PHASES
+            if restart.HasField(f"{p}_at")
+        }
         out["first_step (log)"] = (step or float("nan")) - t_fault
         out["by"] = restart.detected_by  # type: ignore[assignment]
         return out
     finally:
-        subprocess.run(["scancel", job.job_id], check=False, env=stack.slurm_env())
+        subprocess.run(["scancel", job.job_id, *others], check=False, env=stack.slurm_env())
         if victim and fault.startswith("node"):
             stack.stack_sh("revive-node", victim)
 
@@ -285,7 +325,7 @@ def run_one(args: argparse.Namespace, version: str | None) -> dict[str, list[dic
     table: dict[str, list[dict[str, float]]] = {}
     print(f"[Slurm {stack.slurm_version}: stack {stack.dir}]", flush=True)
     try:
-        for fault in args.faults.split(","):
+        for fault in re.split(r",(?! ?(?:spare|busy)\b)", args.faults):
             for _ in range(args.repeats):
                 result = one_recovery(fault, stack, ours)
                 table.setdefault(fault, []).append(result)
@@ -310,9 +350,13 @@ def run_one(args: argparse.Namespace, version: str | None) -> dict[str, list[dic
         f"SlurmdTimeout={m.group(1) if m else '?'}, hang timeout {HANG_SECONDS} s; seconds after the fault, medians"
     )
     cols = (*PHASES, "first_step (log)")
-    print(f"{'fault':34}{'n':>3}" + "".join(f"{c:>18}" for c in cols) + "  detected by")
+    print(f"{'fault':34}{'n':>3}" + "".join(f"{c:>{max(12, len(c) + 1)}}" for c in cols) + "  detected by")
     for fault, results in table.items():
-        cells = [f"{v:18.1f}" if (v := median_of(results, c)) is not None else f"{'-':>18}" for c in cols]
+        widths = [max(12, len(c) + 1) for c in cols]
+        cells = [
+            f"{v:{w}.1f}" if (v := median_of(results, c)) is not None else f"{'-':>{w}}"
+            for c, w in zip(cols, widths, strict=True)
+        ]
         by = ",".join(sorted({str(r.get("by", "slurm")) for r in results}))
         print(f"{fault:34}{len(results):>3}" + "".join(cells) + f"  {by}")
     anchor = median_of(table.get(NATIVE, []), "first_step")
@@ -324,6 +368,14 @@ def run_one(args: argparse.Namespace, version: str | None) -> dict[str, list[dic
         )
     else:
         print("node kill -> first step ratio: no anchor (run with --native-repeats >= 1 and the node-kill fault)")
+    for kind in ("node kill, spare", "node kill, spare, busy"):
+        requeued = median_of(table.get(kind.replace(", spare", ""), []), "first_step")
+        in_place = median_of(table.get(kind, []), "first_step")
+        if requeued is not None and in_place is not None:
+            print(
+                f"{kind} -> first step: {in_place:.1f} s vs requeue {requeued:.1f} s = {requeued / in_place:.1f}x "
+                "faster (goal <= 2 s)"
+            )
     if good is not None:
         clean, failing, back = good
         print(
@@ -356,7 +408,10 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs per fault (medians)")
     parser.add_argument("--native-repeats", type=int, default=3, help="node kills with Slurm's own requeue")
     parser.add_argument("--minutes", type=float, default=10.0, help="length of each goodput run")
-    parser.add_argument("--faults", default="node kill,node power-off,rank crash,rank hang")
+    parser.add_argument(
+        "--faults",
+        default="node kill,node kill, spare,node kill, busy,node kill, spare, busy,node power-off,rank crash,rank hang",
+    )
     parser.add_argument("--skip-goodput", action="store_true")
     parser.add_argument(
         "--slurm",

@@ -18,14 +18,29 @@ import argparse
 import itertools
 import os
 import sys
+import threading
 import time
 
 import numpy as np
 
 import clusterctl
 from clusterctl import heartbeat
-from clusterctl.checkpoint import CheckpointManager
+from clusterctl.checkpoint import CheckpointConfig, CheckpointManager
 from clusterctl.slurm_env import RequeueOnSignal, rank_and_world_size
+
+
+class BigModel:
+    """Stands for a model much bigger than this one: its snapshot blocks the step for ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def state_dict(self) -> dict[str, float]:
+        time.sleep(self.seconds)
+        return {"seconds": self.seconds}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.seconds = state["seconds"]
 
 
 def init_params(rng: np.random.Generator, sizes: list[int]) -> dict[str, np.ndarray]:
@@ -64,11 +79,24 @@ def train_step(params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, lr: 
     return loss
 
 
+def blocked_for_good() -> None:
+    """A main thread that never returns while the process lives (a collective that never completes)."""
+    threading.Event().wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--ckpt", default=os.environ.get("CLUSTERCTL_CHECKPOINT_URI", ""))
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--every", type=int, default=10, help="checkpoint interval in steps")
+    parser.add_argument(
+        "--interval",
+        default=None,
+        help="checkpoint interval in seconds, or 'auto' (clusterd's advice): replaces --every; one rank only",
+    )
+    parser.add_argument("--auto-first", type=float, default=300.0, help="--interval auto: seconds to the first save")
+    parser.add_argument("--save-stall", type=float, default=0.0, help="extra seconds each save blocks (a big model)")
+    parser.add_argument("--timestamps", action="store_true", help="end each STEP line with the wall time")
     parser.add_argument("--step-seconds", type=float, default=0.0, help="extra time per step (simulated work)")
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--fail-at", type=int, default=-1, help="exit 1 at this step (crash-loop tests)")
@@ -80,13 +108,25 @@ def main(argv: list[str] | None = None) -> int:
         help="this rank alone exits 1 at --crash-at, in the first run only (a transient fault)",
     )
     parser.add_argument("--crash-at", type=int, default=-1)
+    parser.add_argument(
+        "--block-rank",
+        type=int,
+        default=-1,
+        help="this rank's main thread blocks for good at --block-at (its beats go on), in the first run only",
+    )
+    parser.add_argument("--block-at", type=int, default=-1)
+    parser.add_argument("--slow-rank", type=int, default=-1, help="this rank's steps take --slow-factor times longer")
+    parser.add_argument("--slow-factor", type=float, default=1.0)
     args = parser.parse_args(argv)
     if not args.ckpt:
         parser.error("--ckpt or CLUSTERCTL_CHECKPOINT_URI is required")
 
     rank, world = rank_and_world_size()
     node = os.environ.get("SLURMD_NODENAME", "-")
-    ckpt = CheckpointManager(args.ckpt, keep=3)
+    interval = args.interval if args.interval in (None, "auto") else float(args.interval)
+    ckpt = CheckpointManager(
+        args.ckpt, keep=3, interval=interval, config=CheckpointConfig(auto_first_interval=args.auto_first)
+    )
     dim = 16
     state = ckpt.restore()
     if state is None:
@@ -111,21 +151,26 @@ def main(argv: list[str] | None = None) -> int:
             if rank == args.crash_rank and step == args.crash_at and os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
                 print(f"CRASH rank {rank} at step {step}", flush=True)
                 return 1
+            if rank == args.block_rank and step == args.block_at and os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
+                print(f"BLOCK rank {rank} at step {step}", flush=True)
+                blocked_for_good()
             x, y = batch(step, rank, 64, dim)
             loss = train_step(params, x, y, lr=0.05)
-            print(f"STEP {step} rank {rank} loss {loss:.5f}", flush=True)
+            stamp = f" t {time.time():.3f}" if args.timestamps else ""
+            print(f"STEP {step} rank {rank} loss {loss:.5f}{stamp}", flush=True)
             heartbeat.report_step(step)
             if args.step_seconds:
-                time.sleep(args.step_seconds)
+                time.sleep(args.step_seconds * (args.slow_factor if rank == args.slow_rank else 1.0))
             snapshot = {"params": params, "step": step, "meta": {"world": world, "loss": loss}}
-            if (step + 1) % args.every == 0:
-                ckpt.save(step, snapshot)
+            if ckpt.due() if interval is not None else (step + 1) % args.every == 0:
+                ckpt.save(step, {**snapshot, "big": BigModel(args.save_stall)} if args.save_stall else snapshot)
             if stop.requested_at(step):  # every rank stops at the same step (agreed through clusterd)
                 print(f"SIGNAL at step {step}: checkpointing and asking to be requeued", flush=True)
                 stop.checkpoint_and_exit(ckpt, step, snapshot)
     ckpt.wait()
     ckpt.close()
-    print(f"DONE rank {rank} at step {args.steps - 1}", flush=True)
+    stamp = f" t {time.time():.3f}" if args.timestamps else ""
+    print(f"DONE rank {rank} at step {args.steps - 1}{stamp}", flush=True)
     return 0
 
 

@@ -32,6 +32,7 @@ STACK_PARAMS = frozenset({"postgres"})
 # A node id prefix: a whole module, or one test function with all its parameters.
 STACK_TESTS = (
     "tests/clusterctl/checkpoint/test_dtensor.py::",
+    "tests/clusterctl/checkpoint/test_due_ranks.py::",
     "tests/clusterctl/checkpoint/test_ranks.py::test_torchrun_under_one_srun_task",
     "tests/clusterctl/checkpoint/test_ranks.py::test_manager_created_before_the_process_group",
     "tests/clusterctl/checkpoint/test_ranks.py::test_two_processes_with_one_slurm_rank_do_not_commit",

@@ -343,6 +343,10 @@ class ClusterClient:
         request = jobs_pb2.AdoptJobRequest(job_id=job_id, checkpoint_uri=checkpoint_uri)
         return self._call(lambda c: c.jobs.AdoptJob, request)
 
+    def goodput(self, job_id: str) -> jobs_pb2.GetGoodputResponse:
+        """Where the job's wall time went (productive, queue, stalls, detection, restart, lost)."""
+        return self._call(lambda c: c.jobs.GetGoodput, jobs_pb2.GetGoodputRequest(job_id=job_id))
+
     def checkpoints(self, job_id: str) -> jobs_pb2.ListJobCheckpointsResponse:
         return self._call(lambda c: c.jobs.ListJobCheckpoints, jobs_pb2.ListJobCheckpointsRequest(job_id=job_id))
 

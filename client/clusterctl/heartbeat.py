@@ -3,8 +3,14 @@
 Why: Slurm notices a dead node after SlurmdTimeout (tens of seconds) and never notices a rank
 that hangs (a stuck collective, SIGSTOP) or that crashed while its peers wait. clusterd's failure
 detector learns all three from these beats: one small unary ``JobService.Heartbeat`` call per
-interval from a daemon thread, with the newest step the rank reported, the newest committed
-checkpoint step it saw, whether ``restore()`` returned, and one last beat with the exit status.
+interval from a daemon thread, with the newest step the rank reported and its recent step time, the
+newest committed checkpoint step it saw, whether ``restore()`` returned, how long its saves stalled
+training, and one last beat with the exit status. A loop that does not checkpoint every step reports
+its steps with one line, ``clusterctl.heartbeat.report_step(step)``. When the ranks stop advancing
+while they beat, clusterd's reply asks for the process's Python stacks, which the beat thread takes
+from inside the process (``sys._current_frames``: no privilege, nothing to install) and sends in the
+next beat. clusterd's reply may also carry the checkpoint interval it advises
+(:func:`checkpoint_interval`), which ``CheckpointManager(interval="auto")`` follows.
 
 Configured only from the environment clusterd puts in the job; with no configuration every call
 here is a cheap no-op (this module imports nothing heavy; grpc is imported by the sender thread):
@@ -13,6 +19,7 @@ here is a cheap no-op (this module imports nothing heavy; grpc is imported by th
   clusterd replicas) and ``CLUSTERCTL_HEARTBEAT_TOKEN`` (both required), ``CLUSTERCTL_RECORD_ID``,
   ``CLUSTERCTL_HEARTBEAT_INTERVAL`` (seconds, default 1.0; the server's reply overrides it); TLS
   from CLUSTERCTL_CA/CERT/KEY as in :mod:`clusterctl.client`.
+- ``CLUSTERCTL_RELAUNCH``: which in-place relaunch of the run (``--spare-nodes``) this step is.
 - Slurm's SLURM_JOB_ID, SLURM_RESTART_COUNT, SLURM_PROCID/SLURM_NTASKS, SLURMD_NODENAME.
 - ``CLUSTERCTL_HEARTBEAT=0`` turns it off.
 
@@ -49,6 +56,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +70,9 @@ DEFAULT_INTERVAL = 1.0
 MIN_INTERVAL, MAX_INTERVAL = 0.05, 600.0
 MAX_DEADLINE = 2.0  # per beat; never more than the interval
 FINAL_DEADLINE = 1.0  # the exiting beat delays the process exit by at most this (plus a pending connect)
+STEP_AVERAGING = 0.1  # weight of the newest step in the step time sent (about the last 20 steps)
+MAX_STACK = 8192  # characters of stacks a beat carries (clusterd keeps as many, refuses over 16 KiB)
+STACK_FRAMES = 32  # innermost frames of each thread a beat carries
 START_GRACE = 1.0  # seconds the sender waits for restore()/the first step before importing grpc (see below)
 _INT32 = (1 << 31) - 1
 
@@ -84,6 +95,7 @@ class HeartbeatConfig:
     record_id: int = 0
     job_id: str = ""
     restart_count: int = 0
+    relaunch: int = 0  # CLUSTERCTL_RELAUNCH: the in-place relaunch of the run (--spare-nodes)
     rank: int = 0
     world_size: int = 1
     node: str = ""
@@ -106,6 +118,7 @@ class HeartbeatConfig:
             record_id=_number(env, "CLUSTERCTL_RECORD_ID"),
             job_id=env.get("SLURM_JOB_ID", ""),
             restart_count=_number(env, "SLURM_RESTART_COUNT"),
+            relaunch=_number(env, "CLUSTERCTL_RELAUNCH"),
             rank=rank,
             world_size=world,
             node=env.get("SLURMD_NODENAME", ""),
@@ -143,6 +156,11 @@ class HeartbeatSender:
         self._stopping_step: int | None = None  # the step this rank holds at for a stop
         self._stop_news = StopNews()
         self._step = self._committed = -1
+        self._step_at = 0.0  # time.monotonic() of the newest step reported
+        self._step_seconds = 0.0  # seconds per step, averaged over the recent steps (0: not known yet)
+        self._stack = ""  # this process's stacks, asked for by clusterd: sent in the next beat
+        self._stall, self._saves = 0.0, 0  # seconds save() blocked training in this process, and how often
+        self.checkpoint_interval: float | None = None  # the interval clusterd advised last (None: none)
         self._restored = self._closed = self._warned = self._rotated = False
         self._urgent = True  # the first step reported (in this process, then after restore) goes out at once
         self._call: Callable[..., Any] | None = None  # Heartbeat at the current address (None: heartbeats off)
@@ -159,8 +177,15 @@ class HeartbeatSender:
 
     # --- reports from the training process (cheap; never block) ---------------------------
     def report_step(self, step: int) -> None:
+        now = time.monotonic()
         with self._lock:
-            self._step = max(self._step, int(step))
+            step = int(step)
+            if step > self._step >= 0 and self._step_at:
+                pace = (now - self._step_at) / (step - self._step)
+                old = self._step_seconds
+                self._step_seconds = pace if old <= 0 else old + STEP_AVERAGING * (pace - old)
+            if step > self._step:
+                self._step, self._step_at = step, now
             urgent, self._urgent = self._urgent, False
         if urgent:
             self._go.set()
@@ -174,6 +199,14 @@ class HeartbeatSender:
             self._committed = max(self._committed, int(step))
         if newer:
             self._wake.set()
+
+    def report_save_stall(self, seconds: float) -> None:
+        """One save blocked training for ``seconds``: the autopilot's measure of what a save costs."""
+        if not math.isfinite(seconds) or seconds < 0:
+            return
+        with self._lock:
+            self._stall += seconds
+            self._saves += 1
 
     def report_restored(self) -> None:
         with self._lock:
@@ -293,7 +326,15 @@ class HeartbeatSender:
             return False
         c = self.config
         with self._lock:
-            fields = {"step": self._step, "committed_step": self._committed, "restored": self._restored}
+            fields: dict[str, Any] = {
+                "step": self._step,
+                "committed_step": self._committed,
+                "restored": self._restored,
+                "step_seconds": self._step_seconds,
+            }
+            if self._stack:
+                fields["stack"], self._stack = self._stack, ""
+            fields.update(save_stall_seconds=self._stall, saves=min(self._saves, 2**32 - 1))
             claim = self._stopping_step
         if claim is not None:
             fields["stopping_step"] = claim
@@ -306,6 +347,7 @@ class HeartbeatSender:
                 token=c.token,
                 job_id=c.job_id,
                 restart_count=c.restart_count,
+                relaunch=c.relaunch,
                 rank=c.rank,
                 world_size=c.world_size,
                 node=c.node,
@@ -331,6 +373,13 @@ class HeartbeatSender:
         wanted = reply.interval.seconds + reply.interval.nanos / 1e9
         if wanted > 0:
             self.interval = min(MAX_INTERVAL, max(MIN_INTERVAL, wanted))
+        if reply.want_stack:
+            with self._lock:
+                self._stack = stacks()
+            self._wake.set()
+        if reply.HasField("checkpoint_interval"):
+            advised = reply.checkpoint_interval.seconds + reply.checkpoint_interval.nanos / 1e9
+            self.checkpoint_interval = advised if advised > 0 else None
         if reply.stop:
             self._stop.set()
             with self._news:
@@ -374,6 +423,39 @@ class HeartbeatSender:
                     break
         for channel in self._channels.values():
             channel.close()
+
+
+def stacks() -> str:
+    """This process's Python stacks, main thread first, each thread's innermost STACK_FRAMES frames
+    (innermost last), at most MAX_STACK characters (clusterd keeps as many): what a rank that stopped
+    advancing is doing, as clusterd asked. Taken by the beat thread from inside the process, so it
+    needs no privilege and runs as the job's user; a failure to take them never ends that thread."""
+    try:
+        return _stacks()
+    except Exception as exc:  # whatever a frame's repr or a dying thread raises
+        log.debug("cannot take the stacks: %s", exc)
+        return f"(stacks unavailable: {type(exc).__name__})"
+
+
+def _stacks() -> str:
+    frames = sys._current_frames()
+    main = threading.main_thread().ident
+    names = {t.ident: t.name for t in threading.enumerate()}
+    parts: list[str] = []
+    used = 0
+    for ident in sorted(frames, key=lambda i: (i != main, i)):
+        if ident == threading.get_ident():
+            continue  # the beat thread itself
+        head = f"Thread {names.get(ident, ident)}:\n"
+        text = "".join(traceback.format_stack(frames[ident], limit=STACK_FRAMES))  # the innermost ones
+        room = MAX_STACK - used - (1 if parts else 0)
+        if len(head) + len(text) > room:
+            if parts:
+                break  # the threads after it are left out
+            text = text[len(head) + len(text) - room :]  # the first thread's innermost frames stay
+        parts.append(head + text)
+        used += len(parts[-1]) + (1 if len(parts) > 1 else 0)
+    return "\n".join(parts)
 
 
 # --- the process-wide sender --------------------------------------------------------------
@@ -428,6 +510,22 @@ def report_committed(step: int) -> None:
             s.report_committed(step)
     except Exception as exc:
         log.debug("heartbeat report_committed: %s", exc)
+
+
+def report_save_stall(seconds: float) -> None:
+    """A save blocked training for ``seconds`` (sent with the next beat)."""
+    try:
+        if (s := _sender) is not None:
+            s.report_save_stall(seconds)
+    except Exception as exc:
+        log.debug("heartbeat report_save_stall: %s", exc)
+
+
+def checkpoint_interval() -> float | None:
+    """The checkpoint interval (seconds) clusterd advised in its last reply; None without heartbeats
+    or before any advice (clusterd advises once the run has saved)."""
+    s = _sender
+    return s.checkpoint_interval if s is not None else None
 
 
 def report_restored() -> None:
@@ -507,9 +605,11 @@ __all__ = [
     "HeartbeatSender",
     "StopNews",
     "beat_now",
+    "checkpoint_interval",
     "finish",
     "report_committed",
     "report_restored",
+    "report_save_stall",
     "report_step",
     "report_stopping",
     "start",

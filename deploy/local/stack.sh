@@ -2,10 +2,13 @@
 # Single-machine clusterctl test stack: Slurm (6 nodes in network namespaces), munge,
 # SeaweedFS S3, and clusterd. See deploy/local/README.md.
 #
-#   stack.sh up [--ha|--no-ha]   start everything (idempotent), print the env file path; --ha:
+#   stack.sh up [--ha|--no-ha] [--nodes N]
+#                                start everything (idempotent), print the env file path; --ha:
 #                                PostgreSQL and two clusterd replicas (clusterd-a, clusterd-b, each
 #                                restarted when it dies) instead of one clusterd with SQLite. The
-#                                choice is kept until `down`: a plain `up` keeps HA, --no-ha leaves it
+#                                choice is kept until `down`: a plain `up` keeps HA, --no-ha leaves it;
+#                                --nodes N (1-400, default 6): N Slurm nodes, leaf switches of 16 beyond
+#                                6, addresses past one /24 beyond 200; an `up` without it goes back to 6
 #   stack.sh down [--purge]      stop everything we started, remove namespaces + bridge
 #   stack.sh status              one line per component + sinfo; exit 0 iff all up
 #   stack.sh kill-node NODE [--power-off]
@@ -61,7 +64,7 @@ select_slurm() {
 }
 
 usage() {
-    sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -106,14 +109,43 @@ check_node() {
     die "unknown node '$1' (nodes: ${NODES[*]})"
 }
 
+# resize_nodes N: NODES becomes node1..nodeN; the nodes of a bigger earlier `up` are taken down.
+resize_nodes() {
+    local count="$1" extra=() n
+    [[ "$count" =~ ^[1-9][0-9]*$ ]] && ((count <= MAX_NODE_COUNT)) ||
+        { echo "[stack] ERROR: --nodes $count: expected 1-$MAX_NODE_COUNT" >&2; exit 2; }
+    set_node_count "$(recorded_node_count)"
+    for n in "${NODES[@]:count}"; do extra+=("$n"); done
+    if ((${#extra[@]})); then
+        log "dropping ${#extra[@]} nodes (node$((count + 1))..${NODES[-1]})"
+        load_subnet
+        slurmd_down "${extra[@]}"
+        net_remove_nodes "${extra[@]}"
+        NODES=("${extra[@]}")
+        remove_netns_hosts
+    fi
+    set_node_count "$count"
+    mkdir -p "$STATE"
+    echo "$count" >"$NODE_COUNT_FILE"
+}
+
 cmd_up() {
-    local t0=$SECONDS n ha=0
-    case "${1:-}" in
-    --ha) ha=1 ;;
-    --no-ha) ha=0 ;;
-    "") ha_recorded && ha=1 ;; # an HA stack stays HA until `down` or --no-ha
-    *) usage ;;
-    esac
+    local t0=$SECONDS ha=-1 count=$DEFAULT_NODE_COUNT
+    while (($#)); do
+        case "$1" in
+        --ha) ha=1 ;;
+        --no-ha) ha=0 ;;
+        --nodes) [[ $# -ge 2 ]] || usage; count="$2"; shift ;;
+        --nodes=*) count="${1#--nodes=}" ;;
+        *) usage ;;
+        esac
+        shift
+    done
+    if ((ha < 0)); then
+        ha=0
+        ha_recorded && ha=1 # an HA stack stays HA until `down` or --no-ha
+    fi
+    resize_nodes "$count"
     mkdir -p "$LOGS"
     ((ha)) && APT_EXTRA=("${HA_EXTRA_PACKAGES[@]}")
     install_packages
@@ -122,13 +154,13 @@ cmd_up() {
     ensure_state_dirs
     ensure_tokens
     net_up
-    log "bridge $BRIDGE $BRIDGE_ADDR/24; nodes ${NODES[*]} at $(node_addr node1)..$(node_addr "${NODES[-1]}")"
+    log "bridge $BRIDGE $BRIDGE_ADDR/$(net_len); ${#NODES[@]} nodes at $(node_addr node1)..$(node_addr "${NODES[-1]}")"
     weed_start # SeaweedFS boots while Slurm starts; weed_wait_ready below
     munge_up
     ensure_jwt_key
     write_slurm_config
     slurmctld_up
-    for n in "${NODES[@]}"; do slurmd_start "$n"; done
+    slurmd_start_all "${NODES[@]}"
     slurmrestd_up
     SLURM_CONFIG_CHANGED=0
     wait_nodes_usable "$STACK_TIMEOUT" "${NODES[@]}" || die "Slurm nodes did not become IDLE (logs under $LOGS)"

@@ -5,6 +5,7 @@ One dataclass tree sizes every bound in the service, so limits are found in one 
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields, is_dataclass, replace
@@ -122,6 +123,16 @@ class LivenessConfig:
     (slurmd's port, ``probe_timeout_seconds``, with ICMP echo beside it, confirmed once more): a
     refusing port, or neither port nor host answering, is a dead node; a node that is up while the
     rank stays silent for the job's hang timeout is a hung rank (that job alone is restarted).
+
+    Progress: ranks that beat but whose step has not moved for ``progress_hang_factor`` times their
+    recent step time (at least ``progress_hang_floor_seconds``) are hung too; their stacks are asked
+    for first. A node whose ranks take ``straggler_factor`` times the other nodes' median step time,
+    over ``straggler_window_steps`` steps, is named a straggler.
+
+    Across jobs: a node that failed ``health_jobs_to_drain`` (at least 2: a smaller value counts
+    as 2) different jobs within ``health_window_seconds``, in as many events 60 s apart, at least
+    one of them a node death clusterd confirmed itself, is drained when ``drain_failing_nodes``.
+    Hang and straggler claims alone never drain (liveness.health).
     """
 
     enabled: bool = True
@@ -136,6 +147,40 @@ class LivenessConfig:
     hang_timeout_seconds: float = 30.0
     probe_timeout_seconds: float = 1.0
     check_every_seconds: float = 0.25
+    progress_hang_factor: float = 10.0  # 0: ranks that beat are never hung for not advancing
+    progress_hang_floor_seconds: float = 300.0
+    straggler_factor: float = 1.3  # 0: no straggler verdicts
+    straggler_window_steps: int = 20
+    drain_failing_nodes: bool = True
+    health_window_seconds: float = 3600.0
+    health_jobs_to_drain: int = 2
+
+
+@dataclass(frozen=True)
+class GoodputConfig:
+    """The checkpoint interval autopilot (clusterd.goodput.autopilot): Young/Daly, bounded."""
+
+    interval_floor_seconds: float = 30.0  # never advise saving more often
+    interval_ceiling_seconds: float = 6 * 3600.0  # never advise saving less often
+    # A node never seen failing is taken to fail once per this long (the prior of its rate).
+    prior_node_mtbf_seconds: float = 7 * 24 * 3600.0
+    failure_window_seconds: float = 30 * 24 * 3600.0  # failures older than this are forgotten
+
+    def __post_init__(self) -> None:
+        for name in (
+            "interval_floor_seconds",
+            "interval_ceiling_seconds",
+            "prior_node_mtbf_seconds",
+            "failure_window_seconds",
+        ):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise ConfigError(f"goodput.{name}: expected a finite number of seconds > 0, got {value!r}")
+        if self.interval_floor_seconds > self.interval_ceiling_seconds:
+            raise ConfigError(
+                "goodput.interval_floor_seconds: must not exceed goodput.interval_ceiling_seconds "
+                f"({self.interval_floor_seconds} > {self.interval_ceiling_seconds})"
+            )
 
 
 @dataclass(frozen=True)
@@ -242,6 +287,7 @@ class Config:
     restart: RestartDefaults = field(default_factory=RestartDefaults)
     supervisor: SupervisorConfig = field(default_factory=SupervisorConfig)
     liveness: LivenessConfig = field(default_factory=LivenessConfig)
+    goodput: GoodputConfig = field(default_factory=GoodputConfig)
     views: ViewsConfig = field(default_factory=ViewsConfig)
     web: WebConfig = field(default_factory=WebConfig)
     ha: HAConfig = field(default_factory=HAConfig)

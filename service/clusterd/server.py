@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 from pathlib import Path
@@ -20,6 +21,9 @@ from clusterd.api.views_servicer import ViewsJobServicer
 from clusterd.auth.tokens import TokenStore
 from clusterd.config import Config
 from clusterd.errors import SlurmError
+from clusterd.goodput.autopilot import Autopilot, FailureHistory
+from clusterd.goodput.publish import run as publish_goodput
+from clusterd.goodput.report import GoodputReporter
 from clusterd.ha.fencing import FencedBackend
 from clusterd.ha.leadership import Leadership
 from clusterd.jobs.checkpoints import CheckpointViews
@@ -27,10 +31,12 @@ from clusterd.jobs.history import History
 from clusterd.jobs.logs import JobLogs
 from clusterd.jobs.manager import JobManager
 from clusterd.liveness.detector import Detector, JobView
+from clusterd.liveness.health import NodeHealth
 from clusterd.liveness.heartbeats import HeartbeatService
 from clusterd.liveness.probe import SlurmdProber
+from clusterd.liveness.progress import ProgressRules
 from clusterd.liveness.table import LivenessTable
-from clusterd.observability.metrics import SLURM_INFO, MetricsServer
+from clusterd.observability.metrics import SLURM_INFO, STRAGGLERS, MetricsServer
 from clusterd.placement import TopologyPlacer
 from clusterd.security.audit import AuditLog
 from clusterd.security.files import private_dir, private_files
@@ -121,7 +127,18 @@ class ClusterDaemon:
             )
         )
         self.liveness = LivenessTable()
-        self.restarter = Restarter(fenced, self.store.jobs, self.journal, self.progress, config.restart, self.liveness)
+        # Goodput: node failures the restarter decides on feed the checkpoint interval autopilot.
+        self.autopilot = Autopilot(FailureHistory(config.goodput, boot=self._slurmd_started), config.goodput)
+        self.goodput = GoodputReporter(self.liveness, self.autopilot)
+        self.restarter = Restarter(
+            fenced,
+            self.store.jobs,
+            self.journal,
+            self.progress,
+            config.restart,
+            self.liveness,
+            failures=self.autopilot.history,
+        )
         self.reconciler = Reconciler(
             self.store.jobs,
             self.journal,
@@ -129,9 +146,11 @@ class ClusterDaemon:
             self.progress,
             kick=self.poller.kick,
             hurry=self.poller.hurry,
+            want_whole=self.poller.want_whole,
             may_act=lambda: self.leadership.is_leader,
         )
         self.poller.subscribe(self.reconciler)
+        self.poller.focus_on(self.reconciler.focus)
         # Liveness: heartbeats from the jobs' ranks, a detector that decides in seconds what Slurm
         # would see after SlurmdTimeout, acted on by the reconciler's restarter.
         live = config.liveness
@@ -143,6 +162,7 @@ class ClusterDaemon:
             jobs=self._job_view,
             hurry=lambda: self.poller.hurry(_BEAT_HURRY_SECONDS),
             leading=lambda: self.leadership.is_leader,
+            autopilot=self.autopilot,
         )
         self.prober = SlurmdProber(live.probe_timeout_seconds)
         self.detector = Detector(
@@ -154,6 +174,16 @@ class ClusterDaemon:
             others_on=self._others_on,
             suspect_after_intervals=live.suspect_after_intervals,
             check_every=live.check_every_seconds,
+            progress=ProgressRules(
+                live.progress_hang_factor,
+                live.progress_hang_floor_seconds,
+                live.straggler_factor,
+                live.straggler_window_steps,
+            ),
+            straggling=_count_stragglers,
+            health=NodeHealth(window_seconds=live.health_window_seconds, jobs_to_drain=live.health_jobs_to_drain),
+            # Through the restarter's fenced path: a deposed replica drains nothing.
+            drain=functools.partial(self.restarter.node_out, drain=True) if live.drain_failing_nodes else None,
         )
         self.placer = TopologyPlacer(self.poller)
         self.quotas = Quotas(self.store.jobs, config.limits)
@@ -178,7 +208,9 @@ class ClusterDaemon:
             self.poller,
             self.placer,
             config.views,
+            goodput=self.goodput,
         )
+        self.views.stragglers = self.liveness.stragglers
         self.tokens = TokenStore(config.tokens_file)
         self.limiter = RateLimiter(config.limits.requests_per_second, config.limits.burst)
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
@@ -193,6 +225,7 @@ class ClusterDaemon:
         self._detector_task: asyncio.Task[None] | None = None
         self._lease_task: asyncio.Task[None] | None = None
         self._journal_task: asyncio.Task[None] | None = None
+        self._goodput_task: asyncio.Task[None] | None = None
         self._journal_stop = asyncio.Event()  # after the last submit drained: its events are logged too
         self._serving = False
         self._metrics: MetricsServer | None = None
@@ -244,7 +277,9 @@ class ClusterDaemon:
         )
         servicer = ViewsJobServicer(self.manager, self.bus, self.heartbeats, self.journal, views=self.views)
         jobs_pb2_grpc.add_JobServiceServicer_to_server(servicer, server)
-        cluster_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(self.poller, self.placer), server)
+        cluster_pb2_grpc.add_ClusterServiceServicer_to_server(
+            ClusterServicer(self.poller, self.placer, self.detector.health.summary), server
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection((*_SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         if self._credentials is not None:
@@ -322,6 +357,12 @@ class ClusterDaemon:
     def _health_changed(self, ok: bool) -> None:
         self._health_task = asyncio.ensure_future(self._set_health(ok))
 
+    def _slurmd_started(self, node: str) -> float:
+        """When ``node``'s slurmd last started, by the last poll (0: not known): one death of a node
+        is one failure, however many jobs it ended."""
+        seen = self.poller.snapshot.node_map.get(node)
+        return seen.slurmd_started if seen is not None else 0.0
+
     def _leadership_changed(self, leading: bool) -> None:
         self.liveness.clear()  # beats start anew with the leadership: no stale silence to act on
         log.info("%s is now the %s", self.leadership.holder, "leader" if leading else "follower")
@@ -351,6 +392,15 @@ class ClusterDaemon:
                 loop.add_signal_handler(sig, self._stop.set)
         self._poll_task = asyncio.create_task(self.poller.run(self._stop))
         self._retention_task = asyncio.create_task(self.quotas.run_retention(self._stop))
+        self._goodput_task = asyncio.create_task(
+            publish_goodput(
+                self.store.jobs,
+                self.goodput,
+                self._stop,
+                leading=lambda: self.leadership.is_leader,
+                partitions=lambda: self.poller.snapshot.partitions,
+            )
+        )
         try:
             await self._stop.wait()
         finally:
@@ -373,12 +423,13 @@ class ClusterDaemon:
             self._progress_task,
             self._detector_task,
             self._lease_task,
+            self._goodput_task,
         )
         for task in tasks:
             if task is not None:
                 await task
         self._poll_task = self._tokens_task = self._retention_task = self._progress_task = None
-        self._detector_task = self._lease_task = None
+        self._detector_task = self._lease_task = self._goodput_task = None
         await self.manager.drain(self.config.shutdown_grace_seconds)
         self._journal_stop.set()
         if self._journal_task is not None:
@@ -396,3 +447,8 @@ class ClusterDaemon:
             await close()
         await self.store.close()
         await asyncio.to_thread(self.audit.close)
+
+
+def _count_stragglers(new: dict[str, float]) -> None:
+    for node in new:
+        STRAGGLERS.labels(node=node).inc()

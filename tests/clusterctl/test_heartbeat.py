@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 import pytest
 
+from clusterctl import heartbeat
 from clusterctl.heartbeat import DEFAULT_INTERVAL, HeartbeatConfig, HeartbeatSender
 from tests.support.heartbeat import FakeJobService, HeartbeatRequest, heartbeat_env, run_child, serve
 
@@ -146,6 +147,65 @@ def test_stop_in_a_reply_is_seen(sock: Path) -> None:
             assert s.stop_requested()
         finally:
             s.finish(0)
+
+
+def test_beats_carry_the_step_time_and_the_stacks_when_asked(sock: Path, fake: FakeJobService) -> None:
+    blocked = threading.Event()
+
+    def stuck_here() -> None:  # a worker thread whose frame the stacks must show
+        blocked.wait(10)
+
+    worker = threading.Thread(target=stuck_here, name="stuck-worker")
+    worker.start()
+    with serve(sock, fake):
+        s = sender(sock).start()
+        try:
+            for step in range(6):
+                s.report_step(step)
+                time.sleep(0.02)
+            _, req = fake.wait_for(lambda r: r.step == 5 and r.step_seconds > 0, what="a beat with a step time")
+            assert 0.015 < req.step_seconds < 0.2 and not req.stack  # stacks only when asked
+            fake.want_stack = True
+            _, req = fake.wait_for(lambda r: bool(r.stack), what="a beat with the stacks")
+            assert req.stack.startswith("Thread MainThread:") and "stuck_here" in req.stack
+            assert "clusterctl-heartbeat" not in req.stack  # not the beat thread's own
+        finally:
+            blocked.set()
+            worker.join()
+            s.finish(0)
+
+
+def test_stacks_keep_the_innermost_frames_of_a_deep_main_thread() -> None:
+    """A deep main thread (a model's recursion, a framework's layers) keeps where it stands now."""
+    got: list[str] = []
+
+    def deeper(depth: int) -> None:  # two functions in turn: traceback does not fold them
+        deep_wait(depth - 1)
+
+    def deep_wait(depth: int) -> None:
+        if depth:
+            deeper(depth)
+            return
+        taker = threading.Thread(target=lambda: got.append(heartbeat.stacks()))  # as the beat thread does
+        taker.start()
+        taker.join()
+
+    deep_wait(300)
+    (out,) = got
+    assert out.startswith("Thread MainThread:") and len(out) <= heartbeat.MAX_STACK
+    assert "in deep_wait\n    taker." in out.split("\n\n", 1)[0]  # where the main thread stands now
+
+
+def test_a_failure_to_take_the_stacks_never_escapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any, **kwargs: Any) -> list[str]:
+        raise RuntimeError("a frame's repr failed")
+
+    monkeypatch.setattr(heartbeat.traceback, "format_stack", broken)
+    got: list[str] = []
+    taker = threading.Thread(target=lambda: got.append(heartbeat.stacks()))  # as the beat thread does
+    taker.start()
+    taker.join()
+    assert got == ["(stacks unavailable: RuntimeError)"]
 
 
 def test_a_claim_goes_out_at_once_and_the_named_stop_step_is_heard(sock: Path) -> None:
@@ -326,3 +386,21 @@ def test_beats_rotate_to_the_leader_among_several_addresses(tmp_path: Path) -> N
         s.finish(3)
         b.wait_for(lambda r: r.exiting and r.exit_code == 3, timeout=2, what="the exiting beat at the leader")
         assert not any(r.exiting for r in a.requests())
+
+
+def test_beats_carry_the_save_stall_and_replies_the_advised_interval(sock: Path, fake: FakeJobService) -> None:
+    fake.checkpoint_interval = 90.0
+    s = sender(sock).start()
+    try:
+        s.report_save_stall(1.5)
+        s.report_save_stall(float("nan"))  # not a measurement: dropped
+        s.report_save_stall(0.5)
+        s.report_step(3)
+        _, beat = fake.wait_for(lambda r: r.saves == 2)
+        assert beat.save_stall_seconds == 2.0
+        deadline = time.monotonic() + 5
+        while s.checkpoint_interval is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert s.checkpoint_interval == 90.0
+    finally:
+        s.finish(0)

@@ -128,7 +128,9 @@ def supervised(
     tests drive it with ``poll_once()`` (the interval is an hour)."""
     cache = QueueCache(slurm, interval=3600.0, default_partition=default_partition)
     restarter = Restarter(slurm, store, events, progress, defaults or RestartDefaults())
-    cache.subscribe(Reconciler(store, events, restarter, progress, kick=kick))
+    reconciler = Reconciler(store, events, restarter, progress, kick=kick, want_whole=cache.want_whole)
+    cache.subscribe(reconciler)
+    cache.focus_on(reconciler.focus)
     return cache
 
 

@@ -65,3 +65,18 @@ def test_supervisor_progress_budgets(tmp_path: Path) -> None:
     path.write_text("[supervisor]\nprogress_max_key = 50\n")
     with pytest.raises(ConfigError, match=r"supervisor\.progress_max_key"):
         load_config(path, environ={})
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "named"),
+    [
+        ("goodput.interval_floor_seconds", "0", "goodput.interval_floor_seconds"),
+        ("goodput.interval_ceiling_seconds", "nan", "goodput.interval_ceiling_seconds"),
+        ("goodput.prior_node_mtbf_seconds", "-5", "goodput.prior_node_mtbf_seconds"),
+        ("goodput.failure_window_seconds", "inf", "goodput.failure_window_seconds"),
+        ("goodput.interval_floor_seconds", "99999999", "goodput.interval_floor_seconds"),  # above the ceiling
+    ],
+)
+def test_a_bad_goodput_value_is_refused_at_load_by_name(key: str, value: str, named: str) -> None:
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        load_config(environ={}, overrides={key: value})

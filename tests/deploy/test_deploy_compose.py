@@ -231,7 +231,8 @@ def test_slurm_nodes_are_the_slurmd_services(services: dict[str, dict[str, Any]]
     assert services[ctld_host].get("hostname") == ctld_host and ctld_addr == ctld_host
     assert services[ctld_host]["command"] == ["slurmctld"]
     for part in (d for d in conf_lines(GENERATED / "slurm.conf") if "PartitionName" in d):
-        assert sorted(expand_hostlist(part["Nodes"])) == sorted(nodes), f"partition {part['PartitionName']}"
+        listed = list(nodes) if part["Nodes"] == "ALL" else expand_hostlist(part["Nodes"])  # ALL: every node
+        assert sorted(listed) == sorted(nodes), f"partition {part['PartitionName']}"
 
 
 def test_topology_covers_every_node_once() -> None:

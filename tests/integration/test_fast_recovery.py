@@ -53,6 +53,7 @@ def test_powered_off_node_is_found_by_heartbeats(daemon: Daemon, stack: Stack, k
     job, nodes = started(daemon, stack, name)
     victim = nodes[-1]
     killed_nodes.append(victim)
+    time.sleep(2)  # steps past the checkpoint: the work the failure loses
     stack.stack_sh("kill-node", victim, "--power-off")
     done = finished(daemon, job.job_id)
     assert done.state == jobs_pb2.JOB_STATE_COMPLETED, done
@@ -60,6 +61,11 @@ def test_powered_off_node_is_found_by_heartbeats(daemon: Daemon, stack: Stack, k
     assert restart.cause == jobs_pb2.TERMINATION_CAUSE_NODE_FAILURE and list(restart.failed_nodes) == [victim]
     assert restart.detected_by == "heartbeat+probe"
     check_resume(stack, name, done, victim, EVERY, TOTAL)
+    # Goodput of a job that lost a node once: the steps after its last commit were redone.
+    g = daemon.client("alice").goodput(job.job_id)
+    parts = {f.name: getattr(g.breakdown, f.name) for f in g.breakdown.DESCRIPTOR.fields}
+    assert 0 < g.ettr < 1 and parts["lost"] > 0 and parts["detection"] > 0, g
+    assert abs(sum(parts.values()) - g.wall_seconds) < 1e-6, g
 
 
 def test_crashed_rank_is_restarted_from_the_checkpoint(daemon: Daemon, stack: Stack) -> None:

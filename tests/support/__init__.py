@@ -10,4 +10,5 @@ Fixtures stay in conftest.py files and build on these; bench/ scripts import the
 - :mod:`tests.support.wait`: ``wait_for``.
 - :mod:`tests.support.s3server`: a private SeaweedFS S3 server.
 - :mod:`tests.support.promtext`: ``scrape``, a /metrics page as a dict.
+- :mod:`tests.support.runner`: ``ScriptedRunner``, Slurm's commands answered from a table.
 """

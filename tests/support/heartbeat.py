@@ -1,8 +1,8 @@
 """A fake clusterd that only answers ``JobService.Heartbeat``: records every beat with its arrival time.
 
 Used by the heartbeat client's tests and by bench/restart.py (the first-step beat is the last
-phase of a restart). It listens on a unix socket; ``interval``/``stop``/``stopping``/``stop_step``
-set what each reply says.
+phase of a restart). It listens on a unix socket; ``interval``/``stop``/``stopping``/``stop_step``/
+``want_stack``/``checkpoint_interval`` set what each reply says.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ class FakeJobService(jobs_pb2_grpc.JobServiceServicer):
         self.stop = stop
         self.stopping = stopping
         self.stop_step = stop_step
+        self.want_stack = False
+        self.checkpoint_interval: float | None = None  # the advice each reply carries (None: none)
         self.beats: list[tuple[float, HeartbeatRequest]] = []  # (time.monotonic() on arrival, request)
         self._cond = threading.Condition()
 
@@ -43,9 +45,13 @@ class FakeJobService(jobs_pb2_grpc.JobServiceServicer):
         with self._cond:
             self.beats.append((time.monotonic(), request))
             self._cond.notify_all()
-        reply = jobs_pb2.HeartbeatResponse(stop=self.stop, stopping=self.stopping, stop_step=self.stop_step)
+        reply = jobs_pb2.HeartbeatResponse(
+            stop=self.stop, stopping=self.stopping, stop_step=self.stop_step, want_stack=self.want_stack
+        )
         if self.interval:
             reply.interval.FromNanoseconds(int(self.interval * 1e9))
+        if self.checkpoint_interval is not None:
+            reply.checkpoint_interval.FromNanoseconds(int(self.checkpoint_interval * 1e9))
         return reply
 
     def requests(self) -> list[HeartbeatRequest]:

@@ -31,6 +31,10 @@ class CheckpointConfig:
             less with the training loop for CPU (0 = same priority).
         gc_grace: uncommitted objects and multipart uploads younger than this are never collected.
         gc_on_commit: rank 0 collects garbage older than ``gc_grace`` after each commit.
+        auto_first_interval: with ``interval="auto"``, the seconds between saves until clusterd
+            advises an interval (and always without heartbeats).
+        due_timeout: seconds ``due()`` waits for the other ranks' poll (torch.distributed) before it
+            answers by this rank's clock alone.
         run_id: names this job incarnation's save attempts; None = from Slurm / torch.distributed.
         connect_timeout, read_timeout, max_attempts: per-request deadlines and tries (S3).
         s3, posix: full backend options; when None they are built from the fields above.
@@ -47,6 +51,8 @@ class CheckpointConfig:
     background_nice: int = 10
     gc_grace: float = 6 * 3600.0
     gc_on_commit: bool = True
+    auto_first_interval: float = 300.0
+    due_timeout: float = 120.0
     run_id: str | None = None
     connect_timeout: float = 5.0
     read_timeout: float = 60.0
@@ -61,6 +67,8 @@ class CheckpointConfig:
             raise ValueError("max_in_flight must be >= 1")
         if self.part_size < 1 << 20:
             raise ValueError("part_size must be at least 1 MiB")
+        if not 0 < self.due_timeout < float("inf"):
+            raise ValueError(f"due_timeout must be a positive number of seconds, got {self.due_timeout!r}")
 
     def s3_options(self) -> S3Options:
         return self.s3 or S3Options(

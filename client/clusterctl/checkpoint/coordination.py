@@ -68,6 +68,44 @@ class TorchCoordinator:
         _destroy(self._torch, group)
 
 
+class DueAgreement:
+    """Whether a save is due on any rank, and the fewest ``due()`` calls any rank expects before its
+    clock says so: one ``all_reduce(MAX)`` over a gloo group of its own.
+
+    ``due()`` runs on the training thread while the background save thread agrees on commits over
+    the coordinator's group; two threads' collectives on one group pair up in a different order on
+    each rank (the ranks then disagree, or hang), so the due poll never shares that group.
+    """
+
+    def __init__(self, torch: Any, group: Any, timeout: float) -> None:
+        self._torch = torch
+        self._group = group
+        self._timeout = timeout
+
+    @classmethod
+    def create(cls, torch: Any, *, timeout: float) -> DueAgreement:
+        """Collective: every rank calls it, at the same point of the program."""
+        group = torch.distributed.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout))
+        return cls(torch, group, timeout)
+
+    def poll(self, due: bool, calls_left: int) -> tuple[bool, int] | None:
+        """(due on some rank, the fewest calls left over the ranks); None when the peers did not all
+        answer within the timeout."""
+        dist = self._torch.distributed
+        both = self._torch.tensor([1 if due else 0, -calls_left], dtype=self._torch.int64)
+        try:
+            work = dist.all_reduce(both, op=dist.ReduceOp.MAX, group=self._group, async_op=True)
+            work.wait(timeout=datetime.timedelta(seconds=self._timeout))
+        except Exception as exc:  # a peer died or is far behind
+            log.warning("checkpoint due() poll failed: %s", exc)
+            return None
+        return bool(both[0].item()), -int(both[1].item())
+
+    def close(self) -> None:
+        group, self._group = self._group, None
+        _destroy(self._torch, group)
+
+
 class StopAgreement:
     """Whether any rank was asked to stop, answered alike on every rank at the same poll.
 

@@ -35,15 +35,18 @@ from ..storage.threads import nice_initializer
 from . import commit, layout, stateful, torchcompat
 from .assemble import RankLocalPolicy
 from .config import CheckpointConfig
-from .coordination import Coordinator, TorchCoordinator
+from .coordination import Coordinator, DueAgreement, TorchCoordinator
 from .errors import CheckpointError, InvalidStateError, SaveError, SaveInProgressError
 from .gc import GarbageReport, apply_retention, collect_garbage, latest_committed, list_committed
 from .restore import VerifyReport, restore_state, verify_step
+from .schedule import SaveSchedule
 from .staging import StagingPool
 from .tiering import TierAttachment
 from .writer import Snapshot, take_snapshot, upload_snapshot
 
 log = logging.getLogger(__name__)
+
+_MAX_DUE_SKIP = 1000  # due() calls answered without a poll at most (a bound on a wrong pace's cost)
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,10 @@ class CheckpointManager:
             RANK/WORLD_SIZE, then SLURM_PROCID/SLURM_NTASKS, then 0/1; looked up again at every
             save and restore, so a manager created before ``init_process_group`` is right too.
         keep: committed steps to keep (older ones are deleted after each commit); 0 keeps all.
+        interval: seconds between saves that :meth:`due` follows: None (default) leaves the
+            schedule to the trainer (``due()`` is always True), a number is a fixed interval,
+            ``"auto"`` follows the interval clusterd sends in heartbeat replies (see
+            :mod:`.schedule`).
         config: every other knob (policy, staging memory, part size, deadlines).
         storage: a ready :class:`~clusterctl.storage.Storage` to use instead of opening ``uri``.
         tier: ``"memory"`` saves into the node's memory tier (:mod:`clusterctl.tier`): ``result()``
@@ -136,7 +143,7 @@ class CheckpointManager:
 
     Raises:
         InvalidURIError (a ValueError): the URI is malformed.
-        ValueError: rank/world_size out of range.
+        ValueError: rank/world_size out of range, or ``interval`` not None, "auto" or seconds > 0.
     """
 
     def __init__(
@@ -149,6 +156,7 @@ class CheckpointManager:
         config: CheckpointConfig | None = None,
         storage: Storage | None = None,
         tier: str | None = None,
+        interval: float | str | None = None,
     ) -> None:
         self.config = config = config or CheckpointConfig()
         self._explicit = (rank, world_size)
@@ -157,6 +165,7 @@ class CheckpointManager:
             raise ValueError(f"keep must be >= 0, got {keep}")
         if tier is None:  # a job submitted with --checkpoint-tier memory
             tier = os.environ.get("CLUSTERCTL_CHECKPOINT_TIER") or None
+        self._schedule = SaveSchedule(interval, first=config.auto_first_interval)
         if tier not in (None, "memory"):
             raise ValueError(f"tier must be None or 'memory', got {tier!r}")
         durable: Storage = storage or open_storage(uri, s3=config.s3_options(), posix=config.posix_options())
@@ -165,11 +174,13 @@ class CheckpointManager:
         self.storage: Storage = durable
         self._read: Storage = durable
         if tier == "memory":
-            self._tier = TierAttachment.open(uri, durable, config)
+            self._tier = TierAttachment.open(uri, durable, config, self.world_size)
             self.storage, self._read = self._tier.save_storage, self._tier.read_storage
         self.uri = uri
         self.keep = keep
         self._coordinator: TorchCoordinator | None = None
+        self._due: DueAgreement | None = None  # due()'s own group (torch.distributed and an interval)
+        self._due_skip = 0  # due() calls the ranks agreed to answer False without a poll
         self._lock = threading.Lock()
         self._inflight: list[tuple[SaveHandle, int, str]] = []
         self._finished: list[SaveHandle] = []
@@ -226,10 +237,52 @@ class CheckpointManager:
         self.rank, self.world_size = rank, world
         if self._coordinator is not None:
             self._coordinator.close()
+        if self._due is not None:
+            self._due.close()
         self._coordinator = TorchCoordinator.create(torch) if dist_up else None
+        scheduled = dist_up and self._schedule.interval is not None
+        self._due = DueAgreement.create(torch, timeout=self.config.due_timeout) if scheduled else None
+        self._due_skip = 0
         self.run_id = _resolve_run_id(self.config, self.world_size, self._coordinator)
 
     # --- saving ---------------------------------------------------------------------------
+    @property
+    def interval(self) -> float | str | None:
+        """The interval as given: None, seconds, or "auto"."""
+        return self._schedule.interval
+
+    def current_interval(self) -> float | None:
+        """The seconds between saves in force now (the advised one for "auto"); None: no schedule."""
+        return self._schedule.seconds()
+
+    def due(self) -> bool:
+        """Whether a save is due now, by ``interval``: ``if ckpt.due(): ckpt.save(step, state)``.
+
+        With a torch.distributed group of more than one rank this is collective (an all_reduce on
+        a gloo group of its own, apart from the background saves'): it is True on every rank when
+        any rank's clock says so, so all ranks save the same step. Every rank must then call it at
+        the same steps. The poll also agrees on the fewest calls any rank expects before it is due,
+        and half of those are answered False with no poll: a handful of polls per interval, not
+        one per step. Ranks without a shared group decide each on its own clock: keep a
+        step-count schedule there.
+        """
+        self._check_open()
+        if self._schedule.interval is None:
+            return True
+        here, calls_left = self._schedule.poll()
+        self._sync_world()
+        if self._due is None:
+            return here
+        if self._due_skip > 0:
+            self._due_skip -= 1
+            return False
+        agreed = self._due.poll(here, calls_left)
+        if agreed is None:
+            return here
+        due, fewest = agreed
+        self._due_skip = 0 if due else min(_MAX_DUE_SKIP, fewest // 2)
+        return due
+
     def save(self, step: int, state: Mapping[str, Any]) -> SaveHandle:
         """Snapshot ``state`` and upload it in the background; returns once the snapshot is taken.
 
@@ -250,6 +303,15 @@ class CheckpointManager:
         except ValueError as exc:
             raise InvalidStateError(str(exc)) from None
         heartbeat.report_step(step)
+        started, began = time.perf_counter(), self._schedule.now()
+        handle = self._save(step, state)
+        if not handle.skipped:  # a snapshot was taken: a skipped or refused save costs no interval
+            self._schedule.restart(began)
+            # The time training stood still for this save: the autopilot's measure of its cost.
+            heartbeat.report_save_stall(time.perf_counter() - started)
+        return handle
+
+    def _save(self, step: int, state: Mapping[str, Any]) -> SaveHandle:
         self._raise_pending()
         self._sync_world()
         running = self._running()
@@ -510,6 +572,7 @@ class CheckpointManager:
             template=template,
             rank_local=rank_local,
         )
+        self._schedule.restart()
         if result is None:
             heartbeat.report_restored()
             return None
@@ -587,6 +650,8 @@ class CheckpointManager:
                 self.storage.close()
             if self._coordinator is not None:
                 self._coordinator.close()
+            if self._due is not None:
+                self._due.close()
         self._raise_pending()
 
     def __enter__(self) -> CheckpointManager:

@@ -28,11 +28,21 @@ class TierAttachment:
     own: TierProcess | None  # a tier this manager started (outside a tiered job)
 
     @classmethod
-    def open(cls, uri: str, durable: Storage, config: CheckpointConfig) -> TierAttachment:
+    def open(cls, uri: str, durable: Storage, config: CheckpointConfig, world_size: int = 1) -> TierAttachment:
+        """Attach to the job's tiers; raises ValueError for several ranks without them (each rank
+        would start a private tier that sees no other rank's shards, and no commit would complete)."""
         from ..tier import ChainStorage, TierClient, TierStorage, endpoints_from_env, spawn_tier
+        from ..tier.process import ENV_ADDR, ENV_JOB, ENV_PEERS, ENV_SECRET
 
         endpoints = endpoints_from_env()
         own = None
+        if endpoints is None and world_size > 1:
+            durable.close()
+            raise ValueError(
+                f'tier="memory" with {world_size} ranks needs the job\'s memory tiers: run the job under '
+                "clusterd with --checkpoint-tier memory, or set "
+                f"{ENV_ADDR}, {ENV_PEERS}, {ENV_JOB} and {ENV_SECRET} for every rank"
+            )
         if endpoints is None:
             own = spawn_tier(replicas=0)
             endpoints = own.endpoints

@@ -197,8 +197,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     from ..checkpoint.gc import list_committed
 
     storage = _open(args.uri)
-    held, tiers = _tier_copies(args.uri)
+    tiers = None
     try:
+        held, tiers = _tier_copies(args.uri)
         durable = set(list_committed(storage))
         rows: list[dict[str, Any]] = []
         for step in sorted(durable | set(held)):

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from clusterctl.cli import cluster, jobs, submit, views
+from clusterctl.cli import cluster, goodput, jobs, submit, views
 from clusterctl.cli.options import (
     ArgumentError,
     ClientFactory,
@@ -43,6 +43,7 @@ def build_parser() -> CliParser:
     jobs.register(sub)
     views.register(sub)
     cluster.register(sub)
+    goodput.register(sub)
     _register_checkpoints(sub)
     return parser
 

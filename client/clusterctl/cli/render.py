@@ -236,6 +236,9 @@ def job_detail(job: jobs_pb2.JobStatus, *, now: float | None = None) -> Renderab
         ("Excluded", _nodes_text(job.excluded_nodes)),
         ("Restarts", str(job.restart_count)),
     ]
+    if job.stragglers:
+        slow = ", ".join(f"{s.node} ({s.ratio:.2f}x)" for s in job.stragglers)
+        rows.append(("Stragglers", Text(slow, style="yellow")))
     if job.has_exit_code:
         rows.append(("Exit code", f"{job.exit_code}" + (f" (signal {job.exit_signal})" if job.exit_signal else "")))
     rows += [
@@ -362,10 +365,13 @@ def _node_state_text(node: cluster_pb2.Node) -> Text:
 
 
 def nodes_table(nodes: Iterable[cluster_pb2.Node]) -> Table:
-    """``nodes``: state, switch, free/total resources and Slurm's reason per node."""
+    """``nodes``: state, switch, free/total resources, Slurm's reason and clusterd's failure record per node."""
+    nodes = list(nodes)
+    health = any(node.health for node in nodes)
     table = Table(show_edge=False, header_style="bold")
-    for column in ("NODE", "STATE", "SWITCH", "GPUS FREE", "CPUS FREE", "MEM FREE", "PARTITIONS", "REASON"):
-        table.add_column(column, no_wrap=column != "REASON", overflow="fold")
+    columns = ("NODE", "STATE", "SWITCH", "GPUS FREE", "CPUS FREE", "MEM FREE", "PARTITIONS", "REASON")
+    for column in columns + (("HEALTH",) if health else ()):
+        table.add_column(column, no_wrap=column not in ("REASON", "HEALTH"), overflow="fold")
     for node in nodes:
         table.add_row(
             Text(node.name),
@@ -376,6 +382,7 @@ def nodes_table(nodes: Iterable[cluster_pb2.Node]) -> Table:
             f"{_mem(max(node.memory_mb_total - node.memory_mb_allocated, 0))}/{_mem(node.memory_mb_total)}",
             Text(",".join(node.partitions) or "-"),
             Text(node.reason or "-"),
+            *([Text(node.health or "-", style="yellow" if node.health else "")] if health else []),
         )
     return table
 

@@ -140,6 +140,13 @@ def _add_restart_options(p: argparse.ArgumentParser) -> None:
         help="memory: a memory tier per node holds each checkpoint (and a peer node a copy) before it reaches its URI",
     )
     rp.add_argument("--max-restarts", metavar="N", type=argtype(non_negative_int))
+    rp.add_argument(
+        "--spare-nodes",
+        metavar="K",
+        type=argtype(non_negative_int),
+        default=0,
+        help="hold K more nodes than -N; a node failure restarts the job's srun steps in place on a spare",
+    )
     for flag, _field, text in _RESTART_TOGGLES:
         rp.add_argument(f"--{flag}", action=argparse.BooleanOptionalAction, default=None, help=text)
     rp.add_argument(
@@ -248,6 +255,7 @@ def build_spec(args: argparse.Namespace, *, environ: Mapping[str, str] | None = 
         spec.constraint = "&".join(args.constraint)
     _set_if(spec, "checkpoint_uri", args.checkpoint_uri)
     _set_if(spec, "checkpoint_tier", args.checkpoint_tier)
+    _set_if(spec, "spare_nodes", args.spare_nodes)
     _set_environment(args, spec, environ)
 
     policy = _restart_policy(args)

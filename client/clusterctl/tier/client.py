@@ -1,19 +1,21 @@
 """A client of one tier process (the node's own over loopback, or a peer's over the network).
 
 Connections are authenticated with the job's secret (:mod:`.wire`) and pooled, so concurrent
-range reads of one shard run in parallel. A failed connection is dropped, never reused.
+range reads of one shard run in parallel. A failed connection, and one whose put was refused, is
+dropped, never reused.
 """
 
 from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from ..checkpoint import checksum
 from ..storage import ObjectExistsError, ObjectInfo, ObjectNotFoundError
-from .errors import TierAuthError, TierCorruptError, TierError, TierFullError, TierUnavailableError
+from .errors import TierAuthError, TierBusyError, TierCorruptError, TierError, TierFullError, TierUnavailableError
 from .wire import Channel, client_handshake
 
 _ERRORS: dict[str, type[Exception]] = {
@@ -24,6 +26,9 @@ _ERRORS: dict[str, type[Exception]] = {
     "unavailable": TierUnavailableError,
     "auth": TierAuthError,
 }
+
+
+LOGIN_RETRIES = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)  # longer in all than the tier's login timeout
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -46,9 +51,18 @@ class TierClient:
         self._lock = threading.Lock()
 
     def _open(self) -> Channel:
+        """A pooled or new connection; a tier busy with other logins is tried again for a few seconds."""
         with self._lock:
             if self._idle:
                 return self._idle.pop()
+        for pause in LOGIN_RETRIES:
+            try:
+                return self._connect()
+            except TierBusyError:
+                time.sleep(pause)
+        return self._connect()
+
+    def _connect(self) -> Channel:
         try:
             sock = socket.create_connection(self._where, timeout=self._timeout)
         except OSError as exc:
@@ -56,6 +70,9 @@ class TierClient:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             chan = client_handshake(sock, self._secret, self._job)
+        except (OSError, ValueError) as exc:  # e.g. a squatter that resets or answers junk
+            sock.close()
+            raise TierUnavailableError(f"memory tier at {self.address}: login failed: {exc}") from None
         except BaseException:
             sock.close()
             raise
@@ -89,9 +106,10 @@ class TierClient:
                         buf = bytearray(size)
                         chan.recv_payload_into(memoryview(buf), reply.get("digest"))
                         data = bytes(buf)
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, TypeError, KeyError) as exc:
                 raise TierUnavailableError(f"memory tier at {self.address}: {exc}") from None
-            ok = True
+            # after an error reply to a put the tier drops the link (its payload may be unread)
+            ok = payload is None or "error" not in reply
         finally:
             if ok:
                 with self._lock:

@@ -23,3 +23,7 @@ class TierFullError(TierError):
 
 class TierUnavailableError(TierError):
     """The tier (or too few peers for the replica count) could not be reached."""
+
+
+class TierBusyError(TierUnavailableError):
+    """The tier closed a connection before its login: its logins in progress are at their cap."""

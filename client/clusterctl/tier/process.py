@@ -1,9 +1,11 @@
 """Starting a tier process, and finding the job's tiers from the environment.
 
-A job that runs with ``--checkpoint-tier memory`` has in its environment the node's tier
-(``CLUSTERCTL_TIER_ADDR``), the job's other tiers in placement order (``CLUSTERCTL_TIER_PEERS``),
-the job id and its secret (``CLUSTERCTL_TIER_JOB``, ``CLUSTERCTL_TIER_SECRET``, hex). Elsewhere
-the checkpoint manager starts a tier of its own (:func:`spawn_tier`): one copy in memory, no peers.
+A rank finds its job's tiers in its environment: the node's tier (``CLUSTERCTL_TIER_ADDR``), the
+job's other tiers in placement order (``CLUSTERCTL_TIER_PEERS``), the job id and its secret
+(``CLUSTERCTL_TIER_JOB``, ``CLUSTERCTL_TIER_SECRET``, hex), set by whatever started the job's
+tiers (``python -m clusterctl.tier`` on each node, e.g. the job's wrapper). Without them a
+single-rank checkpoint manager starts a tier of its own (:func:`spawn_tier`): one copy in memory,
+no peers.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import secrets
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -91,8 +94,10 @@ def spawn_tier(
     host: str = "127.0.0.1",
     handoff_delay: float | None = None,
     extra_env: Mapping[str, str] | None = None,
+    start_timeout: float = 30.0,
 ) -> TierProcess:
-    """Start ``python -m clusterctl.tier`` and wait until it listens (its address is on its stdout)."""
+    """Start ``python -m clusterctl.tier`` and wait until it listens (its address is on its stdout);
+    raises TierError when it exits or stays silent for ``start_timeout`` seconds."""
     secret = secret or secrets.token_bytes(32)
     argv = [sys.executable, "-m", "clusterctl.tier", "--listen", f"{host}:0", "--job", job, "--replicas", str(replicas)]
     argv.append("--exit-with-parent")
@@ -104,8 +109,13 @@ def spawn_tier(
         argv += ["--handoff-delay", str(handoff_delay)]
     env = {**os.environ, **(extra_env or {}), ENV_SECRET: secret.hex()}
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
+    stdout = proc.stdout
+    assert stdout is not None
+    first: list[str] = []
+    reader = threading.Thread(target=lambda: first.append(stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(start_timeout)
+    line = first[0].strip() if first else f"nothing within {start_timeout:g} s"
     if not line.startswith("listening "):
         proc.kill()
         proc.wait()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TypeVar
 
@@ -34,7 +34,6 @@ class TierStorage:
         self.peers = list(peers)
         self.ns = ns
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tier-read")
-        self.sources: list[str] = []  # where each read was served from, newest last (for tests and logs)
 
     @property
     def uri(self) -> str:
@@ -45,10 +44,7 @@ class TierStorage:
         last: Exception | None = None
         for tier in [self.local, *self.peers]:
             try:
-                result = fn(tier)
-                self.sources.append(tier.address)
-                del self.sources[:-64]
-                return result
+                return fn(tier)
             except ObjectNotFoundError:
                 continue
             except TierCorruptError as exc:
@@ -85,8 +81,13 @@ class TierStorage:
         futures = [
             self._pool.submit(tier.read_into, self.ns, key, out[a : a + READ_PIECE], offset=offset + a) for a in starts
         ]
-        for future in futures:
-            future.result()
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        failed = next((f for f in done if f.exception() is not None), None)
+        if failed is not None:  # the next source rewrites ``out``: no piece of this one may land after it
+            for future in futures:
+                future.cancel()
+            wait(futures)
+            failed.result()
 
     def stat(self, key: str) -> ObjectInfo:
         validate_key(key)
@@ -160,7 +161,11 @@ class ChainStorage:
         return self._either(key, lambda s: s.stat(key))
 
     def list_objects(self, prefix: str) -> list[ObjectInfo]:
-        seen = {o.key: o for o in self.tiers.list_objects(prefix)}
+        try:
+            seen = {o.key: o for o in self.tiers.list_objects(prefix)}
+        except StorageError as exc:  # the node's tier is gone or an impostor: the URI alone
+            log.warning("memory tier: not listed (%s); using %s only", exc, self.uri)
+            seen = {}
         future = self._pool.submit(self.durable.list_objects, prefix)
         try:
             for obj in future.result(timeout=self._timeout):

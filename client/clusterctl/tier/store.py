@@ -4,7 +4,9 @@ A namespace is a checkpoint URI. Every object is hashed once when it arrives (in
 process, not the trainer's) in 1 MiB chunks; a read verifies the chunks it serves, so a copy
 damaged in memory is reported as corrupt instead of served. Memory is capped: a new object that
 does not fit drops whole steps, oldest first (steps already durable on the URI before the others),
-never the step being written; a step that alone exceeds the cap is refused with TierFullError.
+never the step being written and never a namespace's newest committed step while it is not yet on
+the URI (the only restorable copy). A put that would not fit even then is refused with
+TierFullError and drops nothing.
 """
 
 from __future__ import annotations
@@ -80,39 +82,53 @@ class TierStore:
                 raise FileExistsError(key)
             freed = len(old.data) if old is not None else 0
             need = self._used - freed + size - self.cap
-            dropped = self._evict(ns, step, need) if need > 0 else []
-            if self._used - freed + size > self.cap:
+            victims = self._victims(ns, step, need) if need > 0 else []
+            if need - sum(len(self._objects[x].data) for _, keys in victims for x in keys) > 0:
                 mine = sum(len(o.data) for (n, k), o in self._objects.items() if n == ns and key_step(k) == step)
                 raise TierFullError(
                     f"step {step} needs {mine - freed + size} bytes in this node's memory tier, more than its cap "
-                    f"of {self.cap} bytes (raise the tier's memory cap or save less per node)"
+                    f"of {self.cap} bytes less the newest committed steps not yet uploaded (raise the tier's "
+                    "memory cap or save less per node)"
                 )
+            dropped: list[tuple[str, str]] = []
+            for (n, s), keys in victims:  # decided first: nothing is dropped for a put that is refused
+                if not all(self._objects[x].durable for x in keys):
+                    log.warning("memory tier: dropped step %d of %s before it was uploaded (memory cap)", s, n)
+                for x in keys:
+                    self._used -= len(self._objects.pop(x).data)
+                    dropped.append(x)
             self._objects[(ns, key)] = obj
             self._used += size - freed
             return dropped
 
-    def _evict(self, ns: str, keep_step: int | None, need: int) -> list[tuple[str, str]]:
+    def _victims(
+        self, ns: str, keep_step: int | None, need: int
+    ) -> list[tuple[tuple[str, int], list[tuple[str, str]]]]:
+        """The steps to drop for ``need`` bytes, oldest first, durable ones before the others (may fall short)."""
         steps: dict[tuple[str, int], list[tuple[str, str]]] = {}
+        newest: dict[str, int] = {}  # per namespace, its newest committed step
         for n, k in self._objects:
             s = key_step(k)
             if s is not None and not (n == ns and s == keep_step):
                 steps.setdefault((n, s), []).append((n, k))
+            c = layout.parse_commit_key(k)
+            if c is not None and c > newest.get(n, -1):
+                newest[n] = c
 
-        def durable(item: tuple[tuple[str, int], list[tuple[str, str]]]) -> bool:
-            return all(self._objects[x].durable for x in item[1])
+        def durable(keys: list[tuple[str, str]]) -> bool:
+            return all(self._objects[x].durable for x in keys)
 
-        order = sorted(steps.items(), key=lambda it: (not durable(it), it[0][1]))
-        dropped: list[tuple[str, str]] = []
-        for (n, s), keys in order:
+        order = sorted(
+            (it for it in steps.items() if newest.get(it[0][0]) != it[0][1] or durable(it[1])),
+            key=lambda it: (not durable(it[1]), it[0][1]),
+        )
+        chosen = []
+        for item in order:
             if need <= 0:
                 break
-            if not all(self._objects[x].durable for x in keys):
-                log.warning("memory tier: dropped step %d of %s before it was uploaded (memory cap)", s, n)
-            for x in keys:
-                need -= len(self._objects[x].data)
-                self._used -= len(self._objects.pop(x).data)
-                dropped.append(x)
-        return dropped
+            chosen.append(item)
+            need -= sum(len(self._objects[x].data) for x in item[1])
+        return chosen
 
     def get(self, ns: str, key: str) -> StoredObject | None:
         with self._lock:

@@ -21,30 +21,38 @@ import json
 import os
 import socket
 import struct
+import time
 from typing import Any
 
-from .errors import TierAuthError, TierCorruptError, TierError
+from .errors import TierAuthError, TierBusyError, TierCorruptError, TierError
 
 MAX_HEADER = 1 << 20
 MAC_LEN = 32
 _LEN = struct.Struct(">I")
 _SEQ = struct.Struct(">Q")
-HANDSHAKE_TIMEOUT = 10.0
+HANDSHAKE_TIMEOUT = 10.0  # a rank waiting for its tier's answer
+LOGIN_TIMEOUT = 2.0  # a caller's whole login at the tier: a silent caller gives its slot back soon
 
 
 def _mac(key: bytes, *parts: bytes) -> bytes:
     return hmac.new(key, b"|".join(parts), hashlib.sha256).digest()
 
 
-def recv_exact(sock: socket.socket, n: int) -> bytearray:
+def recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytearray:
     buf = bytearray(n)
-    recv_into_exact(sock, memoryview(buf))
+    recv_into_exact(sock, memoryview(buf), deadline)
     return buf
 
 
-def recv_into_exact(sock: socket.socket, view: memoryview) -> None:
+def recv_into_exact(sock: socket.socket, view: memoryview, deadline: float | None = None) -> None:
+    """Fill ``view``; with a ``deadline`` (monotonic) the whole read must end by then, however it trickles."""
     got = 0
     while got < len(view):
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("timed out")
+            sock.settimeout(left)
         n = sock.recv_into(view[got:], min(len(view) - got, 64 << 20))
         if n == 0:
             raise TierError("the tier connection closed mid-frame")
@@ -99,33 +107,41 @@ class Channel:
 
 def client_handshake(sock: socket.socket, secret: bytes, job: str) -> Channel:
     """Authenticate to a tier as a rank of ``job``; raises TierAuthError when either side is wrong."""
+    deadline = time.monotonic() + HANDSHAKE_TIMEOUT  # a squatter that trickles bytes cannot hold a rank
     sock.settimeout(HANDSHAKE_TIMEOUT)
-    hello = _read_plain(sock)
-    snonce = bytes.fromhex(str(hello.get("nonce", "")))
+    try:
+        got = sock.recv(1, socket.MSG_PEEK)
+    except OSError:
+        got = b"-"  # reset or silent: _read_plain says which
+    if not got:  # closed before its greeting: the tier's logins are all taken (or it is shutting down)
+        raise TierBusyError("the tier closed the connection before its login (busy)")
+    hello = _read_plain(sock, deadline)
+    snonce = _hex(hello, "nonce")
     cnonce = os.urandom(16)
     proof = _mac(secret, b"c", snonce, cnonce, job.encode())
     _write_plain(sock, {"job": job, "nonce": cnonce.hex(), "proof": proof.hex()})
-    reply = _read_plain(sock)
+    reply = _read_plain(sock, deadline)
     if "error" in reply:
-        raise TierAuthError(f"the tier refused this process: {reply['error']}")
+        raise TierAuthError(f"the tier refused this process: {str(reply['error'])[:200]}")
     want = _mac(secret, b"s", snonce, cnonce, job.encode())
-    if not hmac.compare_digest(bytes.fromhex(str(reply.get("proof", ""))), want):
+    if not hmac.compare_digest(_hex(reply, "proof"), want):
         raise TierAuthError("the process at the tier's address is not a tier of this job")
     sock.settimeout(None)
     return Channel(sock, _mac(secret, b"k", snonce, cnonce), is_server=False)
 
 
-def server_handshake(sock: socket.socket, secret: bytes, job: str) -> Channel:
+def server_handshake(sock: socket.socket, secret: bytes, job: str, timeout: float = LOGIN_TIMEOUT) -> Channel:
     """Admit a rank of ``job`` (the one job this tier serves); raises TierAuthError otherwise."""
-    sock.settimeout(HANDSHAKE_TIMEOUT)
+    deadline = time.monotonic() + timeout
+    sock.settimeout(timeout)
     snonce = os.urandom(16)
     _write_plain(sock, {"nonce": snonce.hex()})
-    hello = _read_plain(sock)
+    hello = _read_plain(sock, deadline)
     try:
-        cnonce = bytes.fromhex(str(hello["nonce"]))
-        proof = bytes.fromhex(str(hello["proof"]))
+        cnonce = _hex(hello, "nonce")
+        proof = _hex(hello, "proof")
         their_job = str(hello["job"])
-    except (KeyError, ValueError):
+    except (KeyError, TierAuthError):
         _write_plain(sock, {"error": "malformed handshake"})
         raise TierAuthError("malformed handshake") from None
     want = _mac(secret, b"c", snonce, cnonce, job.encode())
@@ -142,12 +158,20 @@ def _write_plain(sock: socket.socket, doc: dict[str, Any]) -> None:
     sock.sendall(_LEN.pack(len(raw)) + raw)
 
 
-def _read_plain(sock: socket.socket) -> dict[str, Any]:
+def _hex(doc: dict[str, Any], name: str) -> bytes:
+    """A hex field of a handshake message; anything else is a failed login, never a crash."""
     try:
-        (n,) = _LEN.unpack(recv_exact(sock, 4))
+        return bytes.fromhex(str(doc.get(name, "")))
+    except ValueError:
+        raise TierAuthError(f"malformed handshake: {name} is not hex") from None
+
+
+def _read_plain(sock: socket.socket, deadline: float | None = None) -> dict[str, Any]:
+    try:
+        (n,) = _LEN.unpack(recv_exact(sock, 4, deadline))
         if n > 4096:
             raise TierAuthError("handshake message too large")
-        doc = json.loads(bytes(recv_exact(sock, n)))
+        doc = json.loads(bytes(recv_exact(sock, n, deadline)))
     except (OSError, ValueError) as exc:
         raise TierAuthError(f"tier handshake failed: {exc}") from None
     if not isinstance(doc, dict):

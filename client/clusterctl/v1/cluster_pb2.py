@@ -24,39 +24,39 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63lusterctl/v1/cluster.proto\x12\rclusterctl.v1\"\xb3\x01\n\x13PlacementPreference\x12.\n\x06policy\x18\x01 \x01(\x0e\x32\x1e.clusterctl.v1.PlacementPolicy\x12\x18\n\x10max_wait_seconds\x18\x02 \x01(\r\x12\x14\n\x0cswitch_count\x18\x03 \x01(\r\x12\x15\n\rexclude_nodes\x18\x04 \x03(\t\x12\x10\n\x08nodelist\x18\x05 \x03(\t\x12\x13\n\x0b\x63onstraints\x18\x06 \x03(\t\"\xa0\x02\n\x04Node\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\'\n\x05state\x18\x02 \x01(\x0e\x32\x18.clusterctl.v1.NodeState\x12\x0e\n\x06switch\x18\x03 \x01(\t\x12\x12\n\ncpus_total\x18\x04 \x01(\r\x12\x16\n\x0e\x63pus_allocated\x18\x05 \x01(\r\x12\x12\n\ngpus_total\x18\x06 \x01(\r\x12\x16\n\x0egpus_allocated\x18\x07 \x01(\r\x12\x17\n\x0fmemory_mb_total\x18\x08 \x01(\x04\x12\x1b\n\x13memory_mb_allocated\x18\t \x01(\x04\x12\x12\n\npartitions\x18\n \x03(\t\x12\x10\n\x08\x66\x65\x61tures\x18\x0b \x03(\t\x12\x0e\n\x06reason\x18\x0c \x01(\t\x12\r\n\x05\x66lags\x18\r \x03(\t\"\xbd\x01\n\x06Switch\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05level\x18\x02 \x01(\r\x12\r\n\x05nodes\x18\x03 \x03(\t\x12\x10\n\x08switches\x18\x04 \x03(\t\x12\x13\n\x0bnodes_total\x18\x05 \x01(\r\x12\x12\n\nnodes_free\x18\x06 \x01(\r\x12\x12\n\ngpus_total\x18\x07 \x01(\r\x12\x11\n\tgpus_free\x18\x08 \x01(\r\x12\x12\n\ncpus_total\x18\t \x01(\r\x12\x11\n\tcpus_free\x18\n \x01(\r\"f\n\x08Topology\x12\'\n\x08switches\x18\x01 \x03(\x0b\x32\x15.clusterctl.v1.Switch\x12\"\n\x05nodes\x18\x02 \x03(\x0b\x32\x13.clusterctl.v1.Node\x12\r\n\x05roots\x18\x03 \x03(\t\"\x14\n\x12GetTopologyRequest\"@\n\x13GetTopologyResponse\x12)\n\x08topology\x18\x01 \x01(\x0b\x32\x17.clusterctl.v1.Topology\"O\n\x10ListNodesRequest\x12\x11\n\tpartition\x18\x01 \x01(\t\x12(\n\x06states\x18\x02 \x03(\x0e\x32\x18.clusterctl.v1.NodeState\"7\n\x11ListNodesResponse\x12\"\n\x05nodes\x18\x01 \x03(\x0b\x32\x13.clusterctl.v1.Node\"\x9d\x01\n\x14PlanPlacementRequest\x12\r\n\x05nodes\x18\x01 \x01(\r\x12\x15\n\rgpus_per_node\x18\x02 \x01(\r\x12\x15\n\rcpus_per_node\x18\x03 \x01(\r\x12\x11\n\tpartition\x18\x04 \x01(\t\x12\x35\n\tplacement\x18\x05 \x01(\x0b\x32\".clusterctl.v1.PlacementPreference\"\x93\x01\n\tPlacement\x12\x10\n\x08\x66\x65\x61sible\x18\x01 \x01(\x08\x12\x15\n\ravailable_now\x18\x02 \x01(\x08\x12\r\n\x05nodes\x18\x03 \x03(\t\x12\x10\n\x08switches\x18\x04 \x03(\t\x12\x12\n\nspine_hops\x18\x05 \x01(\r\x12\x13\n\x0b\x65xplanation\x18\x06 \x01(\t\x12\x13\n\x0bsbatch_args\x18\x07 \x03(\t\"D\n\x15PlanPlacementResponse\x12+\n\tplacement\x18\x01 \x01(\x0b\x32\x18.clusterctl.v1.Placement*\x84\x01\n\x0fPlacementPolicy\x12 \n\x1cPLACEMENT_POLICY_UNSPECIFIED\x10\x00\x12\x19\n\x15PLACEMENT_POLICY_PACK\x10\x01\x12\x18\n\x14PLACEMENT_POLICY_ANY\x10\x02\x12\x1a\n\x16PLACEMENT_POLICY_EXACT\x10\x03*\xe3\x01\n\tNodeState\x12\x1a\n\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x13\n\x0fNODE_STATE_IDLE\x10\x01\x12\x14\n\x10NODE_STATE_MIXED\x10\x02\x12\x18\n\x14NODE_STATE_ALLOCATED\x10\x03\x12\x13\n\x0fNODE_STATE_DOWN\x10\x04\x12\x17\n\x13NODE_STATE_DRAINING\x10\x05\x12\x16\n\x12NODE_STATE_DRAINED\x10\x06\x12\x17\n\x13NODE_STATE_RESERVED\x10\x07\x12\x16\n\x12NODE_STATE_UNKNOWN\x10\x08\x32\x92\x02\n\x0e\x43lusterService\x12T\n\x0bGetTopology\x12!.clusterctl.v1.GetTopologyRequest\x1a\".clusterctl.v1.GetTopologyResponse\x12N\n\tListNodes\x12\x1f.clusterctl.v1.ListNodesRequest\x1a .clusterctl.v1.ListNodesResponse\x12Z\n\rPlanPlacement\x12#.clusterctl.v1.PlanPlacementRequest\x1a$.clusterctl.v1.PlanPlacementResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63lusterctl/v1/cluster.proto\x12\rclusterctl.v1\"\xb3\x01\n\x13PlacementPreference\x12.\n\x06policy\x18\x01 \x01(\x0e\x32\x1e.clusterctl.v1.PlacementPolicy\x12\x18\n\x10max_wait_seconds\x18\x02 \x01(\r\x12\x14\n\x0cswitch_count\x18\x03 \x01(\r\x12\x15\n\rexclude_nodes\x18\x04 \x03(\t\x12\x10\n\x08nodelist\x18\x05 \x03(\t\x12\x13\n\x0b\x63onstraints\x18\x06 \x03(\t\"\xb1\x02\n\x04Node\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\'\n\x05state\x18\x02 \x01(\x0e\x32\x18.clusterctl.v1.NodeState\x12\x0e\n\x06switch\x18\x03 \x01(\t\x12\x12\n\ncpus_total\x18\x04 \x01(\r\x12\x16\n\x0e\x63pus_allocated\x18\x05 \x01(\r\x12\x12\n\ngpus_total\x18\x06 \x01(\r\x12\x16\n\x0egpus_allocated\x18\x07 \x01(\r\x12\x17\n\x0fmemory_mb_total\x18\x08 \x01(\x04\x12\x1b\n\x13memory_mb_allocated\x18\t \x01(\x04\x12\x12\n\npartitions\x18\n \x03(\t\x12\x10\n\x08\x66\x65\x61tures\x18\x0b \x03(\t\x12\x0e\n\x06reason\x18\x0c \x01(\t\x12\r\n\x05\x66lags\x18\r \x03(\t\x12\x0f\n\x06health\x18\x8c\x01 \x01(\t\"\xbd\x01\n\x06Switch\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05level\x18\x02 \x01(\r\x12\r\n\x05nodes\x18\x03 \x03(\t\x12\x10\n\x08switches\x18\x04 \x03(\t\x12\x13\n\x0bnodes_total\x18\x05 \x01(\r\x12\x12\n\nnodes_free\x18\x06 \x01(\r\x12\x12\n\ngpus_total\x18\x07 \x01(\r\x12\x11\n\tgpus_free\x18\x08 \x01(\r\x12\x12\n\ncpus_total\x18\t \x01(\r\x12\x11\n\tcpus_free\x18\n \x01(\r\"f\n\x08Topology\x12\'\n\x08switches\x18\x01 \x03(\x0b\x32\x15.clusterctl.v1.Switch\x12\"\n\x05nodes\x18\x02 \x03(\x0b\x32\x13.clusterctl.v1.Node\x12\r\n\x05roots\x18\x03 \x03(\t\"\x14\n\x12GetTopologyRequest\"@\n\x13GetTopologyResponse\x12)\n\x08topology\x18\x01 \x01(\x0b\x32\x17.clusterctl.v1.Topology\"O\n\x10ListNodesRequest\x12\x11\n\tpartition\x18\x01 \x01(\t\x12(\n\x06states\x18\x02 \x03(\x0e\x32\x18.clusterctl.v1.NodeState\"7\n\x11ListNodesResponse\x12\"\n\x05nodes\x18\x01 \x03(\x0b\x32\x13.clusterctl.v1.Node\"\x9d\x01\n\x14PlanPlacementRequest\x12\r\n\x05nodes\x18\x01 \x01(\r\x12\x15\n\rgpus_per_node\x18\x02 \x01(\r\x12\x15\n\rcpus_per_node\x18\x03 \x01(\r\x12\x11\n\tpartition\x18\x04 \x01(\t\x12\x35\n\tplacement\x18\x05 \x01(\x0b\x32\".clusterctl.v1.PlacementPreference\"\x93\x01\n\tPlacement\x12\x10\n\x08\x66\x65\x61sible\x18\x01 \x01(\x08\x12\x15\n\ravailable_now\x18\x02 \x01(\x08\x12\r\n\x05nodes\x18\x03 \x03(\t\x12\x10\n\x08switches\x18\x04 \x03(\t\x12\x12\n\nspine_hops\x18\x05 \x01(\r\x12\x13\n\x0b\x65xplanation\x18\x06 \x01(\t\x12\x13\n\x0bsbatch_args\x18\x07 \x03(\t\"D\n\x15PlanPlacementResponse\x12+\n\tplacement\x18\x01 \x01(\x0b\x32\x18.clusterctl.v1.Placement*\x84\x01\n\x0fPlacementPolicy\x12 \n\x1cPLACEMENT_POLICY_UNSPECIFIED\x10\x00\x12\x19\n\x15PLACEMENT_POLICY_PACK\x10\x01\x12\x18\n\x14PLACEMENT_POLICY_ANY\x10\x02\x12\x1a\n\x16PLACEMENT_POLICY_EXACT\x10\x03*\xe3\x01\n\tNodeState\x12\x1a\n\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x13\n\x0fNODE_STATE_IDLE\x10\x01\x12\x14\n\x10NODE_STATE_MIXED\x10\x02\x12\x18\n\x14NODE_STATE_ALLOCATED\x10\x03\x12\x13\n\x0fNODE_STATE_DOWN\x10\x04\x12\x17\n\x13NODE_STATE_DRAINING\x10\x05\x12\x16\n\x12NODE_STATE_DRAINED\x10\x06\x12\x17\n\x13NODE_STATE_RESERVED\x10\x07\x12\x16\n\x12NODE_STATE_UNKNOWN\x10\x08\x32\x92\x02\n\x0e\x43lusterService\x12T\n\x0bGetTopology\x12!.clusterctl.v1.GetTopologyRequest\x1a\".clusterctl.v1.GetTopologyResponse\x12N\n\tListNodes\x12\x1f.clusterctl.v1.ListNodesRequest\x1a .clusterctl.v1.ListNodesResponse\x12Z\n\rPlanPlacement\x12#.clusterctl.v1.PlanPlacementRequest\x1a$.clusterctl.v1.PlanPlacementResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'clusterctl.v1.cluster_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PLACEMENTPOLICY']._serialized_start=1422
-  _globals['_PLACEMENTPOLICY']._serialized_end=1554
-  _globals['_NODESTATE']._serialized_start=1557
-  _globals['_NODESTATE']._serialized_end=1784
+  _globals['_PLACEMENTPOLICY']._serialized_start=1439
+  _globals['_PLACEMENTPOLICY']._serialized_end=1571
+  _globals['_NODESTATE']._serialized_start=1574
+  _globals['_NODESTATE']._serialized_end=1801
   _globals['_PLACEMENTPREFERENCE']._serialized_start=47
   _globals['_PLACEMENTPREFERENCE']._serialized_end=226
   _globals['_NODE']._serialized_start=229
-  _globals['_NODE']._serialized_end=517
-  _globals['_SWITCH']._serialized_start=520
-  _globals['_SWITCH']._serialized_end=709
-  _globals['_TOPOLOGY']._serialized_start=711
-  _globals['_TOPOLOGY']._serialized_end=813
-  _globals['_GETTOPOLOGYREQUEST']._serialized_start=815
-  _globals['_GETTOPOLOGYREQUEST']._serialized_end=835
-  _globals['_GETTOPOLOGYRESPONSE']._serialized_start=837
-  _globals['_GETTOPOLOGYRESPONSE']._serialized_end=901
-  _globals['_LISTNODESREQUEST']._serialized_start=903
-  _globals['_LISTNODESREQUEST']._serialized_end=982
-  _globals['_LISTNODESRESPONSE']._serialized_start=984
-  _globals['_LISTNODESRESPONSE']._serialized_end=1039
-  _globals['_PLANPLACEMENTREQUEST']._serialized_start=1042
-  _globals['_PLANPLACEMENTREQUEST']._serialized_end=1199
-  _globals['_PLACEMENT']._serialized_start=1202
-  _globals['_PLACEMENT']._serialized_end=1349
-  _globals['_PLANPLACEMENTRESPONSE']._serialized_start=1351
-  _globals['_PLANPLACEMENTRESPONSE']._serialized_end=1419
-  _globals['_CLUSTERSERVICE']._serialized_start=1787
-  _globals['_CLUSTERSERVICE']._serialized_end=2061
+  _globals['_NODE']._serialized_end=534
+  _globals['_SWITCH']._serialized_start=537
+  _globals['_SWITCH']._serialized_end=726
+  _globals['_TOPOLOGY']._serialized_start=728
+  _globals['_TOPOLOGY']._serialized_end=830
+  _globals['_GETTOPOLOGYREQUEST']._serialized_start=832
+  _globals['_GETTOPOLOGYREQUEST']._serialized_end=852
+  _globals['_GETTOPOLOGYRESPONSE']._serialized_start=854
+  _globals['_GETTOPOLOGYRESPONSE']._serialized_end=918
+  _globals['_LISTNODESREQUEST']._serialized_start=920
+  _globals['_LISTNODESREQUEST']._serialized_end=999
+  _globals['_LISTNODESRESPONSE']._serialized_start=1001
+  _globals['_LISTNODESRESPONSE']._serialized_end=1056
+  _globals['_PLANPLACEMENTREQUEST']._serialized_start=1059
+  _globals['_PLANPLACEMENTREQUEST']._serialized_end=1216
+  _globals['_PLACEMENT']._serialized_start=1219
+  _globals['_PLACEMENT']._serialized_end=1366
+  _globals['_PLANPLACEMENTRESPONSE']._serialized_start=1368
+  _globals['_PLANPLACEMENTRESPONSE']._serialized_end=1436
+  _globals['_CLUSTERSERVICE']._serialized_start=1804
+  _globals['_CLUSTERSERVICE']._serialized_end=2078
 # @@protoc_insertion_point(module_scope)

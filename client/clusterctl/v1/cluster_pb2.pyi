@@ -56,7 +56,7 @@ class PlacementPreference(_message.Message):
     def __init__(self, policy: _Optional[_Union[PlacementPolicy, str]] = ..., max_wait_seconds: _Optional[int] = ..., switch_count: _Optional[int] = ..., exclude_nodes: _Optional[_Iterable[str]] = ..., nodelist: _Optional[_Iterable[str]] = ..., constraints: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ("name", "state", "switch", "cpus_total", "cpus_allocated", "gpus_total", "gpus_allocated", "memory_mb_total", "memory_mb_allocated", "partitions", "features", "reason", "flags")
+    __slots__ = ("name", "state", "switch", "cpus_total", "cpus_allocated", "gpus_total", "gpus_allocated", "memory_mb_total", "memory_mb_allocated", "partitions", "features", "reason", "flags", "health")
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     SWITCH_FIELD_NUMBER: _ClassVar[int]
@@ -70,6 +70,7 @@ class Node(_message.Message):
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     FLAGS_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
     name: str
     state: NodeState
     switch: str
@@ -83,7 +84,8 @@ class Node(_message.Message):
     features: _containers.RepeatedScalarFieldContainer[str]
     reason: str
     flags: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[NodeState, str]] = ..., switch: _Optional[str] = ..., cpus_total: _Optional[int] = ..., cpus_allocated: _Optional[int] = ..., gpus_total: _Optional[int] = ..., gpus_allocated: _Optional[int] = ..., memory_mb_total: _Optional[int] = ..., memory_mb_allocated: _Optional[int] = ..., partitions: _Optional[_Iterable[str]] = ..., features: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., flags: _Optional[_Iterable[str]] = ...) -> None: ...
+    health: str
+    def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[NodeState, str]] = ..., switch: _Optional[str] = ..., cpus_total: _Optional[int] = ..., cpus_allocated: _Optional[int] = ..., gpus_total: _Optional[int] = ..., gpus_allocated: _Optional[int] = ..., memory_mb_total: _Optional[int] = ..., memory_mb_allocated: _Optional[int] = ..., partitions: _Optional[_Iterable[str]] = ..., features: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., flags: _Optional[_Iterable[str]] = ..., health: _Optional[str] = ...) -> None: ...
 
 class Switch(_message.Message):
     __slots__ = ("name", "level", "nodes", "switches", "nodes_total", "nodes_free", "gpus_total", "gpus_free", "cpus_total", "cpus_free")

@@ -135,7 +135,7 @@ class RestartPolicy(_message.Message):
     def __init__(self, max_restarts: _Optional[int] = ..., on_node_failure: _Optional[bool] = ..., on_preemption: _Optional[bool] = ..., on_time_limit: _Optional[bool] = ..., retryable_exit_codes: _Optional[_Iterable[int]] = ..., fatal_exit_codes: _Optional[_Iterable[int]] = ..., backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., exclude_failed_nodes: _Optional[bool] = ..., no_progress_limit: _Optional[int] = ..., signal_before_timeout_seconds: _Optional[int] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., hang_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., on_rank_failure: _Optional[bool] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "script", "command", "nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "memory_mb_per_node", "time_limit", "partition", "account", "qos", "environment", "working_directory", "stdout_path", "stderr_path", "checkpoint_uri", "restart_policy", "placement", "request_id", "ntasks", "max_nodes", "gpus", "gpu_type", "memory_mb_per_cpu", "array", "dependency", "exclusive", "begin", "hold", "mail_type", "mail_user", "constraint", "reservation", "export", "submit_directory", "script_name", "nice", "sbatch_options", "checkpoint_tier")
+    __slots__ = ("name", "script", "command", "nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "memory_mb_per_node", "time_limit", "partition", "account", "qos", "environment", "working_directory", "stdout_path", "stderr_path", "checkpoint_uri", "restart_policy", "placement", "request_id", "ntasks", "max_nodes", "gpus", "gpu_type", "memory_mb_per_cpu", "array", "dependency", "exclusive", "begin", "hold", "mail_type", "mail_user", "constraint", "reservation", "export", "submit_directory", "script_name", "nice", "sbatch_options", "checkpoint_tier", "spare_nodes")
     class EnvironmentEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -183,6 +183,7 @@ class JobSpec(_message.Message):
     NICE_FIELD_NUMBER: _ClassVar[int]
     SBATCH_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_TIER_FIELD_NUMBER: _ClassVar[int]
+    SPARE_NODES_FIELD_NUMBER: _ClassVar[int]
     name: str
     script: str
     command: _containers.RepeatedScalarFieldContainer[str]
@@ -223,10 +224,11 @@ class JobSpec(_message.Message):
     nice: int
     sbatch_options: _containers.RepeatedScalarFieldContainer[str]
     checkpoint_tier: str
-    def __init__(self, name: _Optional[str] = ..., script: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., nodes: _Optional[int] = ..., tasks_per_node: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., cpus_per_task: _Optional[int] = ..., memory_mb_per_node: _Optional[int] = ..., time_limit: _Optional[str] = ..., partition: _Optional[str] = ..., account: _Optional[str] = ..., qos: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., working_directory: _Optional[str] = ..., stdout_path: _Optional[str] = ..., stderr_path: _Optional[str] = ..., checkpoint_uri: _Optional[str] = ..., restart_policy: _Optional[_Union[RestartPolicy, _Mapping]] = ..., placement: _Optional[_Union[_cluster_pb2.PlacementPreference, _Mapping]] = ..., request_id: _Optional[str] = ..., ntasks: _Optional[int] = ..., max_nodes: _Optional[int] = ..., gpus: _Optional[int] = ..., gpu_type: _Optional[str] = ..., memory_mb_per_cpu: _Optional[int] = ..., array: _Optional[str] = ..., dependency: _Optional[str] = ..., exclusive: _Optional[bool] = ..., begin: _Optional[str] = ..., hold: _Optional[bool] = ..., mail_type: _Optional[str] = ..., mail_user: _Optional[str] = ..., constraint: _Optional[str] = ..., reservation: _Optional[str] = ..., export: _Optional[str] = ..., submit_directory: _Optional[str] = ..., script_name: _Optional[str] = ..., nice: _Optional[int] = ..., sbatch_options: _Optional[_Iterable[str]] = ..., checkpoint_tier: _Optional[str] = ...) -> None: ...
+    spare_nodes: int
+    def __init__(self, name: _Optional[str] = ..., script: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., nodes: _Optional[int] = ..., tasks_per_node: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., cpus_per_task: _Optional[int] = ..., memory_mb_per_node: _Optional[int] = ..., time_limit: _Optional[str] = ..., partition: _Optional[str] = ..., account: _Optional[str] = ..., qos: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., working_directory: _Optional[str] = ..., stdout_path: _Optional[str] = ..., stderr_path: _Optional[str] = ..., checkpoint_uri: _Optional[str] = ..., restart_policy: _Optional[_Union[RestartPolicy, _Mapping]] = ..., placement: _Optional[_Union[_cluster_pb2.PlacementPreference, _Mapping]] = ..., request_id: _Optional[str] = ..., ntasks: _Optional[int] = ..., max_nodes: _Optional[int] = ..., gpus: _Optional[int] = ..., gpu_type: _Optional[str] = ..., memory_mb_per_cpu: _Optional[int] = ..., array: _Optional[str] = ..., dependency: _Optional[str] = ..., exclusive: _Optional[bool] = ..., begin: _Optional[str] = ..., hold: _Optional[bool] = ..., mail_type: _Optional[str] = ..., mail_user: _Optional[str] = ..., constraint: _Optional[str] = ..., reservation: _Optional[str] = ..., export: _Optional[str] = ..., submit_directory: _Optional[str] = ..., script_name: _Optional[str] = ..., nice: _Optional[int] = ..., sbatch_options: _Optional[_Iterable[str]] = ..., checkpoint_tier: _Optional[str] = ..., spare_nodes: _Optional[int] = ...) -> None: ...
 
 class RestartRecord(_message.Message):
-    __slots__ = ("cause", "failed_nodes", "time", "checkpoint_step", "exit_code", "detail", "nodes_before", "nodes_after", "detected_by", "failed_at", "detected_at", "requeued_at", "running_at", "first_step_at")
+    __slots__ = ("cause", "failed_nodes", "time", "checkpoint_step", "exit_code", "detail", "nodes_before", "nodes_after", "detected_by", "failed_at", "detected_at", "requeued_at", "running_at", "first_step_at", "relaunched_at")
     CAUSE_FIELD_NUMBER: _ClassVar[int]
     FAILED_NODES_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -241,6 +243,7 @@ class RestartRecord(_message.Message):
     REQUEUED_AT_FIELD_NUMBER: _ClassVar[int]
     RUNNING_AT_FIELD_NUMBER: _ClassVar[int]
     FIRST_STEP_AT_FIELD_NUMBER: _ClassVar[int]
+    RELAUNCHED_AT_FIELD_NUMBER: _ClassVar[int]
     cause: TerminationCause
     failed_nodes: _containers.RepeatedScalarFieldContainer[str]
     time: _timestamp_pb2.Timestamp
@@ -255,7 +258,8 @@ class RestartRecord(_message.Message):
     requeued_at: _timestamp_pb2.Timestamp
     running_at: _timestamp_pb2.Timestamp
     first_step_at: _timestamp_pb2.Timestamp
-    def __init__(self, cause: _Optional[_Union[TerminationCause, str]] = ..., failed_nodes: _Optional[_Iterable[str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., checkpoint_step: _Optional[int] = ..., exit_code: _Optional[int] = ..., detail: _Optional[str] = ..., nodes_before: _Optional[int] = ..., nodes_after: _Optional[int] = ..., detected_by: _Optional[str] = ..., failed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., detected_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., requeued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., running_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., first_step_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    relaunched_at: _timestamp_pb2.Timestamp
+    def __init__(self, cause: _Optional[_Union[TerminationCause, str]] = ..., failed_nodes: _Optional[_Iterable[str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., checkpoint_step: _Optional[int] = ..., exit_code: _Optional[int] = ..., detail: _Optional[str] = ..., nodes_before: _Optional[int] = ..., nodes_after: _Optional[int] = ..., detected_by: _Optional[str] = ..., failed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., detected_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., requeued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., running_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., first_step_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., relaunched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ArrayTask(_message.Message):
     __slots__ = ("task_id", "state", "exit_code", "exit_signal", "nodes", "has_exit_code", "restart_count")
@@ -276,7 +280,7 @@ class ArrayTask(_message.Message):
     def __init__(self, task_id: _Optional[int] = ..., state: _Optional[_Union[JobState, str]] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ..., has_exit_code: _Optional[bool] = ..., restart_count: _Optional[int] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "name", "user", "state", "reason", "nodes", "restart_count", "exit_code", "exit_signal", "submit_time", "start_time", "end_time", "placement_explanation", "restarts", "partition", "request_id", "terminal", "final_reason", "checkpoint_step", "excluded_nodes", "spec", "original_submit_time", "time_limit", "working_directory", "stdout_path", "stderr_path", "has_exit_code", "array", "tasks")
+    __slots__ = ("job_id", "name", "user", "state", "reason", "nodes", "restart_count", "exit_code", "exit_signal", "submit_time", "start_time", "end_time", "placement_explanation", "restarts", "partition", "request_id", "terminal", "final_reason", "checkpoint_step", "excluded_nodes", "spec", "original_submit_time", "time_limit", "working_directory", "stdout_path", "stderr_path", "has_exit_code", "array", "tasks", "stragglers")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
@@ -306,6 +310,7 @@ class JobStatus(_message.Message):
     HAS_EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     ARRAY_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    STRAGGLERS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     user: str
@@ -335,7 +340,16 @@ class JobStatus(_message.Message):
     has_exit_code: bool
     array: str
     tasks: _containers.RepeatedCompositeFieldContainer[ArrayTask]
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., restart_count: _Optional[int] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., placement_explanation: _Optional[str] = ..., restarts: _Optional[_Iterable[_Union[RestartRecord, _Mapping]]] = ..., partition: _Optional[str] = ..., request_id: _Optional[str] = ..., terminal: _Optional[bool] = ..., final_reason: _Optional[str] = ..., checkpoint_step: _Optional[int] = ..., excluded_nodes: _Optional[_Iterable[str]] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., original_submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., time_limit: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., working_directory: _Optional[str] = ..., stdout_path: _Optional[str] = ..., stderr_path: _Optional[str] = ..., has_exit_code: _Optional[bool] = ..., array: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[ArrayTask, _Mapping]]] = ...) -> None: ...
+    stragglers: _containers.RepeatedCompositeFieldContainer[Straggler]
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., restart_count: _Optional[int] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., placement_explanation: _Optional[str] = ..., restarts: _Optional[_Iterable[_Union[RestartRecord, _Mapping]]] = ..., partition: _Optional[str] = ..., request_id: _Optional[str] = ..., terminal: _Optional[bool] = ..., final_reason: _Optional[str] = ..., checkpoint_step: _Optional[int] = ..., excluded_nodes: _Optional[_Iterable[str]] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., original_submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., time_limit: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., working_directory: _Optional[str] = ..., stdout_path: _Optional[str] = ..., stderr_path: _Optional[str] = ..., has_exit_code: _Optional[bool] = ..., array: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[ArrayTask, _Mapping]]] = ..., stragglers: _Optional[_Iterable[_Union[Straggler, _Mapping]]] = ...) -> None: ...
+
+class Straggler(_message.Message):
+    __slots__ = ("node", "ratio")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    RATIO_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    ratio: float
+    def __init__(self, node: _Optional[str] = ..., ratio: _Optional[float] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("spec",)
@@ -432,7 +446,7 @@ class JobEvent(_message.Message):
     def __init__(self, type: _Optional[_Union[JobEventType, str]] = ..., job: _Optional[_Union[JobStatus, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., previous_state: _Optional[_Union[JobState, str]] = ..., message: _Optional[str] = ..., resume_token: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("record_id", "token", "job_id", "restart_count", "rank", "world_size", "node", "pid", "step", "committed_step", "restored", "exiting", "exit_code", "stopping_step")
+    __slots__ = ("record_id", "token", "job_id", "restart_count", "rank", "world_size", "node", "pid", "step", "committed_step", "restored", "exiting", "exit_code", "stopping_step", "relaunch", "step_seconds", "stack", "save_stall_seconds", "saves")
     RECORD_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -447,6 +461,11 @@ class HeartbeatRequest(_message.Message):
     EXITING_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     STOPPING_STEP_FIELD_NUMBER: _ClassVar[int]
+    RELAUNCH_FIELD_NUMBER: _ClassVar[int]
+    STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STACK_FIELD_NUMBER: _ClassVar[int]
+    SAVE_STALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SAVES_FIELD_NUMBER: _ClassVar[int]
     record_id: int
     token: str
     job_id: str
@@ -461,19 +480,28 @@ class HeartbeatRequest(_message.Message):
     exiting: bool
     exit_code: int
     stopping_step: int
-    def __init__(self, record_id: _Optional[int] = ..., token: _Optional[str] = ..., job_id: _Optional[str] = ..., restart_count: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., node: _Optional[str] = ..., pid: _Optional[int] = ..., step: _Optional[int] = ..., committed_step: _Optional[int] = ..., restored: _Optional[bool] = ..., exiting: _Optional[bool] = ..., exit_code: _Optional[int] = ..., stopping_step: _Optional[int] = ...) -> None: ...
+    relaunch: int
+    step_seconds: float
+    stack: str
+    save_stall_seconds: float
+    saves: int
+    def __init__(self, record_id: _Optional[int] = ..., token: _Optional[str] = ..., job_id: _Optional[str] = ..., restart_count: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., node: _Optional[str] = ..., pid: _Optional[int] = ..., step: _Optional[int] = ..., committed_step: _Optional[int] = ..., restored: _Optional[bool] = ..., exiting: _Optional[bool] = ..., exit_code: _Optional[int] = ..., stopping_step: _Optional[int] = ..., relaunch: _Optional[int] = ..., step_seconds: _Optional[float] = ..., stack: _Optional[str] = ..., save_stall_seconds: _Optional[float] = ..., saves: _Optional[int] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("interval", "stop", "stopping", "stop_step")
+    __slots__ = ("interval", "stop", "stopping", "stop_step", "want_stack", "checkpoint_interval")
     INTERVAL_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     STOPPING_FIELD_NUMBER: _ClassVar[int]
     STOP_STEP_FIELD_NUMBER: _ClassVar[int]
+    WANT_STACK_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     interval: _duration_pb2.Duration
     stop: bool
     stopping: bool
     stop_step: int
-    def __init__(self, interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stop: _Optional[bool] = ..., stopping: _Optional[bool] = ..., stop_step: _Optional[int] = ...) -> None: ...
+    want_stack: bool
+    checkpoint_interval: _duration_pb2.Duration
+    def __init__(self, interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stop: _Optional[bool] = ..., stopping: _Optional[bool] = ..., stop_step: _Optional[int] = ..., want_stack: _Optional[bool] = ..., checkpoint_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ReadJobLogRequest(_message.Message):
     __slots__ = ("job_id", "stream", "tail_lines", "follow")
@@ -680,3 +708,41 @@ class ListJobCheckpointsResponse(_message.Message):
     checkpoints: _containers.RepeatedCompositeFieldContainer[CheckpointInfo]
     error: str
     def __init__(self, uri: _Optional[str] = ..., checkpoints: _Optional[_Iterable[_Union[CheckpointInfo, _Mapping]]] = ..., error: _Optional[str] = ...) -> None: ...
+
+class GetGoodputRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class GoodputBreakdown(_message.Message):
+    __slots__ = ("productive", "queue", "start_restore", "checkpoint_stall", "detection", "restart", "lost")
+    PRODUCTIVE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    START_RESTORE_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_STALL_FIELD_NUMBER: _ClassVar[int]
+    DETECTION_FIELD_NUMBER: _ClassVar[int]
+    RESTART_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
+    productive: float
+    queue: float
+    start_restore: float
+    checkpoint_stall: float
+    detection: float
+    restart: float
+    lost: float
+    def __init__(self, productive: _Optional[float] = ..., queue: _Optional[float] = ..., start_restore: _Optional[float] = ..., checkpoint_stall: _Optional[float] = ..., detection: _Optional[float] = ..., restart: _Optional[float] = ..., lost: _Optional[float] = ...) -> None: ...
+
+class GetGoodputResponse(_message.Message):
+    __slots__ = ("job_id", "ettr", "wall_seconds", "breakdown", "checkpoint_interval")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ETTR_FIELD_NUMBER: _ClassVar[int]
+    WALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BREAKDOWN_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    ettr: float
+    wall_seconds: float
+    breakdown: GoodputBreakdown
+    checkpoint_interval: _duration_pb2.Duration
+    def __init__(self, job_id: _Optional[str] = ..., ettr: _Optional[float] = ..., wall_seconds: _Optional[float] = ..., breakdown: _Optional[_Union[GoodputBreakdown, _Mapping]] = ..., checkpoint_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...

@@ -104,6 +104,11 @@ class JobServiceStub:
                 request_serializer=clusterctl_dot_v1_dot_jobs__pb2.ListJobCheckpointsRequest.SerializeToString,
                 response_deserializer=clusterctl_dot_v1_dot_jobs__pb2.ListJobCheckpointsResponse.FromString,
                 _registered_method=True)
+        self.GetGoodput = channel.unary_unary(
+                '/clusterctl.v1.JobService/GetGoodput',
+                request_serializer=clusterctl_dot_v1_dot_jobs__pb2.GetGoodputRequest.SerializeToString,
+                response_deserializer=clusterctl_dot_v1_dot_jobs__pb2.GetGoodputResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -203,6 +208,13 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetGoodput(self, request, context):
+        """Where a job's wall time went (same visibility as GetJob).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -275,6 +287,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ListJobCheckpoints,
                     request_deserializer=clusterctl_dot_v1_dot_jobs__pb2.ListJobCheckpointsRequest.FromString,
                     response_serializer=clusterctl_dot_v1_dot_jobs__pb2.ListJobCheckpointsResponse.SerializeToString,
+            ),
+            'GetGoodput': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetGoodput,
+                    request_deserializer=clusterctl_dot_v1_dot_jobs__pb2.GetGoodputRequest.FromString,
+                    response_serializer=clusterctl_dot_v1_dot_jobs__pb2.GetGoodputResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -655,6 +672,33 @@ class JobService:
             '/clusterctl.v1.JobService/ListJobCheckpoints',
             clusterctl_dot_v1_dot_jobs__pb2.ListJobCheckpointsRequest.SerializeToString,
             clusterctl_dot_v1_dot_jobs__pb2.ListJobCheckpointsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetGoodput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clusterctl.v1.JobService/GetGoodput',
+            clusterctl_dot_v1_dot_jobs__pb2.GetGoodputRequest.SerializeToString,
+            clusterctl_dot_v1_dot_jobs__pb2.GetGoodputResponse.FromString,
             options,
             channel_credentials,
             insecure,

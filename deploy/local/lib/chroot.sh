@@ -297,7 +297,8 @@ PluginDir=$(chroot_libdir)/slurm-wlm
 AuthInfo=socket=$MUNGE_SOCKET
 $CHROOT_CONF_LINES
 EOF
-    cp "$tpl/topology.conf" "$tpl/gres.conf" "$tmp/"
+    write_topology "$tmp/topology.conf"
+    cp "$tpl/gres.conf" "$tmp/"
     cat >"$tmp/cgroup.conf" <<EOF
 $SLURM_MARKER -- see deploy/local/lib/chroot.sh
 # The chroot has no cgroup filesystem mounted ("cgroup filesystem not mounted" otherwise).

@@ -6,7 +6,22 @@ STATE="${CLUSTERCTL_STACK_DIR:-/var/lib/clusterctl-stack}"
 STACK_TIMEOUT="${CLUSTERCTL_STACK_TIMEOUT:-120}"      # seconds to wait for any one component
 SLURMD_TIMEOUT="${CLUSTERCTL_SLURMD_TIMEOUT:-30}"     # Slurm's SlurmdTimeout (dead-node detection)
 BRIDGE="${CLUSTERCTL_BRIDGE:-ccbr0}"
-NODES=(node1 node2 node3 node4 node5 node6)
+DEFAULT_NODE_COUNT=6 # what `up` brings up without --nodes (what the tests expect)
+MAX_NODE_COUNT=400   # two /24s of 200 (lib/net.sh); past ~500 the host's ARP table overflows
+NODE_COUNT_FILE="$STATE/nodes"
+# set_node_count N: NODES=(node1 .. nodeN)
+set_node_count() {
+    local i
+    NODES=()
+    for ((i = 1; i <= $1; i++)); do NODES+=("node$i"); done
+}
+# recorded_node_count -> how many nodes the last `up` brought up (the default before --nodes).
+recorded_node_count() {
+    local n=""
+    [[ -s "$NODE_COUNT_FILE" ]] && n="$(<"$NODE_COUNT_FILE")"
+    [[ "$n" =~ ^[1-9][0-9]*$ ]] && echo "$n" || echo "$DEFAULT_NODE_COUNT"
+}
+set_node_count "$(recorded_node_count)"
 JOB_USERS=(alice bob)
 
 # Slurm reads /etc/slurm/slurm.conf by default; writing there means every program

@@ -4,6 +4,8 @@
 # Layout (PREFIX is a private /24 chosen once and remembered in $STATE/subnet):
 #   bridge $BRIDGE        PREFIX.1/24   (root namespace: slurmctld, SeaweedFS)
 #   netns nodeN, eth0     PREFIX.(10+N)/24, veth peer "ccv-nodeN" enslaved to the bridge
+# Past 200 nodes (up --nodes N) node 200+K is at the next /24's .(10+K), and the bridge and the
+# nodes take a /23 that covers both (PREFIX's third number must be even then).
 # (a stack of another Slurm version, lib/chroot.sh, prefixes both names: NETNS_PREFIX, VETH_PREFIX)
 # Nothing is routed or NATed: the namespaces reach only the bridge subnet.
 
@@ -70,7 +72,23 @@ load_subnet() {
 }
 
 node_index() { echo "${1#node}"; }
-node_addr() { echo "$SUBNET_PREFIX.$((10 + $(node_index "$1")))"; }
+node_addr() {
+    local i a b c
+    i="$(node_index "$1")"
+    IFS=. read -r a b c <<<"$SUBNET_PREFIX"
+    echo "$a.$b.$((c + (i - 1) / 200)).$((11 + (i - 1) % 200))"
+}
+# net_len -> the prefix length of the bridge subnet: /24 up to 200 nodes, /23 beyond.
+net_len() { if ((${#NODES[@]} > 200)); then echo 23; else echo 24; fi; }
+
+# check_wide_subnet: a /23 needs an even third number and the next /24 free of other routes.
+check_wide_subnet() {
+    local a b c
+    (($(net_len) == 24)) && return 0
+    IFS=. read -r a b c <<<"$SUBNET_PREFIX"
+    ((c % 2 == 0)) || die "${#NODES[@]} nodes need a /23: subnet $SUBNET_PREFIX.0 does not start one (set CLUSTERCTL_STACK_SUBNET)"
+    ! subnet_clashes "$a.$b.$((c + 1))" || die "${#NODES[@]} nodes need $a.$b.$((c + 1)).0/24 too, which another route uses"
+}
 NETNS_PREFIX="${NETNS_PREFIX:-}"
 VETH_PREFIX="${VETH_PREFIX:-ccv-}"
 node_ns() { echo "$NETNS_PREFIX$1"; }
@@ -81,13 +99,16 @@ netns_exists() { ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$(node
 
 net_up() {
     choose_subnet
+    check_wide_subnet
+    local len
+    len="$(net_len)"
     if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
-        log "creating bridge $BRIDGE ($BRIDGE_ADDR/24)"
+        log "creating bridge $BRIDGE ($BRIDGE_ADDR/$len)"
         ip link add "$BRIDGE" type bridge
     fi
-    if ! ip -4 addr show dev "$BRIDGE" | grep -q "inet $BRIDGE_ADDR/24"; then
+    if ! ip -4 addr show dev "$BRIDGE" | grep -q "inet $BRIDGE_ADDR/$len "; then
         ip -4 addr flush dev "$BRIDGE"
-        ip addr add "$BRIDGE_ADDR/24" dev "$BRIDGE"
+        ip addr add "$BRIDGE_ADDR/$len" dev "$BRIDGE"
     fi
     ip link set "$BRIDGE" up
     write_netns_hosts
@@ -106,9 +127,9 @@ net_up() {
         fi
         ip link set "$veth" master "$BRIDGE"
         ip link set "$veth" up
-        if ! ip -n "$ns" -4 addr show dev eth0 | grep -q "inet $addr/24"; then
+        if ! ip -n "$ns" -4 addr show dev eth0 | grep -q "inet $addr/$len "; then
             ip -n "$ns" -4 addr flush dev eth0
-            ip -n "$ns" addr add "$addr/24" dev eth0
+            ip -n "$ns" addr add "$addr/$len" dev eth0
         fi
         ip -n "$ns" link set eth0 up
     done
@@ -127,18 +148,19 @@ net_up() {
 # /etc/netns/NODE/hosts replaces /etc/hosts for processes started with `ip netns exec NODE`:
 # node names and the controller's name resolve to their bridge-subnet addresses there.
 write_netns_hosts() {
-    local n m d
+    local n m d hosts
+    hosts="$(
+        echo "$NETNS_HOSTS_MARKER"
+        printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n'
+        printf '%s\t%s clusterctl-head\n' "$BRIDGE_ADDR" "$(hostname -s)"
+        for m in "${NODES[@]}"; do
+            printf '%s\t%s\n' "$(node_addr "$m")" "$m"
+        done
+    )" # once: every node's copy is the same (hundreds of nodes: thousands of lookups otherwise)
     for n in "${NODES[@]}"; do
         d="/etc/netns/$(node_ns "$n")"
         mkdir -p "$d"
-        {
-            echo "$NETNS_HOSTS_MARKER"
-            printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n'
-            printf '%s\t%s clusterctl-head\n' "$BRIDGE_ADDR" "$(hostname -s)"
-            for m in "${NODES[@]}"; do
-                printf '%s\t%s\n' "$(node_addr "$m")" "$m"
-            done
-        } >"$d/hosts.tmp"
+        printf '%s\n' "$hosts" >"$d/hosts.tmp"
         mv -f "$d/hosts.tmp" "$d/hosts"
     done
 }
@@ -172,15 +194,20 @@ netns_kill_all() {
     fi
 }
 
-net_down() {
+# net_remove_nodes NODE...: their processes, veth pairs and namespaces (nodes an up drops too).
+net_remove_nodes() {
     local n
-    for n in "${NODES[@]}"; do
+    for n in "$@"; do
         netns_kill_all "$n"
         ip link del "$(node_veth "$n")" >/dev/null 2>&1 || true
         if netns_exists "$n"; then
             ip netns del "$(node_ns "$n")" || warn "could not delete namespace $(node_ns "$n")"
         fi
     done
+}
+
+net_down() {
+    net_remove_nodes "${NODES[@]}"
     if ip link show "$BRIDGE" >/dev/null 2>&1; then
         ip link del "$BRIDGE" || warn "could not delete bridge $BRIDGE"
     fi

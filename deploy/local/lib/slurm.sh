@@ -77,6 +77,33 @@ node_lines() {
     done
 }
 
+# write_topology FILE: the switch tree for NODES. The default six nodes keep the template's two
+# leaves of three under one spine (what the tests assume); more nodes get leaves of 16 under
+# spines of 16 leaves, and one core switch above the spines when there are several.
+write_topology() {
+    local out="$1" count=${#NODES[@]} leaves spines l s lo hi name
+    if ((count == DEFAULT_NODE_COUNT)); then
+        cp "$STACK_HOME/templates/topology.conf" "$out"
+        return
+    fi
+    leaves=$(((count + 15) / 16))
+    spines=$(((leaves + 15) / 16))
+    {
+        echo "$SLURM_MARKER -- $count nodes (write_topology in deploy/local/lib/slurm.sh)"
+        for ((l = 1; l <= leaves; l++)); do
+            lo=$(((l - 1) * 16 + 1)) hi=$((l * 16 > count ? count : l * 16))
+            echo "SwitchName=leaf$l Nodes=node[$lo-$hi]"
+        done
+        for ((s = 1; s <= spines; s++)); do
+            lo=$(((s - 1) * 16 + 1)) hi=$((s * 16 > leaves ? leaves : s * 16))
+            name=spine
+            ((spines > 1)) && name="spine$s"
+            echo "SwitchName=$name Switches=leaf[$lo-$hi]"
+        done
+        if ((spines > 1)); then echo "SwitchName=core Switches=spine[1-$spines]"; fi
+    } >"$out"
+}
+
 # write_slurm_config -> sets SLURM_CONFIG_CHANGED=1 when any file changed.
 write_slurm_config() {
     local tpl="$STACK_HOME/templates" tmp f
@@ -92,7 +119,7 @@ write_slurm_config() {
         "CTLD_HOST=$(hostname -s)" "BRIDGE_ADDR=$BRIDGE_ADDR" "STATE=$STATE" \
         "SLURMD_TIMEOUT=$SLURMD_TIMEOUT" "JWT_KEY=$JWT_KEY_FILE" "NODE_LINES=$(node_lines)" \
         "CTLD_PORT=$SLURMCTLD_PORT" "SLURMD_PORT=$SLURMD_PORT" "SCHED_PARAMS=$SCHED_PARAMS"
-    cp "$tpl/topology.conf" "$tmp/topology.conf"
+    write_topology "$tmp/topology.conf"
     cp "$tpl/gres.conf" "$tmp/gres.conf"
     cp "$tpl/cgroup.conf" "$tmp/cgroup.conf"
     SLURM_CONFIG_CHANGED=0
@@ -186,6 +213,20 @@ slurmd_kill() {
 }
 
 # slurmd_down NODE...: stop the slurmds together, then whatever is left in their namespaces.
+# slurmd_start_all NODE...: 16 at a time, so hundreds of nodes register in seconds.
+slurmd_start_all() {
+    local n p pids=() failed=0
+    for n in "$@"; do
+        slurmd_start "$n" &
+        pids+=("$!")
+        ((${#pids[@]} < 16)) && continue
+        for p in "${pids[@]}"; do wait "$p" || failed=1; done
+        pids=()
+    done
+    for p in "${pids[@]}"; do wait "$p" || failed=1; done
+    ((failed == 0)) || die "a slurmd did not start (logs under $LOGS)"
+}
+
 slurmd_down() {
     local n specs=()
     for n in "$@"; do specs+=("slurmd $n=$(slurmd_pidfile "$n")"); done
@@ -253,12 +294,17 @@ wait_nodes_usable() {
     local timeout="$1" deadline n s pending
     shift
     deadline=$((SECONDS + timeout))
+    local -A state
     while :; do
         pending=()
+        state=()
+        while read -r n s; do state[$n]="$s"; done < <(sinfo -h -N -o '%N %T' 2>/dev/null) # one call for all nodes
         for n in "$@"; do
-            node_usable "$n" && continue
+            s="${state[$n]:-}"
+            case "$s" in
+            idle | mixed | allocated | completing) continue ;;
+            esac
             pending+=("$n")
-            s="$(node_state "$n")"
             case "$s" in
             down* | drain* | inval* | fail* | *drain*)
                 scontrol update nodename="$n" state=resume >/dev/null 2>&1 || true

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grpc
 
 from clusterctl.v1 import cluster_pb2, cluster_pb2_grpc
@@ -44,9 +46,13 @@ def topology_proto(model: TopologyModel) -> cluster_pb2.Topology:
 
 
 class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
-    def __init__(self, cache: QueueCache, placer: TopologyPlacer) -> None:
+    def __init__(
+        self, cache: QueueCache, placer: TopologyPlacer, health: Callable[[str], str] = lambda node: ""
+    ) -> None:
+        """``health``: clusterd's record of a node's failures across jobs (liveness.health)."""
         self._cache = cache
         self._placer = placer
+        self._health = health
 
     async def GetTopology(
         self, request: cluster_pb2.GetTopologyRequest, context: grpc.aio.ServicerContext
@@ -63,6 +69,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
             if request.partition and request.partition not in node.partitions:
                 continue
             msg = convert.node(node, _node_switch(model, name))
+            msg.health = self._health(name)
             if not wanted or msg.state in wanted:
                 out.append(msg)
         return cluster_pb2.ListNodesResponse(nodes=out)

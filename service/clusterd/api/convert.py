@@ -9,6 +9,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from clusterctl.v1 import cluster_pb2, jobs_pb2
 from clusterd.api.spec_convert import spec_to_proto
+from clusterd.goodput.report import GoodputReport
 from clusterd.liveness.claims import BeatClaim, BeatReply
 from clusterd.slurm.request import parse_time_limit
 from clusterd.slurm.types import JobState, NodeState, SlurmNode
@@ -17,7 +18,7 @@ from clusterd.supervisor import array_view
 from clusterd.supervisor.events import JobEvent
 
 # RestartEntry.phases keys, each shown as RestartRecord.<phase>_at.
-_PHASES = ("failed", "detected", "requeued", "running", "first_step")
+_PHASES = ("failed", "detected", "requeued", "relaunched", "running", "first_step")
 
 
 def _ts(value: float | None) -> Timestamp | None:
@@ -206,6 +207,7 @@ def beat_claim(req: jobs_pb2.HeartbeatRequest) -> BeatClaim:
         token=req.token,
         job_id=req.job_id,
         restart_count=req.restart_count,
+        relaunch=req.relaunch,
         rank=req.rank,
         world_size=req.world_size,
         node=req.node,
@@ -216,10 +218,28 @@ def beat_claim(req: jobs_pb2.HeartbeatRequest) -> BeatClaim:
         exiting=req.exiting,
         exit_code=req.exit_code,
         stopping_step=req.stopping_step if req.HasField("stopping_step") else None,
+        step_seconds=req.step_seconds,
+        stack=req.stack,
+        save_stall=req.save_stall_seconds,
+        saves=req.saves,
     )
 
 
 def heartbeat_response(reply: BeatReply) -> jobs_pb2.HeartbeatResponse:
-    msg = jobs_pb2.HeartbeatResponse(stop=reply.stop, stopping=reply.stopping, stop_step=reply.stop_step)
+    msg = jobs_pb2.HeartbeatResponse(
+        stop=reply.stop, stopping=reply.stopping, stop_step=reply.stop_step, want_stack=reply.want_stack
+    )
     msg.interval.FromNanoseconds(int(reply.interval * 1e9))
+    if reply.checkpoint_interval is not None:
+        msg.checkpoint_interval.FromNanoseconds(int(reply.checkpoint_interval * 1e9))
+    return msg
+
+
+def goodput_response(job_id: str, report: GoodputReport) -> jobs_pb2.GetGoodputResponse:
+    g = report.goodput
+    msg = jobs_pb2.GetGoodputResponse(
+        job_id=job_id, ettr=g.ettr, wall_seconds=g.wall_seconds, breakdown=jobs_pb2.GoodputBreakdown(**g.breakdown)
+    )
+    if report.checkpoint_interval is not None:
+        msg.checkpoint_interval.FromNanoseconds(int(report.checkpoint_interval * 1e9))
     return msg

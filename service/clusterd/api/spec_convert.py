@@ -75,6 +75,7 @@ _PLAIN = (
     "submit_directory",
     "script_name",
     "nice",
+    "spare_nodes",
 )
 _LISTS = ("command", "sbatch_options")
 

@@ -8,7 +8,8 @@ each edge maps them its own way (gRPC status, HTTP status).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -19,6 +20,8 @@ from clusterd.api.cluster_servicer import topology_proto
 from clusterd.auth.identity import Identity
 from clusterd.config import ViewsConfig
 from clusterd.errors import InvalidArgument
+from clusterd.goodput.fleet import summarize
+from clusterd.goodput.report import GoodputReporter
 from clusterd.jobs.checkpoints import CheckpointViews
 from clusterd.jobs.history import Finished, History, HistoryQuery
 from clusterd.jobs.logs import JobLogs
@@ -115,7 +118,11 @@ class JobViews:
         cache: QueueCache,
         placer: TopologyPlacer,
         views: ViewsConfig,
+        *,
+        goodput: GoodputReporter | None = None,
     ) -> None:
+        """``goodput``: the live runs' side of goodput (None: the records' alone)."""
+        self._goodput = goodput or GoodputReporter(None, None)
         self.manager = manager
         self._logs = logs
         self._history = history
@@ -126,12 +133,18 @@ class JobViews:
         # squeue's PrivateData=jobs, as the cluster's configuration says (clusterd sets it at start;
         # until then, and when it could not be read, each user sees only their own jobs).
         self.slurm_private_jobs = True
+        # A record's straggler nodes as its running ranks' step times name them (node -> ratio);
+        # the liveness table's, set by the daemon (only the leader's knows: others answer none).
+        self.stragglers: Callable[[int], dict[str, float]] = lambda record_id: {}
 
     # -- the records (what GetJob/ListJobs answer; the web API reads them here too) ------------
 
     async def get_job(self, ident: Identity, job_id: str) -> jobs_pb2.GetJobResponse:
         rec = await self.manager.get(ident, job_id)
-        return jobs_pb2.GetJobResponse(job=status_of(rec, job_id, with_spec=True))
+        job = status_of(rec, job_id, with_spec=True)
+        for node, ratio in sorted(self.stragglers(rec.record_id).items()):
+            job.stragglers.add(node=node, ratio=ratio)
+        return jobs_pb2.GetJobResponse(job=job)
 
     async def list_jobs(self, ident: Identity, request: jobs_pb2.ListJobsRequest) -> jobs_pb2.ListJobsResponse:
         states = frozenset(convert.job_state_from_proto(s) for s in request.states)
@@ -143,6 +156,32 @@ class JobViews:
             include_finished=request.include_finished or bool(states),
         )
         return jobs_pb2.ListJobsResponse(jobs=[convert.job_status(r) for r in records])
+
+    async def goodput(self, ident: Identity, job_id: str) -> jobs_pb2.GetGoodputResponse:
+        """Where the job's wall time went; whoever may GetJob it may ask (the same lookup)."""
+        rec = await self.manager.get(ident, job_id)  # checks the id and who may see the job
+        if split_task_id(job_id)[1] is not None:
+            raise InvalidArgument("job_id", "goodput is kept per job, not per array task: give the job id")
+        return convert.goodput_response(rec.job_id, self._goodput.report(rec))
+
+    async def fleet_goodput(self, ident: Identity) -> dict[str, Any]:
+        """Goodput per partition and user over the jobs the caller may list (an admin: everyone's),
+        live and recently finished, as the dashboard's fleet panel shows it."""
+        records = await self.manager.list(ident, user="*" if ident.admin else "", include_finished=True, limit=0)
+        jobs = [(r.partition, r.user, self._goodput.report(r).goodput) for r in records if not r.array]
+        return {
+            "rows": [
+                {
+                    "partition": row.partition,
+                    "user": row.user,
+                    "jobs": row.jobs,
+                    "ettr": row.ettr,
+                    "wall_seconds": row.wall_seconds,
+                    "breakdown": row.breakdown,
+                }
+                for row in summarize(jobs)
+            ]
+        }
 
     def topology(self) -> cluster_pb2.GetTopologyResponse:
         return cluster_pb2.GetTopologyResponse(topology=topology_proto(self._placer.model()))

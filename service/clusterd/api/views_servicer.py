@@ -23,6 +23,11 @@ class ViewsJobServicer(JobServicer):
         super().__init__(*args, **kwargs)
         self._views = views
 
+    async def GetJob(
+        self, request: jobs_pb2.GetJobRequest, context: grpc.aio.ServicerContext
+    ) -> jobs_pb2.GetJobResponse:
+        return await self._views.get_job(current_identity(), request.job_id)  # with what the ranks' beats say
+
     async def ReadJobLog(
         self, request: jobs_pb2.ReadJobLogRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[jobs_pb2.JobLogChunk]:
@@ -33,6 +38,11 @@ class ViewsJobServicer(JobServicer):
         self, request: jobs_pb2.ListHistoryRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.ListHistoryResponse:
         return await self._views.list_history(current_identity(), request)
+
+    async def GetGoodput(
+        self, request: jobs_pb2.GetGoodputRequest, context: grpc.aio.ServicerContext
+    ) -> jobs_pb2.GetGoodputResponse:
+        return await self._views.goodput(current_identity(), request.job_id)
 
     async def HoldJob(
         self, request: jobs_pb2.HoldJobRequest, context: grpc.aio.ServicerContext

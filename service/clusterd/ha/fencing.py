@@ -12,7 +12,7 @@ from __future__ import annotations
 from clusterd.ha.leadership import Leadership
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.request import JobRequest
-from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch
+from clusterd.slurm.types import JobPoll, SlurmJob, SlurmNode, SlurmSwitch
 
 
 class FencedBackend:
@@ -65,8 +65,15 @@ class FencedBackend:
         await self._leadership.check()
         await self._backend.mark_supervised(job_id, comment)
 
+    async def set_admin_comment(self, job_id: str, note: str) -> None:
+        await self._leadership.check()
+        await self._backend.set_admin_comment(job_id, note)
+
     async def list_jobs(self) -> list[SlurmJob]:
         return await self._backend.list_jobs()
+
+    async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
+        return await self._backend.poll_jobs(focus)
 
     async def list_nodes(self) -> list[SlurmNode]:
         return await self._backend.list_nodes()

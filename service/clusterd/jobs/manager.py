@@ -38,7 +38,7 @@ from clusterd.errors import (
     key_line,
 )
 from clusterd.jobs import adopt as adopt_checks
-from clusterd.jobs.script import inject_environment, job_environment, tier_environment
+from clusterd.jobs.script import RANK_NODES, inject_environment, job_environment, tier_environment
 from clusterd.jobs.submission import persisted_spec, settle_directories, with_signal
 from clusterd.jobs.users import UnixUser, resolve_unix_user
 from clusterd.jobs.validate import placement_preference, validate_spec
@@ -68,6 +68,7 @@ log = logging.getLogger(__name__)
 Placer = Callable[[JobRequest, Preference], tuple[JobRequest, str]]
 
 _DUPLICATE_WAIT_SECONDS = 60.0
+_WHOLE_LOOK_WAIT = 15.0  # seconds an adoption waits for a whole-queue read (seconds on a 10,000-job queue)
 _Call = TypeVar("_Call", bound=Callable[..., Awaitable[Any]])
 
 
@@ -198,6 +199,8 @@ class JobManager:
         env.update(beat_env)
         if spec.checkpoint_tier == "memory":
             env.update(tier_environment(rec.record_id))
+        if spec.spare_nodes and request.nodes:  # validate_spec made it N + spares
+            env[RANK_NODES] = str(request.nodes - spec.spare_nodes)
         request = replace(
             request,
             user=unix_user.name,
@@ -459,7 +462,11 @@ class JobManager:
         if task is not None:
             raise InvalidArgument("job_id", "adopt the whole job, not one array task")
         uri = adopt_checks.check_checkpoint_uri(checkpoint_uri)
-        job = adopt_checks.adoptable(ident, parent, self._cache.snapshot)
+        snap = self._cache.snapshot
+        if parent not in snap.jobs and parent not in snap.arrays and not snap.whole:
+            # Partial polls skip other users' pending jobs, this one until it is adopted.
+            snap = await self._cache.whole_look(_WHOLE_LOOK_WAIT)
+        job = adopt_checks.adoptable(ident, parent, snap)
         current = await self._store.get_by_job_id(parent, with_spec=False)
         if current is not None and not current.superseded and current.adopts(job):
             return current, True

@@ -88,4 +88,6 @@ def persisted_spec(spec: JobSpec, request: JobRequest) -> JobSpec:
         array=request.array.render() if request.array else "",  # an #SBATCH --array too
         time_limit=time_limit,
         restart_policy=policy,
+        # --spare-nodes: the nodes the ranks run on (an #SBATCH -N too); Slurm holds the spares beside them
+        nodes=request.nodes - spec.spare_nodes if spec.spare_nodes and request.nodes else spec.nodes,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from posixpath import normpath
 from typing import Any, TypeVar
 
@@ -181,7 +182,7 @@ def _script_body(spec: JobSpec, limits: LimitsConfig) -> str:
                 raise InvalidArgument(f"spec.command[{i}]", "contains a NUL byte")
         if not spec.command[0]:
             raise InvalidArgument("spec.command[0]", "the program name is empty")
-        return command_script(list(spec.command))
+        return command_script(list(spec.command), relaunched=spec.spare_nodes > 0)
     script = spec.script
     size = len(script.encode())
     if size > limits.max_script_bytes:
@@ -399,7 +400,7 @@ def validate_spec(spec: JobSpec, facts: ClusterFacts, limits: LimitsConfig) -> J
         default_name = spec.command[0].rsplit("/", 1)[-1]
     name = m.text("job-name", spec.name, "spec.name", _plain) or default_name
     _check_text("spec.name", name)
-    return JobRequest(
+    request = JobRequest(
         script=neutralise(script),
         name=name,
         user="",
@@ -429,6 +430,26 @@ def validate_spec(spec: JobSpec, facts: ClusterFacts, limits: LimitsConfig) -> J
         **_paths(spec, m),
         **{**res, **layout(m, res["gpu_type"])},
     )
+    return _with_spares(spec, request, limits)
+
+
+def _with_spares(spec: JobSpec, request: JobRequest, limits: LimitsConfig) -> JobRequest:
+    """--spare-nodes K: N+K nodes held with --no-kill, so that a node's death leaves the job running
+    and its srun steps can be started again on the survivors and a spare (clusterd.jobs.script)."""
+    if not spec.spare_nodes:
+        return request
+    spares = _count("spec.spare_nodes", spec.spare_nodes, limits.max_nodes)
+    if request.nodes is None:
+        raise InvalidArgument("spec.spare_nodes", "needs a node count (spec.nodes or #SBATCH -N)")
+    if request.max_nodes is not None and request.max_nodes != request.nodes:
+        raise InvalidArgument("spec.spare_nodes", "cannot be combined with a node range (-N MIN-MAX)")
+    if request.array is not None:
+        raise InvalidArgument("spec.spare_nodes", "cannot be combined with an array")
+    if "bash" not in request.script.split("\n", 1)[0]:
+        raise InvalidArgument("spec.spare_nodes", "needs a bash batch script (its srun lines are relaunched)")
+    if request.nodes + spares > limits.max_nodes:
+        raise InvalidArgument("spec.spare_nodes", f"{request.nodes} + {spares} nodes exceeds {limits.max_nodes}")
+    return replace(request, nodes=request.nodes + spares, max_nodes=None, no_kill=True)
 
 
 _CONSTRAINT_RE = re.compile(r"[A-Za-z0-9_.\-&|()\[\]*:,!]{1,1024}\Z")

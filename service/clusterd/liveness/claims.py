@@ -17,6 +17,7 @@ class BeatClaim:
     token: str
     job_id: str = ""
     restart_count: int = 0
+    relaunch: int = 0  # the in-place relaunch of the run (--spare-nodes) the rank belongs to
     rank: int = 0
     world_size: int = 0
     node: str = ""
@@ -27,6 +28,10 @@ class BeatClaim:
     exiting: bool = False
     exit_code: int = 0
     stopping_step: int | None = None  # the step the rank holds at for a stop; None: not stopping
+    step_seconds: float = 0.0  # the rank's recent seconds per step (0: not known)
+    stack: str = ""  # the rank's stacks, sent when a reply asked for them
+    save_stall: float = 0.0  # seconds this rank's saves blocked in this run
+    saves: int = 0
 
 
 @dataclass(frozen=True)
@@ -37,3 +42,5 @@ class BeatReply:
     stop: bool = False  # the run is being restarted: stop working, exit soon
     stopping: bool = False  # a rank of the run holds for a stop: every rank holds and says where
     stop_step: int | None = None  # every rank held: the step each trains on to, saves, and exits at
+    want_stack: bool = False  # the run stopped advancing: send the rank's stacks in the next beat
+    checkpoint_interval: float | None = None  # the autopilot's advice (seconds); None: none yet

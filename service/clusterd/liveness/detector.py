@@ -11,7 +11,18 @@ Every ``check_every`` seconds, for each run whose job Slurm shows RUNNING in tha
   NODE_FAILURE of that node, to be DRAINed rather than marked DOWN when another user's job runs
   there;
 - a silent rank on a node that is alive -> RANK_HUNG once its silence passes the hang timeout:
-  that job alone is restarted.
+  that job alone is restarted;
+- ranks that beat while their step stays put (a collective that never returns, a deadlock in the
+  main thread while the beat thread runs) for ``progress_factor`` times their step time, and at
+  least ``progress_floor`` seconds -> their stacks are asked for (the beat thread sends them), then
+  RANK_HUNG "by progress", naming the ranks that stopped while others went on, or else those
+  whose main thread stands elsewhere than their peers' (liveness.progress).
+
+Step times also name stragglers (liveness.progress): a verdict is logged and counted, never acted
+on here. Node deaths, hangs pinned to a node and straggler verdicts are scored across jobs
+(liveness.health): a node that keeps failing jobs is drained, never on jobs' claims alone (a node
+death clusterd confirmed itself must be among the failures). A hang of a single-node job is never
+pinned on its node: the job's own deadlock would look the same.
 
 What a job says (its beats, its silence) decides only about that job. Taking a node out of
 service needs evidence no tenant controls: Slurm's own view, or the node's kernel answering (or
@@ -32,7 +43,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
+from clusterd.liveness.health import Failure, NodeHealth
 from clusterd.liveness.probe import NodeProber, Reach
+from clusterd.liveness.progress import ProgressRules, hang_detail, odd_ranks, stalled_ranks, stragglers
 from clusterd.liveness.table import LivenessTable, RankBeat, Run
 from clusterd.model.causes import Cause
 from clusterd.slurm.types import JobState, NodeState, SlurmNode
@@ -60,6 +73,8 @@ class Detection:
     exit_code: int = 0
     committed_step: int = -1  # the newest checkpoint step the run's ranks reported committed
     drain: tuple[str, ...] = ()  # of ``nodes``, those another user's job runs on: drained, not marked DOWN
+    relaunch: int = 0  # the run's in-place relaunch (--spare-nodes) it concerns
+    rank_nodes: tuple[str, ...] = ()  # the nodes the run's ranks beat from (their word: checked against Slurm)
 
 
 def crashed_rank(run: Run) -> tuple[int, RankBeat] | None:
@@ -110,6 +125,10 @@ class Detector:
         suspect_after_intervals: float,
         check_every: float,
         default_port: int = 6818,
+        progress: ProgressRules | None = None,
+        straggling: Callable[[dict[str, float]], None] = lambda new: None,
+        health: NodeHealth | None = None,
+        drain: Callable[[str, str], Awaitable[bool]] | None = None,
     ) -> None:
         self._table = table
         self._prober = prober
@@ -121,6 +140,10 @@ class Detector:
         self._suspect_after = suspect_after_intervals
         self._check_every = check_every
         self._default_port = default_port
+        self._progress = progress or ProgressRules()
+        self._straggling = straggling  # nodes a run newly names stragglers (node -> ratio)
+        self.health = health or NodeHealth()
+        self._drain = drain  # (node, reason) -> whether it was drained (None: scored, never drained)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -146,6 +169,7 @@ class Detector:
     async def _check(self) -> list[Detection]:
         found: list[Detection] = []
         nodes = self._nodes()
+        self._back_in_service(nodes)
         beating = self._beating_nodes()
         for run in self._table.runs():
             view = self._jobs(run.job_id)
@@ -157,16 +181,30 @@ class Detector:
             run.gone_since = 0.0
             if run.decided or view.state != JobState.RUNNING or view.restart_count != run.restart_count:
                 continue  # not running this run (yet, or any more): Slurm's own view decides
-            detection = await self._crashed(run, nodes, view, beating) or await self._silent(run, nodes, view, beating)
+            detection = (
+                await self._crashed(run, nodes, view, beating)
+                or await self._silent(run, nodes, view, beating)
+                or self._stalled(run, view)
+            )
+            if detection is None:
+                for node in self._straggle(run, view):
+                    await self._blame(Failure(node, run.record_id, run.job_id, view.user, "straggler", evidence=False))
             if detection is not None and detection.cause is Cause.NODE_FAILURE:
                 drain = tuple(n for n in detection.nodes if self._others_on(n, view.user))
                 detection = replace(detection, drain=drain)
             if detection is not None and not run.decided:
-                detection = replace(detection, committed_step=run.committed_step())
+                detection = replace(
+                    detection,
+                    committed_step=run.committed_step(),
+                    relaunch=run.relaunch,
+                    rank_nodes=tuple(sorted({b.node for b in run.ranks.values()})),
+                )
                 run.decided = True
                 found.append(detection)
-                log.warning("job %s: %s (%s)", run.job_id, detection.detail, detection.detected_by)
+                # The detail may carry a rank's stack (the job's text): one log line, whatever it holds.
+                log.warning("job %s: %s (%s)", run.job_id, one_line(detection.detail), detection.detected_by)
                 await self._act(detection)
+                await self._score(detection, run, view)
         return found
 
     async def _crashed(
@@ -269,6 +307,101 @@ class Detector:
                 )
         return None
 
+    def _stalled(self, run: Run, view: JobView) -> Detection | None:
+        """Ranks that beat but stopped advancing: ask for their stacks, then RANK_HUNG once every
+        beating rank sent one (or a few intervals passed)."""
+        now = time.monotonic()
+        beating = run.interval * self._suspect_after  # a silent rank is the silence check's to judge
+        live = {
+            r: b for r, b in run.ranks.items() if b.node in view.nodes and not b.exiting and now - b.seen <= beating
+        }
+        # Ranks holding for a stop signal wait for their peers, not advancing: that is no hang.
+        stalled = [] if run.stop.under_way else stalled_ranks(live, self._progress, now)
+        if not stalled:
+            if run.stacks_asked:  # they moved on: a later stall asks anew
+                run.stacks_asked, run.stacks_kept = 0.0, 0
+                for beat in run.ranks.values():
+                    beat.stack, beat.stack_sig = "", ""
+            return None
+        if not run.stacks_asked:
+            run.stacks_asked = now
+            log.info("job %s: ranks %s stopped advancing; asking for their stacks", run.job_id, _ranks_text(stalled))
+            return None
+        waited = now - run.stacks_asked
+        if any(not b.stack_sig for b in live.values()) and waited < max(3 * run.interval, 2.0):
+            return None
+        named = odd_ranks(live, stalled)
+        nodes = tuple(sorted({live[r].node for r in named}))
+        worst = max(now - live[r].advanced for r in stalled)
+        detail = hang_detail(live, stalled, named, worst)
+        return Detection(
+            run.record_id,
+            run.job_id,
+            run.restart_count,
+            Cause.RANK_HUNG,
+            nodes,
+            tuple(named),
+            "progress",
+            time.time() - worst,
+            time.time(),
+            detail,
+        )
+
+    async def _score(self, det: Detection, run: Run, view: JobView) -> None:
+        """Pin the failure on its node(s) for the scoring across jobs. A node death is clusterd's own
+        evidence (its probe); a hang is the job's word, and pinned only when it names some of the
+        run's nodes, not all (never the only node of a single-node run: its own deadlock looks the
+        same); a crashed rank is never a node's fault."""
+        if det.cause is Cause.NODE_FAILURE:
+            for node in det.nodes:
+                await self._blame(Failure(node, run.record_id, run.job_id, view.user, "node death", evidence=True))
+        elif det.cause is Cause.RANK_HUNG:
+            run_nodes = {b.node for b in run.ranks.values()}
+            if det.nodes and set(det.nodes) < run_nodes:
+                for node in det.nodes:
+                    await self._blame(Failure(node, run.record_id, run.job_id, view.user, "hang", evidence=False))
+
+    async def _blame(self, failure: Failure) -> None:
+        verdict = self.health.blame(failure)
+        if verdict is None:
+            return
+        node = failure.node
+        if self._drain is None:  # scoring only: it asks again at the next failure
+            log.warning(
+                "node %s %s: would drain it (drain_failing_nodes is off): %s", node, verdict.reason, verdict.jobs
+            )
+            return
+        log.warning("node %s %s: draining it: %s", node, verdict.reason, verdict.jobs)
+        try:
+            drained = await self._drain(node, verdict.reason)
+        except Exception:
+            log.exception("cannot drain node %s", node)
+            return
+        if drained:
+            self.health.drained_for(node, verdict)
+
+    def _back_in_service(self, nodes: dict[str, SlurmNode]) -> None:
+        """A node clusterd drained that Slurm shows usable again was resumed (its probe passed, or an
+        operator): its past failures no longer count."""
+        for name in self.health.drained():
+            node = nodes.get(name)
+            if node is None:
+                continue
+            out = not node.state.usable or "DRAIN" in node.flags
+            if self.health.observe(name, out_of_service=out):
+                log.info("node %s is back in service: its failure record starts anew", name)
+
+    def _straggle(self, run: Run, view: JobView) -> list[str]:
+        """The nodes newly named stragglers of the run."""
+        found = stragglers({r: b for r, b in run.ranks.items() if b.node in view.nodes}, self._progress)
+        new = {n: ratio for n, ratio in found.items() if n not in run.stragglers}
+        run.stragglers = found
+        for node, ratio in sorted(new.items()):
+            log.warning("job %s: node %s is a straggler (%.2fx the other nodes' step time)", run.job_id, node, ratio)
+        if new:
+            self._straggling(new)
+        return sorted(new)
+
     def _node_failure(self, run: Run, dead: list[str], ranks: list[int], more: str = "") -> Detection:
         """NODE_FAILURE of ``dead`` (probed), whose ``ranks`` went silent with them."""
         last = max(run.ranks[r].seen for r in ranks)
@@ -303,6 +436,15 @@ class Detector:
             return True
         await asyncio.sleep(_PROBE_GAP_SECONDS)
         return not (await self._prober.probe(node.address, port)).dead
+
+
+def one_line(text: str) -> str:
+    """``text`` on one log line: a newline in what a job sent cannot start a forged line."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return ",".join(map(str, ranks[:16])) + (f" (+{len(ranks) - 16})" if len(ranks) > 16 else "")
 
 
 async def _true() -> bool:

@@ -21,17 +21,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from clusterd.config import LivenessConfig
 from clusterd.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable
+from clusterd.goodput.autopilot import Autopilot
 from clusterd.liveness import credentials
 from clusterd.liveness.claims import BeatClaim, BeatReply
 from clusterd.liveness.detector import JobView
-from clusterd.liveness.table import MAX_RANKS, Beat, LivenessTable, Run
+from clusterd.liveness.table import MAX_RANKS, MAX_STACK_CLAIM, Beat, LivenessTable, Run
 from clusterd.slurm.types import JobState
 from clusterd.store.jobs import JobRecords
 
@@ -43,7 +45,9 @@ _MAX_UNKNOWN = 10_000
 _LOOKUPS_PER_SECOND = 200.0  # store reads for ids not cached yet; beyond, RESOURCE_EXHAUSTED (the rank retries)
 _BEATS_PER_RANK_INTERVAL = 3.0  # a rank beats once an interval (plus its last): three is generous
 _NOT_RUNNING_INTERVAL = 0.5  # a job Slurm does not show running (yet) is asked to beat again this soon
+_MAX_STEP_SECONDS = 86_400.0  # a step time a beat may claim
 _HURRY_EVERY_SECONDS = 30.0  # a record's beats hurry the queue poll at most this often
+_ADVISE_EVERY_SECONDS = 5.0  # a run's checkpoint interval advice is worked out again this often
 
 
 # The rate-limit buckets' clock: a test of the limit replaces it, so the limit is checked whatever
@@ -77,12 +81,14 @@ class HeartbeatService:
         jobs: Jobs,
         hurry: Callable[[], None] = lambda: None,
         leading: Callable[[], bool] = lambda: True,
+        autopilot: Autopilot | None = None,
     ) -> None:
         """``jobs``: Slurm's view of a job by id, from the last poll; ``hurry``: poll again soon (a
         job that beats before the poll saw it running); ``leading``: whether this replica
         supervises now; only the leader's detector listens."""
         self._store = store
         self._leading = leading
+        self._autopilot = autopilot
         self._table = table
         self._config = config
         self._first_step = first_step
@@ -100,7 +106,8 @@ class HeartbeatService:
         Raises:
             Unauthenticated: no live record with that id, or the token is not its token.
             PermissionDenied: the beat names a job that is not the record's, or a node outside its allocation.
-            InvalidArgument: a field out of range (a negative ``stopping_step`` included).
+            InvalidArgument: a field out of range (a negative ``stopping_step``, a ``stack`` over
+                MAX_STACK_CLAIM characters included).
             ResourceExhausted: the record's beats come faster than its ranks beat, or too many unknown ids.
             Unavailable: this replica is a follower (the ranks try the next address).
         """
@@ -119,6 +126,12 @@ class HeartbeatService:
             raise InvalidArgument("node" if len(req.node) > 255 else "job_id", "longer than Slurm allows")
         if req.rank >= max(req.world_size, 1):
             raise InvalidArgument("rank", f"{req.rank} is not below world_size {req.world_size}")
+        if not (math.isfinite(req.step_seconds) and 0 <= req.step_seconds <= _MAX_STEP_SECONDS):
+            raise InvalidArgument(
+                "step_seconds", f"{req.step_seconds} is not a step time (0 to {_MAX_STEP_SECONDS:g} s)"
+            )
+        if len(req.stack) > MAX_STACK_CLAIM:  # checked before anything reads (or hashes) it
+            raise InvalidArgument("stack", f"{len(req.stack)} characters; at most {MAX_STACK_CLAIM}")
         if req.stopping_step is not None and req.stopping_step < 0:
             raise InvalidArgument("stopping_step", f"{req.stopping_step} is not a step (0 or more)")
         job_id, view = self._job(req.record_id, req.job_id, known)
@@ -161,6 +174,11 @@ class HeartbeatService:
             req.restored,
             req.exiting,
             req.exit_code,
+            req.save_stall,
+            req.saves,
+            req.step_seconds,
+            req.stack,
+            relaunch=req.relaunch,
         )
         run, first = self._table.record(beat, interval=known.interval, hang_timeout=known.hang_timeout)
         if req.exiting:
@@ -173,12 +191,27 @@ class HeartbeatService:
                 beat.node,
                 beat.exit_code,
             )
-        if first and run.restart_count > 0:
+        if first:
             await self._first_step(run)
-        current = run.restart_count == req.restart_count
+        current = (run.restart_count, run.relaunch) == (req.restart_count, req.relaunch)
         if not current or req.rank not in run.ranks:  # an older run's beat, or a rank over the table's cap
             return BeatReply(known.interval, stop=run.decided and current)
-        return self._stop_reply(run, req, known.interval)
+        reply = self._stop_reply(run, req, known.interval)
+        if run.stacks_asked and not run.ranks[req.rank].stack_sig and not run.decided:
+            reply = replace(reply, want_stack=True)  # the run stopped advancing: what is this rank doing?
+        return replace(reply, checkpoint_interval=self.advice(run))
+
+    def advice(self, run: Run) -> float | None:
+        """The checkpoint interval the autopilot advises ``run`` (None: no autopilot, or no save yet);
+        worked out at most once per _ADVISE_EVERY_SECONDS per run, whatever the last answer was: every
+        rank beats every interval, and a run of many ranks must not cost a walk over them per beat."""
+        if self._autopilot is None:
+            return None
+        now = time.monotonic()
+        # (and at once when the run's first save makes advice possible: stall_per_save() is O(1))
+        if now - run.advised_at >= _ADVISE_EVERY_SECONDS or (run.advice is None and run.stall_per_save() is not None):
+            run.advice, run.advised_at = self._autopilot.for_run(run), now
+        return run.advice
 
     def _stopping_after_running(self, req: BeatClaim, job_id: str, known: _Known) -> BeatReply | None:
         """The reply to a rank of a run Slurm no longer shows running, when that rank still takes part

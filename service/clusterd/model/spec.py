@@ -131,6 +131,7 @@ class JobSpec:
     script_name: str = ""
     nice: int = 0
     sbatch_options: tuple[str, ...] = ()
+    spare_nodes: int = 0  # held beside ``nodes`` for a restart in place (the ranks run on ``nodes``)
 
     def __post_init__(self) -> None:
         _freeze(self, ("command", "sbatch_options"))

@@ -54,6 +54,20 @@ JOBS_BY_STATE = Gauge(
     ["state"],
     registry=REGISTRY,
 )
+# Goodput over the partition's live jobs (wall-time weighted), refreshed every few seconds; per
+# partition only: a job or user label would make a series per job ever run.
+GOODPUT_RATIO = Gauge(
+    "clusterd_job_goodput_ratio",
+    "Effective training time ratio of the partition's live jobs (productive / wall seconds)",
+    ["partition"],
+    registry=REGISTRY,
+)
+GOODPUT_SECONDS = Gauge(
+    "clusterd_job_goodput_seconds",
+    "Wall seconds of the partition's live jobs by where they went (productive, queue, lost, ...)",
+    ["partition", "part"],
+    registry=REGISTRY,
+)
 REQUEUES = Counter(
     "clusterd_requeues",
     "Automatic requeues the supervisor performed, by cause",
@@ -64,6 +78,12 @@ POLL_LATENCY = Histogram(
     "clusterd_queue_poll_latency_seconds",
     "Time for one queue poll: the queue and node queries, their parsing, and reconciling the live jobs",
     buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+STRAGGLERS = Counter(
+    "clusterd_straggler_verdicts",
+    "Times a running job named a node a straggler (its ranks' step time over the other nodes'), by node",
+    ["node"],
     registry=REGISTRY,
 )
 SLURM_CALLS = Counter(

@@ -243,6 +243,10 @@ def supervise_argv(job_id: str, comment: str) -> list[str]:
     return ["scontrol", "update", f"jobid={job_id}", f"Comment={comment}", "Requeue=1"]
 
 
+def admin_comment_argv(job_id: str, note: str) -> list[str]:
+    return ["scontrol", "update", f"jobid={job_id}", f"AdminComment={note}"]
+
+
 def sacct_argv(*, since: float, until: float, user: str | None) -> list[str]:
     """``sacct --json`` for jobs that ran in [since, until): every user's (root) or one user's."""
     who = ["--allusers"] if user is None else [f"--user={user}"]
@@ -258,6 +262,28 @@ def _sacct_time(seconds: float) -> str:
 # seen in its final state (seen on 24.11 and 26.05). 22.05 ignores filters with --json: same output.
 SQUEUE_ARGV = ["squeue", "--all", "--states=all", "--json"]
 SINFO_ARGV = ["sinfo", "--json"]
+# A partial look at the queue (see SlurmBackend.poll_jobs): every job not PENDING, and the jobs asked
+# for by id. Both filters are honoured with --json from 24.11 on (verified there; 22.05 ignores them).
+PARTIAL_QUEUE_FROM = (24, 11)
+_NOT_PENDING = (
+    "RUNNING,SUSPENDED,COMPLETING,CONFIGURING,COMPLETED,CANCELLED,FAILED,TIMEOUT,NODE_FAIL,PREEMPTED,"
+    "BOOT_FAIL,DEADLINE,OUT_OF_MEMORY,SPECIAL_EXIT,STOPPED,SIGNALING,STAGE_OUT,RESIZING"
+)
+SQUEUE_NOT_PENDING_ARGV = ["squeue", "--all", f"--states={_NOT_PENDING}", "--json"]
+
+
+def squeue_jobs_argv(job_ids: frozenset[str]) -> list[str]:
+    """``squeue --json`` of these jobs (or arrays: all their elements), in any state.
+
+    One id alone is asked twice: with a single id squeue loads only that job and fails ("Invalid job
+    id specified") once it left slurmctld's memory; with a list it drops the ids it does not know.
+    """
+    ids = sorted(i for i in job_ids if i.isdigit())  # Slurm's own ids, never a flag or a range
+    if len(ids) == 1:
+        ids *= 2
+    return ["squeue", "--all", "--states=all", f"--jobs={','.join(ids)}", "--json"]
+
+
 # Newer releases group sinfo --json by state and leave each node's address out (seen on 24.11 and
 # 26.05: "addresses": []), which the liveness probe needs; scontrol prints one record per node with
 # address and slurmd port, in the same NODE shape slurmrestd's GET nodes has. 22.05 has no --json here.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from clusterd.slurm.request import JobRequest
-from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch
+from clusterd.slurm.types import JobPoll, SlurmJob, SlurmNode, SlurmSwitch
 
 
 @runtime_checkable
@@ -57,6 +57,15 @@ class SlurmBackend(Protocol):
         """The whole queue in ONE query (the queue cache is the only caller)."""
         ...
 
+    async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
+        """What can have changed since the last look: every job not PENDING plus the jobs (or arrays)
+        ``focus`` names, in any state, where the release can filter; else the whole queue.
+
+        On a big cluster the queue is mostly other users' pending jobs that change rarely: a partial
+        look skips them and the queue cache re-reads the whole queue now and then.
+        """
+        ...
+
     async def list_nodes(self) -> list[SlurmNode]: ...
 
     async def topology(self) -> list[SlurmSwitch]:
@@ -81,6 +90,11 @@ class SlurmBackend(Protocol):
         Adoption: the supervisor recognises a job by that comment (JobRecord.adopts) and requeues
         it after failures, which Slurm refuses for a job submitted with ``--no-requeue``.
         """
+        ...
+
+    async def set_admin_comment(self, job_id: str, note: str) -> None:
+        """Set the job's AdminComment: a note from the service that only an administrator can write
+        and the job itself can read (``scontrol show job``), e.g. where a relaunched step runs."""
         ...
 
     async def accounting_jobs(self, *, since: float, until: float, user: str | None) -> list[SlurmJob] | None:

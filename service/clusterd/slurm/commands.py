@@ -16,7 +16,7 @@ from clusterd.slurm.accounting import ACCOUNTING_DISABLED, parse_sacct
 from clusterd.slurm.request import JobRequest
 from clusterd.slurm.runner import CommandRunner
 from clusterd.slurm.topology_text import parse_topology
-from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch
+from clusterd.slurm.types import JobPoll, SlurmJob, SlurmNode, SlurmSwitch
 from clusterd.slurm.version import SlurmVersion, SlurmVersionError
 
 T = TypeVar("T")
@@ -31,6 +31,7 @@ class CommandsBackend:
         )
         self._job_path = config.job_path
         self._nodes_command: list[str] | None = None  # see _nodes_argv
+        self._partial_queue: bool | None = None  # see poll_jobs
 
     async def submit(self, request: JobRequest) -> str:
         """sbatch runs as the job's user, in its submit directory, with a minimal environment.
@@ -79,6 +80,30 @@ class CommandsBackend:
         result = await self.runner.run(argv.SQUEUE_ARGV)
         return await _parsed("squeue", parse.parse_squeue, result.stdout)
 
+    async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
+        """Two filtered squeues (jobs not PENDING; the focus) from 24.11 on, the whole queue before."""
+        if not await self._filters_queue():
+            return JobPoll(tuple(await self.list_jobs()))
+        result = await self.runner.run(argv.SQUEUE_NOT_PENDING_ARGV)
+        jobs = await _parsed("squeue", parse.parse_squeue, result.stdout)
+        if any(i.isdigit() for i in focus):
+            result = await self.runner.run(argv.squeue_jobs_argv(focus))
+            jobs += await _parsed("squeue", parse.parse_squeue, result.stdout)
+        return JobPoll(tuple(jobs), whole=False)
+
+    async def _filters_queue(self) -> bool:
+        """Whether squeue --json honours its filters here; decided once, like _nodes_argv."""
+        if self._partial_queue is None:
+            self._partial_queue = await self._release() >= argv.PARTIAL_QUEUE_FROM
+        return self._partial_queue
+
+    async def _release(self) -> tuple[int, int]:
+        """Slurm's release from ``sbatch --version``; (0, 0) when unreadable (the oldest behaviour)."""
+        try:
+            return SlurmVersion.parse(await self.version()).release
+        except SlurmVersionError:
+            return (0, 0)
+
     async def list_nodes(self) -> list[SlurmNode]:
         nodes_argv = await self._nodes_argv()
         result = await self.runner.run(nodes_argv)
@@ -90,10 +115,7 @@ class CommandsBackend:
         Decided once from ``sbatch --version``; a version we cannot read keeps sinfo, which works everywhere.
         """
         if self._nodes_command is None:
-            try:
-                release = SlurmVersion.parse(await self.version()).release
-            except SlurmVersionError:
-                release = (0, 0)
+            release = await self._release()
             self._nodes_command = argv.NODES_JSON_ARGV if release >= argv.NODES_JSON_FROM else argv.SINFO_ARGV
         return self._nodes_command
 
@@ -134,6 +156,9 @@ class CommandsBackend:
 
     async def mark_supervised(self, job_id: str, comment: str) -> None:
         await self.runner.run(argv.supervise_argv(job_id, comment))
+
+    async def set_admin_comment(self, job_id: str, note: str) -> None:
+        await self.runner.run(argv.admin_comment_argv(job_id, note))
 
     async def accounting_jobs(self, *, since: float, until: float, user: str | None) -> list[SlurmJob] | None:
         result = await self.runner.run(argv.sacct_argv(since=since, until=until, user=user), check=False)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from clusterd.errors import SlurmError
 from clusterd.slurm.arrays import compress, task_indices
 from clusterd.slurm.request import JobRequest
-from clusterd.slurm.types import JobState, NodeState, SlurmJob, SlurmNode, SlurmSwitch
+from clusterd.slurm.types import JobPoll, JobState, NodeState, SlurmJob, SlurmNode, SlurmSwitch
 
 
 @dataclass
@@ -28,6 +28,9 @@ class FakeSlurm:
     fail_submit: str = ""  # when set, sbatch "refuses" with this message
     accounting: list[SlurmJob] | None = None  # finished jobs slurmdbd knows; None: no accounting
     held: set[str] = field(default_factory=set)
+    admin_comments: dict[str, str] = field(default_factory=dict)
+    no_kill: set[str] = field(default_factory=set)  # jobs submitted with --no-kill
+    partial: bool = False  # poll_jobs filters, as squeue from 24.11 on; False: the whole queue, as 22.05
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
 
     @classmethod
@@ -59,6 +62,8 @@ class FakeSlurm:
             raise SlurmError("sbatch", 1, f"sbatch: error: {self.fail_submit}")
         job_id = str(next(self._ids))
         self.submitted.append(request)
+        if request.no_kill:
+            self.no_kill.add(job_id)
         self.jobs[job_id] = SlurmJob(
             job_id=job_id,
             name=request.name,
@@ -132,7 +137,8 @@ class FakeSlurm:
 
     async def kill_steps(self, job_id: str) -> None:
         self.calls["kill_steps"] += 1
-        if job_id in self.jobs and self.jobs[job_id].state == JobState.RUNNING:
+        # The batch script ends with its step (``exec srun``), unless it goes on (--no-kill: it relaunches).
+        if job_id in self.jobs and self.jobs[job_id].state == JobState.RUNNING and job_id not in self.no_kill:
             self.jobs[job_id] = replace(self.jobs[job_id], state=JobState.FAILED, exit_code=137)
 
     async def drain_node(self, node: str, reason: str) -> None:
@@ -143,7 +149,12 @@ class FakeSlurm:
         self.calls["set_node_down"] += 1
         self.nodes = [replace(n, state=NodeState.DOWN, reason=reason) if n.name == node else n for n in self.nodes]
         for job_id, job in list(self.jobs.items()):
-            if job.state == JobState.RUNNING and node in job.nodes and job.requeue:
+            if job.state != JobState.RUNNING or node not in job.nodes:
+                continue
+            if job_id in self.no_kill and node != (job.batch_host or job.nodes[0]):
+                # --no-kill: Slurm takes the node out of the job, which runs on ("Removing failed node")
+                self.jobs[job_id] = replace(job, nodes=tuple(n for n in job.nodes if n != node))
+            elif job.requeue:
                 self.jobs[job_id] = replace(
                     job, state=JobState.PENDING, reason="BeginTime", nodes=(), restart_count=job.restart_count + 1
                 )
@@ -158,6 +169,19 @@ class FakeSlurm:
     async def list_jobs(self) -> list[SlurmJob]:
         self.calls["list_jobs"] += 1
         return list(self.jobs.values())
+
+    async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
+        if not self.partial:
+            return JobPoll(tuple(await self.list_jobs()))
+        self.calls["poll_jobs"] += 1
+        return JobPoll(
+            tuple(
+                j
+                for j in self.jobs.values()
+                if j.state != JobState.PENDING or j.job_id in focus or j.array_job_id in focus
+            ),
+            whole=False,
+        )
 
     async def list_nodes(self) -> list[SlurmNode]:
         self.calls["list_nodes"] += 1
@@ -192,6 +216,10 @@ class FakeSlurm:
     async def mark_supervised(self, job_id: str, comment: str) -> None:
         self.calls["mark_supervised"] += 1
         self.jobs[job_id] = replace(self.jobs[job_id], comment=comment, requeue=True)
+
+    async def set_admin_comment(self, job_id: str, note: str) -> None:
+        self.calls["set_admin_comment"] += 1
+        self.admin_comments[job_id] = note
 
     async def accounting_jobs(self, *, since: float, until: float, user: str | None) -> list[SlurmJob] | None:
         self.calls["accounting_jobs"] += 1

@@ -202,6 +202,21 @@ def parse_squeue(text: str) -> list[SlurmJob]:
     return parse_squeue_data(_load(text, "squeue --json"))
 
 
+def parse_jobs_since(text: str, *, asked_since: bool) -> tuple[list[SlurmJob] | None, int]:
+    """A slurmrestd ``GET jobs`` reply: (jobs, its ``last_update``; 0 where the API has none), or
+    (None, 0) when it answers ``update_time`` with no change: no jobs and an unset ``last_update``
+    (seen on 24.11's v0.0.42, with the warning "No job changes since update_time").
+
+    Only data_parser versions (23.11 on) carry ``last_update``; the caller asks with ``update_time``
+    only after a reply that had one, so an empty 22.05 reply is never taken for "no change".
+    """
+    data = _check(_load(text, "GET jobs"), "GET jobs")
+    stamp = _number(data.get("last_update")) or 0
+    if asked_since and not stamp and not data.get("jobs"):
+        return None, 0
+    return parse_squeue_data(data), stamp
+
+
 def node_state(base: str, flags: list[str]) -> NodeState:
     """Slurm's base state plus flags -> one enum. DRAIN on a busy node is DRAINING."""
     base = base.upper()

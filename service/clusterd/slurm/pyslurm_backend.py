@@ -30,7 +30,7 @@ from clusterd.observability.metrics import observed_slurm_call
 from clusterd.slurm import parse
 from clusterd.slurm.request import ExportMode, JobRequest, Sharing
 from clusterd.slurm.restd_submit import Unexpressible
-from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch
+from clusterd.slurm.types import JobPoll, SlurmJob, SlurmNode, SlurmSwitch
 from clusterd.slurm.version import SlurmVersion, SlurmVersionError
 
 if TYPE_CHECKING:
@@ -459,6 +459,10 @@ class PyslurmBackend:
 
         return await self._call("list jobs", load)
 
+    async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
+        """The whole queue, as list_jobs: one load of Slurm's job table."""
+        return JobPoll(tuple(await self.list_jobs()))
+
     async def list_nodes(self) -> list[SlurmNode]:
         def load() -> list[SlurmNode]:
             return [node_from_pyslurm(n) for n in _values(self._pyslurm.Nodes.load())]
@@ -478,6 +482,9 @@ class PyslurmBackend:
 
     async def mark_supervised(self, job_id: str, comment: str) -> None:
         await self._commands().mark_supervised(job_id, comment)
+
+    async def set_admin_comment(self, job_id: str, note: str) -> None:
+        await self._commands().set_admin_comment(job_id, note)
 
     async def accounting_jobs(self, *, since: float, until: float, user: str | None) -> list[SlurmJob] | None:
         return await self._commands().accounting_jobs(since=since, until=until, user=user)

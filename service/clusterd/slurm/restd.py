@@ -42,7 +42,7 @@ from clusterd.slurm.request import JobRequest
 from clusterd.slurm.restd_http import H11Client, HttpFailure, Reply, RestdHttp
 from clusterd.slurm.restd_submit import Unexpressible
 from clusterd.slurm.restd_versions import KNOWN_API_VERSIONS, RestApi, api_for, choose
-from clusterd.slurm.types import SlurmJob, SlurmNode, SlurmSwitch
+from clusterd.slurm.types import JobPoll, SlurmJob, SlurmNode, SlurmSwitch
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +112,7 @@ class RestdBackend:
         self._api_lock = asyncio.Lock()
         self._key: bytes | None = None
         self._tokens: dict[str, tuple[str, float]] = {}  # user -> (token, monotonic refresh time)
+        self._jobs_stamp = 0  # Slurm's last_update in the last GET jobs poll_jobs read whole (0: none)
 
     async def aclose(self) -> None:
         if self._owns_client:
@@ -301,6 +302,23 @@ class RestdBackend:
             resp = await self._send("GET", await self._path("jobs"), command)
             return await _parsed(command, parse.parse_squeue, resp.text)
 
+    async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
+        """``GET jobs?update_time=`` with Slurm's stamp of the last reply (23.11 on): nothing when no
+        job changed since, else the whole queue (``GET jobs`` has no state or id filter)."""
+        command = "GET jobs"
+        since = self._jobs_stamp
+        path = await self._path("jobs") + (f"?update_time={since}" if since else "")
+        with _observed(command):
+            resp = await self._send("GET", path, command)
+            try:
+                jobs, stamp = await asyncio.to_thread(parse.parse_jobs_since, resp.text, asked_since=bool(since))
+            except ValueError as exc:
+                raise _error(command, 200, str(exc)) from exc
+        if jobs is None:
+            return JobPoll((), whole=False, unchanged=True)
+        self._jobs_stamp = stamp
+        return JobPoll(tuple(jobs))
+
     async def list_nodes(self) -> list[SlurmNode]:
         command = "GET nodes"
         with _observed(command):
@@ -321,6 +339,10 @@ class RestdBackend:
         """``scontrol update Comment= Requeue=1`` through the commands backend (one verified path)."""
         with _observed("scontrol update"):
             await self._commands().mark_supervised(_check_job_id("scontrol update", job_id), comment)
+
+    async def set_admin_comment(self, job_id: str, note: str) -> None:
+        with _observed("scontrol update"):
+            await self._commands().set_admin_comment(_check_job_id("scontrol update", job_id), note)
 
     async def accounting_jobs(self, *, since: float, until: float, user: str | None) -> list[SlurmJob] | None:
         """``sacct --json`` through the commands backend: slurmrestd serves /slurmdb/ only when its

@@ -155,3 +155,18 @@ class ClusterFacts:
     nodes: frozenset[str]
     default_partition: str = ""
     slurm_release: tuple[int, int] | None = None  # whose sbatch directives are read as (None: the newest)
+
+
+@dataclass(frozen=True)
+class JobPoll:
+    """One look at the queue: the whole of it, or the part that can have changed.
+
+    A partial look (``whole`` False) lists every job that is not PENDING and every element of the
+    jobs asked for by id, in any state; a PENDING job of someone else's is as the last whole look
+    saw it. Anything a partial look should list and does not has left the queue or gone back to
+    PENDING (QueueCache.merge).
+    """
+
+    jobs: tuple[SlurmJob, ...]
+    whole: bool = True
+    unchanged: bool = False  # Slurm said no job changed since the last look (slurmrestd's update_time)

@@ -43,6 +43,9 @@ OBSERVED = (
     "array",
     "array_tasks",
     "heartbeat_token_sha256",
+    "first_start",
+    "first_step_time",
+    "final_save_stall",
 )
 _TUPLES = ("nodes", "excluded_nodes")
 

@@ -38,7 +38,10 @@ class RestartEntry:
     nodes_after: int = 0  # nodes of the next run, once it started (0: not yet)
     detected_by: str = ""  # "heartbeat+probe", "heartbeat", "rank-exit", "slurm", ...
     # Wall-clock times of the recovery's phases (failed, detected, requeued, running, first_step):
-    # a phase is absent until it happened (or when it cannot be known, e.g. no heartbeats).
+    # a phase is absent until it happened (or when it cannot be known, e.g. no heartbeats). Two more
+    # keys describe the run that ended, for goodput: "committed", when the step of its newest
+    # checkpoint was first reported (later steps are lost), and "save_stall", the SECONDS its ranks
+    # said they stalled in save().
     phases: dict[str, float] = field(default_factory=dict)
 
 
@@ -123,6 +126,11 @@ class JobRecord:
     array_tasks: dict[int, ArrayTask] = field(default_factory=dict)  # task id -> its last seen state
     # SHA-256 of the job's heartbeat token (CLUSTERCTL_HEARTBEAT_TOKEN): only the job holds the token.
     heartbeat_token_sha256: str = ""
+    # Goodput's timeline of run 0 (later runs have theirs in ``restarts``): when it started, and
+    # its first training step as the ranks' beats said. None: not (yet) known.
+    first_start: float | None = None
+    first_step_time: float | None = None
+    final_save_stall: float = 0.0  # seconds the last run stalled in save(), kept when the job ended
 
     def snapshot(self) -> JobRecord:
         """A copy that later updates of this record cannot change (events carry these)."""

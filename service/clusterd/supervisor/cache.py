@@ -1,8 +1,12 @@
 """The one queue poll: Slurm's queue and nodes, fetched once per interval and cached.
 
-Every interval the cache asks Slurm for the whole queue and the node list exactly once (the switch
+Every interval the cache asks Slurm for the queue and the node list exactly once (the switch
 tree every ``_TOPOLOGY_EVERY`` polls), swaps in an immutable snapshot, and hands it to the
-listeners that subscribed. RPCs read this cache; nothing else in the service asks Slurm about the
+listeners that subscribed. Where the release can filter the queue and a focus is set (the job ids
+the service follows), a poll reads only what can have changed (SlurmBackend.poll_jobs) and the
+whole queue every ``_WHOLE_EVERY_SECONDS``: on a big cluster the bulk of the queue is other
+users' pending jobs, and re-reading them every interval would cost seconds of slurmctld's and
+clusterd's time. RPCs read this cache; nothing else in the service asks Slurm about the
 queue, so slurmctld's load does not grow with the number of watchers. The cache knows nothing of
 the store or of restarts: the reconciler is one of its subscribers.
 """
@@ -13,7 +17,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -21,13 +25,19 @@ from clusterd.errors import SlurmError
 from clusterd.observability.metrics import POLL_LATENCY
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.topology_text import TopologyParseError
-from clusterd.slurm.types import ClusterFacts, NodeState, SlurmJob, SlurmNode, SlurmSwitch
+from clusterd.slurm.types import ClusterFacts, JobPoll, JobState, NodeState, SlurmJob, SlurmNode, SlurmSwitch
 
 log = logging.getLogger(__name__)
 
 _TOPOLOGY_EVERY = 30  # polls between topology refreshes: the switch tree rarely changes
 _MIN_POLL_GAP = 0.5  # seconds between poll starts, however often the cache is kicked
 _MAX_BACKOFF = 30.0  # seconds between polls while Slurm does not answer
+# Seconds between whole-queue reads when polls are partial: how stale another user's PENDING job
+# (a new one, a hold, a requeue of one) may be in queue listings; never the service's own jobs.
+_WHOLE_EVERY_SECONDS = 60.0
+# Seconds at least between two whole reads asked for (want_whole): callers asking at once share one,
+# and a user who keeps adopting ids that do not exist cannot make every poll a whole read.
+_WANTED_WHOLE_GAP = 5.0
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,7 @@ class ClusterSnapshot:
     nodes: tuple[SlurmNode, ...]
     switches: tuple[SlurmSwitch, ...]
     time: float
+    whole: bool = True  # its jobs come from a whole-queue read; else other users' PENDING jobs may be stale
 
     @functools.cached_property
     def arrays(self) -> dict[str, tuple[SlurmJob, ...]]:
@@ -68,6 +79,28 @@ class SnapshotListener(Protocol):
 
 
 HealthListener = Callable[[bool], None]
+# The job ids the service follows, asked before each poll; None: read the whole queue, as without one.
+Focus = Callable[[], Awaitable[frozenset[str] | None]]
+
+
+def merge(previous: dict[str, SlurmJob], poll: JobPoll, focus: frozenset[str]) -> dict[str, SlurmJob]:
+    """The queue after a look: a whole one replaces it, an unchanged one keeps it; a partial one keeps
+    only the PENDING jobs it does not cover (other users' jobs outside the focus) and adds what it lists.
+
+    A job a partial look covers and does not list is gone: it left slurmctld's memory, or went
+    back to PENDING (a requeue) and is someone else's, shown again at the next whole look.
+    """
+    if poll.unchanged:
+        return dict(previous)
+    if poll.whole:
+        return {j.job_id: j for j in poll.jobs}
+    out = {
+        k: j
+        for k, j in previous.items()
+        if j.state == JobState.PENDING and j.job_id not in focus and j.array_job_id not in focus
+    }
+    out.update((j.job_id, j) for j in poll.jobs)
+    return out
 
 
 class QueueCache:
@@ -82,6 +115,10 @@ class QueueCache:
         self._polls = 0
         self._topology_failing = False  # the last topology fetch failed (logged once per bad spell)
         self._listeners: list[SnapshotListener] = []
+        self._focus: Focus | None = None
+        self._last_whole = -float("inf")  # time.monotonic() of the last whole-queue read
+        self._whole_wanted = False
+        self.whole_polls = 0  # polls that read the whole queue (the rest were partial)
         self._health_listeners: list[HealthListener] = []
         self.snapshot = ClusterSnapshot({}, (), (), 0.0)
         self.slurm_release: tuple[int, int] | None = None  # set once the release is known
@@ -91,6 +128,27 @@ class QueueCache:
     def subscribe(self, listener: SnapshotListener) -> None:
         """Have ``listener`` told about every snapshot from the next poll on."""
         self._listeners.append(listener)
+
+    def focus_on(self, focus: Focus) -> None:
+        """Let polls read only what can change (see the module doc) around the ids ``focus`` gives."""
+        self._focus = focus
+
+    def want_whole(self) -> None:
+        """Read the whole queue at the next poll (a job of any user's that appeared a moment ago)."""
+        self._whole_wanted = True
+        self._wake.set()
+
+    async def whole_look(self, timeout: float) -> ClusterSnapshot:
+        """The first snapshot from a whole-queue read from now on (the current one after ``timeout``)."""
+        before = self.snapshot
+        self.want_whole()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            snap = self.snapshot
+            if snap is not before and snap.whole:
+                return snap
+            await asyncio.sleep(0.05)
+        return self.snapshot
 
     def subscribe_health(self, listener: HealthListener) -> None:
         """Have ``listener`` told whenever Slurm starts or stops answering polls."""
@@ -134,12 +192,12 @@ class QueueCache:
         previous switch tree and a failing subscriber is logged: neither says Slurm is unhealthy.
         """
         started = time.perf_counter()
-        jobs = await self._backend.list_jobs()
+        jobs, whole = await self._jobs()
         nodes = await self._backend.list_nodes()
         switches = self.snapshot.switches
         if self._polls % _TOPOLOGY_EVERY == 0:
             switches = await self._topology(switches)
-        self.snapshot = ClusterSnapshot({j.job_id: j for j in jobs}, tuple(nodes), switches, time.time())
+        self.snapshot = ClusterSnapshot(jobs, tuple(nodes), switches, time.time(), whole)
         self._polls += 1
         for listener in self._listeners:
             try:
@@ -147,6 +205,29 @@ class QueueCache:
             except Exception:  # a bug or a store error in a subscriber, not Slurm failing
                 log.exception("snapshot subscriber %s failed", type(listener).__name__)
         POLL_LATENCY.observe(time.perf_counter() - started)
+
+    async def _jobs(self) -> tuple[dict[str, SlurmJob], bool]:
+        """The queue after this poll's look (whole when due, wanted, or nothing is in focus), and
+        whether it is complete: read whole, or Slurm said nothing changed since a whole read."""
+        focus = await self._focus() if self._focus is not None else None
+        now = time.monotonic()
+        since = now - self._last_whole
+        if focus is None or since >= _WHOLE_EVERY_SECONDS or (self._whole_wanted and since >= _WANTED_WHOLE_GAP):
+            wanted = self._whole_wanted
+            self._whole_wanted = False  # a want_whole() during the read asks for the next one too
+            try:
+                jobs = await self._backend.list_jobs()
+            except BaseException:
+                self._whole_wanted = self._whole_wanted or wanted
+                raise
+            self._last_whole = now
+            self.whole_polls += 1
+            return {j.job_id: j for j in jobs}, True
+        poll = await self._backend.poll_jobs(focus)
+        if poll.whole:
+            self._last_whole = now
+            self.whole_polls += 1
+        return merge(self.snapshot.jobs, poll, focus), poll.whole or (poll.unchanged and self.snapshot.whole)
 
     async def _topology(self, previous: tuple[SlurmSwitch, ...]) -> tuple[SlurmSwitch, ...]:
         """A fresh switch tree, or ``previous`` while it cannot be fetched or parsed (retried next refresh)."""

@@ -70,6 +70,9 @@ def observe(rec: JobRecord, sj: SlurmJob) -> bool:
     rec.exit_signal = sj.exit_signal
     rec.submit_time = sj.submit_time or rec.submit_time
     rec.start_time = sj.start_time
+    # Run 0's start only: a job first seen after a requeue started its run 0 before this one.
+    if rec.first_start is None and sj.start_time and sj.state != JobState.PENDING and sj.restart_count == 0:
+        rec.first_start = sj.start_time
     rec.end_time = sj.end_time if sj.state.terminal else None  # Slurm reports the projected end
     rec.restart_count = max(rec.restart_count, sj.restart_count)
     if sj.excluded_nodes:
@@ -129,6 +132,7 @@ class Reconciler:
         *,
         kick: Callable[[], None],
         hurry: Callable[[float], None] | None = None,
+        want_whole: Callable[[], None] | None = None,
         may_act: Callable[[], bool] = lambda: True,
     ) -> None:
         """``may_act``: whether this replica supervises now (it holds the lease); a follower's
@@ -140,6 +144,7 @@ class Reconciler:
         self._progress = progress
         self._kick = kick
         self._hurry = hurry or (lambda seconds: kick())
+        self._want_whole = want_whole or kick
         self._snapshot: ClusterSnapshot | None = None
         self._missing: dict[str, int] = {}
         # Records whose last look changed nothing and that need no periodic action, as they were
@@ -172,13 +177,25 @@ class Reconciler:
             self._hurry(_RECOVERY_HURRY_SECONDS)
 
     async def on_first_step(self, run: Run) -> None:
-        """A restarted run reported its first training step: the last phase of its recovery."""
+        """A run reported its first training step: run 0's goes on the record (goodput's start
+        phase), a restarted run's is the last phase of its recovery."""
         if run.first_step_wall is None or not self._acting():
             return
         async with self._store.record_lock(run.record_id):
             rec = await self._store.get_by_record(run.record_id)
-            if rec is not None and not rec.terminal and rec.acked_restarts == run.restart_count:
+            if rec is None or rec.terminal or rec.acked_restarts != run.restart_count:
+                return
+            if run.relaunch > 0 and rec.restarts and "relaunched" in rec.restarts[-1].phases:
+                await self._restarter.amend_phase(rec, "running", run.began_wall)  # the new step's first beat
+            if run.restart_count > 0 or run.relaunch > 0:
                 await self._restarter.amend_phase(rec, "first_step", run.first_step_wall)
+            elif rec.first_step_time is None and not rec.array:
+                rec.first_step_time = run.first_step_wall
+                await self._store.save(rec)
+
+    async def focus(self) -> frozenset[str]:
+        """The Slurm ids of the records followed: what a partial queue poll must always cover."""
+        return frozenset(row.job_id for row in await self._store.live() if row.job_id)
 
     async def on_snapshot(self, snapshot: ClusterSnapshot) -> None:
         self._snapshot = snapshot
@@ -277,6 +294,8 @@ class Reconciler:
     async def finish(self, rec: JobRecord, reason: str) -> None:
         """Mark a record terminal: supervision of it ends here."""
         self._missing.pop(rec.job_id, None)
+        # The last run's save stall is only in the beats, which end here: goodput keeps it.
+        rec.final_save_stall = self._restarter.run_notes(rec).get("save_stall", rec.final_save_stall)
         self._restarter.forget(rec)
         self._progress.forget(rec.record_id)
         # A finished job's series goes too: job ids would otherwise grow /metrics without bound.
@@ -284,6 +303,9 @@ class Reconciler:
             with contextlib.suppress(KeyError):
                 family.remove(rec.job_id)
         rec.terminal = True
+        # A job that left Slurm's queue unseen has no end time: when clusterd let it go stands for it
+        # (its goodput's wall time ends there).
+        rec.end_time = rec.end_time or time.time()
         rec.final_reason = reason
         await self._store.save(rec)
         self._events.publish(JobEvent(EventType.FINISHED, rec, message=reason))
@@ -305,6 +327,9 @@ class Reconciler:
         if time.time() - rec.created < _ADOPT_GRACE_SECONDS:
             return  # reserved an instant ago: its handler may not hold the record lock yet
         match = next((j for j in snap.jobs.values() if rec.adopts(j) and _submitted_since(j, rec)), None)
+        if match is None and not snap.whole:
+            self._want_whole()  # a partial poll may not list it: only a whole one can tell it is not there
+            return
         if match is not None:
             rec.job_id = match.array_job_id or match.job_id  # any task of an array names the array
             rec.phase = Phase.SUBMITTED

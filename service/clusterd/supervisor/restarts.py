@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 
 from clusterd.config import RestartDefaults
 from clusterd.errors import SlurmError, SlurmUnavailable
+from clusterd.goodput.autopilot import FailureHistory
+from clusterd.jobs.script import RELAUNCH_NOTE
 from clusterd.liveness.detector import Detection, crash_detail, crashed_rank
 from clusterd.liveness.table import LivenessTable
 from clusterd.model.causes import Cause
@@ -81,7 +83,11 @@ class Restarter:
         progress: ProgressReader,
         defaults: RestartDefaults,
         liveness: LivenessTable | None = None,
+        *,
+        failures: FailureHistory | None = None,
     ) -> None:
+        """``failures``: where node failures are noted for the checkpoint autopilot's MTBF."""
+        self._failures = failures
         self._backend = backend
         self._liveness = liveness
         self._store = store
@@ -203,12 +209,23 @@ class Restarter:
         # The ranks' own reports are newer than the last storage read: the step the job resumes from.
         rec.checkpoint_step = max(rec.checkpoint_step, det.committed_step)
         decision = decide(term, policy, rec, rec.checkpoint_step)
-        # DOWN makes Slurm requeue the node's jobs; a drained node's jobs (this one too) keep running.
-        slurm_requeues = node_dead and not set(det.nodes) <= set(det.drain)
+        # DOWN makes Slurm requeue the node's jobs; a drained node's jobs (this one too) keep running,
+        # and so does a --no-kill job (spare nodes) unless the node that runs its batch script died.
+        batch_lost = bool(sj.batch_host) and sj.batch_host in det.nodes
+        no_kill = rec.spec.spare_nodes > 0
+        slurm_requeues = node_dead and not set(det.nodes) <= set(det.drain) and (not no_kill or batch_lost)
+        if no_kill and node_dead and decision.requeue and det.relaunch == relaunches(rec):
+            step_nodes = None if batch_lost else in_place_nodes(rec, det, sj)
+            why = f"the batch host {sj.batch_host} died" if batch_lost else "no spare node left"
+            if step_nodes is not None:
+                why = await self._relaunch(rec, det, sj, step_nodes)
+                if not why:
+                    return Outcome(kick=True)
+            decision = replace(decision, reason=f"{decision.reason}; requeued: {why}")
         if node_dead:
             # Whatever the policy says of this job, the nodes are dead: Slurm must stop using them.
             for node in det.nodes:
-                await self._node_out(node, det.detail, drain=node in det.drain)
+                await self.node_out(node, det.detail, drain=node in det.drain)
         if not decision.requeue:
             if not slurm_requeues:
                 with contextlib.suppress(SlurmError):
@@ -223,7 +240,7 @@ class Restarter:
             decision.reason,
             nodes_before=len(rec.nodes),
             detected_by=det.detected_by,
-            phases={"failed": det.failed_at, "detected": det.detected_at},
+            phases={**self.run_notes(rec), "failed": det.failed_at, "detected": det.detected_at},
         )
         rec.acked_restarts = sj.restart_count + 1
         rec.excluded_nodes = still_excluded(rec, det.detected_at)
@@ -233,6 +250,7 @@ class Restarter:
         rec.needs_release = True
         rec.backoff_seconds = policy.backoff_seconds
         await self._store.record_restart(rec, entry)
+        self._note_failure(entry)
         REQUEUES.labels(cause=cause.value).inc()
         log.info(
             "job %s: restart %d (%s, detected by %s)", rec.job_id, len(rec.restarts), decision.reason, det.detected_by
@@ -244,14 +262,75 @@ class Restarter:
         self._events.publish(JobEvent(EventType.RESTARTED, rec, message=decision.reason))
         return Outcome(kick=True)
 
+    async def _relaunch(self, rec: JobRecord, det: Detection, sj: SlurmJob, step_nodes: tuple[str, ...]) -> str:
+        """A restart in place (--spare-nodes): same job, same Slurm run, a new step on ``step_nodes``.
+
+        The job's batch script learns where from the job's AdminComment (which only an
+        administrator can write), set first: Slurm refuses job updates for a while once a DOWN node
+        resized the job. The script's ``srun`` reads it when its step has ended, which happens only
+        after the decision is recorded here, the dead nodes are DOWN (Slurm takes them out of the
+        --no-kill job) and the step is killed. Returns "" when relaunched, else why not (the job
+        is then requeued).
+        """
+        note = f"{RELAUNCH_NOTE}{sj.restart_count}.{relaunches(rec) + 1}@{','.join(step_nodes)}"
+        try:
+            await self._backend.set_admin_comment(rec.job_id, note)
+        except SlurmError as exc:
+            log.warning("job %s: cannot tell the job where to relaunch (%s); requeueing it", rec.job_id, exc)
+            return f"Slurm refused the relaunch note ({exc})"[:200]
+        gone = [n for n in det.nodes if n in det.rank_nodes]
+        spares = [n for n in step_nodes if n not in det.rank_nodes]
+        what = ", ".join(f"spare {s} replaced {d}" for s, d in zip(spares, gone, strict=False)) or "relaunched"
+        entry = RestartEntry(
+            det.cause,
+            det.nodes,
+            det.detected_at,
+            rec.checkpoint_step,
+            det.exit_code,
+            f"in place: {what} ({det.detail})",
+            nodes_before=len(det.rank_nodes),
+            nodes_after=len(step_nodes),
+            detected_by=det.detected_by,
+            phases={"failed": det.failed_at, "detected": det.detected_at},
+        )
+        rec.excluded_nodes = tuple(sorted(set(still_excluded(rec, det.detected_at)) | set(det.nodes)))
+        await self._store.record_restart(rec, entry)
+        REQUEUES.labels(cause=det.cause.value).inc()
+        log.info("job %s: restart %d in place on %s (%s)", rec.job_id, len(rec.restarts), ",".join(step_nodes), what)
+        for node in det.nodes:
+            await self.node_out(node, det.detail, drain=node in det.drain)
+        with contextlib.suppress(SlurmError):
+            await self._backend.kill_steps(rec.job_id)  # the old step ends; the script's srun starts the next
+        await self.amend_phase(rec, "relaunched", time.time())
+        self._events.publish(JobEvent(EventType.RESTARTED, rec, message=entry.detail))
+        return ""
+
+    def _note_failure(self, entry: RestartEntry) -> None:
+        if self._failures is not None and entry.cause == Cause.NODE_FAILURE:
+            self._failures.note(entry.failed_nodes, entry.phases.get("failed", entry.time))
+
+    def run_notes(self, rec: JobRecord) -> dict[str, float]:
+        """What the beats said of the run that ended, for goodput: when its newest committed step
+        was first reported (the steps after it are lost), and how long its ranks stalled in save()."""
+        run = self._liveness.get(rec.record_id, rec.job_id) if self._liveness is not None else None
+        if run is None or run.restart_count != rec.acked_restarts:
+            return {}
+        notes = {"save_stall": run.save_stall()}
+        committed = run.committed_at()
+        if committed is not None:
+            notes["committed"] = committed
+        return notes
+
     async def amend_phase(self, rec: JobRecord, phase: str, when: float) -> None:
         """Note when the newest restart reached ``phase`` (once: the first time counts)."""
         if rec.restarts and phase not in rec.restarts[-1].phases:
             last = rec.restarts[-1]
             await self._store.amend_last_restart(rec, replace(last, phases={**last.phases, phase: when}))
 
-    async def _node_out(self, node: str, why: str, *, drain: bool) -> None:
-        """DOWN, or DRAIN where another user's job runs: their jobs are left to Slurm's own verdict."""
+    async def node_out(self, node: str, why: str, *, drain: bool) -> bool:
+        """DOWN, or DRAIN where another user's job runs: their jobs are left to Slurm's own verdict.
+        Also how liveness.health's verdicts drain a failing node (the one fenced path to Slurm).
+        Whether Slurm took it; a deposed replica's Deposed propagates (it did nothing)."""
         reason = f"clusterd: {why}"[:200]
         try:
             await (self._backend.drain_node if drain else self._backend.set_node_down)(node, reason)
@@ -259,6 +338,8 @@ class Restarter:
             log.warning(
                 "cannot mark node %s %s (%s); Slurm will after SlurmdTimeout", node, "drained" if drain else "down", exc
             )
+            return False
+        return True
 
     async def _kill_and_requeue(self, job_id: str) -> None:
         """Kill the steps (srun collects their exits at once), then requeue, retried while Slurm ends the run."""
@@ -389,7 +470,7 @@ class Restarter:
             decision.reason,
             nodes_before=len(term.nodes),
             detected_by=term.detected_by,
-            phases={"failed": min(failed, now), "detected": now},
+            phases={**self.run_notes(rec), "failed": min(failed, now), "detected": now},
         )
         # Persist the decision before acting on it: a crash after this line re-issues, never repeats.
         rec.acked_restarts = sj.restart_count + (0 if term.slurm_requeued else 1)
@@ -398,6 +479,7 @@ class Restarter:
         rec.needs_release = True
         rec.backoff_seconds = policy.backoff_seconds
         await self._store.record_restart(rec, entry)
+        self._note_failure(entry)
         REQUEUES.labels(cause=term.cause.value).inc()
         log.info(
             "job %s: restart %d (%s), excluding %s",
@@ -493,6 +575,31 @@ class Restarter:
                 log.warning("job %s: cannot cancel Slurm's own requeue: %s", rec.job_id, exc)
         rec.final_cause = decision.final_cause or term.cause
         return Outcome(finish=decision.reason)
+
+
+def relaunches(rec: JobRecord) -> int:
+    """In-place relaunches of the job's current Slurm run: its newest restarts made in place."""
+    count = 0
+    for entry in reversed(rec.restarts):
+        if not entry.detail.startswith("in place: "):
+            break
+        count += 1
+    return count
+
+
+def in_place_nodes(rec: JobRecord, det: Detection, sj: SlurmJob) -> tuple[str, ...] | None:
+    """The nodes the relaunched step runs on: the run's surviving rank nodes plus spares, all of them
+    in Slurm's allocation of this job; None when too few are left (then the job is requeued).
+
+    The ranks' beats only say which allocated nodes the ranks ran on (the spares are the others);
+    a node outside the job's allocation is never named, whatever the beats claim.
+    """
+    alloc = [n for n in sj.nodes if n not in det.nodes and n not in rec.excluded_nodes]
+    want = rec.spec.nodes
+    kept = [n for n in alloc if n in det.rank_nodes]
+    spares = [n for n in alloc if n not in det.rank_nodes]
+    nodes = (kept + spares)[:want]
+    return tuple(sorted(nodes)) if want and len(nodes) == want else None
 
 
 def still_excluded(rec: JobRecord, now: float) -> tuple[str, ...]:

@@ -169,6 +169,7 @@ class WebApp:
             "history": lambda ident, q: views.list_history(ident, _history_request(q)),
             "topology": lambda ident, q: _now(views.topology()),
             "whoami": lambda ident, q: _now({"user": ident.user, "admin": ident.admin}),
+            "goodput": lambda ident, q: views.fleet_goodput(ident),
         }
         for name, answer in api.items():
             app.router.add_get(f"/api/{name}", self._api(answer))
@@ -178,6 +179,7 @@ class WebApp:
             self._api(lambda ident, q: views.checkpoints(ident, jobs_pb2.ListJobCheckpointsRequest(job_id=q.job_id))),
         )
         app.router.add_get("/api/jobs/{job_id}/log", self._api(self._log_tail))
+        app.router.add_get("/api/jobs/{job_id}/goodput", self._api(lambda ident, q: views.goodput(ident, q.job_id)))
 
     async def _asset(self, request: web.Request) -> web.StreamResponse:
         body, kind = self._assets[request.path]

@@ -143,6 +143,15 @@ class FakeClient:
             raise ServiceError("NOT_FOUND", f"job {job_id} not found")
         return self.jobs[job_id]
 
+    def goodput(self, job_id: str) -> jobs_pb2.GetGoodputResponse:
+        self._record("goodput", job_id)
+        if job_id not in self.jobs:
+            raise ServiceError("NOT_FOUND", f"job {job_id} not found")
+        parts = jobs_pb2.GoodputBreakdown(productive=80, queue=5, start_restore=3, checkpoint_stall=2, lost=10)
+        reply = jobs_pb2.GetGoodputResponse(job_id=job_id, ettr=0.8, wall_seconds=100, breakdown=parts)
+        reply.checkpoint_interval.FromSeconds(120)
+        return reply
+
     def list_jobs(self, **kwargs: Any) -> list[jobs_pb2.JobStatus]:
         self._record("list_jobs", kwargs)
         return list(self.jobs.values())

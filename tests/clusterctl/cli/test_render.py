@@ -178,6 +178,12 @@ def test_running_job_elapsed_counts_to_now_and_old_servers_still_show_submitted(
     assert "Exit code" not in view
 
 
+def test_straggler_nodes_show_with_their_ratio() -> None:
+    running = job("46", stragglers=[jobs_pb2.Straggler(node="node2", ratio=2.04)])
+    assert rows(render.job_detail(running))["Stragglers"] == "node2 (2.04x)"
+    assert "Stragglers" not in rows(render.job_detail(job("47")))
+
+
 def test_completed_job_with_exit_code_zero_shows_it() -> None:
     done = job("45", jobs_pb2.JOB_STATE_COMPLETED, has_exit_code=True, exit_code=0)
     assert rows(render.job_detail(done))["Exit code"] == "0"
@@ -214,6 +220,14 @@ def test_nodes_table() -> None:
         "-",
     ]
     assert "Not responding" in out
+
+
+def test_nodes_table_shows_clusterds_failure_record_when_a_node_has_one() -> None:
+    nodes = list(topology().nodes)
+    assert "HEALTH" not in text(render.nodes_table(nodes), width=160)
+    nodes[0].health = "failed 2 jobs (1 hang, 1 node death); drained by clusterd"
+    out = text(render.nodes_table(nodes), width=200)
+    assert "HEALTH" in out and "(1 hang, 1 node death); drained by clusterd" in out
 
 
 def test_json_uses_proto_field_names_and_keeps_defaults() -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from clusterctl.v1 import jobs_pb2
 from clusterd.slurm.types import JobState, SlurmJob
+from clusterd.supervisor import cache as cache_module
 from tests.clusterd.conftest import ADMIN, USER_A, USER_B, Harness, auth, code_of, command_request
 
 
@@ -111,6 +112,25 @@ async def test_adopt_tags_the_owners_plain_sbatch_job_and_supervises_it(harness:
     await harness.poll()
     got = await harness.jobs.GetJob(jobs_pb2.GetJobRequest(job_id="900"), metadata=auth(USER_A))
     assert got.job.state == jobs_pb2.JOB_STATE_COMPLETED  # the reconciler follows it like its own
+
+
+async def test_adopt_finds_a_pending_job_that_partial_polls_skip(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Partial polls (24.11 on) skip other users' pending jobs, so a plain sbatch job submitted
+    after the last whole read is not in the cache: adoption asks for a whole read first."""
+    monkeypatch.setattr(cache_module, "_WANTED_WHOLE_GAP", 0.0)
+    harness.slurm.partial = True
+    await harness.poll()
+    harness.slurm.jobs["901"] = SlurmJob("901", "plain", USER_A, JobState.PENDING, submit_time=time.time())
+    await harness.poll()
+    assert "901" not in harness.daemon.poller.snapshot.jobs and not harness.daemon.poller.snapshot.whole
+    call = harness.jobs.AdoptJob(jobs_pb2.AdoptJobRequest(job_id="901"), metadata=auth(USER_A))
+    resp, _ = await asyncio.gather(call, _polls(harness))
+    assert not resp.already and harness.slurm.jobs["901"].comment.startswith("clusterctl-record:")
+    call = harness.jobs.AdoptJob(jobs_pb2.AdoptJobRequest(job_id="12345"), metadata=auth(USER_A))
+    code, _ = await asyncio.gather(code_of(call), _polls(harness))
+    assert code == grpc.StatusCode.NOT_FOUND  # not in the whole queue either
 
 
 async def test_adopt_refuses_jobs_not_in_the_queue_and_bad_uris(harness: Harness) -> None:

@@ -214,3 +214,61 @@ def test_an_exported_function_is_defined_again_under_bash(tmp_path: Path) -> Non
 def test_another_interpreter_gets_no_function_definition() -> None:
     out = inject_environment("#!/bin/sh\ntrue\n", {"BASH_FUNC_f%%": FUNCTION, "A": "1"})
     assert "export A=1" in out and "BASH_FUNC" not in out and " f " not in out
+
+
+def _spare_run(tmp_path: Path, scontrol_notes: list[str], srun_codes: list[int]) -> tuple[int, list[str], str]:
+    """The batch script of a --spare-nodes job, run with stand-in scontrol and srun: scontrol prints
+    the job with each AdminComment of ``scontrol_notes`` in turn (the last one again after), srun
+    exits with each code of ``srun_codes`` in turn. Returns the script's status, srun's argv and
+    environment per call, and stderr."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "notes").write_text("\n".join(scontrol_notes) + "\n")
+    (tmp_path / "codes").write_text("\n".join(map(str, srun_codes)) + "\n")
+    (bin_dir / "scontrol").write_text(
+        f"#!/bin/bash\nn=$(head -1 {tmp_path}/notes); [ $(wc -l < {tmp_path}/notes) -gt 1 ] && "
+        f"sed -i 1d {tmp_path}/notes\n"
+        'echo "JobId=7 JobName=t AdminComment=$n ReqNodeList=(null) NodeList=node[1,3] NumNodes=2 BatchHost=node1"\n'
+    )
+    (bin_dir / "srun").write_text(
+        f'#!/bin/bash\necho "$* | $CLUSTERCTL_RELAUNCH $SLURM_JOB_NODELIST $SLURM_NNODES" >> {tmp_path}/calls\n'
+        f"c=$(head -1 {tmp_path}/codes); sed -i 1d {tmp_path}/codes; exit ${{c:-0}}\n"
+    )
+    for tool in ("scontrol", "srun"):
+        (bin_dir / tool).chmod(0o755)
+    script = inject_environment(command_script(["train"], relaunched=True), {"CLUSTERCTL_RANK_NODES": "2"})
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "SLURM_JOB_ID": "7",
+        "SLURM_RESTART_COUNT": "0",
+        "SLURM_JOB_NODELIST": "node[1-3]",
+        "SLURM_NNODES": "3",
+        "CLUSTERCTL_RELAUNCH_WAIT": "1",
+    }
+    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+    calls = (tmp_path / "calls").read_text().splitlines() if (tmp_path / "calls").exists() else []
+    return done.returncode, calls, done.stderr
+
+
+def test_a_spare_jobs_srun_is_relaunched_where_clusterd_says(tmp_path: Path) -> None:
+    """The step fails (its node died); clusterd's note names relaunch 1 of run 0 on node1,node3."""
+    code, calls, err = _spare_run(tmp_path, ["(null)", "(null)", "clusterctl-relaunch=0.1@node1,node3"], [137, 0])
+    assert code == 0, err
+    assert calls == [
+        "--nodes=2 --kill-on-bad-exit=1 train | 0 node[1-3] 2",
+        "--nodes=2 --nodelist=node1,node3 --kill-on-bad-exit=1 train | 1 node[1,3] 2",
+    ]
+    assert "relaunch 1 in place on node1,node3" in err
+
+
+def test_a_failed_step_without_a_relaunch_returns_its_status(tmp_path: Path) -> None:
+    """No relaunch decided (a plain failure, or one that gets the job requeued): srun's own status,
+    after CLUSTERCTL_RELAUNCH_WAIT; a note of an earlier run (restart count 1) is not this run's."""
+    code, calls, _ = _spare_run(tmp_path, ["(null)", "clusterctl-relaunch=1.3@node4,node5"], [3])
+    assert code == 3 and calls == ["--nodes=2 --kill-on-bad-exit=1 train | 0 node[1-3] 2"]
+
+
+def test_a_step_that_asks_to_be_requeued_returns_at_once(tmp_path: Path) -> None:
+    """Exit 85 (checkpointed, requeue me): no wait for a relaunch (the time limit may be near)."""
+    code, calls, _ = _spare_run(tmp_path, ["(null)"], [85])
+    assert code == 85 and len(calls) == 1

@@ -300,3 +300,25 @@ def test_a_nodelist_sets_the_node_count_as_slurm_does() -> None:
     with pytest.raises(InvalidArgument, match="3 nodes listed for a 2-node job"):
         pref = cluster_pb2.PlacementPreference(nodelist=["node1", "node2", "node3"])
         validate_spec(spec(nodes=1, max_nodes=2, placement=pref), FACTS, LIMITS)
+
+
+def test_spare_nodes_are_held_beside_the_ranks_nodes_with_no_kill() -> None:
+    job = validate_spec(spec(script=SCRIPT, spare_nodes=1), FACTS, LIMITS)  # -N 2 from the script
+    assert job.nodes == 3 and job.max_nodes is None and job.no_kill
+    assert not validate_spec(spec(nodes=2), FACTS, LIMITS).no_kill
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"spare_nodes": 1}, "needs a node count"),
+        ({"nodes": 2, "max_nodes": 4, "spare_nodes": 1}, "node range"),
+        ({"nodes": 2, "array": "0-3", "spare_nodes": 1}, "array"),
+        ({"script": "#!/bin/sh\n#SBATCH -N 2\nsrun train\n", "spare_nodes": 1}, "bash"),
+        ({"nodes": 2, "spare_nodes": 10**6}, "spec.spare_nodes"),
+    ],
+)
+def test_spare_nodes_that_cannot_work_are_refused(fields: dict[str, Any], says: str) -> None:
+    with pytest.raises(InvalidArgument) as err:
+        validate_spec(spec(**fields), FACTS, LIMITS)
+    assert err.value.field == "spec.spare_nodes" and says in str(err.value)

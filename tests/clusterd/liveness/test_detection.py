@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -14,8 +15,10 @@ from google.protobuf.duration_pb2 import Duration
 
 from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
 from clusterd.config import LivenessConfig
-from clusterd.errors import ResourceExhausted
+from clusterd.errors import ResourceExhausted, SlurmError
+from clusterd.goodput.publish import publish_once
 from clusterd.liveness.probe import Reach
+from clusterd.observability.metrics import REGISTRY
 from clusterd.server import ClusterDaemon
 from clusterd.slurm.fake import FakeSlurm
 from clusterd.slurm.types import JobState, NodeState, SlurmJob
@@ -442,3 +445,146 @@ async def test_a_cancel_before_a_decided_requeue_shows_is_not_undone(live: Live)
     assert live.slurm.calls["requeue"] == 0
     job = await live.status(job_id)
     assert job.state == jobs_pb2.JOB_STATE_CANCELLED and "cancelled" in job.final_reason, job
+
+
+async def _spare_job(live: Live) -> tuple[str, int, str]:
+    """A 2+1 node job (--spare-nodes 1) running on node1-3, its ranks beating from node1 and node2."""
+    spec = jobs_pb2.JobSpec(
+        command=["train"],
+        nodes=2,
+        spare_nodes=1,
+        restart_policy=jobs_pb2.RestartPolicy(heartbeat_interval=Duration(nanos=int(INTERVAL * 1e9))),
+    )
+    job = (await live.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec), metadata=auth(USER_A))).job
+    request = live.slurm.submitted[-1]
+    assert request.nodes == 3 and request.no_kill and "CLUSTERCTL_RANK_NODES=2;" in request.script
+    token = re.search(r"CLUSTERCTL_HEARTBEAT_TOKEN=(\S+?);", request.script)
+    record = re.search(r"CLUSTERCTL_RECORD_ID=(\d+);", request.script)
+    assert token and record
+    nodes = ("node1", "node2", "node3")
+    live.slurm.set_state(job.job_id, JobState.RUNNING, nodes=nodes, batch_host="node1")
+    await live.daemon.poller.poll_once()
+    return job.job_id, int(record.group(1)), token.group(1).strip("'")
+
+
+async def _node_dies(live: Live, job: tuple[str, int, str], dead: str, alive: str, **beat: object) -> None:
+    """The ranks on ``dead`` and ``alive`` beat, then only ``alive``'s, past the suspect window."""
+    live.prober.dead.add(f"10.0.0.{dead.removeprefix('node')}")
+    ranks = {0: alive, 1: dead}
+    for rank, node in ranks.items():
+        await live.beat(*job, rank, node=node, step=5, committed_step=4, **beat)  # type: ignore[arg-type]
+    for _ in range(4):
+        await asyncio.sleep(INTERVAL)
+        await live.beat(*job, 0, node=alive, step=6, **beat)  # type: ignore[arg-type]
+    assert [d.nodes for d in await live.daemon.detector.check_once()] == [(dead,)]
+    await live.daemon.poller.poll_once()
+
+
+async def test_a_dead_node_of_a_job_with_a_spare_is_replaced_in_place(live: Live) -> None:
+    job = await _spare_job(live)
+    await _node_dies(live, job, "node2", "node1")
+    status = await live.status(job[0])
+    (restart,) = status.restarts
+    assert restart.detail.startswith("in place: spare node3 replaced node2"), restart
+    assert restart.HasField("relaunched_at") and not restart.HasField("requeued_at")
+    assert live.slurm.calls["requeue"] == 0 and status.state == jobs_pb2.JOB_STATE_RUNNING
+    assert status.restart_count == 0 and live.slurm.jobs[job[0]].nodes == ("node1", "node3")
+    # Only the service writes where the step runs next: relaunch 1 of run 0, on the survivor and the spare.
+    assert live.slurm.admin_comments[job[0]] == "clusterctl-relaunch=0.1@node1,node3"
+    # The old step's beats are its own run's (told to stop); the relaunched step's start a new run.
+    assert (await live.beat(*job, 0, node="node1", step=7)).stop
+    for rank, node in ((0, "node1"), (1, "node3")):
+        reply = await live.beat(*job, rank, node=node, relaunch=1, restored=True)
+        assert not reply.stop
+    await live.beat(*job, 1, node="node3", relaunch=1, step=5)
+    restart = (await live.status(job[0])).restarts[0]
+    assert restart.HasField("running_at") and restart.HasField("first_step_at")
+    assert (
+        restart.failed_at.ToNanoseconds()
+        <= restart.relaunched_at.ToNanoseconds()
+        <= restart.first_step_at.ToNanoseconds()
+    )
+
+
+async def test_no_spare_left_requeues_the_job(live: Live) -> None:
+    """The spare was used by a first relaunch: the next death requeues the job (--no-kill: by clusterd)."""
+    job = await _spare_job(live)
+    await _node_dies(live, job, "node2", "node1")
+    await _node_dies(live, job, "node3", "node1", relaunch=1)
+    status = await live.status(job[0])
+    assert len(status.restarts) == 2 and "requeued: no spare node left" in status.restarts[1].detail
+    assert live.slurm.calls["requeue"] == 1 and status.restarts[1].HasField("requeued_at")
+    assert {"node2", "node3"} <= set(status.excluded_nodes)
+
+
+async def test_the_batch_hosts_death_requeues_a_job_with_spares(live: Live) -> None:
+    job = await _spare_job(live)
+    await _node_dies(live, job, "node1", "node2")
+    (restart,) = (await live.status(job[0])).restarts
+    assert "requeued: the batch host node1 died" in restart.detail and job[0] not in live.slurm.admin_comments
+    assert live.slurm.jobs[job[0]].restart_count == 1  # Slurm's own requeue of a job that lost its batch host
+
+
+async def test_a_relaunch_names_only_nodes_of_the_jobs_own_allocation(live: Live) -> None:
+    """The ranks' beats claim a node outside the allocation (another tenant's): it is not believed,
+    so it is never handed to the relaunched step; nor is another job's node ever taken."""
+    job = await _spare_job(live)
+    await live.other_tenant_on("node4")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await live.beat(*job, 1, node="node4", step=5)
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    await _node_dies(live, job, "node2", "node1")
+    assert live.slurm.admin_comments[job[0]] == "clusterctl-relaunch=0.1@node1,node3"
+    assert live.slurm.jobs["9999"].nodes == ("node4",) and live.slurm.jobs["9999"].state == JobState.RUNNING
+
+
+async def test_a_refused_relaunch_note_requeues_the_job(live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slurm refuses the job's update (e.g. while it records a resize): the job is requeued instead."""
+
+    async def refused(job_id: str, note: str) -> None:
+        raise SlurmError("scontrol", 1, "Job update not available right now, the DB index is being set")
+
+    monkeypatch.setattr(live.slurm, "set_admin_comment", refused)
+    job = await _spare_job(live)
+    await _node_dies(live, job, "node2", "node1")
+    (restart,) = (await live.status(job[0])).restarts
+    assert "requeued: Slurm refused the relaunch note" in restart.detail and restart.HasField("requeued_at")
+    assert live.slurm.calls["requeue"] == 1
+
+
+async def test_a_node_loss_shows_in_goodput_and_the_beats_get_an_interval(live: Live) -> None:
+    job_id, record, token = await live.submit()
+    live.slurm.set_state(job_id, JobState.RUNNING, start_time=time.time())  # as Slurm shows a started job
+    await live.daemon.poller.poll_once()
+    for rank in (0, 1):  # a save that stalled 2 s, then a commit the run saw: the autopilot's inputs
+        await live.beat(job_id, record, token, rank, step=1, committed_step=-1)
+    await asyncio.sleep(0.3)  # steps, then a save that stalled 0.1 s and committed
+    for rank in (0, 1):
+        reply = await live.beat(job_id, record, token, rank, step=5, committed_step=4, save_stall_seconds=0.1, saves=1)
+    assert reply.HasField("checkpoint_interval")
+    floor = live.daemon.config.goodput.interval_floor_seconds
+    assert (
+        floor <= reply.checkpoint_interval.ToNanoseconds() / 1e9 <= live.daemon.config.goodput.interval_ceiling_seconds
+    )
+    await asyncio.sleep(0.2)  # steps after the commit: the work the failure loses
+    live.prober.dead.add("10.0.0.2")
+    await beat_both_then_silence(live, job_id, record, token, keep=0)
+    assert [d.cause for d in await live.daemon.detector.check_once()] == ["NODE_FAILURE"]
+    ask = jobs_pb2.GetGoodputRequest(job_id=job_id)
+    g = await live.jobs.GetGoodput(ask, metadata=auth(USER_A))
+    parts = [getattr(g.breakdown, f.name) for f in g.breakdown.DESCRIPTOR.fields]
+    assert abs(sum(parts) - g.wall_seconds) < 1e-6 and 0 < g.ettr < 1
+    assert g.breakdown.lost > 0.2 and g.breakdown.checkpoint_stall > 0
+    await publish_once(live.daemon.store.jobs, live.daemon.goodput)  # the fleet series: per partition only
+    ratio = [s for m in REGISTRY.collect() if m.name == "clusterd_job_goodput_ratio" for s in m.samples]
+    assert ratio and all(set(s.labels) == {"partition"} and 0 <= s.value <= 1 for s in ratio)
+    # Another tenant is refused as GetJob refuses it; a task id or a bad id is a bad argument.
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await live.jobs.GetGoodput(ask, metadata=auth(USER_B))
+    with pytest.raises(grpc.aio.AioRpcError) as get_job:
+        await live.jobs.GetJob(jobs_pb2.GetJobRequest(job_id=job_id), metadata=auth(USER_B))
+    assert err.value.code() == get_job.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    for bad in (f"{job_id}_1", "x;y"):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await live.jobs.GetGoodput(jobs_pb2.GetGoodputRequest(job_id=bad), metadata=auth(USER_A))
+        assert err.value.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)

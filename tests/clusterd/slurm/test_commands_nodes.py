@@ -3,27 +3,12 @@ releases, whose sinfo --json leaves node addresses out (the liveness probe needs
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 import pytest
 
 from clusterd.config import SlurmConfig
 from clusterd.slurm.commands import CommandsBackend
-from clusterd.slurm.runner import CommandResult
 from tests.support.paths import SLURM_FIXTURES
-
-
-@dataclass
-class ScriptedRunner:
-    """Answers each argv from a table (the real outputs captured on each release's stack)."""
-
-    answers: dict[tuple[str, ...], str]
-    calls: list[list[str]] = field(default_factory=list)
-
-    async def run(self, argv: list[str], **_: Any) -> CommandResult:
-        self.calls.append(argv)
-        return CommandResult(self.answers[tuple(argv)], "", 0)
+from tests.support.runner import ScriptedRunner
 
 
 @pytest.mark.parametrize(

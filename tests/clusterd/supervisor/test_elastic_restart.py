@@ -65,9 +65,11 @@ class World:
         self.slurm.nodes = [replace(n, state=NodeState.DOWN) if n.name == node else n for n in self.slurm.nodes]
 
 
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[World]:
+# Every test twice: polls that read the whole queue (22.05) and partial ones (24.11 on).
+@pytest.fixture(params=[False, True], ids=["whole", "partial"])
+async def world(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[World]:
     slurm = FakeSlurm.cluster()
+    slurm.partial = request.param
     opened = sqlite_store(tmp_path / "db.sqlite3")
     await opened.open()
     store = opened.jobs

@@ -20,6 +20,7 @@ from clusterd.store.store import sqlite_store
 from clusterd.supervisor.cache import QueueCache
 from clusterd.supervisor.events import JobEvent
 from clusterd.supervisor.progress import ProgressBudget, ProgressReader
+from clusterd.supervisor.reconciler import observe
 
 from ..conftest import supervised
 
@@ -71,9 +72,11 @@ class World:
         return rec
 
 
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[World]:
+# Every test twice: polls that read the whole queue (22.05) and partial ones (24.11 on).
+@pytest.fixture(params=[False, True], ids=["whole", "partial"])
+async def world(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[World]:
     slurm = FakeSlurm.cluster()
+    slurm.partial = request.param
     opened = sqlite_store(tmp_path / "db.sqlite3")
     await opened.open()
     store = opened.jobs
@@ -106,7 +109,16 @@ async def test_a_job_gone_from_slurm_finishes_after_three_polls(world: World) ->
     await world.cache.poll_once()
     rec = await world.get("100")
     assert rec.terminal and rec.state == JobState.UNKNOWN and rec.final_reason == "job left Slurm's queue"
+    assert rec.end_time is not None  # when clusterd let it go: its goodput's wall time ends there
     assert world.events.types()[-1] == EventType.FINISHED
+
+
+def test_run_0s_start_is_taken_from_run_0_only() -> None:
+    rec = JobRecord(1, "alice", "r", JobSpec(), Phase.SUBMITTED, created=0.0, job_id="7")
+    observe(rec, SlurmJob("7", "x", "alice", JobState.PENDING, start_time=400.0))  # an estimate
+    assert rec.first_start is None
+    observe(rec, SlurmJob("7", "x", "alice", JobState.RUNNING, start_time=500.0, restart_count=1))
+    assert rec.first_start is None  # first seen after a requeue: run 0 started earlier, unseen
 
 
 async def test_progress_comes_from_the_table_never_from_the_poll(world: World) -> None:

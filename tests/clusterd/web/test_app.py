@@ -77,6 +77,20 @@ async def test_api_needs_a_token_and_shows_only_the_callers_jobs(tmp_path: Path)
         assert body == {"user": USER_B, "admin": False}
 
 
+async def test_goodput_panels_follow_the_job_visibility_rules(tmp_path: Path) -> None:
+    async with running(_web_config(tmp_path)) as daemon:
+        port = daemon.web_port
+        assert port is not None
+        alice_job = await _submit(daemon, USER_A)
+        await _submit(daemon, USER_B)
+        await daemon.poller.poll_once()
+        status, body = await get(port, f"/api/jobs/{alice_job}/goodput")
+        assert status == 200 and set(body) >= {"ettr", "wall_seconds", "breakdown"}
+        assert (await get(port, f"/api/jobs/{alice_job}/goodput", user=USER_B))[0] == 403
+        status, body = await get(port, "/api/goodput", user=USER_B)  # bob's fleet view holds bob's jobs only
+        assert status == 200 and [(r["user"], r["jobs"]) for r in body["rows"]] == [(USER_B, 1)]
+
+
 async def test_page_is_served_locally_with_a_strict_policy(tmp_path: Path) -> None:
     async with running(_web_config(tmp_path)) as daemon:
         port = daemon.web_port

@@ -123,6 +123,9 @@ async function showJob(jobId) {
   field(dl, "Reason", job.terminal && job.final_reason ? job.final_reason : job.reason);
   field(dl, "Nodes", (job.nodes || []).join(","));
   field(dl, "Restarts", job.restart_count);
+  if ((job.stragglers || []).length) {
+    field(dl, "Stragglers", job.stragglers.map((s) => s.node + " (" + Number(s.ratio).toFixed(2) + "x)").join(", "));
+  }
   if (job.has_exit_code) { field(dl, "Exit code", job.exit_code + (job.exit_signal ? " (signal " + job.exit_signal + ")" : "")); }
   field(dl, "Submitted", when(job.original_submit_time || job.submit_time));
   field(dl, "Started", when(job.start_time));
@@ -136,7 +139,33 @@ async function showJob(jobId) {
     " (checkpoint step " + (Number(r.checkpoint_step) >= 0 ? r.checkpoint_step : "-") + ")" +
     (r.detail ? ": " + r.detail : ""))));
   if (!restarts.children.length) { restarts.appendChild(el("li", "no restarts", "muted")); }
-  await Promise.all([showCheckpoints(jobId), showLog(jobId)]);
+  await Promise.all([showGoodput(jobId), showCheckpoints(jobId), showLog(jobId)]);
+}
+
+function percent(x) { return (100 * (Number(x) || 0)).toFixed(1) + "%"; }
+
+async function showGoodput(jobId) {
+  try {
+    const g = await api("jobs/" + encodeURIComponent(jobId) + "/goodput");
+    const wall = Number(g.wall_seconds) || 0;
+    $("goodput-error").textContent = "";
+    $("goodput-ratio").textContent = "ETTR " + percent(g.ettr) + " of " + duration(wall) +
+      (g.checkpoint_interval ? ", advised checkpoint interval " + duration(parseFloat(g.checkpoint_interval)) : "");
+    fillTable($("goodput-table"), Object.entries(g.breakdown || {}).map(([part, s]) => row([
+      part.replace(/_/g, " "), el("td", duration(Number(s)), "num"), el("td", percent(wall ? Number(s) / wall : 0), "num"),
+    ], { "data-part": part })));
+  } catch (e) {
+    $("goodput-error").textContent = e.message;
+  }
+}
+
+async function showFleet() {
+  const data = await api("goodput");
+  fillTable($("fleet-table"), (data.rows || []).map((r) => row([
+    r.partition || "-", r.user, el("td", r.jobs, "num"), el("td", percent(r.ettr), "num"),
+    el("td", duration(r.wall_seconds), "num"), el("td", duration(r.breakdown.lost), "num"),
+    el("td", duration(r.breakdown.checkpoint_stall), "num"), el("td", duration(r.breakdown.restart), "num"),
+  ], { "data-partition": r.partition, "data-user": r.user })));
 }
 
 async function showCheckpoints(jobId) {
@@ -227,7 +256,7 @@ function route() {
   const hash = location.hash || "#/jobs";
   const parts = hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   if (parts[0] === "jobs" && parts[1]) { return { view: "job", render: () => showJob(parts[1]) }; }
-  const views = { jobs: showJobs, queue: showQueue, nodes: showNodes, history: showHistory };
+  const views = { jobs: showJobs, queue: showQueue, nodes: showNodes, history: showHistory, goodput: showFleet };
   const name = views[parts[0]] ? parts[0] : "jobs";
   return { view: name, render: views[name] };
 }

@@ -1,0 +1,66 @@
+"""slurmrestd's GET jobs?update_time=: nothing when no job changed (23.11 on), the whole queue
+otherwise, and never asked of an API that carries no last_update (22.05's v0.0.38)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.support.backends import Sent, answer, restd_backend
+
+_JOB = {"job_id": 7, "name": "x", "user_name": "bob", "job_state": ["PENDING"]}
+_UNSET = {"set": False, "infinite": False, "number": 0}
+
+
+def _stamp(n: int) -> dict[str, Any]:
+    return {"set": True, "infinite": False, "number": n}
+
+
+async def test_update_time_asks_only_for_changes(tmp_path: Path) -> None:
+    sent: list[str] = []
+    replies = [
+        {"jobs": [_JOB], "last_update": _stamp(1000), "errors": []},
+        # Slurm 24.11's no-change answer: no jobs, last_update 0, a warning.
+        {"jobs": [], "last_update": _stamp(0), "errors": [], "warnings": [{"description": "No job changes"}]},
+        {"jobs": [], "last_update": _stamp(1010), "errors": []},  # a change: the queue emptied
+    ]
+
+    def handler(request: Sent) -> Any:
+        sent.append(request.path)
+        return answer(200, json=replies[len(sent) - 1])
+
+    backend = restd_backend(tmp_path, handler, restd_api_version="v0.0.42")
+    first = await backend.poll_jobs(frozenset())
+    assert first.whole and [j.job_id for j in first.jobs] == ["7"]
+    second = await backend.poll_jobs(frozenset())
+    assert second.unchanged and not second.whole and second.jobs == ()
+    third = await backend.poll_jobs(frozenset())
+    assert third.whole and third.jobs == ()  # empty because the queue is, not "no change"
+    assert sent == [
+        "/slurm/v0.0.42/jobs",
+        "/slurm/v0.0.42/jobs?update_time=1000",
+        "/slurm/v0.0.42/jobs?update_time=1000",
+    ]
+
+
+async def test_without_last_update_every_poll_is_whole(tmp_path: Path) -> None:
+    sent: list[str] = []
+
+    def handler(request: Sent) -> Any:
+        sent.append(request.path)
+        return answer(200, json={"jobs": [], "errors": []})  # v0.0.38: no last_update
+
+    backend = restd_backend(tmp_path, handler, restd_api_version="v0.0.38")
+    for _ in range(2):
+        poll = await backend.poll_jobs(frozenset())
+        assert poll.whole and not poll.unchanged
+    assert sent == ["/slurm/v0.0.38/jobs"] * 2
+
+
+def test_an_unset_stamp_with_jobs_is_a_whole_reply() -> None:
+    import json
+
+    from clusterd.slurm.parse import parse_jobs_since
+
+    jobs, stamp = parse_jobs_since(json.dumps({"jobs": [_JOB], "last_update": _UNSET}), asked_since=True)
+    assert jobs is not None and len(jobs) == 1 and stamp == 0

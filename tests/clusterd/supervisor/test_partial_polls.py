@@ -1,0 +1,171 @@
+"""Partial queue polls (releases whose squeue filters): what changes is seen at once, other users'
+pending jobs at the next whole read, and nothing the service follows is ever judged from stale data."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import clusterd.supervisor.cache as cache_module
+from clusterd.errors import SlurmError
+from clusterd.model.spec import JobSpec
+from clusterd.slurm.fake import FakeSlurm
+from clusterd.slurm.types import JobPoll, JobState, SlurmJob
+from clusterd.store.jobs import JobRecords
+from clusterd.store.records import Phase
+from clusterd.store.store import sqlite_store
+from clusterd.supervisor import reconciler
+from clusterd.supervisor.cache import QueueCache, merge
+from clusterd.supervisor.progress import ProgressBudget, ProgressReader
+
+from ..conftest import supervised
+
+
+def _job(job_id: str, state: JobState, user: str = "bob", **kw: object) -> SlurmJob:
+    return SlurmJob(job_id, "x", user, state, **kw)  # type: ignore[arg-type]
+
+
+def test_merge_keeps_only_the_pending_jobs_a_partial_look_does_not_cover() -> None:
+    before = {
+        "1": _job("1", JobState.PENDING),  # someone else's, held: not covered, kept
+        "2": _job("2", JobState.RUNNING),  # ended and purged between looks: dropped
+        "3": _job("3", JobState.RUNNING, user="alice"),  # followed, requeued: PENDING now
+        "4": _job("4", JobState.PENDING, user="alice"),  # followed, vanished: dropped
+        "5": _job("5", JobState.PENDING, array_job_id="5", array_pending="1-3"),  # followed array
+        "6": _job("6", JobState.RUNNING, array_job_id="5", array_task_id=0),  # its task 0, gone now
+    }
+    seen = (
+        _job("3", JobState.PENDING, user="alice", restart_count=1),
+        _job("5", JobState.PENDING, array_job_id="5", array_pending="2-3"),
+        _job("7", JobState.RUNNING, array_job_id="5", array_task_id=1),
+        _job("8", JobState.CANCELLED),
+    )
+    after = merge(before, JobPoll(seen, whole=False), frozenset({"3", "4", "5"}))
+    assert sorted(after) == ["1", "3", "5", "7", "8"]
+    assert after["3"].restart_count == 1 and after["5"].array_pending == "2-3"
+    assert merge(before, JobPoll(seen), frozenset()) == {j.job_id: j for j in seen}  # a whole look replaces
+    assert merge(before, JobPoll((), whole=False, unchanged=True), frozenset({"3"})) == before
+
+
+async def _focused(slurm: FakeSlurm, ids: set[str]) -> QueueCache:
+    cache = QueueCache(slurm, interval=3600)
+
+    async def focus() -> frozenset[str]:
+        return frozenset(ids)
+
+    cache.focus_on(focus)
+    await cache.poll_once()
+    return cache
+
+
+async def test_other_users_pending_jobs_wait_for_the_whole_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    slurm = FakeSlurm.cluster()
+    slurm.partial = True
+    slurm.jobs["1"] = _job("1", JobState.PENDING)
+    cache = await _focused(slurm, set())
+    assert cache.snapshot.whole and slurm.calls["list_jobs"] == 1  # the first look is whole
+    slurm.jobs["2"] = _job("2", JobState.PENDING)  # submitted with plain sbatch
+    slurm.jobs["3"] = _job("3", JobState.RUNNING, nodes=("node1",))  # another user's, started
+    slurm.set_state("1", JobState.RUNNING, nodes=("node2",))
+    await cache.poll_once()
+    assert not cache.snapshot.whole and slurm.calls["poll_jobs"] == 1 and slurm.calls["list_jobs"] == 1
+    assert sorted(cache.snapshot.jobs) == ["1", "3"] and cache.snapshot.jobs["1"].nodes == ("node2",)
+    monkeypatch.setattr(cache_module, "_WHOLE_EVERY_SECONDS", 0.0)
+    await cache.poll_once()
+    assert cache.snapshot.whole and sorted(cache.snapshot.jobs) == ["1", "2", "3"]
+
+
+async def test_want_whole_is_spaced_and_survives_a_failed_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    slurm = FakeSlurm.cluster()
+    slurm.partial = True
+    cache = await _focused(slurm, set())
+    cache.want_whole()
+    await cache.poll_once()
+    assert not cache.snapshot.whole  # the last whole read is not _WANTED_WHOLE_GAP old yet
+    monkeypatch.setattr(cache_module, "_WANTED_WHOLE_GAP", 0.0)
+
+    async def down() -> list[SlurmJob]:
+        raise SlurmError("squeue", 1, "Unable to contact slurm controller")
+
+    real, slurm.list_jobs = slurm.list_jobs, down  # type: ignore[method-assign]
+    with pytest.raises(SlurmError):
+        await cache.poll_once()
+    slurm.list_jobs = real  # type: ignore[method-assign]
+    await cache.poll_once()
+    assert cache.snapshot.whole and cache.whole_polls == 2
+
+
+async def test_no_focus_reads_the_whole_queue_every_poll() -> None:
+    slurm = FakeSlurm.cluster()
+    slurm.partial = True
+    cache = QueueCache(slurm, interval=3600)
+    for _ in range(3):
+        await cache.poll_once()
+    assert slurm.calls["list_jobs"] == 3 and slurm.calls["poll_jobs"] == 0
+
+
+@dataclass
+class World:
+    slurm: FakeSlurm
+    store: JobRecords
+    cache: QueueCache
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    slurm = FakeSlurm.cluster()
+    slurm.partial = True
+    opened = sqlite_store(tmp_path / "db.sqlite3")
+    await opened.open()
+    progress = ProgressReader(ProgressBudget(interval=3600))
+    cache = supervised(slurm, opened.jobs, _Sink(), progress)
+    await cache.poll_once()
+    yield World(slurm, opened.jobs, cache)
+    progress.close()
+    await opened.close()
+
+
+class _Sink:
+    def publish(self, event: object) -> None:
+        pass
+
+
+async def test_a_followed_job_requeued_or_gone_is_seen_by_partial_polls(world: World) -> None:
+    rec, _ = await world.store.reserve("alice", "", JobSpec(command=["x"]))
+    rec.phase, rec.job_id = Phase.SUBMITTED, "100"
+    await world.store.save(rec)
+    world.slurm.jobs["100"] = _job("100", JobState.RUNNING, user="alice", nodes=("node1",), comment=rec.comment_tag)
+    await world.cache.poll_once()
+    world.slurm.jobs["100"] = _job("100", JobState.PENDING, user="alice", restart_count=1, comment=rec.comment_tag)
+    await world.cache.poll_once()
+    got = await world.store.get_by_job_id("100")
+    assert got is not None and got.state == JobState.PENDING and got.restart_count == 1
+    assert not world.cache.snapshot.whole
+    del world.slurm.jobs["100"]
+    for _ in range(3):
+        await world.cache.poll_once()
+    got = await world.store.get_by_job_id("100")
+    assert got is not None and got.terminal and got.final_reason == "job left Slurm's queue"
+    assert world.cache.whole_polls == 1  # all seen without reading the whole queue again
+
+
+async def test_a_partial_poll_never_fails_a_submission_it_could_not_see(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partial poll does not list a pending job no record names: only a whole read may say whether
+    a submission whose handler died reached Slurm."""
+    monkeypatch.setattr(cache_module, "_WANTED_WHOLE_GAP", 0.0)
+    rec, _ = await world.store.reserve("alice", "", JobSpec(command=["x"]))
+    await world.cache.poll_once()  # in its grace period: nothing wanted yet
+    assert not world.cache.snapshot.whole
+    monkeypatch.setattr(reconciler, "_ADOPT_GRACE_SECONDS", 0.0)  # the submit handler is long gone
+    world.slurm.jobs["102"] = _job("102", JobState.PENDING, user="alice", comment=rec.comment_tag)
+    await world.cache.poll_once()  # partial: not listed, so the reconciler asks for a whole read
+    got = await world.store.get_by_record(rec.record_id)
+    assert got is not None and got.phase is Phase.SUBMITTING
+    await world.cache.poll_once()
+    got = await world.store.get_by_record(rec.record_id)
+    assert got is not None and got.phase is Phase.SUBMITTED and got.job_id == "102"

@@ -1,0 +1,90 @@
+"""The queue cache over each backend and the real stack: partial polls (the commands backend from
+24.11 on) see what changes (a job starting, a requeue, another user's job ending) while another
+user's pending jobs wait for the next whole read; slurmrestd (23.11 on) reads nothing when no job
+changed and the whole queue otherwise; pyslurm reads the whole queue."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+
+from clusterd.slurm import argv
+from clusterd.slurm.base import SlurmBackend
+from clusterd.slurm.types import JobState
+from clusterd.supervisor.cache import ClusterSnapshot, QueueCache
+from tests.support.backends import JobUser, job_user, submit_args
+from tests.support.stack import Stack
+
+pytestmark = pytest.mark.slurm
+
+_GONE = "99999999"  # followed but unknown to slurmctld: a job that left its memory
+
+
+async def _until(cache: QueueCache, ok: Callable[[ClusterSnapshot], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        await cache.poll_once()
+        if ok(cache.snapshot):
+            return
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def _quiet_poll_is_unchanged(backend: SlurmBackend) -> bool:
+    """Two polls in a row with no job change between them: the second reads nothing (a job of
+    another test ending meanwhile makes it whole: tried a few times)."""
+    for _ in range(5):
+        await backend.poll_jobs(frozenset())
+        if (await backend.poll_jobs(frozenset())).unchanged:
+            return True
+        await asyncio.sleep(1)
+    return False
+
+
+async def test_partial_polls_see_changes_requeues_and_jobs_leaving(
+    backend: SlurmBackend, stack: Stack, alice: JobUser
+) -> None:
+    bob = job_user(stack, "bob")
+    release = tuple(int(part) for part in stack.slurm_version.split("."))
+    partial = backend.name == "commands" and release >= argv.PARTIAL_QUEUE_FROM
+    followed: set[str] = {_GONE}
+    cache = QueueCache(backend, interval=3600)
+
+    async def focus() -> frozenset[str]:
+        return frozenset(followed)
+
+    cache.focus_on(focus)
+    submitted: list[str] = []
+    try:
+        held = await backend.submit(submit_args(bob, hold=True))
+        submitted.append(held)
+        own = await backend.submit(submit_args(alice, nodes=1))
+        submitted.append(own)
+        followed.add(own)
+        await cache.poll_once()
+        assert cache.snapshot.whole and {held, own} <= set(cache.snapshot.jobs)
+        late = await backend.submit(submit_args(bob, hold=True))  # another user's, after the whole read
+        submitted.append(late)
+        await _until(cache, lambda s: s.jobs[own].state is JobState.RUNNING, "the followed job to run")
+        assert held in cache.snapshot.jobs and _GONE not in cache.snapshot.jobs
+        assert (late in cache.snapshot.jobs) is not partial
+        assert not (partial and cache.snapshot.whole)
+
+        await backend.requeue(own)
+        await _until(
+            cache,
+            lambda s: s.jobs[own].state is JobState.PENDING and s.jobs[own].restart_count >= 1,
+            "the requeue to show",
+        )
+        await backend.cancel(held)  # another user's pending job ends: no longer PENDING, so listed
+        await _until(cache, lambda s: s.jobs[held].state is JobState.CANCELLED, "the cancel to show")
+        if partial:
+            assert cache.whole_polls == 1
+        if backend.name == "slurmrestd" and release >= (23, 11):  # update_time: nothing when nothing changed
+            assert await _quiet_poll_is_unchanged(backend)
+    finally:
+        for job_id in submitted:
+            await backend.cancel(job_id)
