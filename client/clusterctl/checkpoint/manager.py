@@ -139,6 +139,7 @@ class CheckpointManager:
             ``uri`` follows in the tier's process (:meth:`wait_durable`), and restores read memory,
             then peers, then ``uri``. The tiers come from the ``CLUSTERCTL_TIER_*`` variables;
             without them the manager starts a tier process of its own (one copy, no peers).
+            None: ``CLUSTERCTL_CHECKPOINT_TIER`` (set in a job submitted with ``--checkpoint-tier``).
 
     Raises:
         InvalidURIError (a ValueError): the URI is malformed.
@@ -162,6 +163,8 @@ class CheckpointManager:
         self.rank, self.world_size = self._resolve_world()
         if keep < 0:
             raise ValueError(f"keep must be >= 0, got {keep}")
+        if tier is None:  # a job submitted with --checkpoint-tier memory
+            tier = os.environ.get("CLUSTERCTL_CHECKPOINT_TIER") or None
         self._schedule = SaveSchedule(interval, first=config.auto_first_interval)
         if tier not in (None, "memory"):
             raise ValueError(f"tier must be None or 'memory', got {tier!r}")

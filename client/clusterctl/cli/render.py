@@ -245,6 +245,8 @@ def job_detail(job: jobs_pb2.JobStatus, *, now: float | None = None) -> Renderab
         ("Checkpoint", _step(job.checkpoint_step)),
         ("Submitted", timestamp(first_submit)),
     ]
+    if job.spec.checkpoint_tier:
+        rows.insert(-1, ("Checkpoint tier", job.spec.checkpoint_tier))
     if _is_set(job.submit_time) and job.submit_time != first_submit:
         rows.append(("Requeued", timestamp(job.submit_time)))
     rows += [

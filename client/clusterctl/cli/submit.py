@@ -134,6 +134,11 @@ def _add_environment_options(p: argparse.ArgumentParser) -> None:
 def _add_restart_options(p: argparse.ArgumentParser) -> None:
     rp = p.add_argument_group("checkpoint and restart policy (unset: the server's defaults)")
     rp.add_argument("--checkpoint-uri", metavar="URI", help="s3://bucket/prefix or a shared path")
+    rp.add_argument(
+        "--checkpoint-tier",
+        choices=["memory"],
+        help="memory: a memory tier per node holds each checkpoint (and a peer node a copy) before it reaches its URI",
+    )
     rp.add_argument("--max-restarts", metavar="N", type=argtype(non_negative_int))
     rp.add_argument(
         "--spare-nodes",
@@ -249,6 +254,7 @@ def build_spec(args: argparse.Namespace, *, environ: Mapping[str, str] | None = 
     if args.constraint:
         spec.constraint = "&".join(args.constraint)
     _set_if(spec, "checkpoint_uri", args.checkpoint_uri)
+    _set_if(spec, "checkpoint_tier", args.checkpoint_tier)
     _set_if(spec, "spare_nodes", args.spare_nodes)
     _set_environment(args, spec, environ)
 

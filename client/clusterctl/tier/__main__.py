@@ -1,7 +1,8 @@
 """``python -m clusterctl.tier``: run one node's memory tier for one job (the secret comes from the env).
 
 The secret is read from ``CLUSTERCTL_TIER_SECRET`` (hex), never from argv, which every user sees.
-Prints ``listening HOST:PORT`` once it accepts connections; exits on SIGTERM/SIGINT.
+Prints ``listening HOST:PORT`` once it accepts connections; exits on SIGTERM/SIGINT, and on SIGUSR1,
+which srun forwards to its tasks (on SIGTERM srun kills them) when a job's batch script stops its tiers.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     server = TierServer(settings, host=host, port=port)
     done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(sig, lambda *_: done.set())
     parent = os.getppid()
     server.start()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 import subprocess
 import sys
 import threading
@@ -39,7 +40,7 @@ class TierEndpoints:
 
 def endpoints_from_env(env: Mapping[str, str] = os.environ) -> TierEndpoints | None:
     """The job's tiers, or None when the environment names none. Raises TierError when half-set."""
-    address = env.get(ENV_ADDR, "")
+    address = env.get(ENV_ADDR, "") or _own_peer(env)
     if not address:
         return None
     try:
@@ -51,6 +52,13 @@ def endpoints_from_env(env: Mapping[str, str] = os.environ) -> TierEndpoints | N
         raise TierError(f"{ENV_ADDR} is set but {ENV_SECRET} (>= 16 bytes, hex) or {ENV_JOB} is missing")
     peers = tuple(p for p in env.get(ENV_PEERS, "").split(",") if p and p != address)
     return TierEndpoints(address, peers, job, secret)
+
+
+def _own_peer(env: Mapping[str, str]) -> str:
+    """In an allocation's job (no ``CLUSTERCTL_TIER_ADDR``: one batch environment for every node),
+    the entry of ``CLUSTERCTL_TIER_PEERS`` on this rank's node."""
+    node = env.get("SLURMD_NODENAME") or socket.gethostname()
+    return next((p for p in env.get(ENV_PEERS, "").split(",") if p.rpartition(":")[0] == node), "")
 
 
 class TierProcess:

@@ -56,6 +56,7 @@ _PLAIN = (
     "stdout_path",
     "stderr_path",
     "checkpoint_uri",
+    "checkpoint_tier",
     "request_id",
     "ntasks",
     "max_nodes",

@@ -38,7 +38,7 @@ from clusterd.errors import (
     key_line,
 )
 from clusterd.jobs import adopt as adopt_checks
-from clusterd.jobs.script import RANK_NODES, inject_environment, job_environment
+from clusterd.jobs.script import RANK_NODES, inject_environment, job_environment, tier_environment
 from clusterd.jobs.submission import persisted_spec, settle_directories, with_signal
 from clusterd.jobs.users import UnixUser, resolve_unix_user
 from clusterd.jobs.validate import placement_preference, validate_spec
@@ -197,6 +197,8 @@ class JobManager:
         env = job_environment(variables, record_id=rec.record_id, checkpoint_uri=spec.checkpoint_uri)
         beat_env, rec.heartbeat_token_sha256 = credentials.issue(spec, self._config.liveness, self._config.listen)
         env.update(beat_env)
+        if spec.checkpoint_tier == "memory":
+            env.update(tier_environment(rec.record_id))
         if spec.spare_nodes and request.nodes:  # validate_spec made it N + spares
             env[RANK_NODES] = str(request.nodes - spec.spare_nodes)
         request = replace(

@@ -5,12 +5,14 @@ The header itself is read (and neutralised) by :mod:`clusterd.jobs.directives`.
 
 from __future__ import annotations
 
+import secrets
 import shlex
 
 from clusterctl.sbatch.environment import exported_function
 from clusterd.jobs.directives import header_end
 
 RESUME_STEP = "CLUSTERCTL_RESUME_STEP"
+CHECKPOINT_TIER = "CLUSTERCTL_CHECKPOINT_TIER"
 
 # Values only known when the job (re)starts. Slurm's restart count costs nothing.
 _RESTART_ENV = ['export CLUSTERCTL_RESTART_COUNT="${SLURM_RESTART_COUNT:-0}"']
@@ -24,6 +26,32 @@ _RESUME_ENV = [
     f'{RESUME_STEP}="$(clusterctl checkpoints latest "$CLUSTERCTL_CHECKPOINT_URI" 2>/dev/null || echo -1)"; fi',
     f"export {RESUME_STEP}",
 ]
+
+# --checkpoint-tier memory: one tier per node (a background step of the job's user, as all of the
+# job is), up before the script's own lines run, stopped when the batch shell exits. The Python is
+# the one of the job's clusterctl; the secret travels in the environment, never in argv.
+_TIER_PY = "$_ct_py"
+_TIER_START = [
+    '_ct_py="$(sed -n \'1s/^#!//p\' "$(command -v clusterctl)" 2>/dev/null)"; [ -n "$_ct_py" ] || _ct_py=python3',
+    f'export CLUSTERCTL_TIER_PEERS="$("{_TIER_PY}" -m clusterctl.tier.allocation peers)"',
+    'srun --overlap --ntasks-per-node=1 --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" '
+    f'--job-name=clusterctl-tier "{_TIER_PY}" -m clusterctl.tier.allocation serve </dev/null >/dev/null & _ct_tier=$!',
+    f'"{_TIER_PY}" -m clusterctl.tier.allocation wait',
+    # USR1: srun passes it to the tiers, which exit 0 (on TERM srun would SIGKILL them, noisily)
+    "trap 'kill -USR1 $_ct_tier 2>/dev/null; wait $_ct_tier 2>/dev/null' EXIT",
+]
+
+
+def tier_environment(record_id: int) -> dict[str, str]:
+    """The job's tier variables: its tier namespace and a fresh random secret (hex, 32 bytes).
+
+    The secret exists only in the job's batch script and environment, as the heartbeat token does:
+    it is never stored in the record, shown by GetJob/ListJobs or logged."""
+    return {
+        CHECKPOINT_TIER: "memory",
+        "CLUSTERCTL_TIER_JOB": f"record-{record_id}",
+        "CLUSTERCTL_TIER_SECRET": secrets.token_hex(32),
+    }
 
 
 RANK_NODES = "CLUSTERCTL_RANK_NODES"  # --spare-nodes: the nodes the ranks run on (the rest are spares)
@@ -89,6 +117,8 @@ def inject_environment(script: str, env: dict[str, str]) -> str:
         elif bash:  # as bash does with BASH_FUNC_f%% at start: define f again, exported to the steps
             exports.append(f'eval "{function} "{_ansi_c(value)}; export -f {function}')
     runtime = [*_RESTART_ENV, *(_RESUME_ENV if RESUME_STEP in script else [])]
+    if env.get(CHECKPOINT_TIER) == "memory":
+        runtime += _TIER_START
     if bash and RANK_NODES in env:
         runtime.append(RELAUNCH_SRUN)
     line = "; ".join([*exports, *runtime]) + "  # environment added by clusterd"

@@ -23,7 +23,7 @@ from clusterd.jobs.directives import DirectiveError, neutralise, parse_directive
 from clusterd.jobs.merged import MAX_CPUS, MAX_GPUS, MAX_MEMORY_MB, MAX_TASKS, Merged, bounded, typed_upto, upto
 from clusterd.jobs.sbatch_fields import check_begin, layout, sbatch_options, sharing
 from clusterd.jobs.script import command_script
-from clusterd.model.spec import JobSpec, PlacementPolicy, PlacementPreference, RestartPolicy
+from clusterd.model.spec import CHECKPOINT_TIERS, JobSpec, PlacementPolicy, PlacementPreference, RestartPolicy
 from clusterd.slurm.request import ArraySpec, Export, ExportMode, JobRequest, Sharing
 from clusterd.slurm.types import ClusterFacts
 from clusterd.topology.demand import Preference, node_count
@@ -390,6 +390,8 @@ def validate_spec(spec: JobSpec, facts: ClusterFacts, limits: LimitsConfig) -> J
 
     _check_path("spec.stdout_path", spec.stdout_path, absolute=False)
     _validate_checkpoint_uri(spec.checkpoint_uri)
+    if spec.checkpoint_tier not in CHECKPOINT_TIERS:
+        raise InvalidArgument("spec.checkpoint_tier", f"{spec.checkpoint_tier[:40]!r}: expected 'memory' or empty")
     _validate_restart(spec.restart_policy)
     _validate_placement(spec.placement, facts, res)
 

@@ -46,6 +46,10 @@ def _freeze(obj: object, names: Sequence[str]) -> None:
             object.__setattr__(obj, name, tuple(value))
 
 
+# Checkpoint tiers a job may ask for ("": none, checkpoints go straight to their URI).
+CHECKPOINT_TIERS = ("", "memory")
+
+
 @dataclass(frozen=True)
 class RestartPolicy:
     """When the supervisor brings a job back; None: the service's configured default."""
@@ -104,6 +108,7 @@ class JobSpec:
     stdout_path: str = ""
     stderr_path: str = ""
     checkpoint_uri: str = ""
+    checkpoint_tier: str = ""  # "" or "memory" (CHECKPOINT_TIERS)
     restart_policy: RestartPolicy = RestartPolicy()
     placement: PlacementPreference = PlacementPreference()
     request_id: str = ""

@@ -138,6 +138,14 @@ def test_job_detail_snapshot() -> None:
     assert text(render.job_detail(failed_job())) == JOB
 
 
+def test_job_detail_says_the_checkpoint_tier_after_the_checkpoint() -> None:
+    job = failed_job()
+    job.spec.checkpoint_tier = "memory"
+    lines = text(render.job_detail(job)).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Checkpoint tier"))
+    assert lines[at].split() == ["Checkpoint", "tier", "memory"] and lines[at - 1].startswith("Checkpoint ")
+
+
 def rows(renderable: RenderableType) -> dict[str, str]:
     pairs = (re.split(r"\s{2,}", line, maxsplit=1) for line in text(renderable).splitlines())
     return {pair[0]: pair[1] for pair in pairs if len(pair) == 2}

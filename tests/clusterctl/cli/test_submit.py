@@ -74,6 +74,8 @@ def test_all_flags_map_onto_the_job_spec(
         "/home/alice/%j.err",
         "--checkpoint-uri",
         "s3://ckpt/llm",
+        "--checkpoint-tier",
+        "memory",
         "--max-restarts",
         "5",
         "--no-requeue-on-node-failure",
@@ -128,6 +130,7 @@ def test_all_flags_map_onto_the_job_spec(
         "stdout_path": "/home/alice/%j.out",
         "stderr_path": "/home/alice/%j.err",
         "checkpoint_uri": "s3://ckpt/llm",
+        "checkpoint_tier": "memory",
         "restart_policy": {
             "max_restarts": 5,
             "on_node_failure": False,

@@ -231,6 +231,20 @@ def test_the_tier_refuses_wrong_secrets_other_jobs_and_impostors(servers: list[T
     chan.close()
 
 
+def test_a_bare_probe_of_the_port_ends_quietly(servers: list[TierServer], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job's start-up waits for its tiers by connecting and closing: no thread may die of it."""
+    died: list[object] = []
+    monkeypatch.setattr(threading, "excepthook", died.append)
+    host, port = servers[0].address.rsplit(":", 1)
+    socket.create_connection((host, int(port))).close()
+    with socket.create_connection((host, int(port))) as half:
+        half.sendall(b"\x00\x00")  # half a length prefix
+    for thread in [t for t in threading.enumerate() if "_serve" in t.name and t.ident is not None]:
+        thread.join(5)
+    assert _client(servers[0].address).list("ns", "") == []
+    assert not died
+
+
 def _accept_anything(server: socket.socket) -> None:
     """A fake tier that does not know the secret and claims any caller is welcome."""
     conn, _ = server.accept()

@@ -11,7 +11,7 @@ import pytest
 from clusterd.config import LimitsConfig
 from clusterd.errors import InvalidArgument
 from clusterd.jobs.directives import parse_directives
-from clusterd.jobs.script import command_script, inject_environment, job_environment
+from clusterd.jobs.script import command_script, inject_environment, job_environment, tier_environment
 from clusterd.jobs.validate import validate_spec
 from clusterd.model.spec import JobSpec, PlacementPreference
 from clusterd.slurm.argv import sbatch_argv, update_job_argv
@@ -43,6 +43,20 @@ def test_environment_goes_after_the_header_quoted_on_one_line() -> None:
         ["bash", "-c", out.split("echo start")[0] + 'printf %s "$MSG"'], capture_output=True, text=True, check=True
     ).stdout
     assert printed == "it's $(id) `x`"
+
+
+def test_a_memory_tier_job_starts_its_tiers_before_the_body_with_the_secret_off_argv() -> None:
+    env = tier_environment(7)
+    assert env["CLUSTERCTL_CHECKPOINT_TIER"] == "memory" and env["CLUSTERCTL_TIER_JOB"] == "record-7"
+    assert len(bytes.fromhex(env["CLUSTERCTL_TIER_SECRET"])) == 32 and tier_environment(7) != env  # fresh each time
+    out = inject_environment(SCRIPT, env)
+    added = out.splitlines()[out.splitlines().index("echo start") - 1]
+    assert "srun --overlap --ntasks-per-node=1" in added and "clusterctl.tier.allocation serve" in added
+    assert added.index("allocation wait") < added.index("trap ")  # tiers answer before the user's lines run
+    assert added.count(env["CLUSTERCTL_TIER_SECRET"]) == 1  # only in its export: argv never carries it
+    assert "export CLUSTERCTL_TIER_SECRET=" + env["CLUSTERCTL_TIER_SECRET"] in added
+    assert subprocess.run(["bash", "-n"], input=out, text=True).returncode == 0
+    assert "srun" not in inject_environment(SCRIPT, {"A": "1"})  # no tier asked: nothing started
 
 
 def test_command_script_runs_argv_verbatim() -> None:

@@ -104,6 +104,8 @@ BAD: list[tuple[str, jobs_pb2.JobSpec, str]] = [
     ("checkpoint traversal", spec(checkpoint_uri="s3://bucket/a/../b"), "spec.checkpoint_uri"),
     ("checkpoint bad bucket", spec(checkpoint_uri="s3://Bad_Bucket/x"), "spec.checkpoint_uri"),
     ("checkpoint file relative", spec(checkpoint_uri="file://relative/x"), "spec.checkpoint_uri"),
+    ("checkpoint tier unknown", spec(checkpoint_tier="disk"), "spec.checkpoint_tier"),
+    ("checkpoint tier case", spec(checkpoint_tier="Memory"), "spec.checkpoint_tier"),
     ("request id spaces", spec(request_id="a b"), "spec.request_id"),
     ("request id too long", spec(request_id="r" * 129), "spec.request_id"),
     (
