@@ -37,23 +37,29 @@ def test_seaweedfs_enforces_if_none_match(s3_server: Any) -> None:
 
 @pytest.mark.s3
 def test_missing_bucket_is_permanent(s3_server: Any) -> None:
-    st = S3Storage("no-such-bucket-xyz", "p", s3_options(s3_server, max_attempts=5, backoff_initial=1.0))
+    # A retry would first sleep backoff_initial (20 s): a refusal in well under that was not retried,
+    # however slow the loaded machine answers the one request.
+    st = S3Storage(
+        "no-such-bucket-xyz", "p", s3_options(s3_server, max_attempts=5, backoff_initial=20.0, backoff_max=20.0)
+    )
     t0 = time.monotonic()
     with pytest.raises(ObjectNotFoundError, match="bucket does not exist"):
         st.list_objects("")  # (SeaweedFS creates a missing bucket on PUT for admins; LIST is refused)
-    assert time.monotonic() - t0 < 1.0  # not retried
+    assert time.monotonic() - t0 < 15  # not retried
     st.close()
 
 
 @pytest.mark.s3
 def test_bad_credentials_are_permanent(s3_server: Any) -> None:
     st = S3Storage(
-        s3_server.bucket, "p", s3_options(s3_server, secret_access_key="nope", max_attempts=5, backoff_initial=1.0)
+        s3_server.bucket,
+        "p",
+        s3_options(s3_server, secret_access_key="nope", max_attempts=5, backoff_initial=20.0, backoff_max=20.0),
     )
     t0 = time.monotonic()
     with pytest.raises(AccessDeniedError):
         st.list_objects("")
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 15  # not retried (see above)
     st.close()
 
 
