@@ -38,6 +38,7 @@ def daemon(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[D
         extra_env={
             "CLUSTERD_LIVENESS__PROGRESS_HANG_FLOOR_SECONDS": str(FLOOR),
             "CLUSTERD_LIVENESS__STRAGGLER_WINDOW_STEPS": "20",
+            "CLUSTERD_LIVENESS__DRAIN_FAILING_NODES": "true",  # the stack's own config drains nothing
         },
     )
     d.start()

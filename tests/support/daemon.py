@@ -74,6 +74,9 @@ class Daemon:
             "CLUSTERD_SOCKET_GROUP": self.socket_group,
             "CLUSTERD_WEB__LISTEN": "",  # the dashboard: on metrics
             **({"CLUSTERD_WEB__ENABLED": "false"} if self.metrics_port is None else {}),
+            # Tests kill nodes with jobs on them: a drained node would stay out of service for every
+            # later test (tests of draining set it back to true in extra_env).
+            "CLUSTERD_LIVENESS__DRAIN_FAILING_NODES": "false",
             **self.extra_env,
         }
         config = self.config or self.stack.dir / "clusterd.toml"
