@@ -113,6 +113,7 @@ class RestdBackend:
         self._key: bytes | None = None
         self._tokens: dict[str, tuple[str, float]] = {}  # user -> (token, monotonic refresh time)
         self._jobs_stamp = 0  # Slurm's last_update in the last GET jobs poll_jobs read whole (0: none)
+        self._stamp_refused = False  # slurmrestd refused update_time once: whole reads only
 
     async def aclose(self) -> None:
         if self._owns_client:
@@ -307,16 +308,26 @@ class RestdBackend:
         job changed since, else the whole queue (``GET jobs`` has no state or id filter)."""
         command = "GET jobs"
         since = self._jobs_stamp
-        path = await self._path("jobs") + (f"?update_time={since}" if since else "")
+        path = await self._path("jobs")
         with _observed(command):
-            resp = await self._send("GET", path, command)
+            try:
+                resp = await self._send("GET", path + (f"?update_time={since}" if since else ""), command)
+            except SlurmError as exc:
+                if not since or exc.returncode != 422:
+                    raise
+                # Some releases' parsers refuse the stamp they gave ("Parsing of N for timestamp
+                # failed"): read the whole queue from then on.
+                log.warning("slurmrestd refuses update_time (%s): queue polls read the whole queue", exc.detail)
+                self._jobs_stamp = since = 0
+                self._stamp_refused = True
+                resp = await self._send("GET", path, command)
             try:
                 jobs, stamp = await asyncio.to_thread(parse.parse_jobs_since, resp.text, asked_since=bool(since))
             except ValueError as exc:
                 raise _error(command, 200, str(exc)) from exc
         if jobs is None:
             return JobPoll((), whole=False, unchanged=True)
-        self._jobs_stamp = stamp
+        self._jobs_stamp = 0 if self._stamp_refused else stamp
         return JobPoll(tuple(jobs))
 
     async def list_nodes(self) -> list[SlurmNode]:

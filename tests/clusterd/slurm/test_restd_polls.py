@@ -64,3 +64,27 @@ def test_an_unset_stamp_with_jobs_is_a_whole_reply() -> None:
 
     jobs, stamp = parse_jobs_since(json.dumps({"jobs": [_JOB], "last_update": _UNSET}), asked_since=True)
     assert jobs is not None and len(jobs) == 1 and stamp == 0
+
+
+async def test_a_release_that_refuses_update_time_gets_whole_reads(tmp_path: Path) -> None:
+    """Slurm 24.11's v0.0.40/41 parsers answer 422 to the stamp they gave: the poll reads the whole
+    queue at once, and every later poll too (never a failed poll, never the stamp again)."""
+    sent: list[str] = []
+    refusal = {"errors": [{"description": "Parsing of 1000 for timestamp failed (Unable to convert Data type)"}]}
+
+    def handler(request: Sent) -> Any:
+        sent.append(request.path)
+        if "update_time" in request.path:
+            return answer(422, json=refusal)
+        return answer(200, json={"jobs": [_JOB], "last_update": _stamp(1000), "errors": []})
+
+    backend = restd_backend(tmp_path, handler, restd_api_version="v0.0.41")
+    for _ in range(3):
+        poll = await backend.poll_jobs(frozenset())
+        assert poll.whole and [j.job_id for j in poll.jobs] == ["7"]
+    assert sent == [
+        "/slurm/v0.0.41/jobs",
+        "/slurm/v0.0.41/jobs?update_time=1000",
+        "/slurm/v0.0.41/jobs",
+        "/slurm/v0.0.41/jobs",
+    ]
