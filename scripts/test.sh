@@ -35,23 +35,16 @@ fi
 export PATH="$PWD/.venv/bin:$PATH"
 export CLUSTERCTL_REQUIRE_STACK=1
 
-# compat_result / fast_result: wait for that background part, print its output, return its status.
-compat_result() {
+# part_result NAME: wait for background part NAME (compat, fast: its ${NAME}_pid and ${NAME}_log),
+# print its output, return its status.
+part_result() {
+    local -n pid="$1_pid" out="$1_log"
     local rc=0
-    [ -n "$compat_pid" ] || return 0
-    wait "$compat_pid" || rc=$?
-    compat_pid=""
-    cat "$compat_log"
-    rm -f "$compat_log"
-    return "$rc"
-}
-fast_result() {
-    local rc=0
-    [ -n "$fast_pid" ] || return 0
-    wait "$fast_pid" || rc=$?
-    fast_pid=""
-    cat "$fast_log"
-    rm -f "$fast_log"
+    [ -n "$pid" ] || return 0
+    wait "$pid" || rc=$?
+    pid=""
+    cat "$out"
+    rm -f "$out"
     return "$rc"
 }
 # pytest_part ARGS...: pytest, where "no test selected" (exit 5: the paths given hold none of this
@@ -72,11 +65,11 @@ kill_tree() {
 cleanup() {
     if [ -n "$fast_pid" ]; then
         kill_tree "$fast_pid"
-        fast_result || true
+        part_result fast || true
     fi
     if [ -n "$compat_pid" ]; then
         kill_tree "$compat_pid"
-        compat_result || true
+        part_result compat || true
     fi
     if [ "$started_stack" = 1 ]; then
         bash deploy/local/stack.sh down >/dev/null 2>&1 || true
@@ -131,9 +124,9 @@ if [ "$started_stack" = 1 ]; then
 fi
 
 fast_rc=0
-fast_result || fast_rc=$?
+part_result fast || fast_rc=$?
 compat_rc=0
-compat_result || compat_rc=$?
+part_result compat || compat_rc=$?
 trap - EXIT
 echo "== lint, types and fast tests exit $fast_rc, stack tests exit $main_rc, compatibility suite exit $compat_rc"
 [ "$fast_rc" = 0 ] && [ "$main_rc" = 0 ] && [ "$compat_rc" = 0 ]
