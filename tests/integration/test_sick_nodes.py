@@ -61,9 +61,9 @@ def restarted(daemon: Daemon, user: str, job_id: str, timeout: float = 90) -> jo
     return job.restarts[0]  # type: ignore[no-any-return]
 
 
-def test_a_rank_blocked_while_it_beats_is_hung_by_progress(daemon: Daemon, stack: Stack) -> None:
-    name = f"block-{uuid.uuid4().hex[:6]}"
-    spec = train_spec(
+def blocked_spec(stack: Stack, name: str) -> jobs_pb2.JobSpec:
+    """A 2-node training job whose rank 1 blocks its main thread at step BLOCK_AT while it beats."""
+    return train_spec(
         stack,
         name,
         "--steps",
@@ -77,6 +77,11 @@ def test_a_rank_blocked_while_it_beats_is_hung_by_progress(daemon: Daemon, stack
         "--block-at",
         str(BLOCK_AT),
     )
+
+
+def test_a_rank_blocked_while_it_beats_is_hung_by_progress(daemon: Daemon, stack: Stack) -> None:
+    name = f"block-{uuid.uuid4().hex[:6]}"
+    spec = blocked_spec(stack, name)
     job = daemon.client("alice").submit(spec).job
     restart = restarted(daemon, "alice", job.job_id)
     assert restart.cause == jobs_pb2.TERMINATION_CAUSE_RANK_HUNG and restart.detected_by == "progress", restart
@@ -127,20 +132,7 @@ def hang_on(daemon: Daemon, stack: Stack, user: str, nodes: list[str]) -> str:
     """A 2-node job of ``user`` on ``nodes`` whose rank 1 blocks while it beats (rank 0 steps on);
     the node the hang was pinned on, once the job was restarted."""
     name = f"sick-{uuid.uuid4().hex[:6]}"
-    spec = train_spec(
-        stack,
-        name,
-        "--steps",
-        "400",
-        "--every",
-        "10",
-        "--step-seconds",
-        "0.1",
-        "--block-rank",
-        "1",
-        "--block-at",
-        str(BLOCK_AT),
-    )
+    spec = blocked_spec(stack, name)
     spec.sbatch_options.append(f"--nodelist={','.join(nodes)}")
     job = daemon.client(user).submit(spec).job
     restart = restarted(daemon, user, job.job_id)
