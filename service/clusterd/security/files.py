@@ -22,6 +22,23 @@ log = logging.getLogger(__name__)
 PRIVATE_DIR_MODE = 0o700
 
 
+def refuse_shared_dir(path: Path, st: os.stat_result, what: str) -> None:
+    """Refuse a directory others may write into (``/tmp``, ``/var/tmp``, a group's scratch space).
+
+    Such a directory is everybody's: re-moding it to keep others out of clusterd's files would take
+    it away from every other user on the host, and leaving it shared would let them plant or
+    replace clusterd's files.
+
+    Raises:
+        ConfigError: ``path`` is writable by others or has the sticky bit.
+    """
+    if st.st_mode & (stat.S_IWOTH | stat.S_ISVTX):
+        raise ConfigError(
+            f"{what} {path} is a shared directory (mode {stat.S_IMODE(st.st_mode):o}): other users "
+            "write there; give clusterd a directory of its own below it"
+        )
+
+
 def private_dir(path: Path) -> None:
     """Create ``path`` 0700, or tighten an existing directory of ours to 0700.
 
@@ -38,6 +55,7 @@ def private_dir(path: Path) -> None:
             raise ConfigError(f"state_dir {path} is not a directory (a symlink?)")
         if st.st_uid != os.geteuid():
             raise ConfigError(f"state_dir {path} belongs to uid {st.st_uid}, not clusterd's (uid {os.geteuid()})")
+        refuse_shared_dir(path, st, "state_dir")
         if stat.S_IMODE(st.st_mode) != PRIVATE_DIR_MODE:
             log.warning("state_dir %s was mode %o: tightened to 700", path, stat.S_IMODE(st.st_mode))
             os.chmod(path, PRIVATE_DIR_MODE)

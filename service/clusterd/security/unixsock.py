@@ -5,7 +5,8 @@ the socket ``0660 owner:group``, so a local user outside ``socket_group`` cannot
 Nobody but clusterd's own user can create a file in that directory, so while clusterd is down no
 other process can bind the path and collect the bearer tokens of the clients that reconnect (the
 attack a loopback TCP port is open to). The directory is refused when someone else owns it, or when
-its parent lets others rename it away (writable by group/others without the sticky bit).
+its parent lets others rename it away (writable by group/others without the sticky bit), and a
+shared directory such as ``/tmp`` is refused rather than re-moded (that would lock every other user out).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clusterd.config import ConfigError
+
+from .files import refuse_shared_dir
 
 DIR_MODE = 0o750
 SOCKET_MODE = 0o660
@@ -97,6 +100,7 @@ def prepare_socket_dir(path: str, group: str) -> SocketPlan:
                 f"socket directory {directory} belongs to uid {st.st_uid}, not clusterd's "
                 f"(uid {os.geteuid()}): whoever owns it could replace the socket; remove it"
             )
+        refuse_shared_dir(directory, st, "socket directory")
         os.chown(directory, -1, gid if gid is not None else -1)
         os.chmod(directory, DIR_MODE if gid is not None else 0o700)
         try:
