@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from clusterctl.checkpoint import CheckpointManager
-from clusterctl.tier.allocation import port_of
 from clusterctl.v1 import jobs_pb2
 from tests.support.daemon import Daemon
 from tests.support.stack import Stack
@@ -42,7 +41,8 @@ with CheckpointManager(uri, config=config, keep=0) as ckpt:
     state = {"m": net, "o": opt}
     ckpt.save(0, state).result()
     ckpt.wait_durable(0, timeout=60)
-    print(f"READY rank {rank} tier {ckpt._tier is not None} job {os.environ['CLUSTERCTL_TIER_JOB']}", flush=True)
+    tiers, job = os.environ["CLUSTERCTL_TIER_PEERS"], os.environ["CLUSTERCTL_TIER_JOB"]
+    print(f"READY rank {rank} tier {ckpt._tier is not None} at {tiers} job {job}", flush=True)
     while not os.path.exists(thawed_flag + ".frozen"):
         time.sleep(0.05)
     for step in (1, 2, 3):
@@ -136,7 +136,8 @@ def test_saves_commit_in_memory_while_s3_is_frozen_and_reach_it_after(
         nodes = client.get(job.job_id).nodes
         assert len(nodes) == 2
 
-        out = _as_bob_on(stack, nodes[0], ATTACK, f"{nodes[0]}:{port_of(job.job_id)}", tier_job)
+        address = next(a for a in ready[0].split()[-3].split(",") if a.startswith(f"{nodes[0]}:"))
+        out = _as_bob_on(stack, nodes[0], ATTACK, address, tier_job)
         assert out.startswith("REFUSED"), out
         tiers = _tier_pids(job.job_id)
         assert len(tiers) == 2, tiers  # one per node

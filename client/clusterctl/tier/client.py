@@ -16,7 +16,7 @@ from typing import Any
 from ..checkpoint import checksum
 from ..storage import ObjectExistsError, ObjectInfo, ObjectNotFoundError
 from .errors import TierAuthError, TierBusyError, TierCorruptError, TierError, TierFullError, TierUnavailableError
-from .wire import Channel, client_handshake
+from .wire import HANDSHAKE_TIMEOUT, Channel, client_handshake
 
 _ERRORS: dict[str, type[Exception]] = {
     "not_found": ObjectNotFoundError,
@@ -69,7 +69,7 @@ class TierClient:
             raise TierUnavailableError(f"memory tier at {self.address} unreachable: {exc}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            chan = client_handshake(sock, self._secret, self._job)
+            chan = client_handshake(sock, self._secret, self._job, min(self._timeout, HANDSHAKE_TIMEOUT))
         except (OSError, ValueError) as exc:  # e.g. a squatter that resets or answers junk
             sock.close()
             raise TierUnavailableError(f"memory tier at {self.address}: login failed: {exc}") from None

@@ -105,10 +105,11 @@ class Channel:
             self.sock.close()
 
 
-def client_handshake(sock: socket.socket, secret: bytes, job: str) -> Channel:
-    """Authenticate to a tier as a rank of ``job``; raises TierAuthError when either side is wrong."""
-    deadline = time.monotonic() + HANDSHAKE_TIMEOUT  # a squatter that trickles bytes cannot hold a rank
-    sock.settimeout(HANDSHAKE_TIMEOUT)
+def client_handshake(sock: socket.socket, secret: bytes, job: str, timeout: float = HANDSHAKE_TIMEOUT) -> Channel:
+    """Authenticate to a tier as a rank of ``job`` within ``timeout`` seconds; raises TierAuthError
+    when either side is wrong."""
+    deadline = time.monotonic() + timeout  # a squatter that trickles bytes cannot hold a rank
+    sock.settimeout(timeout)
     try:
         got = sock.recv(1, socket.MSG_PEEK)
     except OSError:

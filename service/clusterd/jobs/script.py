@@ -31,16 +31,17 @@ _RESUME_ENV = [
 # as all of the job is), up before the script's own lines run, stopped when the batch shell exits.
 # One step per node: a node's death ends the step on it, and Slurm ends a step that loses a node on
 # all of them, so one step over the allocation would take the survivors' memory with the dead node.
-# The Python is the one of the job's clusterctl; the secret travels in the environment, never in argv.
+# ``wait`` finds the tiers (at ports derived from the secret), gives each its peers and prints them for
+# the ranks. The Python is the one of the job's clusterctl; the secret travels in the environment,
+# never in argv.
 _TIER_PY = "$_ct_py"
 _TIER_START = [
     '_ct_py="$(sed -n \'1s/^#!//p\' "$(command -v clusterctl)" 2>/dev/null)"; [ -n "$_ct_py" ] || _ct_py=python3',
-    f'export CLUSTERCTL_TIER_PEERS="$("{_TIER_PY}" -m clusterctl.tier.allocation peers)"',
-    "_ct_tier=; for _ct_n in $(echo \"$CLUSTERCTL_TIER_PEERS\" | tr , ' '); do "
-    'srun --overlap --nodes=1 --ntasks=1 --nodelist="${_ct_n%:*}" '
+    f'_ct_tier=; for _ct_n in $("{_TIER_PY}" -m clusterctl.tier.allocation nodes); do '
+    'srun --overlap --nodes=1 --ntasks=1 --nodelist="$_ct_n" '
     f'--job-name=clusterctl-tier "{_TIER_PY}" -m clusterctl.tier.allocation serve </dev/null >/dev/null & '
     '_ct_tier="$_ct_tier $!"; done',
-    f'"{_TIER_PY}" -m clusterctl.tier.allocation wait',
+    f'export CLUSTERCTL_TIER_PEERS="$("{_TIER_PY}" -m clusterctl.tier.allocation wait)"',
     # USR1: srun passes it to the tier, which exits 0 (on TERM srun would SIGKILL it, noisily)
     "trap 'kill -USR1 $_ct_tier 2>/dev/null; wait $_ct_tier 2>/dev/null' EXIT",
 ]
