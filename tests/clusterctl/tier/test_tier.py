@@ -205,6 +205,7 @@ def test_saves_commit_while_the_uri_is_down_and_go_up_once_it_is_back(
         assert ckpt.steps() == [1, 2]  # from memory: the URI does not answer
         down["on"] = False
         assert ckpt.wait_durable(timeout=30) == 2
+        assert ckpt.wait_durable(1, timeout=30) == 1  # each step's retries keep their own clock
         assert ckpt.durable_steps() == [1, 2]
 
 
