@@ -101,10 +101,10 @@ class TierClient:
                     if out is not None:
                         if size != len(out):
                             raise TierError(f"tier sent {size} bytes, {len(out)} asked")
-                        chan.recv_payload_into(out, reply.get("digest"))
+                        chan.recv_payload_into(out, reply.get("digest"), reply.get("chunks"))
                     else:
                         buf = bytearray(size)
-                        chan.recv_payload_into(memoryview(buf), reply.get("digest"))
+                        chan.recv_payload_into(memoryview(buf), reply.get("digest"), reply.get("chunks"))
                         data = bytes(buf)
             except (OSError, ValueError, TypeError, KeyError) as exc:
                 raise TierUnavailableError(f"memory tier at {self.address}: {exc}") from None
