@@ -38,7 +38,7 @@ _TIER_PY = "$_ct_py"
 _TIER_START = [
     '_ct_py="$(sed -n \'1s/^#!//p\' "$(command -v clusterctl)" 2>/dev/null)"; [ -n "$_ct_py" ] || _ct_py=python3',
     f'_ct_tier=; for _ct_n in $("{_TIER_PY}" -m clusterctl.tier.allocation nodes); do '
-    'srun --overlap --nodes=1 --ntasks=1 --nodelist="$_ct_n" '
+    'srun --overlap --nodes=1 --ntasks=1 --ntasks-per-node=1 --nodelist="$_ct_n" '
     f'--job-name=clusterctl-tier "{_TIER_PY}" -m clusterctl.tier.allocation serve </dev/null >/dev/null & '
     '_ct_tier="$_ct_tier $!"; done',
     f'export CLUSTERCTL_TIER_PEERS="$("{_TIER_PY}" -m clusterctl.tier.allocation wait)"',
