@@ -14,6 +14,7 @@ import datetime
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,6 +27,7 @@ from .values import INT64_MAX, argtype, seconds, step_number
 
 EXIT_OK, EXIT_STORAGE, EXIT_USAGE, EXIT_CORRUPT = 0, 1, 2, 3
 DEFAULT_GRACE = 6 * 3600.0
+URI_WAIT = 10.0  # list, with the job's memory tiers: how long the URI may take to answer
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -190,17 +192,48 @@ def _tier_copies(uri: str) -> tuple[dict[int, list[str]], Any]:
     return held, TierStorage(clients[0], clients[1:], uri)
 
 
+def _durable(storage: Any, uri: str, wait: float | None) -> set[int] | None:
+    """The committed steps on the URI; None, with a warning, when ``wait`` seconds pass first (the
+    job's tiers hold steps and its URI is down: list shows them rather than hang)."""
+    from ..checkpoint.gc import list_committed
+
+    if wait is None:
+        return set(list_committed(storage))
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["steps"] = set(list_committed(storage))
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)  # a hung LIST must not hold the exit
+    thread.start()
+    thread.join(wait)
+    if "error" in box:
+        raise box["error"]
+    if "steps" not in box:
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"[bold yellow]warning:[/] {uri} did not answer in {wait:g} s: the steps in memory are shown, "
+            "whether they are durable is unknown",
+            markup=True,
+        )
+        return None
+    return set(box["steps"])
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     """Print the committed steps (one LIST, plus one small GET per step for its marker) and where
-    each lives: on the URI, and in which memory tiers when the job's tier is in the environment."""
+    each lives: on the URI, and in which memory tiers when the job's tier is in the environment
+    (then a URI that does not answer in URI_WAIT seconds is reported, not waited for)."""
     from ..checkpoint.commit import read_marker_or_none
-    from ..checkpoint.gc import list_committed
 
     storage = _open(args.uri)
     tiers = None
     try:
         held, tiers = _tier_copies(args.uri)
-        durable = set(list_committed(storage))
+        known = _durable(storage, args.uri, URI_WAIT if tiers is not None else None)
+        durable = known or set()
         rows: list[dict[str, Any]] = []
         for step in sorted(durable | set(held)):
             marker = read_marker_or_none(storage if step in durable else tiers, step)
@@ -212,7 +245,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                     "bytes": marker.total_bytes if marker else None,
                     "created": marker.created if marker else None,
                     "attempt": marker.attempt if marker else None,
-                    "durable": step in durable,
+                    "durable": step in durable if known is not None else None,
                     "memory": held.get(step, []),
                 }
             )
@@ -230,7 +263,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     for col in ("step", "ranks", "size", "committed at (UTC)", "attempt", "where"):
         table.add_column(col, justify="right" if col in ("step", "ranks", "size") else "left")
     for r in rows:
-        where = ", ".join((["uri"] if r["durable"] else []) + [f"memory {a}" for a in r["memory"]])
+        uri = {True: ["uri"], False: [], None: ["uri unknown"]}[r["durable"]]
+        where = ", ".join(uri + [f"memory {a}" for a in r["memory"]])
         if not r["valid_marker"]:
             table.add_row(str(r["step"]), "-", "-", "[red]invalid marker[/]", "-", where)
         else:

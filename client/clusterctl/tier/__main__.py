@@ -13,10 +13,13 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 
 from .client import parse_address
 from .process import ENV_SECRET
 from .server import TierServer, TierSettings
+
+log = logging.getLogger(__name__)
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -41,16 +44,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
-    try:
-        secret = bytes.fromhex(os.environ.pop(ENV_SECRET, ""))
-    except ValueError:
-        secret = b""
-    if len(secret) < 16:
-        print(f"error: {ENV_SECRET} must hold the job's secret (>= 16 bytes, hex)", file=sys.stderr)
+    secret = take_secret()
+    if secret is None:
         return 2
-    if args.nice > 0:
-        os.nice(args.nice)
-    logging.basicConfig(level=logging.WARNING, format="tier %(levelname)s %(message)s")
     host, port = parse_address(args.listen)
     settings = TierSettings(
         job=args.job,
@@ -60,7 +56,39 @@ def main(argv: list[str] | None = None) -> int:
         cap_bytes=args.cap_bytes,
         handoff_delay=args.handoff_delay,
     )
-    server = TierServer(settings, host=host, port=port)
+    return serve(settings, host, [port], nice=args.nice, exit_with_parent=args.exit_with_parent)
+
+
+def take_secret() -> bytes | None:
+    """The job's secret, taken out of this process's environment (its children never see it);
+    None, with the reason on stderr, when it is missing or malformed."""
+    try:
+        secret = bytes.fromhex(os.environ.pop(ENV_SECRET, ""))
+    except ValueError:
+        secret = b""
+    if len(secret) < 16:
+        print(f"error: {ENV_SECRET} must hold the job's secret (>= 16 bytes, hex)", file=sys.stderr)
+        return None
+    return secret
+
+
+def serve(
+    settings: TierSettings, host: str, ports: Sequence[int], *, nice: int = 10, exit_with_parent: bool = False
+) -> int:
+    """Run a tier on the first of ``ports`` free on ``host`` until a signal (or its parent's end)."""
+    if nice > 0:
+        os.nice(nice)
+    logging.basicConfig(level=logging.WARNING, format="tier %(levelname)s %(message)s")
+    server: TierServer | None = None
+    for port in ports:
+        try:
+            server = TierServer(settings, host=host, port=port)
+            break
+        except OSError as exc:
+            log.info("memory tier: port %d on %s not free (%s); trying the next", port, host, exc)
+    if server is None:
+        print(f"error: no free port for the memory tier on {host} (tried {len(ports)})", file=sys.stderr)
+        return 1
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(sig, lambda *_: done.set())
@@ -68,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     server.start()
     print(f"listening {server.address}", flush=True)
     while not done.wait(1.0):
-        if args.exit_with_parent and os.getppid() != parent:
+        if exit_with_parent and os.getppid() != parent:
             break  # the trainer that owned this tier is gone (even by SIGKILL): its memory goes too
     server.close()
     return 0

@@ -1,15 +1,21 @@
 """The tiers of a Slurm allocation: one per node, started by the batch script of a job submitted
-with ``--checkpoint-tier memory`` (``python -m clusterctl.tier.allocation serve|peers|wait``).
+with ``--checkpoint-tier memory`` (``python -m clusterctl.tier.allocation nodes|serve|wait``).
 
-Every node's tier listens on the node's name at a port derived from the job id, so every rank
-and every tier computes the same peer list without talking to the others. The nodes are ordered
-leaf switch by leaf switch in turn (from ``scontrol show topology`` when Slurm has one), and each
-tier's peers start at the node after it: a shard's replica lands on another switch when there is one.
-The secret stays in ``CLUSTERCTL_TIER_SECRET``, never in argv.
+Every node's tier listens on the node's name at the first free one of a few candidate ports derived
+from the job's secret (:func:`candidate_ports`): nobody without the secret can predict them, so no
+other user can take a job's port first, and two jobs' tiers on a node do not clash. ``wait`` finds
+each node's tier by trying the candidates in order, each proving the secret both ways (a process
+squatting a candidate fails that and is passed over), tells each tier its peers, and prints the
+job's tiers for its ranks (``CLUSTERCTL_TIER_PEERS``). The nodes are ordered leaf switch by leaf
+switch in turn (from ``scontrol show topology`` when Slurm has one), and each tier's peers start at
+the node after it: a shard's replica lands on another switch when there is one. The secret stays
+in ``CLUSTERCTL_TIER_SECRET``, never in argv.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import re
 import socket
@@ -18,16 +24,27 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
+from .client import TierClient
 from .errors import TierError
+from .server import TierSettings
 
 PORT_BASE = 20000
 PORT_SPAN = 20000
+CANDIDATES = 8
 
 
-def port_of(job: str) -> int:
-    """The allocation's tier port: one per job id, in [PORT_BASE, PORT_BASE + PORT_SPAN)."""
-    digits = re.sub(r"\D", "", job) or "0"
-    return PORT_BASE + int(digits) % PORT_SPAN
+def candidate_ports(secret: bytes, count: int = CANDIDATES) -> list[int]:
+    """The ports a job's tier may listen on, in the order tried: HMAC(secret, i) into
+    [PORT_BASE, PORT_BASE + PORT_SPAN), distinct."""
+    ports: list[int] = []
+    i = 0
+    while len(ports) < count:
+        mac = hmac.new(secret, f"clusterctl-tier-port-{i}".encode(), hashlib.sha256).digest()
+        port = PORT_BASE + int.from_bytes(mac[:8], "big") % PORT_SPAN
+        if port not in ports:
+            ports.append(port)
+        i += 1
+    return ports
 
 
 def interleave(nodes: Sequence[str], switch_of: Mapping[str, str]) -> list[str]:
@@ -80,56 +97,65 @@ def _own_node(env: Mapping[str, str]) -> str:
     return env.get("SLURMD_NODENAME") or socket.gethostname()
 
 
-def _wait(addresses: Sequence[str], timeout: float) -> None:
+def find_tier(node: str, secret: bytes, job: str, *, timeout: float = 2.0) -> str | None:
+    """``node:port`` of the job's tier on ``node``: the first candidate port that proves the secret
+    (a tier answers its login in milliseconds; a silent squatter costs ``timeout``)."""
+    for port in candidate_ports(secret):
+        client = TierClient(f"{node}:{port}", secret=secret, job=job, timeout=timeout)
+        try:
+            client.status("")
+            return client.address
+        except TierError:
+            continue  # nothing there (yet), or another process: not the job's tier
+        finally:
+            client.close()
+    return None
+
+
+def connect_tiers(order: Sequence[str], secret: bytes, job: str, timeout: float) -> list[str]:
+    """Find every node's tier (waiting ``timeout`` for them to start), tell each its peers; their addresses."""
     deadline = time.monotonic() + timeout
-    for addr in addresses:
-        host, port = addr.rsplit(":", 1)
-        while True:
-            try:
-                socket.create_connection((host, int(port)), timeout=2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise TierError(f"the memory tier at {addr} did not start in {timeout:g} s") from None
-                time.sleep(0.2)
+    found: list[str] = []
+    for node in order:
+        while (address := find_tier(node, secret, job)) is None:
+            if time.monotonic() > deadline:
+                raise TierError(f"the memory tier on {node} did not start in {timeout:g} s")
+            time.sleep(0.2)
+        found.append(address)
+    for address in found:
+        peers = peers_of(found, address)
+        client = TierClient(address, secret=secret, job=job)
+        try:
+            client.configure(peers, 1 if peers else 0)
+        finally:
+            client.close()
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     env = os.environ
     job = env.get("CLUSTERCTL_TIER_JOB", "")
-    if len(argv) != 1 or argv[0] not in ("serve", "peers", "wait") or not job:
-        print("usage: python -m clusterctl.tier.allocation serve|peers|wait (CLUSTERCTL_TIER_JOB set)", file=sys.stderr)
+    if len(argv) != 1 or argv[0] not in ("nodes", "serve", "wait") or not job:
+        print("usage: python -m clusterctl.tier.allocation nodes|serve|wait (CLUSTERCTL_TIER_JOB set)", file=sys.stderr)
         return 2
-    port = port_of(env.get("SLURM_JOB_ID", job))
+    from .__main__ import serve, take_secret
+
+    secret = take_secret()
+    if secret is None:
+        return 2
+    if argv[0] == "serve":  # its peers come from ``wait``
+        return serve(TierSettings(job=job, secret=secret, replicas=0), _own_node(env), candidate_ports(secret))
     try:
         order = allocation_order(env)
-        if argv[0] == "peers":
-            print(",".join(f"{n}:{port}" for n in order))
-            return 0
-        if argv[0] == "wait":
-            _wait([f"{n}:{port}" for n in order], timeout=60.0)
-            return 0
+        if argv[0] == "nodes":
+            print(" ".join(order))
+        else:
+            print(",".join(connect_tiers(order, secret, job, timeout=60.0)))
     except TierError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    from .__main__ import main as serve
-
-    node = _own_node(env)
-    peers = peers_of(order, node) if node in order else []
-    replicas = "1" if peers else "0"
-    return serve(
-        [
-            "--listen",
-            f"{node}:{port}",
-            "--job",
-            job,
-            "--peers",
-            ",".join(f"{p}:{port}" for p in peers),
-            "--replicas",
-            replicas,
-        ]
-    )
+    return 0
 
 
 if __name__ == "__main__":

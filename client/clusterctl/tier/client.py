@@ -16,7 +16,7 @@ from typing import Any
 from ..checkpoint import checksum
 from ..storage import ObjectExistsError, ObjectInfo, ObjectNotFoundError
 from .errors import TierAuthError, TierBusyError, TierCorruptError, TierError, TierFullError, TierUnavailableError
-from .wire import Channel, client_handshake
+from .wire import HANDSHAKE_TIMEOUT, Channel, client_handshake
 
 _ERRORS: dict[str, type[Exception]] = {
     "not_found": ObjectNotFoundError,
@@ -69,7 +69,7 @@ class TierClient:
             raise TierUnavailableError(f"memory tier at {self.address} unreachable: {exc}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            chan = client_handshake(sock, self._secret, self._job)
+            chan = client_handshake(sock, self._secret, self._job, min(self._timeout, HANDSHAKE_TIMEOUT))
         except (OSError, ValueError) as exc:  # e.g. a squatter that resets or answers junk
             sock.close()
             raise TierUnavailableError(f"memory tier at {self.address}: login failed: {exc}") from None
@@ -101,10 +101,10 @@ class TierClient:
                     if out is not None:
                         if size != len(out):
                             raise TierError(f"tier sent {size} bytes, {len(out)} asked")
-                        chan.recv_payload_into(out, reply.get("digest"))
+                        chan.recv_payload_into(out, reply.get("digest"), reply.get("chunks"))
                     else:
                         buf = bytearray(size)
-                        chan.recv_payload_into(memoryview(buf), reply.get("digest"))
+                        chan.recv_payload_into(memoryview(buf), reply.get("digest"), reply.get("chunks"))
                         data = bytes(buf)
             except (OSError, ValueError, TypeError, KeyError) as exc:
                 raise TierUnavailableError(f"memory tier at {self.address}: {exc}") from None

@@ -424,11 +424,12 @@ class TierServer:
         if offset + length > total:
             raise _Refused("bad_request", f"{key} is {total} bytes, cannot read [{offset}, {offset + length})")
         try:
-            view = obj.verified_range(offset, length)
+            chunks = obj.range_digests(offset, length)
         except TierCorruptError as exc:
             log.error("memory tier: %s/%s: %s", ns, key, exc)
             raise _Refused("corrupt", f"{key}: {exc}") from None
-        chan.send({"ok": True, "size": length, "total": total, "digest": checksum.digest(view)}, view)
+        view = memoryview(obj.data)[offset : offset + length]
+        chan.send({"ok": True, "size": length, "total": total, "chunks": chunks}, view)
 
     def _client(self, peer: str) -> TierClient:
         if peer not in self._clients:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TypeVar
 
@@ -130,7 +130,8 @@ class ChainStorage:
     """Read-only: the memory tiers first, then the URI (restore's order of sources).
 
     A listing of the URI that does not answer within ``list_timeout`` (S3 frozen) is left out with a
-    warning, so a job can resume from memory while its URI is down.
+    warning, so a job can resume from memory while its URI is down; while that listing still hangs,
+    the next ones leave the URI out at once rather than each waiting ``list_timeout`` behind it.
     """
 
     def __init__(self, tiers: TierStorage, durable: Storage, *, list_timeout: float = 10.0) -> None:
@@ -138,6 +139,7 @@ class ChainStorage:
         self.durable = durable
         self._timeout = list_timeout
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tier-list")
+        self._hung: Future[list[ObjectInfo]] | None = None  # a listing of the URI that timed out, still running
 
     @property
     def uri(self) -> str:
@@ -166,11 +168,15 @@ class ChainStorage:
         except StorageError as exc:  # the node's tier is gone or an impostor: the URI alone
             log.warning("memory tier: not listed (%s); using %s only", exc, self.uri)
             seen = {}
+        if self._hung is not None and not self._hung.done():
+            log.warning("memory tier: %s still does not answer; %r listed from memory only", self.uri, prefix)
+            return sorted(seen.values(), key=lambda o: o.key)
         future = self._pool.submit(self.durable.list_objects, prefix)
         try:
             for obj in future.result(timeout=self._timeout):
                 seen.setdefault(obj.key, obj)
         except FutureTimeout:
+            self._hung = future
             log.warning(
                 "memory tier: %s did not list %r within %ss; using memory only", self.uri, prefix, self._timeout
             )

@@ -43,6 +43,27 @@ class StoredObject:
     mtime: float = field(default_factory=time.time)
     durable: bool = False
 
+    def range_digests(self, offset: int, length: int) -> list[tuple[int, str]]:
+        """(size, xxh3) of each piece of ``data[offset:offset+length]`` cut at chunk boundaries: the
+        digests taken at put for whole chunks, so that the reader's check covers this copy's memory
+        as well as the wire without hashing here; a partial chunk at either end is checked here and
+        its part hashed."""
+        if length == 0:
+            return []
+        view = memoryview(self.data)
+        out: list[tuple[int, str]] = []
+        end = offset + length
+        for i in range(offset // CHUNK, (end - 1) // CHUNK + 1):
+            start, stop = i * CHUNK, min((i + 1) * CHUNK, len(view))
+            a, b = max(offset, start), min(end, stop)
+            if (a, b) == (start, stop):
+                out.append((b - a, self.digests[i]))
+                continue
+            if checksum.digest(view[start:stop]) != self.digests[i]:
+                raise TierCorruptError(f"chunk {i} of the copy in memory failed its xxh3 digest")
+            out.append((b - a, checksum.digest(view[a:b])))
+        return out
+
     def verified_range(self, offset: int, length: int) -> memoryview:
         """``data[offset:offset+length]`` after checking the chunks that cover it."""
         view = memoryview(self.data)

@@ -7,9 +7,11 @@ session key from the secret and both nonces.
 
 Frame: ``u32 header length | header JSON | 32-byte MAC | payload``. The MAC (HMAC-SHA256 of the
 session key) covers a per-direction sequence number and the header, and the header carries the
-payload's size and xxh3 digest, so a frame cannot be replayed, reordered or altered without the
-secret, and a payload damaged in transit fails its digest. The payload is not encrypted: reading it
-takes a position on the wire (root or the fabric), not a normal user's shell.
+payload's size and xxh3 digest (a read's reply: one per piece, cut at the tier's 1 MiB chunks, the
+digests taken when the object was stored), so a frame cannot be replayed, reordered or altered
+without the secret, and a payload damaged in transit, or in the tier's memory, fails its digest.
+The payload is not encrypted: reading it takes a position on the wire (root or the fabric), not a
+normal user's shell.
 """
 
 from __future__ import annotations
@@ -92,23 +94,38 @@ class Channel:
             raise TierError("tier frame header is not an object")
         return header
 
-    def recv_payload_into(self, view: memoryview, digest: str | None) -> None:
-        """Read the frame's payload into ``view`` and check it against the header's digest."""
+    def recv_payload_into(self, view: memoryview, digest: str | None, chunks: Any = None) -> None:
+        """Read the frame's payload into ``view`` and check it against the header's digest, or piece
+        by piece (each hashed while it is still in cache) against ``chunks``: [[size, xxh3], ...]."""
         from ..checkpoint import checksum
 
-        recv_into_exact(self.sock, view)
-        if digest is not None and checksum.digest(view) != digest:
-            raise TierCorruptError("tier payload failed its xxh3 digest on the wire")
+        if chunks is None:
+            recv_into_exact(self.sock, view)
+            if digest is not None and checksum.digest(view) != digest:
+                raise TierCorruptError("tier payload failed its xxh3 digest on the wire")
+            return
+        if not isinstance(chunks, list) or sum(int(n) for n, _ in chunks) != len(view):
+            raise TierError("tier payload pieces do not add up to its size")
+        pos = 0
+        for n, want in chunks:
+            part = view[pos : pos + int(n)]
+            recv_into_exact(self.sock, part)
+            if checksum.digest(part) != want:
+                raise TierCorruptError(
+                    f"tier payload failed its xxh3 digest at byte {pos} (in the tier or on the wire)"
+                )
+            pos += int(n)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()
 
 
-def client_handshake(sock: socket.socket, secret: bytes, job: str) -> Channel:
-    """Authenticate to a tier as a rank of ``job``; raises TierAuthError when either side is wrong."""
-    deadline = time.monotonic() + HANDSHAKE_TIMEOUT  # a squatter that trickles bytes cannot hold a rank
-    sock.settimeout(HANDSHAKE_TIMEOUT)
+def client_handshake(sock: socket.socket, secret: bytes, job: str, timeout: float = HANDSHAKE_TIMEOUT) -> Channel:
+    """Authenticate to a tier as a rank of ``job`` within ``timeout`` seconds; raises TierAuthError
+    when either side is wrong."""
+    deadline = time.monotonic() + timeout  # a squatter that trickles bytes cannot hold a rank
+    sock.settimeout(timeout)
     try:
         got = sock.recv(1, socket.MSG_PEEK)
     except OSError:

@@ -35,9 +35,9 @@ class FencedBackend:
         await self._leadership.check()
         await self._backend.requeue(job_id)
 
-    async def kill_steps(self, job_id: str) -> None:
+    async def kill_steps(self, job_id: str, on_nodes: tuple[str, ...] | None = None) -> None:
         await self._leadership.check()
-        await self._backend.kill_steps(job_id)
+        await self._backend.kill_steps(job_id, on_nodes)
 
     async def set_node_down(self, node: str, reason: str) -> None:
         await self._leadership.check()

@@ -27,17 +27,22 @@ _RESUME_ENV = [
     f"export {RESUME_STEP}",
 ]
 
-# --checkpoint-tier memory: one tier per node (a background step of the job's user, as all of the
-# job is), up before the script's own lines run, stopped when the batch shell exits. The Python is
-# the one of the job's clusterctl; the secret travels in the environment, never in argv.
+# --checkpoint-tier memory: one tier per node, each a background step of its own (of the job's user,
+# as all of the job is), up before the script's own lines run, stopped when the batch shell exits.
+# One step per node: a node's death ends the step on it, and Slurm ends a step that loses a node on
+# all of them, so one step over the allocation would take the survivors' memory with the dead node.
+# ``wait`` finds the tiers (at ports derived from the secret), gives each its peers and prints them for
+# the ranks. The Python is the one of the job's clusterctl; the secret travels in the environment,
+# never in argv.
 _TIER_PY = "$_ct_py"
 _TIER_START = [
     '_ct_py="$(sed -n \'1s/^#!//p\' "$(command -v clusterctl)" 2>/dev/null)"; [ -n "$_ct_py" ] || _ct_py=python3',
-    f'export CLUSTERCTL_TIER_PEERS="$("{_TIER_PY}" -m clusterctl.tier.allocation peers)"',
-    'srun --overlap --ntasks-per-node=1 --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" '
-    f'--job-name=clusterctl-tier "{_TIER_PY}" -m clusterctl.tier.allocation serve </dev/null >/dev/null & _ct_tier=$!',
-    f'"{_TIER_PY}" -m clusterctl.tier.allocation wait',
-    # USR1: srun passes it to the tiers, which exit 0 (on TERM srun would SIGKILL them, noisily)
+    f'_ct_tier=; for _ct_n in $("{_TIER_PY}" -m clusterctl.tier.allocation nodes); do '
+    'srun --overlap --nodes=1 --ntasks=1 --ntasks-per-node=1 --nodelist="$_ct_n" '
+    f'--job-name=clusterctl-tier "{_TIER_PY}" -m clusterctl.tier.allocation serve </dev/null >/dev/null & '
+    '_ct_tier="$_ct_tier $!"; done',
+    f'export CLUSTERCTL_TIER_PEERS="$("{_TIER_PY}" -m clusterctl.tier.allocation wait)"',
+    # USR1: srun passes it to the tier, which exits 0 (on TERM srun would SIGKILL it, noisily)
     "trap 'kill -USR1 $_ct_tier 2>/dev/null; wait $_ct_tier 2>/dev/null' EXIT",
 ]
 

@@ -198,9 +198,9 @@ def scancel_argv(job_id: str) -> list[str]:
     return ["scancel", job_id]
 
 
-# Running steps of one job, one id per line (``J.0``); the batch and extern steps are not listed.
+# Running steps of one job, one ``J.0 NODELIST`` per line; the batch and extern steps are not listed.
 def steps_argv(job_id: str) -> list[str]:
-    return ["squeue", "--steps", f"--jobs={job_id}", "--noheader", "--format=%i"]
+    return ["squeue", "--steps", f"--jobs={job_id}", "--noheader", "--format=%i %N"]
 
 
 def kill_step_argv(step_ids: list[str]) -> list[str]:

@@ -30,12 +30,14 @@ class SlurmBackend(Protocol):
         """Put a running or finished job back to PENDING under the same job id."""
         ...
 
-    async def kill_steps(self, job_id: str) -> None:
-        """SIGKILL every running step of a job, not its batch shell.
+    async def kill_steps(self, job_id: str, on_nodes: tuple[str, ...] | None = None) -> None:
+        """SIGKILL every running step of a job (``on_nodes``: those with a task on one of these), not
+        its batch shell.
 
         The steps end at once and srun, still alive, collects their exits; killing the batch shell
         first would leave each step's slurmstepd retrying to reach a dead srun for seconds, and the
-        job COMPLETING (unable to start again) meanwhile.
+        job COMPLETING (unable to start again) meanwhile. A job relaunched in place loses only the
+        steps on its failed nodes: the others (its memory tiers on the survivors) keep running.
         """
         ...
 

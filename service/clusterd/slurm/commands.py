@@ -59,9 +59,15 @@ class CommandsBackend:
     async def requeue(self, job_id: str) -> None:
         await self.runner.run(argv.requeue_argv(job_id))
 
-    async def kill_steps(self, job_id: str) -> None:
+    async def kill_steps(self, job_id: str, on_nodes: tuple[str, ...] | None = None) -> None:
         listed = await self.runner.run(argv.steps_argv(job_id))
-        steps = [s for s in listed.stdout.split() if s.startswith(f"{job_id}.") and s[len(job_id) + 1 :].isdigit()]
+        steps = []
+        for line in listed.stdout.splitlines():
+            step, _, nodes = line.strip().partition(" ")
+            if not (step.startswith(f"{job_id}.") and step[len(job_id) + 1 :].isdigit()):
+                continue
+            if on_nodes is None or set(on_nodes) & set(parse.expand_nodes(nodes.strip())):
+                steps.append(step)
         if steps:
             await self.runner.run(argv.kill_step_argv(steps), check=False)  # a step that just ended is fine
 

@@ -428,8 +428,8 @@ class PyslurmBackend:
 
         return CommandsBackend(self._config)
 
-    async def kill_steps(self, job_id: str) -> None:
-        await self._commands().kill_steps(job_id)
+    async def kill_steps(self, job_id: str, on_nodes: tuple[str, ...] | None = None) -> None:
+        await self._commands().kill_steps(job_id, on_nodes)
 
     async def set_node_down(self, node: str, reason: str) -> None:
         await self._commands().set_node_down(node, reason)

@@ -270,11 +270,11 @@ class RestdBackend:
         with _observed(command):
             await self._commands().requeue(_check_job_id(command, job_id))
 
-    async def kill_steps(self, job_id: str) -> None:
+    async def kill_steps(self, job_id: str, on_nodes: tuple[str, ...] | None = None) -> None:
         """Steps are signalled through the commands backend (one endpoint per version is not worth it)."""
         command = "scancel steps"
         with _observed(command):
-            await self._commands().kill_steps(_check_job_id(command, job_id))
+            await self._commands().kill_steps(_check_job_id(command, job_id), on_nodes)
 
     async def set_node_down(self, node: str, reason: str) -> None:
         command = "scontrol update node"

@@ -299,8 +299,8 @@ class Restarter:
         log.info("job %s: restart %d in place on %s (%s)", rec.job_id, len(rec.restarts), ",".join(step_nodes), what)
         for node in det.nodes:
             await self.node_out(node, det.detail, drain=node in det.drain)
-        with contextlib.suppress(SlurmError):
-            await self._backend.kill_steps(rec.job_id)  # the old step ends; the script's srun starts the next
+        with contextlib.suppress(SlurmError):  # the old step ends (the script's srun starts the next); the
+            await self._backend.kill_steps(rec.job_id, on_nodes=det.nodes)  # survivors' other steps run on
         await self.amend_phase(rec, "relaunched", time.time())
         self._events.publish(JobEvent(EventType.RESTARTED, rec, message=entry.detail))
         return ""

@@ -1,8 +1,24 @@
-"""The tiers of an allocation: node order across leaf switches, each tier's peers, a rank's own tier."""
+"""The tiers of an allocation: node order across leaf switches, ports from the secret, each tier's
+peers, a rank's own tier."""
 
 from __future__ import annotations
 
-from clusterctl.tier.allocation import interleave, parse_topology, peers_of, port_of
+import secrets
+import socket
+
+import pytest
+
+from clusterctl.checkpoint import layout
+from clusterctl.tier import TierClient, TierError, TierServer, TierSettings
+from clusterctl.tier.allocation import (
+    CANDIDATES,
+    candidate_ports,
+    connect_tiers,
+    find_tier,
+    interleave,
+    parse_topology,
+    peers_of,
+)
 from clusterctl.tier.process import endpoints_from_env
 
 TOPOLOGY = """SwitchName=s1 Level=0 LinkSpeed=1 Nodes=node[1-3]
@@ -25,9 +41,38 @@ def test_replicas_go_to_another_leaf_switch_when_the_allocation_spans_two() -> N
     assert interleave(["b", "a"], {}) == ["b", "a"]  # no topology: the allocation's order
 
 
-def test_every_node_derives_the_same_port_from_the_job_id() -> None:
-    assert port_of("123") == port_of("123") != port_of("124")
-    assert all(20000 <= port_of(j) < 40000 for j in ("0", "19999", "20000", "99999999", "x"))
+def test_the_candidate_ports_come_from_the_secret_not_the_job_id() -> None:
+    ports = candidate_ports(b"k" * 32)
+    assert ports == candidate_ports(b"k" * 32) != candidate_ports(b"l" * 32)  # every node derives the same
+    assert len(set(ports)) == len(ports) == CANDIDATES and all(20000 <= p < 40000 for p in ports)
+
+
+KEY = layout.commit_key(1)
+
+
+def test_wait_finds_each_tier_past_a_squatter_on_a_candidate_port_and_gives_it_its_peers() -> None:
+    secret = secrets.token_bytes(32)
+    first, second = candidate_ports(secret)[:2]
+    squatter = socket.create_server(("127.0.0.1", first))  # another user's process took the first candidate
+    settings = TierSettings(job="record-3", secret=secret, replicas=0, upload=False)
+    tiers = [
+        TierServer(settings, host=host, port=port).start()
+        for host, port in (("127.0.0.1", second), ("127.0.0.2", first))
+    ]
+    try:
+        found = connect_tiers(["127.0.0.1", "127.0.0.2"], secret, "record-3", timeout=5)
+        assert found == [f"127.0.0.1:{second}", f"127.0.0.2:{first}"]
+        client = TierClient(found[0], secret=secret, job="record-3")
+        assert client.put("ns", KEY, b"shard") == 2  # replicated to the peer wait named
+        client.close()
+        assert tiers[1].store.get("ns", KEY) is not None
+        assert find_tier("127.0.0.1", secrets.token_bytes(32), "record-3", timeout=2) is None  # another job's
+        with pytest.raises(TierError, match=r"127\.0\.0\.3 did not start"):
+            connect_tiers(["127.0.0.3"], secret, "record-3", timeout=0.3)
+    finally:
+        for tier in tiers:
+            tier.close()
+        squatter.close()
 
 
 def test_a_rank_finds_its_own_nodes_tier_in_the_peer_list() -> None:

@@ -1,5 +1,5 @@
-"""Restores fall back past a process squatting the tier's port, and a failed parallel read leaves
-nothing writing into the caller's buffer."""
+"""Restores fall back past a process squatting the tier's port, list from memory at once while the
+URI hangs, and a failed parallel read leaves nothing writing into the caller's buffer."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from clusterctl.storage import MemoryStorage
+from clusterctl.storage import MemoryStorage, ObjectInfo
 from clusterctl.tier import ChainStorage, TierClient, TierStorage, TierUnavailableError, storage, wire
+from tests.support.wait import wait_for
 
 JOB = "job-9"
 SECRET = secrets.token_bytes(32)
@@ -89,3 +90,32 @@ def test_a_failed_parallel_read_returns_only_once_every_piece_has_stopped(monkey
         assert bytes(out) == seen  # nothing lands in the caller's buffer after the read returned
     finally:
         reader.close()
+
+
+class _HungListing(MemoryStorage):
+    """A URI whose listings hang until ``thaw`` is set (S3 stopped with SIGSTOP)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.thaw = threading.Event()
+
+    def list_objects(self, prefix: str) -> list[ObjectInfo]:
+        self.thaw.wait(10)
+        return super().list_objects(prefix)
+
+
+def test_while_the_uri_hangs_listings_wait_for_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    uri = _HungListing()
+    uri.put("steps/1/x", b"on the uri")
+    tiers = TierStorage(TierClient("127.0.0.1:1", secret=SECRET, job=JOB, timeout=5), [], "ns")
+    monkeypatch.setattr(tiers, "list_objects", lambda prefix: [])
+    chain = ChainStorage(tiers, uri, list_timeout=0.3)
+    try:
+        started = time.monotonic()
+        assert chain.list_objects("steps/") == []
+        assert chain.list_objects("steps/") == []  # the first listing still hangs: not waited for again
+        assert 0.3 <= time.monotonic() - started < 0.5
+        uri.thaw.set()
+        wait_for(lambda: [o.key for o in chain.list_objects("steps/")] == ["steps/1/x"], 5, 0.05, what="the uri")
+    finally:
+        chain.close()

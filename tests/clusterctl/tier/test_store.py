@@ -1,12 +1,14 @@
 """The tier's memory cap: a refused put drops nothing, and the newest committed step that is not yet
-on the URI is never dropped for a step still being written."""
+on the URI is never dropped for a step still being written; a read's digests reuse those of put."""
 
 from __future__ import annotations
 
+import secrets
+
 import pytest
 
-from clusterctl.checkpoint import layout
-from clusterctl.tier import TierFullError
+from clusterctl.checkpoint import checksum, layout
+from clusterctl.tier import TierCorruptError, TierFullError
 from clusterctl.tier.store import StoredObject, TierStore, chunk_digests
 
 MIB = 1 << 20
@@ -41,3 +43,19 @@ def test_the_newest_committed_step_not_yet_uploaded_is_kept_over_a_new_step() ->
         store.mark_durable("ns", key)
     store.put("ns", layout.shard_key(2, "a", 0, 1), _obj(6 * MIB))  # once on the URI it may go
     assert store.get("ns", layout.commit_key(1)) is None
+
+
+def test_a_range_is_sent_with_the_digests_of_put_and_its_partial_ends_checked_here() -> None:
+    data = bytearray(secrets.token_bytes(3 * MIB + 100))
+    obj = StoredObject(data, chunk_digests(memoryview(data)), primary=True)
+    pieces = obj.range_digests(MIB - 10, 2 * MIB + 60)  # 10 bytes of chunk 0, chunks 1 and 2, 50 of chunk 3
+    assert [n for n, _ in pieces] == [10, MIB, MIB, 50]
+    assert pieces[1:3] == [(MIB, obj.digests[1]), (MIB, obj.digests[2])]
+    assert pieces[0][1] == checksum.digest(data[MIB - 10 : MIB]) and pieces[3][1] == checksum.digest(
+        data[3 * MIB : 3 * MIB + 50]
+    )
+    assert obj.range_digests(3 * MIB, 100) == [(100, obj.digests[3])]  # the short last chunk is whole
+    assert obj.range_digests(5, 0) == []
+    data[0] ^= 1
+    with pytest.raises(TierCorruptError, match="chunk 0"):
+        obj.range_digests(MIB - 10, 20)  # a partial chunk is checked whole before its part is hashed

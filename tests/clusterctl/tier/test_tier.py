@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from clusterctl.checkpoint import CheckpointConfig, CheckpointManager, layout
+from clusterctl.cli import checkpoints
 from clusterctl.cli.checkpoints import register
 from clusterctl.storage import MemoryStorage, StorageUnavailableError
 from clusterctl.tier import (
@@ -205,6 +206,7 @@ def test_saves_commit_while_the_uri_is_down_and_go_up_once_it_is_back(
         assert ckpt.steps() == [1, 2]  # from memory: the URI does not answer
         down["on"] = False
         assert ckpt.wait_durable(timeout=30) == 2
+        assert ckpt.wait_durable(1, timeout=30) == 1  # each step's retries keep their own clock
         assert ckpt.durable_steps() == [1, 2]
 
 
@@ -298,6 +300,19 @@ def test_checkpoints_list_shows_where_each_step_lives(
     (row,) = json.loads(capsys.readouterr().out)["steps"]
     assert (row["step"], row["durable"], row["world_size"]) == (5, False, 1)
     assert sorted(row["memory"]) == sorted([a.address, b.address])
+
+    hung = threading.Event()  # the URI down (S3 stopped): its LIST never answers
+    frozen = MemoryStorage()
+    monkeypatch.setattr(frozen, "list_objects", lambda prefix: hung.wait(30) and [])
+    monkeypatch.setattr(checkpoints, "_open", lambda uri: frozen)
+    monkeypatch.setattr(checkpoints, "URI_WAIT", 0.3)
+    try:
+        assert args.func(args) == 0
+        out, err = capsys.readouterr()
+        (row,) = json.loads(out)["steps"]
+        assert (row["step"], row["durable"], row["world_size"]) == (5, None, 1) and "did not answer in 0.3 s" in err
+    finally:
+        hung.set()
 
 
 def test_an_object_larger_than_the_cap_is_refused_before_it_is_read() -> None:

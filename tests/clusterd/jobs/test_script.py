@@ -51,7 +51,10 @@ def test_a_memory_tier_job_starts_its_tiers_before_the_body_with_the_secret_off_
     assert len(bytes.fromhex(env["CLUSTERCTL_TIER_SECRET"])) == 32 and tier_environment(7) != env  # fresh each time
     out = inject_environment(SCRIPT, env)
     added = out.splitlines()[out.splitlines().index("echo start") - 1]
-    assert "srun --overlap --ntasks-per-node=1" in added and "clusterctl.tier.allocation serve" in added
+    assert (
+        "srun --overlap --nodes=1 --ntasks=1 --ntasks-per-node=1 --nodelist=" in added
+        and "clusterctl.tier.allocation serve" in added
+    )
     assert added.index("allocation wait") < added.index("trap ")  # tiers answer before the user's lines run
     assert added.count(env["CLUSTERCTL_TIER_SECRET"]) == 1  # only in its export: argv never carries it
     assert "export CLUSTERCTL_TIER_SECRET=" + env["CLUSTERCTL_TIER_SECRET"] in added

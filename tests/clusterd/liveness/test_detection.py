@@ -491,6 +491,7 @@ async def test_a_dead_node_of_a_job_with_a_spare_is_replaced_in_place(live: Live
     assert status.restart_count == 0 and live.slurm.jobs[job[0]].nodes == ("node1", "node3")
     # Only the service writes where the step runs next: relaunch 1 of run 0, on the survivor and the spare.
     assert live.slurm.admin_comments[job[0]] == "clusterctl-relaunch=0.1@node1,node3"
+    assert live.slurm.killed_steps_on == [("node2",)]  # the survivors' other steps (memory tiers) run on
     # The old step's beats are its own run's (told to stop); the relaunched step's start a new run.
     assert (await live.beat(*job, 0, node="node1", step=7)).stop
     for rank, node in ((0, "node1"), (1, "node3")):
