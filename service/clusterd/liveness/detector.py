@@ -144,6 +144,7 @@ class Detector:
         self._straggling = straggling  # nodes a run newly names stragglers (node -> ratio)
         self.health = health or NodeHealth()
         self._drain = drain  # (node, reason) -> whether it was drained (None: scored, never drained)
+        self._adopted = False  # Slurm's drained nodes were looked at for clusterd's own drains
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -381,8 +382,15 @@ class Detector:
             self.health.drained_for(node, verdict)
 
     def _back_in_service(self, nodes: dict[str, SlurmNode]) -> None:
-        """A node clusterd drained that Slurm shows usable again was resumed (its probe passed, or an
-        operator): its past failures no longer count."""
+        """A node clusterd drained that Slurm shows usable again was resumed by an operator: its past
+        failures no longer count. At the first look, nodes Slurm shows drained by an earlier clusterd
+        (its reason says so) are taken as drained by this one: they are probed and shown as such."""
+        if nodes and not self._adopted:
+            self._adopted = True
+            for name, seen in sorted(nodes.items()):
+                out = not seen.state.usable or "DRAIN" in seen.flags
+                if out and self.health.adopt(name, seen.reason):
+                    log.info("node %s was drained by clusterd before this start (%s)", name, seen.reason)
         for name in self.health.drained():
             node = nodes.get(name)
             if node is None:
