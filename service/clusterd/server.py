@@ -37,6 +37,7 @@ from clusterd.liveness.health import NodeHealth
 from clusterd.liveness.heartbeats import HeartbeatService
 from clusterd.liveness.probe import SlurmdProber
 from clusterd.liveness.progress import ProgressRules
+from clusterd.liveness.recall import recall
 from clusterd.liveness.repair import HealthProbe
 from clusterd.liveness.table import LivenessTable
 from clusterd.observability.metrics import SLURM_INFO, STRAGGLERS, MetricsServer
@@ -284,6 +285,7 @@ class ClusterDaemon:
 
     async def start(self) -> None:
         await self.store.open()  # connects and migrates (store/migrate.py)
+        await recall(self.detector.health, self.store.jobs)  # node health survives a restart
         limit = self.config.limits.max_message_bytes
         server = grpc.aio.server(
             interceptors=[

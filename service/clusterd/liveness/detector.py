@@ -384,13 +384,16 @@ class Detector:
     def _back_in_service(self, nodes: dict[str, SlurmNode]) -> None:
         """A node clusterd drained that Slurm shows usable again was resumed by an operator: its past
         failures no longer count. At the first look, nodes Slurm shows drained by an earlier clusterd
-        (its reason says so) are taken as drained by this one: they are probed and shown as such."""
+        (its reason says so) are taken as drained by this one: they are probed and shown as such;
+        nodes in service whose recalled failures called for a drain were returned since."""
         if nodes and not self._adopted:
             self._adopted = True
             for name, seen in sorted(nodes.items()):
                 out = not seen.state.usable or "DRAIN" in seen.flags
                 if out and self.health.adopt(name, seen.reason):
                     log.info("node %s was drained by clusterd before this start (%s)", name, seen.reason)
+                elif not out:
+                    self.health.settle(name)
         for name in self.health.drained():
             node = nodes.get(name)
             if node is None:

@@ -89,6 +89,20 @@ class NodeHealth:
             return None
         return self._verdict(list(record.failures))
 
+    def remember(self, failure: Failure) -> None:
+        """Remember ``failure`` without asking for a verdict (a failure recalled from the store: its
+        drain, if one was due, happened then or is asked for again at the node's next failure)."""
+        record = self._nodes.setdefault(failure.node, NodeRecord())
+        record.failures.append(failure)
+        self._expire(record, time.time())
+
+    def settle(self, node: str) -> None:
+        """Slurm shows ``node`` in service: when its failures already called for a drain, it was
+        drained and returned since (by its probe or an operator), and its record starts anew."""
+        record = self._nodes.get(node)
+        if record is not None and not record.drained and self._verdict(list(record.failures)) is not None:
+            del self._nodes[node]
+
     def drained_for(self, node: str, verdict: Verdict) -> None:
         """The drain of ``node`` for ``verdict`` succeeded."""
         record = self._nodes.setdefault(node, NodeRecord())
