@@ -165,6 +165,9 @@ class LivenessConfig:
     health_probe_command: tuple[str, ...] = ()
     health_probe_interval_seconds: float = 600.0  # after the drain, and between failing probes
     health_probe_timeout_seconds: float = 300.0  # the probe's run on the node (its Slurm time limit)
+    # Restart a job without its straggler node (--exclude, or in place on a spare) when the straggler
+    # costs more over the job's remaining time limit than a restart measured for that job.
+    evict_stragglers: bool = False
 
     def __post_init__(self) -> None:
         for name in ("health_event_seconds", "health_probe_interval_seconds", "health_probe_timeout_seconds"):

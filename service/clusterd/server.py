@@ -194,6 +194,7 @@ class ClusterDaemon:
             ),
             # Through the restarter's fenced path: a deposed replica drains nothing.
             drain=functools.partial(self.restarter.node_out, drain=True) if live.drain_failing_nodes else None,
+            evict=live.evict_stragglers,
         )
         # The operator's probe returns the nodes clusterd drained, as clusterd's own user (fenced too).
         slurm = config.slurm

@@ -46,18 +46,18 @@ class Live:
     jobs: jobs_pb2_grpc.JobServiceStub
     prober: Prober
 
-    async def submit(self, user: str = USER_A, **policy: object) -> tuple[str, int, str]:
+    async def submit(self, user: str = USER_A, *, time_limit: str = "", **policy: object) -> tuple[str, int, str]:
         """A 2-node job with fast heartbeats, RUNNING on node1+node2; returns (job id, record id, token)."""
         rp = jobs_pb2.RestartPolicy(
             heartbeat_interval=Duration(nanos=int(INTERVAL * 1e9)), hang_timeout=Duration(seconds=int(HANG)), **policy
         )  # type: ignore[arg-type]
-        spec = jobs_pb2.JobSpec(command=["train"], nodes=2, restart_policy=rp)
+        spec = jobs_pb2.JobSpec(command=["train"], nodes=2, restart_policy=rp, time_limit=time_limit)
         job = (await self.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec), metadata=auth(user))).job
         script = self.slurm.submitted[-1].script
         token = re.search(r"CLUSTERCTL_HEARTBEAT_TOKEN=(\S+?);", script)
         record = re.search(r"CLUSTERCTL_RECORD_ID=(\d+);", script)
         assert token and record, script
-        self.slurm.set_state(job.job_id, JobState.RUNNING, nodes=("node1", "node2"))
+        self.slurm.set_state(job.job_id, JobState.RUNNING, nodes=("node1", "node2"), start_time=time.time())
         await self.daemon.poller.poll_once()
         return job.job_id, int(record.group(1)), token.group(1).strip("'")
 
