@@ -28,7 +28,7 @@ MAX_FAILURES_PER_NODE = 64  # remembered per node (the newest): a bound on what 
 EVENT_SECONDS = 60.0  # failures on one node this close in time are one event
 # What clusterd's own drains say in Slurm (no tenant sets a node's reason): a node Slurm shows drained
 # with such a reason was drained by clusterd, also by a clusterd that ran before this one.
-DRAIN_REASONS = ("clusterd: failed ", "clusterd: health probe failed")
+DRAIN_REASONS = ("clusterd: failed ", "clusterd: health probe ")
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,8 @@ class HealthProbe:
             how, output = "did not finish", str(exc)
         else:
             if result.returncode == 0:
-                await m.unreserve(reservation)  # the node is in service from here
+                with contextlib.suppress(SlurmError):  # else the reservation ends by itself within minutes
+                    await m.unreserve(reservation)  # the node is in service from here
                 self._health.returned(node)
                 log.info("node %s: health probe passed; back in service", node)
                 return True

@@ -250,6 +250,7 @@ def test_only_clusterds_own_drains_are_adopted_from_slurm() -> None:
     assert not health.adopt("n2", "bad DIMM")  # the operator's
     assert health.adopt("n3", "clusterd: failed 2 jobs of 2 users in 2 events within 1h (2 node death)")
     assert health.adopt("n4", "clusterd: health probe failed (exit 1); failed 2 jobs of 1 user in 2 events")
-    assert health.drained() == ["n3", "n4"]
+    assert health.adopt("n5", "clusterd: health probe did not finish; failed 2 jobs of 2 users in 2 events")
+    assert health.drained() == ["n3", "n4", "n5"]
     assert health.reason("n4") == "failed 2 jobs of 1 user in 2 events"
     assert not health.adopt("n3", "clusterd: failed 3 jobs")  # known already
