@@ -10,7 +10,7 @@ from clusterd.liveness.eviction import measured_restart_seconds, remaining_secon
 from clusterd.model.causes import Cause
 from clusterd.store.records import RestartEntry
 
-from .test_detection import Live, live  # noqa: F401  (the fixture)
+from .test_detection import Live, live, spare_job  # noqa: F401  (the fixture)
 
 
 def restart(failed: float, first_step: float | None) -> RestartEntry:
@@ -48,10 +48,10 @@ def test_evict_when_the_straggler_costs_more_than_a_restart(
     assert bool(worth_evicting(ratio, remaining, restart, redo)) == evict
 
 
-async def slow_node2(live: Live, time_limit: str, measured: bool) -> str:  # noqa: F811
+async def slow_node2(live: Live, time_limit: str, measured: bool, spare: bool = False) -> str:  # noqa: F811
     """A job whose node2 runs 2x slower than node1, with (or without) a measured restart behind it."""
     live.daemon.detector._evict = True
-    job_id, record, token = await live.submit(time_limit=time_limit)
+    job_id, record, token = await (spare_job(live, time_limit) if spare else live.submit(time_limit=time_limit))
     if measured:
         rec = await live.daemon.store.jobs.get_by_record(record)
         assert rec is not None
@@ -91,3 +91,12 @@ async def test_a_straggler_is_kept_when_eviction_cannot_be_shown_to_pay(
 
 async def test_eviction_is_off_by_default(live: Live) -> None:  # noqa: F811
     assert live.daemon.detector._evict is False
+
+
+async def test_a_job_with_a_spare_relaunches_in_place_without_its_straggler(live: Live) -> None:  # noqa: F811
+    job_id = await slow_node2(live, "2:00:00", measured=True, spare=True)
+    assert live.slurm.calls["requeue"] == 0 and live.slurm.calls["set_node_down"] == 0
+    assert live.slurm.admin_comments[job_id] == "clusterctl-relaunch=0.1@node1,node3"
+    rec = await live.daemon.store.jobs.get_by_job_id(job_id)
+    assert rec is not None and rec.restarts[-1].cause == Cause.STRAGGLER
+    assert rec.restarts[-1].detail.startswith("in place: spare node3 replaced node2 (node node2 ran 2.00x")
