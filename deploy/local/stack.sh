@@ -15,7 +15,9 @@
 #                                kill -9 the node's slurmd and everything in its namespace; with
 #                                --power-off also take its link down first, as a machine that lost
 #                                power: connections to it time out instead of being refused
-#   stack.sh revive-node NODE    bring its link up, restart its slurmd, resume it until usable
+#   stack.sh revive-node NODE [--keep-drain]
+#                                bring its link up, restart its slurmd, resume it until usable
+#                                (--keep-drain: only until it responds; a DRAIN stays)
 #   stack.sh kill-leader         (HA) SIGKILL the leading replica's clusterd; its supervisor restarts it
 #   stack.sh freeze-leader SECS  (HA) SIGSTOP the leading replica's clusterd for SECS seconds, then SIGCONT
 #   stack.sh env                 print the path of the env file
@@ -64,7 +66,7 @@ select_slurm() {
 }
 
 usage() {
-    sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -263,14 +265,23 @@ cmd_kill_node() {
 }
 
 cmd_revive_node() {
-    local n="$1"
+    local n="$1" how="${2:-}" deadline s
     check_node "$n"
+    [[ -z "$how" || "$how" == --keep-drain ]] || usage
     load_subnet
     netns_exists "$n" || die "namespace $n does not exist (is the stack up?)"
     ip link set "$(node_veth "$n")" up  # after kill-node --power-off
     SLURM_CONFIG_CHANGED=0
     slurmd_start "$n"
-    wait_nodes_usable "$STACK_TIMEOUT" "$n" || die "node $n did not come back"
+    if [[ -z "$how" ]]; then
+        wait_nodes_usable "$STACK_TIMEOUT" "$n" || die "node $n did not come back"
+    else # responding (no '*'), not DOWN: a drain someone set is theirs to lift
+        deadline=$((SECONDS + STACK_TIMEOUT))
+        while s="$(node_state "$n")"; [[ -z "$s" || "$s" == *'*' || "$s" == down* ]]; do
+            ((SECONDS < deadline)) || die "node $n did not respond (state $s)"
+            sleep 0.2
+        done
+    fi
     log "node $n is $(node_state "$n")"
 }
 
@@ -307,7 +318,7 @@ main() {
     down) require_root; take_lock; cmd_down "$@" ;;
     status) cmd_status ;;
     kill-node) [[ $# -ge 1 && $# -le 2 ]] || usage; require_root; cmd_kill_node "$@" ;;
-    revive-node) [[ $# -eq 1 ]] || usage; require_root; cmd_revive_node "$1" ;;
+    revive-node) [[ $# -ge 1 && $# -le 2 ]] || usage; require_root; cmd_revive_node "$@" ;;
     kill-leader) [[ $# -eq 0 ]] || usage; require_root; cmd_kill_leader ;;
     freeze-leader) [[ $# -eq 1 ]] || usage; require_root; cmd_freeze_leader "$1" ;;
     env)

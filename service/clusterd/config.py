@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import tomllib
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
@@ -133,6 +134,10 @@ class LivenessConfig:
     as 2) different jobs within ``health_window_seconds``, in as many events 60 s apart, at least
     one of them a node death clusterd confirmed itself, is drained when ``drain_failing_nodes``.
     Hang and straggler claims alone never drain (liveness.health).
+
+    A node clusterd drained is probed ``health_probe_interval_seconds`` after the drain, and again
+    as long as it fails, by ``health_probe_command`` run on it through Slurm in a maintenance
+    reservation of clusterd's own user (liveness.repair); a probe that passes returns it to service.
     """
 
     enabled: bool = True
@@ -154,6 +159,21 @@ class LivenessConfig:
     drain_failing_nodes: bool = True
     health_window_seconds: float = 3600.0
     health_jobs_to_drain: int = 2
+    health_event_seconds: float = 60.0  # failures on one node this close in time are one event
+    # The operator's command (an argv, run on a node clusterd drained, through Slurm): exit 0 returns
+    # the node to service. Empty: no probe, a drained node waits for the operator.
+    health_probe_command: tuple[str, ...] = ()
+    health_probe_interval_seconds: float = 600.0  # after the drain, and between failing probes
+    health_probe_timeout_seconds: float = 300.0  # the probe's run on the node (its Slurm time limit)
+    # Restart a job without its straggler node (--exclude, or in place on a spare) when the straggler
+    # costs more over the job's remaining time limit than a restart measured for that job.
+    evict_stragglers: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("health_event_seconds", "health_probe_interval_seconds", "health_probe_timeout_seconds"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise ConfigError(f"liveness.{name}: expected a finite number of seconds > 0, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -315,11 +335,21 @@ def _build(cls: type[Any], data: dict[str, Any], where: str) -> Any:
                 raise ConfigError(f"{where}{key} must be a table")
             kwargs[key] = _build(type(default), value, f"{where}{key}.")
         else:
-            kwargs[key] = _coerce(value, default, f"{where}{key}")
+            kwargs[key] = _coerce(value, default, f"{where}{key}", str(known[key].type))
     return cls(**kwargs)
 
 
-def _coerce(value: Any, default: Any, name: str) -> Any:
+def _coerce(value: Any, default: Any, name: str, kind: str = "") -> Any:
+    """``value`` as the type of ``default``; ``kind`` is the field's annotation (what an empty tuple holds)."""
+    if kind == "tuple[str, ...]":
+        if isinstance(value, str):  # an environment variable: split as a shell would, never run by one
+            try:
+                return tuple(shlex.split(value))
+            except ValueError as exc:
+                raise ConfigError(f"{name}: {exc}") from exc
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise ConfigError(f"{name}: expected a list of strings, got {value!r}")
     if isinstance(default, bool):
         if isinstance(value, str):
             if value.lower() in ("1", "true", "yes", "on"):
@@ -361,7 +391,8 @@ def _set_path(cfg: Any, dotted: str, raw: Any) -> Any:
         if not is_dataclass(current):
             raise ConfigError(f"{head} is not a table")
         return replace(cfg, **{head: _set_path(current, rest, raw)})
-    return replace(cfg, **{head: _coerce(raw, current, head)})
+    kind = next(str(f.type) for f in fields(cfg) if f.name == head)
+    return replace(cfg, **{head: _coerce(raw, current, head, kind)})
 
 
 def load_config(

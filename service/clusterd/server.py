@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
+import pwd
 import signal
 from pathlib import Path
 
@@ -24,7 +26,7 @@ from clusterd.errors import SlurmError
 from clusterd.goodput.autopilot import Autopilot, FailureHistory
 from clusterd.goodput.publish import run as publish_goodput
 from clusterd.goodput.report import GoodputReporter
-from clusterd.ha.fencing import FencedBackend
+from clusterd.ha.fencing import FencedBackend, FencedMaintenance
 from clusterd.ha.leadership import Leadership
 from clusterd.jobs.checkpoints import CheckpointViews
 from clusterd.jobs.history import History
@@ -35,6 +37,8 @@ from clusterd.liveness.health import NodeHealth
 from clusterd.liveness.heartbeats import HeartbeatService
 from clusterd.liveness.probe import SlurmdProber
 from clusterd.liveness.progress import ProgressRules
+from clusterd.liveness.recall import recall
+from clusterd.liveness.repair import HealthProbe
 from clusterd.liveness.table import LivenessTable
 from clusterd.observability.metrics import SLURM_INFO, STRAGGLERS, MetricsServer
 from clusterd.placement import TopologyPlacer
@@ -46,6 +50,8 @@ from clusterd.security.unixsock import prepare_socket_dir, secure_socket, socket
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.factory import make_backend
 from clusterd.slurm.features import detect
+from clusterd.slurm.maintenance import CommandsMaintenance
+from clusterd.slurm.runner import CommandRunner
 from clusterd.slurm.types import JobState
 from clusterd.store.factory import open_store
 from clusterd.supervisor.cache import QueueCache
@@ -181,9 +187,27 @@ class ClusterDaemon:
                 live.straggler_window_steps,
             ),
             straggling=_count_stragglers,
-            health=NodeHealth(window_seconds=live.health_window_seconds, jobs_to_drain=live.health_jobs_to_drain),
+            health=NodeHealth(
+                window_seconds=live.health_window_seconds,
+                jobs_to_drain=live.health_jobs_to_drain,
+                event_seconds=live.health_event_seconds,
+            ),
             # Through the restarter's fenced path: a deposed replica drains nothing.
             drain=functools.partial(self.restarter.node_out, drain=True) if live.drain_failing_nodes else None,
+            evict=live.evict_stragglers,
+        )
+        # The operator's probe returns the nodes clusterd drained, as clusterd's own user (fenced too).
+        slurm = config.slurm
+        runner = CommandRunner(slurm.bin_dir, slurm.slurm_conf, slurm.command_timeout_seconds)
+        self.health_probe = HealthProbe(
+            self.detector.health,
+            FencedMaintenance(CommandsMaintenance(runner), self.leadership),
+            live.health_probe_command,
+            nodes=lambda: self.poller.snapshot.node_map,
+            user=service_user(),
+            interval=live.health_probe_interval_seconds,
+            timeout=live.health_probe_timeout_seconds,
+            leading=lambda: self.leadership.is_leader,
         )
         self.placer = TopologyPlacer(self.poller)
         self.quotas = Quotas(self.store.jobs, config.limits)
@@ -223,6 +247,7 @@ class ClusterDaemon:
         self._retention_task: asyncio.Task[None] | None = None
         self._progress_task: asyncio.Task[None] | None = None
         self._detector_task: asyncio.Task[None] | None = None
+        self._probe_task: asyncio.Task[None] | None = None
         self._lease_task: asyncio.Task[None] | None = None
         self._journal_task: asyncio.Task[None] | None = None
         self._goodput_task: asyncio.Task[None] | None = None
@@ -261,6 +286,7 @@ class ClusterDaemon:
 
     async def start(self) -> None:
         await self.store.open()  # connects and migrates (store/migrate.py)
+        await recall(self.detector.health, self.store.jobs)  # node health survives a restart
         limit = self.config.limits.max_message_bytes
         server = grpc.aio.server(
             interceptors=[
@@ -304,6 +330,8 @@ class ClusterDaemon:
         self._progress_task = asyncio.create_task(self.progress.run(self._stop))
         if self.config.liveness.enabled:
             self._detector_task = asyncio.create_task(self.detector.run(self._stop))
+            if self.config.liveness.health_probe_command:
+                self._probe_task = asyncio.create_task(self.health_probe.run(self._stop))
         try:
             features = await detect(self.config.slurm, self.backend)  # the release and what it offers
         except SlurmError as exc:
@@ -422,6 +450,7 @@ class ClusterDaemon:
             self._retention_task,
             self._progress_task,
             self._detector_task,
+            self._probe_task,
             self._lease_task,
             self._goodput_task,
         )
@@ -429,7 +458,7 @@ class ClusterDaemon:
             if task is not None:
                 await task
         self._poll_task = self._tokens_task = self._retention_task = self._progress_task = None
-        self._detector_task = self._lease_task = self._goodput_task = None
+        self._detector_task = self._probe_task = self._lease_task = self._goodput_task = None
         await self.manager.drain(self.config.shutdown_grace_seconds)
         self._journal_stop.set()
         if self._journal_task is not None:
@@ -447,6 +476,11 @@ class ClusterDaemon:
             await close()
         await self.store.close()
         await asyncio.to_thread(self.audit.close)
+
+
+def service_user() -> str:
+    """clusterd's own user: the only one its health probe's reservation admits."""
+    return pwd.getpwuid(os.geteuid()).pw_name
 
 
 def _count_stragglers(new: dict[str, float]) -> None:

@@ -80,3 +80,28 @@ def test_supervisor_progress_budgets(tmp_path: Path) -> None:
 def test_a_bad_goodput_value_is_refused_at_load_by_name(key: str, value: str, named: str) -> None:
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         load_config(environ={}, overrides={key: value})
+
+
+def test_the_health_probe_command_is_an_argv(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[liveness]\nhealth_probe_command = ["/usr/sbin/node-check", "--gpu", "a b"]\n')
+    assert load_config(path, environ={}).liveness.health_probe_command == ("/usr/sbin/node-check", "--gpu", "a b")
+    env = {"CLUSTERD_LIVENESS__HEALTH_PROBE_COMMAND": "/bin/sh -c 'test ! -e /run/sick'"}
+    assert load_config(environ=env).liveness.health_probe_command == ("/bin/sh", "-c", "test ! -e /run/sick")
+    assert load_config(environ={}).liveness.health_probe_command == ()  # no probe
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ('[liveness]\nhealth_probe_command = "/bin/sh -c \'x"\n', "health_probe_command: No closing quotation"),
+        ("[liveness]\nhealth_probe_command = [1]\n", "health_probe_command: expected a list of strings"),
+        ("[liveness]\nhealth_probe_interval_seconds = 0\n", "liveness.health_probe_interval_seconds"),
+        ("[liveness]\nhealth_event_seconds = -1\n", "liveness.health_event_seconds"),
+    ],
+)
+def test_a_bad_health_probe_setting_is_refused_by_name(tmp_path: Path, text: str, named: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=named):
+        load_config(path, environ={})

@@ -3,7 +3,8 @@
 A rank whose main thread blocks while its beat thread beats is found by its step alone and the job
 restarted, with the stuck rank's stack in the restart record; a rank running twice slower is named
 with its node; hangs of two users' jobs pinned on one node make it a suspect, never drain it (a
-drain needs a node death clusterd confirmed itself: tests/clusterd/liveness/test_health.py).
+drain needs a node death clusterd confirmed itself: tests/clusterd/liveness/test_health.py); a hang
+and a death on one node drain it, and the operator's health probe returns it once it passes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +28,8 @@ from tests.support.wait import wait_for
 pytestmark = pytest.mark.slurm
 
 FLOOR = 3  # seconds: the service's progress-hang floor here (the ranks' steps are 0.1 s)
+PROBE_EVERY = 2  # seconds: the health probe's interval here
+SICK = Path(f"/tmp/clusterctl-test-sick-{uuid.uuid4().hex[:8]}")  # the probe fails while this exists
 # A rank is judged once clusterd saw its step advance 3 times: with 1 s beats, 6 s of steps.
 BLOCK_AT = 60
 
@@ -39,6 +43,10 @@ def daemon(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[D
             "CLUSTERD_LIVENESS__PROGRESS_HANG_FLOOR_SECONDS": str(FLOOR),
             "CLUSTERD_LIVENESS__STRAGGLER_WINDOW_STEPS": "20",
             "CLUSTERD_LIVENESS__DRAIN_FAILING_NODES": "true",  # the stack's own config drains nothing
+            "CLUSTERD_LIVENESS__HEALTH_EVENT_SECONDS": "1",  # the test's failures come seconds apart
+            "CLUSTERD_LIVENESS__HEALTH_PROBE_COMMAND": f"/bin/sh -c 'test ! -e {SICK}'",
+            "CLUSTERD_LIVENESS__HEALTH_PROBE_INTERVAL_SECONDS": str(PROBE_EVERY),
+            "CLUSTERD_LIVENESS__HEALTH_PROBE_TIMEOUT_SECONDS": "30",
         },
     )
     d.start()
@@ -152,3 +160,59 @@ def test_two_users_hangs_on_a_node_make_it_a_suspect_never_drain_it(daemon: Daem
     drained, health = health_of(daemon, node)
     # (the module's first test may have pinned a hang there too)
     assert not drained and re.fullmatch(r"failed [23] jobs \([23] hang\); suspect", health), health
+
+
+@pytest.fixture
+def resumed_nodes(stack: Stack) -> Iterator[list[str]]:
+    """Nodes a test may leave drained: resumed afterwards, whatever the test's outcome."""
+    nodes: list[str] = []
+    yield nodes
+    for node in nodes:
+        stack.run("scontrol", "delete", f"reservation=clusterd-probe-{node}", check=False)
+        stack.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+
+
+def test_a_node_that_failed_two_jobs_is_drained_and_returns_once_its_probe_passes(
+    daemon: Daemon, stack: Stack, killed_nodes: list[str], resumed_nodes: list[str]
+) -> None:
+    """A hang pinned on a node, then its death under another user's job: drained. The operator's
+    probe fails while the node is sick (it stays drained), then passes: back in service."""
+    nodes = sorted(n.name for n in daemon.client("root").nodes())[:2]
+    node = hang_on(daemon, stack, "alice", nodes)
+    killed_nodes.append(node)
+    resumed_nodes.append(node)
+    SICK.touch()
+    try:
+        client = daemon.client("bob")
+        spec = train_spec(
+            stack, f"die-{uuid.uuid4().hex[:6]}", "--steps", "400", "--every", "10", "--step-seconds", "0.1"
+        )
+        spec.sbatch_options.append(f"--nodelist={','.join(nodes)}")
+        job = client.submit(spec).job
+        wait_for(lambda: client.get(job.job_id).checkpoint_step >= 9, timeout=60, interval=0.3, what="a checkpoint")
+        stack.stack_sh("kill-node", node)
+        restart = restarted(daemon, "bob", job.job_id, timeout=30)
+        assert restart.cause == jobs_pb2.TERMINATION_CAUSE_NODE_FAILURE and node in restart.failed_nodes, restart
+        wait_for(lambda: health_of(daemon, node)[0], timeout=10, interval=0.3, what="the drain")
+        stack.stack_sh("revive-node", node, "--keep-drain")  # the drain stays
+        killed_nodes.remove(node)
+        failed = wait_for(
+            lambda: "health probe failed" in (h := health_of(daemon, node)[1]) and h,
+            timeout=30,
+            interval=0.3,
+            what="a failing probe",
+        )
+        assert "drained by clusterd" in failed, failed
+        # Slurm's own word (clusterd's view may be a poll from the probe's run): drained again.
+        state = stack.run("sinfo", "-h", "-N", "-n", node, "-o", "%T").stdout.split()[0]
+        assert "drain" in state, f"a failing probe left {node} {state}"
+    finally:
+        SICK.unlink(missing_ok=True)
+    back = wait_for(
+        lambda: not (h := health_of(daemon, node))[0] and "returned to service" in h[1] and h[1],
+        timeout=30,
+        interval=0.3,
+        what="the node back in service",
+    )
+    assert back.startswith("returned to service at "), back
+    resumed_nodes.remove(node)

@@ -28,6 +28,7 @@ class TerminationCause(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TERMINATION_CAUSE_REQUEUE_REQUESTED: _ClassVar[TerminationCause]
     TERMINATION_CAUSE_RANK_HUNG: _ClassVar[TerminationCause]
     TERMINATION_CAUSE_RANK_FAILED: _ClassVar[TerminationCause]
+    TERMINATION_CAUSE_STRAGGLER: _ClassVar[TerminationCause]
 
 class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -77,6 +78,7 @@ TERMINATION_CAUSE_RESTARTS_EXHAUSTED: TerminationCause
 TERMINATION_CAUSE_REQUEUE_REQUESTED: TerminationCause
 TERMINATION_CAUSE_RANK_HUNG: TerminationCause
 TERMINATION_CAUSE_RANK_FAILED: TerminationCause
+TERMINATION_CAUSE_STRAGGLER: TerminationCause
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PENDING: JobState
 JOB_STATE_RUNNING: JobState

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from clusterd.ha.leadership import Leadership
 from clusterd.slurm.base import SlurmBackend
+from clusterd.slurm.maintenance import NodeMaintenance
 from clusterd.slurm.request import JobRequest
+from clusterd.slurm.runner import CommandResult
 from clusterd.slurm.types import JobPoll, SlurmJob, SlurmNode, SlurmSwitch
 
 
@@ -89,3 +91,31 @@ class FencedBackend:
 
     async def accounting_jobs(self, *, since: float, until: float, user: str | None) -> list[SlurmJob] | None:
         return await self._backend.accounting_jobs(since=since, until=until, user=user)
+
+
+class FencedMaintenance:
+    """A :class:`NodeMaintenance` whose every step happens only while ``leadership`` holds the lease."""
+
+    def __init__(self, maintenance: NodeMaintenance, leadership: Leadership) -> None:
+        self._maintenance = maintenance
+        self._leadership = leadership
+
+    async def reserve(self, name: str, node: str, user: str, seconds: float) -> None:
+        await self._leadership.check()
+        await self._maintenance.reserve(name, node, user, seconds)
+
+    async def unreserve(self, name: str) -> None:
+        await self._leadership.check()
+        await self._maintenance.unreserve(name)
+
+    async def resume(self, node: str) -> None:
+        await self._leadership.check()
+        await self._maintenance.resume(node)
+
+    async def drain(self, node: str, reason: str) -> None:
+        await self._leadership.check()
+        await self._maintenance.drain(node, reason)
+
+    async def run_on(self, node: str, reservation: str, command: tuple[str, ...], seconds: float) -> CommandResult:
+        await self._leadership.check()
+        return await self._maintenance.run_on(node, reservation, command, seconds)

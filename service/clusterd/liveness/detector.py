@@ -18,8 +18,9 @@ Every ``check_every`` seconds, for each run whose job Slurm shows RUNNING in tha
   RANK_HUNG "by progress", naming the ranks that stopped while others went on, or else those
   whose main thread stands elsewhere than their peers' (liveness.progress).
 
-Step times also name stragglers (liveness.progress): a verdict is logged and counted, never acted
-on here. Node deaths, hangs pinned to a node and straggler verdicts are scored across jobs
+Step times also name stragglers (liveness.progress): a verdict is logged and counted; with
+``evict_stragglers`` each is handed to the restarter once, which leaves the node out when that pays
+(liveness.eviction). Node deaths, hangs pinned to a node and straggler verdicts are scored across jobs
 (liveness.health): a node that keeps failing jobs is drained, never on jobs' claims alone (a node
 death clusterd confirmed itself must be among the failures). A hang of a single-node job is never
 pinned on its node: the job's own deadlock would look the same.
@@ -63,7 +64,7 @@ class Detection:
     record_id: int
     job_id: str
     restart_count: int  # the run it concerns: a decision about an older run is void
-    cause: Cause  # NODE_FAILURE, RANK_HUNG or RANK_FAILED
+    cause: Cause  # NODE_FAILURE, RANK_HUNG, RANK_FAILED, or STRAGGLER (an eviction to weigh)
     nodes: tuple[str, ...]  # the dead nodes (all of this run's found at once), or the failed rank's node
     ranks: tuple[int, ...]
     detected_by: str  # "heartbeat+probe", "heartbeat", "rank-exit"
@@ -75,6 +76,8 @@ class Detection:
     drain: tuple[str, ...] = ()  # of ``nodes``, those another user's job runs on: drained, not marked DOWN
     relaunch: int = 0  # the run's in-place relaunch (--spare-nodes) it concerns
     rank_nodes: tuple[str, ...] = ()  # the nodes the run's ranks beat from (their word: checked against Slurm)
+    ratio: float = 0.0  # STRAGGLER: the node's step time over the others'
+    redo: float = 0.0  # STRAGGLER: seconds of work since the run's newest checkpoint (done again after a restart)
 
 
 def crashed_rank(run: Run) -> tuple[int, RankBeat] | None:
@@ -129,6 +132,7 @@ class Detector:
         straggling: Callable[[dict[str, float]], None] = lambda new: None,
         health: NodeHealth | None = None,
         drain: Callable[[str, str], Awaitable[bool]] | None = None,
+        evict: bool = False,
     ) -> None:
         self._table = table
         self._prober = prober
@@ -144,6 +148,8 @@ class Detector:
         self._straggling = straggling  # nodes a run newly names stragglers (node -> ratio)
         self.health = health or NodeHealth()
         self._drain = drain  # (node, reason) -> whether it was drained (None: scored, never drained)
+        self._adopted = False  # Slurm's drained nodes were looked at for clusterd's own drains
+        self._evict = evict  # weigh leaving a straggler out (the restarter decides: liveness.eviction)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -189,6 +195,8 @@ class Detector:
             if detection is None:
                 for node in self._straggle(run, view):
                     await self._blame(Failure(node, run.record_id, run.job_id, view.user, "straggler", evidence=False))
+                if self._evict:
+                    await self._weigh_eviction(run, view)
             if detection is not None and detection.cause is Cause.NODE_FAILURE:
                 drain = tuple(n for n in detection.nodes if self._others_on(n, view.user))
                 detection = replace(detection, drain=drain)
@@ -381,8 +389,18 @@ class Detector:
             self.health.drained_for(node, verdict)
 
     def _back_in_service(self, nodes: dict[str, SlurmNode]) -> None:
-        """A node clusterd drained that Slurm shows usable again was resumed (its probe passed, or an
-        operator): its past failures no longer count."""
+        """A node clusterd drained that Slurm shows usable again was resumed by an operator: its past
+        failures no longer count. At the first look, nodes Slurm shows drained by an earlier clusterd
+        (its reason says so) are taken as drained by this one: they are probed and shown as such;
+        nodes in service whose recalled failures called for a drain were returned since."""
+        if nodes and not self._adopted:
+            self._adopted = True
+            for name, seen in sorted(nodes.items()):
+                out = not seen.state.usable or "DRAIN" in seen.flags
+                if out and self.health.adopt(name, seen.reason):
+                    log.info("node %s was drained by clusterd before this start (%s)", name, seen.reason)
+                elif not out:
+                    self.health.settle(name)
         for name in self.health.drained():
             node = nodes.get(name)
             if node is None:
@@ -390,6 +408,36 @@ class Detector:
             out = not node.state.usable or "DRAIN" in node.flags
             if self.health.observe(name, out_of_service=out):
                 log.info("node %s is back in service: its failure record starts anew", name)
+
+    async def _weigh_eviction(self, run: Run, view: JobView) -> None:
+        """Hand each straggler of the run to the restarter once, to leave it out when that pays. The
+        run is not decided here: the restarter marks it so when it restarts the job."""
+        for node, ratio in sorted(run.stragglers.items()):
+            if node in run.eviction_asked or node not in view.nodes:
+                continue
+            run.eviction_asked.add(node)
+            now = time.time()
+            since = run.committed_at() or run.first_step_wall or run.began_wall
+            ranks = tuple(sorted(r for r, b in run.ranks.items() if b.node == node))
+            await self._act(
+                Detection(
+                    run.record_id,
+                    run.job_id,
+                    run.restart_count,
+                    Cause.STRAGGLER,
+                    (node,),
+                    ranks,
+                    "straggler",
+                    now,
+                    now,
+                    f"node {node} ran {ratio:.2f}x the other nodes' step time",
+                    committed_step=run.committed_step(),
+                    relaunch=run.relaunch,
+                    rank_nodes=tuple(sorted({b.node for b in run.ranks.values()})),
+                    ratio=ratio,
+                    redo=max(0.0, now - since),
+                )
+            )
 
     def _straggle(self, run: Run, view: JobView) -> list[str]:
         """The nodes newly named stragglers of the run."""

@@ -63,6 +63,7 @@ class Run:
     stacks_asked: float = 0.0  # monotonic time the ranks were asked for their stacks (0: not asked)
     stacks_kept: int = 0  # ranks whose stack text is kept
     stragglers: dict[str, float] = field(default_factory=dict)  # node -> its ranks' step time over the others'
+    eviction_asked: set[str] = field(default_factory=set)  # stragglers whose eviction was weighed (once each)
     started: float = field(default_factory=time.monotonic)  # the run's first beat (bounds stall claims)
     # The committed step the run started from (its restore), and when each newer step was first
     # reported (ascending, bounded): if the run fails, the work after its newest committed step was

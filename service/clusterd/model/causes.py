@@ -23,3 +23,4 @@ class Cause(enum.StrEnum):
     REQUEUE_REQUESTED = "REQUEUE_REQUESTED"  # exit 85: the job checkpointed and asked to come back
     RANK_HUNG = "RANK_HUNG"  # a rank stopped beating while its node answered (clusterd.liveness)
     RANK_FAILED = "RANK_FAILED"  # a rank of a multi-rank job crashed while its node stayed up
+    STRAGGLER = "STRAGGLER"  # a straggler node was left out: it cost more than a restart (liveness.eviction)

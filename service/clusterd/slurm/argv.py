@@ -292,3 +292,45 @@ NODES_JSON_FROM = (23, 11)  # the oldest release it is used on (verified: 24.11,
 TOPOLOGY_ARGV = ["scontrol", "show", "topology"]
 PARTITIONS_ARGV = ["scontrol", "show", "partition", "--oneliner"]
 VERSION_ARGV = ["sbatch", "--version"]
+
+
+def node_resume_argv(node: str) -> list[str]:
+    return ["scontrol", "update", f"nodename={node}", "state=resume"]
+
+
+def reservation_argv(name: str, node: str, user: str, minutes: int) -> list[str]:
+    """A maintenance reservation of ``node`` for ``user`` alone, from now: once the node is resumed,
+    no other user's job lands there (IGNORE_JOBS: jobs still ending there do not refuse it)."""
+    return [
+        "scontrol",
+        "create",
+        "reservation",
+        f"reservationname={name}",
+        f"nodes={node}",
+        "starttime=now",
+        f"duration={minutes}",
+        f"users={user}",
+        "flags=maint,ignore_jobs",
+    ]
+
+
+def reservation_delete_argv(name: str) -> list[str]:
+    return ["scontrol", "delete", f"reservation={name}"]
+
+
+def node_probe_argv(node: str, reservation: str, command: tuple[str, ...], minutes: int, wait: int) -> list[str]:
+    """``command`` as one task on ``node`` inside ``reservation``; srun gives up when the node is not
+    allocated within ``wait`` seconds, and Slurm ends the task after ``minutes``."""
+    return [
+        "srun",
+        f"--reservation={reservation}",
+        f"--nodelist={node}",
+        "--nodes=1",
+        "--ntasks=1",
+        f"--time={minutes}",
+        f"--immediate={wait}",
+        "--job-name=clusterd-health-probe",
+        "--chdir=/",
+        "--",
+        *command,
+    ]

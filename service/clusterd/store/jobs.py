@@ -186,6 +186,18 @@ class JobRecords:
         await self._db.write(lambda conn: conn.execute(stmt))
         rec.restarts[-1] = entry
 
+    async def restarts_since(self, since: float) -> builtins.list[tuple[int, str, str, RestartEntry]]:
+        """Every restart recorded at or after ``since``, oldest first, with its record's id, Slurm job
+        id and user: what the node health records are rebuilt from when clusterd starts."""
+        stmt = (
+            select(restarts, jobs.c.job_id, jobs.c.user)
+            .join(jobs, jobs.c.record_id == restarts.c.record_id)
+            .where(restarts.c.time >= since)
+            .order_by(restarts.c.time, restarts.c.record_id, restarts.c.seq)
+        )
+        rows = await self._db.read(lambda conn: conn.execute(stmt).all())
+        return [(int(r.record_id), r.job_id or "", r.user, codec.restart_from(r._mapping)) for r in rows]
+
     async def get_by_record(self, record_id: int) -> JobRecord | None:
         rows = await self._db.read(
             lambda conn: _records(conn, conn.execute(_BY_RECORD, {"record_id": record_id}).all(), with_spec=True)

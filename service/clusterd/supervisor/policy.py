@@ -163,6 +163,7 @@ def decide(term: Termination, policy: Policy, rec: JobRecord, current_step: int)
         Cause.REQUEUE_REQUESTED: True,
         Cause.RANK_HUNG: policy.on_rank_failure,
         Cause.RANK_FAILED: policy.on_rank_failure,
+        Cause.STRAGGLER: True,  # the service's evict_stragglers decided it pays
     }.get(term.cause, False)
     if allowed and term.cause == Cause.TIME_LIMIT and current_step <= step_at_start(rec.restarts):
         return Decision(

@@ -21,6 +21,7 @@ from clusterd.errors import SlurmError, SlurmUnavailable
 from clusterd.goodput.autopilot import FailureHistory
 from clusterd.jobs.script import RELAUNCH_NOTE
 from clusterd.liveness.detector import Detection, crash_detail, crashed_rank
+from clusterd.liveness.eviction import measured_restart_seconds, remaining_seconds, worth_evicting
 from clusterd.liveness.table import LivenessTable
 from clusterd.model.causes import Cause
 from clusterd.model.events import EventType
@@ -204,17 +205,24 @@ class Restarter:
             return _NOTHING  # another run by now, or a restart already under way
         cause = det.cause
         node_dead = cause == Cause.NODE_FAILURE
-        term = Termination(cause, det.nodes if node_dead else (), det.exit_code, det.detail, nodes=rec.nodes)
+        straggler = cause == Cause.STRAGGLER
+        if straggler:
+            why = self._eviction_pays(rec, det, sj)
+            if not why:
+                return _NOTHING
+            det = replace(det, detail=f"{det.detail}: left out ({why})")
+        left_out = node_dead or straggler
+        term = Termination(cause, det.nodes if left_out else (), det.exit_code, det.detail, nodes=rec.nodes)
         policy = effective_policy(rec.spec.restart_policy, self._defaults)
         # The ranks' own reports are newer than the last storage read: the step the job resumes from.
         rec.checkpoint_step = max(rec.checkpoint_step, det.committed_step)
         decision = decide(term, policy, rec, rec.checkpoint_step)
         # DOWN makes Slurm requeue the node's jobs; a drained node's jobs (this one too) keep running,
         # and so does a --no-kill job (spare nodes) unless the node that runs its batch script died.
-        batch_lost = bool(sj.batch_host) and sj.batch_host in det.nodes
+        batch_lost = node_dead and bool(sj.batch_host) and sj.batch_host in det.nodes
         no_kill = rec.spec.spare_nodes > 0
         slurm_requeues = node_dead and not set(det.nodes) <= set(det.drain) and (not no_kill or batch_lost)
-        if no_kill and node_dead and decision.requeue and det.relaunch == relaunches(rec):
+        if no_kill and left_out and decision.requeue and det.relaunch == relaunches(rec):
             step_nodes = None if batch_lost else in_place_nodes(rec, det, sj)
             why = f"the batch host {sj.batch_host} died" if batch_lost else "no spare node left"
             if step_nodes is not None:
@@ -244,13 +252,14 @@ class Restarter:
         )
         rec.acked_restarts = sj.restart_count + 1
         rec.excluded_nodes = still_excluded(rec, det.detected_at)
-        if policy.exclude_failed_nodes and node_dead:
+        if straggler or (policy.exclude_failed_nodes and node_dead):
             rec.excluded_nodes = tuple(sorted(set(rec.excluded_nodes) | set(det.nodes)))
         rec.terminal = False
         rec.needs_release = True
         rec.backoff_seconds = policy.backoff_seconds
         await self._store.record_restart(rec, entry)
         self._note_failure(entry)
+        self._decided(rec, det)
         REQUEUES.labels(cause=cause.value).inc()
         log.info(
             "job %s: restart %d (%s, detected by %s)", rec.job_id, len(rec.restarts), decision.reason, det.detected_by
@@ -295,15 +304,37 @@ class Restarter:
         )
         rec.excluded_nodes = tuple(sorted(set(still_excluded(rec, det.detected_at)) | set(det.nodes)))
         await self._store.record_restart(rec, entry)
+        self._decided(rec, det)
         REQUEUES.labels(cause=det.cause.value).inc()
         log.info("job %s: restart %d in place on %s (%s)", rec.job_id, len(rec.restarts), ",".join(step_nodes), what)
-        for node in det.nodes:
-            await self.node_out(node, det.detail, drain=node in det.drain)
+        if det.cause == Cause.NODE_FAILURE:  # a straggler is left out of the step, not taken out of service
+            for node in det.nodes:
+                await self.node_out(node, det.detail, drain=node in det.drain)
         with contextlib.suppress(SlurmError):  # the old step ends (the script's srun starts the next); the
             await self._backend.kill_steps(rec.job_id, on_nodes=det.nodes)  # survivors' other steps run on
         await self.amend_phase(rec, "relaunched", time.time())
         self._events.publish(JobEvent(EventType.RESTARTED, rec, message=entry.detail))
         return ""
+
+    def _eviction_pays(self, rec: JobRecord, det: Detection, sj: SlurmJob) -> str:
+        """Why leaving the straggler out pays ("": it does not, or that cannot be known)."""
+        remaining = remaining_seconds(rec.spec.time_limit, sj.start_time, time.time())
+        why = worth_evicting(det.ratio, remaining, measured_restart_seconds(rec.restarts), det.redo)
+        if not why:
+            log.info(
+                "job %s: %s; kept (over %s left, a restart measured %s)",
+                rec.job_id,
+                det.detail,
+                "unknown time" if remaining is None else f"{remaining:.0f}s",
+                "never" if measured_restart_seconds(rec.restarts) is None else "as costing more",
+            )
+        return why
+
+    def _decided(self, rec: JobRecord, det: Detection) -> None:
+        """The run the detection concerns is over: the detector judges none of its later silence."""
+        run = self._liveness.get(rec.record_id, rec.job_id) if self._liveness is not None else None
+        if run is not None and run.restart_count == det.restart_count:
+            run.decided = True
 
     def _note_failure(self, entry: RestartEntry) -> None:
         if self._failures is not None and entry.cause == Cause.NODE_FAILURE:

@@ -46,18 +46,18 @@ class Live:
     jobs: jobs_pb2_grpc.JobServiceStub
     prober: Prober
 
-    async def submit(self, user: str = USER_A, **policy: object) -> tuple[str, int, str]:
+    async def submit(self, user: str = USER_A, *, time_limit: str = "", **policy: object) -> tuple[str, int, str]:
         """A 2-node job with fast heartbeats, RUNNING on node1+node2; returns (job id, record id, token)."""
         rp = jobs_pb2.RestartPolicy(
             heartbeat_interval=Duration(nanos=int(INTERVAL * 1e9)), hang_timeout=Duration(seconds=int(HANG)), **policy
         )  # type: ignore[arg-type]
-        spec = jobs_pb2.JobSpec(command=["train"], nodes=2, restart_policy=rp)
+        spec = jobs_pb2.JobSpec(command=["train"], nodes=2, restart_policy=rp, time_limit=time_limit)
         job = (await self.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec), metadata=auth(user))).job
         script = self.slurm.submitted[-1].script
         token = re.search(r"CLUSTERCTL_HEARTBEAT_TOKEN=(\S+?);", script)
         record = re.search(r"CLUSTERCTL_RECORD_ID=(\d+);", script)
         assert token and record, script
-        self.slurm.set_state(job.job_id, JobState.RUNNING, nodes=("node1", "node2"))
+        self.slurm.set_state(job.job_id, JobState.RUNNING, nodes=("node1", "node2"), start_time=time.time())
         await self.daemon.poller.poll_once()
         return job.job_id, int(record.group(1)), token.group(1).strip("'")
 
@@ -447,12 +447,13 @@ async def test_a_cancel_before_a_decided_requeue_shows_is_not_undone(live: Live)
     assert job.state == jobs_pb2.JOB_STATE_CANCELLED and "cancelled" in job.final_reason, job
 
 
-async def _spare_job(live: Live) -> tuple[str, int, str]:
+async def spare_job(live: Live, time_limit: str = "") -> tuple[str, int, str]:
     """A 2+1 node job (--spare-nodes 1) running on node1-3, its ranks beating from node1 and node2."""
     spec = jobs_pb2.JobSpec(
         command=["train"],
         nodes=2,
         spare_nodes=1,
+        time_limit=time_limit,
         restart_policy=jobs_pb2.RestartPolicy(heartbeat_interval=Duration(nanos=int(INTERVAL * 1e9))),
     )
     job = (await live.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec), metadata=auth(USER_A))).job
@@ -462,7 +463,7 @@ async def _spare_job(live: Live) -> tuple[str, int, str]:
     record = re.search(r"CLUSTERCTL_RECORD_ID=(\d+);", request.script)
     assert token and record
     nodes = ("node1", "node2", "node3")
-    live.slurm.set_state(job.job_id, JobState.RUNNING, nodes=nodes, batch_host="node1")
+    live.slurm.set_state(job.job_id, JobState.RUNNING, nodes=nodes, batch_host="node1", start_time=time.time())
     await live.daemon.poller.poll_once()
     return job.job_id, int(record.group(1)), token.group(1).strip("'")
 
@@ -481,7 +482,7 @@ async def _node_dies(live: Live, job: tuple[str, int, str], dead: str, alive: st
 
 
 async def test_a_dead_node_of_a_job_with_a_spare_is_replaced_in_place(live: Live) -> None:
-    job = await _spare_job(live)
+    job = await spare_job(live)
     await _node_dies(live, job, "node2", "node1")
     status = await live.status(job[0])
     (restart,) = status.restarts
@@ -509,7 +510,7 @@ async def test_a_dead_node_of_a_job_with_a_spare_is_replaced_in_place(live: Live
 
 async def test_no_spare_left_requeues_the_job(live: Live) -> None:
     """The spare was used by a first relaunch: the next death requeues the job (--no-kill: by clusterd)."""
-    job = await _spare_job(live)
+    job = await spare_job(live)
     await _node_dies(live, job, "node2", "node1")
     await _node_dies(live, job, "node3", "node1", relaunch=1)
     status = await live.status(job[0])
@@ -519,7 +520,7 @@ async def test_no_spare_left_requeues_the_job(live: Live) -> None:
 
 
 async def test_the_batch_hosts_death_requeues_a_job_with_spares(live: Live) -> None:
-    job = await _spare_job(live)
+    job = await spare_job(live)
     await _node_dies(live, job, "node1", "node2")
     (restart,) = (await live.status(job[0])).restarts
     assert "requeued: the batch host node1 died" in restart.detail and job[0] not in live.slurm.admin_comments
@@ -529,7 +530,7 @@ async def test_the_batch_hosts_death_requeues_a_job_with_spares(live: Live) -> N
 async def test_a_relaunch_names_only_nodes_of_the_jobs_own_allocation(live: Live) -> None:
     """The ranks' beats claim a node outside the allocation (another tenant's): it is not believed,
     so it is never handed to the relaunched step; nor is another job's node ever taken."""
-    job = await _spare_job(live)
+    job = await spare_job(live)
     await live.other_tenant_on("node4")
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await live.beat(*job, 1, node="node4", step=5)
@@ -546,7 +547,7 @@ async def test_a_refused_relaunch_note_requeues_the_job(live: Live, monkeypatch:
         raise SlurmError("scontrol", 1, "Job update not available right now, the DB index is being set")
 
     monkeypatch.setattr(live.slurm, "set_admin_comment", refused)
-    job = await _spare_job(live)
+    job = await spare_job(live)
     await _node_dies(live, job, "node2", "node1")
     (restart,) = (await live.status(job[0])).restarts
     assert "requeued: Slurm refused the relaunch note" in restart.detail and restart.HasField("requeued_at")

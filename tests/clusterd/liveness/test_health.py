@@ -144,7 +144,7 @@ async def test_a_single_node_jobs_hang_is_never_pinned_on_its_node(live: Live) -
 
 async def drain_due_on_node2(live: Live, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:  # noqa: F811
     """A hang of USER_A's job, then node2's confirmed death under USER_B's job: a drain is due."""
-    monkeypatch.setattr(health_module, "EVENT_SECONDS", 0.0)  # the test's failures come seconds apart
+    monkeypatch.setattr(live.daemon.detector.health, "_event", 0.0)  # the test's failures come seconds apart
     return await hung_on_node2(live, USER_A), await died_on_node2(live, USER_B)
 
 
@@ -203,8 +203,8 @@ async def test_a_deposed_replica_drains_nothing(live: Live, monkeypatch: pytest.
         raise Deposed("lease lapsed")
 
     monkeypatch.setattr(live.daemon.leadership, "check", deposed)
-    monkeypatch.setattr(health_module, "EVENT_SECONDS", 0.0)
     detector = live.daemon.detector
+    monkeypatch.setattr(detector.health, "_event", 0.0)
     verdict_due = Failure("node2", 999, "999", USER_B, "node death", evidence=True)
     await detector._blame(verdict_due)
     assert live.slurm.calls["drain_node"] == drains and detector.health.drained() == []
@@ -219,3 +219,38 @@ async def test_crashing_ranks_never_count_against_their_node(live: Live) -> None
         (found,) = await live.daemon.detector.check_once()
         assert found.cause == "RANK_FAILED"
     assert live.slurm.calls["drain_node"] == 0 and live.daemon.detector.health.summary("node2") == ""
+
+
+def test_probe_state_in_the_summary_and_when_a_probe_is_due() -> None:
+    health = NodeHealth(event_seconds=1.0)
+    health.blame(hang(1, "alice", -100))
+    verdict = health.blame(death(2, "bob", -50))
+    assert verdict is not None
+    health.drained_for("n1", verdict)
+    assert health.due_for_probe(10.0) == []  # not seen drained in Slurm yet
+    assert health.observe("n1", out_of_service=True) is False
+    assert health.due_for_probe(10.0, now=time.time() + 11) == ["n1"] and health.due_for_probe(10.0) == []
+    health.probe_started("n1")
+    assert health.summary("n1").endswith("drained by clusterd; health probe running")
+    assert health.observe("n1", out_of_service=False) is False  # resumed by its own probe: no operator's
+    health.probe_failed("n1", "failed (exit 1)")
+    assert "drained by clusterd; health probe failed (exit 1) at " in health.summary("n1")
+    assert health.observe("n1", out_of_service=False) is False  # a poll from while it was resumed
+    assert health.due_for_probe(10.0, now=time.time() + 11) == []  # until Slurm shows it drained again
+    health.observe("n1", out_of_service=True)
+    assert health.due_for_probe(10.0, now=time.time() + 11) == ["n1"]
+    health.returned("n1")
+    assert health.drained() == [] and health.summary("n1").startswith("returned to service at ")
+    assert health.summary("n1").endswith("(health probe passed)")
+
+
+def test_only_clusterds_own_drains_are_adopted_from_slurm() -> None:
+    health = NodeHealth()
+    assert not health.adopt("n1", "clusterd: node n1 unreachable: rank 1 silent")  # a death: marked, not scored
+    assert not health.adopt("n2", "bad DIMM")  # the operator's
+    assert health.adopt("n3", "clusterd: failed 2 jobs of 2 users in 2 events within 1h (2 node death)")
+    assert health.adopt("n4", "clusterd: health probe failed (exit 1); failed 2 jobs of 1 user in 2 events")
+    assert health.adopt("n5", "clusterd: health probe did not finish; failed 2 jobs of 2 users in 2 events")
+    assert health.drained() == ["n3", "n4", "n5"]
+    assert health.reason("n4") == "failed 2 jobs of 1 user in 2 events"
+    assert not health.adopt("n3", "clusterd: failed 3 jobs")  # known already

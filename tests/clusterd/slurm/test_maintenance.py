@@ -1,0 +1,53 @@
+"""The health probe's Slurm commands, run through the real runner against stand-in binaries."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from clusterd.errors import SlurmError
+from clusterd.slurm.maintenance import CommandsMaintenance
+from clusterd.slurm.runner import CommandRunner
+
+
+def stand_ins(tmp_path: Path, srun: str = "exit 0") -> Path:
+    """``scontrol`` and ``srun`` that log their arguments, one call a line; srun then runs ``srun``."""
+    log = tmp_path / "calls"
+    for name, tail in (("scontrol", "exit 0"), ("srun", srun)):
+        script = tmp_path / name
+        script.write_text(f'#!/bin/sh\necho "{name} $*" >> {log}\n{tail}\n')
+        script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return log
+
+
+async def test_reserve_resume_probe_drain_unreserve(tmp_path: Path) -> None:
+    log = stand_ins(tmp_path, srun="echo ECC; exit 3")
+    m = CommandsMaintenance(CommandRunner(bin_dir=str(tmp_path)))
+    await m.reserve("clusterd-probe-n1", "n1", "clusterd", 90.0)
+    await m.resume("n1")
+    result = await m.run_on("n1", "clusterd-probe-n1", ("/sbin/check", "--gpu"), 90.0)
+    await m.drain("n1", "clusterd: health probe failed (exit 3)")
+    await m.unreserve("clusterd-probe-n1")
+    assert (result.returncode, result.stdout) == (3, "ECC\n")
+    assert log.read_text().splitlines() == [
+        "scontrol create reservation reservationname=clusterd-probe-n1 nodes=n1 starttime=now duration=3 "
+        "users=clusterd flags=maint,ignore_jobs",
+        "scontrol update nodename=n1 state=resume",
+        "srun --reservation=clusterd-probe-n1 --nodelist=n1 --nodes=1 --ntasks=1 --time=2 --immediate=30 "
+        "--job-name=clusterd-health-probe --chdir=/ -- /sbin/check --gpu",
+        "scontrol update nodename=n1 state=drain reason=clusterd: health probe failed (exit 3)",
+        "scontrol delete reservation=clusterd-probe-n1",
+    ]
+
+
+async def test_a_probe_that_outlives_its_limit_is_given_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from clusterd.slurm import maintenance
+
+    stand_ins(tmp_path, srun="exec sleep 30")
+    monkeypatch.setattr(maintenance, "_ALLOCATE_SECONDS", 0)
+    monkeypatch.setattr(maintenance, "_SLACK_SECONDS", 0.0)
+    m = CommandsMaintenance(CommandRunner(bin_dir=str(tmp_path)))
+    with pytest.raises(SlurmError, match="no answer within"):
+        await m.run_on("n1", "clusterd-probe-n1", ("/bin/true",), 0.5)
