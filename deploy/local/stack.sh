@@ -72,6 +72,8 @@ select_slurm "$@"
 set -- "${ARGS[@]}"
 # shellcheck source=lib/common.sh
 source "$STACK_HOME/lib/common.sh"
+# shellcheck source=lib/debootstrap.sh
+source "$STACK_HOME/lib/debootstrap.sh"
 # shellcheck source=lib/net.sh
 source "$STACK_HOME/lib/net.sh"
 # shellcheck source=lib/host.sh
