@@ -123,7 +123,7 @@ ceph_new_cluster() {
     local fsid osd_uuid
     fsid="$(cat /proc/sys/kernel/random/uuid)"
     osd_uuid="$(cat /proc/sys/kernel/random/uuid)"
-    rm -rf --one-file-system "$CEPH_DIR/mon" "$CEPH_DIR/osd" "$CEPH_DIR/rgw" "$CEPH_RUN"
+    rm -rf --one-file-system "$CEPH_DIR/mon" "$CEPH_DIR/osd" "$CEPH_DIR/rgw" "$CEPH_DIR/monmap" "$CEPH_RUN"
     mkdir -p "$CEPH_DIR/mon" "$CEPH_DIR/osd/osd.0" "$CEPH_DIR/rgw" "$CEPH_RUN" "$CEPH_LOGS"
     ceph_write_config "$fsid"
     in_chroot "$CEPH_CHROOT" monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$CEPH_MON_PORT]" \
