@@ -15,7 +15,7 @@ ceph_paths() {
     CEPH_CONF="$CEPH_DIR/ceph.conf"
     CEPH_RUN="$CEPH_DIR/run"
     CEPH_LOGS="$CEPH_DIR/log"
-    CEPH_CREDS="$CEPH_DIR/s3-credentials"
+    CEPH_CREDS="${CEPH_CREDS:-$CEPH_DIR/s3-credentials}"
 }
 
 ceph_build() { debootstrap_chroot "$CEPH_CHROOT" bookworm ceph "${CEPH_PACKAGES[@]}"; }
