@@ -57,7 +57,9 @@ ceph_load_credentials() {
 }
 
 # Settings the gateway needs on this Ceph: crc on the messenger (without it radosgw loops on
-# "get_initial_auth_request returned -13" under auth none) and a v2 monitor address.
+# "get_initial_auth_request returned -13" under auth none) and a v2 monitor address. memstore holds
+# 2 GiB of objects, for which the OSD grows to about twice that (8 GiB filled it to 15 GiB and the
+# OOM killer); a full OSD refuses writes.
 ceph_write_config() {
     local fsid="$1"
     cat >"$CEPH_CONF" <<CONF
@@ -78,7 +80,7 @@ log_file = $CEPH_LOGS/\$name.log
 mon_data = $CEPH_DIR/mon/\$name
 osd_data = $CEPH_DIR/osd/\$name
 osd_objectstore = memstore
-memstore_device_bytes = 8589934592
+memstore_device_bytes = 2147483648
 osd_pool_default_size = 1
 osd_pool_default_min_size = 1
 mon_allow_pool_size_one = true
@@ -97,7 +99,12 @@ CONF
 }
 
 ceph_pidfile() { echo "$CEPH_RUN/$1.pid"; } # ceph-mon, ceph-osd, radosgw
-ceph_daemon_running() { pid_alive "$(ceph_pidfile "$1")"; }
+# A daemon killed while nobody reaps it (the OOM killer, say) stays a zombie: that is not running.
+ceph_daemon_running() {
+    local f
+    f="$(ceph_pidfile "$1")"
+    pid_alive "$f" && [[ "$(awk '{print $3}' "/proc/$(pid_of "$f")/stat" 2>/dev/null)" != Z ]]
+}
 ceph_running() { ceph_daemon_running ceph-mon && ceph_daemon_running ceph-osd && ceph_daemon_running radosgw; }
 
 # ceph_spawn NAME ARGS...: start a daemon of the chroot in the foreground of its own session, with no
