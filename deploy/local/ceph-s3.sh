@@ -6,7 +6,7 @@
 #   ceph-s3.sh up            build the chroot when missing (~2 min, once), start the monitor, the OSD
 #                            and the gateway (~15 s), print the env file path
 #   ceph-s3.sh down [--purge]
-#                            stop them (the objects, in the OSD's memory, are gone); --purge also
+#                            stop them (the next `up` makes a new, empty cluster); --purge also
 #                            removes the state dir and its S3 keys
 #   ceph-s3.sh status        one line per daemon; exit 0 iff all run
 #   ceph-s3.sh env           print the path of the env file (AWS_* variables, bucket)

@@ -1,11 +1,11 @@
 # shellcheck shell=bash
 # Ceph's S3 (RADOS Gateway) from Debian 12's Ceph 16.2, in a debootstrap chroot cached at $CEPH_CHROOT:
-# one monitor, one OSD on memstore (objects live in its memory), pools of size 1, no cephx, the
+# one monitor, one BlueStore OSD on a sparse file in the state dir, pools of size 1, no cephx, the
 # gateway (beast) on $CEPH_ADDR:$CEPH_S3_PORT. Used by stack.sh (`up --s3 ceph`, state under
 # $STATE/ceph, gateway on the bridge) and by ceph-s3.sh (standalone, for the S3 tests, on loopback).
 #
 # The caller sets CEPH_DIR (state), CEPH_ADDR, CEPH_S3_PORT, CEPH_MON_PORT and CEPH_BUCKET.
-# A cold start makes a new cluster (the OSD's memory is gone anyway) with the same S3 keys
+# A cold start makes a new cluster (a throwaway S3: its objects go with it) with the same S3 keys
 # ($CEPH_DIR/s3-credentials); an `up` while the monitor and OSD run restarts only what is down.
 
 CEPH_CHROOT="$CHROOT_CACHE/ceph-bookworm"
@@ -57,9 +57,10 @@ ceph_load_credentials() {
 }
 
 # Settings the gateway needs on this Ceph: crc on the messenger (without it radosgw loops on
-# "get_initial_auth_request returned -13" under auth none) and a v2 monitor address. memstore holds
-# 2 GiB of objects, for which the OSD grows to about twice that (8 GiB filled it to 15 GiB and the
-# OOM killer); a full OSD refuses writes.
+# "get_initial_auth_request returned -13" under auth none) and a v2 monitor address. BlueStore on a
+# sparse 16 GiB file, not memstore: memstore keeps every object in the OSD's memory at about twice
+# its size (the checkpoint bench grew it to 15 GiB and the OOM killer), and a full one blocks
+# writes; BlueStore's cache stays near osd_memory_target (896 MiB, its floor).
 ceph_write_config() {
     local fsid="$1"
     cat >"$CEPH_CONF" <<CONF
@@ -79,8 +80,11 @@ admin_socket = $CEPH_RUN/\$name.asok
 log_file = $CEPH_LOGS/\$name.log
 mon_data = $CEPH_DIR/mon/\$name
 osd_data = $CEPH_DIR/osd/\$name
-osd_objectstore = memstore
-memstore_device_bytes = 2147483648
+osd_objectstore = bluestore
+bluestore_block_create = true
+bluestore_block_size = 17179869184
+osd_memory_target = 939524096
+bluestore_cache_autotune = true
 osd_pool_default_size = 1
 osd_pool_default_min_size = 1
 mon_allow_pool_size_one = true
@@ -155,7 +159,7 @@ ceph_start() {
     ceph_mount
     if ! ceph_daemon_running ceph-mon || ! ceph_daemon_running ceph-osd; then
         stop_pidfiles 5 "radosgw=$(ceph_pidfile radosgw)" "ceph-osd=$(ceph_pidfile ceph-osd)" "ceph-mon=$(ceph_pidfile ceph-mon)"
-        log "starting Ceph (a new cluster: monitor on 127.0.0.1:$CEPH_MON_PORT, memstore OSD)"
+        log "starting Ceph (a new cluster: monitor on 127.0.0.1:$CEPH_MON_PORT, one OSD)"
         ceph_new_cluster
         ceph_spawn ceph-osd -i 0
         CEPH_NEW_USER=1
