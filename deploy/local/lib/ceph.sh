@@ -214,8 +214,9 @@ ceph_wait_ready() {
     done
 }
 
+# A stop needs no grace: the next start makes a new cluster anyway.
 ceph_down() {
     ceph_paths
-    stop_pidfiles 10 "radosgw=$(ceph_pidfile radosgw)" "ceph-osd=$(ceph_pidfile ceph-osd)" "ceph-mon=$(ceph_pidfile ceph-mon)"
+    stop_pidfiles 3 "radosgw=$(ceph_pidfile radosgw)" "ceph-osd=$(ceph_pidfile ceph-osd)" "ceph-mon=$(ceph_pidfile ceph-mon)"
     ceph_umount
 }
