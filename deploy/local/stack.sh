@@ -240,7 +240,7 @@ cmd_status() {
     done
     status_line slurmrestd "$(up_if slurmrestd_running)" "$(pid_text "$RUN/slurmrestd.pid")http://$RESTD_LISTEN, unix:$RESTD_SOCKET (JWT)"
     if [[ "$(s3_server_recorded)" == ceph ]]; then
-        status_line ceph-rgw "$(up_if s3_running)" "$(pid_text "$STATE/ceph/run/radosgw.pid")s3 http://$BRIDGE_ADDR:$S3_PORT (Ceph: mon, memstore OSD, radosgw)"
+        status_line ceph-rgw "$(up_if s3_running)" "$(pid_text "$STATE/ceph/run/radosgw.pid")s3 http://$BRIDGE_ADDR:$S3_PORT (Ceph: mon, OSD, radosgw)"
     else
         status_line weed "$(up_if weed_running)" "$(pid_text "$RUN/weed.pid")s3 http://$BRIDGE_ADDR:$S3_PORT"
     fi
