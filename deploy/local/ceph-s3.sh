@@ -4,7 +4,7 @@
 # the rest of the stack. See deploy/local/README.md.
 #
 #   ceph-s3.sh up            build the chroot when missing (~2 min, once), start the monitor, the OSD
-#                            and the gateway (~15 s), print the env file path
+#                            and the gateway (~20 s), print the env file path
 #   ceph-s3.sh down [--purge]
 #                            stop them (the next `up` makes a new, empty cluster); --purge also
 #                            removes the state dir and its S3 keys
