@@ -20,16 +20,20 @@ host_debian_mirror() {
 }
 
 # debootstrap from its .deb, unpacked beside the cache: runs without being installed on the host.
+# Under a lock: scripts/test.sh builds the Slurm and Ceph chroots at the same time on a new machine.
 debootstrap_dir() {
     local tools="$CHROOT_CACHE/tools"
-    if [[ ! -x "$tools/debootstrap/usr/sbin/debootstrap" ]]; then
-        log "fetching debootstrap (apt-get download, unpacked under $tools)"
-        mkdir -p "$tools"
-        (cd "$tools" && rm -f debootstrap_*.deb && apt-get download debootstrap >/dev/null 2>&1) ||
-            { apt-get update -qq && (cd "$tools" && apt-get download debootstrap >/dev/null); } ||
-            die "apt-get download debootstrap failed"
-        dpkg-deb -x "$tools"/debootstrap_*.deb "$tools/debootstrap"
-    fi
+    mkdir -p "$tools"
+    (
+        flock -w 300 8 || die "another debootstrap fetch holds $tools/.lock"
+        if [[ ! -x "$tools/debootstrap/usr/sbin/debootstrap" ]]; then
+            log "fetching debootstrap (apt-get download, unpacked under $tools)"
+            (cd "$tools" && rm -f debootstrap_*.deb && apt-get download debootstrap >/dev/null 2>&1) ||
+                { apt-get update -qq && (cd "$tools" && apt-get download debootstrap >/dev/null); } ||
+                die "apt-get download debootstrap failed"
+            dpkg-deb -x "$tools"/debootstrap_*.deb "$tools/debootstrap"
+        fi
+    ) 8>"$tools/.lock" || exit 1
     echo "$tools/debootstrap"
 }
 
