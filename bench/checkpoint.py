@@ -2,12 +2,15 @@
 
     python -m bench.checkpoint                 # 1 GiB total, 2 ranks, private SeaweedFS, tmp dir
     python -m bench.checkpoint --size-gib 0.25 --repeats 2
+    python -m bench.checkpoint --s3 ceph       # Ceph's RADOS Gateway (deploy/local/ceph-s3.sh up)
 
-S3: the AWS_* variables when AWS_ENDPOINT_URL is set (plus --bucket), else a private SeaweedFS
-started from tests/support/s3server.py on 127.0.0.1. Anchors, measured in the same run on the same data:
-np.copyto into a warm buffer (the snapshot floor), np.savez + boto3 upload (the naive way),
-s5cmd cp up and down (if on PATH), torch.distributed.checkpoint.async_save (if torch is
-installed). Absolute numbers on a shared 2-core machine are noise; the ratios are the result.
+S3: with --s3 ceph, the gateway ceph-s3.sh runs (tests/support/cephs3.py); else the AWS_* variables
+when AWS_ENDPOINT_URL is set (plus --bucket), else a private SeaweedFS started from
+tests/support/s3server.py on 127.0.0.1; s5cmd runs against the same server. Anchors, measured in
+the same run on the same data: np.copyto into a warm buffer (the snapshot floor), np.savez + boto3
+upload (the naive way), s5cmd cp up and down (if on PATH), torch.distributed.checkpoint.async_save
+(if torch is installed). Absolute numbers on a shared 2-core machine are noise; the ratios are the
+result.
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ from typing import Any
 import numpy as np
 
 from bench.anchors import find_tool, missing
+from tests.support.cephs3 import CephS3
 from tests.support.ports import free_port
-from tests.support.s3server import get_server
+from tests.support.s3server import get_seaweed
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -547,6 +551,12 @@ def main() -> None:
     ap.add_argument("--part-mib", type=int, default=64)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--bucket", default=None, help="bucket to use with AWS_ENDPOINT_URL")
+    ap.add_argument(
+        "--s3",
+        choices=("seaweedfs", "ceph"),
+        default=None,
+        help="ceph: Ceph's RADOS Gateway (deploy/local/ceph-s3.sh up); seaweedfs: a private SeaweedFS",
+    )
     ap.add_argument("--json", action="store_true", help="print raw per-rank results too")
     ap.add_argument("--fsdp-mib", type=float, default=128, help="FSDP2 model size for the DCP comparison")
     ap.add_argument(
@@ -564,13 +574,17 @@ def main() -> None:
         )
         return
 
-    server = None
-    if os.environ.get("AWS_ENDPOINT_URL"):
+    if opts.s3 == "ceph":
+        ceph = CephS3.load()
+        if ceph is None:
+            raise SystemExit("--s3 ceph: Ceph's S3 is not up (sudo bash deploy/local/ceph-s3.sh up)")
+        env, bucket, opts.server = ceph.env(), ceph.bucket, "Ceph RGW"
+    elif os.environ.get("AWS_ENDPOINT_URL") and opts.s3 is None:
         env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
-        bucket = opts.bucket or "clusterctl"
+        bucket, opts.server = opts.bucket or "clusterctl", os.environ["AWS_ENDPOINT_URL"]
     else:
-        server = get_server()
-        env, bucket = server.env(), server.bucket
+        seaweed = get_seaweed()
+        env, bucket, opts.server = seaweed.env(), seaweed.bucket, "SeaweedFS"
     local_dir = Path(tempfile.mkdtemp(prefix="ckpt-bench-"))
     args = {
         "env": env,
@@ -708,7 +722,9 @@ def report(rs: list[dict[str, Any]], opts: argparse.Namespace) -> None:
             "(higher = ours faster)",
         )
     print_rows(
-        f"checkpoint bench: {gib:.2f} GiB float32, {len(rs)} ranks, {opts.repeats} repeats (medians; worst rank)", rows
+        f"checkpoint bench: {gib:.2f} GiB float32, {len(rs)} ranks, {opts.repeats} repeats, S3 {opts.server} "
+        "(medians; worst rank)",
+        rows,
     )
 
 

@@ -11,6 +11,9 @@
 # stacks of their own, beside the main suite: the two share nothing, and the main suite leaves most
 # of the machine idle while it waits on jobs. Its output is printed after the main suite's, also
 # when the main suite fails; the script fails when either does.
+# The S3-behaviour tests also run against Ceph's RADOS Gateway (`-m ceph`, picked in tests/conftest.py)
+# beside the main suite: deploy/local/ceph-s3.sh brings it up (its chroot built once and cached, like
+# the Slurm ones; the gateway answers ~20 s after start) and takes it down again if it was not up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh >/dev/null
@@ -71,6 +74,13 @@ cleanup() {
         kill_tree "$compat_pid"
         part_result compat || true
     fi
+    if [ -n "$ceph_pid" ]; then
+        kill_tree "$ceph_pid"
+        part_result ceph || true
+    fi
+    if [ "$started_ceph" = 1 ]; then
+        bash deploy/local/ceph-s3.sh down >/dev/null 2>&1 || true
+    fi
     if [ "$started_stack" = 1 ]; then
         bash deploy/local/stack.sh down >/dev/null 2>&1 || true
     fi
@@ -78,8 +88,11 @@ cleanup() {
 
 compat_pid=""
 compat_log=""
+ceph_pid=""
+ceph_log=""
 fast_pid=""
 started_stack=0
+started_ceph=0
 trap cleanup EXIT
 fast_log=$(mktemp /tmp/clusterctl-fast.XXXXXX)
 (
@@ -106,11 +119,25 @@ if [ -n "${CLUSTERCTL_COMPAT_SLURM-24.11 26.05}" ]; then
     ) >"$compat_log" 2>&1 &
     compat_pid=$!
 fi
+# The Ceph half of the S3 tests, once the 22.05 stack is up (the chroot's first build runs apt).
+ceph_log=$(mktemp /tmp/clusterctl-ceph.XXXXXX)
+bash deploy/local/ceph-s3.sh status >/dev/null 2>&1 || started_ceph=1
+(
+    t0=$SECONDS
+    echo "== ceph: S3 tests on Ceph's RADOS Gateway"
+    bash deploy/local/ceph-s3.sh up >/dev/null || exit
+    rc=0
+    pytest_part -m ceph --durations=5 tests/clusterctl tests/clusterd || rc=$?
+    if [ "$started_ceph" = 1 ]; then bash deploy/local/ceph-s3.sh down || rc=1; fi
+    echo "== ceph: $((SECONDS - t0)) s with the gateway's start and stop"
+    exit "$rc"
+) >"$ceph_log" 2>&1 &
+ceph_pid=$!
 
 # The stack tests; a failure here still waits for the fast part and the compatibility suite and
 # prints their output.
 run_main() {
-    echo "== pytest -m stack"; pytest_part -m stack --durations=25 "$@" || return
+    echo "== pytest -m 'stack and not ceph'"; pytest_part -m "stack and not ceph" --durations=25 "$@" || return
     # The stack's own HA mode, as an operator drives it: PostgreSQL and two replicas, one killed.
     echo "== ha: stack.sh up --ha"; bash deploy/local/stack.sh up --ha || return
     python -m pytest -q -p no:cacheprovider tests/integration/test_ha_stack.py
@@ -127,6 +154,9 @@ fast_rc=0
 part_result fast || fast_rc=$?
 compat_rc=0
 part_result compat || compat_rc=$?
+ceph_rc=0
+part_result ceph || ceph_rc=$?
+started_ceph=0 # the part took its own Ceph down
 trap - EXIT
-echo "== lint, types and fast tests exit $fast_rc, stack tests exit $main_rc, compatibility suite exit $compat_rc"
-[ "$fast_rc" = 0 ] && [ "$main_rc" = 0 ] && [ "$compat_rc" = 0 ]
+echo "== lint, types and fast tests exit $fast_rc, stack tests exit $main_rc, compatibility suite exit $compat_rc, Ceph S3 tests exit $ceph_rc"
+[ "$fast_rc" = 0 ] && [ "$main_rc" = 0 ] && [ "$compat_rc" = 0 ] && [ "$ceph_rc" = 0 ]

@@ -45,12 +45,36 @@ STACK_TESTS = (
     "tests/clusterctl/tier/test_tier.py::test_save_commits_in_peer_memory_",
 )
 
+# The S3-behaviour tests that also run against Ceph's RADOS Gateway (tests/support/cephs3.py): what
+# differs between S3 servers (create-only puts, racing writers, multipart uploads, outages, the
+# probes that refuse a server). Every other S3 test runs against SeaweedFS alone.
+CEPH_TESTS = (
+    "tests/clusterctl/storage/",
+    "tests/clusterctl/checkpoint/test_faults.py::",
+    "tests/clusterctl/checkpoint/test_ranks.py::test_duplicate_writers_on_real_storage",
+    "tests/clusterctl/checkpoint/test_roundtrip.py::test_large_parts_round_trip",
+    "tests/clusterctl/checkpoint/test_multiprocess.py::test_kill_9_of_a_rank_mid_upload",
+    "tests/clusterd/test_check.py::test_s3_conditional_put_probe",
+)
+CEPH_PARAMS = frozenset({"ceph", "s3-ceph"})  # the S3 fixtures' parameter values for Ceph
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Runs after the folders' own conftest hooks (registered later, called first: tests/compat adds
     # its markers there) and before -m deselects.
+    def ceph_elsewhere(item: pytest.Item) -> bool:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        on_ceph = any(isinstance(v, str) and v in CEPH_PARAMS for v in params.values())
+        return on_ceph and not item.nodeid.startswith(CEPH_TESTS)
+
+    dropped = [item for item in items if ceph_elsewhere(item)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if not ceph_elsewhere(item)]
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
+        if any(isinstance(v, str) and v in CEPH_PARAMS for v in params.values()):
+            item.add_marker(pytest.mark.ceph)
         if (
             any(item.get_closest_marker(name) for name in STACK_MARKERS)
             or STACK_FIXTURES.intersection(getattr(item, "fixturenames", ()))

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Single-machine clusterctl test stack: Slurm (6 nodes in network namespaces), munge,
-# SeaweedFS S3, and clusterd. See deploy/local/README.md.
+# SeaweedFS (or Ceph) S3, and clusterd. See deploy/local/README.md.
 #
-#   stack.sh up [--ha|--no-ha] [--nodes N]
+#   stack.sh up [--ha|--no-ha] [--nodes N] [--s3 seaweedfs|ceph]
 #                                start everything (idempotent), print the env file path; --ha:
 #                                PostgreSQL and two clusterd replicas (clusterd-a, clusterd-b, each
 #                                restarted when it dies) instead of one clusterd with SQLite. The
 #                                choice is kept until `down`: a plain `up` keeps HA, --no-ha leaves it;
 #                                --nodes N (1-400, default 6): N Slurm nodes, leaf switches of 16 beyond
-#                                6, addresses past one /24 beyond 200; an `up` without it goes back to 6
+#                                6, addresses past one /24 beyond 200; an `up` without it goes back to 6;
+#                                --s3 ceph: Ceph's RADOS Gateway (lib/ceph.sh) instead of SeaweedFS, same
+#                                address, bucket and keys (kept until `down`; --s3 seaweedfs goes back)
 #   stack.sh down [--purge]      stop everything we started, remove namespaces + bridge
 #   stack.sh status              one line per component + sinfo; exit 0 iff all up
 #   stack.sh kill-node NODE [--power-off]
@@ -74,6 +76,8 @@ select_slurm "$@"
 set -- "${ARGS[@]}"
 # shellcheck source=lib/common.sh
 source "$STACK_HOME/lib/common.sh"
+# shellcheck source=lib/debootstrap.sh
+source "$STACK_HOME/lib/debootstrap.sh"
 # shellcheck source=lib/net.sh
 source "$STACK_HOME/lib/net.sh"
 # shellcheck source=lib/host.sh
@@ -82,6 +86,8 @@ source "$STACK_HOME/lib/host.sh"
 source "$STACK_HOME/lib/slurm.sh"
 # shellcheck source=lib/s3.sh
 source "$STACK_HOME/lib/s3.sh"
+# shellcheck source=lib/ceph.sh
+source "$STACK_HOME/lib/ceph.sh"
 # shellcheck source=lib/jobenv.sh
 source "$STACK_HOME/lib/jobenv.sh"
 # shellcheck source=lib/clusterd.sh
@@ -132,9 +138,12 @@ resize_nodes() {
 }
 
 cmd_up() {
-    local t0=$SECONDS ha=-1 count=$DEFAULT_NODE_COUNT
+    local t0=$SECONDS ha=-1 count=$DEFAULT_NODE_COUNT s3
+    s3="$(s3_server_recorded)"
     while (($#)); do
         case "$1" in
+        --s3) [[ $# -ge 2 ]] || usage; s3="$2"; shift ;;
+        --s3=*) s3="${1#--s3=}" ;;
         --ha) ha=1 ;;
         --no-ha) ha=0 ;;
         --nodes) [[ $# -ge 2 ]] || usage; count="$2"; shift ;;
@@ -143,6 +152,8 @@ cmd_up() {
         esac
         shift
     done
+    [[ " ${S3_SERVERS[*]} " == *" $s3 "* ]] ||
+        { echo "[stack] ERROR: --s3 $s3: expected one of ${S3_SERVERS[*]}" >&2; exit 2; }
     if ((ha < 0)); then
         ha=0
         ha_recorded && ha=1 # an HA stack stays HA until `down` or --no-ha
@@ -157,7 +168,7 @@ cmd_up() {
     ensure_tokens
     net_up
     log "bridge $BRIDGE $BRIDGE_ADDR/$(net_len); ${#NODES[@]} nodes at $(node_addr node1)..$(node_addr "${NODES[-1]}")"
-    weed_start # SeaweedFS boots while Slurm starts; weed_wait_ready below
+    s3_start "$s3" # the S3 server boots while Slurm starts; s3_wait_ready below
     munge_up
     ensure_jwt_key
     write_slurm_config
@@ -167,8 +178,8 @@ cmd_up() {
     SLURM_CONFIG_CHANGED=0
     wait_nodes_usable "$STACK_TIMEOUT" "${NODES[@]}" || die "Slurm nodes did not become IDLE (logs under $LOGS)"
     log "slurm: ${#NODES[@]} nodes up"
-    weed_wait_ready
-    log "s3: bucket $BUCKET ready at $(s3_endpoint)"
+    s3_wait_ready
+    log "s3 ($s3): bucket $BUCKET ready at $(s3_endpoint)"
     jobenv_up
     if ((ha)); then
         clusterd_down # switching from one clusterd: its SQLite store stays in $STATE/clusterd
@@ -192,6 +203,8 @@ cmd_down() {
     clusterd_down
     ha_down
     weed_down
+    stack_ceph_down
+    rm -f "$S3_SERVER_FILE"
     slurmrestd_down
     slurmd_down "${NODES[@]}"
     slurmctld_down
@@ -228,7 +241,11 @@ cmd_status() {
             "$(pid_text "$(slurmd_pidfile "$n")")netns $(node_ns "$n") $(node_addr "$n")"
     done
     status_line slurmrestd "$(up_if slurmrestd_running)" "$(pid_text "$RUN/slurmrestd.pid")http://$RESTD_LISTEN, unix:$RESTD_SOCKET (JWT)"
-    status_line weed "$(up_if weed_running)" "$(pid_text "$RUN/weed.pid")s3 http://$BRIDGE_ADDR:$S3_PORT"
+    if [[ "$(s3_server_recorded)" == ceph ]]; then
+        status_line ceph-rgw "$(up_if s3_running)" "$(pid_text "$STATE/ceph/run/radosgw.pid")s3 http://$BRIDGE_ADDR:$S3_PORT (Ceph: mon, OSD, radosgw)"
+    else
+        status_line weed "$(up_if weed_running)" "$(pid_text "$RUN/weed.pid")s3 http://$BRIDGE_ADDR:$S3_PORT"
+    fi
     if ha_recorded; then
         status_line postgresql "$(up_if pg_running)" "$(pid_text "$PG_PIDFILE")socket $PG_SOCKET_DIR, database $PG_DB"
         for n in "${REPLICAS[@]}"; do

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import grp
 import json
 import logging
@@ -341,26 +340,13 @@ def conditional_put_refusal(storage: Storage) -> str | None:
     """Why the server does not make ``If-None-Match: *`` puts exclusive, or None when it does.
 
     A checkpoint step is committed by one marker put with ``If-None-Match: *``; a server that
-    ignores the header lets two writers both believe they committed. Probe: put a fresh object
-    under the prefix twice; the first must succeed, the second must be refused (412). The probe
-    object is deleted whatever happens.
+    ignores the header lets two writers both believe they committed. The checkpoint manager's own
+    probe (clusterctl.storage.conditional), on a fresh object under the prefix, deleted afterwards.
     """
-    from clusterctl.storage import ObjectExistsError
+    from clusterctl.storage.conditional import create_only_refusal
 
-    key = f".clusterd-check-{secrets.token_hex(8)}"
-    try:
-        storage.put(key, b"clusterd check: If-None-Match probe", if_absent=True)
-        try:
-            storage.put(key, b"second", if_absent=True)
-        except ObjectExistsError:
-            return None
-        return (
-            "the server accepted a second PUT with If-None-Match: * on an existing object (expected 412 "
-            "Precondition Failed): concurrent checkpoint commits would not be detected"
-        )
-    finally:
-        with contextlib.suppress(Exception):
-            storage.delete([key])
+    refusal = create_only_refusal(storage, f".clusterd-check-{secrets.token_hex(8)}")
+    return None if refusal is None else f"{refusal}: concurrent checkpoint commits would not be detected"
 
 
 async def run_checks(path: str | None, storage_uris: list[str], backend: SlurmBackend | None = None) -> Findings:

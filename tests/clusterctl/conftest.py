@@ -1,5 +1,5 @@
-"""Fixtures shared by the client's tests: one private SeaweedFS S3 server per session, and a fake
-JobService on a unix socket for the heartbeat and runtime tests."""
+"""Fixtures shared by the client's tests: the real S3 servers (a private SeaweedFS per session, the
+running Ceph RADOS Gateway), and a fake JobService on a unix socket for the heartbeat and runtime tests."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from tests.support.heartbeat import FakeJobService, serve
-from tests.support.s3server import SeaweedS3, get_server
+from tests.support.s3server import S3_SERVERS, S3Server, get_server
 
 
-@pytest.fixture(scope="session")
-def s3_server() -> SeaweedS3:
-    """Started on first use (only S3-marked parameters ask for it)."""
-    return get_server()
+@pytest.fixture(scope="session", params=S3_SERVERS)
+def s3_server(request: pytest.FixtureRequest) -> S3Server:
+    """Each real S3 server in turn (tests/conftest.py keeps Ceph's half for the picked S3 tests)."""
+    return get_server(request.param)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from clusterctl.storage.base import Buffer
 from clusterd.check import FAIL, OK, WARN, Finding, Findings, check_storage, conditional_put_refusal, run_checks
 from clusterd.main import main
 from clusterd.slurm.fake import FakeSlurm
-from tests.support.s3server import get_server
+from tests.support.s3server import S3_SERVERS, get_server
 
 from .conftest import write_tokens
 
@@ -159,9 +159,10 @@ def test_plaintext_tcp_fails_the_check_unless_allowed(tmp_path: Path, capsys: py
 
 
 @pytest.mark.s3
-def test_s3_conditional_put_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """SeaweedFS enforces If-None-Match: * (OK, probe object removed); a server that ignores it is a FAIL."""
-    server = get_server()
+@pytest.mark.parametrize("s3", S3_SERVERS)
+def test_s3_conditional_put_probe(s3: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each real server enforces If-None-Match: * (OK, probe object removed); one that ignores it is a FAIL."""
+    server = get_server(s3)
     for key, value in server.env().items():
         monkeypatch.setenv(key, value)
     prefix = f"check-probe/{uuid.uuid4().hex}"

@@ -1,9 +1,10 @@
-"""A private SeaweedFS S3 server for tests (``weed server -s3`` on 127.0.0.1, free ports).
+"""The real S3 servers the tests run against: a private SeaweedFS, and Ceph's RADOS Gateway.
 
-One server per test session, shared by tests/clusterctl/storage and tests/clusterctl/checkpoint through
-:func:`get_server`. Tests isolate themselves with unique key prefixes. ``stop()``/``start()``
-restart the server on the same data directory and ports (data survives), which the fault tests
-use to simulate an S3 outage in the middle of a save.
+SeaweedFS (``weed server -s3`` on 127.0.0.1, free ports) is started here, one per test session;
+Ceph is the one ``deploy/local/ceph-s3.sh up`` runs (tests/support/cephs3.py). :func:`get_server`
+hands out either by name (``S3_SERVERS``); tests isolate themselves with unique key prefixes.
+``stop()``/``start()`` restart a server with its data kept, which the fault tests use to simulate
+an S3 outage in the middle of a save.
 """
 
 from __future__ import annotations
@@ -20,14 +21,38 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
+from .cephs3 import CephS3
 from .ports import free_port
+from .stack import missing
 
 ACCESS_KEY = "clusterctl-test"
 SECRET_KEY = "clusterctl-test-secret"
 BUCKET = "ckpt-tests"
 REGION = "us-east-1"
+S3_SERVERS = ("seaweedfs", "ceph")  # what S3-behaviour tests are parametrized over (tests/conftest.py picks)
+S3Server = Union["SeaweedS3", CephS3]
+
+
+def boto3_client(endpoint: str, access_key: str, secret_key: str, region: str) -> Any:
+    """A boto3 S3 client for a test server (path-style, short deadlines, a few retries)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+        region_name=region,
+        config=Config(
+            s3={"addressing_style": "path"},
+            connect_timeout=2,
+            read_timeout=20,
+            retries={"total_max_attempts": 3, "mode": "standard"},
+        ),
+    )
 
 
 def _ports(n: int) -> list[int]:
@@ -59,6 +84,7 @@ class SeaweedS3:
     access_key: str = ACCESS_KEY
     secret_key: str = SECRET_KEY
     region: str = REGION
+    name: str = "seaweedfs"
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -76,22 +102,7 @@ class SeaweedS3:
         }
 
     def client(self) -> Any:
-        import boto3
-        from botocore.config import Config
-
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=self.access_key,
-            aws_secret_access_key=self.secret_key,
-            region_name=self.region,
-            config=Config(
-                s3={"addressing_style": "path"},
-                connect_timeout=2,
-                read_timeout=20,
-                retries={"total_max_attempts": 3, "mode": "standard"},
-            ),
-        )
+        return boto3_client(self.endpoint, self.access_key, self.secret_key, self.region)
 
     def start(self, timeout: float = 60.0) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -174,8 +185,20 @@ class SeaweedS3:
 _SERVER: SeaweedS3 | None = None
 
 
-def get_server() -> SeaweedS3:
-    """The session's server, started on first use and stopped at interpreter exit."""
+def get_server(name: str = "seaweedfs") -> S3Server:
+    """``name``'s server: SeaweedFS is started on first use and stopped at interpreter exit; Ceph is
+    the running ceph-s3.sh's (skipped, or failed under CLUSTERCTL_REQUIRE_STACK=1, when not up)."""
+    if name == "ceph":
+        ceph = CephS3.load()
+        if ceph is None:
+            missing("Ceph S3 is not up (deploy/local/ceph-s3.sh up)")
+        assert ceph is not None
+        return ceph
+    return get_seaweed()
+
+
+def get_seaweed() -> SeaweedS3:
+    """The session's SeaweedFS, started on first use and stopped at interpreter exit."""
     global _SERVER
     if _SERVER is None:
         workdir = Path(tempfile.mkdtemp(prefix="clusterctl-seaweed-"))

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 
 from ..storage import ObjectExistsError, ObjectNotFoundError, Storage
+from ..storage.conditional import create_only_refusal
 from . import checksum, layout
 from .errors import CommitTimeoutError, DuplicateWriterError, SaveError
 from .manifest import MAX_MANIFEST_BYTES, MAX_MARKER_BYTES, CommitMarker, ShardEntry, load_manifest, load_marker
@@ -178,17 +179,12 @@ def check_create_only(storage: Storage) -> None:
         SaveError: the server accepted the second create-only put.
     """
     key = f"{PROBE_PREFIX}create-only-{uuid.uuid4().hex}"
-    storage.put(key, b"1", if_absent=True)
-    try:
-        storage.put(key, b"2", if_absent=True)
-    except ObjectExistsError:
+    refusal = create_only_refusal(storage, key)
+    if refusal is None:
         return
-    finally:
-        storage.delete([key])
     raise SaveError(
-        f"rank 0: {storage.uri} ignores create-only writes (S3 If-None-Match: *): commit markers "
-        "could overwrite each other, so no step is committed there; use a server that enforces "
-        "conditional PUTs (AWS S3, MinIO, SeaweedFS)",
+        f"rank 0: {storage.uri}: {refusal}: commit markers could overwrite each other, so no step "
+        "is committed there; use a server that enforces conditional PUTs (AWS S3, MinIO, SeaweedFS, Ceph RGW)",
         rank=0,
         step=-1,
         key=key,

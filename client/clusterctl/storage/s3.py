@@ -68,6 +68,7 @@ _TRANSIENT_CODES = {
 _NOT_FOUND_CODES = {"NoSuchKey", "NotFound", "404", "NoSuchUpload"}
 _DENIED_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403", "AllAccessDisabled"}
 _EXISTS_CODES = {"PreconditionFailed", "412", "ConditionalRequestConflict"}
+_MAX_SINGLE_PUT = 5 << 30  # S3's limit on one PutObject
 
 
 def _error_code(exc: ClientError) -> str:
@@ -286,10 +287,22 @@ class S3Storage:
 
     # --- writes ---------------------------------------------------------------------------
     def put(self, key: str, data: Buffer, *, if_absent: bool = False) -> None:
+        """Write ``key``; create-only (``if_absent``) writes are always one PutObject.
+
+        Why one request: servers honour ``If-None-Match: *`` on PutObject but not all of them on
+        CompleteMultipartUpload (Ceph RGW 16 completes and overwrites), so a create-only object
+        goes up whole, up to S3's single-PUT limit of 5 GiB.
+        """
         full = self._full(key)
         view = memoryview(data).cast("B")
-        extra: dict[str, str] = {"IfNoneMatch": "*"} if if_absent else {}
-        if len(view) <= self._threshold:
+        if len(view) <= self._threshold or if_absent:
+            if len(view) > _MAX_SINGLE_PUT:
+                raise StorageError(
+                    f"PUT {self.uri}/{key}: a create-only object is one PUT, at most 5 GiB; this one is "
+                    f"{len(view)} bytes",
+                    key=key,
+                )
+            extra: dict[str, str] = {"IfNoneMatch": "*"} if if_absent else {}
 
             def put_once() -> None:
                 self.client.put_object(
@@ -298,9 +311,11 @@ class S3Storage:
 
             self._call("PUT", key, put_once)
             return
-        self._put_multipart(key, full, view, extra)
+        self._put_multipart(key, full, view)
 
-    def _put_multipart(self, key: str, full: str, view: memoryview, extra: dict[str, str]) -> None:
+    def _put_multipart(self, key: str, full: str, view: memoryview) -> None:
+        # Nothing is read from CompleteMultipartUpload's answer: Ceph RGW 16 answers it with an
+        # empty ETag (HEAD has the real one).
         upload_id = self._call(
             "CreateMultipartUpload",
             key,
@@ -331,7 +346,7 @@ class S3Storage:
                 "CompleteMultipartUpload",
                 key,
                 lambda: self.client.complete_multipart_upload(
-                    Bucket=self.bucket, Key=full, UploadId=upload_id, MultipartUpload={"Parts": parts}, **extra
+                    Bucket=self.bucket, Key=full, UploadId=upload_id, MultipartUpload={"Parts": parts}
                 ),
             )
         except BaseException:

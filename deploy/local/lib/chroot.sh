@@ -33,7 +33,6 @@ if [[ "$SLURM_VERSION" == 26.05 ]]; then
     CHROOT_CONF_LINES="SlurmctldParameters=enable_expedited_requeue"
 fi
 
-CHROOT_CACHE="${CLUSTERCTL_CHROOT_CACHE:-/var/cache/clusterctl}"
 CHROOT="$CHROOT_CACHE/slurm-$SLURM_VERSION"
 CHROOT_PACKAGES=(slurmctld slurmd slurm-client slurmrestd slurm-wlm-jwt-plugin munge python3 python3-venv ca-certificates)
 CHROOT_PATH=/usr/sbin:/usr/bin:/sbin:/bin
@@ -75,70 +74,9 @@ rename_fn() {
 chroot_run() { chroot "$CHROOT" /usr/bin/env -i "PATH=$CHROOT_PATH" LANG=C.UTF-8 HOME=/root "$@"; }
 
 # ---------------------------------------------------------------- building the chroot
-# The host's own Debian mirror (apt sources), so the chroot comes from where the host's packages do.
-host_debian_mirror() {
-    local uri
-    if [[ -n "${CLUSTERCTL_DEBIAN_MIRROR:-}" ]]; then
-        echo "$CLUSTERCTL_DEBIAN_MIRROR"
-        return 0
-    fi
-    uri="$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ {for (i = 2; i <= NF; i++) print $i}' |
-        grep -E '/debian/?$' | head -n1)"
-    [[ -n "$uri" ]] || uri="$(awk '$1 == "deb" && $2 ~ /\/debian\/?$/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null)"
-    [[ -n "$uri" ]] || die "no Debian mirror in the host's apt sources: set CLUSTERCTL_DEBIAN_MIRROR"
-    echo "${uri%/}"
-}
-
-# debootstrap from its .deb, unpacked beside the cache: runs without being installed on the host.
-debootstrap_dir() {
-    local tools="$CHROOT_CACHE/tools"
-    if [[ ! -x "$tools/debootstrap/usr/sbin/debootstrap" ]]; then
-        log "fetching debootstrap (apt-get download, unpacked under $tools)"
-        mkdir -p "$tools"
-        (cd "$tools" && rm -f debootstrap_*.deb && apt-get download debootstrap >/dev/null 2>&1) ||
-            { apt-get update -qq && (cd "$tools" && apt-get download debootstrap >/dev/null); } ||
-            die "apt-get download debootstrap failed"
-        dpkg-deb -x "$tools"/debootstrap_*.deb "$tools/debootstrap"
-    fi
-    echo "$tools/debootstrap"
-}
-
-# mounts_under DIR -> mount points at or below DIR, deepest first.
-mounts_under() {
-    awk -v d="$1" '$2 == d || index($2, d "/") == 1 {print $2}' /proc/mounts | sort -r
-}
-
 chroot_build() {
-    local tmp="$CHROOT.tmp" dd missing=() p t0=$SECONDS
-    if [[ ! -x "$CHROOT/usr/bin/apt-get" ]]; then
-        dd="$(debootstrap_dir)"
-        [[ -z "$(mounts_under "$tmp")" ]] || die "$tmp has mounts; unmount them before rebuilding"
-        rm -rf --one-file-system "$tmp"
-        log "debootstrap --variant=minbase $CHROOT_SUITE into $CHROOT (once; ~40 s)"
-        DEBOOTSTRAP_DIR="$dd/usr/share/debootstrap" "$dd/usr/sbin/debootstrap" --variant=minbase \
-            --keyring=/usr/share/keyrings/debian-archive-keyring.gpg "$CHROOT_SUITE" "$tmp" "$(host_debian_mirror)" \
-            >"$CHROOT_CACHE/debootstrap-$SLURM_VERSION.log" 2>&1 ||
-            { show_tail "$CHROOT_CACHE/debootstrap-$SLURM_VERSION.log" "$tmp/debootstrap/debootstrap.log"; die "debootstrap failed"; }
-        mv "$tmp" "$CHROOT"
-    fi
-    # Package scripts must not start daemons; apt inside needs name resolution.
-    printf '#!/bin/sh\nexit 101\n' >"$CHROOT/usr/sbin/policy-rc.d"
-    chmod 755 "$CHROOT/usr/sbin/policy-rc.d"
-    cp -fL /etc/resolv.conf "$CHROOT/etc/resolv.conf" 2>/dev/null || true
+    debootstrap_chroot "$CHROOT" "$CHROOT_SUITE" "$SLURM_VERSION" "${CHROOT_PACKAGES[@]}"
     cp -f /etc/ssl/certs/ca-certificates.crt "$CHROOT$CHROOT_CA"
-    for p in "${CHROOT_PACKAGES[@]}"; do
-        chroot "$CHROOT" dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-    done
-    if ((${#missing[@]})); then
-        log "apt-get install in the $CHROOT_SUITE chroot: ${missing[*]}"
-        chroot_mount_proc
-        {
-            chroot_run DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" ||
-                { chroot_run apt-get update -q && chroot_run DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-                    --no-install-recommends "${missing[@]}"; }
-        } >"$CHROOT_CACHE/apt-$SLURM_VERSION.log" 2>&1 || { show_tail "$CHROOT_CACHE/apt-$SLURM_VERSION.log"; die "apt-get install in $CHROOT failed"; }
-        log "chroot ready in $((SECONDS - t0))s: $(chroot "$CHROOT" dpkg-query -W -f='${Version}' slurmctld)"
-    fi
     # $CHROOT inside the chroot is the chroot itself: host paths under it resolve on both sides.
     mkdir -p "$CHROOT$(dirname "$CHROOT")"
     [[ -L "$CHROOT$CHROOT" ]] || ln -sfn / "$CHROOT$CHROOT"
@@ -152,13 +90,9 @@ chroot_libdir() {
     dirname "$d"
 }
 
-chroot_mount_proc() {
-    mountpoint -q "$CHROOT/proc" || mount -t proc proc "$CHROOT/proc"
-}
-
 chroot_mount() {
     local d
-    chroot_mount_proc
+    mount_chroot_proc "$CHROOT"
     for d in dev sys; do
         if ! mountpoint -q "$CHROOT/$d"; then
             mount --rbind "/$d" "$CHROOT/$d"

@@ -107,3 +107,61 @@ weed_wait_ready() {
 # weed's graceful stop takes >15 s (the master waits on its volume servers); its data is
 # on disk already, so a short grace is enough.
 weed_down() { stop_pidfile weed "$RUN/weed.pid" 5; }
+
+# ---------------------------------------------------------------- which S3 server (`up --s3`)
+# SeaweedFS unless `up --s3 ceph` chose Ceph's RADOS Gateway (lib/ceph.sh), on the same address,
+# port, bucket and keys. The choice is kept in $S3_SERVER_FILE until `down`.
+S3_SERVER_FILE="$STATE/s3-server"
+S3_SERVERS=(seaweedfs ceph)
+
+s3_server_recorded() { if [[ -s "$S3_SERVER_FILE" ]]; then cat "$S3_SERVER_FILE"; else echo seaweedfs; fi; }
+
+# The stack's Ceph: state under $STATE/ceph, the gateway on the bridge where SeaweedFS would be.
+stack_ceph_settings() {
+    CEPH_DIR="$STATE/ceph"
+    CEPH_ADDR="$BRIDGE_ADDR"
+    CEPH_S3_PORT="$S3_PORT"
+    CEPH_MON_PORT=$((S3_PORT - 5000)) # 3333; the newer releases' stacks: 3433, 3533
+    CEPH_BUCKET="$BUCKET"
+    CEPH_CREDS="$S3_CREDS"
+}
+
+# s3_start SERVER: stop the other server, start SERVER (s3_wait_ready waits for it).
+s3_start() {
+    mkdir -p "$STATE"
+    echo "$1" >"$S3_SERVER_FILE"
+    if [[ "$1" == ceph ]]; then
+        weed_down
+        load_s3_credentials
+        stack_ceph_settings
+        ceph_start
+    else
+        stack_ceph_down
+        weed_start
+    fi
+}
+
+s3_wait_ready() {
+    if [[ "$(s3_server_recorded)" == ceph ]]; then
+        stack_ceph_settings
+        ceph_wait_ready
+    else
+        weed_wait_ready
+    fi
+}
+
+stack_ceph_down() {
+    stack_ceph_settings
+    [[ -d "$CEPH_DIR" ]] || return 0
+    ceph_down
+}
+
+s3_running() {
+    if [[ "$(s3_server_recorded)" == ceph ]]; then
+        stack_ceph_settings
+        ceph_paths
+        ceph_running
+    else
+        weed_running
+    fi
+}

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from clusterctl.storage import S3Options
-from tests.support.s3server import SeaweedS3
+from tests.support.s3server import S3Server
 
 
-def s3_options(server: SeaweedS3, **kw: object) -> S3Options:
+def s3_options(server: S3Server, **kw: object) -> S3Options:
     base: dict[str, object] = dict(
         endpoint_url=server.endpoint,
         access_key_id=server.access_key,

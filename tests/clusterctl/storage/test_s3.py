@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -24,7 +25,7 @@ from .helpers import s3_options
 
 
 @pytest.mark.s3
-def test_seaweedfs_enforces_if_none_match(s3_server: Any) -> None:
+def test_server_enforces_if_none_match(s3_server: Any) -> None:
     """The commit protocol relies on this: a second create-only PUT must fail with 412."""
     client = s3_server.client()
     key = f"inm/{uuid.uuid4().hex}"
@@ -33,6 +34,42 @@ def test_seaweedfs_enforces_if_none_match(s3_server: Any) -> None:
         client.put_object(Bucket=s3_server.bucket, Key=key, Body=b"second", IfNoneMatch="*")
     assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 412
     assert client.get_object(Bucket=s3_server.bucket, Key=key)["Body"].read() == b"first"
+
+
+@pytest.mark.s3
+def test_one_of_concurrent_create_only_puts_wins(s3_server: Any) -> None:
+    """Writers racing for one commit marker: exactly one create-only put succeeds, the rest are refused."""
+    st = S3Storage(s3_server.bucket, f"race/{uuid.uuid4().hex}", s3_options(s3_server, max_concurrency=8))
+    outcomes: list[str] = []
+
+    def attempt(i: int) -> None:
+        try:
+            st.put("commits/1.json", f"writer {i}".encode(), if_absent=True)
+            outcomes.append(f"writer {i}")
+        except ObjectExistsError:
+            outcomes.append("refused")
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(attempt, range(8)))
+    [winner] = [o for o in outcomes if o != "refused"]
+    assert st.get("commits/1.json") == winner.encode()
+    st.close()
+
+
+@pytest.mark.s3
+def test_create_only_put_is_one_request_whatever_its_size(s3_server: Any) -> None:
+    """CompleteMultipartUpload may ignore If-None-Match (Ceph RGW does): a create-only object above
+    the multipart threshold still goes up as one PutObject, and a second one is refused."""
+    st = S3Storage(s3_server.bucket, f"one-put/{uuid.uuid4().hex}", s3_options(s3_server))
+    calls: list[str] = []
+    st.client.meta.events.register("before-call.s3", lambda model, **_: calls.append(model.name))
+    data = b"x" * (6 << 20)  # above the 5 MiB part size
+    st.put("big", data, if_absent=True)
+    assert calls == ["PutObject"]
+    with pytest.raises(ObjectExistsError):
+        st.put("big", b"y" * (6 << 20), if_absent=True)
+    assert st.stat("big").size == len(data)
+    st.close()
 
 
 @pytest.mark.s3
