@@ -2,10 +2,12 @@
 with ``--checkpoint-tier memory`` (``python -m clusterctl.tier.allocation nodes|serve|wait``).
 
 Every node's tier listens on the node's name at the first free one of a few candidate ports derived
-from the job's secret (:func:`candidate_ports`): nobody without the secret can predict them, so no
-other user can take a job's port first, and two jobs' tiers on a node do not clash. ``wait`` finds
-each node's tier by trying the candidates in order, each proving the secret both ways (a process
-squatting a candidate fails that and is passed over), tells each tier its peers, and prints the
+from the job's secret (:func:`candidate_ports`), so two jobs' tiers on a node do not clash. The ports
+are not secret once a tier listens (every user sees them in ``/proc/net/tcp``), and another user may
+take a candidate first; what holds is the login: ``wait`` finds each node's tier by trying the
+candidates in order, each login proving the secret both ways for the node and port dialled (a
+process squatting a candidate, or relaying it to the job's tier at another port or node, fails that
+and is passed over), tells each tier its peers, and prints the
 job's tiers for its ranks (``CLUSTERCTL_TIER_PEERS``). The nodes are ordered leaf switch by leaf
 switch in turn (from ``scontrol show topology`` when Slurm has one), and each tier's peers start at
 the node after it: a shard's replica lands on another switch when there is one. The secret stays
