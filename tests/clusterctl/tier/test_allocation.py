@@ -3,8 +3,12 @@ peers, a rank's own tier."""
 
 from __future__ import annotations
 
+import os
 import secrets
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -14,6 +18,7 @@ import pytest
 
 from clusterctl.checkpoint import layout
 from clusterctl.tier import TierClient, TierServer, TierSettings, allocation
+from clusterctl.tier.__main__ import serve
 from clusterctl.tier.allocation import (
     CANDIDATES,
     candidate_ports,
@@ -152,3 +157,33 @@ def test_silent_squatters_on_every_candidate_cost_no_more_than_the_deadline() ->
     finally:
         for s in squatters:
             s.close()
+
+
+def test_serve_passes_over_a_taken_candidate_and_wait_finds_it_there() -> None:
+    secret = secrets.token_bytes(32)
+    first, second = candidate_ports(secret)[:2]
+    env = {
+        **os.environ,
+        "CLUSTERCTL_TIER_JOB": "record-11",
+        "CLUSTERCTL_TIER_SECRET": secret.hex(),
+        "SLURMD_NODENAME": "127.0.0.1",
+    }
+    with socket.create_server(("127.0.0.1", first)):  # another user's process took the first candidate
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "clusterctl.tier.allocation", "serve"], env=env, stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == f"listening 127.0.0.1:{second}"
+            found, missing = connect_tiers(["127.0.0.1"], secret, "record-11", timeout=10)
+            assert found == [f"127.0.0.1:{second}"] and missing == {}
+        finally:
+            proc.send_signal(signal.SIGUSR1)
+            assert proc.wait(30) == 0
+            proc.stdout.close()  # type: ignore[union-attr]
+
+
+def test_serve_reports_a_failure_to_listen_that_is_not_a_taken_port(capsys: pytest.CaptureFixture[str]) -> None:
+    settings = TierSettings(job="record-12", secret=secrets.token_bytes(32), replicas=0, upload=False)
+    assert serve(settings, "192.0.2.1", [20001, 20002], nice=0) == 1  # TEST-NET-1: no local address
+    err = capsys.readouterr().err
+    assert "cannot listen on 192.0.2.1:20001" in err and "no free port" not in err
