@@ -8,7 +8,8 @@ take a candidate first; what holds is the login: ``wait`` finds each node's tier
 candidates in order, each login proving the secret both ways for the node and port dialled (a
 process squatting a candidate, or relaying it to the job's tier at another port or node, fails that
 and is passed over), tells each tier its peers, and prints the
-job's tiers for its ranks (``CLUSTERCTL_TIER_PEERS``). The nodes are ordered leaf switch by leaf
+job's tiers for its ranks (``CLUSTERCTL_TIER_PEERS``); a node whose tier it did not find is named,
+with the cause, on the job's stderr, and the job runs on with the others. The nodes are ordered leaf switch by leaf
 switch in turn (from ``scontrol show topology`` when Slurm has one), and each tier's peers start at
 the node after it: a shard's replica lands on another switch when there is one. The secret stays
 in ``CLUSTERCTL_TIER_SECRET``, never in argv.

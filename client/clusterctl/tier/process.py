@@ -3,9 +3,9 @@
 A rank finds its job's tiers in its environment: the node's tier (``CLUSTERCTL_TIER_ADDR``), the
 job's other tiers in placement order (``CLUSTERCTL_TIER_PEERS``), the job id and its secret
 (``CLUSTERCTL_TIER_JOB``, ``CLUSTERCTL_TIER_SECRET``, hex), set by whatever started the job's
-tiers (``python -m clusterctl.tier`` on each node, e.g. the job's wrapper). Without them a
-single-rank checkpoint manager starts a tier of its own (:func:`spawn_tier`): one copy in memory,
-no peers.
+tiers (``python -m clusterctl.tier`` on each node, e.g. the job's wrapper). A rank on a node of
+the allocation whose tier did not start uses another node's. Without them a single-rank checkpoint
+manager starts a tier of its own (:func:`spawn_tier`): one copy in memory, no peers.
 """
 
 from __future__ import annotations
