@@ -175,7 +175,8 @@ class CheckpointManager:
         self._read: Storage = durable
         if tier == "memory":
             self._tier = TierAttachment.open(uri, durable, config, self.world_size)
-            self.storage, self._read = self._tier.save_storage, self._tier.read_storage
+            if self._tier is not None:
+                self.storage, self._read = self._tier.save_storage, self._tier.read_storage
         self.uri = uri
         self.keep = keep
         self._coordinator: TorchCoordinator | None = None

@@ -28,13 +28,17 @@ class TierAttachment:
     own: TierProcess | None  # a tier this manager started (outside a tiered job)
 
     @classmethod
-    def open(cls, uri: str, durable: Storage, config: CheckpointConfig, world_size: int = 1) -> TierAttachment:
-        """Attach to the job's tiers; raises ValueError for several ranks without them (each rank
+    def open(cls, uri: str, durable: Storage, config: CheckpointConfig, world_size: int = 1) -> TierAttachment | None:
+        """Attach to the job's tiers; None when the job's allocation started none (its ranks save
+        straight to the URI). Raises ValueError for several ranks without them otherwise (each rank
         would start a private tier that sees no other rank's shards, and no commit would complete)."""
         from ..tier import ChainStorage, TierClient, TierStorage, endpoints_from_env, spawn_tier
-        from ..tier.process import ENV_ADDR, ENV_JOB, ENV_PEERS, ENV_SECRET
+        from ..tier.process import ENV_ADDR, ENV_JOB, ENV_PEERS, ENV_SECRET, tiers_did_not_start
 
         endpoints = endpoints_from_env()
+        if endpoints is None and tiers_did_not_start():
+            log.warning("checkpoint: the job's memory tiers did not start (see the job's stderr); saving to %s", uri)
+            return None
         own = None
         if endpoints is None and world_size > 1:
             durable.close()

@@ -8,6 +8,7 @@ which srun forwards to its tasks (on SIGTERM srun kills them) when a job's batch
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import signal
@@ -75,7 +76,8 @@ def take_secret() -> bytes | None:
 def serve(
     settings: TierSettings, host: str, ports: Sequence[int], *, nice: int = 10, exit_with_parent: bool = False
 ) -> int:
-    """Run a tier on the first of ``ports`` free on ``host`` until a signal (or its parent's end)."""
+    """Run a tier on the first of ``ports`` free on ``host`` until a signal (or its parent's end);
+    a port another process holds is passed over, any other failure to listen ends it (exit 1)."""
     if nice > 0:
         os.nice(nice)
     logging.basicConfig(level=logging.WARNING, format="tier %(levelname)s %(message)s")
@@ -85,7 +87,10 @@ def serve(
             server = TierServer(settings, host=host, port=port)
             break
         except OSError as exc:
-            log.info("memory tier: port %d on %s not free (%s); trying the next", port, host, exc)
+            if exc.errno != errno.EADDRINUSE:  # not a taken port: the next would fail the same way
+                print(f"error: the memory tier cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+                return 1
+            log.info("memory tier: port %d on %s taken; trying the next", port, host)
     if server is None:
         print(f"error: no free port for the memory tier on {host} (tried {len(ports)})", file=sys.stderr)
         return 1

@@ -2,11 +2,14 @@
 with ``--checkpoint-tier memory`` (``python -m clusterctl.tier.allocation nodes|serve|wait``).
 
 Every node's tier listens on the node's name at the first free one of a few candidate ports derived
-from the job's secret (:func:`candidate_ports`): nobody without the secret can predict them, so no
-other user can take a job's port first, and two jobs' tiers on a node do not clash. ``wait`` finds
-each node's tier by trying the candidates in order, each proving the secret both ways (a process
-squatting a candidate fails that and is passed over), tells each tier its peers, and prints the
-job's tiers for its ranks (``CLUSTERCTL_TIER_PEERS``). The nodes are ordered leaf switch by leaf
+from the job's secret (:func:`candidate_ports`), so two jobs' tiers on a node do not clash. The ports
+are not secret once a tier listens (every user sees them in ``/proc/net/tcp``), and another user may
+take a candidate first; what holds is the login: ``wait`` finds each node's tier by trying the
+candidates in order, each login proving the secret both ways for the node and port dialled (a
+process squatting a candidate, or relaying it to the job's tier at another port or node, fails that
+and is passed over), tells each tier its peers, and prints the
+job's tiers for its ranks (``CLUSTERCTL_TIER_PEERS``); a node whose tier it did not find is named,
+with the cause, on the job's stderr, and the job runs on with the others. The nodes are ordered leaf switch by leaf
 switch in turn (from ``scontrol show topology`` when Slurm has one), and each tier's peers start at
 the node after it: a shard's replica lands on another switch when there is one. The secret stays
 in ``CLUSTERCTL_TIER_SECRET``, never in argv.
@@ -25,7 +28,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from .client import TierClient
-from .errors import TierError
+from .errors import TierBusyError, TierError
 from .server import TierSettings
 
 PORT_BASE = 20000
@@ -97,39 +100,76 @@ def _own_node(env: Mapping[str, str]) -> str:
     return env.get("SLURMD_NODENAME") or socket.gethostname()
 
 
-def find_tier(node: str, secret: bytes, job: str, *, timeout: float = 2.0) -> str | None:
+LOGIN_TIMEOUT = 2.0  # one candidate's login: a tier answers in milliseconds
+
+
+def find_tier(node: str, secret: bytes, job: str, *, deadline: float | None = None) -> str | None:
     """``node:port`` of the job's tier on ``node``: the first candidate port that proves the secret
-    (a tier answers its login in milliseconds; a silent squatter costs ``timeout``)."""
+    for that node and port, or None when none does by ``deadline`` (monotonic; default: one pass).
+
+    A silent squatter costs a login's timeout at most, never past the deadline; a tier busy with
+    other logins is tried again until the deadline, and TierBusyError says it stayed busy."""
+    deadline = time.monotonic() + CANDIDATES * LOGIN_TIMEOUT if deadline is None else deadline
     for port in candidate_ports(secret):
-        client = TierClient(f"{node}:{port}", secret=secret, job=job, timeout=timeout)
-        try:
-            client.status("")
-            return client.address
-        except TierError:
-            continue  # nothing there (yet), or another process: not the job's tier
-        finally:
-            client.close()
+        while (left := deadline - time.monotonic()) > 0:
+            client = TierClient(f"{node}:{port}", secret=secret, job=job, timeout=min(LOGIN_TIMEOUT, left))
+            try:
+                client.status("")
+                return client.address
+            except TierBusyError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)  # the job's tier, or a process that closes every connection: ask again
+            except TierError:
+                break  # nothing there (yet), or another process: not the job's tier
+            finally:
+                client.close()
     return None
 
 
-def connect_tiers(order: Sequence[str], secret: bytes, job: str, timeout: float) -> list[str]:
-    """Find every node's tier (waiting ``timeout`` for them to start), tell each its peers; their addresses."""
+def connect_tiers(order: Sequence[str], secret: bytes, job: str, timeout: float) -> tuple[list[str], dict[str, str]]:
+    """Find each node's tier (waiting ``timeout`` for them to start) and tell each its peers.
+
+    Returns the tiers found (in ``order``) and, for each node whose tier was not, why: the job runs
+    on with the tiers it has (a rank on a node without one saves through a peer's)."""
     deadline = time.monotonic() + timeout
-    found: list[str] = []
-    for node in order:
-        while (address := find_tier(node, secret, job)) is None:
-            if time.monotonic() > deadline:
-                raise TierError(f"the memory tier on {node} did not start in {timeout:g} s")
-            time.sleep(0.2)
-        found.append(address)
-    for address in found:
-        peers = peers_of(found, address)
-        client = TierClient(address, secret=secret, job=job)
-        try:
-            client.configure(peers, 1 if peers else 0)
-        finally:
-            client.close()
-    return found
+    addresses: dict[str, str] = {}
+    missing: dict[str, str] = {}
+    pending = list(order)
+    while pending:
+        for node in list(pending):
+            try:
+                one_pass = time.monotonic() + CANDIDATES * LOGIN_TIMEOUT
+                address = find_tier(node, secret, job, deadline=min(deadline, one_pass))
+            except TierBusyError:
+                missing[node] = "its tier stayed busy with other logins"
+                address = None
+            if address is not None:
+                addresses[node] = address
+                missing.pop(node, None)
+                pending.remove(node)
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    for node in pending:
+        missing.setdefault(
+            node, f"no process proved the job's secret on any of its {CANDIDATES} ports within {timeout:g} s"
+        )
+    found = [addresses[n] for n in order if n in addresses]
+    while True:  # a tier that does not take its peers is left out, and the others are told again
+        for address in found:
+            peers = peers_of(found, address)
+            client = TierClient(address, secret=secret, job=job)
+            try:
+                client.configure(peers, 1 if peers else 0)
+            except TierError as exc:
+                missing[address.rpartition(":")[0]] = f"its tier did not take its peers: {exc}"
+                found.remove(address)
+                break
+            finally:
+                client.close()
+        else:
+            return found, missing
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,12 +190,22 @@ def main(argv: list[str] | None = None) -> int:
         order = allocation_order(env)
         if argv[0] == "nodes":
             print(" ".join(order))
-        else:
-            print(",".join(connect_tiers(order, secret, job, timeout=60.0)))
+            return 0
+        found, missing = connect_tiers(order, secret, job, timeout=60.0)
+        print(",".join(found))
+        for node, why in missing.items():
+            print(f"clusterctl: no memory tier on {node}: {why}", file=sys.stderr)
+        if missing:
+            print(
+                "clusterctl: ranks on "
+                + ", ".join(missing)
+                + (" save through the other nodes' tiers" if found else ": no tier at all; ranks save to the URI"),
+                file=sys.stderr,
+            )
+        return 0 if found else 1
     except TierError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":

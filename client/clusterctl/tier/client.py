@@ -69,7 +69,7 @@ class TierClient:
             raise TierUnavailableError(f"memory tier at {self.address} unreachable: {exc}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            chan = client_handshake(sock, self._secret, self._job, min(self._timeout, HANDSHAKE_TIMEOUT))
+            chan = client_handshake(sock, self._secret, self._job, self.address, min(self._timeout, HANDSHAKE_TIMEOUT))
         except (OSError, ValueError) as exc:  # e.g. a squatter that resets or answers junk
             sock.close()
             raise TierUnavailableError(f"memory tier at {self.address}: login failed: {exc}") from None

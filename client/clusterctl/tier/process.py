@@ -3,9 +3,9 @@
 A rank finds its job's tiers in its environment: the node's tier (``CLUSTERCTL_TIER_ADDR``), the
 job's other tiers in placement order (``CLUSTERCTL_TIER_PEERS``), the job id and its secret
 (``CLUSTERCTL_TIER_JOB``, ``CLUSTERCTL_TIER_SECRET``, hex), set by whatever started the job's
-tiers (``python -m clusterctl.tier`` on each node, e.g. the job's wrapper). Without them a
-single-rank checkpoint manager starts a tier of its own (:func:`spawn_tier`): one copy in memory,
-no peers.
+tiers (``python -m clusterctl.tier`` on each node, e.g. the job's wrapper). A rank on a node of
+the allocation whose tier did not start uses another node's. Without them a single-rank checkpoint
+manager starts a tier of its own (:func:`spawn_tier`): one copy in memory, no peers.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -56,9 +57,18 @@ def endpoints_from_env(env: Mapping[str, str] = os.environ) -> TierEndpoints | N
 
 def _own_peer(env: Mapping[str, str]) -> str:
     """In an allocation's job (no ``CLUSTERCTL_TIER_ADDR``: one batch environment for every node),
-    the entry of ``CLUSTERCTL_TIER_PEERS`` on this rank's node."""
+    the entry of ``CLUSTERCTL_TIER_PEERS`` on this rank's node; on a node whose tier did not start,
+    another node's (one picked by the node's name, so such nodes' ranks spread over the tiers)."""
     node = env.get("SLURMD_NODENAME") or socket.gethostname()
-    return next((p for p in env.get(ENV_PEERS, "").split(",") if p.rpartition(":")[0] == node), "")
+    peers = [p for p in env.get(ENV_PEERS, "").split(",") if p]
+    own = next((p for p in peers if p.rpartition(":")[0] == node), "")
+    return own or (peers[zlib.crc32(node.encode()) % len(peers)] if peers else "")
+
+
+def tiers_did_not_start(env: Mapping[str, str] = os.environ) -> bool:
+    """An allocation's job whose batch script found no tier at all (it said why on the job's stderr):
+    ``CLUSTERCTL_TIER_PEERS`` set, and empty."""
+    return ENV_ADDR not in env and ENV_PEERS in env and not env[ENV_PEERS].strip(", ")
 
 
 class TierProcess:

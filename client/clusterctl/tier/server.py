@@ -284,7 +284,9 @@ class TierServer:
     def _serve(self, conn: socket.socket) -> None:
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            chan = server_handshake(conn, self.settings.secret, self.settings.job, self.settings.login_timeout)
+            chan = server_handshake(
+                conn, self.settings.secret, self.settings.job, self.address, self.settings.login_timeout
+            )
         except (TierError, OSError) as exc:  # wrong secret, junk, silence or a hang-up
             self._refusals.warning("memory tier: refused a connection: %s", exc)
             conn.close()

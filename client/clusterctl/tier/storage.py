@@ -11,6 +11,7 @@ copy from memory, from a peer or from S3.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -131,15 +132,18 @@ class ChainStorage:
 
     A listing of the URI that does not answer within ``list_timeout`` (S3 frozen) is left out with a
     warning, so a job can resume from memory while its URI is down; while that listing still hangs,
-    the next ones leave the URI out at once rather than each waiting ``list_timeout`` behind it.
+    the next ones of its prefix leave the URI out at once rather than each waiting ``list_timeout``
+    behind it. When neither the tiers nor the URI answer, a listing raises: an empty answer would
+    read as "no checkpoint" and start the job from scratch.
     """
 
     def __init__(self, tiers: TierStorage, durable: Storage, *, list_timeout: float = 10.0) -> None:
         self.tiers = tiers
         self.durable = durable
         self._timeout = list_timeout
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tier-list")
-        self._hung: Future[list[ObjectInfo]] | None = None  # a listing of the URI that timed out, still running
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tier-list")
+        self._hung: dict[str, Future[list[ObjectInfo]]] = {}  # per prefix: a listing of the URI that timed out
+        self._lock = threading.Lock()
 
     @property
     def uri(self) -> str:
@@ -163,24 +167,33 @@ class ChainStorage:
         return self._either(key, lambda s: s.stat(key))
 
     def list_objects(self, prefix: str) -> list[ObjectInfo]:
+        tiers_failed: StorageError | None = None
         try:
             seen = {o.key: o for o in self.tiers.list_objects(prefix)}
         except StorageError as exc:  # the node's tier is gone or an impostor: the URI alone
             log.warning("memory tier: not listed (%s); using %s only", exc, self.uri)
-            seen = {}
-        if self._hung is not None and not self._hung.done():
-            log.warning("memory tier: %s still does not answer; %r listed from memory only", self.uri, prefix)
-            return sorted(seen.values(), key=lambda o: o.key)
-        future = self._pool.submit(self.durable.list_objects, prefix)
+            seen, tiers_failed = {}, exc
+        with self._lock:
+            hung = self._hung.get(prefix)
+            if hung is not None and hung.done():
+                del self._hung[prefix]
+                hung = None
+            future = hung or self._pool.submit(self.durable.list_objects, prefix)
         try:
+            if hung is not None:
+                raise FutureTimeout
             for obj in future.result(timeout=self._timeout):
                 seen.setdefault(obj.key, obj)
         except FutureTimeout:
-            self._hung = future
-            log.warning(
-                "memory tier: %s did not list %r within %ss; using memory only", self.uri, prefix, self._timeout
-            )
+            with self._lock:
+                self._hung.setdefault(prefix, future)
+            why = f"{self.uri} does not answer a listing of {prefix!r} (waited {self._timeout:g} s)"
+            if tiers_failed is not None:
+                raise StorageError(f"neither the memory tiers ({tiers_failed}) nor the URI listed: {why}") from None
+            log.warning("memory tier: %s; using memory only", why)
         except StorageError as exc:
+            if tiers_failed is not None:
+                raise StorageError(f"neither the memory tiers ({tiers_failed}) nor {self.uri} listed: {exc}") from exc
             log.warning("memory tier: %s not listed (%s); using memory only", self.uri, exc)
         return sorted(seen.values(), key=lambda o: o.key)
 

@@ -1,9 +1,11 @@
 """The tier's wire protocol: a mutual HMAC handshake on the job's secret, then MAC'd frames.
 
-Handshake: the server sends a nonce; the client answers with its own nonce, the job id and
-``HMAC(secret, "c" | nonces | job)``; the server checks it and proves itself the same way (``"s"``),
-so a process that squats a tier's port learns nothing and is refused by the client. Both derive a
-session key from the secret and both nonces.
+Handshake: the server sends a nonce; the client answers with its own nonce, the job id, the
+address it dialled (``node:port``) and ``HMAC(secret, "c" | nonces | job | address)``; the server
+checks it against the name and port it was started with and proves itself the same way (``"s"``).
+A process that squats a tier's port learns nothing and is refused by the client, and one that relays
+the bytes to a tier elsewhere (another port, another node) is refused by that tier: the proofs name
+the address the client meant. Both derive a session key from the secret, both nonces and the address.
 
 Frame: ``u32 header length | header JSON | 32-byte MAC | payload``. The MAC (HMAC-SHA256 of the
 session key) covers a per-direction sequence number and the header, and the header carries the
@@ -121,9 +123,18 @@ class Channel:
             self.sock.close()
 
 
-def client_handshake(sock: socket.socket, secret: bytes, job: str, timeout: float = HANDSHAKE_TIMEOUT) -> Channel:
-    """Authenticate to a tier as a rank of ``job`` within ``timeout`` seconds; raises TierAuthError
-    when either side is wrong."""
+def canonical(address: str) -> str:
+    """``host:port`` as both sides of a login write it into its proofs (host in lower case, no brackets)."""
+    host, _, port = address.rpartition(":")
+    return f"{host.strip('[]').lower()}:{port}"
+
+
+def client_handshake(
+    sock: socket.socket, secret: bytes, job: str, address: str, timeout: float = HANDSHAKE_TIMEOUT
+) -> Channel:
+    """Authenticate to the tier that listens at ``address`` (the one dialled) as a rank of ``job``
+    within ``timeout`` seconds; raises TierAuthError when either side is wrong, or the bytes reach a
+    tier at another address (a relay)."""
     deadline = time.monotonic() + timeout  # a squatter that trickles bytes cannot hold a rank
     sock.settimeout(timeout)
     try:
@@ -135,20 +146,24 @@ def client_handshake(sock: socket.socket, secret: bytes, job: str, timeout: floa
     hello = _read_plain(sock, deadline)
     snonce = _hex(hello, "nonce")
     cnonce = os.urandom(16)
-    proof = _mac(secret, b"c", snonce, cnonce, job.encode())
-    _write_plain(sock, {"job": job, "nonce": cnonce.hex(), "proof": proof.hex()})
+    to = canonical(address)
+    proof = _mac(secret, b"c", snonce, cnonce, job.encode(), to.encode())
+    _write_plain(sock, {"job": job, "to": to, "nonce": cnonce.hex(), "proof": proof.hex()})
     reply = _read_plain(sock, deadline)
     if "error" in reply:
         raise TierAuthError(f"the tier refused this process: {str(reply['error'])[:200]}")
-    want = _mac(secret, b"s", snonce, cnonce, job.encode())
+    want = _mac(secret, b"s", snonce, cnonce, job.encode(), to.encode())
     if not hmac.compare_digest(_hex(reply, "proof"), want):
-        raise TierAuthError("the process at the tier's address is not a tier of this job")
+        raise TierAuthError(f"the process at {address} is not a tier of this job")
     sock.settimeout(None)
-    return Channel(sock, _mac(secret, b"k", snonce, cnonce), is_server=False)
+    return Channel(sock, _mac(secret, b"k", snonce, cnonce, to.encode()), is_server=False)
 
 
-def server_handshake(sock: socket.socket, secret: bytes, job: str, timeout: float = LOGIN_TIMEOUT) -> Channel:
-    """Admit a rank of ``job`` (the one job this tier serves); raises TierAuthError otherwise."""
+def server_handshake(
+    sock: socket.socket, secret: bytes, job: str, address: str, timeout: float = LOGIN_TIMEOUT
+) -> Channel:
+    """Admit a rank of ``job`` (the one job this tier serves) that dialled this tier's own ``address``
+    (the name and port it listens on); raises TierAuthError otherwise."""
     deadline = time.monotonic() + timeout
     sock.settimeout(timeout)
     snonce = os.urandom(16)
@@ -158,16 +173,21 @@ def server_handshake(sock: socket.socket, secret: bytes, job: str, timeout: floa
         cnonce = _hex(hello, "nonce")
         proof = _hex(hello, "proof")
         their_job = str(hello["job"])
+        their_to = str(hello["to"])
     except (KeyError, TierAuthError):
         _write_plain(sock, {"error": "malformed handshake"})
         raise TierAuthError("malformed handshake") from None
-    want = _mac(secret, b"c", snonce, cnonce, job.encode())
+    me = canonical(address)
+    if their_to != me:  # relayed from another port or node, or dialled by another name
+        _write_plain(sock, {"error": "dialled another address than this tier's"})
+        raise TierAuthError(f"refused a caller that dialled {their_to[:128]!r}, not this tier's {me!r}")
+    want = _mac(secret, b"c", snonce, cnonce, job.encode(), me.encode())
     if their_job != job or len(cnonce) != 16 or not hmac.compare_digest(proof, want):
         _write_plain(sock, {"error": "not a rank of this tier's job"})
         raise TierAuthError(f"refused a caller claiming job {their_job[:64]!r}")
-    _write_plain(sock, {"proof": _mac(secret, b"s", snonce, cnonce, job.encode()).hex()})
+    _write_plain(sock, {"proof": _mac(secret, b"s", snonce, cnonce, job.encode(), me.encode()).hex()})
     sock.settimeout(None)
-    return Channel(sock, _mac(secret, b"k", snonce, cnonce), is_server=True)
+    return Channel(sock, _mac(secret, b"k", snonce, cnonce, me.encode()), is_server=True)
 
 
 def _write_plain(sock: socket.socket, doc: dict[str, Any]) -> None:

@@ -37,9 +37,12 @@ class FencedBackend:
         await self._leadership.check()
         await self._backend.requeue(job_id)
 
-    async def kill_steps(self, job_id: str, on_nodes: tuple[str, ...] | None = None) -> None:
+    async def steps_on(self, job_id: str, on_nodes: tuple[str, ...]) -> tuple[str, ...]:
+        return await self._backend.steps_on(job_id, on_nodes)
+
+    async def kill_steps(self, job_id: str, steps: tuple[str, ...] | None = None) -> None:
         await self._leadership.check()
-        await self._backend.kill_steps(job_id, on_nodes)
+        await self._backend.kill_steps(job_id, steps)
 
     async def set_node_down(self, node: str, reason: str) -> None:
         await self._leadership.check()

@@ -30,14 +30,20 @@ class SlurmBackend(Protocol):
         """Put a running or finished job back to PENDING under the same job id."""
         ...
 
-    async def kill_steps(self, job_id: str, on_nodes: tuple[str, ...] | None = None) -> None:
-        """SIGKILL every running step of a job (``on_nodes``: those with a task on one of these), not
-        its batch shell.
+    async def steps_on(self, job_id: str, on_nodes: tuple[str, ...]) -> tuple[str, ...]:
+        """The job's running steps with a task on one of ``on_nodes``; all its steps (logged) when
+        none lists one, so a relaunch never leaves the failed step running for its srun to wait on.
+        Called before the nodes are marked down: Slurm may take them out of the steps' node lists."""
+        ...
+
+    async def kill_steps(self, job_id: str, steps: tuple[str, ...] | None = None) -> None:
+        """SIGKILL ``steps`` of a job (None: every running step), not its batch shell.
 
         The steps end at once and srun, still alive, collects their exits; killing the batch shell
         first would leave each step's slurmstepd retrying to reach a dead srun for seconds, and the
         job COMPLETING (unable to start again) meanwhile. A job relaunched in place loses only the
-        steps on its failed nodes: the others (its memory tiers on the survivors) keep running.
+        steps on its failed nodes (:meth:`steps_on`): the others (its memory tiers on the survivors)
+        keep running.
         """
         ...
 

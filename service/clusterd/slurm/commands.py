@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Callable
 from typing import TypeVar
@@ -20,6 +21,7 @@ from clusterd.slurm.types import JobPoll, SlurmJob, SlurmNode, SlurmSwitch
 from clusterd.slurm.version import SlurmVersion, SlurmVersionError
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class CommandsBackend:
@@ -59,17 +61,37 @@ class CommandsBackend:
     async def requeue(self, job_id: str) -> None:
         await self.runner.run(argv.requeue_argv(job_id))
 
-    async def kill_steps(self, job_id: str, on_nodes: tuple[str, ...] | None = None) -> None:
+    async def steps_on(self, job_id: str, on_nodes: tuple[str, ...]) -> tuple[str, ...]:
+        listed = await self._steps(job_id)
+        chosen = []
+        for step, nodes in listed:
+            try:
+                expanded = parse.expand_nodes(nodes)
+            except ValueError as exc:  # a hostlist squeue printed that cannot be expanded
+                raise SlurmError("squeue --steps", 0, f"step {step}: node list {nodes!r}: {exc}") from exc
+            if set(on_nodes) & set(expanded):
+                chosen.append(step)
+        if listed and not chosen:  # Slurm's node lists do not name them: every step ends, none waits forever
+            log.warning("job %s: no step lists a task on %s; killing all its steps", job_id, ",".join(on_nodes))
+            return tuple(step for step, _ in listed)
+        return tuple(chosen)
+
+    async def kill_steps(self, job_id: str, steps: tuple[str, ...] | None = None) -> None:
+        chosen = [s for s, _ in await self._steps(job_id)] if steps is None else list(steps)
+        if chosen:
+            await self.runner.run(argv.kill_step_argv(chosen), check=False)  # a step that just ended is fine
+
+    async def _steps(self, job_id: str) -> list[tuple[str, str]]:
+        """The job's running steps with squeue's hostlist of each: ``123.0``, a het component's
+        ``123+1.0``, an array task's ``7_3.0`` (never the batch shell's or extern's)."""
         listed = await self.runner.run(argv.steps_argv(job_id))
         steps = []
         for line in listed.stdout.splitlines():
             step, _, nodes = line.strip().partition(" ")
-            if not (step.startswith(f"{job_id}.") and step[len(job_id) + 1 :].isdigit()):
-                continue
-            if on_nodes is None or set(on_nodes) & set(parse.expand_nodes(nodes.strip())):
-                steps.append(step)
-        if steps:
-            await self.runner.run(argv.kill_step_argv(steps), check=False)  # a step that just ended is fine
+            owner, _, number = step.rpartition(".")
+            if owner and number.isdigit():
+                steps.append((step, nodes.strip()))
+        return steps
 
     async def set_node_down(self, node: str, reason: str) -> None:
         await self.runner.run(argv.node_down_argv(node, reason))

@@ -30,7 +30,7 @@ class FakeSlurm:
     held: set[str] = field(default_factory=set)
     admin_comments: dict[str, str] = field(default_factory=dict)
     no_kill: set[str] = field(default_factory=set)  # jobs submitted with --no-kill
-    killed_steps_on: list[tuple[str, ...] | None] = field(default_factory=list)  # kill_steps' on_nodes, in order
+    killed_steps_on: list[tuple[str, ...] | None] = field(default_factory=list)  # nodes of the steps killed
     partial: bool = False  # poll_jobs filters, as squeue from 24.11 on; False: the whole queue, as 22.05
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
 
@@ -136,9 +136,13 @@ class FakeSlurm:
             job = self.jobs[one]
             self.jobs[one] = replace(job, state=JobState.PENDING, restart_count=job.restart_count + 1)
 
-    async def kill_steps(self, job_id: str, on_nodes: tuple[str, ...] | None = None) -> None:
+    async def steps_on(self, job_id: str, on_nodes: tuple[str, ...]) -> tuple[str, ...]:
+        """One step per node: ``JOB.0@NODE``."""
+        return tuple(f"{job_id}.0@{n}" for n in on_nodes)
+
+    async def kill_steps(self, job_id: str, steps: tuple[str, ...] | None = None) -> None:
         self.calls["kill_steps"] += 1
-        self.killed_steps_on.append(on_nodes)
+        self.killed_steps_on.append(None if steps is None else tuple(s.partition("@")[2] for s in steps))
         # The batch script ends with its step (``exec srun``), unless it goes on (--no-kill: it relaunches).
         if job_id in self.jobs and self.jobs[job_id].state == JobState.RUNNING and job_id not in self.no_kill:
             self.jobs[job_id] = replace(self.jobs[job_id], state=JobState.FAILED, exit_code=137)

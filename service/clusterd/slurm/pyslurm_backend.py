@@ -428,8 +428,11 @@ class PyslurmBackend:
 
         return CommandsBackend(self._config)
 
-    async def kill_steps(self, job_id: str, on_nodes: tuple[str, ...] | None = None) -> None:
-        await self._commands().kill_steps(job_id, on_nodes)
+    async def steps_on(self, job_id: str, on_nodes: tuple[str, ...]) -> tuple[str, ...]:
+        return await self._commands().steps_on(job_id, on_nodes)
+
+    async def kill_steps(self, job_id: str, steps: tuple[str, ...] | None = None) -> None:
+        await self._commands().kill_steps(job_id, steps)
 
     async def set_node_down(self, node: str, reason: str) -> None:
         await self._commands().set_node_down(node, reason)

@@ -270,11 +270,16 @@ class RestdBackend:
         with _observed(command):
             await self._commands().requeue(_check_job_id(command, job_id))
 
-    async def kill_steps(self, job_id: str, on_nodes: tuple[str, ...] | None = None) -> None:
-        """Steps are signalled through the commands backend (one endpoint per version is not worth it)."""
+    async def steps_on(self, job_id: str, on_nodes: tuple[str, ...]) -> tuple[str, ...]:
+        """Steps are listed and signalled through the commands backend (one endpoint per version is not worth it)."""
+        command = "squeue steps"
+        with _observed(command):
+            return await self._commands().steps_on(_check_job_id(command, job_id), on_nodes)
+
+    async def kill_steps(self, job_id: str, steps: tuple[str, ...] | None = None) -> None:
         command = "scancel steps"
         with _observed(command):
-            await self._commands().kill_steps(_check_job_id(command, job_id), on_nodes)
+            await self._commands().kill_steps(_check_job_id(command, job_id), steps)
 
     async def set_node_down(self, node: str, reason: str) -> None:
         command = "scontrol update node"

@@ -307,11 +307,16 @@ class Restarter:
         self._decided(rec, det)
         REQUEUES.labels(cause=det.cause.value).inc()
         log.info("job %s: restart %d in place on %s (%s)", rec.job_id, len(rec.restarts), ",".join(step_nodes), what)
+        steps: tuple[str, ...] | None = None  # listed before the nodes go down: Slurm may trim the steps' lists
+        try:
+            steps = await self._backend.steps_on(rec.job_id, det.nodes)
+        except SlurmError as exc:
+            log.warning("job %s: cannot list its steps (%s); killing all of them", rec.job_id, exc)
         if det.cause == Cause.NODE_FAILURE:  # a straggler is left out of the step, not taken out of service
             for node in det.nodes:
                 await self.node_out(node, det.detail, drain=node in det.drain)
         with contextlib.suppress(SlurmError):  # the old step ends (the script's srun starts the next); the
-            await self._backend.kill_steps(rec.job_id, on_nodes=det.nodes)  # survivors' other steps run on
+            await self._backend.kill_steps(rec.job_id, steps)  # survivors' other steps run on
         await self.amend_phase(rec, "relaunched", time.time())
         self._events.publish(JobEvent(EventType.RESTARTED, rec, message=entry.detail))
         return ""

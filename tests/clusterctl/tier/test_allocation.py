@@ -3,13 +3,22 @@ peers, a rank's own tier."""
 
 from __future__ import annotations
 
+import os
 import secrets
+import signal
 import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from clusterctl.checkpoint import layout
-from clusterctl.tier import TierClient, TierError, TierServer, TierSettings
+from clusterctl.tier import TierClient, TierServer, TierSettings, allocation
+from clusterctl.tier.__main__ import serve
 from clusterctl.tier.allocation import (
     CANDIDATES,
     candidate_ports,
@@ -19,7 +28,7 @@ from clusterctl.tier.allocation import (
     parse_topology,
     peers_of,
 )
-from clusterctl.tier.process import endpoints_from_env
+from clusterctl.tier.process import endpoints_from_env, tiers_did_not_start
 
 TOPOLOGY = """SwitchName=s1 Level=0 LinkSpeed=1 Nodes=node[1-3]
 SwitchName=s2 Level=0 LinkSpeed=1 Nodes=node[4-6]
@@ -60,15 +69,13 @@ def test_wait_finds_each_tier_past_a_squatter_on_a_candidate_port_and_gives_it_i
         for host, port in (("127.0.0.1", second), ("127.0.0.2", first))
     ]
     try:
-        found = connect_tiers(["127.0.0.1", "127.0.0.2"], secret, "record-3", timeout=5)
-        assert found == [f"127.0.0.1:{second}", f"127.0.0.2:{first}"]
+        found, missing = connect_tiers(["127.0.0.1", "127.0.0.2"], secret, "record-3", timeout=5)
+        assert found == [f"127.0.0.1:{second}", f"127.0.0.2:{first}"] and missing == {}
         client = TierClient(found[0], secret=secret, job="record-3")
         assert client.put("ns", KEY, b"shard") == 2  # replicated to the peer wait named
         client.close()
         assert tiers[1].store.get("ns", KEY) is not None
-        assert find_tier("127.0.0.1", secrets.token_bytes(32), "record-3", timeout=2) is None  # another job's
-        with pytest.raises(TierError, match=r"127\.0\.0\.3 did not start"):
-            connect_tiers(["127.0.0.3"], secret, "record-3", timeout=0.3)
+        assert find_tier("127.0.0.1", secrets.token_bytes(32), "record-3") is None  # another job's
     finally:
         for tier in tiers:
             tier.close()
@@ -84,4 +91,99 @@ def test_a_rank_finds_its_own_nodes_tier_in_the_peer_list() -> None:
     }
     found = endpoints_from_env(env)
     assert found is not None and found.address == "node2:20007" and found.peers == ("node1:20007",)
-    assert endpoints_from_env({**env, "SLURMD_NODENAME": "elsewhere"}) is None  # not in the job: no tier
+    elsewhere = endpoints_from_env({**env, "SLURMD_NODENAME": "node3"})  # its tier did not start: a peer's
+    assert elsewhere is not None and elsewhere.address in ("node1:20007", "node2:20007")
+    assert elsewhere.peers == tuple(p for p in ("node1:20007", "node2:20007") if p != elsewhere.address)
+    assert endpoints_from_env({**env, "CLUSTERCTL_TIER_PEERS": ""}) is None
+    assert tiers_did_not_start({**env, "CLUSTERCTL_TIER_PEERS": ""}) and not tiers_did_not_start(env)
+
+
+def test_wait_keeps_the_tiers_it_found_and_names_the_nodes_without_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = secrets.token_bytes(32)
+    tier = TierServer(
+        TierSettings(job="record-5", secret=secret, replicas=0, upload=False),
+        host="127.0.0.1",
+        port=candidate_ports(secret)[0],
+    ).start()
+    try:
+        monkeypatch.setenv("CLUSTERCTL_TIER_JOB", "record-5")
+        monkeypatch.setenv("CLUSTERCTL_TIER_SECRET", secret.hex())
+        monkeypatch.setattr(allocation, "allocation_order", lambda env: ["127.0.0.1", "127.0.0.3"])
+        monkeypatch.setattr(allocation, "connect_tiers", _quick(allocation.connect_tiers))
+        assert allocation.main(["wait"]) == 0
+        out, err = capsys.readouterr()
+        assert out.strip() == tier.address
+        assert "no memory tier on 127.0.0.3: no process proved the job's secret" in err
+        assert "ranks on 127.0.0.3 save through the other nodes' tiers" in err
+    finally:
+        tier.close()
+
+
+def _quick(connect: Any) -> Any:
+    return lambda order, secret, job, timeout: connect(order, secret, job, timeout=0.5)
+
+
+def test_a_busy_tier_is_asked_again_not_passed_over() -> None:
+    secret = secrets.token_bytes(32)
+    settings = TierSettings(job="record-6", secret=secret, replicas=0, upload=False, max_logins=0)
+    tier = TierServer(settings, host="127.0.0.1", port=candidate_ports(secret)[0]).start()
+    threading.Timer(4.0, lambda: setattr(tier, "settings", replace(settings, max_logins=32))).start()
+    try:  # busy for longer than a client's own retries (about 3 s)
+        assert find_tier("127.0.0.1", secret, "record-6", deadline=time.monotonic() + 30) == tier.address
+    finally:
+        tier.close()
+
+
+def test_a_busy_tier_past_the_deadline_is_reported_as_busy() -> None:
+    secret = secrets.token_bytes(32)
+    settings = TierSettings(job="record-6", secret=secret, replicas=0, upload=False, max_logins=0)
+    tier = TierServer(settings, host="127.0.0.1", port=candidate_ports(secret)[0]).start()
+    try:
+        found, missing = connect_tiers(["127.0.0.1"], secret, "record-6", timeout=1)
+        assert found == [] and "busy" in missing["127.0.0.1"]
+    finally:
+        tier.close()
+
+
+def test_silent_squatters_on_every_candidate_cost_no_more_than_the_deadline() -> None:
+    secret = secrets.token_bytes(32)
+    squatters = [socket.create_server(("127.0.0.1", port)) for port in candidate_ports(secret)]  # never answer
+    try:
+        begin = time.monotonic()
+        assert find_tier("127.0.0.1", secret, "record-8", deadline=begin + 1) is None
+        assert time.monotonic() - begin < 8  # not 8 logins of 2 s each
+    finally:
+        for s in squatters:
+            s.close()
+
+
+def test_serve_passes_over_a_taken_candidate_and_wait_finds_it_there() -> None:
+    secret = secrets.token_bytes(32)
+    first, second = candidate_ports(secret)[:2]
+    env = {
+        **os.environ,
+        "CLUSTERCTL_TIER_JOB": "record-11",
+        "CLUSTERCTL_TIER_SECRET": secret.hex(),
+        "SLURMD_NODENAME": "127.0.0.1",
+    }
+    with socket.create_server(("127.0.0.1", first)):  # another user's process took the first candidate
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "clusterctl.tier.allocation", "serve"], env=env, stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == f"listening 127.0.0.1:{second}"
+            found, missing = connect_tiers(["127.0.0.1"], secret, "record-11", timeout=10)
+            assert found == [f"127.0.0.1:{second}"] and missing == {}
+        finally:
+            proc.send_signal(signal.SIGUSR1)
+            assert proc.wait(30) == 0
+            proc.stdout.close()  # type: ignore[union-attr]
+
+
+def test_serve_reports_a_failure_to_listen_that_is_not_a_taken_port(capsys: pytest.CaptureFixture[str]) -> None:
+    settings = TierSettings(job="record-12", secret=secrets.token_bytes(32), replicas=0, upload=False)
+    assert serve(settings, "192.0.2.1", [20001, 20002], nice=0) == 1  # TEST-NET-1: no local address
+    err = capsys.readouterr().err
+    assert "cannot listen on 192.0.2.1:20001" in err and "no free port" not in err

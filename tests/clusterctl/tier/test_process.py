@@ -39,3 +39,14 @@ def test_several_ranks_without_the_jobs_tiers_are_refused_naming_what_is_missing
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(ValueError, match=f"--checkpoint-tier memory.*{ENV_ADDR}"):
         CheckpointManager(str(tmp_path), rank=1, world_size=2, tier="memory")
+
+
+def test_ranks_of_an_allocation_whose_tiers_all_failed_save_to_the_uri(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ENV_ADDR, raising=False)
+    monkeypatch.setenv(ENV_PEERS, "")  # the batch script's wait found no tier (and said why on stderr)
+    monkeypatch.setenv(ENV_JOB, "record-4")
+    monkeypatch.setenv(ENV_SECRET, "ab" * 32)
+    with CheckpointManager(str(tmp_path), rank=1, world_size=2, tier="memory") as ckpt:
+        assert ckpt.storage is ckpt.durable_storage

@@ -106,7 +106,7 @@ def test_a_refused_put_never_leaves_a_pooled_connection_out_of_step(tier: TierSe
     client.put("ns", "a/b", b"next")  # not "closed mid-frame"
     assert client.get("ns", "a/b") == b"next"
     sock = socket.create_connection(_where(tier.address))
-    chan = client_handshake(sock, SECRET, JOB)
+    chan = client_handshake(sock, SECRET, JOB, tier.address)
     chan.send({"op": "put", "ns": "ns", "key": "../x", "size": 4, "digest": None}, b"abcd")
     assert "error" in chan.recv_header()
     sock.settimeout(5)

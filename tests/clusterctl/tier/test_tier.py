@@ -225,7 +225,7 @@ def test_the_tier_refuses_wrong_secrets_other_jobs_and_impostors(servers: list[T
             _client(f"127.0.0.1:{port}").put("ns", layout.commit_key(1), b"{}")
         done.join(5)
     sock = socket.create_connection(tuple(a.address.rsplit(":", 1)))  # type: ignore[arg-type]
-    chan = client_handshake(sock, SECRET, JOB)
+    chan = client_handshake(sock, SECRET, JOB, a.address)
     forged = Channel(sock, b"x" * 32, is_server=False)  # frames MAC'd with a key not derived from the secret
     forged.send({"op": "delete", "ns": "ns", "keys": ["commits/000000000001.json"], "propagate": True})
     sock.settimeout(5)

@@ -481,6 +481,24 @@ async def _node_dies(live: Live, job: tuple[str, int, str], dead: str, alive: st
     await live.daemon.poller.poll_once()
 
 
+async def test_a_relaunch_lists_steps_before_the_node_goes_down_and_kills_all_when_it_cannot(
+    live: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    downs_at_listing: list[int] = []
+
+    async def unreadable(job_id: str, on_nodes: tuple[str, ...]) -> tuple[str, ...]:
+        downs_at_listing.append(live.slurm.calls["set_node_down"] + live.slurm.calls["drain_node"])
+        raise SlurmError("squeue --steps", 0, "node list 'node[1-': bad hostlist")
+
+    monkeypatch.setattr(live.slurm, "steps_on", unreadable)
+    job = await spare_job(live)
+    await _node_dies(live, job, "node2", "node1")
+    assert downs_at_listing == [0]  # listed while Slurm still names the node in its steps
+    assert live.slurm.calls["set_node_down"] + live.slurm.calls["drain_node"] == 1
+    assert live.slurm.killed_steps_on == [None]  # every step ends: the script's srun never waits forever
+    assert (await live.status(job[0])).restarts[0].detail.startswith("in place")
+
+
 async def test_a_dead_node_of_a_job_with_a_spare_is_replaced_in_place(live: Live) -> None:
     job = await spare_job(live)
     await _node_dies(live, job, "node2", "node1")
