@@ -33,6 +33,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import ColumnElement
 
+from clusterd.model.causes import Cause
 from clusterd.model.spec import JobSpec
 from clusterd.slurm.types import JobState
 from clusterd.store import bounds, codec
@@ -185,6 +186,23 @@ class JobRecords:
         )
         await self._db.write(lambda conn: conn.execute(stmt))
         rec.restarts[-1] = entry
+
+    async def restarts_since(self, since: float, cause: Cause) -> builtins.list[RestartEntry]:
+        """Every record's restarts for ``cause`` decided at or after ``since``, oldest first, superseded
+        records' too: what a starting service learns again from the decisions it already made."""
+        stmt = (
+            select(restarts)
+            .where(restarts.c.cause == cause.value, restarts.c.time >= since)
+            .order_by(restarts.c.time, restarts.c.record_id, restarts.c.seq)
+        )
+        rows = await self._db.read(lambda conn: conn.execute(stmt).all())
+        return [codec.restart_from(r._mapping) for r in rows]
+
+    async def first_created(self) -> float | None:
+        """When the oldest record still kept was created (None: no record): since when, at the latest,
+        the service has been watching this cluster."""
+        stmt = select(jobs.c.created).order_by(jobs.c.record_id).limit(1)
+        return await self._db.read(lambda conn: conn.execute(stmt).scalar())
 
     async def get_by_record(self, record_id: int) -> JobRecord | None:
         rows = await self._db.read(

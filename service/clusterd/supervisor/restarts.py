@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from clusterd.config import RestartDefaults
 from clusterd.errors import SlurmError, SlurmUnavailable
 from clusterd.goodput.autopilot import FailureHistory
+from clusterd.goodput.failures import failure_of
 from clusterd.jobs.script import RELAUNCH_NOTE
 from clusterd.liveness.detector import Detection, crash_detail, crashed_rank
 from clusterd.liveness.table import LivenessTable
@@ -177,7 +178,7 @@ class Restarter:
             task.restart_count += 1
             task.state = JobState.PENDING
             rec.restart_count = sum(t.restarts for t in rec.array_tasks.values())
-            await self._store.record_restart(rec, entry)  # the decision persists before it is acted on
+            await self._record(rec, entry)  # the decision persists before it is acted on
             REQUEUES.labels(cause=term.cause.value).inc()
             log.info("job %s: task restart %d (%s)", key, task.restart_count, decision.reason)
             try:
@@ -249,8 +250,7 @@ class Restarter:
         rec.terminal = False
         rec.needs_release = True
         rec.backoff_seconds = policy.backoff_seconds
-        await self._store.record_restart(rec, entry)
-        self._note_failure(entry)
+        await self._record(rec, entry)
         REQUEUES.labels(cause=cause.value).inc()
         log.info(
             "job %s: restart %d (%s, detected by %s)", rec.job_id, len(rec.restarts), decision.reason, det.detected_by
@@ -294,7 +294,7 @@ class Restarter:
             phases={"failed": det.failed_at, "detected": det.detected_at},
         )
         rec.excluded_nodes = tuple(sorted(set(still_excluded(rec, det.detected_at)) | set(det.nodes)))
-        await self._store.record_restart(rec, entry)
+        await self._record(rec, entry)
         REQUEUES.labels(cause=det.cause.value).inc()
         log.info("job %s: restart %d in place on %s (%s)", rec.job_id, len(rec.restarts), ",".join(step_nodes), what)
         for node in det.nodes:
@@ -305,9 +305,13 @@ class Restarter:
         self._events.publish(JobEvent(EventType.RESTARTED, rec, message=entry.detail))
         return ""
 
-    def _note_failure(self, entry: RestartEntry) -> None:
-        if self._failures is not None and entry.cause == Cause.NODE_FAILURE:
-            self._failures.note(entry.failed_nodes, entry.phases.get("failed", entry.time))
+    async def _record(self, rec: JobRecord, entry: RestartEntry) -> None:
+        """Persist a restart, then note the node failure it records (as the store will say on a
+        restore: goodput/failures.py reads back exactly these)."""
+        await self._store.record_restart(rec, entry)
+        failure = failure_of(entry)
+        if self._failures is not None and failure is not None:
+            self._failures.note(failure.nodes, failure.when)
 
     def run_notes(self, rec: JobRecord) -> dict[str, float]:
         """What the beats said of the run that ended, for goodput: when its newest committed step
@@ -448,7 +452,7 @@ class Restarter:
         if term.slurm_requeued and sj.restart_count > rec.acked_restarts + 1:
             # Slurm requeued it more than once between two looks: each of those is a restart too.
             for _ in range(sj.restart_count - rec.acked_restarts - 1):
-                await self._store.record_restart(
+                await self._record(
                     rec,
                     RestartEntry(
                         term.cause,
@@ -478,8 +482,7 @@ class Restarter:
         rec.terminal = False
         rec.needs_release = True
         rec.backoff_seconds = policy.backoff_seconds
-        await self._store.record_restart(rec, entry)
-        self._note_failure(entry)
+        await self._record(rec, entry)
         REQUEUES.labels(cause=term.cause.value).inc()
         log.info(
             "job %s: restart %d (%s), excluding %s",
