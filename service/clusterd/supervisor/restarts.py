@@ -314,15 +314,19 @@ class Restarter:
             self._failures.note(failure.nodes, failure.when)
 
     def run_notes(self, rec: JobRecord) -> dict[str, float]:
-        """What the beats said of the run that ended, for goodput: when its newest committed step
-        was first reported (the steps after it are lost), and how long its ranks stalled in save()."""
+        """What the beats said of the run that ended, for goodput: when the work after its newest
+        committed step began (the steps after it are lost), and how long its ranks stalled in save().
+
+        That work began when the step was first reported plus the stall of the save that committed
+        it: the stall is counted as checkpoint stall already, never also as lost work.
+        """
         run = self._liveness.get(rec.record_id, rec.job_id) if self._liveness is not None else None
         if run is None or run.restart_count != rec.acked_restarts:
             return {}
         notes = {"save_stall": run.save_stall()}
         committed = run.committed_at()
         if committed is not None:
-            notes["committed"] = committed
+            notes["committed"] = committed + (run.stall_per_save() or 0.0)
         return notes
 
     async def amend_phase(self, rec: JobRecord, phase: str, when: float) -> None:
