@@ -4,7 +4,8 @@ Same training job for every mode (examples/train.py, one node, 0.1 s steps, each
 ``--stall`` seconds as a big model's snapshot would, checkpoints to the stack's S3), all running at
 once on the local stack under one clusterd. Failures come at Poisson times (mean ``--mtbf`` s): each
 one kills the nodes of every bench job running then (``stack.sh kill-node``), so every mode meets
-the same failures; the nodes come back ``--revive`` s later.
+the same failures, until the last job ended; the nodes come back ``--revive`` s later. Each job
+runs on its own node (one node per mode: the sweep needs as many nodes as modes, plus a spare).
 
 Per mode: ETTR as clusterd reports it (``GetGoodput``) and as measured from the job's own log (the
 steps it kept times its median step time, over submission to its last step), and the restarts.
@@ -13,10 +14,10 @@ within 1% of the measured one.
 
 clusterd learns the failure rate from what it sees; in a run of minutes its prior (one failure per
 ``--prior`` s per node) still weighs in, and the runs are short enough for luck to matter: read the
-figures of a short run as a smoke test, ``--minutes 25`` for the comparison.
+figures of a short run as a smoke test, the default for the comparison.
 
-Run as root with the stack up: ``python -m bench.goodput`` (about 25 min; ``--minutes 4`` for a
-short one). ``--slurm VER`` runs on that release's stack.
+Run as root with the stack up: ``python -m bench.goodput`` (about 22 min; ``--minutes 1 --mtbf 30``
+for a 3-minute smoke run). ``--slurm VER`` runs on that release's stack.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,13 +95,17 @@ def submit(stack: Stack, client: ClusterClient, mode: str, steps: int, stall: fl
     return Job(mode, job_id, stack.dir / "jobs" / "alice" / f"{name}-{job_id}.out", submitted)
 
 
-def chaos(stack: Stack, client: ClusterClient, jobs: list[Job], mtbf: float, revive: float, until: float) -> int:
-    """Poisson failures until ``until``: each kills the node of every bench job running then; returns how many."""
+def chaos(
+    stack: Stack, client: ClusterClient, jobs: list[Job], mtbf: float, revive: float, until: Callable[[], bool]
+) -> int:
+    """Poisson failures until ``until()``: each kills the node of every bench job running then; returns how many."""
     rng = random.Random(0)
     events = 0
     while True:
-        time.sleep(rng.expovariate(1 / mtbf))
-        if time.time() >= until:
+        due = time.time() + rng.expovariate(1 / mtbf)
+        while time.time() < due and not until():
+            time.sleep(min(2.0, max(0.0, due - time.time())))
+        if until():
             return events
         nodes = sorted(
             {n for j in jobs if (s := client.get(j.job_id)).state == jobs_pb2.JOB_STATE_RUNNING for n in s.nodes}
@@ -130,10 +136,10 @@ def measured_ettr(job: Job, steps: int) -> tuple[float, float]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--minutes", type=float, default=25.0, help="training time of each job without failures")
-    p.add_argument("--mtbf", type=float, default=120.0, help="mean seconds between failures (Poisson)")
+    p.add_argument("--minutes", type=float, default=13.0, help="training time of each job without failures")
+    p.add_argument("--mtbf", type=float, default=90.0, help="mean seconds between failures (Poisson)")
     p.add_argument("--stall", type=float, default=1.5, help="seconds each save blocks the step")
-    p.add_argument("--fixed", default="5,15,45", help="fixed intervals to sweep (seconds)")
+    p.add_argument("--fixed", default="5,10,20,40", help="fixed intervals to sweep (seconds)")
     p.add_argument("--revive", type=float, default=10.0, help="seconds a killed node stays dead")
     p.add_argument("--prior", type=float, default=600.0, help="clusterd's prior node MTBF (seconds)")
     p.add_argument("--floor", type=float, default=2.0, help="clusterd's interval floor (seconds)")
@@ -160,11 +166,17 @@ def main() -> int:
 
         watcher = threading.Thread(target=watch_advice, daemon=True)
         watcher.start()
-        chaos_until = time.time() + args.minutes * 60
-        events = chaos(stack, client, jobs, args.mtbf, args.revive, chaos_until)
+        # Failures come until every job ended (each mode meets them over its whole run), or past the
+        # deadline (a job that cannot finish is reported as it stands).
         deadline = time.time() + args.minutes * 60 * 2 + 600
-        while time.time() < deadline and not all(client.get(j.job_id).terminal for j in jobs):
-            time.sleep(2)
+        events = chaos(
+            stack,
+            client,
+            jobs,
+            args.mtbf,
+            args.revive,
+            lambda: time.time() >= deadline or all(client.get(j.job_id).terminal for j in jobs),
+        )
         done.set()
         rows = []
         for j in jobs:
