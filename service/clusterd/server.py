@@ -378,7 +378,8 @@ class ClusterDaemon:
 
     def _leadership_changed(self, leading: bool) -> None:
         self.liveness.clear()  # beats start anew with the leadership: no stale silence to act on
-        if leading and self._server is not None:  # (at start, start() itself restored them)
+        restoring = self._restore_task is not None and not self._restore_task.done()
+        if leading and self._server is not None and not restoring:  # (at start, start() restored them)
             self._restore_task = asyncio.create_task(self._restore_failures())
         log.info("%s is now the %s", self.leadership.holder, "leader" if leading else "follower")
         self._health_task = asyncio.ensure_future(self._set_health(self._serving))
