@@ -24,6 +24,7 @@ from clusterd.auth.tokens import TokenStore
 from clusterd.config import Config
 from clusterd.errors import SlurmError
 from clusterd.goodput.autopilot import Autopilot, FailureHistory
+from clusterd.goodput.failures import restore as restore_failures
 from clusterd.goodput.publish import run as publish_goodput
 from clusterd.goodput.report import GoodputReporter
 from clusterd.ha.fencing import FencedBackend, FencedMaintenance
@@ -251,6 +252,7 @@ class ClusterDaemon:
         self._lease_task: asyncio.Task[None] | None = None
         self._journal_task: asyncio.Task[None] | None = None
         self._goodput_task: asyncio.Task[None] | None = None
+        self._restore_task: asyncio.Task[None] | None = None
         self._journal_stop = asyncio.Event()  # after the last submit drained: its events are logged too
         self._serving = False
         self._metrics: MetricsServer | None = None
@@ -287,6 +289,7 @@ class ClusterDaemon:
     async def start(self) -> None:
         await self.store.open()  # connects and migrates (store/migrate.py)
         await recall(self.detector.health, self.store.jobs)  # node health survives a restart
+        await self._restore_failures()
         limit = self.config.limits.max_message_bytes
         server = grpc.aio.server(
             interceptors=[
@@ -391,8 +394,21 @@ class ClusterDaemon:
         seen = self.poller.snapshot.node_map.get(node)
         return seen.slurmd_started if seen is not None else 0.0
 
+    async def _restore_failures(self) -> None:
+        """The autopilot's node failures, from the store: the ones this replica did not see itself
+        (before it started, or while another replica led) count too."""
+        try:
+            count = await restore_failures(self.autopilot.history, self.store.jobs)
+        except Exception:  # the store unreachable: advice from what is known, restored on the next lead
+            log.warning("goodput: node failures not read back from the store", exc_info=True)
+        else:
+            log.info("goodput: %d node failure records read back from the store", count)
+
     def _leadership_changed(self, leading: bool) -> None:
         self.liveness.clear()  # beats start anew with the leadership: no stale silence to act on
+        restoring = self._restore_task is not None and not self._restore_task.done()
+        if leading and self._server is not None and not restoring:  # (at start, start() restored them)
+            self._restore_task = asyncio.create_task(self._restore_failures())
         log.info("%s is now the %s", self.leadership.holder, "leader" if leading else "follower")
         self._health_task = asyncio.ensure_future(self._set_health(self._serving))
 
@@ -453,12 +469,13 @@ class ClusterDaemon:
             self._probe_task,
             self._lease_task,
             self._goodput_task,
+            self._restore_task,
         )
         for task in tasks:
             if task is not None:
                 await task
         self._poll_task = self._tokens_task = self._retention_task = self._progress_task = None
-        self._detector_task = self._probe_task = self._lease_task = self._goodput_task = None
+        self._detector_task = self._probe_task = self._lease_task = self._goodput_task = self._restore_task = None
         await self.manager.drain(self.config.shutdown_grace_seconds)
         self._journal_stop.set()
         if self._journal_task is not None:

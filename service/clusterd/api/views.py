@@ -160,8 +160,12 @@ class JobViews:
     async def goodput(self, ident: Identity, job_id: str) -> jobs_pb2.GetGoodputResponse:
         """Where the job's wall time went; whoever may GetJob it may ask (the same lookup)."""
         rec = await self.manager.get(ident, job_id)  # checks the id and who may see the job
-        if split_task_id(job_id)[1] is not None:
-            raise InvalidArgument("job_id", "goodput is kept per job, not per array task: give the job id")
+        task = split_task_id(job_id)[1]
+        if task is not None or rec.array:
+            # An array's tasks run, fail and restart one by one, but the record keeps one timeline
+            # (its start, first step, restarts' phases): its tasks' parts cannot be told apart.
+            what = f"array task {job_id}" if task is not None else f"job {rec.job_id}, an array (--array={rec.array}),"
+            raise InvalidArgument("job_id", f"goodput is kept for plain jobs only: {what} has no timeline of its own")
         return convert.goodput_response(rec.job_id, self._goodput.report(rec))
 
     async def fleet_goodput(self, ident: Identity) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 The timeline comes from the record: the original submission, when run 0 started and took its first
 step, and for every restart the phases the supervisor noted (failed, detected, running, first_step,
-and ``committed``: when the run first reported the step of its newest checkpoint). The run in progress
+and ``committed``: when the work after its newest checkpoint began). The run in progress
 adds what the liveness table knows of it. Every interval is clipped into [submitted, end] and in
 order, so a skewed or missing time shrinks a part instead of double counting; what is not
 known to be something else is productive (a failed run whose beats' notes are missing, as after a
@@ -51,7 +51,7 @@ class _Run:
     start: float
     end: float
     first_step: float | None
-    committed: float | None  # when it first reported the step of its newest checkpoint
+    committed: float | None  # when the work after its newest checkpoint began (later work is lost)
     noted: bool  # the beats' notes of the run were kept (else its lost work is unknown: productive)
     stall: float
     failed: bool

@@ -44,8 +44,8 @@ def young_daly(stall: float, mtbf: float, config: GoodputConfig) -> float:
 
 
 class FailureHistory:
-    """Failures clusterd decided on, per node, within a sliding window (memory only: a restarted
-    clusterd starts from the prior again)."""
+    """Failures clusterd decided on, per node, within a sliding window; held in memory and rebuilt
+    from the store's restart records when a service starts or takes the lead (:mod:`.failures`)."""
 
     def __init__(
         self,
@@ -61,17 +61,28 @@ class FailureHistory:
         self._since = clock()
         self._failures: dict[str, deque[tuple[float, float]]] = {}  # node -> (when, its slurmd's start)
 
-    def note(self, nodes: Iterable[str], when: float) -> None:
+    @property
+    def window_seconds(self) -> float:
+        """How far back failures count."""
+        return self._config.failure_window_seconds
+
+    def watched_since(self, when: float) -> None:
+        """This cluster was watched from ``when`` on (earlier than this history's start: it counts)."""
+        if math.isfinite(when):
+            self._since = min(self._since, when)
+
+    def note(self, nodes: Iterable[str], when: float, *, known_boot: bool = True) -> None:
         """A failure of ``nodes`` at ``when`` (in any order of time: each node's list stays sorted).
 
         One death of a node is noted by every job it ended: a note within _SAME_FAILURE_SECONDS of
         one already noted is that failure, unless the node's slurmd started anew in between (it
-        died, came back and died again).
+        died, came back and died again). ``known_boot`` False: the slurmd start Slurm shows now is
+        not the one of this failure (a failure read back from the store), so it is left unknown.
         """
         if not math.isfinite(when):
             return
         for node in set(nodes):
-            boot = self._boot(node)
+            boot = self._boot(node) if known_boot else 0.0
             seen = self._failures.pop(node, None) or deque()
             i = bisect.bisect_left(seen, when, key=lambda f: f[0])
             near = [f for f in (seen[i - 1] if i > 0 else None, seen[i] if i < len(seen) else None) if f]

@@ -33,6 +33,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import ColumnElement
 
+from clusterd.model.causes import Cause
 from clusterd.model.spec import JobSpec
 from clusterd.slurm.types import JobState
 from clusterd.store import bounds, codec
@@ -186,17 +187,28 @@ class JobRecords:
         await self._db.write(lambda conn: conn.execute(stmt))
         rec.restarts[-1] = entry
 
-    async def restarts_since(self, since: float) -> builtins.list[tuple[int, str, str, RestartEntry]]:
-        """Every restart recorded at or after ``since``, oldest first, with its record's id, Slurm job
-        id and user: what the node health records are rebuilt from when clusterd starts."""
+    async def restarts_since(
+        self, since: float, cause: Cause | None = None
+    ) -> builtins.list[tuple[int, str, str, RestartEntry]]:
+        """Every restart decided at or after ``since`` (of ``cause`` only, when given), oldest first,
+        superseded records' too, with its record's id, Slurm job id and user: what a starting
+        service learns again from the decisions it already made (node health, failure history)."""
         stmt = (
             select(restarts, jobs.c.job_id, jobs.c.user)
             .join(jobs, jobs.c.record_id == restarts.c.record_id)
             .where(restarts.c.time >= since)
             .order_by(restarts.c.time, restarts.c.record_id, restarts.c.seq)
         )
+        if cause is not None:
+            stmt = stmt.where(restarts.c.cause == cause.value)
         rows = await self._db.read(lambda conn: conn.execute(stmt).all())
         return [(int(r.record_id), r.job_id or "", r.user, codec.restart_from(r._mapping)) for r in rows]
+
+    async def first_created(self) -> float | None:
+        """When the oldest record still kept was created (None: no record): since when, at the latest,
+        the service has been watching this cluster."""
+        stmt = select(jobs.c.created).order_by(jobs.c.record_id).limit(1)
+        return await self._db.read(lambda conn: conn.execute(stmt).scalar())
 
     async def get_by_record(self, record_id: int) -> JobRecord | None:
         rows = await self._db.read(

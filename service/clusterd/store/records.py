@@ -39,9 +39,9 @@ class RestartEntry:
     detected_by: str = ""  # "heartbeat+probe", "heartbeat", "rank-exit", "slurm", ...
     # Wall-clock times of the recovery's phases (failed, detected, requeued, running, first_step):
     # a phase is absent until it happened (or when it cannot be known, e.g. no heartbeats). Two more
-    # keys describe the run that ended, for goodput: "committed", when the step of its newest
-    # checkpoint was first reported (later steps are lost), and "save_stall", the SECONDS its ranks
-    # said they stalled in save().
+    # keys describe the run that ended, for goodput: "committed", when the work after its newest
+    # checkpoint began (its step first reported, plus that save's stall; later work is lost), and
+    # "save_stall", the SECONDS its ranks said they stalled in save().
     phases: dict[str, float] = field(default_factory=dict)
 
 

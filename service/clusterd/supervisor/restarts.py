@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from clusterd.config import RestartDefaults
 from clusterd.errors import SlurmError, SlurmUnavailable
 from clusterd.goodput.autopilot import FailureHistory
+from clusterd.goodput.failures import failure_of
 from clusterd.jobs.script import RELAUNCH_NOTE
 from clusterd.liveness.detector import Detection, crash_detail, crashed_rank
 from clusterd.liveness.eviction import measured_restart_seconds, remaining_seconds, worth_evicting
@@ -178,7 +179,7 @@ class Restarter:
             task.restart_count += 1
             task.state = JobState.PENDING
             rec.restart_count = sum(t.restarts for t in rec.array_tasks.values())
-            await self._store.record_restart(rec, entry)  # the decision persists before it is acted on
+            await self._record(rec, entry)  # the decision persists before it is acted on
             REQUEUES.labels(cause=term.cause.value).inc()
             log.info("job %s: task restart %d (%s)", key, task.restart_count, decision.reason)
             try:
@@ -257,8 +258,7 @@ class Restarter:
         rec.terminal = False
         rec.needs_release = True
         rec.backoff_seconds = policy.backoff_seconds
-        await self._store.record_restart(rec, entry)
-        self._note_failure(entry)
+        await self._record(rec, entry)
         self._decided(rec, det)
         REQUEUES.labels(cause=cause.value).inc()
         log.info(
@@ -303,7 +303,7 @@ class Restarter:
             phases={"failed": det.failed_at, "detected": det.detected_at},
         )
         rec.excluded_nodes = tuple(sorted(set(still_excluded(rec, det.detected_at)) | set(det.nodes)))
-        await self._store.record_restart(rec, entry)
+        await self._record(rec, entry)
         self._decided(rec, det)
         REQUEUES.labels(cause=det.cause.value).inc()
         log.info("job %s: restart %d in place on %s (%s)", rec.job_id, len(rec.restarts), ",".join(step_nodes), what)
@@ -341,20 +341,28 @@ class Restarter:
         if run is not None and run.restart_count == det.restart_count:
             run.decided = True
 
-    def _note_failure(self, entry: RestartEntry) -> None:
-        if self._failures is not None and entry.cause == Cause.NODE_FAILURE:
-            self._failures.note(entry.failed_nodes, entry.phases.get("failed", entry.time))
+    async def _record(self, rec: JobRecord, entry: RestartEntry) -> None:
+        """Persist a restart, then note the node failure it records (as the store will say on a
+        restore: goodput/failures.py reads back exactly these)."""
+        await self._store.record_restart(rec, entry)
+        failure = failure_of(entry)
+        if self._failures is not None and failure is not None:
+            self._failures.note(failure.nodes, failure.when)
 
     def run_notes(self, rec: JobRecord) -> dict[str, float]:
-        """What the beats said of the run that ended, for goodput: when its newest committed step
-        was first reported (the steps after it are lost), and how long its ranks stalled in save()."""
+        """What the beats said of the run that ended, for goodput: when the work after its newest
+        committed step began (the steps after it are lost), and how long its ranks stalled in save().
+
+        That work began when the step was first reported plus the stall of the save that committed
+        it: the stall is counted as checkpoint stall already, never also as lost work.
+        """
         run = self._liveness.get(rec.record_id, rec.job_id) if self._liveness is not None else None
         if run is None or run.restart_count != rec.acked_restarts:
             return {}
         notes = {"save_stall": run.save_stall()}
         committed = run.committed_at()
         if committed is not None:
-            notes["committed"] = committed
+            notes["committed"] = committed + (run.stall_per_save() or 0.0)
         return notes
 
     async def amend_phase(self, rec: JobRecord, phase: str, when: float) -> None:
@@ -484,7 +492,7 @@ class Restarter:
         if term.slurm_requeued and sj.restart_count > rec.acked_restarts + 1:
             # Slurm requeued it more than once between two looks: each of those is a restart too.
             for _ in range(sj.restart_count - rec.acked_restarts - 1):
-                await self._store.record_restart(
+                await self._record(
                     rec,
                     RestartEntry(
                         term.cause,
@@ -514,8 +522,7 @@ class Restarter:
         rec.terminal = False
         rec.needs_release = True
         rec.backoff_seconds = policy.backoff_seconds
-        await self._store.record_restart(rec, entry)
-        self._note_failure(entry)
+        await self._record(rec, entry)
         REQUEUES.labels(cause=term.cause.value).inc()
         log.info(
             "job %s: restart %d (%s), excluding %s",

@@ -594,7 +594,8 @@ async def test_a_node_loss_shows_in_goodput_and_the_beats_get_an_interval(live: 
     g = await live.jobs.GetGoodput(ask, metadata=auth(USER_A))
     parts = [getattr(g.breakdown, f.name) for f in g.breakdown.DESCRIPTOR.fields]
     assert abs(sum(parts) - g.wall_seconds) < 1e-6 and 0 < g.ettr < 1
-    assert g.breakdown.lost > 0.2 and g.breakdown.checkpoint_stall > 0
+    # Lost: the steps after the commit, begun once the 0.1 s save stall (checkpoint stall) was over.
+    assert g.breakdown.lost > 0.1 and g.breakdown.checkpoint_stall > 0
     await publish_once(live.daemon.store.jobs, live.daemon.goodput)  # the fleet series: per partition only
     ratio = [s for m in REGISTRY.collect() if m.name == "clusterd_job_goodput_ratio" for s in m.samples]
     assert ratio and all(set(s.labels) == {"partition"} and 0 <= s.value <= 1 for s in ratio)

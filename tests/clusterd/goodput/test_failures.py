@@ -1,0 +1,82 @@
+"""The autopilot's node failures survive a clusterd restart: read back from the store's restarts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import grpc
+import pytest
+
+from clusterctl.v1 import jobs_pb2, jobs_pb2_grpc
+from clusterd.config import GoodputConfig
+from clusterd.goodput.autopilot import FailureHistory
+from clusterd.goodput.failures import node_failures, restore
+from clusterd.model.causes import Cause
+from clusterd.model.spec import JobSpec
+from clusterd.slurm.fake import FakeSlurm
+from clusterd.slurm.types import JobState, NodeState
+from clusterd.store.records import RestartEntry
+from clusterd.store.store import sqlite_store
+
+from ..conftest import USER_A, auth, make_config, running
+
+CFG = GoodputConfig(interval_floor_seconds=1, prior_node_mtbf_seconds=3600, failure_window_seconds=7200)
+
+
+async def test_a_restarted_clusterd_advises_the_interval_it_advised_before(tmp_path: Path) -> None:
+    slurm = FakeSlurm.cluster()
+    config = replace(make_config(tmp_path), goodput=CFG)
+    async with running(config, slurm) as first:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{first.port}") as channel:
+            spec = jobs_pb2.JobSpec(command=["train"])
+            req = jobs_pb2.SubmitJobRequest(spec=spec)
+            job_id = (await jobs_pb2_grpc.JobServiceStub(channel).SubmitJob(req, metadata=auth(USER_A))).job.job_id
+        slurm.set_state(job_id, JobState.RUNNING, nodes=("node1", "node2"))
+        await first.poller.poll_once()
+        # node1 dies: Slurm requeues the job, the service records the restart (a node failure).
+        slurm.nodes[0] = replace(slurm.nodes[0], state=NodeState.DOWN)
+        slurm.set_state(job_id, JobState.PENDING, nodes=(), restart_count=1, reason="BeginTime")
+        await first.poller.poll_once()
+        before = first.autopilot.advise(2.0, ["node1", "node2"])
+    calm = FailureHistory(CFG)  # what a clusterd that forgot would advise: the prior alone
+    async with running(config, slurm) as second:
+        after = second.autopilot.advise(2.0, ["node1", "node2"])
+        assert after == pytest.approx(before, rel=1e-3)
+        assert (after or 0) < (second.autopilot.advise(2.0, ["node5", "node6"]) or 0)
+    assert (before or 0) < young(calm)
+
+
+def young(history: FailureHistory) -> float:
+    return float((2 * 2.0 * history.job_mtbf(["node1", "node2"])) ** 0.5)
+
+
+def failure(cause: Cause, nodes: tuple[str, ...], when: float) -> RestartEntry:
+    return RestartEntry(cause, nodes, when + 3, 0, phases={"failed": when, "detected": when + 3})
+
+
+async def test_only_node_failures_within_the_window_are_read_back_once(tmp_path: Path) -> None:
+    store = sqlite_store(tmp_path / "state.db", group_commit=False)
+    await store.open()
+    try:
+        rec, _ = await store.jobs.reserve("alice", "r", JobSpec(command=("x",)))
+        now = rec.created + 600  # the service has watched for 600 s (its oldest record's age)
+        for entry in (
+            failure(Cause.NODE_FAILURE, ("a",), now - 9000),  # out of the window
+            failure(Cause.NODE_FAILURE, ("a",), now - 1000),
+            failure(Cause.RANK_FAILED, ("b",), now - 900),  # a tenant's crash: not the node's failure
+            failure(Cause.NODE_FAILURE, (), now - 800),  # names no node
+            failure(Cause.NODE_FAILURE, ("a", "c"), now - 100),
+        ):
+            await store.jobs.record_restart(rec, entry)
+        found = await node_failures(store.jobs, now - CFG.failure_window_seconds)
+        assert [(f.nodes, f.when) for f in found] == [(("a",), now - 1000), (("a", "c"), now - 100)]
+        history = FailureHistory(CFG, clock=lambda: now)
+        assert await restore(history, store.jobs, clock=lambda: now) == 2
+        once = history.job_mtbf(["a"])
+        await restore(history, store.jobs, clock=lambda: now)  # again (a new lead): nothing counts twice
+        assert history.job_mtbf(["a"]) == pytest.approx(once)
+        # Two failures of a over the 600 s watched, plus the prior's one over its time.
+        assert once == pytest.approx((600 + CFG.prior_node_mtbf_seconds) / 3)
+    finally:
+        await store.close()
