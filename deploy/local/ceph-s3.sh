@@ -63,6 +63,7 @@ ENV
 undo_up() {
     local rc=$?
     ((rc == 0)) && return 0
+    exec 2>&"$UP_STDERR" # a signal's trap may run inside a command whose stderr is /dev/null
     if [[ " ${UP_FOUND[*]} " == *" ceph-mon "* && " ${UP_FOUND[*]} " == *" ceph-osd "* ]]; then
         [[ " ${UP_FOUND[*]} " == *" radosgw "* ]] || stop_pidfiles 3 "radosgw=$(ceph_pidfile radosgw)"
     else
@@ -76,6 +77,7 @@ undo_up() {
 cmd_up() {
     local t0=$SECONDS d
     UP_FOUND=()
+    exec {UP_STDERR}>&2
     for d in ceph-mon ceph-osd radosgw; do
         if ceph_daemon_running "$d"; then UP_FOUND+=("$d"); fi
     done

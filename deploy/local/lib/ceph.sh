@@ -134,6 +134,7 @@ ceph_spawn() {
             "$name" -f -c "$CEPH_CONF" "$@" </dev/null >>"$CEPH_LOGS/$name.out" 2>&1
     ) &
     echo $! >"$(ceph_pidfile "$name")"
+    disown "$!" # its exit, a kill by ceph_down, is no job of this shell to report
 }
 
 # ceph_run SECONDS CMD...: a command of the chroot, killed after SECONDS (librados waits forever
