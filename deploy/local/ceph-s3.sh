@@ -58,11 +58,37 @@ ENV
     )
 }
 
+# On a failed or interrupted `up`: stop what this `up` started. When the monitor and the OSD were
+# not both running, it made a new cluster, and all of it goes (daemons, then the chroot's mounts).
+undo_up() {
+    local rc=$?
+    ((rc == 0)) && return 0
+    exec 2>&"$UP_STDERR" # a signal's trap may run inside a command whose stderr is /dev/null
+    if [[ " ${UP_FOUND[*]} " == *" ceph-mon "* && " ${UP_FOUND[*]} " == *" ceph-osd "* ]]; then
+        [[ " ${UP_FOUND[*]} " == *" radosgw "* ]] || stop_pidfiles 3 "radosgw=$(ceph_pidfile radosgw)"
+    else
+        warn "ceph-s3.sh up failed: taking down the Ceph it started"
+        ceph_down
+        rm -f "$ENV_FILE"
+    fi
+    return "$rc"
+}
+
 cmd_up() {
-    local t0=$SECONDS
+    local t0=$SECONDS d
+    UP_FOUND=()
+    exec {UP_STDERR}>&2
+    for d in ceph-mon ceph-osd radosgw; do
+        if ceph_daemon_running "$d"; then UP_FOUND+=("$d"); fi
+    done
+    trap undo_up EXIT
+    trap 'exit 129' HUP
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
     ceph_start
     ceph_wait_ready
     write_env
+    trap - EXIT HUP INT TERM
     log "Ceph S3 up in $((SECONDS - t0))s at $(ceph_s3_endpoint), bucket $CEPH_BUCKET"
     echo "$ENV_FILE"
 }

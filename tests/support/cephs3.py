@@ -38,11 +38,11 @@ class CephS3:
 
     @classmethod
     def load(cls, directory: Path = CEPH_DIR) -> CephS3 | None:
-        """The gateway ceph-s3.sh runs from ``directory``, or None when it is not up."""
-        env_file = directory / "env"
-        if not env_file.exists():
+        """The gateway ceph-s3.sh runs from ``directory``, or None when it is not up (or not readable)."""
+        try:
+            env = read_env_file(directory / "env")
+        except (FileNotFoundError, PermissionError):  # not up, or root's 0700 state dir: skip either way
             return None
-        env = read_env_file(env_file)
         return cls(
             directory,
             env["AWS_ENDPOINT_URL"],

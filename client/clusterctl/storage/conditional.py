@@ -17,13 +17,16 @@ def create_only_refusal(storage: Storage, key: str) -> str | None:
     """Why ``storage`` does not make create-only puts exclusive, or None when it does.
 
     Puts ``key`` create-only twice (the way every commit marker is written: one small object, one
-    request); the first must succeed, the second be refused. The probe object is deleted afterwards.
+    request); the first must succeed, the second be refused. ``key`` must be fresh (a random name):
+    then a refused first put means a retry of it, after a lost reply, found our own object, so it
+    counts as created. The probe object is deleted afterwards.
 
     Raises:
         StorageError: the first put failed (the store is unreachable, denies writes, ...).
     """
     try:
-        storage.put(key, b"1", if_absent=True)
+        with contextlib.suppress(ObjectExistsError):
+            storage.put(key, b"1", if_absent=True)
         try:
             storage.put(key, b"2", if_absent=True)
         except ObjectExistsError:

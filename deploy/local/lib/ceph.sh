@@ -69,6 +69,7 @@ ceph_write_config() {
 fsid = $fsid
 mon_host = [v2:127.0.0.1:$CEPH_MON_PORT]
 public_addr = 127.0.0.1
+cluster_addr = 127.0.0.1
 auth_cluster_required = none
 auth_service_required = none
 auth_client_required = none
@@ -111,23 +112,44 @@ ceph_daemon_running() {
 }
 ceph_running() { ceph_daemon_running ceph-mon && ceph_daemon_running ceph-osd && ceph_daemon_running radosgw; }
 
+# ceph_close_fds: close every descriptor of this (sub)shell beyond stdin/out/err, so that what it
+# execs holds no lock (ceph-s3.sh's and stack.sh's fd 9) or test runner's pipe open after we exit.
+ceph_close_fds() {
+    local fd
+    for fd in /proc/$BASHPID/fd/*; do
+        fd="${fd##*/}"
+        ((fd > 2)) && eval "exec $fd>&-" 2>/dev/null
+    done
+    return 0
+}
+
 # ceph_spawn NAME ARGS...: start a daemon of the chroot in the foreground of its own session, with no
-# inherited descriptor (a held lock, a test runner's pipe) beyond stdin/out/err.
+# inherited descriptor beyond stdin/out/err.
 ceph_spawn() {
     local name="$1"
     shift
     (
-        for fd in /proc/$BASHPID/fd/*; do
-            fd="${fd##*/}"
-            ((fd > 2)) && eval "exec $fd>&-" 2>/dev/null
-        done
+        ceph_close_fds
         exec setsid chroot "$CEPH_CHROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
             "$name" -f -c "$CEPH_CONF" "$@" </dev/null >>"$CEPH_LOGS/$name.out" 2>&1
     ) &
     echo $! >"$(ceph_pidfile "$name")"
+    disown "$!" # its exit, a kill by ceph_down, is no job of this shell to report
 }
 
-ceph_cli() { in_chroot "$CEPH_CHROOT" ceph -c "$CEPH_CONF" --connect-timeout 20 "$@"; }
+# ceph_run SECONDS CMD...: a command of the chroot, killed after SECONDS (librados waits forever
+# for an OSD that never comes up), holding no inherited descriptor.
+ceph_run() {
+    local limit="$1"
+    shift
+    (
+        ceph_close_fds
+        exec timeout -k 5 "$limit" chroot "$CEPH_CHROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+            LANG=C.UTF-8 HOME=/root "$@"
+    )
+}
+
+ceph_cli() { ceph_run 30 ceph -c "$CEPH_CONF" --connect-timeout 20 "$@"; }
 
 # A new cluster: monitor map and store, one OSD.
 ceph_new_cluster() {
@@ -137,14 +159,14 @@ ceph_new_cluster() {
     rm -rf --one-file-system "$CEPH_DIR/mon" "$CEPH_DIR/osd" "$CEPH_DIR/rgw" "$CEPH_DIR/monmap" "$CEPH_RUN"
     mkdir -p "$CEPH_DIR/mon" "$CEPH_DIR/osd/osd.0" "$CEPH_DIR/rgw" "$CEPH_RUN" "$CEPH_LOGS"
     ceph_write_config "$fsid"
-    in_chroot "$CEPH_CHROOT" monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$CEPH_MON_PORT]" \
+    ceph_run 60 monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$CEPH_MON_PORT]" \
         "$CEPH_DIR/monmap" >>"$CEPH_LOGS/setup.log" 2>&1 || { show_tail "$CEPH_LOGS/setup.log"; die "monmaptool failed"; }
-    in_chroot "$CEPH_CHROOT" ceph-mon -c "$CEPH_CONF" --mkfs -i a --monmap "$CEPH_DIR/monmap" \
+    ceph_run 120 ceph-mon -c "$CEPH_CONF" --mkfs -i a --monmap "$CEPH_DIR/monmap" \
         >>"$CEPH_LOGS/setup.log" 2>&1 || { show_tail "$CEPH_LOGS/setup.log"; die "ceph-mon --mkfs failed"; }
     ceph_spawn ceph-mon -i a
     ceph_cli osd new "$osd_uuid" >>"$CEPH_LOGS/setup.log" 2>&1 ||
         { show_tail "$CEPH_LOGS/setup.log" "$CEPH_LOGS/mon.a.log"; die "ceph osd new failed"; }
-    in_chroot "$CEPH_CHROOT" ceph-osd -c "$CEPH_CONF" -i 0 --mkfs --osd-uuid "$osd_uuid" \
+    ceph_run 300 ceph-osd -c "$CEPH_CONF" -i 0 --mkfs --osd-uuid "$osd_uuid" \
         >>"$CEPH_LOGS/setup.log" 2>&1 || { show_tail "$CEPH_LOGS/setup.log"; die "ceph-osd --mkfs failed"; }
 }
 
@@ -170,10 +192,16 @@ ceph_start() {
     fi
 }
 
-# The S3 user, with this state dir's keys (radosgw-admin talks to the cluster, not to the gateway).
+# radosgw-admin talks to the cluster, not to the gateway; each of its operations gives up after 20 s
+# and the whole command after 30 s.
+ceph_rgw_admin() {
+    ceph_run 30 radosgw-admin -c "$CEPH_CONF" --rados_osd_op_timeout=20 --rados_mon_op_timeout=20 "$@"
+}
+
+# The S3 user, with this state dir's keys.
 ceph_create_user() {
-    in_chroot "$CEPH_CHROOT" radosgw-admin -c "$CEPH_CONF" user info --uid=clusterctl >/dev/null 2>&1 && return 0
-    in_chroot "$CEPH_CHROOT" radosgw-admin -c "$CEPH_CONF" user create --uid=clusterctl --display-name=clusterctl \
+    ceph_rgw_admin user info --uid=clusterctl >/dev/null 2>&1 && return 0
+    ceph_rgw_admin user create --uid=clusterctl --display-name=clusterctl \
         --access-key="$S3_ACCESS_KEY" --secret="$S3_SECRET_KEY" >>"$CEPH_LOGS/setup.log" 2>&1
 }
 
@@ -198,10 +226,26 @@ s3.delete_object(Bucket=bucket, Key=".stack-probe")
 PY
 }
 
+# ceph_python: a python that imports boto3, the repository's .venv (scripts/bootstrap.sh) first.
+ceph_python() {
+    local venv
+    venv="$(cd "$STACK_HOME/../.." && pwd)/.venv/bin/python"
+    if [[ -x "$venv" ]] && "$venv" -c 'import boto3' >/dev/null 2>&1; then
+        echo "$venv"
+        return 0
+    fi
+    python_bin
+}
+
 ceph_wait_ready() {
     local deadline=$((SECONDS + STACK_TIMEOUT))
-    PYTHON="$(python_bin)" || die "no python with boto3 found"
+    PYTHON="$(ceph_python)" ||
+        die "no python with boto3: run scripts/bootstrap.sh (the project's .venv) or 'pip install boto3' first"
     until ceph_create_user; do
+        ceph_daemon_running ceph-mon ||
+            { show_tail "$CEPH_LOGS/ceph-mon.out" "$CEPH_LOGS/mon.a.log"; die "ceph-mon exited while the cluster came up"; }
+        ceph_daemon_running ceph-osd ||
+            { show_tail "$CEPH_LOGS/ceph-osd.out" "$CEPH_LOGS/osd.0.log"; die "ceph-osd exited while the cluster came up"; }
         ((SECONDS < deadline)) || { show_tail "$CEPH_LOGS/setup.log" "$CEPH_LOGS/mon.a.log"; die "radosgw-admin user create failed"; }
         sleep 1
     done
