@@ -113,6 +113,8 @@ class RestdBackend:
         self._key: bytes | None = None
         self._tokens: dict[str, tuple[str, float]] = {}  # user -> (token, monotonic refresh time)
         self._jobs_stamp = 0  # Slurm's last_update in the last GET jobs poll_jobs read whole (0: none)
+        self._nodes_stamp = 0  # the same for GET nodes, whose last answer list_nodes keeps
+        self._nodes: list[SlurmNode] = []
         self._stamp_refused = False  # slurmrestd refused update_time once: whole reads only
 
     async def aclose(self) -> None:
@@ -307,22 +309,10 @@ class RestdBackend:
         """``GET jobs?update_time=`` with Slurm's stamp of the last reply (23.11 on): nothing when no
         job changed since, else the whole queue (``GET jobs`` has no state or id filter)."""
         command = "GET jobs"
-        since = self._jobs_stamp
-        path = await self._path("jobs")
         with _observed(command):
+            resp, since = await self._get_since("jobs", self._jobs_stamp, command)
             try:
-                resp = await self._send("GET", path + (f"?update_time={since}" if since else ""), command)
-            except SlurmError as exc:
-                if not since or exc.returncode != 422:
-                    raise
-                # Some releases' parsers refuse the stamp they gave ("Parsing of N for timestamp
-                # failed"): read the whole queue from then on.
-                log.warning("slurmrestd refuses update_time (%s): queue polls read the whole queue", exc.detail)
-                self._jobs_stamp = since = 0
-                self._stamp_refused = True
-                resp = await self._send("GET", path, command)
-            try:
-                jobs, stamp = await asyncio.to_thread(parse.parse_jobs_since, resp.text, asked_since=bool(since))
+                jobs, stamp = await asyncio.to_thread(parse.parse_jobs_since, resp.text, asked_since=since)
             except ValueError as exc:
                 raise _error(command, 200, str(exc)) from exc
         if jobs is None:
@@ -331,10 +321,38 @@ class RestdBackend:
         return JobPoll(tuple(jobs))
 
     async def list_nodes(self) -> list[SlurmNode]:
+        """``GET nodes?update_time=`` with the last reply's stamp (23.11 on): the last answer again
+        when no node changed (304 on 26.05), else every node."""
         command = "GET nodes"
         with _observed(command):
-            resp = await self._send("GET", await self._path("nodes"), command)
-            return await _parsed(command, parse.parse_sinfo, resp.text)
+            resp, since = await self._get_since("nodes", self._nodes_stamp, command)
+            if since and resp.status == 304:
+                return list(self._nodes)
+            try:
+                nodes, stamp = await asyncio.to_thread(parse.parse_nodes_since, resp.text, asked_since=since)
+            except ValueError as exc:
+                raise _error(command, 200, str(exc)) from exc
+        if nodes is None:
+            return list(self._nodes)
+        self._nodes, self._nodes_stamp = nodes, 0 if self._stamp_refused else stamp
+        return list(nodes)
+
+    async def _get_since(self, tail: str, since: int, command: str) -> tuple[Reply, bool]:
+        """``GET tail``, with ``?update_time=since`` when ``since`` is a stamp and the server takes
+        stamps; (the reply, whether it was asked with one)."""
+        path = await self._path(tail)
+        if not since or self._stamp_refused:
+            return await self._send("GET", path, command), False
+        try:
+            return await self._send("GET", f"{path}?update_time={since}", command), True
+        except SlurmError as exc:
+            if exc.returncode != 422:
+                raise
+            # Some releases' parsers refuse the stamp they gave ("Parsing of N for timestamp
+            # failed", 24.11's v0.0.40/41): whole reads from then on.
+            log.warning("slurmrestd refuses update_time (%s): polls read the whole queue and node list", exc.detail)
+            self._stamp_refused = True
+            return await self._send("GET", path, command), False
 
     async def hold(self, job_id: str, *, user: str) -> None:
         """``scontrol uhold`` through the commands backend: a REST hold signed for root would be an
