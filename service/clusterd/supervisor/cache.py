@@ -4,7 +4,8 @@ Every interval the cache asks Slurm for the queue once (the node list when it ca
 the switch tree every ``_TOPOLOGY_EVERY`` polls), swaps in an immutable snapshot, and hands it to
 the listeners that subscribed. Where the release can filter the queue and a focus is set (the job ids
 the service follows), a poll reads only what can have changed (SlurmBackend.poll_jobs) and the
-whole queue every ``_WHOLE_EVERY_SECONDS``: on a big cluster the bulk of the queue is other
+whole queue every ``_WHOLE_EVERY_SECONDS`` (unless Slurm said no job changed since the last whole
+one, as slurmrestd's ``update_time`` does): on a big cluster the bulk of the queue is other
 users' pending jobs, and re-reading them every interval would cost seconds of slurmctld's and
 clusterd's time. Nodes, likewise, are read when a job started, ended or changed outside PENDING
 (what moves their allocations, and how a node's death shows) or is still releasing its nodes, while
@@ -256,10 +257,11 @@ class QueueCache:
             self.whole_polls += 1
             return {j.job_id: j for j in jobs}, True
         poll = await self._backend.poll_jobs(focus)
-        if poll.whole:
+        complete = poll.whole or (poll.unchanged and self.snapshot.whole)
+        if complete:  # Slurm's "nothing changed" covers every job: as good as a whole read
             self._last_whole = now
-            self.whole_polls += 1
-        return merge(self.snapshot.jobs, poll, focus), poll.whole or (poll.unchanged and self.snapshot.whole)
+        self.whole_polls += poll.whole
+        return merge(self.snapshot.jobs, poll, focus), complete
 
     async def _topology(self, previous: tuple[SlurmSwitch, ...]) -> tuple[SlurmSwitch, ...]:
         """A fresh switch tree, or ``previous`` while it cannot be fetched or parsed (retried next refresh)."""

@@ -78,6 +78,38 @@ async def test_other_users_pending_jobs_wait_for_the_whole_read(monkeypatch: pyt
     assert cache.snapshot.whole and sorted(cache.snapshot.jobs) == ["1", "2", "3"]
 
 
+class UnchangedSlurm(FakeSlurm):
+    """slurmrestd's update_time: after the first look, "no job changed" until told otherwise."""
+
+    changed = False
+
+    async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
+        self.calls["poll_jobs"] += 1
+        if self.changed:
+            return JobPoll(tuple(self.jobs.values()), whole=False)
+        return JobPoll((), whole=False, unchanged=True)
+
+
+async def test_slurm_saying_nothing_changed_puts_off_the_whole_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 10,000-job queue is not re-read every _WHOLE_EVERY_SECONDS while Slurm says none changed."""
+    now = [1000.0]
+    monkeypatch.setattr(cache_module.time, "monotonic", lambda: now[0])
+    slurm = UnchangedSlurm.cluster()
+    cache = await _focused(slurm, {"1"})
+    for _ in range(3):
+        now[0] += cache_module._WHOLE_EVERY_SECONDS * 0.75
+        await cache.poll_once()
+        assert cache.snapshot.whole
+    assert slurm.calls["list_jobs"] == 1 and slurm.calls["poll_jobs"] == 3
+    slurm.changed = True  # a partial answer: other users' pending jobs may be stale from now on
+    now[0] += cache_module._WHOLE_EVERY_SECONDS * 0.75
+    await cache.poll_once()
+    assert not cache.snapshot.whole and slurm.calls["list_jobs"] == 1
+    now[0] += cache_module._WHOLE_EVERY_SECONDS * 0.5
+    await cache.poll_once()
+    assert cache.snapshot.whole and slurm.calls["list_jobs"] == 2
+
+
 async def test_want_whole_is_spaced_and_survives_a_failed_read(monkeypatch: pytest.MonkeyPatch) -> None:
     slurm = FakeSlurm.cluster()
     slurm.partial = True
