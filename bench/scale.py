@@ -29,28 +29,45 @@ import statistics
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench.scale_service import ServiceFigures, median, run_service
 from bench.submit import cancel_by_name, pid_file, process_cpu, sdiag, slurm_env, wait_for_slurm
 from clusterd.config import SlurmConfig
+from clusterd.errors import SlurmError
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.commands import CommandsBackend
+from clusterd.slurm.request import JobRequest
 from clusterd.supervisor.cache import QueueCache
 from tests.support.backends import close_backend, make_backend
 from tests.support.stack import Stack, stack_for
 
 
-def submit_held(env: dict[str, str], name: str, user: str, count: int) -> None:
-    """``count`` held one-task jobs of ``user`` (sbatch 8 at a time)."""
-    argv = ["runuser", "-u", user, "--", "sbatch", "--hold", f"--job-name={name}", "-o", "/dev/null", "--wrap=true"]
+async def submit_held(stack: Stack, name: str, user: str, count: int) -> None:
+    """``count`` held one-task jobs of ``user``'s through slurmrestd (8 at a time): no process per
+    job, which on a loaded 2-core machine would take longer than the measurements."""
+    backend = make_backend("slurmrestd", stack)
+    gate = asyncio.Semaphore(8)
+    script = "#!/bin/sh\ntrue\n"
+    request = JobRequest(
+        script, name, user, hold=True, stdout="/dev/null", working_directory="/tmp", submit_directory="/tmp"
+    )
 
-    def one(_: int) -> None:
-        subprocess.run(argv, env=env, cwd="/tmp", capture_output=True, check=True, timeout=60)
+    async def one() -> None:
+        async with gate:
+            for attempt in range(3):  # slurmctld may stall for seconds while the host is loaded
+                try:
+                    await backend.submit(request)
+                    return
+                except SlurmError:
+                    if attempt == 2:
+                        raise
+                    await asyncio.sleep(5)
 
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(one, range(count)))
+    try:
+        await asyncio.gather(*(one() for _ in range(count)))
+    finally:
+        await close_backend(backend)
 
 
 def submit_running(env: dict[str, str], name: str, user: str) -> str:
@@ -164,7 +181,7 @@ async def run(args: argparse.Namespace) -> dict[int, ServiceFigures]:
         try:
             if size == max(args.sizes) and args.jobs:
                 started = time.monotonic()
-                submit_held(env, name, "bob", args.jobs)
+                await submit_held(stack, name, "bob", args.jobs)
                 print(f"{args.jobs} held jobs of bob's queued in {time.monotonic() - started:.0f} s", flush=True)
                 if args.rounds:
                     await polls(stack, env, name, args)

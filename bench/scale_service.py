@@ -219,15 +219,13 @@ def run_service(
             print(f"  idle: {quiet}", flush=True)
             latencies = watch_latency(stack, ours, f"{name}-w", watches)
             print(f"  watch latency: {[round(x, 3) for x in latencies]}", flush=True)
-            loud, rate = storm(stack, ours, f"{name}-s", clients, seconds)
-            print(f"  storm: {loud}, {rate:.1f} submits/s", flush=True)
-            cancel_by_name(f"{name}-s", env)
-            time.sleep(5.0)
             firsts = []
-            for _ in range(recoveries):
+            for _ in range(recoveries):  # before the storm: its thousand jobs' ends are no part of these
                 result = one_recovery("node kill", stack, ours)
                 print(f"  node kill: {result}", flush=True)
                 firsts.append(float(result["first_step"]))
+            loud, rate = storm(stack, ours, f"{name}-s", clients, seconds)
+            print(f"  storm: {loud}, {rate:.1f} submits/s", flush=True)
         finally:
             ours.close()
             for suffix in ("", "-w", "-s"):
