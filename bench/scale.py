@@ -125,7 +125,8 @@ async def idle(
 async def polls(stack: Stack, env: dict[str, str], name: str, args: argparse.Namespace) -> None:
     """The whole-read vs partial-poll comparison (module doc, second paragraph), printed."""
     nodes = subprocess.run(["sinfo", "-h", "-o", "%D", "-p", "debug"], env=env, capture_output=True, text=True)
-    backend = CommandsBackend(SlurmConfig(slurm_conf=env["SLURM_CONF"], bin_dir=stack.slurm_bin))
+    config = SlurmConfig(slurm_conf=env["SLURM_CONF"], bin_dir=stack.slurm_bin, command_timeout_seconds=300)
+    backend = CommandsBackend(config)
     followed = frozenset(submit_running(env, name, "alice") for _ in range(2))
     kinds: dict[str, Callable[[], Awaitable[object]]] = {
         "whole read (anchor)": backend.list_jobs,

@@ -1,15 +1,15 @@
 """One clusterd on the stack as it is up, measured as a process: what bench/scale.py compares by size.
 
 A clusterd of the bench's own (``bench.recovery.Clusterd``: the stack's clusterd.toml, slurmrestd,
-a poll a second, no per-user rate limit or job quota) follows two running jobs of alice's; the
-stack's own clusterd is stopped (SIGSTOP) meanwhile, so that every job-info RPC and every
-slurmrestd cycle is this one's. Figures:
+a poll a second, no per-user rate limit or job quota, Slurm calls' timeout 120 s) follows two
+running jobs of alice's; the stack's own clusterd is stopped (SIGSTOP) meanwhile, so that every
+job-info RPC and every slurmrestd cycle is this one's. Figures:
 
 - idle: CPU seconds per second of clusterd (with the commands it ran) and of slurmrestd and
   slurmctld, slurmctld's RPCs per second (every type but sdiag's own and slurmd's), clusterd's RSS;
 - a storm: ``clients`` threads submitting held jobs for ``storm`` seconds, the same figures and
   the submit rate, RSS at its highest (sampled);
-- ``watch`` latency: an external ``scancel`` of a running job to its event on a WatchJobs stream;
+- ``watch`` latency: an external ``scancel`` of a running job to its first event on a WatchJobs stream;
 - recovery: node death (``stack.sh kill-node``) to the first training step of a 2-node job
   (``bench.recovery.one_recovery``).
 """
@@ -39,7 +39,12 @@ _NOT_CLUSTERD = ("MESSAGE_", "REQUEST_COMPLETE_", "REQUEST_STEP_COMPLETE", "REQU
 
 
 # The storm measures the submit path, not the per-user rate limit and job quota that would refuse it.
-_UNLIMITED = {"CLUSTERD_LIMITS__REQUESTS_PER_SECOND": "0", "CLUSTERD_LIMITS__MAX_JOBS_PER_USER": "0"}
+# A whole read of a 10,000-job queue took over 30 s (the default timeout) on the loaded 2-core host.
+_UNLIMITED = {
+    "CLUSTERD_LIMITS__REQUESTS_PER_SECOND": "0",
+    "CLUSTERD_LIMITS__MAX_JOBS_PER_USER": "0",
+    "CLUSTERD_SLURM__COMMAND_TIMEOUT_SECONDS": "120",
+}
 
 
 @dataclass
@@ -144,14 +149,15 @@ def follow(client: ClusterClient, name: str, count: int) -> list[str]:
 
 
 def watch_latency(stack: Stack, ours: Clusterd, name: str, repeats: int) -> list[float]:
-    """Seconds from an external ``scancel`` of a running job to the WatchJobs event that ends it."""
+    """Seconds from an external ``scancel`` of a running job to its first WatchJobs event after it
+    (COMPLETING or CANCELLED: Slurm marks the job at once, so this is clusterd's part)."""
     seen: dict[str, float] = {}
     stream = ClusterClient(ours.daemon.addr, stack.env["CLUSTERCTL_TOKEN"])
 
     def watch() -> None:
         with contextlib.suppress(Exception):  # closing the client ends the stream
             for event in stream.watch(include_initial=False):
-                if event.job.state in (jobs_pb2.JOB_STATE_CANCELLED,):
+                if event.job.state not in (jobs_pb2.JOB_STATE_PENDING, jobs_pb2.JOB_STATE_RUNNING):
                     seen.setdefault(event.job.job_id, time.monotonic())
 
     thread = threading.Thread(target=watch, daemon=True)
