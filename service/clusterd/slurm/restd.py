@@ -51,6 +51,10 @@ T = TypeVar("T")
 BACKEND = "slurmrestd"
 __all__ = ["KNOWN_API_VERSIONS", "RestdBackend"]
 SLURM_USER = "root"  # SlurmUser of the clusters we run on: signs calls made for no particular user
+# Past this many jobs a changed queue costs more as one GET jobs than as two filtered squeues (256
+# nodes, 10,000 held jobs on the loaded 2-core test host: a change seen 14-29 s late through GET
+# jobs; bench/scale.py).
+_WHOLE_REPLY_MAX_JOBS = 2000
 _VERSION_PATH_RE = re.compile(r"^/slurm/(v[0-9]+\.[0-9]+\.[0-9]+)/")
 
 
@@ -114,6 +118,7 @@ class RestdBackend:
         self._tokens: dict[str, tuple[str, float]] = {}  # user -> (token, monotonic refresh time)
         self._jobs_stamp = 0  # Slurm's last_update in the last GET jobs poll_jobs read whole (0: none)
         self._nodes_stamp = 0  # the same for GET nodes, whose last answer list_nodes keeps
+        self._queue_size = 0  # jobs in the last whole read (see poll_jobs)
         self._nodes: list[SlurmNode] = []
         self._stamp_refused = False  # slurmrestd refused update_time once: whole reads only
 
@@ -303,11 +308,21 @@ class RestdBackend:
         command = "GET jobs"
         with _observed(command):
             resp = await self._send("GET", await self._path("jobs"), command)
-            return await _parsed(command, parse.parse_squeue, resp.text)
+            jobs = await _parsed(command, parse.parse_squeue, resp.text)
+        self._queue_size = len(jobs)
+        return jobs
 
     async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
         """``GET jobs?update_time=`` with Slurm's stamp of the last reply (23.11 on): nothing when no
-        job changed since, else the whole queue (``GET jobs`` has no state or id filter)."""
+        job changed since, else the whole queue (``GET jobs`` has no state or id filter).
+
+        On a queue past ``_WHOLE_REPLY_MAX_JOBS`` jobs, where squeue filters (24.11 on), the commands
+        backend's partial look instead: every change would cost the whole queue's JSON here (10,000
+        jobs: 31 MB, seconds of slurmrestd's and clusterd's time), two filtered squeues cost what changed.
+        """
+        if self._queue_size > _WHOLE_REPLY_MAX_JOBS and await self._commands().filters_queue():
+            with _observed("squeue"):
+                return await self._commands().poll_jobs(focus)
         command = "GET jobs"
         with _observed(command):
             resp, since = await self._get_since("jobs", self._jobs_stamp, command)
@@ -318,6 +333,7 @@ class RestdBackend:
         if jobs is None:
             return JobPoll((), whole=False, unchanged=True)
         self._jobs_stamp = 0 if self._stamp_refused else stamp
+        self._queue_size = len(jobs)
         return JobPoll(tuple(jobs))
 
     async def list_nodes(self) -> list[SlurmNode]:

@@ -4,8 +4,9 @@ Every interval the cache asks Slurm for the queue once (the node list when it ca
 the switch tree every ``_TOPOLOGY_EVERY`` polls), swaps in an immutable snapshot, and hands it to
 the listeners that subscribed. Where the release can filter the queue and a focus is set (the job ids
 the service follows), a poll reads only what can have changed (SlurmBackend.poll_jobs) and the
-whole queue every ``_WHOLE_EVERY_SECONDS`` (unless Slurm said no job changed since the last whole
-one, as slurmrestd's ``update_time`` does): on a big cluster the bulk of the queue is other
+whole queue every ``_WHOLE_EVERY_SECONDS`` or ``_WHOLE_COST_FACTOR`` times its last read's time
+(unless Slurm said no job changed since the last whole one, as slurmrestd's ``update_time``
+does): on a big cluster the bulk of the queue is other
 users' pending jobs, and re-reading them every interval would cost seconds of slurmctld's and
 clusterd's time. Nodes, likewise, are read when a job started, ended or changed outside PENDING
 (what moves their allocations, and how a node's death shows) or is still releasing its nodes, while
@@ -39,6 +40,9 @@ _MAX_BACKOFF = 30.0  # seconds between polls while Slurm does not answer
 # Seconds between whole-queue reads when polls are partial: how stale another user's PENDING job
 # (a new one, a hold, a requeue of one) may be in queue listings; never the service's own jobs.
 _WHOLE_EVERY_SECONDS = 60.0
+# ... and at least this many times the last whole read's duration: a queue whose whole read takes
+# 20 s (10,000 jobs on a loaded host) holds the polls up for at most 5% of the time.
+_WHOLE_COST_FACTOR = 20.0
 # Seconds at least between two whole reads asked for (want_whole): callers asking at once share one,
 # and a user who keeps adopting ids that do not exist cannot make every poll a whole read.
 _WANTED_WHOLE_GAP = 5.0
@@ -132,6 +136,7 @@ class QueueCache:
         self._listeners: list[SnapshotListener] = []
         self._focus: Focus | None = None
         self._last_whole = -float("inf")  # time.monotonic() of the last whole-queue read
+        self._whole_took = 0.0  # seconds the last whole read (list_jobs) took
         self._whole_wanted = False
         self.whole_polls = 0  # polls that read the whole queue (the rest were partial)
         self._nodes_read = -float("inf")  # time.monotonic() of the last node read
@@ -245,7 +250,8 @@ class QueueCache:
         focus = await self._focus() if self._focus is not None else None
         now = time.monotonic()
         since = now - self._last_whole
-        if focus is None or since >= _WHOLE_EVERY_SECONDS or (self._whole_wanted and since >= _WANTED_WHOLE_GAP):
+        due = since >= max(_WHOLE_EVERY_SECONDS, _WHOLE_COST_FACTOR * self._whole_took)
+        if focus is None or due or (self._whole_wanted and since >= _WANTED_WHOLE_GAP):
             wanted = self._whole_wanted
             self._whole_wanted = False  # a want_whole() during the read asks for the next one too
             try:
@@ -254,6 +260,7 @@ class QueueCache:
                 self._whole_wanted = self._whole_wanted or wanted
                 raise
             self._last_whole = now
+            self._whole_took = time.monotonic() - now
             self.whole_polls += 1
             return {j.job_id: j for j in jobs}, True
         poll = await self._backend.poll_jobs(focus)

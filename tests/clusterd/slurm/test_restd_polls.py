@@ -6,6 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from clusterd.slurm.types import JobPoll
 from tests.support.backends import Sent, answer, restd_backend
 
 _JOB = {"job_id": 7, "name": "x", "user_name": "bob", "job_state": ["PENDING"]}
@@ -139,3 +142,34 @@ async def test_a_refused_stamp_makes_node_and_job_reads_whole(tmp_path: Path) ->
         "/slurm/v0.0.41/nodes",
         "/slurm/v0.0.41/jobs",
     ]
+
+
+class _Squeue:
+    """The commands backend as the slurmrestd backend falls back to: filtered squeues, or none."""
+
+    def __init__(self, filters: bool) -> None:
+        self.filters, self.polls = filters, 0
+
+    async def filters_queue(self) -> bool:
+        return self.filters
+
+    async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
+        self.polls += 1
+        return JobPoll((), whole=False)
+
+
+@pytest.mark.parametrize("filters", [True, False])
+async def test_a_big_queue_is_polled_with_filtered_squeues_where_they_filter(tmp_path: Path, filters: bool) -> None:
+    """Past 2,000 jobs a change through GET jobs costs the whole queue: squeue's filters (24.11 on) instead."""
+    sent: list[str] = []
+    many = [{**_JOB, "job_id": n} for n in range(1, 2002)]
+
+    def handler(request: Sent) -> Any:
+        sent.append(request.path)
+        return answer(200, json={"jobs": many, "last_update": _stamp(1000 + len(sent)), "errors": []})
+
+    squeue = _Squeue(filters)
+    backend = restd_backend(tmp_path, handler, fallback=squeue, restd_api_version="v0.0.45")
+    assert len(await backend.list_jobs()) == 2001
+    poll = await backend.poll_jobs(frozenset({"7"}))
+    assert (squeue.polls, len(sent), poll.whole) == ((1, 1, False) if filters else (0, 2, True))
