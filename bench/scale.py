@@ -161,6 +161,18 @@ async def polls(stack: Stack, env: dict[str, str], name: str, args: argparse.Nam
         print(f"{label:30s}{mine:8.3f}{ctld:11.3f}{restd:12.3f}{rpcs:8.2f}{mine / base:15.3f}x", flush=True)
 
 
+def wait_queue_purged(env: dict[str, str], timeout: float = 420.0) -> None:
+    """Until slurmctld holds fewer than 100 jobs in any state: an earlier run's cancelled thousands
+    stay listed for MinJobAge (300 s), across restarts, and would be the small stack's queue."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        out = subprocess.run(["squeue", "-h", "--states=all", "-o", "%i"], env=env, capture_output=True, text=True)
+        if len(out.stdout.split()) < 100:
+            return
+        time.sleep(10)
+    print(f"  (queue not purged after {timeout:.0f} s; measuring anyway)", flush=True)
+
+
 def stack_up(version: str | None, nodes: int) -> Stack:
     """``stack.sh up --nodes N`` (``--slurm VER``): the stack at this size, slurmd answering on every node."""
     release = ["--slurm", version] if version else []
@@ -169,6 +181,7 @@ def stack_up(version: str | None, nodes: int) -> Stack:
     subprocess.run(["bash", str(script), "up", *release, "--nodes", str(nodes)], check=True, capture_output=True)
     stack = stack_for(version)
     wait_for_slurm(slurm_env(stack))
+    wait_queue_purged(slurm_env(stack))
     print(f"[{nodes} nodes: stack up in {time.monotonic() - started:.0f} s]", flush=True)
     return stack
 
