@@ -60,10 +60,12 @@ BUSY_SECONDS = 60  # how long the other jobs of a busy-cluster run hold their no
 class Clusterd:
     """Our own clusterd (tests.support.daemon) on a unix socket the jobs can reach (their heartbeats)."""
 
-    def __init__(self, stack: Stack) -> None:
+    def __init__(self, stack: Stack, extra_env: dict[str, str] | None = None) -> None:
         state = Path(tempfile.mkdtemp(prefix="ccbench-recovery-"))
         self.sockets = stack.dir / "run" / f"bench-{state.name}"
-        self.daemon = Daemon(stack, state, socket_dir=self.sockets, socket_group="clusterctl")
+        self.daemon = Daemon(
+            stack, state, socket_dir=self.sockets, socket_group="clusterctl", extra_env=dict(extra_env or {})
+        )
         self.daemon.start()
         self.client = ClusterClient(self.daemon.addr, stack.env["CLUSTERCTL_TOKEN"])
 

@@ -263,7 +263,8 @@ def _sacct_time(seconds: float) -> str:
 SQUEUE_ARGV = ["squeue", "--all", "--states=all", "--json"]
 SINFO_ARGV = ["sinfo", "--json"]
 # A partial look at the queue (see SlurmBackend.poll_jobs): every job not PENDING, and the jobs asked
-# for by id. Both filters are honoured with --json from 24.11 on (verified there; 22.05 ignores them).
+# for by id. Both filters are honoured with --json from 24.11 on (verified on 24.11 and 26.05.5;
+# 22.05 ignores them).
 PARTIAL_QUEUE_FROM = (24, 11)
 _NOT_PENDING = (
     "RUNNING,SUSPENDED,COMPLETING,CONFIGURING,COMPLETED,CANCELLED,FAILED,TIMEOUT,NODE_FAIL,PREEMPTED,"

@@ -110,7 +110,7 @@ class CommandsBackend:
 
     async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
         """Two filtered squeues (jobs not PENDING; the focus) from 24.11 on, the whole queue before."""
-        if not await self._filters_queue():
+        if not await self.filters_queue():
             return JobPoll(tuple(await self.list_jobs()))
         result = await self.runner.run(argv.SQUEUE_NOT_PENDING_ARGV)
         jobs = await _parsed("squeue", parse.parse_squeue, result.stdout)
@@ -119,7 +119,7 @@ class CommandsBackend:
             jobs += await _parsed("squeue", parse.parse_squeue, result.stdout)
         return JobPoll(tuple(jobs), whole=False)
 
-    async def _filters_queue(self) -> bool:
+    async def filters_queue(self) -> bool:
         """Whether squeue --json honours its filters here; decided once, like _nodes_argv."""
         if self._partial_queue is None:
             self._partial_queue = await self._release() >= argv.PARTIAL_QUEUE_FROM

@@ -353,6 +353,18 @@ def parse_sinfo(text: str) -> list[SlurmNode]:
     return parse_sinfo_data(_load(text, "sinfo --json"))
 
 
+def parse_nodes_since(text: str, *, asked_since: bool) -> tuple[list[SlurmNode] | None, int]:
+    """A slurmrestd ``GET nodes`` reply: (nodes, its ``last_update``; 0 where the API has none), or
+    (None, 0) for "no change" asked with ``update_time``: no nodes and an unset ``last_update`` (a
+    cluster always has nodes). 26.05 answers that with 304 and no body, which the caller handles.
+    """
+    data = _check(_load(text, "GET nodes"), "GET nodes")
+    stamp = _number(data.get("last_update")) or 0
+    if asked_since and not stamp and not data.get("nodes"):
+        return None, 0
+    return parse_sinfo_data(data), stamp
+
+
 def parse_partitions(text: str) -> list[str]:
     """``scontrol show partition --oneliner``: ``PartitionName=debug ...`` per line."""
     out = []

@@ -51,6 +51,10 @@ T = TypeVar("T")
 BACKEND = "slurmrestd"
 __all__ = ["KNOWN_API_VERSIONS", "RestdBackend"]
 SLURM_USER = "root"  # SlurmUser of the clusters we run on: signs calls made for no particular user
+# Past this many jobs a changed queue costs more as one GET jobs than as two filtered squeues (256
+# nodes, 10,000 held jobs on the loaded 2-core test host: a change seen 14-29 s late through GET
+# jobs; bench/scale.py).
+_WHOLE_REPLY_MAX_JOBS = 2000
 _VERSION_PATH_RE = re.compile(r"^/slurm/(v[0-9]+\.[0-9]+\.[0-9]+)/")
 
 
@@ -113,6 +117,9 @@ class RestdBackend:
         self._key: bytes | None = None
         self._tokens: dict[str, tuple[str, float]] = {}  # user -> (token, monotonic refresh time)
         self._jobs_stamp = 0  # Slurm's last_update in the last GET jobs poll_jobs read whole (0: none)
+        self._nodes_stamp = 0  # the same for GET nodes, whose last answer list_nodes keeps
+        self._queue_size = 0  # jobs in the last whole read (see poll_jobs)
+        self._nodes: list[SlurmNode] = []
         self._stamp_refused = False  # slurmrestd refused update_time once: whole reads only
 
     async def aclose(self) -> None:
@@ -306,40 +313,67 @@ class RestdBackend:
         command = "GET jobs"
         with _observed(command):
             resp = await self._send("GET", await self._path("jobs"), command)
-            return await _parsed(command, parse.parse_squeue, resp.text)
+            jobs = await _parsed(command, parse.parse_squeue, resp.text)
+        self._queue_size = len(jobs)
+        return jobs
 
     async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
         """``GET jobs?update_time=`` with Slurm's stamp of the last reply (23.11 on): nothing when no
-        job changed since, else the whole queue (``GET jobs`` has no state or id filter)."""
+        job changed since, else the whole queue (``GET jobs`` has no state or id filter).
+
+        On a queue past ``_WHOLE_REPLY_MAX_JOBS`` jobs, where squeue filters (24.11 on), the commands
+        backend's partial look instead: every change would cost the whole queue's JSON here (10,000
+        jobs: 31 MB, seconds of slurmrestd's and clusterd's time), two filtered squeues cost what changed.
+        """
+        if self._queue_size > _WHOLE_REPLY_MAX_JOBS and await self._commands().filters_queue():
+            with _observed("squeue"):
+                return await self._commands().poll_jobs(focus)
         command = "GET jobs"
-        since = self._jobs_stamp
-        path = await self._path("jobs")
         with _observed(command):
+            resp, since = await self._get_since("jobs", self._jobs_stamp, command)
             try:
-                resp = await self._send("GET", path + (f"?update_time={since}" if since else ""), command)
-            except SlurmError as exc:
-                if not since or exc.returncode != 422:
-                    raise
-                # Some releases' parsers refuse the stamp they gave ("Parsing of N for timestamp
-                # failed"): read the whole queue from then on.
-                log.warning("slurmrestd refuses update_time (%s): queue polls read the whole queue", exc.detail)
-                self._jobs_stamp = since = 0
-                self._stamp_refused = True
-                resp = await self._send("GET", path, command)
-            try:
-                jobs, stamp = await asyncio.to_thread(parse.parse_jobs_since, resp.text, asked_since=bool(since))
+                jobs, stamp = await asyncio.to_thread(parse.parse_jobs_since, resp.text, asked_since=since)
             except ValueError as exc:
                 raise _error(command, 200, str(exc)) from exc
         if jobs is None:
             return JobPoll((), whole=False, unchanged=True)
         self._jobs_stamp = 0 if self._stamp_refused else stamp
+        self._queue_size = len(jobs)
         return JobPoll(tuple(jobs))
 
     async def list_nodes(self) -> list[SlurmNode]:
+        """``GET nodes?update_time=`` with the last reply's stamp (23.11 on): the last answer again
+        when no node changed (304 on 26.05), else every node."""
         command = "GET nodes"
         with _observed(command):
-            resp = await self._send("GET", await self._path("nodes"), command)
-            return await _parsed(command, parse.parse_sinfo, resp.text)
+            resp, since = await self._get_since("nodes", self._nodes_stamp, command)
+            if since and resp.status == 304:
+                return list(self._nodes)
+            try:
+                nodes, stamp = await asyncio.to_thread(parse.parse_nodes_since, resp.text, asked_since=since)
+            except ValueError as exc:
+                raise _error(command, 200, str(exc)) from exc
+        if nodes is None:
+            return list(self._nodes)
+        self._nodes, self._nodes_stamp = nodes, 0 if self._stamp_refused else stamp
+        return list(nodes)
+
+    async def _get_since(self, tail: str, since: int, command: str) -> tuple[Reply, bool]:
+        """``GET tail``, with ``?update_time=since`` when ``since`` is a stamp and the server takes
+        stamps; (the reply, whether it was asked with one)."""
+        path = await self._path(tail)
+        if not since or self._stamp_refused:
+            return await self._send("GET", path, command), False
+        try:
+            return await self._send("GET", f"{path}?update_time={since}", command), True
+        except SlurmError as exc:
+            if exc.returncode != 422:
+                raise
+            # Some releases' parsers refuse the stamp they gave ("Parsing of N for timestamp
+            # failed", 24.11's v0.0.40/41): whole reads from then on.
+            log.warning("slurmrestd refuses update_time (%s): polls read the whole queue and node list", exc.detail)
+            self._stamp_refused = True
+            return await self._send("GET", path, command), False
 
     async def hold(self, job_id: str, *, user: str) -> None:
         """``scontrol uhold`` through the commands backend: a REST hold signed for root would be an

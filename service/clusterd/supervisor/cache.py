@@ -1,14 +1,19 @@
 """The one queue poll: Slurm's queue and nodes, fetched once per interval and cached.
 
-Every interval the cache asks Slurm for the queue and the node list exactly once (the switch
-tree every ``_TOPOLOGY_EVERY`` polls), swaps in an immutable snapshot, and hands it to the
-listeners that subscribed. Where the release can filter the queue and a focus is set (the job ids
+Every interval the cache asks Slurm for the queue once (the node list when it can have changed,
+the switch tree every ``_TOPOLOGY_EVERY`` polls), swaps in an immutable snapshot, and hands it to
+the listeners that subscribed. Where the release can filter the queue and a focus is set (the job ids
 the service follows), a poll reads only what can have changed (SlurmBackend.poll_jobs) and the
-whole queue every ``_WHOLE_EVERY_SECONDS``: on a big cluster the bulk of the queue is other
+whole queue every ``_WHOLE_EVERY_SECONDS`` or ``_WHOLE_COST_FACTOR`` times its last read's time
+(unless Slurm said no job changed since the last whole one, as slurmrestd's ``update_time``
+does): on a big cluster the bulk of the queue is other
 users' pending jobs, and re-reading them every interval would cost seconds of slurmctld's and
-clusterd's time. RPCs read this cache; nothing else in the service asks Slurm about the
-queue, so slurmctld's load does not grow with the number of watchers. The cache knows nothing of
-the store or of restarts: the reconciler is one of its subscribers.
+clusterd's time. Nodes, likewise, are read when a job started, ended or changed outside PENDING
+(what moves their allocations, and how a node's death shows) or is still releasing its nodes, while
+a recovery hurries the polls, and every ``_NODES_EVERY_SECONDS`` otherwise (a drain, a node down
+with no job on it). RPCs read this cache; nothing else in the service asks Slurm about the queue,
+so slurmctld's load does not grow with the number of watchers. The cache knows nothing of the store
+or of restarts: the reconciler is one of its subscribers.
 """
 
 from __future__ import annotations
@@ -35,9 +40,18 @@ _MAX_BACKOFF = 30.0  # seconds between polls while Slurm does not answer
 # Seconds between whole-queue reads when polls are partial: how stale another user's PENDING job
 # (a new one, a hold, a requeue of one) may be in queue listings; never the service's own jobs.
 _WHOLE_EVERY_SECONDS = 60.0
+# ... and at least this many times the last whole read's duration: a queue whose whole read takes
+# 20 s (10,000 jobs on a loaded host) holds the polls up for at most 5% of the time.
+_WHOLE_COST_FACTOR = 20.0
 # Seconds at least between two whole reads asked for (want_whole): callers asking at once share one,
 # and a user who keeps adopting ids that do not exist cannot make every poll a whole read.
 _WANTED_WHOLE_GAP = 5.0
+# Seconds between node reads while no job moves and no recovery hurries: how stale a drain or a
+# node down without jobs may be in placement and listings (256 nodes: ~0.1 s of CPU a read).
+_NODES_EVERY_SECONDS = 10.0
+# Jobs in these states are releasing their nodes: Slurm may mark one of them DOWN after the job's
+# own change was seen, and the reconciler judges the job's end by the node states it sees next.
+_SETTLING = frozenset({JobState.COMPLETING, JobState.REQUEUED})
 
 
 @dataclass(frozen=True)
@@ -83,6 +97,11 @@ HealthListener = Callable[[bool], None]
 Focus = Callable[[], Awaitable[frozenset[str] | None]]
 
 
+def _active(jobs: dict[str, SlurmJob]) -> dict[str, SlurmJob]:
+    """The jobs outside PENDING: the ones whose changes move nodes' allocations and states."""
+    return {k: j for k, j in jobs.items() if j.state != JobState.PENDING}
+
+
 def merge(previous: dict[str, SlurmJob], poll: JobPoll, focus: frozenset[str]) -> dict[str, SlurmJob]:
     """The queue after a look: a whole one replaces it, an unchanged one keeps it; a partial one keeps
     only the PENDING jobs it does not cover (other users' jobs outside the focus) and adds what it lists.
@@ -117,8 +136,12 @@ class QueueCache:
         self._listeners: list[SnapshotListener] = []
         self._focus: Focus | None = None
         self._last_whole = -float("inf")  # time.monotonic() of the last whole-queue read
+        self._whole_took = 0.0  # seconds the last whole read (list_jobs) took
         self._whole_wanted = False
         self.whole_polls = 0  # polls that read the whole queue (the rest were partial)
+        self._nodes_read = -float("inf")  # time.monotonic() of the last node read
+        self._active: dict[str, SlurmJob] = {}  # the last snapshot's jobs outside PENDING
+        self.node_reads = 0  # polls that read the nodes (the rest kept the previous poll's)
         self._health_listeners: list[HealthListener] = []
         self.snapshot = ClusterSnapshot({}, (), (), 0.0)
         self.slurm_release: tuple[int, int] | None = None  # set once the release is known
@@ -186,18 +209,21 @@ class QueueCache:
         self._wake.set()
 
     async def poll_once(self) -> None:
-        """One squeue + sinfo (+ topology now and then), then every subscriber.
+        """One look at the queue (+ the nodes when due, the topology now and then), then every subscriber.
 
         Raises when Slurm's queue or nodes cannot be read. A failing topology fetch keeps the
         previous switch tree and a failing subscriber is logged: neither says Slurm is unhealthy.
         """
         started = time.perf_counter()
         jobs, whole = await self._jobs()
-        nodes = await self._backend.list_nodes()
+        active = _active(jobs)
+        moved = active != self._active or any(j.state in _SETTLING for j in active.values())
+        nodes = await self._nodes(moved=moved)
         switches = self.snapshot.switches
         if self._polls % _TOPOLOGY_EVERY == 0:
             switches = await self._topology(switches)
-        self.snapshot = ClusterSnapshot(jobs, tuple(nodes), switches, time.time(), whole)
+        self.snapshot = ClusterSnapshot(jobs, nodes, switches, time.time(), whole)
+        self._active = active
         self._polls += 1
         for listener in self._listeners:
             try:
@@ -206,13 +232,26 @@ class QueueCache:
                 log.exception("snapshot subscriber %s failed", type(listener).__name__)
         POLL_LATENCY.observe(time.perf_counter() - started)
 
+    async def _nodes(self, *, moved: bool) -> tuple[SlurmNode, ...]:
+        """Slurm's nodes, read in the same poll as the queue when a job ``moved`` (a job that ended
+        on a dead node is judged by this snapshot's node states), while hurried, and when
+        ``_NODES_EVERY_SECONDS`` passed; else the last read's."""
+        now = time.monotonic()
+        if moved or now < self._hurry_until or now - self._nodes_read >= _NODES_EVERY_SECONDS:
+            nodes = tuple(await self._backend.list_nodes())
+            self._nodes_read = now
+            self.node_reads += 1
+            return nodes
+        return self.snapshot.nodes
+
     async def _jobs(self) -> tuple[dict[str, SlurmJob], bool]:
         """The queue after this poll's look (whole when due, wanted, or nothing is in focus), and
         whether it is complete: read whole, or Slurm said nothing changed since a whole read."""
         focus = await self._focus() if self._focus is not None else None
         now = time.monotonic()
         since = now - self._last_whole
-        if focus is None or since >= _WHOLE_EVERY_SECONDS or (self._whole_wanted and since >= _WANTED_WHOLE_GAP):
+        due = since >= max(_WHOLE_EVERY_SECONDS, _WHOLE_COST_FACTOR * self._whole_took)
+        if focus is None or due or (self._whole_wanted and since >= _WANTED_WHOLE_GAP):
             wanted = self._whole_wanted
             self._whole_wanted = False  # a want_whole() during the read asks for the next one too
             try:
@@ -221,13 +260,15 @@ class QueueCache:
                 self._whole_wanted = self._whole_wanted or wanted
                 raise
             self._last_whole = now
+            self._whole_took = time.monotonic() - now
             self.whole_polls += 1
             return {j.job_id: j for j in jobs}, True
         poll = await self._backend.poll_jobs(focus)
-        if poll.whole:
+        complete = poll.whole or (poll.unchanged and self.snapshot.whole)
+        if complete:  # Slurm's "nothing changed" covers every job: as good as a whole read
             self._last_whole = now
-            self.whole_polls += 1
-        return merge(self.snapshot.jobs, poll, focus), poll.whole or (poll.unchanged and self.snapshot.whole)
+        self.whole_polls += poll.whole
+        return merge(self.snapshot.jobs, poll, focus), complete
 
     async def _topology(self, previous: tuple[SlurmSwitch, ...]) -> tuple[SlurmSwitch, ...]:
         """A fresh switch tree, or ``previous`` while it cannot be fetched or parsed (retried next refresh)."""

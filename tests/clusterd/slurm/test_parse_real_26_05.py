@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from clusterd.slurm.parse import parse_sinfo, parse_squeue
+from clusterd.slurm.parse import parse_jobs_since, parse_sinfo, parse_squeue
 from clusterd.slurm.types import JobState, NodeState
 from tests.support.paths import SLURM_FIXTURES
 
@@ -41,3 +41,17 @@ def test_sinfo_allocations() -> None:
         assert (n.state, n.gpus_allocated, n.cpus_allocated, n.gpus_total) == (NodeState.MIXED, 2, 2, 4)
     assert all(nodes[f"node{i}"].state is NodeState.IDLE for i in range(3, 7))
     assert all(n.partitions == ("debug", "batch") and n.memory_mb_total == 2048 for n in nodes.values())
+
+
+def test_the_partial_looks_filters_hold_with_json() -> None:
+    """clusterd's partial look (argv.SQUEUE_NOT_PENDING_ARGV, squeue_jobs_argv) as 26.05 printed it
+    while bob's held jobs 1222-1224 were PENDING: the state and id filters are honoured."""
+    running = parse_squeue((SLURM_FIXTURES / "squeue_26.05_real_not_pending.json").read_text())
+    assert [(j.job_id, j.state, j.user) for j in running] == [("1225", JobState.RUNNING, "alice")]
+    (focus,) = parse_squeue((SLURM_FIXTURES / "squeue_26.05_real_focus.json").read_text())
+    assert (focus.job_id, focus.state, focus.reason) == ("1224", JobState.PENDING, "JobHeldUser")
+
+
+def test_restd_no_job_changes_is_no_change() -> None:
+    text = (SLURM_FIXTURES / "restd_jobs_26.05_real_no_change.json").read_text()
+    assert parse_jobs_since(text, asked_since=True) == (None, 0)

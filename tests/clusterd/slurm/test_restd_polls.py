@@ -6,6 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from clusterd.slurm.types import JobPoll
 from tests.support.backends import Sent, answer, restd_backend
 
 _JOB = {"job_id": 7, "name": "x", "user_name": "bob", "job_state": ["PENDING"]}
@@ -88,3 +91,85 @@ async def test_a_release_that_refuses_update_time_gets_whole_reads(tmp_path: Pat
         "/slurm/v0.0.41/jobs",
         "/slurm/v0.0.41/jobs",
     ]
+
+
+_NODE = {"name": "node1", "state": ["IDLE"], "cpus": 4, "partitions": ["debug"]}
+
+
+async def test_nodes_are_asked_for_changes_and_kept_when_none(tmp_path: Path) -> None:
+    """GET nodes?update_time= with the last reply's stamp: 26.05's 304 (no body) and 24.11's empty
+    reply with an unset stamp both give the last answer again; a change gives every node."""
+    sent: list[str] = []
+    replies: list[Any] = [
+        answer(200, json={"nodes": [_NODE], "last_update": _stamp(1000), "errors": []}),
+        answer(304),
+        answer(200, json={"nodes": [], "last_update": _UNSET, "errors": []}),
+        answer(200, json={"nodes": [{**_NODE, "state": ["DOWN"]}], "last_update": _stamp(1010), "errors": []}),
+        answer(304),
+    ]
+
+    def handler(request: Sent) -> Any:
+        sent.append(request.path)
+        return replies[len(sent) - 1]
+
+    backend = restd_backend(tmp_path, handler, restd_api_version="v0.0.45")
+    states = [[n.state.value for n in await backend.list_nodes()] for _ in replies]
+    assert states == [["IDLE"], ["IDLE"], ["IDLE"], ["DOWN"], ["DOWN"]]
+    assert sent == ["/slurm/v0.0.45/nodes"] + ["/slurm/v0.0.45/nodes?update_time=1000"] * 3 + [
+        "/slurm/v0.0.45/nodes?update_time=1010"
+    ]
+
+
+async def test_a_refused_stamp_makes_node_and_job_reads_whole(tmp_path: Path) -> None:
+    sent: list[str] = []
+    refusal = {"errors": [{"description": "Parsing of 1000 for timestamp failed (Unable to convert Data type)"}]}
+
+    def handler(request: Sent) -> Any:
+        sent.append(request.path)
+        if "update_time" in request.path:
+            return answer(422, json=refusal)
+        if request.path.endswith("/nodes"):
+            return answer(200, json={"nodes": [_NODE], "last_update": _stamp(1000), "errors": []})
+        return answer(200, json={"jobs": [_JOB], "last_update": _stamp(1000), "errors": []})
+
+    backend = restd_backend(tmp_path, handler, restd_api_version="v0.0.41")
+    for _ in range(2):
+        assert [n.name for n in await backend.list_nodes()] == ["node1"]
+    assert (await backend.poll_jobs(frozenset())).whole
+    assert sent == [
+        "/slurm/v0.0.41/nodes",
+        "/slurm/v0.0.41/nodes?update_time=1000",
+        "/slurm/v0.0.41/nodes",
+        "/slurm/v0.0.41/jobs",
+    ]
+
+
+class _Squeue:
+    """The commands backend as the slurmrestd backend falls back to: filtered squeues, or none."""
+
+    def __init__(self, filters: bool) -> None:
+        self.filters, self.polls = filters, 0
+
+    async def filters_queue(self) -> bool:
+        return self.filters
+
+    async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
+        self.polls += 1
+        return JobPoll((), whole=False)
+
+
+@pytest.mark.parametrize("filters", [True, False])
+async def test_a_big_queue_is_polled_with_filtered_squeues_where_they_filter(tmp_path: Path, filters: bool) -> None:
+    """Past 2,000 jobs a change through GET jobs costs the whole queue: squeue's filters (24.11 on) instead."""
+    sent: list[str] = []
+    many = [{**_JOB, "job_id": n} for n in range(1, 2002)]
+
+    def handler(request: Sent) -> Any:
+        sent.append(request.path)
+        return answer(200, json={"jobs": many, "last_update": _stamp(1000 + len(sent)), "errors": []})
+
+    squeue = _Squeue(filters)
+    backend = restd_backend(tmp_path, handler, fallback=squeue, restd_api_version="v0.0.45")
+    assert len(await backend.list_jobs()) == 2001
+    poll = await backend.poll_jobs(frozenset({"7"}))
+    assert (squeue.polls, len(sent), poll.whole) == ((1, 1, False) if filters else (0, 2, True))

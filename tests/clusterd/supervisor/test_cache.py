@@ -1,9 +1,11 @@
-"""QueueCache: one squeue + sinfo per poll, snapshots handed to subscribers, health on change."""
+"""QueueCache: one queue read per poll, nodes when they can have changed, snapshots to subscribers,
+health on change."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -37,11 +39,50 @@ async def test_one_query_per_poll_whatever_the_subscribers() -> None:
     cache.subscribe(second)
     await cache.poll_once()
     await cache.poll_once()
-    assert slurm.calls["list_jobs"] == 2 and slurm.calls["list_nodes"] == 2
+    assert slurm.calls["list_jobs"] == 2 and slurm.calls["list_nodes"] == 1  # nothing moved: nodes kept
     assert slurm.calls["topology"] == 1  # the switch tree only every _TOPOLOGY_EVERY polls
     assert order == ["first", "second", "first", "second"]  # in subscription order, each poll
     assert first.snapshots[-1] is cache.snapshot and cache.snapshot.jobs["7"].nodes == ("node1",)
     assert cache.polls == 2
+
+
+async def test_nodes_are_read_when_a_job_moves_or_settles_and_on_a_slow_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At idle a poll keeps the last node list (256 nodes cost a read each); a job that starts,
+    ends or is still releasing its nodes, a hurry, or the slow clock reads them in the same poll."""
+    slurm = FakeSlurm.cluster(leaves=1, per_leaf=2)
+    slurm.jobs["7"] = SlurmJob("7", "train", "alice", JobState.PENDING)
+    cache = QueueCache(slurm, interval=60)
+    now = [1000.0]
+    monkeypatch.setattr(cache_module.time, "monotonic", lambda: now[0])
+
+    async def reads_after(change: Callable[[], object]) -> int:
+        change()
+        before = slurm.calls["list_nodes"]
+        await cache.poll_once()
+        return slurm.calls["list_nodes"] - before
+
+    def set_state(state: JobState) -> None:
+        slurm.jobs["7"] = replace(slurm.jobs["7"], state=state, nodes=("node1",))
+
+    def down() -> None:
+        slurm.nodes[1] = replace(slurm.nodes[1], state=NodeState.DOWN)
+
+    assert await reads_after(lambda: None) == 1  # the first poll
+    assert await reads_after(lambda: None) == 0  # nothing moved
+    assert await reads_after(lambda: slurm.jobs.update(x=SlurmJob("x", "x", "bob", JobState.PENDING))) == 0
+    assert await reads_after(lambda: set_state(JobState.RUNNING)) == 1  # started
+    assert await reads_after(down) == 0 and cache.snapshot.down_nodes == set()  # a node down, no job moved
+    assert await reads_after(lambda: set_state(JobState.COMPLETING)) == 1 and cache.snapshot.down_nodes == {"node2"}
+    assert await reads_after(lambda: None) == 1  # still releasing its nodes
+    assert await reads_after(lambda: set_state(JobState.COMPLETED)) == 1
+    assert await reads_after(lambda: None) == 0
+    assert await reads_after(lambda: cache.hurry(5.0)) == 1
+    now[0] += 5.0
+    assert await reads_after(lambda: None) == 0
+    now[0] += cache_module._NODES_EVERY_SECONDS
+    assert await reads_after(lambda: None) == 1  # the slow clock
 
 
 async def test_facts_and_down_nodes_come_from_the_last_poll() -> None:

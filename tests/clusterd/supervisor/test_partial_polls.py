@@ -74,8 +74,64 @@ async def test_other_users_pending_jobs_wait_for_the_whole_read(monkeypatch: pyt
     assert not cache.snapshot.whole and slurm.calls["poll_jobs"] == 1 and slurm.calls["list_jobs"] == 1
     assert sorted(cache.snapshot.jobs) == ["1", "3"] and cache.snapshot.jobs["1"].nodes == ("node2",)
     monkeypatch.setattr(cache_module, "_WHOLE_EVERY_SECONDS", 0.0)
+    monkeypatch.setattr(cache_module, "_WHOLE_COST_FACTOR", 0.0)
     await cache.poll_once()
     assert cache.snapshot.whole and sorted(cache.snapshot.jobs) == ["1", "2", "3"]
+
+
+class UnchangedSlurm(FakeSlurm):
+    """slurmrestd's update_time: after the first look, "no job changed" until told otherwise."""
+
+    changed = False
+
+    async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
+        self.calls["poll_jobs"] += 1
+        if self.changed:
+            return JobPoll(tuple(self.jobs.values()), whole=False)
+        return JobPoll((), whole=False, unchanged=True)
+
+
+async def test_slurm_saying_nothing_changed_puts_off_the_whole_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 10,000-job queue is not re-read every _WHOLE_EVERY_SECONDS while Slurm says none changed."""
+    now = [1000.0]
+    monkeypatch.setattr(cache_module.time, "monotonic", lambda: now[0])
+    slurm = UnchangedSlurm.cluster()
+    cache = await _focused(slurm, {"1"})
+    for _ in range(3):
+        now[0] += cache_module._WHOLE_EVERY_SECONDS * 0.75
+        await cache.poll_once()
+        assert cache.snapshot.whole
+    assert slurm.calls["list_jobs"] == 1 and slurm.calls["poll_jobs"] == 3
+    slurm.changed = True  # a partial answer: other users' pending jobs may be stale from now on
+    now[0] += cache_module._WHOLE_EVERY_SECONDS * 0.75
+    await cache.poll_once()
+    assert not cache.snapshot.whole and slurm.calls["list_jobs"] == 1
+    now[0] += cache_module._WHOLE_EVERY_SECONDS * 0.5
+    await cache.poll_once()
+    assert cache.snapshot.whole and slurm.calls["list_jobs"] == 2
+
+
+async def test_a_slow_whole_read_is_made_less_often(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole read that takes 10 s (10,000 jobs on a loaded host) comes every 200 s, not every 60."""
+    now = [1000.0]
+    monkeypatch.setattr(cache_module.time, "monotonic", lambda: now[0])
+    slurm = FakeSlurm.cluster()
+    slurm.partial = True
+    real = slurm.list_jobs
+
+    async def slow() -> list[SlurmJob]:
+        now[0] += 10.0
+        return await real()
+
+    slurm.list_jobs = slow  # type: ignore[method-assign]
+    cache = await _focused(slurm, {"1"})
+    for step in (cache_module._WHOLE_EVERY_SECONDS, 100.0):
+        now[0] += step
+        await cache.poll_once()
+        assert slurm.calls["list_jobs"] == 1  # 70 s, then 170 s after the last whole read began
+    now[0] += 30.0
+    await cache.poll_once()
+    assert slurm.calls["list_jobs"] == 2
 
 
 async def test_want_whole_is_spaced_and_survives_a_failed_read(monkeypatch: pytest.MonkeyPatch) -> None:
