@@ -108,6 +108,13 @@ class FencedMaintenance:
         await self._leadership.check()
         await self._maintenance.unreserve(name)
 
+    async def extend(self, name: str, minutes: int) -> None:
+        await self._leadership.check()
+        await self._maintenance.extend(name, minutes)
+
+    async def reservations(self, prefix: str) -> dict[str, str]:
+        return await self._maintenance.reservations(prefix)  # a read: any replica may
+
     async def resume(self, node: str) -> None:
         await self._leadership.check()
         await self._maintenance.resume(node)

@@ -300,7 +300,8 @@ def node_resume_argv(node: str) -> list[str]:
 
 def reservation_argv(name: str, node: str, user: str, minutes: int) -> list[str]:
     """A maintenance reservation of ``node`` for ``user`` alone, from now: once the node is resumed,
-    no other user's job lands there (IGNORE_JOBS: jobs still ending there do not refuse it)."""
+    no other user's job lands there. Slurm refuses it while a job runs there (no IGNORE_JOBS: a
+    tenant's job started on a node an operator resumed meanwhile): the probe is tried later."""
     return [
         "scontrol",
         "create",
@@ -310,12 +311,20 @@ def reservation_argv(name: str, node: str, user: str, minutes: int) -> list[str]
         "starttime=now",
         f"duration={minutes}",
         f"users={user}",
-        "flags=maint,ignore_jobs",
+        "flags=maint",
     ]
 
 
 def reservation_delete_argv(name: str) -> list[str]:
     return ["scontrol", "delete", f"reservation={name}"]
+
+
+def reservation_extend_argv(name: str, minutes: int) -> list[str]:
+    """``name`` to last ``minutes`` from its start."""
+    return ["scontrol", "update", f"reservationname={name}", f"duration={minutes}"]
+
+
+RESERVATIONS_ARGV = ["scontrol", "show", "reservation", "--oneliner"]
 
 
 def node_probe_argv(node: str, reservation: str, command: tuple[str, ...], minutes: int, wait: int) -> list[str]:

@@ -32,8 +32,8 @@ async def test_reserve_resume_probe_drain_unreserve(tmp_path: Path) -> None:
     await m.unreserve("clusterd-probe-n1")
     assert (result.returncode, result.stdout) == (3, "ECC\n")
     assert log.read_text().splitlines() == [
-        "scontrol create reservation reservationname=clusterd-probe-n1 nodes=n1 starttime=now duration=3 "
-        "users=clusterd flags=maint,ignore_jobs",
+        "scontrol create reservation reservationname=clusterd-probe-n1 nodes=n1 starttime=now duration=5 "
+        "users=clusterd flags=maint",
         "scontrol update nodename=n1 state=resume",
         "srun --reservation=clusterd-probe-n1 --nodelist=n1 --nodes=1 --ntasks=1 --time=2 --immediate=30 "
         "--job-name=clusterd-health-probe --chdir=/ -- /sbin/check --gpu",
@@ -51,3 +51,22 @@ async def test_a_probe_that_outlives_its_limit_is_given_up(tmp_path: Path, monke
     m = CommandsMaintenance(CommandRunner(bin_dir=str(tmp_path)))
     with pytest.raises(SlurmError, match="no answer within"):
         await m.run_on("n1", "clusterd-probe-n1", ("/bin/true",), 0.5)
+
+
+def test_the_reservation_outlasts_everything_the_probe_waits_for() -> None:
+    """Resume (30 s) + probe (300 s) + node wait (30 s) + srun slack (30 s) + drain (30 s) + margin (60 s)."""
+    from clusterd.slurm.maintenance import reservation_minutes
+
+    assert reservation_minutes(300.0, 30.0) == 8  # 480 s
+    assert reservation_minutes(300.0, 31.0) == 9
+    assert reservation_minutes(1.0, 1.0) == 3
+
+
+async def test_reservations_left_behind_are_listed(tmp_path: Path) -> None:
+    stand_ins(tmp_path)
+    (tmp_path / "scontrol").write_text(
+        "#!/bin/sh\necho 'ReservationName=clusterd-probe-n1 StartTime=2026-01-01T00:00:00 Nodes=n1 NodeCnt=1'\n"
+        "echo 'ReservationName=maint Nodes=n2 NodeCnt=1'\n"
+    )
+    m = CommandsMaintenance(CommandRunner(bin_dir=str(tmp_path)))
+    assert await m.reservations("clusterd-probe-") == {"clusterd-probe-n1": "n1"}
