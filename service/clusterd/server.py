@@ -242,6 +242,7 @@ class ClusterDaemon:
         self._server: grpc.aio.Server | None = None
         self.port: int = 0
         self._health_task: asyncio.Future[None] | None = None
+        self._lead_task: asyncio.Future[None] | None = None
         self._poll_task: asyncio.Task[None] | None = None
         self._tokens_task: asyncio.Task[None] | None = None
         self._retention_task: asyncio.Task[None] | None = None
@@ -391,9 +392,19 @@ class ClusterDaemon:
         seen = self.poller.snapshot.node_map.get(node)
         return seen.slurmd_started if seen is not None else 0.0
 
+    async def _lead(self) -> None:
+        """The old leader's node failures and drains become this replica's to act on."""
+        try:
+            await recall(self.detector.health, self.store.jobs)
+        except Exception:
+            log.exception("node health: cannot recall the failures in the store")
+        self.detector.lead()
+
     def _leadership_changed(self, leading: bool) -> None:
         self.liveness.clear()  # beats start anew with the leadership: no stale silence to act on
         log.info("%s is now the %s", self.leadership.holder, "leader" if leading else "follower")
+        if leading:
+            self._lead_task = asyncio.ensure_future(self._lead())
         self._health_task = asyncio.ensure_future(self._set_health(self._serving))
 
     def role(self) -> dict[str, object]:
