@@ -123,6 +123,8 @@ class FencedMaintenance:
         await self._leadership.check()
         await self._maintenance.drain(node, reason)
 
-    async def run_on(self, node: str, reservation: str, command: tuple[str, ...], seconds: float) -> CommandResult:
+    async def run_on(
+        self, node: SlurmNode, reservation: str, command: tuple[str, ...], seconds: float
+    ) -> CommandResult:
         await self._leadership.check()
         return await self._maintenance.run_on(node, reservation, command, seconds)

@@ -115,14 +115,15 @@ class HealthProbe:
                 continue
             self._health.probe_started(name)
             try:
-                if await self._probe(name):
+                if await self._probe(node):
                     passed.append(name)
             except Exception:
                 log.exception("node %s: health probe failed to run", name)
                 self._health.probe_failed(name, "not run")
         return passed
 
-    async def _probe(self, node: str) -> bool:
+    async def _probe(self, seen: SlurmNode) -> bool:
+        node = seen.name
         reservation = RESERVATION_PREFIX + node
         m = self._maintenance
         try:
@@ -138,7 +139,7 @@ class HealthProbe:
         reserved_at = time.monotonic()
         try:
             await m.resume(node)
-            result = await m.run_on(node, reservation, self._command, self._timeout)
+            result = await m.run_on(seen, reservation, self._command, self._timeout)
         except BaseException as exc:  # whatever happened, the resumed node is drained again
             how, output = "did not finish", str(exc) or type(exc).__name__
             await self._fail(node, how, output, reserved_at)

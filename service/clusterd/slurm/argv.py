@@ -327,15 +327,29 @@ def reservation_extend_argv(name: str, minutes: int) -> list[str]:
 RESERVATIONS_ARGV = ["scontrol", "show", "reservation", "--oneliner"]
 
 
-def node_probe_argv(node: str, reservation: str, command: tuple[str, ...], minutes: int, wait: int) -> list[str]:
-    """``command`` as one task on ``node`` inside ``reservation``; srun gives up when the node is not
-    allocated within ``wait`` seconds, and Slurm ends the task after ``minutes``."""
+def node_probe_argv(
+    node: str,
+    reservation: str,
+    command: tuple[str, ...],
+    minutes: int,
+    wait: int,
+    *,
+    partition: str = "",
+    gpus: int = 0,
+) -> list[str]:
+    """``command`` as one task on ``node`` inside ``reservation``, with the whole node (exclusive, all
+    its ``gpus``: the probe sees them) in one of the node's partitions (the default one may not have
+    it); srun gives up when the node is not allocated within ``wait`` seconds, and Slurm ends the
+    task after ``minutes``."""
     return [
         "srun",
         f"--reservation={reservation}",
+        *([f"--partition={partition}"] if partition else []),
         f"--nodelist={node}",
         "--nodes=1",
         "--ntasks=1",
+        "--exclusive",
+        *([f"--gres=gpu:{gpus}"] if gpus > 0 else []),
         f"--time={minutes}",
         f"--immediate={wait}",
         "--job-name=clusterd-health-probe",

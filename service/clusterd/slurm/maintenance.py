@@ -14,6 +14,7 @@ from typing import Protocol
 
 from clusterd.slurm import argv
 from clusterd.slurm.runner import CommandResult, CommandRunner
+from clusterd.slurm.types import SlurmNode
 
 _ALLOCATE_SECONDS = 30  # srun's wait for the reserved node (slurmctld takes a moment after the resume)
 _SLACK_SECONDS = 30.0  # beyond the probe's time limit before srun itself is given up on
@@ -40,9 +41,11 @@ class NodeMaintenance(Protocol):
 
     async def drain(self, node: str, reason: str) -> None: ...
 
-    async def run_on(self, node: str, reservation: str, command: tuple[str, ...], seconds: float) -> CommandResult:
-        """``command`` on ``node`` inside ``reservation``, ended by Slurm after ``seconds``; raises
-        SlurmUnavailable when srun itself does not end in time."""
+    async def run_on(
+        self, node: SlurmNode, reservation: str, command: tuple[str, ...], seconds: float
+    ) -> CommandResult:
+        """``command`` on ``node`` (the whole of it, in one of its partitions) inside ``reservation``,
+        ended by Slurm after ``seconds``; raises SlurmUnavailable when srun itself does not end in time."""
         ...
 
 
@@ -78,9 +81,20 @@ class CommandsMaintenance:
     async def drain(self, node: str, reason: str) -> None:
         await self._runner.run(argv.node_drain_argv(node, reason))
 
-    async def run_on(self, node: str, reservation: str, command: tuple[str, ...], seconds: float) -> CommandResult:
+    async def run_on(
+        self, node: SlurmNode, reservation: str, command: tuple[str, ...], seconds: float
+    ) -> CommandResult:
         runner = dataclasses.replace(self._runner, timeout=seconds + _ALLOCATE_SECONDS + _SLACK_SECONDS)
-        probe = argv.node_probe_argv(node, reservation, command, _minutes(seconds), _ALLOCATE_SECONDS)
+        partition = node.partitions[0] if node.partitions else ""
+        probe = argv.node_probe_argv(
+            node.name,
+            reservation,
+            command,
+            _minutes(seconds),
+            _ALLOCATE_SECONDS,
+            partition=partition,
+            gpus=node.gpus_total,
+        )
         return await runner.run(probe, check=False)
 
 

@@ -57,8 +57,10 @@ class Maintenance:
             self.refuse_drain -= 1
             raise SlurmUnavailable("scontrol", None, "no answer within 30s")
 
-    async def run_on(self, node: str, reservation: str, command: tuple[str, ...], seconds: float) -> CommandResult:
-        self.steps.append(f"run {node} {reservation} {' '.join(command)}")
+    async def run_on(
+        self, node: SlurmNode, reservation: str, command: tuple[str, ...], seconds: float
+    ) -> CommandResult:
+        self.steps.append(f"run {node.name} {reservation} {' '.join(command)}")
         if self.error is not None:
             raise self.error
         return CommandResult("ECC errors: 12\n", "", self.returncode)
