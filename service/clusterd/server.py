@@ -399,6 +399,7 @@ class ClusterDaemon:
         except Exception:
             log.exception("node health: cannot recall the failures in the store")
         self.detector.lead()
+        self.health_probe.lead()
 
     def _leadership_changed(self, leading: bool) -> None:
         self.liveness.clear()  # beats start anew with the leadership: no stale silence to act on

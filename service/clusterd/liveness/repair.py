@@ -93,6 +93,11 @@ class HealthProbe:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), _LOOK_SECONDS)
 
+    def lead(self) -> None:
+        """This replica gained the leadership (told by the lease, however briefly it was lost): the
+        reservations left behind are looked for again at the next round."""
+        self._was_leading = False
+
     async def check_once(self) -> list[str]:
         """Probe the nodes whose probe is due; the nodes that passed (now back in service)."""
         if not self._command:

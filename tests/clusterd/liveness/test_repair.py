@@ -207,3 +207,15 @@ async def test_a_left_reservation_whose_drain_fails_is_kept_and_swept_again(monk
     assert m.steps == [f"drain n7 {UNFINISHED}"]
     await probe.check_once()
     assert m.steps[1:] == [f"drain n7 {UNFINISHED}", "unreserve clusterd-probe-n7"]
+
+
+async def test_a_leadership_regained_between_rounds_sweeps_again() -> None:
+    health, m = NodeHealth(), Maintenance()
+    probe = prober(health, m)
+    await probe.check_once()
+    m.left["clusterd-probe-n7"] = "n7"
+    await probe.check_once()
+    assert m.steps == []
+    probe.lead()  # the lease said so, between two rounds
+    await probe.check_once()
+    assert m.steps == [f"drain n7 {UNFINISHED}", "unreserve clusterd-probe-n7"]
