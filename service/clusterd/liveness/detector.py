@@ -395,7 +395,8 @@ class Detector:
 
     def _back_in_service(self, nodes: dict[str, SlurmNode]) -> None:
         """A node clusterd drained that Slurm shows usable again was resumed by an operator: its past
-        failures no longer count. At the first look, nodes Slurm shows drained by an earlier clusterd
+        failures no longer count. At the first look (after each leadership gained, see :meth:`lead`),
+        nodes Slurm shows drained by an earlier clusterd or another replica
         (its reason says so) are taken as drained by this one: they are probed and shown as such;
         nodes in service whose recalled failures called for a drain were returned since."""
         if nodes and not self._adopted:

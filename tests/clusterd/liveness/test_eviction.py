@@ -103,8 +103,12 @@ async def test_a_job_with_a_spare_relaunches_in_place_without_its_straggler(live
     assert rec.restarts[-1].detail.startswith("in place: spare node3 replaced node2 (node node2 ran 2.00x")
 
 
-async def test_a_straggler_is_kept_when_the_restart_budget_is_spent(live: Live) -> None:  # noqa: F811
+async def test_a_straggler_is_kept_when_the_restart_budget_is_spent(
+    live: Live,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """Evicting needs a restart: with none left, the slow job runs on rather than being killed."""
+    caplog.set_level(logging.INFO, "clusterd.supervisor.restarts")
     live.daemon.detector._evict = True
     job_id, record, token = await live.submit(time_limit="2:00:00", max_restarts=1)
     rec = await live.daemon.store.jobs.get_by_record(record)
@@ -116,3 +120,6 @@ async def test_a_straggler_is_kept_when_the_restart_budget_is_spent(live: Live) 
         await live.daemon.detector.check_once()
     assert live.slurm.calls["requeue"] == 0 and live.slurm.calls["kill_steps"] == 0
     assert live.slurm.jobs[job_id].state == JobState.RUNNING
+    assert (
+        "left out (it would cost" in caplog.text and "; kept (" in caplog.text and "restart budget spent" in caplog.text
+    )
