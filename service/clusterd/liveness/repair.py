@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ RESERVATION_PREFIX = "clusterd-probe-"
 _LOOK_SECONDS = 1.0  # how often due probes are looked for (in memory: cheap)
 _OUTPUT_CHARS = 300  # of the probe's output, in clusterd's log
 _RETRY_SECONDS = 10.0  # between tries of a drain still to be done
-_AHEAD_MINUTES = 5  # a reservation whose drain is still to be done lasts this much past each try
+_AHEAD_MINUTES = 5  # a reservation whose drain is still to be done ends this much after each try
 UNFINISHED = "clusterd: health probe did not finish"  # the drain of a probe left behind
 
 
@@ -54,8 +53,7 @@ class _Redrain:
 
     reason: str
     how: str
-    reserved_at: float  # monotonic
-    tried_at: float = 0.0
+    tried_at: float = 0.0  # monotonic
 
 
 class HealthProbe:
@@ -141,13 +139,12 @@ class HealthProbe:
             log.warning("node %s: no health probe: cannot reserve it (%s)", node, exc)
             self._health.probe_failed(node, "not run (no reservation)")
             return False
-        reserved_at = time.monotonic()
         try:
             await m.resume(node)
             result = await m.run_on(seen, reservation, self._command, self._timeout)
         except BaseException as exc:  # whatever happened, the resumed node is drained again
             how, output = "did not finish", str(exc) or type(exc).__name__
-            await self._fail(node, how, output, reserved_at)
+            await self._fail(node, how, output)
             if not isinstance(exc, Exception):
                 raise
             return False
@@ -157,14 +154,14 @@ class HealthProbe:
             self._health.returned(node)
             log.info("node %s: health probe passed; back in service", node)
             return True
-        await self._fail(node, f"failed (exit {result.returncode})", result.stdout + result.stderr, reserved_at)
+        await self._fail(node, f"failed (exit {result.returncode})", result.stdout + result.stderr)
         return False
 
-    async def _fail(self, node: str, how: str, output: str, reserved_at: float) -> None:
+    async def _fail(self, node: str, how: str, output: str) -> None:
         """Drain ``node`` again after its probe ``how``; when that fails, keep trying (_redrain_all)."""
         log.warning("node %s: health probe %s: %s", node, how, _one_line(output[-_OUTPUT_CHARS:]))
         reason = f"clusterd: health probe {how}; {self._health.reason(node)}"[:200]
-        self._redrain[node] = _Redrain(reason, how, reserved_at)
+        self._redrain[node] = _Redrain(reason, how)
         await self._drain_again(node)
 
     async def _drain_again(self, node: str) -> None:
@@ -175,16 +172,19 @@ class HealthProbe:
             await self._maintenance.drain(node, pending.reason)
         except Exception as exc:  # the reservation keeps every other user off it meanwhile
             log.error("node %s: cannot drain it again after its health probe %s (%s)", node, pending.how, exc)
-            minutes = math.ceil((time.monotonic() - pending.reserved_at) / 60) + _AHEAD_MINUTES
-            try:
-                await self._maintenance.extend(reservation, minutes)
-            except Exception as why:
-                log.error("node %s: cannot extend reservation %s (%s)", node, reservation, why)
+            await self._extend(node, reservation)
             return
         del self._redrain[node]
         with contextlib.suppress(Exception):
             await self._maintenance.unreserve(reservation)
         self._health.probe_failed(node, pending.how)
+
+    async def _extend(self, node: str, reservation: str) -> None:
+        """Keep the reservation (and so every other user off ``node``) while its drain is still to be done."""
+        try:
+            await self._maintenance.extend(reservation, _AHEAD_MINUTES)
+        except Exception as exc:
+            log.error("node %s: cannot extend reservation %s (%s)", node, reservation, exc)
 
     async def _redrain_all(self) -> None:
         now = time.monotonic()
@@ -210,6 +210,7 @@ class HealthProbe:
                 await m.drain(node, UNFINISHED)
             except Exception as exc:  # tried again at the next sweep
                 log.error("node %s: cannot drain it after a health probe left unfinished (%s)", node, exc)
+                await self._extend(node, name)
                 done = False
                 continue
             log.warning("node %s: drained: its health probe did not finish (reservation %s)", node, name)

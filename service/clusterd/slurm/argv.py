@@ -320,8 +320,8 @@ def reservation_delete_argv(name: str) -> list[str]:
 
 
 def reservation_extend_argv(name: str, minutes: int) -> list[str]:
-    """``name`` to last ``minutes`` from its start."""
-    return ["scontrol", "update", f"reservationname={name}", f"duration={minutes}"]
+    """``name`` to end ``minutes`` from now (whenever it started)."""
+    return ["scontrol", "update", f"reservationname={name}", f"endtime=now+{minutes}minutes"]
 
 
 RESERVATIONS_ARGV = ["scontrol", "show", "reservation", "--oneliner"]

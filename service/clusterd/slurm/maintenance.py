@@ -30,7 +30,7 @@ class NodeMaintenance(Protocol):
     async def unreserve(self, name: str) -> None: ...
 
     async def extend(self, name: str, minutes: int) -> None:
-        """``name`` to last ``minutes`` from its start (a drain still to be done needs it)."""
+        """``name`` to end ``minutes`` from now (a drain still to be done needs it)."""
         ...
 
     async def reservations(self, prefix: str) -> dict[str, str]:

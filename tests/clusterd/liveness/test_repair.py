@@ -169,7 +169,7 @@ async def test_a_failed_drain_is_tried_again_and_the_node_stays_clusterds(monkey
     probe = prober(health, m)
     assert await probe.check_once() == []
     assert "unreserve clusterd-probe-n1" not in m.steps
-    assert any(s.startswith("extend clusterd-probe-n1 ") for s in m.steps)
+    assert "extend clusterd-probe-n1 5" in m.steps
     assert not health.observe("n1", out_of_service=False)  # resumed by clusterd, not by an operator
     await probe.check_once()  # refused again: still kept, reservation extended again
     assert "unreserve clusterd-probe-n1" not in m.steps and health.drained() == ["n1"]
@@ -204,9 +204,9 @@ async def test_a_left_reservation_whose_drain_fails_is_kept_and_swept_again(monk
     m.left, m.refuse_drain = {"clusterd-probe-n7": "n7"}, 1
     probe = prober(health, m)
     await probe.check_once()
-    assert m.steps == [f"drain n7 {UNFINISHED}"]
+    assert m.steps == [f"drain n7 {UNFINISHED}", "extend clusterd-probe-n7 5"]
     await probe.check_once()
-    assert m.steps[1:] == [f"drain n7 {UNFINISHED}", "unreserve clusterd-probe-n7"]
+    assert m.steps[2:] == [f"drain n7 {UNFINISHED}", "unreserve clusterd-probe-n7"]
 
 
 async def test_a_leadership_regained_between_rounds_sweeps_again() -> None:

@@ -85,3 +85,10 @@ async def test_the_probe_gets_the_whole_node_in_its_own_partition(tmp_path: Path
         "srun --reservation=clusterd-probe-g1 --partition=gpu --nodelist=g1 --nodes=1 --ntasks=1 --exclusive "
         "--gres=gpu:8 --time=1 --immediate=30 --job-name=clusterd-health-probe --chdir=/ -- /sbin/check"
     ]
+
+
+async def test_a_reservation_is_extended_from_now(tmp_path: Path) -> None:
+    """Its start is not needed (a reservation left by another clusterd): the end is set from now."""
+    log = stand_ins(tmp_path)
+    await CommandsMaintenance(CommandRunner(bin_dir=str(tmp_path))).extend("clusterd-probe-n1", 5)
+    assert log.read_text().splitlines() == ["scontrol update reservationname=clusterd-probe-n1 endtime=now+5minutes"]
