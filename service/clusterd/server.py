@@ -243,6 +243,7 @@ class ClusterDaemon:
         self._server: grpc.aio.Server | None = None
         self.port: int = 0
         self._health_task: asyncio.Future[None] | None = None
+        self._lead_task: asyncio.Future[None] | None = None
         self._poll_task: asyncio.Task[None] | None = None
         self._tokens_task: asyncio.Task[None] | None = None
         self._retention_task: asyncio.Task[None] | None = None
@@ -252,7 +253,6 @@ class ClusterDaemon:
         self._lease_task: asyncio.Task[None] | None = None
         self._journal_task: asyncio.Task[None] | None = None
         self._goodput_task: asyncio.Task[None] | None = None
-        self._restore_task: asyncio.Task[None] | None = None
         self._journal_stop = asyncio.Event()  # after the last submit drained: its events are logged too
         self._serving = False
         self._metrics: MetricsServer | None = None
@@ -404,12 +404,22 @@ class ClusterDaemon:
         else:
             log.info("goodput: %d node failure records read back from the store", count)
 
+    async def _lead(self) -> None:
+        """The old leader's node failures and drains become this replica's to act on (both reads are
+        idempotent: a lead regained while one runs just reads again)."""
+        try:
+            await recall(self.detector.health, self.store.jobs)
+        except Exception:
+            log.exception("node health: cannot recall the failures in the store")
+        self.detector.lead()
+        self.health_probe.lead()
+        await self._restore_failures()
+
     def _leadership_changed(self, leading: bool) -> None:
         self.liveness.clear()  # beats start anew with the leadership: no stale silence to act on
-        restoring = self._restore_task is not None and not self._restore_task.done()
-        if leading and self._server is not None and not restoring:  # (at start, start() restored them)
-            self._restore_task = asyncio.create_task(self._restore_failures())
         log.info("%s is now the %s", self.leadership.holder, "leader" if leading else "follower")
+        if leading:
+            self._lead_task = asyncio.ensure_future(self._lead())
         self._health_task = asyncio.ensure_future(self._set_health(self._serving))
 
     def role(self) -> dict[str, object]:
@@ -469,13 +479,13 @@ class ClusterDaemon:
             self._probe_task,
             self._lease_task,
             self._goodput_task,
-            self._restore_task,
+            self._lead_task,
         )
         for task in tasks:
             if task is not None:
                 await task
         self._poll_task = self._tokens_task = self._retention_task = self._progress_task = None
-        self._detector_task = self._probe_task = self._lease_task = self._goodput_task = self._restore_task = None
+        self._detector_task = self._probe_task = self._lease_task = self._goodput_task = self._lead_task = None
         await self.manager.drain(self.config.shutdown_grace_seconds)
         self._journal_stop.set()
         if self._journal_task is not None:

@@ -111,6 +111,13 @@ class FencedMaintenance:
         await self._leadership.check()
         await self._maintenance.unreserve(name)
 
+    async def extend(self, name: str, minutes: int) -> None:
+        await self._leadership.check()
+        await self._maintenance.extend(name, minutes)
+
+    async def reservations(self, prefix: str) -> dict[str, str]:
+        return await self._maintenance.reservations(prefix)  # a read: any replica may
+
     async def resume(self, node: str) -> None:
         await self._leadership.check()
         await self._maintenance.resume(node)
@@ -119,6 +126,8 @@ class FencedMaintenance:
         await self._leadership.check()
         await self._maintenance.drain(node, reason)
 
-    async def run_on(self, node: str, reservation: str, command: tuple[str, ...], seconds: float) -> CommandResult:
+    async def run_on(
+        self, node: SlurmNode, reservation: str, command: tuple[str, ...], seconds: float
+    ) -> CommandResult:
         await self._leadership.check()
         return await self._maintenance.run_on(node, reservation, command, seconds)

@@ -388,9 +388,15 @@ class Detector:
         if drained:
             self.health.drained_for(node, verdict)
 
+    def lead(self) -> None:
+        """This replica leads from now on: Slurm's drained nodes are looked at again for clusterd's own
+        drains (the old leader's are probed by this one)."""
+        self._adopted = False
+
     def _back_in_service(self, nodes: dict[str, SlurmNode]) -> None:
         """A node clusterd drained that Slurm shows usable again was resumed by an operator: its past
-        failures no longer count. At the first look, nodes Slurm shows drained by an earlier clusterd
+        failures no longer count. At the first look (after each leadership gained, see :meth:`lead`),
+        nodes Slurm shows drained by an earlier clusterd or another replica
         (its reason says so) are taken as drained by this one: they are probed and shown as such;
         nodes in service whose recalled failures called for a drain were returned since."""
         if nodes and not self._adopted:

@@ -63,6 +63,7 @@ class NodeRecord:
     probed_at: float = 0.0  # when its last probe ended
     probe: str = ""  # how its last probe ended ("" : not probed yet)
     returned_at: float = 0.0  # when a passing probe returned it to service
+    since: float = 0.0  # when it was last back in service: older failures (recalled again) never count
 
 
 class NodeHealth:
@@ -91,8 +92,12 @@ class NodeHealth:
 
     def remember(self, failure: Failure) -> None:
         """Remember ``failure`` without asking for a verdict (a failure recalled from the store: its
-        drain, if one was due, happened then or is asked for again at the node's next failure)."""
+        drain, if one was due, happened then or is asked for again at the node's next failure). One
+        from before the node was last back in service, or already remembered, is left out: recalling
+        again (a leadership gained) changes nothing."""
         record = self._nodes.setdefault(failure.node, NodeRecord())
+        if failure.at <= record.since or failure in record.failures:
+            return
         record.failures.append(failure)
         self._expire(record, time.time())
 
@@ -101,7 +106,7 @@ class NodeHealth:
         drained and returned since (by its probe or an operator), and its record starts anew."""
         record = self._nodes.get(node)
         if record is not None and not record.drained and self._verdict(list(record.failures)) is not None:
-            del self._nodes[node]
+            self._nodes[node] = NodeRecord(since=time.time())
 
     def drained_for(self, node: str, verdict: Verdict) -> None:
         """The drain of ``node`` for ``verdict`` succeeded."""
@@ -134,7 +139,7 @@ class NodeHealth:
             return False
         if not record.seen_drained:
             return False
-        del self._nodes[node]
+        self._nodes[node] = NodeRecord(since=time.time())
         return True
 
     def drained(self) -> list[str]:
@@ -169,7 +174,8 @@ class NodeHealth:
 
     def returned(self, node: str) -> None:
         """Its probe passed and the node is in service again: its past failures no longer count."""
-        self._nodes[node] = NodeRecord(probed_at=time.time(), probe="passed", returned_at=time.time())
+        now = time.time()
+        self._nodes[node] = NodeRecord(probed_at=now, probe="passed", returned_at=now, since=now)
 
     def summary(self, node: str) -> str:
         """What ``clusterctl nodes`` shows of the node's record: how many jobs failed there, how, and

@@ -301,7 +301,8 @@ def node_resume_argv(node: str) -> list[str]:
 
 def reservation_argv(name: str, node: str, user: str, minutes: int) -> list[str]:
     """A maintenance reservation of ``node`` for ``user`` alone, from now: once the node is resumed,
-    no other user's job lands there (IGNORE_JOBS: jobs still ending there do not refuse it)."""
+    no other user's job lands there. Slurm refuses it while a job runs there (no IGNORE_JOBS: a
+    tenant's job started on a node an operator resumed meanwhile): the probe is tried later."""
     return [
         "scontrol",
         "create",
@@ -311,7 +312,7 @@ def reservation_argv(name: str, node: str, user: str, minutes: int) -> list[str]
         "starttime=now",
         f"duration={minutes}",
         f"users={user}",
-        "flags=maint,ignore_jobs",
+        "flags=maint",
     ]
 
 
@@ -319,15 +320,37 @@ def reservation_delete_argv(name: str) -> list[str]:
     return ["scontrol", "delete", f"reservation={name}"]
 
 
-def node_probe_argv(node: str, reservation: str, command: tuple[str, ...], minutes: int, wait: int) -> list[str]:
-    """``command`` as one task on ``node`` inside ``reservation``; srun gives up when the node is not
-    allocated within ``wait`` seconds, and Slurm ends the task after ``minutes``."""
+def reservation_extend_argv(name: str, minutes: int) -> list[str]:
+    """``name`` to end ``minutes`` from now (whenever it started)."""
+    return ["scontrol", "update", f"reservationname={name}", f"endtime=now+{minutes}minutes"]
+
+
+RESERVATIONS_ARGV = ["scontrol", "show", "reservation", "--oneliner"]
+
+
+def node_probe_argv(
+    node: str,
+    reservation: str,
+    command: tuple[str, ...],
+    minutes: int,
+    wait: int,
+    *,
+    partition: str = "",
+    gpus: int = 0,
+) -> list[str]:
+    """``command`` as one task on ``node`` inside ``reservation``, with the whole node (exclusive, all
+    its ``gpus``: the probe sees them) in one of the node's partitions (the default one may not have
+    it); srun gives up when the node is not allocated within ``wait`` seconds, and Slurm ends the
+    task after ``minutes``."""
     return [
         "srun",
         f"--reservation={reservation}",
+        *([f"--partition={partition}"] if partition else []),
         f"--nodelist={node}",
         "--nodes=1",
         "--ntasks=1",
+        "--exclusive",
+        *([f"--gres=gpu:{gpus}"] if gpus > 0 else []),
         f"--time={minutes}",
         f"--immediate={wait}",
         "--job-name=clusterd-health-probe",

@@ -14,23 +14,38 @@ from typing import Protocol
 
 from clusterd.slurm import argv
 from clusterd.slurm.runner import CommandResult, CommandRunner
+from clusterd.slurm.types import SlurmNode
 
 _ALLOCATE_SECONDS = 30  # srun's wait for the reserved node (slurmctld takes a moment after the resume)
 _SLACK_SECONDS = 30.0  # beyond the probe's time limit before srun itself is given up on
+_MARGIN_SECONDS = 60.0  # the reservation outlasts the drain after a failed probe by this much at least
 
 
 class NodeMaintenance(Protocol):
-    async def reserve(self, name: str, node: str, user: str, seconds: float) -> None: ...
+    async def reserve(self, name: str, node: str, user: str, seconds: float) -> None:
+        """Reserve ``node`` for a probe of ``seconds``: long enough for the resume, the probe's srun
+        and the drain after it, each given up on at its own time limit."""
+        ...
 
     async def unreserve(self, name: str) -> None: ...
+
+    async def extend(self, name: str, minutes: int) -> None:
+        """``name`` to end ``minutes`` from now (a drain still to be done needs it)."""
+        ...
+
+    async def reservations(self, prefix: str) -> dict[str, str]:
+        """The reservations named ``prefix``...: name -> its nodes (as Slurm writes them)."""
+        ...
 
     async def resume(self, node: str) -> None: ...
 
     async def drain(self, node: str, reason: str) -> None: ...
 
-    async def run_on(self, node: str, reservation: str, command: tuple[str, ...], seconds: float) -> CommandResult:
-        """``command`` on ``node`` inside ``reservation``, ended by Slurm after ``seconds``; raises
-        SlurmUnavailable when srun itself does not end in time."""
+    async def run_on(
+        self, node: SlurmNode, reservation: str, command: tuple[str, ...], seconds: float
+    ) -> CommandResult:
+        """``command`` on ``node`` (the whole of it, in one of its partitions) inside ``reservation``,
+        ended by Slurm after ``seconds``; raises SlurmUnavailable when srun itself does not end in time."""
         ...
 
 
@@ -41,10 +56,24 @@ class CommandsMaintenance:
         self._runner = runner
 
     async def reserve(self, name: str, node: str, user: str, seconds: float) -> None:
-        await self._runner.run(argv.reservation_argv(name, node, user, _minutes(seconds) + 1))
+        minutes = reservation_minutes(seconds, self._runner.timeout)
+        await self._runner.run(argv.reservation_argv(name, node, user, minutes))
 
     async def unreserve(self, name: str) -> None:
         await self._runner.run(argv.reservation_delete_argv(name))
+
+    async def extend(self, name: str, minutes: int) -> None:
+        await self._runner.run(argv.reservation_extend_argv(name, minutes))
+
+    async def reservations(self, prefix: str) -> dict[str, str]:
+        out = (await self._runner.run(argv.RESERVATIONS_ARGV)).stdout
+        found = {}
+        for line in out.splitlines():
+            fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+            name = fields.get("ReservationName", "")
+            if name.startswith(prefix):
+                found[name] = fields.get("Nodes", "")
+        return found
 
     async def resume(self, node: str) -> None:
         await self._runner.run(argv.node_resume_argv(node))
@@ -52,10 +81,30 @@ class CommandsMaintenance:
     async def drain(self, node: str, reason: str) -> None:
         await self._runner.run(argv.node_drain_argv(node, reason))
 
-    async def run_on(self, node: str, reservation: str, command: tuple[str, ...], seconds: float) -> CommandResult:
+    async def run_on(
+        self, node: SlurmNode, reservation: str, command: tuple[str, ...], seconds: float
+    ) -> CommandResult:
         runner = dataclasses.replace(self._runner, timeout=seconds + _ALLOCATE_SECONDS + _SLACK_SECONDS)
-        probe = argv.node_probe_argv(node, reservation, command, _minutes(seconds), _ALLOCATE_SECONDS)
+        partition = node.partitions[0] if node.partitions else ""
+        probe = argv.node_probe_argv(
+            node.name,
+            reservation,
+            command,
+            _minutes(seconds),
+            _ALLOCATE_SECONDS,
+            partition=partition,
+            gpus=node.gpus_total,
+        )
         return await runner.run(probe, check=False)
+
+
+def reservation_minutes(seconds: float, command_timeout: float) -> int:
+    """How long a probe's reservation lasts, counted from its creation: the resume (one command),
+    srun (the probe's ``seconds``, the wait for the node, the slack before srun is given up on) and
+    the drain after a failed probe (one command), with a margin. Shorter, and a node whose probe did
+    not finish would be back with every user before clusterd drains it again."""
+    total = 2 * command_timeout + seconds + _ALLOCATE_SECONDS + _SLACK_SECONDS + _MARGIN_SECONDS
+    return _minutes(total)
 
 
 def _minutes(seconds: float) -> int:

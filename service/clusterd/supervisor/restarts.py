@@ -218,6 +218,9 @@ class Restarter:
         # The ranks' own reports are newer than the last storage read: the step the job resumes from.
         rec.checkpoint_step = max(rec.checkpoint_step, det.committed_step)
         decision = decide(term, policy, rec, rec.checkpoint_step)
+        if straggler and not decision.requeue:  # a slow job is never stopped: only a restart leaves it out
+            log.info("job %s: %s; kept (%s)", rec.job_id, det.detail, decision.reason)
+            return _NOTHING
         # DOWN makes Slurm requeue the node's jobs; a drained node's jobs (this one too) keep running,
         # and so does a --no-kill job (spare nodes) unless the node that runs its batch script died.
         batch_lost = node_dead and bool(sj.batch_host) and sj.batch_host in det.nodes

@@ -8,6 +8,7 @@ import pytest
 
 from clusterd.liveness.eviction import measured_restart_seconds, remaining_seconds, worth_evicting
 from clusterd.model.causes import Cause
+from clusterd.slurm.types import JobState
 from clusterd.store.records import RestartEntry
 
 from .test_detection import Live, live, spare_job  # noqa: F401  (the fixture)
@@ -100,3 +101,25 @@ async def test_a_job_with_a_spare_relaunches_in_place_without_its_straggler(live
     rec = await live.daemon.store.jobs.get_by_job_id(job_id)
     assert rec is not None and rec.restarts[-1].cause == Cause.STRAGGLER
     assert rec.restarts[-1].detail.startswith("in place: spare node3 replaced node2 (node node2 ran 2.00x")
+
+
+async def test_a_straggler_is_kept_when_the_restart_budget_is_spent(
+    live: Live,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Evicting needs a restart: with none left, the slow job runs on rather than being killed."""
+    caplog.set_level(logging.INFO, "clusterd.supervisor.restarts")
+    live.daemon.detector._evict = True
+    job_id, record, token = await live.submit(time_limit="2:00:00", max_restarts=1)
+    rec = await live.daemon.store.jobs.get_by_record(record)
+    assert rec is not None
+    await live.daemon.store.jobs.record_restart(rec, restart(1000.0, 1060.0))  # the one restart, spent
+    for step in range(25):
+        await live.beat(job_id, record, token, 0, step=step, step_seconds=0.1)
+        await live.beat(job_id, record, token, 1, step=step, step_seconds=0.2)
+        await live.daemon.detector.check_once()
+    assert live.slurm.calls["requeue"] == 0 and live.slurm.calls["kill_steps"] == 0
+    assert live.slurm.jobs[job_id].state == JobState.RUNNING
+    assert (
+        "left out (it would cost" in caplog.text and "; kept (" in caplog.text and "restart budget spent" in caplog.text
+    )

@@ -254,3 +254,17 @@ def test_only_clusterds_own_drains_are_adopted_from_slurm() -> None:
     assert health.drained() == ["n3", "n4", "n5"]
     assert health.reason("n4") == "failed 2 jobs of 1 user in 2 events"
     assert not health.adopt("n3", "clusterd: failed 3 jobs")  # known already
+
+
+def test_failures_from_before_a_return_to_service_do_not_count() -> None:
+    health = NodeHealth(event_seconds=1.0)
+    old = Failure("n1", 1, "1", "alice", "node death", evidence=True, at=time.time() - 100)
+    health.remember(old)
+    health.remember(old)  # remembered twice (recalled again): once
+    assert health.summary("n1") == "failed 1 job (1 node death); suspect"
+    health.returned("n1")
+    health.remember(old)
+    assert health.summary("n1").startswith("returned to service at ")
+    newer = Failure("n1", 2, "2", "bob", "hang", evidence=False, at=time.time() + 1)
+    health.remember(newer)
+    assert health.summary("n1").startswith("failed 1 job (1 hang); suspect")

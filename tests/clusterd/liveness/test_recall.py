@@ -26,6 +26,12 @@ PROGRESS_HANG = (
     "1 of 2 ranks stopped advancing for 10.2s while beating; rank 1 on n2 at step 59\nstack of rank 1: on n9"
 )
 
+CUT_HANG = (
+    "16 of 16 ranks stopped advancing for 10.2s while beating; "
+    + ", ".join(f"rank {r} on n{r} at step 5" for r in range(8))
+    + " (+8 more)"
+)
+
 
 def entry(
     cause: Cause, by: str, detail: str = "", nodes: tuple[str, ...] = (), before: int = 2, at: float = NOW
@@ -45,6 +51,10 @@ def entry(
         (entry(Cause.RANK_HUNG, "heartbeat", "ranks 1,3 on n4 silent 31.0s (hang timeout 30s)"), [("n4", "hang")]),
         (entry(Cause.RANK_HUNG, "progress", PROGRESS_HANG, before=1), []),  # its run's only node
         (entry(Cause.RANK_FAILED, "rank-exit", "rank 1 on n2 exited with status 1"), []),  # the job's own code
+        (  # cut after 8 ranks: the named nodes may be all of them, the others are unknown
+            entry(Cause.RANK_HUNG, "progress", CUT_HANG, before=16),
+            [],
+        ),
     ],
 )
 def test_what_a_restart_pins_on_nodes(restart: RestartEntry, pinned: list[tuple[str, str]]) -> None:
@@ -107,3 +117,43 @@ async def test_a_restarted_clusterd_knows_the_node_it_drained_and_its_failures(l
             await third.stop()
     finally:
         await again.stop()
+
+
+async def test_recalling_again_adds_nothing_and_skips_failures_before_a_return(tmp_path: Path) -> None:
+    """A leadership gained recalls again: failures already known, or older than the node's last return
+    to service (its probe passed), are left out."""
+    store = sqlite_store(tmp_path / "db.sqlite3")
+    await store.open()
+    try:
+        for job_id, at in (("5", NOW - 300), ("6", NOW - 200)):
+            rec, _ = await store.jobs.reserve("bob", f"r{job_id}", JobSpec(command=["x"], nodes=2))
+            rec.phase, rec.job_id = Phase.SUBMITTED, job_id
+            await store.jobs.save(rec)
+            await store.jobs.record_restart(rec, entry(Cause.NODE_FAILURE, "heartbeat+probe", nodes=("n2",), at=at))
+        health = NodeHealth(window_seconds=3600)
+        await recall(health, store.jobs, now=NOW)
+        await recall(health, store.jobs, now=NOW)
+        assert health.summary("n2") == "failed 2 jobs (2 node death); suspect"
+        health.returned("n2")
+        await recall(health, store.jobs, now=NOW)
+        assert health.summary("n2").startswith("returned to service at ")
+    finally:
+        await store.close()
+
+
+async def test_a_new_leader_probes_the_nodes_the_old_one_drained(live: Live) -> None:  # noqa: F811
+    """Adoption of clusterd's own drains happens again at each leadership gained (not only at start)."""
+    detector = live.daemon.detector
+    await live.daemon.poller.poll_once()
+    await detector.check_once()  # the first look: nothing drained
+    live.slurm.nodes = [
+        replace(n, state=NodeState.DRAINED, reason="clusterd: failed 2 jobs of 2 users") if n.name == "node3" else n
+        for n in live.slurm.nodes
+    ]
+    live.daemon.poller.hurry(5.0)  # nodes are read again now, not at the next slow node read
+    await live.daemon.poller.poll_once()
+    await detector.check_once()
+    assert detector.health.drained() == []  # another leader drained it: not looked at again
+    await live.daemon._lead()
+    await detector.check_once()
+    assert detector.health.drained() == ["node3"]
