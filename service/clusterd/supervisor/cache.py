@@ -6,9 +6,10 @@ the listeners that subscribed. Where the release can filter the queue and a focu
 the service follows), a poll reads only what can have changed (SlurmBackend.poll_jobs) and the
 whole queue every ``_WHOLE_EVERY_SECONDS`` or ``_WHOLE_COST_FACTOR`` times its last read's time
 (unless Slurm said no job changed since the last whole one, as slurmrestd's ``update_time``
-does): on a big cluster the bulk of the queue is other
-users' pending jobs, and re-reading them every interval would cost seconds of slurmctld's and
-clusterd's time. Nodes, likewise, are read when a job started, ended or changed outside PENDING
+does), and always after a poll that failed past its queue read (the backend's "changed since"
+mark may have moved past a change no snapshot holds): on a big cluster the bulk of the queue is
+other users' pending jobs, and re-reading them every interval would cost seconds of slurmctld's
+and clusterd's time. Nodes, likewise, are read when a job started, ended or changed outside PENDING
 (what moves their allocations, and how a node's death shows) or is still releasing its nodes, while
 a recovery hurries the polls, and every ``_NODES_EVERY_SECONDS`` otherwise (a drain, a node down
 with no job on it). RPCs read this cache; nothing else in the service asks Slurm about the queue,
@@ -138,6 +139,9 @@ class QueueCache:
         self._last_whole = -float("inf")  # time.monotonic() of the last whole-queue read
         self._whole_took = 0.0  # seconds the last whole read (list_jobs) took
         self._whole_wanted = False
+        # A poll failed after its jobs read: the backend may have moved its "changed since" stamp
+        # past changes no snapshot holds, so the next poll reads the whole queue.
+        self._behind = False
         self.whole_polls = 0  # polls that read the whole queue (the rest were partial)
         self._nodes_read = -float("inf")  # time.monotonic() of the last node read
         self._active: dict[str, SlurmJob] = {}  # the last snapshot's jobs outside PENDING
@@ -216,13 +220,18 @@ class QueueCache:
         """
         started = time.perf_counter()
         jobs, whole = await self._jobs()
-        active = _active(jobs)
-        moved = active != self._active or any(j.state in _SETTLING for j in active.values())
-        nodes = await self._nodes(moved=moved)
-        switches = self.snapshot.switches
-        if self._polls % _TOPOLOGY_EVERY == 0:
-            switches = await self._topology(switches)
+        try:
+            active = _active(jobs)
+            moved = active != self._active or any(j.state in _SETTLING for j in active.values())
+            nodes = await self._nodes(moved=moved)
+            switches = self.snapshot.switches
+            if self._polls % _TOPOLOGY_EVERY == 0:
+                switches = await self._topology(switches)
+        except BaseException:
+            self._behind = True
+            raise
         self.snapshot = ClusterSnapshot(jobs, nodes, switches, time.time(), whole)
+        self._behind = False
         self._active = active
         self._polls += 1
         for listener in self._listeners:
@@ -245,12 +254,12 @@ class QueueCache:
         return self.snapshot.nodes
 
     async def _jobs(self) -> tuple[dict[str, SlurmJob], bool]:
-        """The queue after this poll's look (whole when due, wanted, or nothing is in focus), and
-        whether it is complete: read whole, or Slurm said nothing changed since a whole read."""
+        """The queue after this poll's look (whole when due, wanted, after a failed poll, or nothing
+        is in focus), and whether it is complete: read whole, or Slurm said nothing changed since a whole read."""
         focus = await self._focus() if self._focus is not None else None
         now = time.monotonic()
         since = now - self._last_whole
-        due = since >= max(_WHOLE_EVERY_SECONDS, _WHOLE_COST_FACTOR * self._whole_took)
+        due = since >= max(_WHOLE_EVERY_SECONDS, _WHOLE_COST_FACTOR * self._whole_took) or self._behind
         if focus is None or due or (self._whole_wanted and since >= _WANTED_WHOLE_GAP):
             wanted = self._whole_wanted
             self._whole_wanted = False  # a want_whole() during the read asks for the next one too
@@ -264,7 +273,7 @@ class QueueCache:
             self.whole_polls += 1
             return {j.job_id: j for j in jobs}, True
         poll = await self._backend.poll_jobs(focus)
-        complete = poll.whole or (poll.unchanged and self.snapshot.whole)
+        complete = poll.whole or (poll.unchanged and self.snapshot.whole and not self._behind)
         if complete:  # Slurm's "nothing changed" covers every job: as good as a whole read
             self._last_whole = now
         self.whole_polls += poll.whole
