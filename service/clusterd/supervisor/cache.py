@@ -10,9 +10,10 @@ does), and always after a poll that failed past its queue read (the backend's "c
 mark may have moved past a change no snapshot holds): on a big cluster the bulk of the queue is
 other users' pending jobs, and re-reading them every interval would cost seconds of slurmctld's
 and clusterd's time. Nodes, likewise, are read when a job started, ended or changed outside PENDING
-(what moves their allocations, and how a node's death shows) or is still releasing its nodes, while
-a recovery hurries the polls, and every ``_NODES_EVERY_SECONDS`` otherwise (a drain, a node down
-with no job on it). RPCs read this cache; nothing else in the service asks Slurm about the queue,
+(what moves their allocations, and how a node's death shows), is still releasing its nodes or is
+a followed run that ended and awaits its decision, while a recovery hurries the polls, and every
+``_NODES_EVERY_SECONDS`` otherwise (a drain, a node down with no job on it). RPCs read this cache;
+nothing else in the service asks Slurm about the queue,
 so slurmctld's load does not grow with the number of watchers. The cache knows nothing of the store
 or of restarts: the reconciler is one of its subscribers.
 """
@@ -101,6 +102,13 @@ Focus = Callable[[], Awaitable[frozenset[str] | None]]
 def _active(jobs: dict[str, SlurmJob]) -> dict[str, SlurmJob]:
     """The jobs outside PENDING: the ones whose changes move nodes' allocations and states."""
     return {k: j for k, j in jobs.items() if j.state != JobState.PENDING}
+
+
+def _settling(job: SlurmJob, focus: frozenset[str]) -> bool:
+    """Whether ``job``'s nodes may still change what is decided about it: releasing them, or a
+    followed run that ended (its decision can wait on a progress read while a dead node shows DOWN;
+    its record leaves the focus once decided). An array's tasks are judged without that wait."""
+    return job.state in _SETTLING or (job.state.terminal and job.job_id in focus and not job.in_array)
 
 
 def merge(previous: dict[str, SlurmJob], poll: JobPoll, focus: frozenset[str]) -> dict[str, SlurmJob]:
@@ -219,10 +227,10 @@ class QueueCache:
         previous switch tree and a failing subscriber is logged: neither says Slurm is unhealthy.
         """
         started = time.perf_counter()
-        jobs, whole = await self._jobs()
+        jobs, whole, focus = await self._jobs()
         try:
             active = _active(jobs)
-            moved = active != self._active or any(j.state in _SETTLING for j in active.values())
+            moved = active != self._active or any(_settling(j, focus) for j in active.values())
             nodes = await self._nodes(moved=moved)
             switches = self.snapshot.switches
             if self._polls % _TOPOLOGY_EVERY == 0:
@@ -253,9 +261,10 @@ class QueueCache:
             return nodes
         return self.snapshot.nodes
 
-    async def _jobs(self) -> tuple[dict[str, SlurmJob], bool]:
+    async def _jobs(self) -> tuple[dict[str, SlurmJob], bool, frozenset[str]]:
         """The queue after this poll's look (whole when due, wanted, after a failed poll, or nothing
-        is in focus), and whether it is complete: read whole, or Slurm said nothing changed since a whole read."""
+        is in focus), whether it is complete (read whole, or Slurm said nothing changed since a
+        whole read), and the ids in focus."""
         focus = await self._focus() if self._focus is not None else None
         now = time.monotonic()
         since = now - self._last_whole
@@ -271,13 +280,13 @@ class QueueCache:
             self._last_whole = now
             self._whole_took = time.monotonic() - now
             self.whole_polls += 1
-            return {j.job_id: j for j in jobs}, True
+            return {j.job_id: j for j in jobs}, True, focus or frozenset()
         poll = await self._backend.poll_jobs(focus)
         complete = poll.whole or (poll.unchanged and self.snapshot.whole and not self._behind)
         if complete:  # Slurm's "nothing changed" covers every job: as good as a whole read
             self._last_whole = now
         self.whole_polls += poll.whole
-        return merge(self.snapshot.jobs, poll, focus), complete
+        return merge(self.snapshot.jobs, poll, focus), complete, focus
 
     async def _topology(self, previous: tuple[SlurmSwitch, ...]) -> tuple[SlurmSwitch, ...]:
         """A fresh switch tree, or ``previous`` while it cannot be fetched or parsed (retried next refresh)."""

@@ -155,6 +155,24 @@ async def test_a_change_read_by_a_poll_that_failed_is_not_lost(monkeypatch: pyte
     assert cache.snapshot.jobs["7"].state == JobState.COMPLETED
 
 
+async def test_a_followed_job_that_ended_keeps_the_nodes_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the decision on a run that ended waits (the dead nodes may show DOWN a poll later),
+    every poll reads the nodes, not one every _NODES_EVERY_SECONDS."""
+    now = [1000.0]
+    monkeypatch.setattr(cache_module.time, "monotonic", lambda: now[0])
+    slurm = FakeSlurm.cluster()
+    slurm.partial = True
+    slurm.jobs["7"] = _job("7", JobState.RUNNING, nodes=("node1",))
+    cache = await _focused(slurm, {"7"})
+    slurm.set_state("7", JobState.FAILED)
+    now[0] += 1.0
+    await cache.poll_once()  # the end moved the job: nodes read
+    reads = slurm.calls["list_nodes"]
+    now[0] += 1.0
+    await cache.poll_once()  # nothing moved, but the run's end is still being judged
+    assert slurm.calls["list_nodes"] == reads + 1
+
+
 async def test_a_slow_whole_read_is_made_less_often(monkeypatch: pytest.MonkeyPatch) -> None:
     """A whole read that takes 10 s (10,000 jobs on a loaded host) comes every 200 s, not every 60."""
     now = [1000.0]
