@@ -4,16 +4,16 @@ Every interval the cache asks Slurm for the queue once (the node list when it ca
 the switch tree every ``_TOPOLOGY_EVERY`` polls), swaps in an immutable snapshot, and hands it to
 the listeners that subscribed. Where the release can filter the queue and a focus is set (the job ids
 the service follows), a poll reads only what can have changed (SlurmBackend.poll_jobs) and the
-whole queue every ``_WHOLE_EVERY_SECONDS`` or ``_WHOLE_COST_FACTOR`` times its last read's time
-(unless Slurm said no job changed since the last whole one, as slurmrestd's ``update_time``
-does), and always after a poll that failed past its queue read (the backend's "changed since"
-mark may have moved past a change no snapshot holds): on a big cluster the bulk of the queue is
-other users' pending jobs, and re-reading them every interval would cost seconds of slurmctld's
-and clusterd's time. Nodes, likewise, are read when a job started, ended or changed outside PENDING
-(what moves their allocations, and how a node's death shows), is still releasing its nodes or is
-a followed run that ended and awaits its decision, while a recovery hurries the polls, and every
-``_NODES_EVERY_SECONDS`` otherwise (a drain, a node down with no job on it). RPCs read this cache;
-nothing else in the service asks Slurm about the queue,
+whole queue every ``_WHOLE_EVERY_SECONDS`` or ``_WHOLE_COST_FACTOR`` times its last read's time, at
+most ``_WHOLE_MAX_GAP_SECONDS`` (unless Slurm said no job changed since the last whole one, as
+slurmrestd's ``update_time`` does), and always after a poll that failed past its queue read (the
+backend's "changed since" mark may have moved past a change no snapshot holds): on a big cluster
+the bulk of the queue is other users' pending jobs, and re-reading them every interval would cost
+seconds of slurmctld's and clusterd's time. Nodes, likewise, are read when a job started, ended or
+changed outside PENDING (what moves their allocations, and how a node's death shows), is still
+releasing its nodes or is a followed run that ended and awaits its decision, while a recovery
+hurries the polls, and every ``_NODES_EVERY_SECONDS`` otherwise (a drain, a node down with no job
+on it). RPCs read this cache; nothing else in the service asks Slurm about the queue,
 so slurmctld's load does not grow with the number of watchers. The cache knows nothing of the store
 or of restarts: the reconciler is one of its subscribers.
 """
@@ -45,6 +45,9 @@ _WHOLE_EVERY_SECONDS = 60.0
 # ... and at least this many times the last whole read's duration: a queue whose whole read takes
 # 20 s (10,000 jobs on a loaded host) holds the polls up for at most 5% of the time.
 _WHOLE_COST_FACTOR = 20.0
+# ... but never more than this apart: the duration is wall time, and one read stalled by the event
+# loop must not leave other users' jobs stale for many minutes (reads over 15 s then cost over 5%).
+_WHOLE_MAX_GAP_SECONDS = 300.0
 # Seconds at least between two whole reads asked for (want_whole): callers asking at once share one,
 # and a user who keeps adopting ids that do not exist cannot make every poll a whole read.
 _WANTED_WHOLE_GAP = 5.0
@@ -268,7 +271,8 @@ class QueueCache:
         focus = await self._focus() if self._focus is not None else None
         now = time.monotonic()
         since = now - self._last_whole
-        due = since >= max(_WHOLE_EVERY_SECONDS, _WHOLE_COST_FACTOR * self._whole_took) or self._behind
+        gap = max(_WHOLE_EVERY_SECONDS, min(_WHOLE_COST_FACTOR * self._whole_took, _WHOLE_MAX_GAP_SECONDS))
+        due = since >= gap or self._behind
         if focus is None or due or (self._whole_wanted and since >= _WANTED_WHOLE_GAP):
             wanted = self._whole_wanted
             self._whole_wanted = False  # a want_whole() during the read asks for the next one too

@@ -173,6 +173,26 @@ async def test_a_followed_job_that_ended_keeps_the_nodes_read(monkeypatch: pytes
     assert slurm.calls["list_nodes"] == reads + 1
 
 
+async def test_one_very_slow_whole_read_does_not_put_off_the_next_for_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole read stalled for a minute (an event-loop stall counts) does not make the queue's
+    other jobs 20 minutes stale: the wait is capped at _WHOLE_MAX_GAP_SECONDS."""
+    now = [1000.0]
+    monkeypatch.setattr(cache_module.time, "monotonic", lambda: now[0])
+    slurm = FakeSlurm.cluster()
+    slurm.partial = True
+    real = slurm.list_jobs
+
+    async def stalled() -> list[SlurmJob]:
+        now[0] += 60.0
+        return await real()
+
+    slurm.list_jobs = stalled  # type: ignore[method-assign]
+    cache = await _focused(slurm, {"1"})
+    now[0] += cache_module._WHOLE_MAX_GAP_SECONDS
+    await cache.poll_once()
+    assert slurm.calls["list_jobs"] == 2
+
+
 async def test_a_slow_whole_read_is_made_less_often(monkeypatch: pytest.MonkeyPatch) -> None:
     """A whole read that takes 10 s (10,000 jobs on a loaded host) comes every 200 s, not every 60."""
     now = [1000.0]
