@@ -156,7 +156,6 @@ class QueueCache:
         self.whole_polls = 0  # polls that read the whole queue (the rest were partial)
         self._nodes_read = -float("inf")  # time.monotonic() of the last node read
         self._active: dict[str, SlurmJob] = {}  # the last snapshot's jobs outside PENDING
-        self.node_reads = 0  # polls that read the nodes (the rest kept the previous poll's)
         self._health_listeners: list[HealthListener] = []
         self.snapshot = ClusterSnapshot({}, (), (), 0.0)
         self.slurm_release: tuple[int, int] | None = None  # set once the release is known
@@ -260,7 +259,6 @@ class QueueCache:
         if moved or now < self._hurry_until or now - self._nodes_read >= _NODES_EVERY_SECONDS:
             nodes = tuple(await self._backend.list_nodes())
             self._nodes_read = now
-            self.node_reads += 1
             return nodes
         return self.snapshot.nodes
 
