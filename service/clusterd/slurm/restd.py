@@ -319,7 +319,8 @@ class RestdBackend:
 
     async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
         """``GET jobs?update_time=`` with Slurm's stamp of the last reply (23.11 on): nothing when no
-        job changed since, else the whole queue (``GET jobs`` has no state or id filter).
+        job changed since (an empty reply, or 304 on 26.05), else the whole queue (``GET jobs`` has no
+        state or id filter).
 
         On a queue past ``_WHOLE_REPLY_MAX_JOBS`` jobs, where squeue filters (24.11 on), the commands
         backend's partial look instead: every change would cost the whole queue's JSON here (10,000
@@ -331,6 +332,8 @@ class RestdBackend:
         command = "GET jobs"
         with _observed(command):
             resp, since = await self._get_since("jobs", self._jobs_stamp, command)
+            if since and resp.status == 304:  # 26.05: no job changed, no body
+                return JobPoll((), whole=False, unchanged=True)
             try:
                 jobs, stamp = await asyncio.to_thread(parse.parse_jobs_since, resp.text, asked_since=since)
             except ValueError as exc:

@@ -4,14 +4,16 @@ Every interval the cache asks Slurm for the queue once (the node list when it ca
 the switch tree every ``_TOPOLOGY_EVERY`` polls), swaps in an immutable snapshot, and hands it to
 the listeners that subscribed. Where the release can filter the queue and a focus is set (the job ids
 the service follows), a poll reads only what can have changed (SlurmBackend.poll_jobs) and the
-whole queue every ``_WHOLE_EVERY_SECONDS`` or ``_WHOLE_COST_FACTOR`` times its last read's time
-(unless Slurm said no job changed since the last whole one, as slurmrestd's ``update_time``
-does): on a big cluster the bulk of the queue is other
-users' pending jobs, and re-reading them every interval would cost seconds of slurmctld's and
-clusterd's time. Nodes, likewise, are read when a job started, ended or changed outside PENDING
-(what moves their allocations, and how a node's death shows) or is still releasing its nodes, while
-a recovery hurries the polls, and every ``_NODES_EVERY_SECONDS`` otherwise (a drain, a node down
-with no job on it). RPCs read this cache; nothing else in the service asks Slurm about the queue,
+whole queue every ``_WHOLE_EVERY_SECONDS`` or ``_WHOLE_COST_FACTOR`` times its last read's time, at
+most ``_WHOLE_MAX_GAP_SECONDS`` (unless Slurm said no job changed since the last whole one, as
+slurmrestd's ``update_time`` does), and always after a poll that failed past its queue read (the
+backend's "changed since" mark may have moved past a change no snapshot holds): on a big cluster
+the bulk of the queue is other users' pending jobs, and re-reading them every interval would cost
+seconds of slurmctld's and clusterd's time. Nodes, likewise, are read when a job started, ended or
+changed outside PENDING (what moves their allocations, and how a node's death shows), is still
+releasing its nodes or is a followed run that ended and awaits its decision, while a recovery
+hurries the polls, and every ``_NODES_EVERY_SECONDS`` otherwise (a drain, a node down with no job
+on it). RPCs read this cache; nothing else in the service asks Slurm about the queue,
 so slurmctld's load does not grow with the number of watchers. The cache knows nothing of the store
 or of restarts: the reconciler is one of its subscribers.
 """
@@ -43,6 +45,9 @@ _WHOLE_EVERY_SECONDS = 60.0
 # ... and at least this many times the last whole read's duration: a queue whose whole read takes
 # 20 s (10,000 jobs on a loaded host) holds the polls up for at most 5% of the time.
 _WHOLE_COST_FACTOR = 20.0
+# ... but never more than this apart: the duration is wall time, and one read stalled by the event
+# loop must not leave other users' jobs stale for many minutes (reads over 15 s then cost over 5%).
+_WHOLE_MAX_GAP_SECONDS = 300.0
 # Seconds at least between two whole reads asked for (want_whole): callers asking at once share one,
 # and a user who keeps adopting ids that do not exist cannot make every poll a whole read.
 _WANTED_WHOLE_GAP = 5.0
@@ -102,6 +107,13 @@ def _active(jobs: dict[str, SlurmJob]) -> dict[str, SlurmJob]:
     return {k: j for k, j in jobs.items() if j.state != JobState.PENDING}
 
 
+def _settling(job: SlurmJob, focus: frozenset[str]) -> bool:
+    """Whether ``job``'s nodes may still change what is decided about it: releasing them, or a
+    followed run that ended (its decision can wait on a progress read while a dead node shows DOWN;
+    its record leaves the focus once decided). An array's tasks are judged without that wait."""
+    return job.state in _SETTLING or (job.state.terminal and job.job_id in focus and not job.in_array)
+
+
 def merge(previous: dict[str, SlurmJob], poll: JobPoll, focus: frozenset[str]) -> dict[str, SlurmJob]:
     """The queue after a look: a whole one replaces it, an unchanged one keeps it; a partial one keeps
     only the PENDING jobs it does not cover (other users' jobs outside the focus) and adds what it lists.
@@ -138,10 +150,12 @@ class QueueCache:
         self._last_whole = -float("inf")  # time.monotonic() of the last whole-queue read
         self._whole_took = 0.0  # seconds the last whole read (list_jobs) took
         self._whole_wanted = False
+        # A poll failed after its jobs read: the backend may have moved its "changed since" stamp
+        # past changes no snapshot holds, so the next poll reads the whole queue.
+        self._behind = False
         self.whole_polls = 0  # polls that read the whole queue (the rest were partial)
         self._nodes_read = -float("inf")  # time.monotonic() of the last node read
         self._active: dict[str, SlurmJob] = {}  # the last snapshot's jobs outside PENDING
-        self.node_reads = 0  # polls that read the nodes (the rest kept the previous poll's)
         self._health_listeners: list[HealthListener] = []
         self.snapshot = ClusterSnapshot({}, (), (), 0.0)
         self.slurm_release: tuple[int, int] | None = None  # set once the release is known
@@ -215,14 +229,19 @@ class QueueCache:
         previous switch tree and a failing subscriber is logged: neither says Slurm is unhealthy.
         """
         started = time.perf_counter()
-        jobs, whole = await self._jobs()
-        active = _active(jobs)
-        moved = active != self._active or any(j.state in _SETTLING for j in active.values())
-        nodes = await self._nodes(moved=moved)
-        switches = self.snapshot.switches
-        if self._polls % _TOPOLOGY_EVERY == 0:
-            switches = await self._topology(switches)
+        jobs, whole, focus = await self._jobs()
+        try:
+            active = _active(jobs)
+            moved = active != self._active or any(_settling(j, focus) for j in active.values())
+            nodes = await self._nodes(moved=moved)
+            switches = self.snapshot.switches
+            if self._polls % _TOPOLOGY_EVERY == 0:
+                switches = await self._topology(switches)
+        except BaseException:
+            self._behind = True
+            raise
         self.snapshot = ClusterSnapshot(jobs, nodes, switches, time.time(), whole)
+        self._behind = False
         self._active = active
         self._polls += 1
         for listener in self._listeners:
@@ -240,17 +259,18 @@ class QueueCache:
         if moved or now < self._hurry_until or now - self._nodes_read >= _NODES_EVERY_SECONDS:
             nodes = tuple(await self._backend.list_nodes())
             self._nodes_read = now
-            self.node_reads += 1
             return nodes
         return self.snapshot.nodes
 
-    async def _jobs(self) -> tuple[dict[str, SlurmJob], bool]:
-        """The queue after this poll's look (whole when due, wanted, or nothing is in focus), and
-        whether it is complete: read whole, or Slurm said nothing changed since a whole read."""
+    async def _jobs(self) -> tuple[dict[str, SlurmJob], bool, frozenset[str]]:
+        """The queue after this poll's look (whole when due, wanted, after a failed poll, or nothing
+        is in focus), whether it is complete (read whole, or Slurm said nothing changed since a
+        whole read), and the ids in focus."""
         focus = await self._focus() if self._focus is not None else None
         now = time.monotonic()
         since = now - self._last_whole
-        due = since >= max(_WHOLE_EVERY_SECONDS, _WHOLE_COST_FACTOR * self._whole_took)
+        gap = max(_WHOLE_EVERY_SECONDS, min(_WHOLE_COST_FACTOR * self._whole_took, _WHOLE_MAX_GAP_SECONDS))
+        due = since >= gap or self._behind
         if focus is None or due or (self._whole_wanted and since >= _WANTED_WHOLE_GAP):
             wanted = self._whole_wanted
             self._whole_wanted = False  # a want_whole() during the read asks for the next one too
@@ -262,13 +282,13 @@ class QueueCache:
             self._last_whole = now
             self._whole_took = time.monotonic() - now
             self.whole_polls += 1
-            return {j.job_id: j for j in jobs}, True
+            return {j.job_id: j for j in jobs}, True, focus or frozenset()
         poll = await self._backend.poll_jobs(focus)
-        complete = poll.whole or (poll.unchanged and self.snapshot.whole)
+        complete = poll.whole or (poll.unchanged and self.snapshot.whole and not self._behind)
         if complete:  # Slurm's "nothing changed" covers every job: as good as a whole read
             self._last_whole = now
         self.whole_polls += poll.whole
-        return merge(self.snapshot.jobs, poll, focus), complete
+        return merge(self.snapshot.jobs, poll, focus), complete, focus
 
     async def _topology(self, previous: tuple[SlurmSwitch, ...]) -> tuple[SlurmSwitch, ...]:
         """A fresh switch tree, or ``previous`` while it cannot be fetched or parsed (retried next refresh)."""

@@ -46,6 +46,22 @@ async def test_update_time_asks_only_for_changes(tmp_path: Path) -> None:
     ]
 
 
+async def test_a_304_on_jobs_is_unchanged(tmp_path: Path) -> None:
+    """26.05 answers 304 (no body) when no job changed, as it does for nodes: not a failed poll."""
+    sent: list[str] = []
+    replies: list[Any] = [answer(200, json={"jobs": [_JOB], "last_update": _stamp(1000), "errors": []}), answer(304)]
+
+    def handler(request: Sent) -> Any:
+        sent.append(request.path)
+        return replies[len(sent) - 1]
+
+    backend = restd_backend(tmp_path, handler, restd_api_version="v0.0.45")
+    assert (await backend.poll_jobs(frozenset())).whole
+    second = await backend.poll_jobs(frozenset())
+    assert second.unchanged and not second.whole and second.jobs == ()
+    assert sent == ["/slurm/v0.0.45/jobs", "/slurm/v0.0.45/jobs?update_time=1000"]
+
+
 async def test_without_last_update_every_poll_is_whole(tmp_path: Path) -> None:
     sent: list[str] = []
 

@@ -13,7 +13,7 @@ import clusterd.supervisor.cache as cache_module
 from clusterd.errors import SlurmError
 from clusterd.model.spec import JobSpec
 from clusterd.slurm.fake import FakeSlurm
-from clusterd.slurm.types import JobPoll, JobState, SlurmJob
+from clusterd.slurm.types import JobPoll, JobState, SlurmJob, SlurmNode
 from clusterd.store.jobs import JobRecords
 from clusterd.store.records import Phase
 from clusterd.store.store import sqlite_store
@@ -109,6 +109,88 @@ async def test_slurm_saying_nothing_changed_puts_off_the_whole_read(monkeypatch:
     now[0] += cache_module._WHOLE_EVERY_SECONDS * 0.5
     await cache.poll_once()
     assert cache.snapshot.whole and slurm.calls["list_jobs"] == 2
+
+
+class StampSlurm(FakeSlurm):
+    """slurmrestd's update_time: the stamp moves as soon as a changed queue is handed back, so
+    "unchanged" from then on; list_nodes fails while ``nodes_down`` is set."""
+
+    seen: dict[str, SlurmJob] | None = None
+    nodes_down = False
+
+    async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
+        self.calls["poll_jobs"] += 1
+        if self.seen == self.jobs:
+            return JobPoll((), whole=False, unchanged=True)
+        self.seen = dict(self.jobs)
+        return JobPoll(tuple(self.jobs.values()))
+
+    async def list_jobs(self) -> list[SlurmJob]:
+        self.seen = dict(self.jobs)
+        return await super().list_jobs()
+
+    async def list_nodes(self) -> list[SlurmNode]:
+        if self.nodes_down:
+            raise SlurmError("GET nodes", 502, "bad gateway")
+        return await super().list_nodes()
+
+
+async def test_a_change_read_by_a_poll_that_failed_is_not_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slurm's stamp moved past job 7's end in a poll whose node read failed: the next poll reads
+    the whole queue instead of trusting "unchanged" since that stamp."""
+    now = [1000.0]
+    monkeypatch.setattr(cache_module.time, "monotonic", lambda: now[0])
+    slurm = StampSlurm.cluster()
+    slurm.jobs["7"] = _job("7", JobState.RUNNING, nodes=("node1",))
+    cache = await _focused(slurm, {"7"})
+    slurm.set_state("7", JobState.COMPLETED)
+    slurm.nodes_down = True
+    now[0] += 1.0
+    with pytest.raises(SlurmError):
+        await cache.poll_once()
+    slurm.nodes_down = False
+    for _ in range(10):
+        now[0] += 30.0
+        await cache.poll_once()
+    assert cache.snapshot.jobs["7"].state == JobState.COMPLETED
+
+
+async def test_a_followed_job_that_ended_keeps_the_nodes_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the decision on a run that ended waits (the dead nodes may show DOWN a poll later),
+    every poll reads the nodes, not one every _NODES_EVERY_SECONDS."""
+    now = [1000.0]
+    monkeypatch.setattr(cache_module.time, "monotonic", lambda: now[0])
+    slurm = FakeSlurm.cluster()
+    slurm.partial = True
+    slurm.jobs["7"] = _job("7", JobState.RUNNING, nodes=("node1",))
+    cache = await _focused(slurm, {"7"})
+    slurm.set_state("7", JobState.FAILED)
+    now[0] += 1.0
+    await cache.poll_once()  # the end moved the job: nodes read
+    reads = slurm.calls["list_nodes"]
+    now[0] += 1.0
+    await cache.poll_once()  # nothing moved, but the run's end is still being judged
+    assert slurm.calls["list_nodes"] == reads + 1
+
+
+async def test_one_very_slow_whole_read_does_not_put_off_the_next_for_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole read stalled for a minute (an event-loop stall counts) does not make the queue's
+    other jobs 20 minutes stale: the wait is capped at _WHOLE_MAX_GAP_SECONDS."""
+    now = [1000.0]
+    monkeypatch.setattr(cache_module.time, "monotonic", lambda: now[0])
+    slurm = FakeSlurm.cluster()
+    slurm.partial = True
+    real = slurm.list_jobs
+
+    async def stalled() -> list[SlurmJob]:
+        now[0] += 60.0
+        return await real()
+
+    slurm.list_jobs = stalled  # type: ignore[method-assign]
+    cache = await _focused(slurm, {"1"})
+    now[0] += cache_module._WHOLE_MAX_GAP_SECONDS
+    await cache.poll_once()
+    assert slurm.calls["list_jobs"] == 2
 
 
 async def test_a_slow_whole_read_is_made_less_often(monkeypatch: pytest.MonkeyPatch) -> None:
