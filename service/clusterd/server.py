@@ -398,15 +398,19 @@ class ClusterDaemon:
         """The autopilot's node failures, from the store: the ones this replica did not see itself
         (before it started, or while another replica led) count too."""
         try:
-            count = await restore_failures(self.autopilot.history, self.store.jobs)
+            retention = self.config.limits.finished_retention_seconds
+            count = await restore_failures(self.autopilot.history, self.store.jobs, complete_seconds=retention)
         except Exception:  # the store unreachable: advice from what is known, restored on the next lead
             log.warning("goodput: node failures not read back from the store", exc_info=True)
         else:
             log.info("goodput: %d node failure records read back from the store", count)
 
-    async def _lead(self) -> None:
-        """The old leader's node failures and drains become this replica's to act on (both reads are
-        idempotent: a lead regained while one runs just reads again)."""
+    async def _lead(self, after: asyncio.Future[None] | None = None) -> None:
+        """The old leader's node failures and drains become this replica's to act on. Leads run one
+        after another (``after``: the previous one), so a lead regained while one still reads reads
+        again after it, and sees what was stored before the gain (both reads are idempotent)."""
+        if after is not None:
+            await asyncio.wait((after,))  # its failure or cancellation is its own, logged there
         try:
             await recall(self.detector.health, self.store.jobs)
         except Exception:
@@ -419,7 +423,7 @@ class ClusterDaemon:
         self.liveness.clear()  # beats start anew with the leadership: no stale silence to act on
         log.info("%s is now the %s", self.leadership.holder, "leader" if leading else "follower")
         if leading:
-            self._lead_task = asyncio.ensure_future(self._lead())
+            self._lead_task = asyncio.ensure_future(self._lead(self._lead_task))
         self._health_task = asyncio.ensure_future(self._set_health(self._serving))
 
     def role(self) -> dict[str, object]:

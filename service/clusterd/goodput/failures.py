@@ -40,17 +40,28 @@ async def node_failures(jobs: JobRecords, since: float) -> list[NodeFailure]:
     return [f for f in found if f is not None]
 
 
-async def restore(history: FailureHistory, jobs: JobRecords, *, clock: Callable[[], float] = time.time) -> int:
+async def restore(
+    history: FailureHistory,
+    jobs: JobRecords,
+    *,
+    complete_seconds: float,
+    clock: Callable[[], float] = time.time,
+) -> int:
     """Note in ``history`` the failures the store holds within its window; returns how many entries.
 
+    The store keeps every record for ``complete_seconds`` after it finished (the retention age; 0:
+    forever), so restarts older than that may be gone with their records: both the failures read
+    and the time watched reach back no further, or a week of failures would be divided by a month
+    watched (a long-held job keeps the oldest record old). A user's records pruned past their count
+    take their failures with them: a restart then undercounts, never overcounts, the time watched.
     Idempotent: an entry already noted (live, or by an earlier restore) is the same failure again.
-    The time watched reaches back to the oldest record kept, so a restart does not shrink it.
     """
-    since = clock() - history.window_seconds
-    failures = await node_failures(jobs, since)
+    now = clock()
+    complete = now - complete_seconds if complete_seconds > 0 else float("-inf")
+    failures = await node_failures(jobs, max(now - history.window_seconds, complete))
     for failure in failures:
         history.note(failure.nodes, failure.when, known_boot=False)
     first = await jobs.first_created()
     if first is not None:
-        history.watched_since(first)
+        history.watched_since(max(first, complete))
     return len(failures)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -72,11 +73,52 @@ async def test_only_node_failures_within_the_window_are_read_back_once(tmp_path:
         found = await node_failures(store.jobs, now - CFG.failure_window_seconds)
         assert [(f.nodes, f.when) for f in found] == [(("a",), now - 1000), (("a", "c"), now - 100)]
         history = FailureHistory(CFG, clock=lambda: now)
-        assert await restore(history, store.jobs, clock=lambda: now) == 2
+        assert await restore(history, store.jobs, complete_seconds=0, clock=lambda: now) == 2
         once = history.job_mtbf(["a"])
-        await restore(history, store.jobs, clock=lambda: now)  # again (a new lead): nothing counts twice
+        await restore(history, store.jobs, complete_seconds=0, clock=lambda: now)  # again (a new lead): no double count
         assert history.job_mtbf(["a"]) == pytest.approx(once)
         # Two failures of a over the 600 s watched, plus the prior's one over its time.
         assert once == pytest.approx((600 + CFG.prior_node_mtbf_seconds) / 3)
     finally:
         await store.close()
+
+
+DAY = 24 * 3600.0
+MONTH = GoodputConfig(interval_floor_seconds=1, prior_node_mtbf_seconds=DAY, failure_window_seconds=30 * DAY)
+
+
+async def test_failures_and_time_watched_reach_back_only_as_far_as_records_are_kept(tmp_path: Path) -> None:
+    """A long-held record keeps the oldest record a month old, but finished ones (and their
+    restarts) go after the retention age: a week of failures is not divided by a month watched."""
+    store = sqlite_store(tmp_path / "state.db", group_commit=False)
+    await store.open()
+    try:
+        held, _ = await store.jobs.reserve("alice", "held", JobSpec(command=("x",)))
+        now = held.created + 20 * DAY
+        await store.jobs.record_restart(held, failure(Cause.NODE_FAILURE, ("a",), now - 10 * DAY))  # before
+        await store.jobs.record_restart(held, failure(Cause.NODE_FAILURE, ("a",), now - DAY))
+        history = FailureHistory(MONTH, clock=lambda: now)
+        assert await restore(history, store.jobs, complete_seconds=7 * DAY, clock=lambda: now) == 1
+        # One failure of a over the 7 days the store is complete for, plus the prior's one.
+        assert history.job_mtbf(["a"]) == pytest.approx((7 * DAY + MONTH.prior_node_mtbf_seconds) / 2)
+        everything = FailureHistory(MONTH, clock=lambda: now)  # no retention: all of it is kept
+        assert await restore(everything, store.jobs, complete_seconds=0, clock=lambda: now) == 2
+        assert everything.job_mtbf(["a"]) == pytest.approx((20 * DAY + MONTH.prior_node_mtbf_seconds) / 3)
+    finally:
+        await store.close()
+
+
+async def test_a_leadership_gain_reads_the_failures_another_replica_recorded(tmp_path: Path) -> None:
+    config = replace(make_config(tmp_path), goodput=CFG)
+    async with running(config) as daemon:
+        calm = daemon.autopilot.history.job_mtbf(["node1"])
+        # Another replica, leading meanwhile, decided on a node failure in the shared store.
+        rec, _ = await daemon.store.jobs.reserve("alice", "r", JobSpec(command=("x",)))
+        await daemon.store.jobs.record_restart(rec, failure(Cause.NODE_FAILURE, ("node1",), time.time() - 5))
+        daemon._leadership_changed(True)
+        first = daemon._lead_task
+        daemon._leadership_changed(True)  # regained while the first still reads: read again after it
+        assert daemon._lead_task is not None and first is not None
+        await daemon._lead_task
+        assert first.done()
+        assert daemon.autopilot.history.job_mtbf(["node1"]) < calm

@@ -112,6 +112,8 @@ async def test_a_sqlite_database_of_the_previous_release_is_adopted(tmp_path: Pa
     try:
         tables = await store.db.read(lambda conn: set(inspect(conn).get_table_names()))
         assert "usage" not in tables and "alembic_version" in tables
+        indexes = await store.db.read(lambda conn: {i["name"] for i in inspect(conn).get_indexes("restarts")})
+        assert "restarts_time" in indexes  # a start reads the recent restarts without a scan
         await assert_adopted(store)
     finally:
         await store.close()
