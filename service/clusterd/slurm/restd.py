@@ -120,7 +120,7 @@ class RestdBackend:
         self._nodes_stamp = 0  # the same for GET nodes, whose last answer list_nodes keeps
         self._queue_size = 0  # jobs in the last whole read (see poll_jobs)
         self._nodes: list[SlurmNode] = []
-        self._stamp_refused = False  # slurmrestd refused update_time once: whole reads only
+        self._stamp_refused: set[str] = set()  # "jobs"/"nodes": slurmrestd failed a stamped read there
 
     async def aclose(self) -> None:
         if self._owns_client:
@@ -340,7 +340,7 @@ class RestdBackend:
                 raise _error(command, 200, str(exc)) from exc
         if jobs is None:
             return JobPoll((), whole=False, unchanged=True)
-        self._jobs_stamp = 0 if self._stamp_refused else stamp
+        self._jobs_stamp = 0 if "jobs" in self._stamp_refused else stamp
         self._queue_size = len(jobs)
         return JobPoll(tuple(jobs))
 
@@ -358,25 +358,34 @@ class RestdBackend:
                 raise _error(command, 200, str(exc)) from exc
         if nodes is None:
             return list(self._nodes)
-        self._nodes, self._nodes_stamp = nodes, 0 if self._stamp_refused else stamp
+        self._nodes, self._nodes_stamp = nodes, 0 if "nodes" in self._stamp_refused else stamp
         return list(nodes)
 
     async def _get_since(self, tail: str, since: int, command: str) -> tuple[Reply, bool]:
         """``GET tail``, with ``?update_time=since`` when ``since`` is a stamp and the server takes
         stamps; (the reply, whether it was asked with one)."""
         path = await self._path(tail)
-        if not since or self._stamp_refused:
+        if not since or tail in self._stamp_refused:
             return await self._send("GET", path, command), False
         try:
             return await self._send("GET", f"{path}?update_time={since}", command), True
         except SlurmError as exc:
-            if exc.returncode != 422:
+            if exc.returncode == 422:
+                # Some releases' parsers refuse the stamp they gave ("Parsing of N for timestamp
+                # failed", 24.11's v0.0.40/41): whole reads of both from then on.
+                log.warning("slurmrestd refuses update_time (%s): polls read the whole queue and node list", exc.detail)
+                self._stamp_refused |= {"jobs", "nodes"}
+                return await self._send("GET", path, command), False
+            if exc.returncode != 500:
                 raise
-            # Some releases' parsers refuse the stamp they gave ("Parsing of N for timestamp
-            # failed", 24.11's v0.0.40/41): whole reads from then on.
-            log.warning("slurmrestd refuses update_time (%s): polls read the whole queue and node list", exc.detail)
-            self._stamp_refused = True
-            return await self._send("GET", path, command), False
+            # 24.11's v0.0.42 answers a node read with nothing changed since the stamp with 500
+            # ("Unable to query partitions"): a whole read that works means the stamp is at fault.
+            reply = await self._send("GET", path, command)
+            log.warning(
+                "slurmrestd fails GET %s with update_time (%s): whole reads of it from now on", tail, exc.detail
+            )
+            self._stamp_refused.add(tail)
+            return reply, False
 
     async def hold(self, job_id: str, *, user: str) -> None:
         """``scontrol uhold`` through the commands backend: a REST hold signed for root would be an

@@ -189,3 +189,33 @@ async def test_a_big_queue_is_polled_with_filtered_squeues_where_they_filter(tmp
     assert len(await backend.list_jobs()) == 2001
     poll = await backend.poll_jobs(frozenset({"7"}))
     assert (squeue.polls, len(sent), poll.whole) == ((1, 1, False) if filters else (0, 2, True))
+
+
+async def test_a_release_that_fails_a_stamped_node_read_gets_whole_node_reads(tmp_path: Path) -> None:
+    """Slurm 24.11's v0.0.42 answers ``GET nodes?update_time=`` with 500 ("Unable to query
+    partitions") when nothing changed: the poll gets the whole node list at once and never sends
+    the nodes a stamp again; job reads keep theirs."""
+    sent: list[str] = []
+    failure = {"errors": [{"description": "Unable to query partitions (Unspecified error)"}]}
+
+    def handler(request: Sent) -> Any:
+        sent.append(request.path)
+        if request.path.startswith("/slurm/v0.0.42/nodes?update_time"):
+            return answer(500, json=failure)
+        if "/nodes" in request.path:
+            return answer(200, json={"nodes": [_NODE], "last_update": _stamp(1000), "errors": []})
+        return answer(200, json={"jobs": [_JOB], "last_update": _stamp(1000), "errors": []})
+
+    backend = restd_backend(tmp_path, handler, restd_api_version="v0.0.42")
+    for _ in range(3):
+        assert [n.name for n in await backend.list_nodes()] == ["node1"]
+    for _ in range(2):
+        await backend.poll_jobs(frozenset())
+    assert sent == [
+        "/slurm/v0.0.42/nodes",
+        "/slurm/v0.0.42/nodes?update_time=1000",
+        "/slurm/v0.0.42/nodes",
+        "/slurm/v0.0.42/nodes",
+        "/slurm/v0.0.42/jobs",
+        "/slurm/v0.0.42/jobs?update_time=1000",
+    ]
