@@ -170,3 +170,28 @@ def test_a_node_back_at_once_does_not_get_the_job_again(daemon: Daemon, stack: S
     done = finished(daemon, job.job_id)
     assert done.state == jobs_pb2.JOB_STATE_COMPLETED and len(done.restarts) == 1, done
     assert victim not in runs_of(log_of(stack, name, job.job_id))[-1].nodes.values()
+
+
+def test_a_job_back_on_its_revived_node_outlives_slurms_stale_kill(
+    daemon: Daemon, stack: Stack, killed_nodes: list[str]
+) -> None:
+    """A job pinned to its node (exclusions off) waits for it; when the node returns, Slurm's kill for
+    the lost run may reach the new run there: that is the node failure's tail, and the job finishes."""
+    name = f"pinned-{uuid.uuid4().hex[:6]}"
+    client = daemon.client("alice")
+    victim = stack.run("sinfo", "-h", "-N", "-t", "idle", "-o", "%N").stdout.split()[0]
+    policy = jobs_pb2.RestartPolicy(exclude_failed_nodes=False, hang_timeout=Duration(seconds=HANG))
+    spec = train_spec(
+        stack, name, "--steps", str(TOTAL), "--every", str(EVERY), "--step-seconds", "0.1", nodes=1, policy=policy
+    )
+    spec.placement.nodelist.append(victim)
+    job = client.submit(spec).job
+    wait_for(lambda: client.get(job.job_id).checkpoint_step >= EVERY - 1, timeout=120, what="first checkpoint")
+    killed_nodes.append(victim)
+    stack.stack_sh("kill-node", victim)
+    wait_for(lambda: client.get(job.job_id).restarts, timeout=60, what="the restart decision")
+    time.sleep(8)  # dead for seconds after the decision: Slurm's kill for the lost run waits for it
+    stack.stack_sh("revive-node", victim)
+    done = finished(daemon, job.job_id)
+    assert done.state == jobs_pb2.JOB_STATE_COMPLETED, done
+    assert {r.cause for r in done.restarts} == {jobs_pb2.TERMINATION_CAUSE_NODE_FAILURE}, done.restarts

@@ -6,6 +6,7 @@ on the decision.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -18,6 +19,12 @@ from clusterd.store.records import JobRecord, RestartEntry
 # Exit codes shared with the client library (clusterctl.slurm_env): 85 = "checkpointed, requeue me",
 # 86 = "do not requeue me" (fatal by default, see RestartDefaults.fatal_exit_codes).
 REQUEUE_EXIT_CODE = 85
+# A run this short, killed (SIGTERM/SIGKILL) on a node the last restart declared failed, was hit by
+# Slurm's kill for the lost run: queued while the node was unreachable, delivered when it came back
+# to the new run of the same job id (requeues keep it). Seconds; Slurm's times have 1 s resolution.
+STALE_KILL_SECONDS = 5.0
+_KILL_EXITS = frozenset({128 + 9, 128 + 15})
+_KILL_SIGNALS = frozenset({9, 15})
 T = TypeVar("T")
 
 
@@ -102,6 +109,12 @@ def _classify(rec: JobRecord, before_nodes: tuple[str, ...], sj: SlurmJob, down:
         return Termination(Cause.OUT_OF_MEMORY, detail="out of memory")
     if failed:
         return Termination(Cause.NODE_FAILURE, failed, sj.exit_code, detail=_nodes_text(failed))
+    if stale := _stale_kill(rec, before_nodes, sj):
+        # The failure already restarted, not a new one: no failed nodes, so node health and the MTBF
+        # count it once.
+        where = ", ".join(stale)
+        detail = f"killed as it started on {where}, back from the last failure: Slurm's kill for the lost run"
+        return Termination(Cause.NODE_FAILURE, exit_code=sj.exit_code, detail=detail)
     if sj.exit_code == REQUEUE_EXIT_CODE:
         return Termination(
             Cause.REQUEUE_REQUESTED,
@@ -110,6 +123,20 @@ def _classify(rec: JobRecord, before_nodes: tuple[str, ...], sj: SlurmJob, down:
         )
     detail = f"signal {sj.exit_signal}" if sj.exit_signal else f"exit code {sj.exit_code}"
     return Termination(Cause.EXIT_CODE, exit_code=sj.exit_code, detail=detail)
+
+
+def _stale_kill(rec: JobRecord, before_nodes: tuple[str, ...], sj: SlurmJob) -> tuple[str, ...]:
+    """The nodes of the last node-failure restart that a killed run, begun after it and ended within
+    ``STALE_KILL_SECONDS``, ran on; () when the run's end is its own."""
+    if not rec.restarts or not (sj.exit_code in _KILL_EXITS or sj.exit_signal in _KILL_SIGNALS):
+        return ()
+    last = rec.restarts[-1]
+    if last.cause != Cause.NODE_FAILURE or sj.start_time is None or sj.end_time is None:
+        return ()
+    if sj.start_time < math.floor(last.time) or sj.end_time - sj.start_time > STALE_KILL_SECONDS:
+        return ()
+    ran_on = set(sj.nodes or before_nodes)
+    return tuple(n for n in last.failed_nodes if n in ran_on)
 
 
 def _nodes_text(nodes: tuple[str, ...]) -> str:

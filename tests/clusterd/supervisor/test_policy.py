@@ -116,3 +116,32 @@ def test_job_fields_override_the_service_defaults() -> None:
     policy = effective_policy(spec, RestartDefaults())
     assert policy.max_restarts == 7 and not policy.on_preemption and policy.on_node_failure
     assert policy.fatal_exit_codes == {3, 86} and policy.backoff_seconds == 2.0
+
+
+@pytest.mark.parametrize("code", [{"exit_code": 143}, {"exit_code": 137}, {"exit_signal": 9}])
+def test_a_run_killed_as_it_starts_on_the_node_that_just_failed_is_that_failure(code: dict[str, int]) -> None:
+    """Slurm's kill for the run lost on node2 waits for node2 to answer again, then lands on the new
+    run of the same job id that Slurm just placed there: the failure's tail, not a crash."""
+    rec = record(RestartEntry(Cause.NODE_FAILURE, ("node2",), 1000.4, 50))
+    stale = ended(JobState.FAILED, nodes=("node2",), start_time=1010.0, end_time=1010.0, **code)
+    term = classify(rec, ("node2",), stale, frozenset())
+    assert term is not None and term.cause is Cause.NODE_FAILURE and "on node2" in term.detail
+    assert not term.failed_nodes  # the failure already restarted, not a second one
+    assert decide(term, DEFAULTS, rec, current_step=50).requeue
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"end_time": 1060.0},  # it ran a minute: its own end
+        {"nodes": ("node5",)},  # not on the node that failed
+        {"exit_code": 1},  # not killed
+        {"start_time": 990.0, "end_time": 990.0},  # began before the restart
+    ],
+)
+def test_other_ends_after_a_node_failure_stay_their_own(change: dict[str, object]) -> None:
+    rec = record(RestartEntry(Cause.NODE_FAILURE, ("node2",), 1000.4, 50))
+    fields: dict[str, object] = {"nodes": ("node2",), "start_time": 1010.0, "end_time": 1010.0, "exit_code": 143}
+    fields.update(change)
+    term = classify(rec, (), ended(JobState.FAILED, **fields), frozenset())
+    assert term is not None and term.cause is Cause.EXIT_CODE

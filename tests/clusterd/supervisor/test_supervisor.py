@@ -352,3 +352,27 @@ async def test_a_node_back_before_the_poll_is_still_a_node_failure(harness: Harn
     job = await status(harness, job_id)
     assert [r.cause for r in job.restarts] == [jobs_pb2.TERMINATION_CAUSE_NODE_FAILURE]
     assert list(job.restarts[0].failed_nodes) == ["node2"] and "node2" in job.excluded_nodes
+
+
+async def test_a_stale_kill_at_the_failed_nodes_return_requeues_again(harness: Harness) -> None:
+    """node1 died and Slurm requeued the job; when node1 came back Slurm placed the new run there and
+    its queued kill for the lost run ended it at once (exit 143): the job is requeued, not failed."""
+    import time as _time
+
+    job_id = await submit(harness, exclude_failed_nodes=False)
+    harness.slurm.set_state(job_id, JobState.RUNNING, nodes=("node1",))
+    await harness.poll()
+    harness.slurm.nodes[0] = replace(harness.slurm.nodes[0], state=NodeState.DOWN)
+    harness.slurm.set_state(job_id, JobState.PENDING, nodes=(), restart_count=1, reason="BeginTime")
+    await harness.poll()
+    harness.slurm.nodes[0] = replace(harness.slurm.nodes[0], state=NodeState.IDLE)
+    now = float(int(_time.time()))
+    harness.slurm.set_state(
+        job_id, JobState.FAILED, nodes=("node1",), exit_code=143, start_time=now, end_time=now, reason="NonZeroExitCode"
+    )
+    await harness.poll()
+    job = await status(harness, job_id)
+    assert not job.terminal, job.final_reason
+    assert [r.cause for r in job.restarts] == [jobs_pb2.TERMINATION_CAUSE_NODE_FAILURE] * 2
+    assert "killed as it started on node1" in job.restarts[1].detail and not job.restarts[1].failed_nodes
+    assert harness.slurm.calls["requeue"] == 1
