@@ -55,7 +55,13 @@ async def test_topology_two_leaves(compat_backend: SlurmBackend) -> None:
 
 async def test_gpu_job_queue_fields_and_output(compat_backend: SlurmBackend, alice: JobUser) -> None:
     name, comment = tag("compat"), tag("note")
-    script = "#!/bin/bash\nsrun bash -c 'echo GPUS=$CUDA_VISIBLE_DEVICES HOST=$(hostname)'\nsleep 4\n"
+    # The job runs until the test has looked at it (a fixed sleep is shorter than one squeue on a
+    # loaded machine): it ends once the release file appears in its directory, or after 120 s.
+    release = alice.job_dir / f"release-{name}"
+    script = (
+        "#!/bin/bash\nsrun bash -c 'echo GPUS=$CUDA_VISIBLE_DEVICES HOST=$(hostname)'\n"
+        f"for _ in $(seq 600); do [ -e {release} ] && break; sleep 0.2; done\n"
+    )
     args = submit_args(
         alice,
         script,
@@ -77,11 +83,13 @@ async def test_gpu_job_queue_fields_and_output(compat_backend: SlurmBackend, ali
         assert job.requeue and job.start_time and job.submit_time and job.restart_count == 0
         busy = {n.name: n for n in await compat_backend.list_nodes() if n.name in job.nodes}
         assert all(n.gpus_allocated >= 2 and n.cpus_allocated >= 1 for n in busy.values()), busy
+        release.touch()
         done = await wait_job(compat_backend, job_id, lambda j: j.state.terminal, "the end")
         assert (done.state, done.exit_code) == (JobState.COMPLETED, 0), done
         assert done.end_time and done.end_time >= (done.start_time or 0)
     finally:
         await compat_backend.cancel(job_id)
+        release.unlink(missing_ok=True)
     lines = sorted(re.findall(r"GPUS=(\S*) HOST=(\S+)", output(alice, f"{name}-{job_id}.out")))
     assert [host for _, host in lines] == sorted(job.nodes)
     assert all(len(gpus.split(",")) == 2 for gpus, _ in lines), lines
