@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .paths import ROOT
+from .s3client import aws_env, boto3_client
 from .stack import read_env_file
 
 CEPH_DIR = Path(os.environ.get("CLUSTERCTL_CEPH_DIR", "/var/lib/clusterctl-ceph"))
@@ -54,17 +55,9 @@ class CephS3:
 
     def env(self) -> dict[str, str]:
         """AWS_* variables that point boto3 (and CheckpointManager) at this server."""
-        return {
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ACCESS_KEY_ID": self.access_key,
-            "AWS_SECRET_ACCESS_KEY": self.secret_key,
-            "AWS_REGION": self.region,
-            "AWS_DEFAULT_REGION": self.region,
-        }
+        return aws_env(self.endpoint, self.access_key, self.secret_key, self.region)
 
     def client(self) -> Any:
-        from .s3server import boto3_client
-
         return boto3_client(self.endpoint, self.access_key, self.secret_key, self.region)
 
     def stop(self) -> None:

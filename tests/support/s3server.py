@@ -25,6 +25,7 @@ from typing import Any, Union
 
 from .cephs3 import CephS3
 from .ports import free_port
+from .s3client import aws_env, boto3_client
 from .stack import missing
 
 ACCESS_KEY = "clusterctl-test"
@@ -33,26 +34,6 @@ BUCKET = "ckpt-tests"
 REGION = "us-east-1"
 S3_SERVERS = ("seaweedfs", "ceph")  # what S3-behaviour tests are parametrized over (tests/conftest.py picks)
 S3Server = Union["SeaweedS3", CephS3]
-
-
-def boto3_client(endpoint: str, access_key: str, secret_key: str, region: str) -> Any:
-    """A boto3 S3 client for a test server (path-style, short deadlines, a few retries)."""
-    import boto3
-    from botocore.config import Config
-
-    return boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=access_key,
-        aws_secret_access_key=secret_key,
-        region_name=region,
-        config=Config(
-            s3={"addressing_style": "path"},
-            connect_timeout=2,
-            read_timeout=20,
-            retries={"total_max_attempts": 3, "mode": "standard"},
-        ),
-    )
 
 
 def _ports(n: int) -> list[int]:
@@ -93,13 +74,7 @@ class SeaweedS3:
 
     def env(self) -> dict[str, str]:
         """AWS_* variables that point boto3 (and CheckpointManager) at this server."""
-        return {
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ACCESS_KEY_ID": self.access_key,
-            "AWS_SECRET_ACCESS_KEY": self.secret_key,
-            "AWS_REGION": self.region,
-            "AWS_DEFAULT_REGION": self.region,
-        }
+        return aws_env(self.endpoint, self.access_key, self.secret_key, self.region)
 
     def client(self) -> Any:
         return boto3_client(self.endpoint, self.access_key, self.secret_key, self.region)
