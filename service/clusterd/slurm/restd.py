@@ -39,6 +39,7 @@ from clusterd.observability.metrics import observed_slurm_call
 from clusterd.slurm import parse
 from clusterd.slurm.commands import CommandsBackend
 from clusterd.slurm.request import JobRequest
+from clusterd.slurm.restd_between import Between, States, parse_states, state_query
 from clusterd.slurm.restd_http import H11Client, HttpFailure, Reply, RestdHttp
 from clusterd.slurm.restd_submit import Unexpressible
 from clusterd.slurm.restd_versions import KNOWN_API_VERSIONS, RestApi, api_for, choose
@@ -116,11 +117,14 @@ class RestdBackend:
         self._api_lock = asyncio.Lock()
         self._key: bytes | None = None
         self._tokens: dict[str, tuple[str, float]] = {}  # user -> (token, monotonic refresh time)
-        self._jobs_stamp = 0  # Slurm's last_update in the last GET jobs poll_jobs read whole (0: none)
+        self._jobs_stamp = 0  # Slurm's last_update in the last whole GET jobs (0: none)
+        self._whole_jobs: list[SlurmJob] | None = None  # that reply's jobs
         self._nodes_stamp = 0  # the same for GET nodes, whose last answer list_nodes keeps
         self._queue_size = 0  # jobs in the last whole read (see poll_jobs)
         self._nodes: list[SlurmNode] = []
         self._stamp_refused: set[str] = set()  # "jobs"/"nodes": slurmrestd failed a stamped read there
+        self._between = Between()  # the last partial look of a big queue (see poll_jobs)
+        self._states_refused = False  # slurmrestd failed GET jobs/state: partial looks every poll
 
     async def aclose(self) -> None:
         if self._owns_client:
@@ -267,14 +271,14 @@ class RestdBackend:
 
     async def cancel(self, job_id: str) -> None:
         command = "DELETE job"
-        with _observed(command):
+        with self._between.changing(), _observed(command):
             path = await self._path(f"job/{_check_job_id(command, job_id)}")
             _check_errors(await self._send("DELETE", path, command), command)
 
     async def requeue(self, job_id: str) -> None:
         """No slurmrestd version has a requeue endpoint: ``scontrol requeue`` through the commands backend."""
         command = "scontrol requeue"
-        with _observed(command):
+        with self._between.changing(), _observed(command):
             await self._commands().requeue(_check_job_id(command, job_id))
 
     async def steps_on(self, job_id: str, on_nodes: tuple[str, ...]) -> tuple[str, ...]:
@@ -304,18 +308,17 @@ class RestdBackend:
         command = "POST job"
         if exclude_nodes is None and start_after is None:
             return
-        with _observed(command):
+        with self._between.changing(), _observed(command):
             path = await self._path(f"job/{_check_job_id(command, job_id)}")
             body = (await self._spec()).update_body(exclude_nodes=exclude_nodes, start_after=start_after)
             _check_errors(await self._send("POST", path, command, body=body), command)
 
     async def list_jobs(self) -> list[SlurmJob]:
-        command = "GET jobs"
-        with _observed(command):
-            resp = await self._send("GET", await self._path("jobs"), command)
-            jobs = await _parsed(command, parse.parse_squeue, resp.text)
-        self._queue_size = len(jobs)
-        return jobs
+        """``GET jobs?update_time=`` with the stamp of the last whole reply (23.11 on): that reply's
+        jobs again when Slurm says no job changed since (a big queue's periodic whole read then
+        costs one small request), else the whole queue."""
+        whole = await self._whole_since(self._whole_jobs is not None)
+        return list(whole if whole is not None else self._whole_jobs or ())
 
     async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
         """``GET jobs?update_time=`` with Slurm's stamp of the last reply (23.11 on): nothing when no
@@ -325,24 +328,58 @@ class RestdBackend:
         On a queue past ``_WHOLE_REPLY_MAX_JOBS`` jobs, where squeue filters (24.11 on), the commands
         backend's partial look instead: every change would cost the whole queue's JSON here (10,000
         jobs: 31 MB, seconds of slurmrestd's and clusterd's time), two filtered squeues cost what changed.
+        Between two such looks, the followed jobs' states (:mod:`clusterd.slurm.restd_between`).
         """
         if self._queue_size > _WHOLE_REPLY_MAX_JOBS and await self._commands().filters_queue():
+            mark = self._between.mark()
+            states = await self._focus_states(focus)
+            standing = self._between.standing(focus, states)
+            if standing is not None:
+                return standing
             with _observed("squeue"):
-                return await self._commands().poll_jobs(focus)
+                poll = await self._commands().poll_jobs(focus)
+            self._between.remember(poll, focus, states, mark)
+            return poll
+        jobs = await self._whole_since(True)
+        return JobPoll((), whole=False, unchanged=True) if jobs is None else JobPoll(tuple(jobs))
+
+    async def _whole_since(self, stamped: bool) -> list[SlurmJob] | None:
+        """``GET jobs``, with ``?update_time=`` the last whole reply's stamp when ``stamped``: the
+        whole queue, or None when Slurm says no job changed since (an empty reply; 304 on 26.05)."""
         command = "GET jobs"
         with _observed(command):
-            resp, since = await self._get_since("jobs", self._jobs_stamp, command)
-            if since and resp.status == 304:  # 26.05: no job changed, no body
-                return JobPoll((), whole=False, unchanged=True)
+            resp, since = await self._get_since("jobs", self._jobs_stamp if stamped else 0, command)
+            if since and resp.status == 304:
+                return None
             try:
                 jobs, stamp = await asyncio.to_thread(parse.parse_jobs_since, resp.text, asked_since=since)
             except ValueError as exc:
                 raise _error(command, 200, str(exc)) from exc
         if jobs is None:
-            return JobPoll((), whole=False, unchanged=True)
+            return None
         self._jobs_stamp = 0 if "jobs" in self._stamp_refused else stamp
+        self._whole_jobs = jobs
         self._queue_size = len(jobs)
-        return JobPoll(tuple(jobs))
+        return jobs
+
+    async def _focus_states(self, focus: frozenset[str]) -> States | None:
+        """``GET jobs/state`` of the followed jobs; None where it cannot be asked or is refused."""
+        query = state_query(focus)
+        if query is None or self._states_refused:
+            return None
+        if not query:
+            return ()
+        command = "GET jobs/state"
+        with _observed(command):
+            try:
+                resp = await self._send("GET", f"{await self._path('jobs/state/')}?{query}", command)
+                return parse_states(_check_errors(resp, command))
+            except SlurmUnavailable:
+                raise
+            except (SlurmError, ValueError) as exc:
+                log.warning("slurmrestd fails GET jobs/state (%s): partial looks at every poll", exc)
+                self._states_refused = True
+                return None
 
     async def list_nodes(self) -> list[SlurmNode]:
         """``GET nodes?update_time=`` with the last reply's stamp (23.11 on): the last answer again
@@ -390,20 +427,20 @@ class RestdBackend:
     async def hold(self, job_id: str, *, user: str) -> None:
         """``scontrol uhold`` through the commands backend: a REST hold signed for root would be an
         admin hold, which the job's user could not release."""
-        with _observed("scontrol uhold"):
+        with self._between.changing(), _observed("scontrol uhold"):
             await self._commands().hold(_check_job_id("scontrol uhold", job_id), user=user)
 
     async def release(self, job_id: str, *, user: str) -> None:
-        with _observed("scontrol release"):
+        with self._between.changing(), _observed("scontrol release"):
             await self._commands().release(_check_job_id("scontrol release", job_id), user=user)
 
     async def mark_supervised(self, job_id: str, comment: str) -> None:
         """``scontrol update Comment= Requeue=1`` through the commands backend (one verified path)."""
-        with _observed("scontrol update"):
+        with self._between.changing(), _observed("scontrol update"):
             await self._commands().mark_supervised(_check_job_id("scontrol update", job_id), comment)
 
     async def set_admin_comment(self, job_id: str, note: str) -> None:
-        with _observed("scontrol update"):
+        with self._between.changing(), _observed("scontrol update"):
             await self._commands().set_admin_comment(_check_job_id("scontrol update", job_id), note)
 
     async def accounting_jobs(self, *, since: float, until: float, user: str | None) -> list[SlurmJob] | None:

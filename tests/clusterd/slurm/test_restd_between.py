@@ -1,0 +1,140 @@
+"""A big queue's partial look stands while the followed jobs' states (``GET jobs/state``) hold, for
+at most RECHECK_SECONDS and never across a change the service made itself; and a periodic whole
+read of it costs one small request while Slurm says no job changed."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clusterd.slurm import restd_between
+from clusterd.slurm.restd import RestdBackend
+from clusterd.slurm.restd_between import Between, state_query
+from clusterd.slurm.types import JobPoll
+from tests.support.backends import Sent, answer, restd_backend
+
+_MANY = [{"job_id": n, "name": "x", "user_name": "bob", "job_state": ["PENDING"]} for n in range(1, 2002)]
+
+
+class _Squeue:
+    """The commands backend the slurmrestd backend falls back to: filtered squeues and a hold."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+        self.holds: list[str] = []
+
+    async def filters_queue(self) -> bool:
+        return True
+
+    async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
+        self.polls += 1
+        return JobPoll((), whole=False)
+
+    async def hold(self, job_id: str, *, user: str) -> None:
+        self.holds.append(job_id)
+
+
+class _Restd:
+    """slurmrestd's answers: the whole queue on GET jobs, ``state`` for job 7 on GET jobs/state."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self.state = "RUNNING"
+        self.state_status = 200
+
+    def __call__(self, request: Sent) -> Any:
+        self.sent.append(request.path)
+        if "/jobs/state/" in request.path:
+            if self.state_status != 200:
+                return answer(self.state_status, text="Unable to find requested URL endpoint.")
+            return answer(200, json={"jobs": [{"job_id": "7", "state": [self.state]}], "errors": []})
+        if "update_time=" in request.path:
+            return answer(304)
+        return answer(200, json={"jobs": _MANY, "last_update": {"set": True, "number": 1000}, "errors": []})
+
+    def states_asked(self) -> list[str]:
+        return [p for p in self.sent if "/jobs/state/" in p]
+
+
+async def _big(tmp_path: Path) -> tuple[RestdBackend, _Restd, _Squeue]:
+    restd, squeue = _Restd(), _Squeue()
+    backend = restd_backend(tmp_path, restd, fallback=squeue, restd_api_version="v0.0.45")
+    assert len(await backend.list_jobs()) == 2001
+    return backend, restd, squeue
+
+
+async def test_the_last_look_stands_while_the_followed_states_hold(tmp_path: Path) -> None:
+    backend, restd, squeue = await _big(tmp_path)
+    for _ in range(3):
+        await backend.poll_jobs(frozenset({"7"}))
+    assert squeue.polls == 1
+    assert restd.states_asked() == ["/slurm/v0.0.45/jobs/state/?job_id=7"] * 3
+    restd.state = "COMPLETING"  # the followed job moved: a new look at once
+    await backend.poll_jobs(frozenset({"7"}))
+    assert squeue.polls == 2
+    await backend.poll_jobs(frozenset({"7", "8"}))  # another job followed: its look is due
+    assert squeue.polls == 3
+
+
+async def test_a_look_stands_at_most_recheck_seconds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend, _, squeue = await _big(tmp_path)
+    await backend.poll_jobs(frozenset({"7"}))
+    monkeypatch.setattr(restd_between, "RECHECK_SECONDS", 0.0)
+    await backend.poll_jobs(frozenset({"7"}))
+    assert squeue.polls == 2
+
+
+async def test_a_change_the_service_made_voids_the_look(tmp_path: Path) -> None:
+    """A hold changes no state: the look taken before it must not stand after it."""
+    backend, _, squeue = await _big(tmp_path)
+    await backend.poll_jobs(frozenset({"7"}))
+    await backend.hold("7", user="bob")
+    await backend.poll_jobs(frozenset({"7"}))
+    assert (squeue.holds, squeue.polls) == (["7"], 2)
+
+
+def test_a_look_taken_across_a_change_is_not_kept() -> None:
+    """A poll whose states were read before a hold and whose look ended after it keeps nothing."""
+    between = Between()
+    poll = JobPoll((), whole=False)
+    mark = between.mark()
+    with between.changing():
+        pass
+    between.remember(poll, frozenset({"7"}), ("s",), mark)
+    assert between.standing(frozenset({"7"}), ("s",)) is None
+    between.remember(poll, frozenset({"7"}), ("s",), between.mark())
+    assert between.standing(frozenset({"7"}), ("s",)) is poll
+
+
+async def test_nothing_followed_asks_no_states(tmp_path: Path) -> None:
+    backend, restd, squeue = await _big(tmp_path)
+    for _ in range(2):
+        await backend.poll_jobs(frozenset())
+    assert (squeue.polls, restd.states_asked()) == (1, [])
+
+
+async def test_a_refused_state_read_means_a_look_every_poll(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    backend, restd, squeue = await _big(tmp_path)
+    restd.state_status = 404
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            await backend.poll_jobs(frozenset({"7"}))
+    assert squeue.polls == 3
+    assert len(restd.states_asked()) == 1  # asked once, then never again
+    assert sum("jobs/state" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_only_slurm_ids_are_asked_and_never_too_many() -> None:
+    assert state_query(frozenset({"12", "7", "7;x", "--all"})) == "job_id=12&job_id=7"
+    assert state_query(frozenset()) == ""
+    assert state_query(frozenset(str(n) for n in range(restd_between.MAX_IDS + 1))) is None
+
+
+async def test_a_whole_read_with_nothing_changed_is_one_small_request(tmp_path: Path) -> None:
+    backend, restd, _ = await _big(tmp_path)
+    again = await backend.list_jobs()
+    assert len(again) == 2001
+    assert restd.sent == ["/slurm/v0.0.45/jobs", "/slurm/v0.0.45/jobs?update_time=1000"]
