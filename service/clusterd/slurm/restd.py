@@ -39,7 +39,7 @@ from clusterd.observability.metrics import observed_slurm_call
 from clusterd.slurm import parse
 from clusterd.slurm.commands import CommandsBackend
 from clusterd.slurm.request import JobRequest
-from clusterd.slurm.restd_between import Between, States, parse_states, state_query
+from clusterd.slurm.restd_between import RETRY_SECONDS, Between, States, parse_states, state_query
 from clusterd.slurm.restd_http import H11Client, HttpFailure, Reply, RestdHttp
 from clusterd.slurm.restd_submit import Unexpressible
 from clusterd.slurm.restd_versions import KNOWN_API_VERSIONS, RestApi, api_for, choose
@@ -124,7 +124,7 @@ class RestdBackend:
         self._nodes: list[SlurmNode] = []
         self._stamp_refused: set[str] = set()  # "jobs"/"nodes": slurmrestd failed a stamped read there
         self._between = Between()  # the last partial look of a big queue (see poll_jobs)
-        self._states_refused = False  # slurmrestd failed GET jobs/state: partial looks every poll
+        self._states_refused_until = 0.0  # monotonic; GET jobs/state failed: no state reads until then
 
     async def aclose(self) -> None:
         if self._owns_client:
@@ -318,6 +318,7 @@ class RestdBackend:
         jobs again when Slurm says no job changed since (a big queue's periodic whole read then
         costs one small request), else the whole queue."""
         whole = await self._whole_since(self._whole_jobs is not None)
+        self._between.forget()  # the cache's snapshot is this read now, whatever a look said before
         return list(whole if whole is not None else self._whole_jobs or ())
 
     async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
@@ -357,15 +358,18 @@ class RestdBackend:
                 raise _error(command, 200, str(exc)) from exc
         if jobs is None:
             return None
+        self._between.forget()  # a look older than this reply must not stand after it
         self._jobs_stamp = 0 if "jobs" in self._stamp_refused else stamp
         self._whole_jobs = jobs
         self._queue_size = len(jobs)
         return jobs
 
     async def _focus_states(self, focus: frozenset[str]) -> States | None:
-        """``GET jobs/state`` of the followed jobs; None where it cannot be asked or is refused."""
+        """``GET jobs/state`` of the followed jobs; None where it cannot be asked or failed (the
+        poll then looks with squeue, which needs no slurmrestd): for good where the API has no such
+        endpoint, for ``RETRY_SECONDS`` after any other failure."""
         query = state_query(focus)
-        if query is None or self._states_refused:
+        if query is None or time.monotonic() < self._states_refused_until:
             return None
         if not query:
             return ()
@@ -374,11 +378,11 @@ class RestdBackend:
             try:
                 resp = await self._send("GET", f"{await self._path('jobs/state/')}?{query}", command)
                 return parse_states(_check_errors(resp, command))
-            except SlurmUnavailable:
-                raise
             except (SlurmError, ValueError) as exc:
-                log.warning("slurmrestd fails GET jobs/state (%s): partial looks at every poll", exc)
-                self._states_refused = True
+                missing = isinstance(exc, SlurmError) and exc.returncode in (400, 404, 405, 422)
+                self._states_refused_until = float("inf") if missing else time.monotonic() + RETRY_SECONDS
+                how = "from now on" if missing else f"for {RETRY_SECONDS:g}s"
+                log.warning("%s; a filtered look at every poll %s", exc, how)
                 return None
 
     async def list_nodes(self) -> list[SlurmNode]:

@@ -23,6 +23,8 @@ from clusterd.slurm.types import JobPoll
 
 # Seconds a partial look stands while the followed jobs' states do not change.
 RECHECK_SECONDS = 10.0
+# Seconds without the state read after it failed on an endpoint that exists (a 500, an expired token).
+RETRY_SECONDS = 300.0
 # Followed jobs past this many are not read by id (the query would be a long URL): partial looks then.
 MAX_IDS = 200
 
@@ -31,11 +33,11 @@ States = tuple[str, ...]
 
 def state_query(focus: frozenset[str]) -> str | None:
     """The query asking for the focus's states (``job_id`` repeated: slurmrestd refuses a CSV list
-    there despite its description); None when the focus is too big to ask by id."""
-    ids = sorted(i for i in focus if i.isdigit())  # Slurm's own ids, never anything else
-    if len(ids) > MAX_IDS:
+    there despite its description); None when the focus is too big to ask by id or holds anything
+    but Slurm's own ids (never sent; a look every poll then)."""
+    if len(focus) > MAX_IDS or not all(i.isascii() and i.isdigit() for i in focus):
         return None
-    return "&".join(f"job_id={i}" for i in ids)
+    return "&".join(f"job_id={i}" for i in sorted(focus))
 
 
 def parse_states(data: Any) -> States:
@@ -79,14 +81,17 @@ class Between:
         stands = states is not None and mark == self._changes
         self._last = _Look(poll, focus, states, time.monotonic()) if stands and states is not None else None
 
+    def forget(self) -> None:
+        """No look taken before now stands (a whole read replaced what it listed)."""
+        self._changes += 1
+        self._last = None
+
     @contextlib.contextmanager
     def changing(self) -> Iterator[None]:
         """Around a change of the service's own to a job (a hold, a comment: no state shows it): no
         look taken before its end stands."""
-        self._changes += 1
-        self._last = None
+        self.forget()
         try:
             yield
         finally:
-            self._changes += 1
-            self._last = None
+            self.forget()

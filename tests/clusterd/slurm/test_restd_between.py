@@ -13,8 +13,9 @@ import pytest
 from clusterd.slurm import restd_between
 from clusterd.slurm.restd import RestdBackend
 from clusterd.slurm.restd_between import Between, state_query
+from clusterd.slurm.restd_http import HttpFailure
 from clusterd.slurm.types import JobPoll
-from tests.support.backends import Sent, answer, restd_backend
+from tests.support.backends import FakeRestdHttp, Sent, answer, restd_backend
 
 _MANY = [{"job_id": n, "name": "x", "user_name": "bob", "job_state": ["PENDING"]} for n in range(1, 2002)]
 
@@ -128,7 +129,9 @@ async def test_a_refused_state_read_means_a_look_every_poll(tmp_path: Path, capl
 
 
 def test_only_slurm_ids_are_asked_and_never_too_many() -> None:
-    assert state_query(frozenset({"12", "7", "7;x", "--all"})) == "job_id=12&job_id=7"
+    assert state_query(frozenset({"12", "7"})) == "job_id=12&job_id=7"
+    for odd in ("7;x", "--all", "7&job_id=8", "\u00b2"):
+        assert state_query(frozenset({"7", odd})) is None
     assert state_query(frozenset()) == ""
     assert state_query(frozenset(str(n) for n in range(restd_between.MAX_IDS + 1))) is None
 
@@ -138,3 +141,47 @@ async def test_a_whole_read_with_nothing_changed_is_one_small_request(tmp_path: 
     again = await backend.list_jobs()
     assert len(again) == 2001
     assert restd.sent == ["/slurm/v0.0.45/jobs", "/slurm/v0.0.45/jobs?update_time=1000"]
+
+
+async def test_a_whole_read_voids_the_look_before_it(tmp_path: Path) -> None:
+    """The cache's snapshot after a whole read must never be overwritten by an older look."""
+    backend, _, squeue = await _big(tmp_path)
+    await backend.poll_jobs(frozenset({"7"}))
+    await backend.list_jobs()
+    await backend.poll_jobs(frozenset({"7"}))
+    assert squeue.polls == 2
+
+
+@pytest.mark.parametrize(("status", "retried"), [(404, False), (500, True)])
+async def test_a_failed_state_read_is_retried_unless_the_endpoint_is_missing(
+    tmp_path: Path, status: int, retried: bool
+) -> None:
+    backend, restd, squeue = await _big(tmp_path)
+    restd.state_status = status
+    await backend.poll_jobs(frozenset({"7"}))
+    await backend.poll_jobs(frozenset({"7"}))  # still in the first failure's pause
+    assert len(restd.states_asked()) == 1
+    backend._states_refused_until -= restd_between.RETRY_SECONDS + 1  # the pause has passed
+    restd.state_status = 200
+    await backend.poll_jobs(frozenset({"7"}))
+    assert len(restd.states_asked()) == (2 if retried else 1)
+    assert squeue.polls == 3
+
+
+async def test_an_unreachable_slurmrestd_still_gets_a_filtered_look(tmp_path: Path) -> None:
+    """The state read is an economy: without slurmrestd the poll looks with squeue, as before it."""
+    backend, _, squeue = await _big(tmp_path)
+
+    def down(request: Sent) -> Any:
+        raise HttpFailure("connection refused")
+
+    backend._client = FakeRestdHttp(down)  # type: ignore[assignment]
+    poll = await backend.poll_jobs(frozenset({"7"}))
+    assert (poll.whole, squeue.polls) == (False, 1)
+
+
+async def test_a_focus_with_anything_but_slurm_ids_is_looked_at_every_poll(tmp_path: Path) -> None:
+    backend, restd, squeue = await _big(tmp_path)
+    for _ in range(2):
+        await backend.poll_jobs(frozenset({"7", "7_1"}))
+    assert (squeue.polls, restd.states_asked()) == (2, [])

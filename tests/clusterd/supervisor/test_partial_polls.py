@@ -307,3 +307,33 @@ async def test_a_partial_poll_never_fails_a_submission_it_could_not_see(
     await world.cache.poll_once()
     got = await world.store.get_by_record(rec.record_id)
     assert got is not None and got.phase is Phase.SUBMITTED and got.job_id == "102"
+
+
+class TimedSlurm(FakeSlurm):
+    """A whole read taking ``took`` seconds of the cache's clock."""
+
+    took = 20.0
+    clock: list[float] = [0.0]
+
+    async def list_jobs(self) -> list[SlurmJob]:
+        self.clock[0] += self.took
+        return await super().list_jobs()
+
+
+async def test_a_quick_whole_read_halves_the_cost_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stamped whole read answered "no job changed" in milliseconds must not bring the next real
+    20 s read of a big queue back every _WHOLE_EVERY_SECONDS: the cost kept halves instead."""
+    now = TimedSlurm.clock = [1000.0]
+    monkeypatch.setattr(cache_module.time, "monotonic", lambda: now[0])
+    slurm = TimedSlurm.cluster()
+    slurm.partial = True
+    cache = await _focused(slurm, {"1"})
+    assert cache._whole_took == 20.0
+    slurm.took = 0.01
+    now[0] += cache_module._WHOLE_MAX_GAP_SECONDS
+    await cache.poll_once()
+    assert cache._whole_took == 10.0  # not 0.01
+    slurm.took = 8.0
+    now[0] += cache_module._WHOLE_MAX_GAP_SECONDS
+    await cache.poll_once()
+    assert cache._whole_took == 8.0  # a real read is measured as it is
