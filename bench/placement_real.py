@@ -121,13 +121,23 @@ REFERENCE = {"ours_any": "slurm", "sim": "slurm", "ours_pack": "slurm_switches"}
 
 
 def leaf_background(model: TopologyModel, rng: random.Random) -> list[list[str]]:
-    """Per leaf, the nodes the background holds: a share drawn from 0..MOST_BUSY, nodes at random."""
+    """Per leaf, the nodes the background holds: a share drawn from 0..MOST_BUSY, idle nodes at random.
+
+    Only idle nodes: a job pinned to a node slurmctld has just set DOWN (a slurmd too slow to answer
+    its ping on a loaded host) would pend.
+    """
     out = []
     for leaf in model.leaves:
         nodes = list(model.leaf_nodes(leaf))
-        busy = rng.sample(nodes, round(rng.uniform(0, MOST_BUSY) * len(nodes)))
+        idle = [n for n in nodes if model.node_stats(n).nodes_idle]
+        busy = rng.sample(idle, min(round(rng.uniform(0, MOST_BUSY) * len(nodes)), len(idle)))
         out.append(sorted(busy, key=nodes.index))
     return out
+
+
+def idle_nodes(model: TopologyModel) -> frozenset[str]:
+    """The nodes a whole-node job may start on now."""
+    return frozenset(n for n in model.nodes if model.node_stats(n).nodes_idle)
 
 
 def as_user(env: dict[str, str], *argv: str) -> tuple[subprocess.CompletedProcess[str], float]:
@@ -149,15 +159,20 @@ def hold(env: dict[str, str], name: str, busy: list[list[str]]) -> None:
         )
         if done.returncode != 0:
             raise RuntimeError(f"background job on {compress_hostlist(nodes)}: {done.stderr.strip()}")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + 120
+    while True:
         pending = subprocess.run(
-            ["squeue", "-h", f"--name={name}", "-t", "PD,CF", "-o", "%i"], env=env, capture_output=True, text=True
+            ["squeue", "-h", f"--name={name}", "-t", "PD,CF", "-o", "%N %r"], env=env, capture_output=True, text=True
         )
         if pending.returncode == 0 and not pending.stdout.strip():
             return
+        if time.monotonic() > deadline:
+            raise BackgroundStuck(f"background jobs pending after 120 s: {pending.stdout.strip()[:120]}")
         time.sleep(0.5)
-    raise RuntimeError("background jobs still pending after 60 s")
+
+
+class BackgroundStuck(RuntimeError):
+    """The background did not start: the rounds so far stand, the rest are not run."""
 
 
 def release(env: dict[str, str], name: str) -> None:
@@ -276,11 +291,17 @@ def run(jobs: int, seed: int, rounds: int, version: str | None) -> dict[str, obj
     ctld = {"slurm": [0, 0], "slurm_switches": [0, 0]}  # WILL_RUN RPCs, µs in slurmctld
     model: TopologyModel | None = None
     env = anchor.env  # kept for the clean-up, should the anchor go missing on the way
+    stopped = ""
+    done = unsteady = 0
     try:
         for r in range(rounds):
             if anchor.env is not None:
                 busy = leaf_background(real_model(anchor.env, anchor.bin_dir)[0], rng)
-                hold(anchor.env, name, busy)
+                try:
+                    hold(anchor.env, name, busy)
+                except BackgroundStuck as exc:
+                    stopped = str(exc)
+                    break
                 model, seconds = real_model(anchor.env, anchor.bin_dir)
                 refresh.append(seconds)
             else:
@@ -299,8 +320,11 @@ def run(jobs: int, seed: int, rounds: int, version: str | None) -> dict[str, obj
                     count, micros = ask_all(anchor.env, model, part, extra, tallies[key])
                     ctld[key][0] += count
                     ctld[key][1] += micros
+                if idle_nodes(real_model(anchor.env, anchor.bin_dir)[0]) != idle_nodes(model):
+                    unsteady += 1
                 floor.extend(as_user(anchor.env, "sbatch", "--version")[1] for _ in range(3))
                 release(anchor.env, name)
+            done += 1
     except (RuntimeError, ValueError, OSError, subprocess.SubprocessError) as exc:
         anchor.why, anchor.env = f"stopped: {exc}"[:300], None
     finally:
@@ -313,10 +337,12 @@ def run(jobs: int, seed: int, rounds: int, version: str | None) -> dict[str, obj
         "cluster": shape(model) if model else "no model",
         "slurm": anchor.version or None,
         "anchor_missing": anchor.why or None,
-        "jobs": jobs,
-        "rounds": rounds,
+        "jobs": len(tallies["ours_any"].picks),
+        "rounds": done,
+        "stopped": f"after {done} of {rounds} backgrounds: {stopped}" if stopped else None,
+        "unsteady_rounds": unsteady,
         "seed": seed,
-        "busy_pct": 100 * statistics.mean(busy_share),
+        "busy_pct": 100 * statistics.mean(busy_share) if busy_share else float("nan"),
         "model_refresh_ms": 1000 * statistics.median(refresh) if refresh else float("nan"),
         "process_floor_ms": 1000 * statistics.median(floor) if floor else float("nan"),
         "placers": placers,
@@ -393,6 +419,13 @@ def report(result: dict[str, object]) -> None:
         f"{result['rounds']} backgrounds ({result['busy_pct']:.0f}% of nodes busy), seed {result['seed']}"
     )
     print(f"model refresh (list_nodes + scontrol show topology + build): {result['model_refresh_ms']:.0f} ms")
+    if result["stopped"]:
+        print(f"stopped {result['stopped']}")
+    if result["unsteady_rounds"]:
+        print(
+            f"idle nodes changed while Slurm was asked in {result['unsteady_rounds']} of {result['rounds']} "
+            "backgrounds (slurmd missing slurmctld's pings on a loaded host): Slurm answered for another cluster"
+        )
     print("\nno switch limit: planner policy any; sbatch --test-only -N k --exclusive")
     _table(result, [("ours_any", "clusterd any"), ("slurm", "slurm (real)"), ("sim", "slurm sim")])
     print("\nswitch limit: planner policy pack; Slurm given the --switches=N@5:00 that plan hands over")
