@@ -26,7 +26,8 @@ Reported: our plan time per request (median, p95; includes the explanation text)
 placers the mean number of leaf switches per job, per multi-node job, the share of multi-node
 jobs on one leaf, and mean spine hops. Ratio = Slurm sim / ours (above 1: ours uses fewer).
 
-Run: ``python -m bench.placement`` (``--jobs``, ``--seed``, ``--json``).
+Run: ``python -m bench.placement`` (``--jobs``, ``--seed``, ``--json``). ``--real``: beside Slurm's own
+tree plugin on the running stack's slurmctld (bench/placement_real.py).
 """
 
 from __future__ import annotations
@@ -65,6 +66,15 @@ class Outcome:
     hops: list[int] = field(default_factory=list)
     plan_seconds: list[float] = field(default_factory=list)
     waits: list[float] = field(default_factory=list)
+
+    def record(self, model: TopologyModel, nodes: Sequence[str], wait: float = 0.0) -> None:
+        """One started job on ``nodes``: its leaf switches, spine hops and queue wait."""
+        leaves = list(dict.fromkeys(model.leaf_of(n) for n in nodes))
+        self.leaves.append(len(leaves))
+        if len(nodes) > 1:
+            self.multi_leaves.append(len(leaves))
+        self.hops.append(model.spine_levels(leaves) or 0)
+        self.waits.append(wait)
 
 
 Placer = Callable[[TopologyModel, Job], list[str] | None]
@@ -203,12 +213,7 @@ def simulate(placer: Placer, jobs: Sequence[Job], base: TopologyModel, *, timed:
             running[waiting.index] = nodes
             started.append(waiting)
             heapq.heappush(events, (now + waiting.duration, 0, waiting.index))
-            leaves = list(dict.fromkeys(model.leaf_of(n) for n in nodes))
-            out.leaves.append(len(leaves))
-            if waiting.nodes > 1:
-                out.multi_leaves.append(len(leaves))
-            out.hops.append(model.spine_levels(leaves) or 0)
-            out.waits.append(now - waiting.arrival)
+            out.record(model, nodes, now - waiting.arrival)
         for s in started:
             queue.remove(s)
     return out
@@ -219,16 +224,48 @@ def pct(values: Sequence[float], q: float) -> float:
     return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
 
 
+def _mean(values: Sequence[float]) -> float:
+    return statistics.mean(values) if values else float("nan")
+
+
+def summary(o: Outcome) -> dict[str, float]:
+    """The figures both benches print for one placer (nan where it placed no such job)."""
+    return {
+        "jobs_started": len(o.leaves),
+        "mean_leaves_per_job": _mean(o.leaves),
+        "mean_leaves_per_multinode_job": _mean(o.multi_leaves),
+        "multinode_on_one_leaf_pct": 100 * _mean([float(x == 1) for x in o.multi_leaves]),
+        "mean_spine_hops": _mean(o.hops),
+        "mean_wait": _mean(o.waits),
+        "place_ms_median": 1000 * statistics.median(o.plan_seconds) if o.plan_seconds else float("nan"),
+        "place_ms_p95": 1000 * pct(o.plan_seconds, 0.95) if o.plan_seconds else float("nan"),
+        "place_calls": len(o.plan_seconds),
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--jobs", type=int, help="jobs in the stream (default 1000; --real: 200)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--load", type=float, default=0.55, help="stream load, share of free nodes")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--leaves", type=int, default=LEAVES, help="leaf switches (256 nodes: 16; 4,096: 128)")
     parser.add_argument("--per-leaf", type=int, default=PER_LEAF, help="nodes per leaf (16 on the 256-node stack)")
     parser.add_argument("--spines", type=int, default=SPINES, help="spine switches under the core")
+    parser.add_argument("--real", action="store_true", help="beside the real slurmctld's tree plugin on the stack")
+    parser.add_argument("--rounds", type=int, default=4, help="--real: backgrounds the stream is split between")
+    parser.add_argument("--slurm", help="--real: the stack of this release (default: the suite's)")
     args = parser.parse_args(argv)
+    if args.real:
+        from bench import placement_real  # imports this module
+
+        real = placement_real.run(args.jobs or 200, args.seed, args.rounds, args.slurm)
+        if args.json:
+            print(json.dumps(real, indent=2))
+        else:
+            placement_real.report(real)
+        return
+    args.jobs = args.jobs or 1000
 
     switches, nodes = synthetic_cluster(
         args.leaves,
@@ -251,19 +288,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     t0 = time.perf_counter()
     slurm_out = simulate(slurm_best_fit, jobs, base, timed=True)
     slurm_wall = time.perf_counter() - t0
-
-    def summary(o: Outcome) -> dict[str, float]:
-        return {
-            "jobs_started": len(o.leaves),
-            "mean_leaves_per_job": statistics.mean(o.leaves),
-            "mean_leaves_per_multinode_job": statistics.mean(o.multi_leaves),
-            "multinode_on_one_leaf_pct": 100 * sum(1 for x in o.multi_leaves if x == 1) / len(o.multi_leaves),
-            "mean_spine_hops": statistics.mean(o.hops),
-            "mean_wait": statistics.mean(o.waits),
-            "place_ms_median": 1000 * statistics.median(o.plan_seconds),
-            "place_ms_p95": 1000 * pct(o.plan_seconds, 0.95),
-            "place_calls": len(o.plan_seconds),
-        }
 
     a, b = summary(ours_out), summary(slurm_out)
     result = {

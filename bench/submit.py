@@ -433,25 +433,35 @@ class Sdiag:
     since: str
     counts: dict[str, int]  # by message type
     users: dict[str, int]  # by user
+    micros: dict[str, int] = field(default_factory=dict)  # slurmctld's total_time by message type (µs)
 
     @property
     def total(self) -> int:
         return sum(self.counts.values())
 
 
-def sdiag(env: dict[str, str]) -> Sdiag:
-    """The "Remote Procedure Call statistics by message type" and "by user" blocks of ``sdiag``."""
-    text = subprocess.run(["sdiag"], capture_output=True, text=True, env=env, timeout=30, check=True).stdout
+def parse_sdiag(text: str) -> Sdiag:
+    """The "Remote Procedure Call statistics by message type" and "by user" blocks of ``sdiag``'s text."""
     since = next((line for line in text.splitlines() if line.startswith("Data since")), "")
+    row = r"^\s*(\S+)\s+\(\s*\d+\)\s+count:(\d+)(?:\s+ave_time:\d+\s+total_time:(\d+))?"
 
-    def block(title: str) -> dict[str, int]:
+    def block(title: str) -> list[re.Match[str]]:
         body = text.split(title, 1)[1].split("\n\n", 1)[0] if title in text else ""
-        return {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s*(\S+)\s+\(\s*\d+\)\s+count:(\d+)", body, re.M)}
+        return list(re.finditer(row, body, re.M))
 
+    by_type = block("Remote Procedure Call statistics by message type")
     return Sdiag(
         since,
-        block("Remote Procedure Call statistics by message type"),
-        block("Remote Procedure Call statistics by user"),
+        {m.group(1): int(m.group(2)) for m in by_type},
+        {m.group(1): int(m.group(2)) for m in block("Remote Procedure Call statistics by user")},
+        {m.group(1): int(m.group(3)) for m in by_type if m.group(3)},
+    )
+
+
+def sdiag(env: dict[str, str]) -> Sdiag:
+    """slurmctld's RPC statistics now (see :func:`parse_sdiag`)."""
+    return parse_sdiag(
+        subprocess.run(["sdiag"], capture_output=True, text=True, env=env, timeout=30, check=True).stdout
     )
 
 

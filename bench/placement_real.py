@@ -1,0 +1,441 @@
+"""Placement on the real slurmctld: clusterd's planner beside Slurm's own ``topology/tree`` plugin.
+
+``python -m bench.placement --real`` on the running stack (``stack.sh up --nodes 256``: 16 leaf
+switches of 16 nodes under one spine). Long jobs of bob's (``sleep``, whole nodes, pinned with
+``--nodelist``) hold a seeded random background: each leaf's busy share drawn from 0-80%, so the
+leaves differ as on a real cluster. slurmctld and the planner then see the same fragmented
+cluster. For each size of a seeded stream (``job_stream``: 1..64 nodes, skewed small), every job
+taking whole nodes:
+
+* Slurm, without submitting: ``sbatch --test-only -N k --exclusive`` as bob prints where and when
+  the job would start. Once plain, once with the ``--switches=N@5:00`` that the planner's ``pack``
+  plan hands Slurm (N: the fewest leaves an empty cluster needs; none for one node).
+* clusterd's ``plan()`` with policies ``any`` and ``pack``, on a ``TopologyModel`` built as the
+  service builds it: the commands backend's ``list_nodes`` and ``topology``.
+* the simulation of Slurm's best fit (``slurm_best_fit``) on the same model: how faithful it is.
+
+``--rounds`` draws that many backgrounds, the stream split between them; nothing is submitted
+but the background, which is cancelled at the end. A job "starts now" when Slurm's start time is
+within a minute of the probe (one it cannot place now starts when the background ends, a year on).
+
+Slurm's plan time is ``sbatch --test-only``'s wall time: a process under runuser, munge, the RPC
+and slurmctld's scheduling test. Beside it: the process floor (``sbatch --version`` under runuser)
+and slurmctld's own time for the RPC (sdiag's REQUEST_JOB_WILL_RUN total over its count).
+
+Without a stack, or with one too small to compare on, Slurm's columns print "anchor missing (why)"
+and the planner and the simulation still run, on the synthetic tree of the same shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import re
+import statistics
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from bench.placement import Job, Outcome, job_stream, slurm_best_fit, summary
+from bench.submit import cancel_by_name, sdiag, slurm_env, wait_queue_clear
+from clusterctl.hostlist import compress_hostlist, expand_hostlist
+from clusterd.config import SlurmConfig
+from clusterd.slurm.commands import CommandsBackend
+from clusterd.topology import PlacementRequest, TopologyModel, plan
+from clusterd.topology.synth import BusyMix, synthetic_cluster
+from tests.support.stack import Stack, stack_dir_for
+
+USER = "bob"  # a stack user: Slurm answers as it would any tenant
+MOST_BUSY = 0.8  # the largest busy share a leaf is drawn
+NOW = timedelta(seconds=60)  # a start within this of the probe is "now"
+MIN_NODES = 64  # the stream's largest job; a smaller stack cannot place it
+SHAPE = (16, 16, 0)  # the 256-node stack's tree: 16 leaves of 16 under one switch (spines=0)
+WILL_RUN = "REQUEST_JOB_WILL_RUN"
+
+_TEST_ONLY = re.compile(r"Job \d+ to start at (\S+) using \d+ processors on nodes (\S+) in partition")
+_REFUSED = ("allocation failure", "Requested node configuration is not available")
+
+
+@dataclass(frozen=True)
+class TestOnly:
+    """Where and when ``sbatch --test-only`` says a job would start."""
+
+    __test__ = False  # not a pytest class, whatever its name
+
+    start: datetime
+    nodes: tuple[str, ...]
+
+
+def parse_test_only(text: str) -> TestOnly | None:
+    """sbatch --test-only's answer (stderr): ``sbatch: Job 12 to start at 2026-11-29T10:43:38 using
+    16 processors on nodes node[1-4] in partition debug``; None when Slurm refuses the request
+    outright (no placement could ever satisfy it, e.g. ``--switches=1`` for more than a leaf).
+
+    Raises:
+        ValueError: any other text (an error, another release's wording).
+    """
+    m = _TEST_ONLY.search(text)
+    if m:
+        return TestOnly(datetime.fromisoformat(m.group(1)), tuple(expand_hostlist(m.group(2))))
+    if any(s in text for s in _REFUSED):
+        return None
+    raise ValueError(f"unexpected sbatch --test-only output: {text.strip()[:200]!r}")
+
+
+@dataclass
+class Tally:
+    """One placer's picks: the figures of bench.placement plus how often it starts a job now."""
+
+    out: Outcome = field(default_factory=Outcome)
+    picks: list[frozenset[str] | None] = field(default_factory=list)  # None: not now (waits or refused)
+    leaf_sets: list[frozenset[str] | None] = field(default_factory=list)
+
+    def add(self, model: TopologyModel, nodes: Sequence[str] | None, seconds: float) -> None:
+        self.out.plan_seconds.append(seconds)
+        self.picks.append(frozenset(nodes) if nodes else None)
+        self.leaf_sets.append(frozenset(model.leaf_of(n) for n in nodes) if nodes else None)
+        if nodes:
+            self.out.record(model, nodes)
+
+    def figures(self) -> dict[str, float]:
+        """bench.placement's summary plus the mean plan time."""
+        mean = 1000 * statistics.mean(self.out.plan_seconds) if self.out.plan_seconds else float("nan")
+        return {**summary(self.out), "place_ms_mean": mean}
+
+
+@dataclass
+class Anchor:
+    """The real slurmctld, or why it is missing."""
+
+    env: dict[str, str] | None
+    why: str = ""
+    version: str = ""
+    bin_dir: str = ""  # the release's Slurm commands ("": the host's)
+
+
+PLACERS = ("ours_any", "slurm", "sim", "ours_pack", "slurm_switches")
+REFERENCE = {"ours_any": "slurm", "sim": "slurm", "ours_pack": "slurm_switches"}  # the real Slurm each is held to
+
+
+def leaf_background(model: TopologyModel, rng: random.Random) -> list[list[str]]:
+    """Per leaf, the nodes the background holds: a share drawn from 0..MOST_BUSY, idle nodes at random.
+
+    Only idle nodes: a job pinned to a node slurmctld has just set DOWN (a slurmd too slow to answer
+    its ping on a loaded host) would pend.
+    """
+    out = []
+    for leaf in model.leaves:
+        nodes = list(model.leaf_nodes(leaf))
+        idle = [n for n in nodes if model.node_stats(n).nodes_idle]
+        busy = rng.sample(idle, min(round(rng.uniform(0, MOST_BUSY) * len(nodes)), len(idle)))
+        out.append(sorted(busy, key=nodes.index))
+    return out
+
+
+def idle_nodes(model: TopologyModel) -> frozenset[str]:
+    """The nodes a whole-node job may start on now."""
+    return frozenset(n for n in model.nodes if model.node_stats(n).nodes_idle)
+
+
+def as_user(env: dict[str, str], *argv: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``argv`` run as USER from /tmp, and its wall seconds."""
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        ["runuser", "-u", USER, "--", *argv], env=env, cwd="/tmp", capture_output=True, text=True, timeout=60
+    )
+    return done, time.perf_counter() - t0
+
+
+def hold(env: dict[str, str], name: str, busy: list[list[str]]) -> None:
+    """One long whole-node job per leaf on its busy nodes; returns once all run."""
+    for nodes in (b for b in busy if b):
+        done, _ = as_user(
+            env,
+            *("sbatch", "--parsable", f"--job-name={name}", "--exclusive", "-o", "/dev/null"),
+            *(f"--nodes={len(nodes)}", f"--nodelist={compress_hostlist(nodes)}", "--wrap=sleep 3600"),
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"background job on {compress_hostlist(nodes)}: {done.stderr.strip()}")
+    deadline = time.monotonic() + 120
+    while True:
+        pending = subprocess.run(
+            ["squeue", "-h", f"--name={name}", "-t", "PD,CF", "-o", "%N %r"], env=env, capture_output=True, text=True
+        )
+        if pending.returncode == 0 and not pending.stdout.strip():
+            return
+        if time.monotonic() > deadline:
+            raise BackgroundStuck(f"background jobs pending after 120 s: {pending.stdout.strip()[:120]}")
+        time.sleep(0.5)
+
+
+class BackgroundStuck(RuntimeError):
+    """The background did not start: the rounds so far stand, the rest are not run."""
+
+
+def release(env: dict[str, str], name: str) -> None:
+    """Cancel the background and wait until its nodes are free again."""
+    cancel_by_name(name, env)
+    wait_queue_clear(name, env, timeout=60)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # COMPLETING nodes would be busy to the next background
+        states = subprocess.run(
+            ["sinfo", "-h", "-t", "COMPLETING", "-o", "%D"], env=env, capture_output=True, text=True
+        )
+        if not states.stdout.strip():
+            return
+        time.sleep(0.5)
+
+
+def real_model(env: dict[str, str], bin_dir: str) -> tuple[TopologyModel, float]:
+    """The model as the service builds it, and the seconds the two Slurm reads plus the build took."""
+    backend = CommandsBackend(SlurmConfig(slurm_conf=env["SLURM_CONF"], bin_dir=bin_dir))
+
+    async def read() -> TopologyModel:
+        nodes, switches = await backend.list_nodes(), await backend.topology()
+        return TopologyModel.build(switches, nodes)
+
+    t0 = time.perf_counter()
+    model = asyncio.run(read())
+    return model, time.perf_counter() - t0
+
+
+def ask_slurm(env: dict[str, str], nodes: int, extra: Sequence[str]) -> tuple[tuple[str, ...] | None, float]:
+    """Slurm's nodes for a whole-node job if it starts now (None: it would wait or is refused)."""
+    probed = datetime.now()
+    done, seconds = as_user(env, "sbatch", "--test-only", f"--nodes={nodes}", "--exclusive", *extra, "--wrap=true")
+    answer = parse_test_only(done.stderr + done.stdout)
+    if answer is None or answer.start - probed > NOW:
+        return None, seconds
+    return answer.nodes, seconds
+
+
+def plan_all(model: TopologyModel, jobs: Sequence[Job], tallies: dict[str, Tally]) -> list[list[str]]:
+    """The planner's (policies any, pack) and the simulation's picks; the switch option of each pack plan."""
+    switch_args = []
+    for job in jobs:
+        for policy in ("any", "pack"):
+            request = PlacementRequest(
+                nodes=job.nodes, gpus_per_node=job.gpus_per_node, cpus_per_node=job.cpus_per_node, policy=policy
+            )
+            t0 = time.perf_counter()
+            result = plan(model, request)
+            tallies[f"ours_{policy}"].add(
+                model, result.nodes if result.available_now else None, time.perf_counter() - t0
+            )
+        switch_args.append([a for a in result.sbatch_args if a.startswith("--switches=")])
+        t0 = time.perf_counter()
+        nodes = slurm_best_fit(model, job)
+        tallies["sim"].add(model, nodes, time.perf_counter() - t0)
+    return switch_args
+
+
+def ask_all(
+    env: dict[str, str], model: TopologyModel, jobs: Sequence[Job], extra: Sequence[list[str]], tally: Tally
+) -> tuple[int, int]:
+    """Slurm's picks for ``jobs`` (with ``extra`` options each); slurmctld's (RPCs, µs) for them (sdiag)."""
+    before = sdiag(env)
+    for job, options in zip(jobs, extra, strict=True):
+        picked, seconds = ask_slurm(env, job.nodes, options)
+        tally.add(model, picked, seconds)
+    after = sdiag(env)
+    count = after.counts.get(WILL_RUN, 0) - before.counts.get(WILL_RUN, 0)
+    return count, after.micros.get(WILL_RUN, 0) - before.micros.get(WILL_RUN, 0)
+
+
+def find_anchor(version: str | None) -> Anchor:
+    """The stack's Slurm environment if it is up and big enough to compare on."""
+    directory = stack_dir_for(version)
+    if not (directory / "env").exists():
+        return Anchor(None, f"no stack in {directory}: deploy/local/stack.sh up --nodes 256")
+    stack = Stack.load(directory)
+    env = slurm_env(stack)
+    probe_ = subprocess.run(["sinfo", "-h", "-o", "%D", "-p", "debug"], env=env, capture_output=True, text=True)
+    if probe_.returncode != 0:
+        return Anchor(None, f"slurmctld does not answer: {probe_.stderr.strip()[:120]}")
+    size = int(probe_.stdout.split()[0]) if probe_.stdout.split() else 0
+    if size < MIN_NODES:
+        return Anchor(None, f"the stack has {size} nodes; stack.sh up --nodes 256")
+    if os.geteuid() != 0:
+        return Anchor(None, f"runuser -u {USER} needs root")
+    return Anchor(env, version=stack.slurm_version, bin_dir=stack.slurm_bin)
+
+
+def fallback_model() -> TopologyModel:
+    """The 256-node stack's shape, synthetic, every node idle (whole nodes of 4 CPUs and 4 GPUs)."""
+    leaves, per_leaf, spines = SHAPE
+    nothing = BusyMix(full=0, partial=0, down=0, drain=0)
+    switches, nodes = synthetic_cluster(leaves, per_leaf, spines, gpus=4, cpus=4, mix=nothing)
+    return TopologyModel.build(switches, nodes)
+
+
+def shape(model: TopologyModel) -> str:
+    sizes = {len(model.leaf_nodes(leaf)) for leaf in model.leaves}
+    per = str(sizes.pop()) if len(sizes) == 1 else "mixed"
+    upper = [s for s in model.switch_names if s not in model.leaves]
+    return f"{len(model.nodes)} nodes: {len(model.leaves)} leaves x {per}, {len(upper)} switch(es) above"
+
+
+def run(jobs: int, seed: int, rounds: int, version: str | None) -> dict[str, object]:
+    """The comparison; the figures as bench.placement.main prints them (see :func:`report`)."""
+    anchor = find_anchor(version)
+    rng = random.Random(seed)
+    stream = job_stream(jobs, seed)
+    tallies = {p: Tally() for p in PLACERS}
+    name = f"ccplace-{os.getpid()}"
+    refresh: list[float] = []
+    busy_share: list[float] = []
+    floor: list[float] = []
+    ctld = {"slurm": [0, 0], "slurm_switches": [0, 0]}  # WILL_RUN RPCs, µs in slurmctld
+    model: TopologyModel | None = None
+    env = anchor.env  # kept for the clean-up, should the anchor go missing on the way
+    stopped = ""
+    done = unsteady = 0
+    try:
+        for r in range(rounds):
+            if anchor.env is not None:
+                busy = leaf_background(real_model(anchor.env, anchor.bin_dir)[0], rng)
+                try:
+                    hold(anchor.env, name, busy)
+                except BackgroundStuck as exc:
+                    stopped = str(exc)
+                    break
+                model, seconds = real_model(anchor.env, anchor.bin_dir)
+                refresh.append(seconds)
+            else:
+                empty = fallback_model()
+                busy = leaf_background(empty, rng)
+                model = empty.with_allocation([n for b in busy for n in b], gpus_per_node=4, cpus_per_node=4)
+            gpus, cpus = max((n.gpus_total, n.cpus_total) for n in model.nodes.values())
+            busy_share.append(sum(map(len, busy)) / len(model.nodes))
+            part = [
+                Job(j.index, 0.0, 0.0, j.nodes, gpus, cpus)
+                for j in stream[r * jobs // rounds : (r + 1) * jobs // rounds]
+            ]
+            switch_args = plan_all(model, part, tallies)
+            if anchor.env is not None:
+                for key, extra in (("slurm", [[] for _ in part]), ("slurm_switches", switch_args)):
+                    count, micros = ask_all(anchor.env, model, part, extra, tallies[key])
+                    ctld[key][0] += count
+                    ctld[key][1] += micros
+                if idle_nodes(real_model(anchor.env, anchor.bin_dir)[0]) != idle_nodes(model):
+                    unsteady += 1
+                floor.extend(as_user(anchor.env, "sbatch", "--version")[1] for _ in range(3))
+                release(anchor.env, name)
+            done += 1
+    except (RuntimeError, ValueError, OSError, subprocess.SubprocessError) as exc:
+        anchor.why, anchor.env = f"stopped: {exc}"[:300], None
+    finally:
+        if env is not None:
+            cancel_by_name(name, env)
+    placers = {p: t.figures() for p, t in tallies.items()}
+    for key, (count, micros) in ctld.items():
+        placers[key]["slurmctld_ms"] = micros / count / 1000 if count and anchor.env else float("nan")
+    return {
+        "cluster": shape(model) if model else "no model",
+        "slurm": anchor.version or None,
+        "anchor_missing": anchor.why or None,
+        "jobs": len(tallies["ours_any"].picks),
+        "rounds": done,
+        "stopped": f"after {done} of {rounds} backgrounds: {stopped}" if stopped else None,
+        "unsteady_rounds": unsteady,
+        "seed": seed,
+        "busy_pct": 100 * statistics.mean(busy_share) if busy_share else float("nan"),
+        "model_refresh_ms": 1000 * statistics.median(refresh) if refresh else float("nan"),
+        "process_floor_ms": 1000 * statistics.median(floor) if floor else float("nan"),
+        "placers": placers,
+        "agreement": agreement(tallies, bool(anchor.env)),
+    }
+
+
+def agreement(tallies: dict[str, Tally], real: bool) -> dict[str, dict[str, float]]:
+    """How often each placer's answer equals real Slurm's (REFERENCE): leaf switches, nodes, start now."""
+
+    def pct(mine: Sequence[object], theirs: Sequence[object]) -> float:
+        pairs = list(zip(mine, theirs, strict=False))
+        return 100 * sum(a == b for a, b in pairs) / len(pairs) if real and pairs else float("nan")
+
+    out = {}
+    for placer, ref in REFERENCE.items():
+        a, b = tallies[placer], tallies[ref]
+        out[placer] = {
+            "same_leaves_pct": pct(a.leaf_sets, b.leaf_sets),
+            "same_nodes_pct": pct(a.picks, b.picks),
+            "same_start_now_pct": pct([x is not None for x in a.picks], [x is not None for x in b.picks]),
+        }
+    return out
+
+
+# label, key, format, the key of the planner's figure a ratio is taken against ("": no ratio)
+ROWS = (
+    ("jobs that start now", "jobs_started", "{:.0f}", ""),
+    ("mean leaf switches / job", "mean_leaves_per_job", "{:.3f}", "mean_leaves_per_job"),
+    ("mean leaf switches / multi-node job", "mean_leaves_per_multinode_job", "{:.3f}", "mean_leaves_per_multinode_job"),
+    ("multi-node jobs on one leaf (%)", "multinode_on_one_leaf_pct", "{:.1f}", ""),
+    ("mean spine hops / job", "mean_spine_hops", "{:.3f}", "mean_spine_hops"),
+    ("plan time mean (ms)", "place_ms_mean", "{:.3f}", "place_ms_mean"),
+    ("plan time median (ms)", "place_ms_median", "{:.3f}", "place_ms_median"),
+    ("plan time p95 (ms)", "place_ms_p95", "{:.3f}", "place_ms_p95"),
+    ("  in slurmctld, mean (ms; sdiag)", "slurmctld_ms", "{:.3f}", "place_ms_mean"),
+)
+AGREEMENT = (
+    ("same leaf switches as real Slurm (%)", "same_leaves_pct"),
+    ("same nodes as real Slurm (%)", "same_nodes_pct"),
+    ("same start-now decision (%)", "same_start_now_pct"),
+)
+NAN = float("nan")
+
+
+def _cell(fmt: str, value: float, missing: bool) -> str:
+    if missing:
+        return "missing"
+    return "-" if value != value else fmt.format(value)  # nan: nothing of that kind
+
+
+def _table(result: dict[str, object], columns: Sequence[tuple[str, str]]) -> None:
+    """Rows of figures for ``columns`` (placer, title): the planner first, real Slurm second."""
+    placers, agree = result["placers"], result["agreement"]
+    assert isinstance(placers, dict) and isinstance(agree, dict)
+    missing = result["anchor_missing"] is not None
+    ours, slurm = columns[0][0], columns[1][0]
+    print(f"{'':38}" + "".join(f"{title:>18}" for _, title in columns) + f"{'slurm / ours':>14}")
+    for label, key, fmt, against in ROWS:
+        cells = [_cell(fmt, placers[p].get(key, NAN), missing and p.startswith("slurm")) for p, _ in columns]
+        a, b = placers[ours].get(against, NAN), placers[slurm].get(key, NAN)
+        r = f"{b / a:.2f}x" if against and not missing and a and a == a and b == b else ""
+        print(f"{label:38}" + "".join(f"{c:>18}" for c in cells) + f"{r:>14}")
+    for label, key in AGREEMENT:
+        cells = [_cell("{:.1f}", agree[p][key], missing) if p in agree else "" for p, _ in columns]
+        print(f"{label:38}" + "".join(f"{c:>18}" for c in cells))
+
+
+def report(result: dict[str, object]) -> None:
+    """The two tables: no switch limit (Slurm's default), and the limit clusterd's ``pack`` asks for."""
+    slurm = f"Slurm {result['slurm']}" if result["slurm"] else "no slurmctld"
+    print(
+        f"placement on the real slurmctld ({slurm}): {result['cluster']}; {result['jobs']} jobs over "
+        f"{result['rounds']} backgrounds ({result['busy_pct']:.0f}% of nodes busy), seed {result['seed']}"
+    )
+    print(f"model refresh (list_nodes + scontrol show topology + build): {result['model_refresh_ms']:.0f} ms")
+    if result["stopped"]:
+        print(f"stopped {result['stopped']}")
+    if result["unsteady_rounds"]:
+        print(
+            f"idle nodes changed while Slurm was asked in {result['unsteady_rounds']} of {result['rounds']} "
+            "backgrounds (slurmd missing slurmctld's pings on a loaded host): Slurm answered for another cluster"
+        )
+    print("\nno switch limit: planner policy any; sbatch --test-only -N k --exclusive")
+    _table(result, [("ours_any", "clusterd any"), ("slurm", "slurm (real)"), ("sim", "slurm sim")])
+    print("\nswitch limit: planner policy pack; Slurm given the --switches=N@5:00 that plan hands over")
+    _table(result, [("ours_pack", "clusterd pack"), ("slurm_switches", "slurm --switches")])
+    if result["anchor_missing"]:
+        print(f"\nslurm (real): anchor missing ({result['anchor_missing']})")
+        return
+    print(
+        "\nSlurm's plan time: sbatch --test-only's wall time (a process under runuser, munge, the RPC, the "
+        f"scheduling test; the process floor, sbatch --version, is {result['process_floor_ms']:.1f} ms); in "
+        f"slurmctld: sdiag's {WILL_RUN} time over its count. The planner's includes its explanation; the "
+        "sim only selects nodes."
+    )
