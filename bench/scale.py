@@ -13,8 +13,9 @@ queue read (``list_jobs``: what every poll cost before, and every ``_WHOLE_EVERY
 vs one partial poll (``poll_jobs`` of two followed ids), medians of ``--rounds`` (0: skipped):
 wall seconds, clusterd's own CPU seconds (parsing), the Slurm commands' CPU seconds, slurmctld's
 job-info RPCs. Then ``--window`` seconds of idle polling (one poll a second) through the queue cache,
-per backend, partial polls vs whole reads every poll: CPU seconds per second of the cache (with
-the squeue it runs), of slurmctld and slurmrestd, and job-info RPCs per second.
+per backend, partial polls vs a whole read every poll (slurmrestd's asks ``update_time``: a small
+answer while no job changed): CPU seconds per second of the cache (with the squeue it runs), of
+slurmctld and slurmrestd, and job-info RPCs per second.
 
 The last size's stack is left up.
 """
@@ -141,7 +142,7 @@ async def polls(stack: Stack, env: dict[str, str], name: str, args: argparse.Nam
     for kind in ("commands", "slurmrestd"):
         b = make_backend(kind, stack)
         try:
-            for mode, focus in (("whole every poll", None), ("partial", followed)):
+            for mode, focus in (("whole read a poll", None), ("partial", followed)):
                 idles[f"{kind}, {mode}"] = await idle(b, focus, stack, env, args.window)
         finally:
             await close_backend(b)
@@ -157,7 +158,7 @@ async def polls(stack: Stack, env: dict[str, str], name: str, args: argparse.Nam
     print(f"\nidle, {args.window:g} s at one poll a second: CPU s per s, job-info RPCs per s")
     print(f"{'':30s}{'cache':>8s}{'slurmctld':>11s}{'slurmrestd':>12s}{'RPCs/s':>8s}{'cache vs whole':>16s}")
     for label, (mine, ctld, restd, rpcs) in idles.items():
-        base = idles[label.split(",")[0] + ", whole every poll"][0]
+        base = idles[label.split(",")[0] + ", whole read a poll"][0]
         print(f"{label:30s}{mine:8.3f}{ctld:11.3f}{restd:12.3f}{rpcs:8.2f}{mine / base:15.3f}x", flush=True)
 
 
