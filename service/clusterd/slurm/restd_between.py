@@ -16,7 +16,7 @@ import contextlib
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from clusterd.slurm.types import JobPoll
@@ -79,7 +79,8 @@ class Between:
         """A partial look just taken, with the states read before it (a change between the two shows
         as a difference at the next read: one more look, never a missed change)."""
         stands = states is not None and mark == self._changes
-        self._last = _Look(poll, focus, states, time.monotonic()) if stands and states is not None else None
+        again = replace(poll, standing=True)
+        self._last = _Look(again, focus, states, time.monotonic()) if stands and states is not None else None
 
     def forget(self) -> None:
         """No look taken before now stands (a whole read replaced what it listed)."""

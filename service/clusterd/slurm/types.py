@@ -170,3 +170,5 @@ class JobPoll:
     jobs: tuple[SlurmJob, ...]
     whole: bool = True
     unchanged: bool = False  # Slurm said no job changed since the last look (slurmrestd's update_time)
+    # The backend's last partial look again (same ``jobs``): nothing it covers changed since.
+    standing: bool = False

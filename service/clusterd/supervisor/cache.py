@@ -156,6 +156,8 @@ class QueueCache:
         self.whole_polls = 0  # polls that read the whole queue (the rest were partial)
         self._nodes_read = -float("inf")  # time.monotonic() of the last node read
         self._active: dict[str, SlurmJob] = {}  # the last snapshot's jobs outside PENDING
+        # The partial look (its jobs, the focus) merged into the last snapshot; None after any other.
+        self._merged: tuple[tuple[SlurmJob, ...], frozenset[str]] | None = None
         self._health_listeners: list[HealthListener] = []
         self.snapshot = ClusterSnapshot({}, (), (), 0.0)
         self.slurm_release: tuple[int, int] | None = None  # set once the release is known
@@ -231,7 +233,7 @@ class QueueCache:
         started = time.perf_counter()
         jobs, whole, focus = await self._jobs()
         try:
-            active = _active(jobs)
+            active = self._active if jobs is self.snapshot.jobs else _active(jobs)
             moved = active != self._active or any(_settling(j, focus) for j in active.values())
             nodes = await self._nodes(moved=moved)
             switches = self.snapshot.switches
@@ -239,6 +241,7 @@ class QueueCache:
                 switches = await self._topology(switches)
         except BaseException:
             self._behind = True
+            self._merged = None  # the merge never reached a snapshot
             raise
         self.snapshot = ClusterSnapshot(jobs, nodes, switches, time.time(), whole)
         self._behind = False
@@ -280,6 +283,7 @@ class QueueCache:
                 self._whole_wanted = self._whole_wanted or wanted
                 raise
             self._last_whole = now
+            self._merged = None
             took = time.monotonic() - now
             # A read far quicker than the last (slurmrestd: "no job changed since") says little of
             # what the next real one costs: it halves the cost kept instead of replacing it.
@@ -287,10 +291,15 @@ class QueueCache:
             self.whole_polls += 1
             return {j.job_id: j for j in jobs}, True, focus or frozenset()
         poll = await self._backend.poll_jobs(focus)
+        if poll.standing and self._merged is not None and self._merged == (poll.jobs, focus):
+            # the look this snapshot merged, again: merging it twice gives the same queue (10,000
+            # jobs: ~5 ms a poll spared)
+            return self.snapshot.jobs, False, focus
         complete = poll.whole or (poll.unchanged and self.snapshot.whole and not self._behind)
         if complete:  # Slurm's "nothing changed" covers every job: as good as a whole read
             self._last_whole = now
         self.whole_polls += poll.whole
+        self._merged = (poll.jobs, focus) if not (poll.whole or poll.unchanged) else None
         return merge(self.snapshot.jobs, poll, focus), complete, focus
 
     async def _topology(self, previous: tuple[SlurmSwitch, ...]) -> tuple[SlurmSwitch, ...]:

@@ -4,7 +4,7 @@ pending jobs at the next whole read, and nothing the service follows is ever jud
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -337,3 +337,30 @@ async def test_a_quick_whole_read_halves_the_cost_kept(monkeypatch: pytest.Monke
     now[0] += cache_module._WHOLE_MAX_GAP_SECONDS
     await cache.poll_once()
     assert cache._whole_took == 8.0  # a real read is measured as it is
+
+
+class StandingSlurm(FakeSlurm):
+    """A backend whose partial look stands: the same jobs again, marked standing."""
+
+    look: JobPoll | None = None
+
+    async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
+        self.calls["poll_jobs"] += 1
+        if self.look is None:
+            self.look = JobPoll(tuple(j for j in self.jobs.values() if j.state != JobState.PENDING), whole=False)
+            return self.look
+        return replace(self.look, standing=True)
+
+
+async def test_a_standing_look_keeps_the_queue_without_merging_it_again() -> None:
+    slurm = StandingSlurm.cluster()
+    slurm.jobs["1"] = _job("1", JobState.PENDING)
+    slurm.jobs["2"] = _job("2", JobState.RUNNING, nodes=("node1",))
+    cache = await _focused(slurm, {"2"})
+    await cache.poll_once()  # the partial look, merged
+    merged = cache.snapshot.jobs
+    await cache.poll_once()  # the same look, standing
+    assert cache.snapshot.jobs is merged and sorted(merged) == ["1", "2"] and not cache.snapshot.whole
+    slurm.look = JobPoll((), whole=False)  # a new look (job 2 gone): merged as any
+    await cache.poll_once()
+    assert sorted(cache.snapshot.jobs) == ["1"]
