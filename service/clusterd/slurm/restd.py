@@ -338,8 +338,12 @@ class RestdBackend:
             if standing is not None:
                 return standing
             with _observed("squeue"):
+                queue = await self._commands().queue_states() if states is not None else ""
+                standing = self._between.renewed(focus, states, queue)
+                if standing is not None:
+                    return standing
                 poll = await self._commands().poll_jobs(focus)
-            self._between.remember(poll, focus, states, mark)
+            self._between.remember(poll, focus, states, queue, mark)
             return poll
         jobs = await self._whole_since(True)
         return JobPoll((), whole=False, unchanged=True) if jobs is None else JobPoll(tuple(jobs))

@@ -1,13 +1,16 @@
 """Between two partial looks at a big queue: the followed jobs' states, read through slurmrestd.
 
 Past the REST backend's whole-reply limit a partial look is two filtered squeues, and squeue takes
-every job from slurmctld to filter them (10,000 jobs: ~0.1 s of CPU in squeue and ~25 ms in
-slurmctld a look, every poll). ``GET jobs/state?job_id=..`` (24.11 on) costs slurmctld one small
-RPC and clusterd a few milliseconds: while it answers exactly as it did at the last partial look,
-that look stands, for at most ``RECHECK_SECONDS``. So the service's own jobs are seen at once
-(their state read every poll) and other users' jobs starting or ending within ``RECHECK_SECONDS``,
-the staleness the node list has too. Any change the service itself makes to a job forgets the last
-look: a hold or a comment changes no state.
+every job from slurmctld to filter them (10,000 jobs: ~0.1 s of CPU in squeue and ~50 ms in
+slurmctld a look). ``GET jobs/state?job_id=..`` (24.11 on) costs slurmctld one small RPC and
+clusterd a few milliseconds: while it answers as it did at the last partial look, that look stands,
+so the service's own jobs' states are read every poll. Every ``RECHECK_SECONDS`` the queue's ids
+and states (``squeue --only-job-state``: no job record packed, ~30 ms of squeue) say whether
+another user's job started, ended or arrived since the look: if none did, it stands again. So
+other users' jobs reach placement within ``RECHECK_SECONDS``, the staleness the node list has too;
+the followed jobs' other fields (a hold made outside clusterd, a reason) wait for the next look,
+taken at latest after the queue cache's next whole read. Any change the service itself makes to a
+job forgets the last look: a hold or a comment changes no state.
 """
 
 from __future__ import annotations
@@ -47,11 +50,12 @@ def parse_states(data: Any) -> States:
     return tuple(sorted(json.dumps(entry, sort_keys=True) for entry in data["jobs"]))
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Look:
     poll: JobPoll
     focus: frozenset[str]
     states: States
+    queue: str  # every job's id and state (squeue --only-job-state), read just before the look
     at: float
 
 
@@ -71,16 +75,25 @@ class Between:
             return None
         return last.poll
 
+    def renewed(self, focus: frozenset[str], states: States | None, queue: str) -> JobPoll | None:
+        """The last look for another ``RECHECK_SECONDS`` when no job in the queue changed state since
+        it was taken (``queue``: every job's id and state now): no job started, ended or moved."""
+        last = self._last
+        if last is None or states is None or (last.focus, last.states, last.queue) != (focus, states, queue):
+            return None
+        last.at = time.monotonic()
+        return last.poll
+
     def mark(self) -> int:
         """Taken before reading the states: a change of the service's own since then voids the look."""
         return self._changes
 
-    def remember(self, poll: JobPoll, focus: frozenset[str], states: States | None, mark: int) -> None:
+    def remember(self, poll: JobPoll, focus: frozenset[str], states: States | None, queue: str, mark: int) -> None:
         """A partial look just taken, with the states read before it (a change between the two shows
         as a difference at the next read: one more look, never a missed change)."""
         stands = states is not None and mark == self._changes
         again = replace(poll, standing=True)
-        self._last = _Look(again, focus, states, time.monotonic()) if stands and states is not None else None
+        self._last = _Look(again, focus, states, queue, time.monotonic()) if stands and states is not None else None
 
     def forget(self) -> None:
         """No look taken before now stands (a whole read replaced what it listed)."""

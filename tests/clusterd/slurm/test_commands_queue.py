@@ -46,3 +46,11 @@ def test_one_id_is_asked_twice_and_only_ids_are_passed() -> None:
     on 24.11); a list drops unknown ids. Whatever a record holds, only digits reach squeue's argv."""
     assert argv.squeue_jobs_argv(frozenset({"7"}))[-2] == "--jobs=7,7"
     assert argv.squeue_jobs_argv(frozenset({"7", "--uid=0", "8_1", ""}))[-2] == "--jobs=7,7"
+
+
+async def test_the_queue_states_are_one_squeue_of_ids_and_states() -> None:
+    """``--only-job-state`` takes no ``--all`` (squeue 26.05: "only works alone, with -j and/or -t")."""
+    lines = "52301 PENDING\n52302 RUNNING\n"
+    backend, runner = _backend("slurm 26.05.5", {tuple(argv.SQUEUE_STATES_ARGV): lines})
+    assert await backend.queue_states() == lines
+    assert runner.calls == [argv.SQUEUE_STATES_ARGV] and "--all" not in argv.SQUEUE_STATES_ARGV

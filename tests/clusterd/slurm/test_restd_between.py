@@ -26,9 +26,15 @@ class _Squeue:
     def __init__(self) -> None:
         self.polls = 0
         self.holds: list[str] = []
+        self.queue = "7 RUNNING\n1 PENDING\n"  # squeue --only-job-state's lines
+        self.queue_reads = 0
 
     async def filters_queue(self) -> bool:
         return True
+
+    async def queue_states(self) -> str:
+        self.queue_reads += 1
+        return self.queue
 
     async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
         self.polls += 1
@@ -80,12 +86,20 @@ async def test_the_last_look_stands_while_the_followed_states_hold(tmp_path: Pat
     assert squeue.polls == 3
 
 
-async def test_a_look_stands_at_most_recheck_seconds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_past_recheck_seconds_a_look_stands_only_while_no_job_changed_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every RECHECK_SECONDS the whole queue's ids and states (one cheap squeue): the same lines as
+    before the look renew it; another user's job starting, ending or arriving means a new look."""
     backend, _, squeue = await _big(tmp_path)
     await backend.poll_jobs(frozenset({"7"}))
+    assert (squeue.queue_reads, squeue.polls) == (1, 1)
     monkeypatch.setattr(restd_between, "RECHECK_SECONDS", 0.0)
-    await backend.poll_jobs(frozenset({"7"}))
-    assert squeue.polls == 2
+    again = await backend.poll_jobs(frozenset({"7"}))
+    assert again.standing and (squeue.queue_reads, squeue.polls) == (2, 1)
+    squeue.queue += "2 RUNNING\n"
+    again = await backend.poll_jobs(frozenset({"7"}))
+    assert not again.standing and (squeue.queue_reads, squeue.polls) == (3, 2)
 
 
 async def test_a_change_the_service_made_voids_the_look(tmp_path: Path) -> None:
@@ -104,9 +118,10 @@ def test_a_look_taken_across_a_change_is_not_kept() -> None:
     mark = between.mark()
     with between.changing():
         pass
-    between.remember(poll, frozenset({"7"}), ("s",), mark)
+    between.remember(poll, frozenset({"7"}), ("s",), "q", mark)
     assert between.standing(frozenset({"7"}), ("s",)) is None
-    between.remember(poll, frozenset({"7"}), ("s",), between.mark())
+    assert between.renewed(frozenset({"7"}), ("s",), "q") is None
+    between.remember(poll, frozenset({"7"}), ("s",), "q", between.mark())
     again = between.standing(frozenset({"7"}), ("s",))
     assert again is not None and again.standing and again.jobs is poll.jobs
 

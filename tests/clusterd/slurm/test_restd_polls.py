@@ -173,6 +173,9 @@ class _Squeue:
         self.polls += 1
         return JobPoll((), whole=False)
 
+    async def queue_states(self) -> str:
+        return ""
+
 
 @pytest.mark.parametrize("filters", [True, False])
 async def test_a_big_queue_is_polled_with_filtered_squeues_where_they_filter(tmp_path: Path, filters: bool) -> None:
