@@ -7,7 +7,8 @@ from datetime import datetime
 import pytest
 
 from bench import placement_real
-from bench.placement_real import TestOnly, parse_test_only
+from bench.placement import Job
+from bench.placement_real import Tally, TestOnly, parse_test_only
 
 
 def test_where_and_when_a_job_would_start() -> None:
@@ -52,3 +53,11 @@ def test_without_a_stack_the_anchor_is_missing_and_the_rows_stay(capsys: pytest.
     assert "slurm (real): anchor missing (no stack in " in out
     assert "mean leaf switches / job" in out and "missing" in out.split("mean leaf switches / job")[1].splitlines()[0]
     assert result["placers"]["ours_any"]["jobs_started"] == 8  # type: ignore[index]
+
+
+def test_the_pack_plan_hands_slurm_its_switch_limit() -> None:
+    model = placement_real.fallback_model()
+    tallies = {p: Tally() for p in placement_real.PLACERS}
+    jobs = [Job(0, 0.0, 0.0, 1, 4, 4), Job(1, 0.0, 0.0, 20, 4, 4)]
+    assert placement_real.plan_all(model, jobs, tallies) == [[], ["--switches=2@5:00"]]
+    assert [len(tallies[p].picks) for p in ("ours_any", "ours_pack", "sim")] == [2, 2, 2]
