@@ -37,7 +37,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from bench.placement import Job, Outcome, job_stream, slurm_best_fit, summary
 from bench.submit import cancel_by_name, sdiag, slurm_env, wait_queue_clear
@@ -71,15 +71,17 @@ class TestOnly:
 
 def parse_test_only(text: str) -> TestOnly | None:
     """sbatch --test-only's answer (stderr): ``sbatch: Job 12 to start at 2026-11-29T10:43:38 using
-    16 processors on nodes node[1-4] in partition debug``; None when Slurm refuses the request
-    outright (no placement could ever satisfy it, e.g. ``--switches=1`` for more than a leaf).
+    16 processors on nodes node[1-4] in partition debug``, printed in UTC (:func:`ask_slurm` sets
+    TZ; sbatch's own zone may not be the host's); None when Slurm refuses the request outright (no
+    placement could ever satisfy it, e.g. ``--switches=1`` for more than a leaf).
 
     Raises:
         ValueError: any other text (an error, another release's wording).
     """
     m = _TEST_ONLY.search(text)
     if m:
-        return TestOnly(datetime.fromisoformat(m.group(1)), tuple(expand_hostlist(m.group(2))))
+        start = datetime.fromisoformat(m.group(1)).replace(tzinfo=UTC)
+        return TestOnly(start, tuple(expand_hostlist(m.group(2))))
     if any(s in text for s in _REFUSED):
         return None
     raise ValueError(f"unexpected sbatch --test-only output: {text.strip()[:200]!r}")
@@ -204,12 +206,22 @@ def real_model(env: dict[str, str], bin_dir: str) -> tuple[TopologyModel, float]
 
 def ask_slurm(env: dict[str, str], nodes: int, extra: Sequence[str]) -> tuple[tuple[str, ...] | None, float]:
     """Slurm's nodes for a whole-node job if it starts now (None: it would wait or is refused)."""
-    probed = datetime.now()
-    done, seconds = as_user(env, "sbatch", "--test-only", f"--nodes={nodes}", "--exclusive", *extra, "--wrap=true")
+    probed = datetime.now(UTC)
+    argv = ("sbatch", "--test-only", f"--nodes={nodes}", "--exclusive", *extra, "--wrap=true")
+    done, seconds = as_user({**env, "TZ": "UTC0"}, *argv)  # a POSIX zone: no zoneinfo file to miss
     answer = parse_test_only(done.stderr + done.stdout)
-    if answer is None or answer.start - probed > NOW:
-        return None, seconds
-    return answer.nodes, seconds
+    return (answer.nodes if answer is not None and starts_now(answer, probed) else None), seconds
+
+
+def starts_now(answer: TestOnly, probed: datetime) -> bool:
+    """Whether Slurm would start the job at once (not when a background job ends).
+
+    Raises:
+        ValueError: a start well before the probe: sbatch printed another zone than UTC.
+    """
+    if answer.start < probed - NOW:
+        raise ValueError(f"sbatch --test-only's start {answer.start} is before the probe {probed}: not UTC")
+    return answer.start - probed <= NOW
 
 
 def plan_all(model: TopologyModel, jobs: Sequence[Job], tallies: dict[str, Tally]) -> list[list[str]]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from bench import placement_real
 from bench.placement import Job
-from bench.placement_real import Tally, TestOnly, parse_test_only
+from bench.placement_real import Tally, TestOnly, parse_test_only, starts_now
 
 
 def test_where_and_when_a_job_would_start() -> None:
@@ -18,7 +18,7 @@ def test_where_and_when_a_job_would_start() -> None:
     )
     answer = parse_test_only(text)
     assert answer == TestOnly(
-        datetime(2026, 11, 29, 10, 43, 40), tuple(f"node{i}" for i in [*range(1, 17), *range(43, 47)])
+        datetime(2026, 11, 29, 10, 43, 40, tzinfo=UTC), tuple(f"node{i}" for i in [*range(1, 17), *range(43, 47)])
     )
 
 
@@ -53,6 +53,20 @@ def test_without_a_stack_the_anchor_is_missing_and_the_rows_stay(capsys: pytest.
     assert "slurm (real): anchor missing (no stack in " in out
     assert "mean leaf switches / job" in out and "missing" in out.split("mean leaf switches / job")[1].splitlines()[0]
     assert result["placers"]["ours_any"]["jobs_started"] == 8  # type: ignore[index]
+
+
+PROBE = datetime(2026, 11, 29, 10, 43, 40, 500_000, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("after", "now"), [(-0.5, True), (0, True), (59, True), (120, False), (600, False)])
+def test_a_job_starts_now_within_a_minute_of_the_probe(after: float, now: bool) -> None:
+    answer = TestOnly(PROBE + timedelta(seconds=after), ("node1",))
+    assert starts_now(answer, PROBE) is now
+
+
+def test_a_start_before_the_probe_is_another_zone_not_now() -> None:
+    with pytest.raises(ValueError, match="not UTC"):
+        starts_now(TestOnly(PROBE - timedelta(hours=1), ("node1",)), PROBE)
 
 
 def test_the_pack_plan_hands_slurm_its_switch_limit() -> None:
