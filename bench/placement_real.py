@@ -15,15 +15,18 @@ taking whole nodes:
 * the simulation of Slurm's best fit (``slurm_best_fit``) on the same model: how faithful it is.
 
 ``--rounds`` draws that many backgrounds, the stream split between them; nothing is submitted
-but the background, which is cancelled at the end. A job "starts now" when Slurm's start time is
-within a minute of the probe (one it cannot place now starts when the background ends, a year on).
+but the background, which is cancelled at the end of each round (or on an error, Ctrl-C or SIGTERM)
+and ends by its own time limit should the bench be killed outright. A job "starts now" when the
+start sbatch prints (in UTC: TZ is set for it) is within a minute of the probe; one Slurm cannot
+place now starts when a background job ends, minutes on.
 
 Slurm's plan time is ``sbatch --test-only``'s wall time: a process under runuser, munge, the RPC
 and slurmctld's scheduling test. Beside it: the process floor (``sbatch --version`` under runuser)
 and slurmctld's own time for the RPC (sdiag's REQUEST_JOB_WILL_RUN total over its count).
 
 Without a stack, or with one too small to compare on, Slurm's columns print "anchor missing (why)"
-and the planner and the simulation still run, on the synthetic tree of the same shape.
+and the planner and the simulation still run, on the synthetic tree of the same shape. A stack
+lost on the way (slurmctld stops answering) stops the run: the rounds already done stand.
 """
 
 from __future__ import annotations
@@ -32,17 +35,22 @@ import asyncio
 import os
 import random
 import re
+import signal
 import statistics
 import subprocess
+import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
+from types import FrameType
 
 from bench.placement import Job, Outcome, job_stream, slurm_best_fit, summary
 from bench.submit import cancel_by_name, sdiag, slurm_env, wait_queue_clear
 from clusterctl.hostlist import compress_hostlist, expand_hostlist
 from clusterd.config import SlurmConfig
+from clusterd.errors import ServiceError
 from clusterd.slurm.commands import CommandsBackend
 from clusterd.topology import PlacementRequest, Plan, Policy, TopologyModel, plan
 from clusterd.topology.synth import BusyMix, synthetic_cluster
@@ -51,6 +59,7 @@ from tests.support.stack import Stack, stack_dir_for
 USER = "bob"  # a stack user: Slurm answers as it would any tenant
 MOST_BUSY = 0.8  # the largest busy share a leaf is drawn
 NOW = timedelta(seconds=60)  # a start within this of the probe is "now"
+HOLD_MINUTES = 10  # the background's time limit: past any round, so a killed bench's ends soon
 MIN_NODES = 64  # the stream's largest job; a smaller stack cannot place it
 SHAPE = (16, 16, 0)  # the 256-node stack's tree: 16 leaves of 16 under one switch (spines=0)
 WILL_RUN = "REQUEST_JOB_WILL_RUN"
@@ -102,6 +111,13 @@ class Tally:
         if nodes:
             self.out.record(model, nodes)
 
+    def extend(self, other: Tally) -> None:
+        """Take ``other``'s picks after this one's: a round's, once the round is complete."""
+        for f in fields(Outcome):
+            getattr(self.out, f.name).extend(getattr(other.out, f.name))
+        self.picks.extend(other.picks)
+        self.leaf_sets.extend(other.leaf_sets)
+
     def figures(self) -> dict[str, float]:
         """bench.placement's summary plus the mean plan time."""
         mean = 1000 * statistics.mean(self.out.plan_seconds) if self.out.plan_seconds else float("nan")
@@ -152,12 +168,13 @@ def as_user(env: dict[str, str], *argv: str) -> tuple[subprocess.CompletedProces
 
 
 def hold(env: dict[str, str], name: str, busy: list[list[str]]) -> None:
-    """One long whole-node job per leaf on its busy nodes; returns once all run."""
+    """One whole-node job per leaf on its busy nodes, up to HOLD_MINUTES; returns once all run."""
     for nodes in (b for b in busy if b):
         done, _ = as_user(
             env,
             *("sbatch", "--parsable", f"--job-name={name}", "--exclusive", "-o", "/dev/null"),
-            *(f"--nodes={len(nodes)}", f"--nodelist={compress_hostlist(nodes)}", "--wrap=sleep 3600"),
+            *(f"--time={HOLD_MINUTES}", f"--nodes={len(nodes)}", f"--nodelist={compress_hostlist(nodes)}"),
+            "--wrap=sleep 3600",
         )
         if done.returncode != 0:
             raise RuntimeError(f"background job on {compress_hostlist(nodes)}: {done.stderr.strip()}")
@@ -169,12 +186,25 @@ def hold(env: dict[str, str], name: str, busy: list[list[str]]) -> None:
         if pending.returncode == 0 and not pending.stdout.strip():
             return
         if time.monotonic() > deadline:
-            raise BackgroundStuck(f"background jobs pending after 120 s: {pending.stdout.strip()[:120]}")
+            raise RuntimeError(f"background jobs pending after 120 s: {pending.stdout.strip()[:120]}")
         time.sleep(0.5)
 
 
-class BackgroundStuck(RuntimeError):
-    """The background did not start: the rounds so far stand, the rest are not run."""
+@contextmanager
+def sigterm_exits() -> Iterator[None]:
+    """SIGTERM raises SystemExit meanwhile, so that ``finally`` cancels the background (by default
+    the signal would end the process on the spot and leave the jobs to their time limit)."""
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    main = threading.current_thread() is threading.main_thread()  # only it may set handlers
+    previous = signal.signal(signal.SIGTERM, stop) if main else None
+    try:
+        yield
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def release(env: dict[str, str], name: str) -> None:
@@ -294,75 +324,104 @@ def shape(model: TopologyModel) -> str:
     return f"{len(model.nodes)} nodes: {len(model.leaves)} leaves x {per}, {len(upper)} switch(es) above"
 
 
+@dataclass
+class Round:
+    """One background's figures; a run keeps only the rounds it completes."""
+
+    model: TopologyModel
+    busy_share: float
+    refresh_seconds: float | None  # the model's read from Slurm (None: the synthetic tree)
+    tallies: dict[str, Tally] = field(default_factory=lambda: {p: Tally() for p in PLACERS})
+    ctld: dict[str, tuple[int, int]] = field(default_factory=dict)  # WILL_RUN RPCs, µs in slurmctld
+    floor_seconds: list[float] = field(default_factory=list)
+    unsteady: bool = False  # idle nodes changed while Slurm was asked
+
+
+def one_round(anchor: Anchor, name: str, rng: random.Random, stream: Sequence[Job]) -> Round:
+    """Draw a background (held on the stack as job ``name``), then plan and ask Slurm for ``stream``."""
+    if anchor.env is not None:
+        busy = leaf_background(real_model(anchor.env, anchor.bin_dir)[0], rng)
+        hold(anchor.env, name, busy)
+        model, seconds = real_model(anchor.env, anchor.bin_dir)
+        rnd = Round(model, sum(map(len, busy)) / len(model.nodes), seconds)
+    else:
+        empty = fallback_model()
+        busy = leaf_background(empty, rng)
+        model = empty.with_allocation([n for b in busy for n in b], gpus_per_node=4, cpus_per_node=4)
+        rnd = Round(model, sum(map(len, busy)) / len(model.nodes), None)
+    gpus, cpus = max((n.gpus_total, n.cpus_total) for n in model.nodes.values())
+    part = [Job(j.index, 0.0, 0.0, j.nodes, gpus, cpus) for j in stream]
+    switch_args = plan_all(model, part, rnd.tallies)
+    if anchor.env is not None:
+        for key, extra in (("slurm", [[] for _ in part]), ("slurm_switches", switch_args)):
+            rnd.ctld[key] = ask_all(anchor.env, model, part, extra, rnd.tallies[key])
+        rnd.unsteady = idle_nodes(real_model(anchor.env, anchor.bin_dir)[0]) != idle_nodes(model)
+        rnd.floor_seconds = [as_user(anchor.env, "sbatch", "--version")[1] for _ in range(3)]
+    return rnd
+
+
+# What a lost or failing stack raises on the way: slurmctld not answering (ServiceError from the
+# backend, SubprocessError from sdiag), a node Slurm names that the model lacks (KeyError), ...
+STOPS = (ServiceError, KeyError, RuntimeError, ValueError, OSError, subprocess.SubprocessError)
+
+
 def run(jobs: int, seed: int, rounds: int, version: str | None) -> dict[str, object]:
-    """The comparison; the figures as bench.placement.main prints them (see :func:`report`)."""
+    """The comparison; the figures as bench.placement.main prints them (see :func:`report`).
+
+    An error on the way stops it: the rounds already complete stand (none: Slurm's anchor is
+    missing, the error its why), the background is cancelled.
+    """
     anchor = find_anchor(version)
     rng = random.Random(seed)
     stream = job_stream(jobs, seed)
-    tallies = {p: Tally() for p in PLACERS}
     name = f"ccplace-{os.getpid()}"
-    refresh: list[float] = []
-    busy_share: list[float] = []
-    floor: list[float] = []
-    ctld = {"slurm": [0, 0], "slurm_switches": [0, 0]}  # WILL_RUN RPCs, µs in slurmctld
-    model: TopologyModel | None = None
-    env = anchor.env  # kept for the clean-up, should the anchor go missing on the way
+    kept: list[Round] = []
     stopped = ""
-    done = unsteady = 0
-    try:
-        for r in range(rounds):
-            if anchor.env is not None:
-                busy = leaf_background(real_model(anchor.env, anchor.bin_dir)[0], rng)
-                try:
-                    hold(anchor.env, name, busy)
-                except BackgroundStuck as exc:
-                    stopped = str(exc)
-                    break
-                model, seconds = real_model(anchor.env, anchor.bin_dir)
-                refresh.append(seconds)
+    with sigterm_exits():
+        try:
+            for r in range(rounds):
+                kept.append(one_round(anchor, name, rng, stream[r * jobs // rounds : (r + 1) * jobs // rounds]))
+                if anchor.env is not None:
+                    release(anchor.env, name)
+        except STOPS as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            if kept:
+                stopped = why[:300]
             else:
-                empty = fallback_model()
-                busy = leaf_background(empty, rng)
-                model = empty.with_allocation([n for b in busy for n in b], gpus_per_node=4, cpus_per_node=4)
-            gpus, cpus = max((n.gpus_total, n.cpus_total) for n in model.nodes.values())
-            busy_share.append(sum(map(len, busy)) / len(model.nodes))
-            part = [
-                Job(j.index, 0.0, 0.0, j.nodes, gpus, cpus)
-                for j in stream[r * jobs // rounds : (r + 1) * jobs // rounds]
-            ]
-            switch_args = plan_all(model, part, tallies)
+                anchor.why = f"stopped: {why}"[:300]
+        finally:
             if anchor.env is not None:
-                for key, extra in (("slurm", [[] for _ in part]), ("slurm_switches", switch_args)):
-                    count, micros = ask_all(anchor.env, model, part, extra, tallies[key])
-                    ctld[key][0] += count
-                    ctld[key][1] += micros
-                if idle_nodes(real_model(anchor.env, anchor.bin_dir)[0]) != idle_nodes(model):
-                    unsteady += 1
-                floor.extend(as_user(anchor.env, "sbatch", "--version")[1] for _ in range(3))
-                release(anchor.env, name)
-            done += 1
-    except (RuntimeError, ValueError, OSError, subprocess.SubprocessError) as exc:
-        anchor.why, anchor.env = f"stopped: {exc}"[:300], None
-    finally:
-        if env is not None:
-            cancel_by_name(name, env)
+                cancel_by_name(name, anchor.env)
+    return figures(kept, anchor, stopped, rounds, seed)
+
+
+def figures(kept: Sequence[Round], anchor: Anchor, stopped: str, rounds: int, seed: int) -> dict[str, object]:
+    """The complete rounds' figures together, as :func:`report` prints them."""
+    tallies = {p: Tally() for p in PLACERS}
+    for rnd in kept:
+        for p, tally in rnd.tallies.items():
+            tallies[p].extend(tally)
     placers = {p: t.figures() for p, t in tallies.items()}
-    for key, (count, micros) in ctld.items():
-        placers[key]["slurmctld_ms"] = micros / count / 1000 if count and anchor.env else float("nan")
+    for key in ("slurm", "slurm_switches"):
+        count = sum(rnd.ctld.get(key, (0, 0))[0] for rnd in kept)
+        micros = sum(rnd.ctld.get(key, (0, 0))[1] for rnd in kept)
+        placers[key]["slurmctld_ms"] = micros / count / 1000 if count else float("nan")
+    refresh = [rnd.refresh_seconds for rnd in kept if rnd.refresh_seconds is not None]
+    floor = [s for rnd in kept for s in rnd.floor_seconds]
     return {
-        "cluster": shape(model) if model else "no model",
+        "cluster": (shape(kept[-1].model) + (" (synthetic)" if not refresh else "")) if kept else "no model",
         "slurm": anchor.version or None,
         "anchor_missing": anchor.why or None,
         "jobs": len(tallies["ours_any"].picks),
-        "rounds": done,
-        "stopped": f"after {done} of {rounds} backgrounds: {stopped}" if stopped else None,
-        "unsteady_rounds": unsteady,
+        "rounds": len(kept),
+        "stopped": f"after {len(kept)} of {rounds} backgrounds: {stopped}" if stopped else None,
+        "unsteady_rounds": sum(rnd.unsteady for rnd in kept),
         "seed": seed,
-        "busy_pct": 100 * statistics.mean(busy_share) if busy_share else float("nan"),
+        "busy_pct": 100 * statistics.mean(rnd.busy_share for rnd in kept) if kept else float("nan"),
         "model_refresh_ms": 1000 * statistics.median(refresh) if refresh else float("nan"),
         "process_floor_ms": 1000 * statistics.median(floor) if floor else float("nan"),
         "placers": placers,
-        "agreement": agreement(tallies, bool(anchor.env)),
+        "agreement": agreement(tallies, not anchor.why),
     }
 
 

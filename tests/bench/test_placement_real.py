@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from bench import placement_real
-from bench.placement import Job
-from bench.placement_real import Tally, TestOnly, parse_test_only, starts_now
+from bench.placement import Job, slurm_best_fit
+from bench.placement_real import Anchor, Tally, TestOnly, parse_test_only, starts_now
+from bench.submit import Sdiag
+from clusterd.errors import SlurmUnavailable
+from clusterd.topology import TopologyModel
 
 
 def test_where_and_when_a_job_would_start() -> None:
@@ -75,3 +84,94 @@ def test_the_pack_plan_hands_slurm_its_switch_limit() -> None:
     jobs = [Job(0, 0.0, 0.0, 1, 4, 4), Job(1, 0.0, 0.0, 20, 4, 4)]
     assert placement_real.plan_all(model, jobs, tallies) == [[], ["--switches=2@5:00"]]
     assert [len(tallies[p].picks) for p in ("ours_any", "ours_pack", "sim")] == [2, 2, 2]
+
+
+def test_sigterm_raises_so_that_the_background_is_cancelled() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers need the main thread")
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as stopped, placement_real.sigterm_exits():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler runs first
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_the_background_has_a_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[str, ...]] = []
+
+    def refuse(env: dict[str, str], *argv: str) -> tuple[subprocess.CompletedProcess[str], float]:
+        asked.append(argv)
+        return subprocess.CompletedProcess(argv, 1, "", "no"), 0.0
+
+    monkeypatch.setattr(placement_real, "as_user", refuse)
+    with pytest.raises(RuntimeError):
+        placement_real.hold({}, "bg", [["node1", "node2"]])
+    assert f"--time={placement_real.HOLD_MINUTES}" in asked[0]
+
+
+@dataclass
+class FakeSlurm:
+    """The stack as placement_real sees it, Slurm answering with the simulation's pick; its
+    model read fails (slurmctld gone) from the ``fail_at``-th on."""
+
+    fail_at: int
+    error: Exception
+    held: list[str] = field(default_factory=list)
+    reads: int = 0
+    cancelled: list[str] = field(default_factory=list)
+
+    def model(self) -> TopologyModel:
+        return placement_real.fallback_model().with_allocation(self.held, gpus_per_node=4, cpus_per_node=4)
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        def real_model(env: dict[str, str], bin_dir: str) -> tuple[TopologyModel, float]:
+            self.reads += 1
+            if self.reads >= self.fail_at:
+                raise self.error
+            return self.model(), 0.2
+
+        def hold(env: dict[str, str], name: str, busy: list[list[str]]) -> None:
+            self.held = [n for b in busy for n in b]
+
+        def ask_slurm(env: dict[str, str], nodes: int, extra: object) -> tuple[tuple[str, ...] | None, float]:
+            picked = slurm_best_fit(self.model(), Job(0, 0.0, 0.0, nodes, 4, 4))
+            return (tuple(picked) if picked else None), 0.05
+
+        def as_user(env: dict[str, str], *argv: str) -> tuple[subprocess.CompletedProcess[str], float]:
+            return subprocess.CompletedProcess(argv, 0, "", ""), 0.03
+
+        monkeypatch.setattr(placement_real, "find_anchor", lambda version: Anchor({"X": "1"}, version="22.05"))
+        monkeypatch.setattr(placement_real, "real_model", real_model)
+        monkeypatch.setattr(placement_real, "hold", hold)
+        monkeypatch.setattr(placement_real, "ask_slurm", ask_slurm)
+        monkeypatch.setattr(placement_real, "as_user", as_user)
+        monkeypatch.setattr(placement_real, "sdiag", lambda env: Sdiag("", {"REQUEST_JOB_WILL_RUN": 0}, {}))
+        monkeypatch.setattr(placement_real, "release", lambda env, name: self.held.clear())
+        monkeypatch.setattr(placement_real, "cancel_by_name", lambda name, env: self.cancelled.append(name))
+
+
+def test_a_stack_lost_mid_run_keeps_the_rounds_done(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    slurm = FakeSlurm(fail_at=5, error=SlurmUnavailable("sinfo", None, "Unable to contact slurm controller"))
+    slurm.install(monkeypatch)  # three reads a round: the second round's third fails
+    result = placement_real.run(jobs=20, seed=1, rounds=4, version=None)
+    placement_real.report(result)
+    out = capsys.readouterr().out
+    assert result["rounds"] == 1 and result["jobs"] == 5 and result["anchor_missing"] is None
+    assert "stopped after 1 of 4 backgrounds: SlurmUnavailable: sinfo failed (timed out)" in out
+    assert result["placers"]["slurm"]["place_calls"] == 5  # type: ignore[index]
+    assert result["agreement"]["sim"]["same_nodes_pct"] == 100.0  # type: ignore[index]
+    assert "missing" not in out and slurm.cancelled
+
+
+@pytest.mark.parametrize("error", [KeyError("node300"), SlurmUnavailable("scontrol", 1, "Connection refused")])
+def test_a_stack_lost_before_any_round_is_a_missing_anchor(
+    error: Exception, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    FakeSlurm(fail_at=1, error=error).install(monkeypatch)
+    placement_real.report(placement_real.run(jobs=20, seed=1, rounds=4, version=None))
+    out = capsys.readouterr().out
+    assert f"slurm (real): anchor missing (stopped: {type(error).__name__}: " in out
+    assert "Traceback" not in out
