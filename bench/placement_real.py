@@ -299,14 +299,15 @@ def find_anchor(version: str | None) -> Anchor:
     stack = Stack.load(directory)
     env = slurm_env(stack)
     probe_ = subprocess.run(["sinfo", "-h", "-o", "%D", "-p", "debug"], env=env, capture_output=True, text=True)
+    version = stack.slurm_version
     if probe_.returncode != 0:
-        return Anchor(None, f"slurmctld does not answer: {probe_.stderr.strip()[:120]}")
+        return Anchor(None, f"slurmctld does not answer: {probe_.stderr.strip()[:120]}", version)
     size = int(probe_.stdout.split()[0]) if probe_.stdout.split() else 0
     if size < MIN_NODES:
-        return Anchor(None, f"the stack has {size} nodes; stack.sh up --nodes 256")
+        return Anchor(None, f"the stack has {size} nodes, under {MIN_NODES}; stack.sh up --nodes 256", version)
     if os.geteuid() != 0:
-        return Anchor(None, f"runuser -u {USER} needs root")
-    return Anchor(env, version=stack.slurm_version, bin_dir=stack.slurm_bin)
+        return Anchor(None, f"runuser -u {USER} needs root", version)
+    return Anchor(env, version=version, bin_dir=stack.slurm_bin)
 
 
 def fallback_model() -> TopologyModel:
@@ -488,12 +489,17 @@ def _table(result: dict[str, object], columns: Sequence[tuple[str, str]]) -> Non
 
 def report(result: dict[str, object]) -> None:
     """The two tables: no switch limit (Slurm's default), and the limit clusterd's ``pack`` asks for."""
-    slurm = f"Slurm {result['slurm']}" if result["slurm"] else "no slurmctld"
+    slurm = f"Slurm {result['slurm']}" if result["slurm"] else "no Slurm"
+    if result["anchor_missing"]:
+        slurm += f", not compared: {result['anchor_missing']}"
     print(
         f"placement on the real slurmctld ({slurm}): {result['cluster']}; {result['jobs']} jobs over "
         f"{result['rounds']} backgrounds ({result['busy_pct']:.0f}% of nodes busy), seed {result['seed']}"
     )
-    print(f"model refresh (list_nodes + scontrol show topology + build): {result['model_refresh_ms']:.0f} ms")
+    refresh = result["model_refresh_ms"]
+    assert isinstance(refresh, float)
+    if refresh == refresh:  # nan: the synthetic tree, nothing read from Slurm
+        print(f"model refresh (list_nodes + scontrol show topology + build): {refresh:.0f} ms")
     if result["stopped"]:
         print(f"stopped {result['stopped']}")
     if result["unsteady_rounds"]:

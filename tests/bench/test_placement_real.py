@@ -175,3 +175,10 @@ def test_a_stack_lost_before_any_round_is_a_missing_anchor(
     out = capsys.readouterr().out
     assert f"slurm (real): anchor missing (stopped: {type(error).__name__}: " in out
     assert "Traceback" not in out
+
+
+def test_without_a_stack_the_header_says_why_and_no_refresh(capsys: pytest.CaptureFixture[str]) -> None:
+    placement_real.report(placement_real.run(jobs=4, seed=1, rounds=1, version="99.99"))
+    header, *rest = capsys.readouterr().out.splitlines()
+    assert "(no Slurm, not compared: no stack in " in header and "(synthetic)" in header
+    assert not any(line.startswith("model refresh") for line in rest)
