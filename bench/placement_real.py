@@ -136,6 +136,7 @@ class Anchor:
 
 PLACERS = ("ours_any", "slurm", "sim", "ours_pack", "slurm_switches")
 REFERENCE = {"ours_any": "slurm", "sim": "slurm", "ours_pack": "slurm_switches"}  # the real Slurm each is held to
+NAN = float("nan")
 
 
 def leaf_background(model: TopologyModel, rng: random.Random) -> list[list[str]]:
@@ -427,19 +428,28 @@ def figures(kept: Sequence[Round], anchor: Anchor, stopped: str, rounds: int, se
 
 
 def agreement(tallies: dict[str, Tally], real: bool) -> dict[str, dict[str, float]]:
-    """How often each placer's answer equals real Slurm's (REFERENCE): leaf switches, nodes, start now."""
+    """How often each placer's answer equals real Slurm's (REFERENCE): the start-now decision over
+    all jobs; leaf switches and nodes over the jobs both start now (two placers that both leave a
+    job waiting have not picked the same nodes). All nan without real Slurm's answers."""
 
-    def pct(mine: Sequence[object], theirs: Sequence[object]) -> float:
-        pairs = list(zip(mine, theirs, strict=False))
-        return 100 * sum(a == b for a, b in pairs) / len(pairs) if real and pairs else float("nan")
+    def share(pairs: Sequence[tuple[object, object]]) -> float:
+        return 100 * sum(a == b for a, b in pairs) / len(pairs) if pairs else NAN
 
     out = {}
     for placer, ref in REFERENCE.items():
         a, b = tallies[placer], tallies[ref]
+        if not real:
+            out[placer] = dict.fromkeys(
+                ("both_start_now", "same_leaves_pct", "same_nodes_pct", "same_start_now_pct"), NAN
+            )
+            continue
+        pairs = list(zip(a.picks, b.picks, strict=True))
+        both = [i for i, (x, y) in enumerate(pairs) if x is not None and y is not None]
         out[placer] = {
-            "same_leaves_pct": pct(a.leaf_sets, b.leaf_sets),
-            "same_nodes_pct": pct(a.picks, b.picks),
-            "same_start_now_pct": pct([x is not None for x in a.picks], [x is not None for x in b.picks]),
+            "both_start_now": float(len(both)),
+            "same_leaves_pct": share([(a.leaf_sets[i], b.leaf_sets[i]) for i in both]),
+            "same_nodes_pct": share([(a.picks[i], b.picks[i]) for i in both]),
+            "same_start_now_pct": share([(x is not None, y is not None) for x, y in pairs]),
         }
     return out
 
@@ -456,12 +466,13 @@ ROWS = (
     ("plan time p95 (ms)", "place_ms_p95", "{:.3f}", "place_ms_p95"),
     ("  in slurmctld, mean (ms; sdiag)", "slurmctld_ms", "{:.3f}", "place_ms_mean"),
 )
+# label, key, format: each placer held to the real Slurm of its table (REFERENCE)
 AGREEMENT = (
-    ("same leaf switches as real Slurm (%)", "same_leaves_pct"),
-    ("same nodes as real Slurm (%)", "same_nodes_pct"),
-    ("same start-now decision (%)", "same_start_now_pct"),
+    ("jobs it and real Slurm both start now", "both_start_now", "{:.0f}"),
+    ("  same leaf switches, of those (%)", "same_leaves_pct", "{:.1f}"),
+    ("  same nodes, of those (%)", "same_nodes_pct", "{:.1f}"),
+    ("same start-now decision, all jobs (%)", "same_start_now_pct", "{:.1f}"),
 )
-NAN = float("nan")
 
 
 def _cell(fmt: str, value: float, missing: bool) -> str:
@@ -482,8 +493,8 @@ def _table(result: dict[str, object], columns: Sequence[tuple[str, str]]) -> Non
         a, b = placers[ours].get(against, NAN), placers[slurm].get(key, NAN)
         r = f"{b / a:.2f}x" if against and not missing and a and a == a and b == b else ""
         print(f"{label:38}" + "".join(f"{c:>18}" for c in cells) + f"{r:>14}")
-    for label, key in AGREEMENT:
-        cells = [_cell("{:.1f}", agree[p][key], missing) if p in agree else "" for p, _ in columns]
+    for label, key, fmt in AGREEMENT:
+        cells = [_cell(fmt, agree[p][key], missing) if p in agree else "" for p, _ in columns]
         print(f"{label:38}" + "".join(f"{c:>18}" for c in cells))
 
 

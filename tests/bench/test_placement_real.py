@@ -86,6 +86,20 @@ def test_the_pack_plan_hands_slurm_its_switch_limit() -> None:
     assert [len(tallies[p].picks) for p in ("ours_any", "ours_pack", "sim")] == [2, 2, 2]
 
 
+def test_agreement_counts_only_jobs_both_start() -> None:
+    model = placement_real.fallback_model()
+    tallies = {p: Tally() for p in placement_real.PLACERS}
+    leaf = model.leaf_nodes(model.leaves[0])
+    for ours, slurm in [(None, None), (None, None), (leaf[:2], leaf[:2]), (leaf[:2], leaf[2:4]), (None, leaf[:1])]:
+        tallies["ours_any"].add(model, ours, 0.001)
+        for placer in ("slurm", "sim", "ours_pack", "slurm_switches"):
+            tallies[placer].add(model, slurm, 0.05)
+    figures = placement_real.agreement(tallies, real=True)["ours_any"]
+    assert figures["both_start_now"] == 2
+    assert figures["same_nodes_pct"] == 50.0 and figures["same_leaves_pct"] == 100.0
+    assert figures["same_start_now_pct"] == 80.0  # all five jobs: only the last decision differs
+
+
 def test_sigterm_raises_so_that_the_background_is_cancelled() -> None:
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signal handlers need the main thread")
