@@ -94,8 +94,9 @@ VETH_PREFIX="${VETH_PREFIX:-ccv-}"
 node_ns() { echo "$NETNS_PREFIX$1"; }
 node_veth() { echo "$VETH_PREFIX$1"; }
 
-# netns_exists NODE -> 0 when the node's namespace exists.
-netns_exists() { ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$(node_ns "$1")"; }
+# netns_exists NODE -> 0 when the node's namespace exists. awk reads the whole list: a reader that
+# quits at the first match (grep -q) SIGPIPEs the writer of a long list, which pipefail reports.
+netns_exists() { ip netns list 2>/dev/null | awk -v ns="$(node_ns "$1")" '$1 == ns { hit = 1 } END { exit !hit }'; }
 
 net_up() {
     choose_subnet
