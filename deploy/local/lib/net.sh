@@ -134,9 +134,10 @@ net_up() {
         fi
         ip -n "$ns" link set eth0 up
     done
-    local deadline=$((SECONDS + 15))
     # The bridge forwards only once a port leaves the "listening" state (no STP: immediate,
-    # but the first ping can still be lost). Make sure every namespace reaches the bridge.
+    # but the first ping can still be lost). Make sure every namespace reaches the bridge: a ping
+    # through `ip netns exec` takes ~60 ms on a loaded host, so the time allowed grows with the nodes.
+    local deadline=$((SECONDS + 15 + ${#NODES[@]} / 4))
     command -v ping >/dev/null 2>&1 || return 0
     for n in "${NODES[@]}"; do
         until ip netns exec "$(node_ns "$n")" ping -c1 -W1 "$BRIDGE_ADDR" >/dev/null 2>&1; do
