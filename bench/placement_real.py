@@ -386,7 +386,7 @@ def run(jobs: int, seed: int, rounds: int, version: str | None) -> dict[str, obj
                 if anchor.env is not None:
                     release(anchor.env, name)
         except STOPS as exc:
-            why = f"{type(exc).__name__}: {exc}"
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line: squeue's answer has several
             if kept:
                 stopped = why[:300]
             else:
