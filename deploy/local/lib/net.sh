@@ -94,8 +94,9 @@ VETH_PREFIX="${VETH_PREFIX:-ccv-}"
 node_ns() { echo "$NETNS_PREFIX$1"; }
 node_veth() { echo "$VETH_PREFIX$1"; }
 
-# netns_exists NODE -> 0 when the node's namespace exists.
-netns_exists() { ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$(node_ns "$1")"; }
+# netns_exists NODE -> 0 when the node's namespace exists. awk reads the whole list: a reader that
+# quits at the first match (grep -q) SIGPIPEs the writer of a long list, which pipefail reports.
+netns_exists() { ip netns list 2>/dev/null | awk -v ns="$(node_ns "$1")" '$1 == ns { hit = 1 } END { exit !hit }'; }
 
 net_up() {
     choose_subnet
@@ -133,9 +134,10 @@ net_up() {
         fi
         ip -n "$ns" link set eth0 up
     done
-    local deadline=$((SECONDS + 15))
     # The bridge forwards only once a port leaves the "listening" state (no STP: immediate,
-    # but the first ping can still be lost). Make sure every namespace reaches the bridge.
+    # but the first ping can still be lost). Make sure every namespace reaches the bridge: a ping
+    # through `ip netns exec` takes ~60 ms on a loaded host, so the time allowed grows with the nodes.
+    local deadline=$((SECONDS + 15 + ${#NODES[@]} / 4))
     command -v ping >/dev/null 2>&1 || return 0
     for n in "${NODES[@]}"; do
         until ip netns exec "$(node_ns "$n")" ping -c1 -W1 "$BRIDGE_ADDR" >/dev/null 2>&1; do
