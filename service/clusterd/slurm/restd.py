@@ -338,7 +338,7 @@ class RestdBackend:
             if standing is not None:
                 return standing
             with _observed("squeue"):
-                queue = await self._commands().queue_states() if states is not None else ""
+                queue = await self._queue_states() if states is not None else None
                 standing = self._between.renewed(focus, states, queue)
                 if standing is not None:
                     return standing
@@ -367,6 +367,15 @@ class RestdBackend:
         self._whole_jobs = jobs
         self._queue_size = len(jobs)
         return jobs
+
+    async def _queue_states(self) -> str | None:
+        """The queue's job states (an economy, like ``_focus_states``); None when squeue failed: the
+        filtered look that follows says whether Slurm answers."""
+        try:
+            return await self._commands().queue_states()
+        except SlurmError as exc:
+            log.warning("squeue --only-job-state failed (%s): a filtered look instead", exc)
+            return None
 
     async def _focus_states(self, focus: frozenset[str]) -> States | None:
         """``GET jobs/state`` of the followed jobs; None where it cannot be asked or failed (the

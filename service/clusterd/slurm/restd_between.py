@@ -3,13 +3,15 @@
 Past the REST backend's whole-reply limit a partial look is two filtered squeues, and squeue takes
 every job from slurmctld to filter them (10,000 jobs: ~0.1 s of CPU in squeue and ~50 ms in
 slurmctld a look). ``GET jobs/state?job_id=..`` (24.11 on) costs slurmctld one small RPC and
-clusterd a few milliseconds: while it answers as it did at the last partial look, that look stands,
-so the service's own jobs' states are read every poll. Every ``RECHECK_SECONDS`` the queue's ids
+clusterd a few milliseconds: while it answers as it did at the last partial look, that look stands
+(unless it lists a PENDING job: see ``Between.remember``), so the service's own jobs' states are
+read every poll. Every ``RECHECK_SECONDS`` the queue's ids
 and states (``squeue --only-job-state``: no job record packed, ~30 ms of squeue) say whether
 another user's job started, ended or arrived since the look: if none did, it stands again. So
 other users' jobs reach placement within ``RECHECK_SECONDS``, the staleness the node list has too;
-the followed jobs' other fields (a hold made outside clusterd, a reason) wait for the next look,
-taken at latest after the queue cache's next whole read. Any change the service itself makes to a
+what changes with no state change (a hold or a time limit set outside clusterd on a running job,
+another user's running job resized) waits for the next look, at latest after the queue cache's
+next whole read. Any change the service itself makes to a
 job forgets the last look: a hold or a comment changes no state.
 """
 
@@ -22,9 +24,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from clusterd.slurm.types import JobPoll
+from clusterd.slurm.types import JobPoll, JobState
 
-# Seconds a partial look stands while the followed jobs' states do not change.
+# Seconds between two reads of the queue's job states while a look stands.
 RECHECK_SECONDS = 10.0
 # Seconds without the state read after it failed on an endpoint that exists (a 500, an expired token).
 RETRY_SECONDS = 300.0
@@ -55,7 +57,7 @@ class _Look:
     poll: JobPoll
     focus: frozenset[str]
     states: States
-    queue: str  # every job's id and state (squeue --only-job-state), read just before the look
+    queue: str | None  # every job's id and state (squeue --only-job-state) before the look; None: unread
     at: float
 
 
@@ -75,11 +77,13 @@ class Between:
             return None
         return last.poll
 
-    def renewed(self, focus: frozenset[str], states: States | None, queue: str) -> JobPoll | None:
+    def renewed(self, focus: frozenset[str], states: States | None, queue: str | None) -> JobPoll | None:
         """The last look for another ``RECHECK_SECONDS`` when no job in the queue changed state since
         it was taken (``queue``: every job's id and state now): no job started, ended or moved."""
         last = self._last
-        if last is None or states is None or (last.focus, last.states, last.queue) != (focus, states, queue):
+        if last is None or states is None or queue is None or last.queue is None:
+            return None
+        if (last.focus, last.states, last.queue) != (focus, states, queue):
             return None
         last.at = time.monotonic()
         return last.poll
@@ -88,12 +92,22 @@ class Between:
         """Taken before reading the states: a change of the service's own since then voids the look."""
         return self._changes
 
-    def remember(self, poll: JobPoll, focus: frozenset[str], states: States | None, queue: str, mark: int) -> None:
-        """A partial look just taken, with the states read before it (a change between the two shows
-        as a difference at the next read: one more look, never a missed change)."""
-        stands = states is not None and mark == self._changes
-        again = replace(poll, standing=True)
-        self._last = _Look(again, focus, states, queue, time.monotonic()) if stands and states is not None else None
+    def remember(
+        self, poll: JobPoll, focus: frozenset[str], states: States | None, queue: str | None, mark: int
+    ) -> None:
+        """A partial look just taken, with the followed jobs' states and the queue's (None: unread)
+        read before it (a change between a read and the look shows as a difference at the next
+        read: one more look, never a missed change).
+
+        A look listing a PENDING job (one followed: a partial look lists no other) never stands: its
+        reason and begin time change with no state change (a requeued job reads BeginTime only at
+        Slurm's next scheduling pass, and its release waits for that), so it is looked at each poll.
+        """
+        pending = any(j.state is JobState.PENDING for j in poll.jobs)
+        if states is None or mark != self._changes or pending:
+            self._last = None
+            return
+        self._last = _Look(replace(poll, standing=True), focus, states, queue, time.monotonic())
 
     def forget(self) -> None:
         """No look taken before now stands (a whole read replaced what it listed)."""

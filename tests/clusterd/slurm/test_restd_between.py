@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
+from clusterd.errors import SlurmError
 from clusterd.slurm import restd_between
 from clusterd.slurm.restd import RestdBackend
 from clusterd.slurm.restd_between import Between, state_query
 from clusterd.slurm.restd_http import HttpFailure
-from clusterd.slurm.types import JobPoll
+from clusterd.slurm.types import JobPoll, JobState, SlurmJob
 from tests.support.backends import FakeRestdHttp, Sent, answer, restd_backend
 
 _MANY = [{"job_id": n, "name": "x", "user_name": "bob", "job_state": ["PENDING"]} for n in range(1, 2002)]
@@ -28,17 +29,21 @@ class _Squeue:
         self.holds: list[str] = []
         self.queue = "7 RUNNING\n1 PENDING\n"  # squeue --only-job-state's lines
         self.queue_reads = 0
+        self.queue_fails = False
+        self.listed: tuple[SlurmJob, ...] = ()  # what a look lists
 
     async def filters_queue(self) -> bool:
         return True
 
     async def queue_states(self) -> str:
         self.queue_reads += 1
+        if self.queue_fails:
+            raise SlurmError("squeue", 1, "squeue: error: slurm_load_job_state: timed out")
         return self.queue
 
     async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
         self.polls += 1
-        return JobPoll((), whole=False)
+        return JobPoll(self.listed, whole=False)
 
     async def hold(self, job_id: str, *, user: str) -> None:
         self.holds.append(job_id)
@@ -201,3 +206,24 @@ async def test_a_focus_with_anything_but_slurm_ids_is_looked_at_every_poll(tmp_p
     for _ in range(2):
         await backend.poll_jobs(frozenset({"7", "7_1"}))
     assert (squeue.polls, restd.states_asked()) == (2, [])
+
+
+async def test_a_look_listing_a_pending_job_is_taken_again_every_poll(tmp_path: Path) -> None:
+    """A requeued job's reason turns BeginTime at Slurm's next pass, its state PENDING throughout,
+    and its release waits for that reason: a look listing it must not stand."""
+    backend, _, squeue = await _big(tmp_path)
+    squeue.listed = (SlurmJob("7", "x", "alice", JobState.PENDING, reason="None"),)
+    for _ in range(3):
+        await backend.poll_jobs(frozenset({"7"}))
+    assert squeue.polls == 3
+
+
+async def test_a_failed_job_state_squeue_takes_the_look_and_renews_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend, _, squeue = await _big(tmp_path)
+    squeue.queue_fails = True
+    await backend.poll_jobs(frozenset({"7"}))  # no error: the look is taken
+    monkeypatch.setattr(restd_between, "RECHECK_SECONDS", 0.0)
+    await backend.poll_jobs(frozenset({"7"}))  # no queue read to renew it with: a look again
+    assert (squeue.queue_reads, squeue.polls) == (2, 2)
