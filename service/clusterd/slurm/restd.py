@@ -24,10 +24,9 @@ import os
 import pwd
 import re
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import jwt
 
@@ -46,8 +45,6 @@ from clusterd.slurm.restd_versions import KNOWN_API_VERSIONS, RestApi, api_for, 
 from clusterd.slurm.types import JobPoll, SlurmJob, SlurmNode, SlurmSwitch
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 BACKEND = "slurmrestd"
 __all__ = ["KNOWN_API_VERSIONS", "RestdBackend"]
@@ -528,14 +525,6 @@ def _check_errors(resp: Reply, command: str) -> dict[str, Any]:
     if text:
         raise _error(command, resp.status, text, unavailable=says_unavailable(text))
     return data
-
-
-async def _parsed(command: str, parser: Callable[[str], list[T]], text: str) -> list[T]:
-    """Parse in a worker thread (a big queue's JSON takes tens of ms the event loop needs)."""
-    try:
-        return await asyncio.to_thread(parser, text)
-    except ValueError as exc:
-        raise _error(command, 200, str(exc)) from exc
 
 
 def _observed(command: str) -> contextlib.AbstractContextManager[None]:
