@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 import pytest
 
-from clusterd.slurm import argv
+from clusterd.slurm import argv, restd, restd_between
 from clusterd.slurm.base import SlurmBackend
-from clusterd.slurm.types import JobState
+from clusterd.slurm.types import JobPoll, JobState
 from clusterd.supervisor.cache import ClusterSnapshot, QueueCache
 from tests.support.backends import JobUser, job_user, submit_args
 from tests.support.stack import Stack
@@ -85,6 +85,59 @@ async def test_partial_polls_see_changes_requeues_and_jobs_leaving(
             assert cache.whole_polls == 1
         if backend.name == "slurmrestd" and release >= (23, 11):  # update_time: nothing when nothing changed
             assert await _quiet_poll_is_unchanged(backend)
+    finally:
+        for job_id in submitted:
+            await backend.cancel(job_id)
+
+
+async def _poll_until(
+    backend: SlurmBackend, focus: frozenset[str], ok: Callable[[JobPoll], bool], what: str, timeout: float = 60
+) -> JobPoll:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        poll = await backend.poll_jobs(focus)
+        if ok(poll):
+            return poll
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _listed(poll: JobPoll, job_id: str, state: JobState) -> bool:
+    return any(j.job_id == job_id and j.state is state for j in poll.jobs)
+
+
+async def test_a_big_queues_look_stands_until_a_state_moves(
+    backend: SlurmBackend, stack: Stack, alice: JobUser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past slurmrestd's whole-reply limit (lowered to nothing here) a poll reads the followed jobs'
+    states (``GET jobs/state``) and, every RECHECK_SECONDS, every job's (``squeue --only-job-state``):
+    the real endpoints' answers keep a still look standing and show another user's job starting and
+    a followed job's requeue."""
+    release = tuple(int(part) for part in stack.slurm_version.split("."))
+    if backend.name != "slurmrestd" or release < argv.PARTIAL_QUEUE_FROM:
+        pytest.skip("the standing look is slurmrestd's, where squeue filters (24.11 on)")
+    monkeypatch.setattr(restd, "_WHOLE_REPLY_MAX_JOBS", -1)
+    bob = job_user(stack, "bob")
+    submitted: list[str] = []
+    try:
+        own = await backend.submit(submit_args(alice, nodes=1))
+        submitted.append(own)
+        focus = frozenset({own})
+        await _poll_until(backend, focus, lambda p: _listed(p, own, JobState.RUNNING), "the followed job to run")
+        await _poll_until(backend, focus, lambda p: p.standing, "a still look to stand", timeout=20)
+        monkeypatch.setattr(restd_between, "RECHECK_SECONDS", 0.0)  # the queue's states read every poll
+        await _poll_until(backend, focus, lambda p: p.standing, "a renewed look", timeout=20)
+        other = await backend.submit(submit_args(bob, nodes=1))
+        submitted.append(other)
+        seen = await _poll_until(backend, focus, lambda p: _listed(p, other, JobState.RUNNING), "bob's job to run")
+        assert not seen.standing
+        await backend.requeue(own)
+        await _poll_until(
+            backend,
+            focus,
+            lambda p: any(j.job_id == own and j.restart_count >= 1 for j in p.jobs) and not p.standing,
+            "the requeue to show",
+        )
     finally:
         for job_id in submitted:
             await backend.cancel(job_id)

@@ -271,7 +271,7 @@ _NOT_PENDING = (
     "BOOT_FAIL,DEADLINE,OUT_OF_MEMORY,SPECIAL_EXIT,STOPPED,SIGNALING,STAGE_OUT,RESIZING"
 )
 SQUEUE_NOT_PENDING_ARGV = ["squeue", "--all", f"--states={_NOT_PENDING}", "--json"]
-# Every job's id and state, from slurmctld's job-state RPC (24.05 on): no job record is packed.
+# Every job's id and state, from slurmctld's job-state RPC (asked from 24.11 on): no job record packed.
 SQUEUE_STATES_ARGV = ["squeue", "--only-job-state", "--noheader", "--format=%i %T"]
 
 

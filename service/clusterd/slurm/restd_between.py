@@ -5,14 +5,13 @@ every job from slurmctld to filter them (10,000 jobs: ~0.1 s of CPU in squeue an
 slurmctld a look). ``GET jobs/state?job_id=..`` (24.11 on) costs slurmctld one small RPC and
 clusterd a few milliseconds: while it answers as it did at the last partial look, that look stands
 (unless it lists a PENDING job: see ``Between.remember``), so the service's own jobs' states are
-read every poll. Every ``RECHECK_SECONDS`` the queue's ids
-and states (``squeue --only-job-state``: no job record packed, ~30 ms of squeue) say whether
-another user's job started, ended or arrived since the look: if none did, it stands again. So
-other users' jobs reach placement within ``RECHECK_SECONDS``, the staleness the node list has too;
-what changes with no state change (a hold or a time limit set outside clusterd on a running job,
-another user's running job resized) waits for the next look, at latest after the queue cache's
-next whole read. Any change the service itself makes to a
-job forgets the last look: a hold or a comment changes no state.
+read every poll. Every ``RECHECK_SECONDS`` the queue's ids and states (``squeue --only-job-state``:
+no job record packed, ~30 ms of squeue) say whether another user's job started, ended or arrived
+since the look: if none did, it stands again. So other users' jobs reach placement within
+``RECHECK_SECONDS``, the staleness the node list has too; what changes with no state change (a hold
+or a time limit set outside clusterd on a running job, another user's running job resized) waits
+for the next look, at latest after the queue cache's next whole read. Any change the service itself
+makes to a job forgets the last look: a hold or a comment changes no state.
 """
 
 from __future__ import annotations
