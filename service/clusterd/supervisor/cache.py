@@ -291,7 +291,7 @@ class QueueCache:
             self.whole_polls += 1
             return {j.job_id: j for j in jobs}, True, focus or frozenset()
         poll = await self._backend.poll_jobs(focus)
-        if poll.standing and self._merged is not None and self._merged == (poll.jobs, focus):
+        if poll.standing and self._merged == (poll.jobs, focus):
             # the look this snapshot merged, again: merging it twice gives the same queue (10,000
             # jobs: ~5 ms a poll spared)
             return self.snapshot.jobs, False, focus
