@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import pytest
 
@@ -20,17 +21,30 @@ from tests.support.stack import Stack
 
 pytestmark = pytest.mark.slurm
 
+T = TypeVar("T")
+
 _GONE = "99999999"  # followed but unknown to slurmctld: a job that left its memory
 
 
-async def _until(cache: QueueCache, ok: Callable[[ClusterSnapshot], bool], what: str, timeout: float = 60) -> None:
+async def _until(look: Callable[[], Awaitable[T]], ok: Callable[[T], bool], what: str, timeout: float = 60) -> T:
+    """``look()`` every half second until ``ok`` says yes of what it returned."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        await cache.poll_once()
-        if ok(cache.snapshot):
-            return
+        seen = await look()
+        if ok(seen):
+            return seen
         await asyncio.sleep(0.5)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def _polled(cache: QueueCache) -> Callable[[], Awaitable[ClusterSnapshot]]:
+    """One poll of ``cache``, then its snapshot."""
+
+    async def look() -> ClusterSnapshot:
+        await cache.poll_once()
+        return cache.snapshot
+
+    return look
 
 
 async def _quiet_poll_is_unchanged(backend: SlurmBackend) -> bool:
@@ -68,19 +82,19 @@ async def test_partial_polls_see_changes_requeues_and_jobs_leaving(
         assert cache.snapshot.whole and {held, own} <= set(cache.snapshot.jobs)
         late = await backend.submit(submit_args(bob, hold=True))  # another user's, after the whole read
         submitted.append(late)
-        await _until(cache, lambda s: s.jobs[own].state is JobState.RUNNING, "the followed job to run")
+        await _until(_polled(cache), lambda s: s.jobs[own].state is JobState.RUNNING, "the followed job to run")
         assert held in cache.snapshot.jobs and _GONE not in cache.snapshot.jobs
         assert (late in cache.snapshot.jobs) is not partial
         assert not (partial and cache.snapshot.whole)
 
         await backend.requeue(own)
         await _until(
-            cache,
+            _polled(cache),
             lambda s: s.jobs[own].state is JobState.PENDING and s.jobs[own].restart_count >= 1,
             "the requeue to show",
         )
         await backend.cancel(held)  # another user's pending job ends: no longer PENDING, so listed
-        await _until(cache, lambda s: s.jobs[held].state is JobState.CANCELLED, "the cancel to show")
+        await _until(_polled(cache), lambda s: s.jobs[held].state is JobState.CANCELLED, "the cancel to show")
         if partial:
             assert cache.whole_polls == 1
         if backend.name == "slurmrestd" and release >= (23, 11):  # update_time: nothing when nothing changed
@@ -88,18 +102,6 @@ async def test_partial_polls_see_changes_requeues_and_jobs_leaving(
     finally:
         for job_id in submitted:
             await backend.cancel(job_id)
-
-
-async def _poll_until(
-    backend: SlurmBackend, focus: frozenset[str], ok: Callable[[JobPoll], bool], what: str, timeout: float = 60
-) -> JobPoll:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        poll = await backend.poll_jobs(focus)
-        if ok(poll):
-            return poll
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _listed(poll: JobPoll, job_id: str, state: JobState) -> bool:
@@ -123,18 +125,21 @@ async def test_a_big_queues_look_stands_until_a_state_moves(
         own = await backend.submit(submit_args(alice, nodes=1))
         submitted.append(own)
         focus = frozenset({own})
-        await _poll_until(backend, focus, lambda p: _listed(p, own, JobState.RUNNING), "the followed job to run")
-        await _poll_until(backend, focus, lambda p: p.standing, "a still look to stand", timeout=20)
+
+        async def poll() -> JobPoll:
+            return await backend.poll_jobs(focus)
+
+        await _until(poll, lambda p: _listed(p, own, JobState.RUNNING), "the followed job to run")
+        await _until(poll, lambda p: p.standing, "a still look to stand", timeout=20)
         monkeypatch.setattr(restd_between, "RECHECK_SECONDS", 0.0)  # the queue's states read every poll
-        await _poll_until(backend, focus, lambda p: p.standing, "a renewed look", timeout=20)
+        await _until(poll, lambda p: p.standing, "a renewed look", timeout=20)
         other = await backend.submit(submit_args(bob, nodes=1))
         submitted.append(other)
-        seen = await _poll_until(backend, focus, lambda p: _listed(p, other, JobState.RUNNING), "bob's job to run")
+        seen = await _until(poll, lambda p: _listed(p, other, JobState.RUNNING), "bob's job to run")
         assert not seen.standing
         await backend.requeue(own)
-        await _poll_until(
-            backend,
-            focus,
+        await _until(
+            poll,
             lambda p: any(j.job_id == own and j.restart_count >= 1 for j in p.jobs) and not p.standing,
             "the requeue to show",
         )

@@ -21,11 +21,12 @@ from typing import Any
 import pytest
 
 from clusterd.config import SlurmConfig
+from clusterd.errors import SlurmError
 from clusterd.slurm.base import SlurmBackend
 from clusterd.slurm.request import JobRequest
 from clusterd.slurm.restd import RestdBackend
 from clusterd.slurm.restd_http import Reply
-from clusterd.slurm.types import SlurmJob
+from clusterd.slurm.types import JobPoll, SlurmJob
 
 from .ports import free_port
 from .stack import Stack, missing
@@ -180,6 +181,37 @@ class FakeRestdHttp:
 
     async def aclose(self) -> None:
         pass
+
+
+class SqueueFallback:
+    """The commands backend as the slurmrestd backend falls back to for a big queue: filtered squeues
+    where ``filters`` (listing ``listed``), the queue's job-state lines (``queue``; an error while
+    ``queue_fails``), holds; every call counted."""
+
+    def __init__(self, filters: bool = True) -> None:
+        self.filters = filters
+        self.polls = 0
+        self.holds: list[str] = []
+        self.queue = "7 RUNNING\n1 PENDING\n"  # squeue --only-job-state's lines
+        self.queue_reads = 0
+        self.queue_fails = False
+        self.listed: tuple[SlurmJob, ...] = ()  # what a filtered look lists
+
+    async def filters_queue(self) -> bool:
+        return self.filters
+
+    async def queue_states(self) -> str:
+        self.queue_reads += 1
+        if self.queue_fails:
+            raise SlurmError("squeue", 1, "squeue: error: slurm_load_job_state: timed out")
+        return self.queue
+
+    async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
+        self.polls += 1
+        return JobPoll(self.listed, whole=False)
+
+    async def hold(self, job_id: str, *, user: str) -> None:
+        self.holds.append(job_id)
 
 
 def restd_backend(

@@ -10,43 +10,14 @@ from typing import Any
 
 import pytest
 
-from clusterd.errors import SlurmError
 from clusterd.slurm import restd_between
 from clusterd.slurm.restd import RestdBackend
 from clusterd.slurm.restd_between import Between, state_query
 from clusterd.slurm.restd_http import HttpFailure
 from clusterd.slurm.types import JobPoll, JobState, SlurmJob
-from tests.support.backends import FakeRestdHttp, Sent, answer, restd_backend
+from tests.support.backends import FakeRestdHttp, Sent, SqueueFallback, answer, restd_backend
 
 _MANY = [{"job_id": n, "name": "x", "user_name": "bob", "job_state": ["PENDING"]} for n in range(1, 2002)]
-
-
-class _Squeue:
-    """The commands backend the slurmrestd backend falls back to: filtered squeues and a hold."""
-
-    def __init__(self) -> None:
-        self.polls = 0
-        self.holds: list[str] = []
-        self.queue = "7 RUNNING\n1 PENDING\n"  # squeue --only-job-state's lines
-        self.queue_reads = 0
-        self.queue_fails = False
-        self.listed: tuple[SlurmJob, ...] = ()  # what a look lists
-
-    async def filters_queue(self) -> bool:
-        return True
-
-    async def queue_states(self) -> str:
-        self.queue_reads += 1
-        if self.queue_fails:
-            raise SlurmError("squeue", 1, "squeue: error: slurm_load_job_state: timed out")
-        return self.queue
-
-    async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
-        self.polls += 1
-        return JobPoll(self.listed, whole=False)
-
-    async def hold(self, job_id: str, *, user: str) -> None:
-        self.holds.append(job_id)
 
 
 class _Restd:
@@ -71,8 +42,8 @@ class _Restd:
         return [p for p in self.sent if "/jobs/state/" in p]
 
 
-async def _big(tmp_path: Path) -> tuple[RestdBackend, _Restd, _Squeue]:
-    restd, squeue = _Restd(), _Squeue()
+async def _big(tmp_path: Path) -> tuple[RestdBackend, _Restd, SqueueFallback]:
+    restd, squeue = _Restd(), SqueueFallback()
     backend = restd_backend(tmp_path, restd, fallback=squeue, restd_api_version="v0.0.45")
     assert len(await backend.list_jobs()) == 2001
     return backend, restd, squeue

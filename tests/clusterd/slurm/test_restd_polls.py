@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from clusterd.slurm.types import JobPoll
-from tests.support.backends import Sent, answer, restd_backend
+from tests.support.backends import Sent, SqueueFallback, answer, restd_backend
 
 _JOB = {"job_id": 7, "name": "x", "user_name": "bob", "job_state": ["PENDING"]}
 _UNSET = {"set": False, "infinite": False, "number": 0}
@@ -160,23 +159,6 @@ async def test_a_refused_stamp_makes_node_and_job_reads_whole(tmp_path: Path) ->
     ]
 
 
-class _Squeue:
-    """The commands backend as the slurmrestd backend falls back to: filtered squeues, or none."""
-
-    def __init__(self, filters: bool) -> None:
-        self.filters, self.polls = filters, 0
-
-    async def filters_queue(self) -> bool:
-        return self.filters
-
-    async def poll_jobs(self, focus: frozenset[str]) -> JobPoll:
-        self.polls += 1
-        return JobPoll((), whole=False)
-
-    async def queue_states(self) -> str:
-        return ""
-
-
 @pytest.mark.parametrize("filters", [True, False])
 async def test_a_big_queue_is_polled_with_filtered_squeues_where_they_filter(tmp_path: Path, filters: bool) -> None:
     """Past 2,000 jobs a change through GET jobs costs the whole queue: squeue's filters (24.11 on) instead."""
@@ -187,7 +169,7 @@ async def test_a_big_queue_is_polled_with_filtered_squeues_where_they_filter(tmp
         sent.append(request.path)
         return answer(200, json={"jobs": many, "last_update": _stamp(1000 + len(sent)), "errors": []})
 
-    squeue = _Squeue(filters)
+    squeue = SqueueFallback(filters)
     backend = restd_backend(tmp_path, handler, fallback=squeue, restd_api_version="v0.0.45")
     assert len(await backend.list_jobs()) == 2001
     poll = await backend.poll_jobs(frozenset({"7"}))
