@@ -24,8 +24,9 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from clusterd.config import LivenessConfig
 from clusterd.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable
@@ -66,7 +67,7 @@ class _Known:
     hurried_at: float = float("-inf")  # when a beat of a job not seen running last hurried the poll
 
 
-FirstStep = Callable[[Run], Awaitable[None]]
+FirstStep = Callable[[Run], Coroutine[Any, Any, None]]
 Jobs = Callable[[str], JobView | None]
 
 
@@ -99,6 +100,7 @@ class HeartbeatService:
         self._loading: dict[int, asyncio.Future[_Known | None]] = {}
         self._lookups = _LOOKUPS_PER_SECOND
         self._lookups_at = time.monotonic()
+        self._noting: set[asyncio.Task[None]] = set()  # first steps being noted on their records
 
     async def beat(self, req: BeatClaim) -> BeatReply:
         """When to beat next, whether the run is being restarted, and where its stop stands.
@@ -192,7 +194,7 @@ class HeartbeatService:
                 beat.exit_code,
             )
         if first:
-            await self._first_step(run)
+            self._note_first_step(run)
         current = (run.restart_count, run.relaunch) == (req.restart_count, req.relaunch)
         if not current or req.rank not in run.ranks:  # an older run's beat, or a rank over the table's cap
             return BeatReply(known.interval, stop=run.decided and current)
@@ -200,6 +202,25 @@ class HeartbeatService:
         if run.stacks_asked and not run.ranks[req.rank].stack_sig and not run.decided:
             reply = replace(reply, want_stack=True)  # the run stopped advancing: what is this rank doing?
         return replace(reply, checkpoint_interval=self.advice(run))
+
+    def _note_first_step(self, run: Run) -> None:
+        """Note the run's first step on its record in a task of its own: the table marks a first step
+        once, and the beat that carries it must lose nothing when its caller gives up. Noting waits
+        for the record's lock, which a restart being decided holds for seconds (a relaunched step's
+        first beat may come while its old step is still being killed), longer than a beat's deadline."""
+        task = asyncio.create_task(self._first_step(run), name=f"job {run.job_id}'s first step")
+        self._noting.add(task)
+        task.add_done_callback(self._noted)
+
+    def _noted(self, task: asyncio.Task[None]) -> None:
+        self._noting.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("cannot note %s", task.get_name(), exc_info=exc)
+
+    async def drain(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for first steps still being noted (shutdown closes the store after)."""
+        if self._noting:
+            await asyncio.wait(set(self._noting), timeout=timeout)
 
     def advice(self, run: Run) -> float | None:
         """The checkpoint interval the autopilot advises ``run`` (None: no autopilot, or no save yet);

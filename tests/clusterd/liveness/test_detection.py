@@ -81,6 +81,7 @@ class Live:
         return await self.jobs.Heartbeat(req)
 
     async def status(self, job_id: str) -> jobs_pb2.JobStatus:
+        await self.daemon.heartbeats.drain(5.0)  # a first step is noted beside its beat's reply
         return (await self.jobs.GetJob(jobs_pb2.GetJobRequest(job_id=job_id), metadata=auth(USER_A))).job
 
 
@@ -524,6 +525,40 @@ async def test_a_dead_node_of_a_job_with_a_spare_is_replaced_in_place(live: Live
         <= restart.relaunched_at.ToNanoseconds()
         <= restart.first_step_at.ToNanoseconds()
     )
+
+
+async def test_a_relaunched_steps_first_beat_during_the_kill_is_answered_and_noted(
+    live: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slurm may end the old step itself (its node is DOWN) and the script start the next while
+    clusterd's kill is still on its way: the new step's first beat comes while the restart holds
+    the record. It is answered within its deadline and its first step is noted once the restart is."""
+    killing, killed = asyncio.Event(), asyncio.Event()
+    kill_steps = live.slurm.kill_steps
+
+    async def slow_kill(job_id: str, steps: tuple[str, ...] | None = None) -> None:
+        killing.set()
+        await killed.wait()
+        await kill_steps(job_id, steps)
+
+    monkeypatch.setattr(live.slurm, "kill_steps", slow_kill)
+    job = await spare_job(live)
+    live.prober.dead.add("10.0.0.2")
+    for rank, node in ((0, "node1"), (1, "node2")):
+        await live.beat(*job, rank, node=node, step=5, committed_step=4)
+    for _ in range(4):
+        await asyncio.sleep(INTERVAL)
+        await live.beat(*job, 0, node="node1", step=6)
+    deciding = asyncio.create_task(live.daemon.detector.check_once())
+    await asyncio.wait_for(killing.wait(), 10)
+    first = jobs_pb2.HeartbeatRequest(
+        record_id=job[1], token=job[2], job_id=job[0], rank=1, world_size=2, node="node3", relaunch=1, step=5
+    )
+    assert not (await live.jobs.Heartbeat(first, timeout=1.0)).stop  # answered while the restart holds the record
+    killed.set()
+    assert [d.nodes for d in await deciding] == [("node2",)]
+    (restart,) = (await live.status(job[0])).restarts
+    assert restart.HasField("relaunched_at") and restart.HasField("first_step_at"), restart
 
 
 async def test_no_spare_left_requeues_the_job(live: Live) -> None:
