@@ -474,6 +474,7 @@ class ClusterDaemon:
         if self._server is not None:
             await self._server.stop(self.config.shutdown_grace_seconds)
             self._server = None
+        await self.heartbeats.drain(self.config.shutdown_grace_seconds)  # while this replica still leads
         tasks = (
             self._poll_task,
             self._tokens_task,
@@ -491,7 +492,6 @@ class ClusterDaemon:
         self._poll_task = self._tokens_task = self._retention_task = self._progress_task = None
         self._detector_task = self._probe_task = self._lease_task = self._goodput_task = self._lead_task = None
         await self.manager.drain(self.config.shutdown_grace_seconds)
-        await self.heartbeats.drain(self.config.shutdown_grace_seconds)
         self._journal_stop.set()
         if self._journal_task is not None:
             await self._journal_task

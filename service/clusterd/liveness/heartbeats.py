@@ -100,7 +100,8 @@ class HeartbeatService:
         self._loading: dict[int, asyncio.Future[_Known | None]] = {}
         self._lookups = _LOOKUPS_PER_SECOND
         self._lookups_at = time.monotonic()
-        self._noting: set[asyncio.Task[None]] = set()  # first steps being noted on their records
+        self._first_steps: dict[tuple[int, str], Run] = {}  # per job, its newest run's first step to note
+        self._noting: set[asyncio.Task[None]] = set()  # the tasks noting them
 
     async def beat(self, req: BeatClaim) -> BeatReply:
         """When to beat next, whether the run is being restarted, and where its stop stands.
@@ -207,20 +208,38 @@ class HeartbeatService:
         """Note the run's first step on its record in a task of its own: the table marks a first step
         once, and the beat that carries it must lose nothing when its caller gives up. Noting waits
         for the record's lock, which a restart being decided holds for seconds (a relaunched step's
-        first beat may come while its old step is still being killed), longer than a beat's deadline."""
-        task = asyncio.create_task(self._first_step(run), name=f"job {run.job_id}'s first step")
-        self._noting.add(task)
-        task.add_done_callback(self._noted)
+        first beat may come while its old step is still being killed), longer than a beat's deadline.
+        One task per job: a newer run's first step waiting replaces an older one's not yet noted
+        (the beats' run numbers are the job's claims, and cost no more than one task)."""
+        key = (run.record_id, run.job_id)
+        waiting = key in self._first_steps
+        self._first_steps[key] = run
+        if not waiting:
+            task = asyncio.create_task(self._note_first_steps(key), name=f"job {run.job_id}'s first step")
+            self._noting.add(task)
+            task.add_done_callback(self._noting.discard)
 
-    def _noted(self, task: asyncio.Task[None]) -> None:
-        self._noting.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            log.error("cannot note %s", task.get_name(), exc_info=exc)
+    async def _note_first_steps(self, key: tuple[int, str]) -> None:
+        try:
+            while (run := self._first_steps.get(key)) is not None:
+                try:
+                    await self._first_step(run)
+                except Exception:
+                    log.exception("job %s: cannot note its first step", run.job_id)
+                if self._first_steps.get(key) is run:  # else a newer run's came meanwhile: noted next
+                    del self._first_steps[key]
+        finally:  # cancelled (shutdown): nothing of the job's is left waiting without a task
+            self._first_steps.pop(key, None)
 
     async def drain(self, timeout: float) -> None:
-        """Wait up to ``timeout`` s for first steps still being noted (shutdown closes the store after)."""
+        """Wait up to ``timeout`` s for first steps still being noted, then give up on them: shutdown
+        closes the store after."""
         if self._noting:
             await asyncio.wait(set(self._noting), timeout=timeout)
+        for task in set(self._noting):
+            task.cancel()
+        if self._noting:
+            await asyncio.wait(set(self._noting))
 
     def advice(self, run: Run) -> float | None:
         """The checkpoint interval the autopilot advises ``run`` (None: no autopilot, or no save yet);

@@ -26,7 +26,7 @@ from clusterd.supervisor import array_view
 from clusterd.supervisor.cache import ClusterSnapshot
 from clusterd.supervisor.events import JobEvent
 from clusterd.supervisor.progress import ProgressReader
-from clusterd.supervisor.restarts import Restarter
+from clusterd.supervisor.restarts import Restarter, relaunches
 from clusterd.supervisor.sink import EventSink
 
 log = logging.getLogger(__name__)
@@ -182,12 +182,16 @@ class Reconciler:
         if run.first_step_wall is None or not self._acting():
             return
         async with self._store.record_lock(run.record_id):
+            # A restart being decided may have held the lock for seconds: the leadership may be gone.
             rec = await self._store.get_by_record(run.record_id)
-            if rec is None or rec.terminal or rec.acked_restarts != run.restart_count:
+            if rec is None or rec.terminal or rec.acked_restarts != run.restart_count or not self._acting():
+                return
+            restarted = run.restart_count > 0 or run.relaunch > 0
+            if restarted and run.relaunch != relaunches(rec):  # not the newest restart's run
                 return
             if run.relaunch > 0 and rec.restarts and "relaunched" in rec.restarts[-1].phases:
                 await self._restarter.amend_phase(rec, "running", run.began_wall)  # the new step's first beat
-            if run.restart_count > 0 or run.relaunch > 0:
+            if restarted:
                 await self._restarter.amend_phase(rec, "first_step", run.first_step_wall)
             elif rec.first_step_time is None and not rec.array:
                 rec.first_step_time = run.first_step_wall

@@ -303,7 +303,9 @@ class Restarter:
             nodes_before=len(det.rank_nodes),
             nodes_after=len(step_nodes),
             detected_by=det.detected_by,
-            phases={"failed": det.failed_at, "detected": det.detected_at},
+            # Relaunched: from now the job's script starts the next step as soon as the old one ends,
+            # whether clusterd's kill below or Slurm (its node DOWN) ends it.
+            phases={"failed": det.failed_at, "detected": det.detected_at, "relaunched": time.time()},
         )
         rec.excluded_nodes = tuple(sorted(set(still_excluded(rec, det.detected_at)) | set(det.nodes)))
         await self._record(rec, entry)
@@ -320,7 +322,6 @@ class Restarter:
                 await self.node_out(node, det.detail, drain=node in det.drain)
         with contextlib.suppress(SlurmError):  # the old step ends (the script's srun starts the next); the
             await self._backend.kill_steps(rec.job_id, steps)  # survivors' other steps run on
-        await self.amend_phase(rec, "relaunched", time.time())
         self._events.publish(JobEvent(EventType.RESTARTED, rec, message=entry.detail))
         return ""
 

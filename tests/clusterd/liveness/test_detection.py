@@ -558,7 +558,10 @@ async def test_a_relaunched_steps_first_beat_during_the_kill_is_answered_and_not
     killed.set()
     assert [d.nodes for d in await deciding] == [("node2",)]
     (restart,) = (await live.status(job[0])).restarts
-    assert restart.HasField("relaunched_at") and restart.HasField("first_step_at"), restart
+    phases = ("failed_at", "detected_at", "relaunched_at", "running_at", "first_step_at")
+    assert all(restart.HasField(p) for p in phases), restart
+    times = [getattr(restart, p).ToNanoseconds() for p in phases]
+    assert times == sorted(times), restart  # the step let start before the kill was through
 
 
 async def test_no_spare_left_requeues_the_job(live: Live) -> None:
