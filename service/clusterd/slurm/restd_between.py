@@ -67,22 +67,25 @@ class Between:
         self._last: _Look | None = None
         self._changes = 0  # the service's own changes to jobs begun or ended so far
 
+    def _matching(self, focus: frozenset[str], states: States | None) -> _Look | None:
+        """The last partial look, when taken for ``focus`` with these states of its jobs."""
+        last = self._last
+        if last is None or states is None or (last.focus, last.states) != (focus, states):
+            return None
+        return last
+
     def standing(self, focus: frozenset[str], states: States | None) -> JobPoll | None:
         """The last partial look, when it still stands for ``focus`` with these states; else None."""
-        last = self._last
-        if last is None or states is None or last.focus != focus or last.states != states:
-            return None
-        if time.monotonic() - last.at >= RECHECK_SECONDS:
+        last = self._matching(focus, states)
+        if last is None or time.monotonic() - last.at >= RECHECK_SECONDS:
             return None
         return last.poll
 
     def renewed(self, focus: frozenset[str], states: States | None, queue: str | None) -> JobPoll | None:
         """The last look for another ``RECHECK_SECONDS`` when no job in the queue changed state since
         it was taken (``queue``: every job's id and state now): no job started, ended or moved."""
-        last = self._last
-        if last is None or states is None or queue is None or last.queue is None:
-            return None
-        if (last.focus, last.states, last.queue) != (focus, states, queue):
+        last = self._matching(focus, states)
+        if last is None or queue is None or last.queue != queue:
             return None
         last.at = time.monotonic()
         return last.poll
