@@ -189,7 +189,7 @@ class Reconciler:
             restarted = run.restart_count > 0 or run.relaunch > 0
             if restarted and run.relaunch != relaunches(rec):  # not the newest restart's run
                 return
-            if run.relaunch > 0 and rec.restarts and "relaunched" in rec.restarts[-1].phases:
+            if run.relaunch > 0:  # an in-place restart's, relaunched when it was decided
                 await self._restarter.amend_phase(rec, "running", run.began_wall)  # the new step's first beat
             if restarted:
                 await self._restarter.amend_phase(rec, "first_step", run.first_step_wall)
