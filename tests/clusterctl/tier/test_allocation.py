@@ -3,7 +3,6 @@ peers, a rank's own tier."""
 
 from __future__ import annotations
 
-import errno
 import os
 import secrets
 import signal
@@ -30,6 +29,7 @@ from clusterctl.tier.allocation import (
     peers_of,
 )
 from clusterctl.tier.process import endpoints_from_env, tiers_did_not_start
+from tests.support.ports import port_is_free
 
 TOPOLOGY = """SwitchName=s1 Level=0 LinkSpeed=1 Nodes=node[1-3]
 SwitchName=s2 Level=0 LinkSpeed=1 Nodes=node[4-6]
@@ -160,20 +160,11 @@ def test_silent_squatters_on_every_candidate_cost_no_more_than_the_deadline() ->
             s.close()
 
 
-def _free(port: int) -> bool:
-    try:
-        with socket.create_server(("127.0.0.1", port)):
-            return True
-    except OSError as exc:
-        if exc.errno != errno.EADDRINUSE:
-            raise
-        return False
-
-
 def test_serve_passes_over_a_taken_candidate_and_wait_finds_it_there() -> None:
     # A secret whose first two candidates are free now: other processes on a busy host (outgoing
     # connections' ephemeral ports among them) hold ports of the candidates' range.
-    secret = next(s for s in (secrets.token_bytes(32) for _ in range(100)) if all(map(_free, candidate_ports(s)[:2])))
+    secrets_tried = (secrets.token_bytes(32) for _ in range(100))
+    secret = next(s for s in secrets_tried if all(map(port_is_free, candidate_ports(s)[:2])))
     first, second = candidate_ports(secret)[:2]
     env = {
         **os.environ,

@@ -469,7 +469,7 @@ async def spare_job(live: Live, time_limit: str = "") -> tuple[str, int, str]:
     return job.job_id, int(record.group(1)), token.group(1).strip("'")
 
 
-async def _node_dies(live: Live, job: tuple[str, int, str], dead: str, alive: str, **beat: object) -> None:
+async def _node_goes_silent(live: Live, job: tuple[str, int, str], dead: str, alive: str, **beat: object) -> None:
     """The ranks on ``dead`` and ``alive`` beat, then only ``alive``'s, past the suspect window."""
     live.prober.dead.add(f"10.0.0.{dead.removeprefix('node')}")
     ranks = {0: alive, 1: dead}
@@ -478,6 +478,11 @@ async def _node_dies(live: Live, job: tuple[str, int, str], dead: str, alive: st
     for _ in range(4):
         await asyncio.sleep(INTERVAL)
         await live.beat(*job, 0, node=alive, step=6, **beat)  # type: ignore[arg-type]
+
+
+async def _node_dies(live: Live, job: tuple[str, int, str], dead: str, alive: str, **beat: object) -> None:
+    """``dead`` goes silent and the detector finds it."""
+    await _node_goes_silent(live, job, dead, alive, **beat)
     assert [d.nodes for d in await live.daemon.detector.check_once()] == [(dead,)]
     await live.daemon.poller.poll_once()
 
@@ -543,12 +548,7 @@ async def test_a_relaunched_steps_first_beat_during_the_kill_is_answered_and_not
 
     monkeypatch.setattr(live.slurm, "kill_steps", slow_kill)
     job = await spare_job(live)
-    live.prober.dead.add("10.0.0.2")
-    for rank, node in ((0, "node1"), (1, "node2")):
-        await live.beat(*job, rank, node=node, step=5, committed_step=4)
-    for _ in range(4):
-        await asyncio.sleep(INTERVAL)
-        await live.beat(*job, 0, node="node1", step=6)
+    await _node_goes_silent(live, job, "node2", "node1")
     deciding = asyncio.create_task(live.daemon.detector.check_once())
     await asyncio.wait_for(killing.wait(), 10)
     first = jobs_pb2.HeartbeatRequest(
